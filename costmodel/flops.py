@@ -1,0 +1,111 @@
+"""Training FLOPs, as counted by ``torch.utils.flop_counter.FlopCounterMode``, and the
+conventions people quote next to them.
+
+Counting rules (FlopCounterMode, torch 2.x): only matmul-class ops count, 2 FLOPs per
+multiply-add; an (m x k) @ (k x n) product costs 2·m·k·n; bias adds, norms, softmax and
+elementwise ops count zero; attention's T x T products count dense even when causal. The
+backward of a matmul is two matmuls (grad input and grad weight), so twice the forward. The
+fused attention backward (``sdpa_backward_flop_count``) recomputes the scores: five T x T
+matmuls against two in the forward, where the naive backward has four. Recomputed forward
+ops run again inside backward and are counted there.
+All quantities are FLOPs for one optimizer step over B sequences of T tokens.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .params import ffn_matrices, non_embedding_params, param_breakdown
+from .specs import ModelSpec, TrainSpec
+from .symbols import B, D, F, H, K, L, T, V, d_h
+
+BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn")
+CORE_OPS = ("attn_scores", "attn_values")
+
+
+def forward_flops_by_op(model: ModelSpec) -> dict[str, sp.Expr]:
+    """Forward matmul FLOPs per op for B·T tokens (Kaplan et al. 2020, Table 1, per op)."""
+    tokens = B * T
+    ops: dict[str, sp.Expr] = {}
+    if not model.ffn_only:
+        ops["attn_q"] = L * 2 * tokens * D * H * d_h
+        ops["attn_k"] = L * 2 * tokens * D * K * d_h
+        ops["attn_v"] = L * 2 * tokens * D * K * d_h
+        # QK^T and PV per head: (T x d_h)(d_h x T) and (T x T)(T x d_h), counted dense.
+        ops["attn_scores"] = L * 2 * B * H * T * T * d_h
+        ops["attn_values"] = L * 2 * B * H * T * T * d_h
+        ops["attn_o"] = L * 2 * tokens * H * d_h * D
+    ops["ffn"] = L * ffn_matrices(model) * 2 * tokens * D * F
+    if not model.ffn_only:
+        ops["lm_head"] = 2 * tokens * D * V
+    return ops
+
+
+def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Forward FLOPs re-run inside backward, by op.
+
+    ``full`` checkpoints every block, ``selective`` the attention core (Korthikanti et al.
+    2022, Sec. 4.2). torch.utils.checkpoint (non-reentrant, early stop on by default) stops
+    re-running a region once the last tensor it saved is rebuilt; a matmul saves its inputs
+    before it runs, so the region's last matmul is skipped when only its inputs were saved:
+    the FFN down-projection of a block, the PV product of naive attention. The fused kernel
+    saves its own output, so it is re-run whole.
+    """
+    fwd = forward_flops_by_op(model)
+    if train.recompute == "full":
+        ops = {k: v for k, v in fwd.items() if k in BLOCK_OPS}
+        ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
+        return ops
+    if train.recompute == "selective" and not model.ffn_only:
+        if train.attention == "naive":
+            return {"attn_scores": fwd["attn_scores"]}
+        return {k: fwd[k] for k in CORE_OPS}
+    return {}
+
+
+def backward_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Backward FLOPs per op, recomputation included (FlopCounterMode's convention)."""
+    redo = recompute_flops_by_op(model, train)
+    ops = {}
+    for name, flops in forward_flops_by_op(model).items():
+        factor = sp.Rational(5, 2) if train.attention == "flash" and name in CORE_OPS else 2
+        ops[name] = factor * flops + redo.get(name, 0)
+    return ops
+
+
+def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """The formulas quoted in papers, for B·T tokens, side by side with the exact count.
+
+    - ``six_n``: 6·N·tokens, N all parameters (Hoffmann et al. 2022, Chinchilla, App. F).
+    - ``six_n_non_embedding``: Kaplan et al. 2020, Sec. 2.1, C = 6·N with N non-embedding.
+    - ``palm``: (6·N + 12·L·H·d_h·T)·tokens (Chowdhery et al. 2022, PaLM, App. B).
+    - ``megatron``: 72·B·T·L·D²·(1 + T/(6D) + V/(12·L·D)), or 96·…·(1 + T/(6D) + V/(16·L·D))
+      with full recomputation (Narayanan et al. 2021, Sec. 5.1, Eq. 3; assumes MHA, F = 4D).
+    - ``useful``: the exact matmul count without recomputation, with the attention core
+      scaled to the causal lower triangle, T·(T+1)/2 of T² scores ("model FLOPs" for MFU).
+    """
+    tokens = B * T
+    n_total = param_breakdown(model)["total"]
+    conv = {
+        "six_n": 6 * n_total * tokens,
+        "six_n_non_embedding": 6 * non_embedding_params(model) * tokens,
+    }
+    fwd = forward_flops_by_op(model)
+    dense = sum((v for k, v in fwd.items() if k not in CORE_OPS), sp.Integer(0))
+    conv["useful"] = 3 * dense
+    if not model.ffn_only:
+        conv["palm"] = (6 * n_total + 12 * L * H * d_h * T) * tokens
+        if train.recompute == "full":
+            conv["megatron"] = 96 * B * T * L * D**2 * (1 + T / (6 * D) + V / (16 * L * D))
+        else:
+            conv["megatron"] = 72 * B * T * L * D**2 * (1 + T / (6 * D) + V / (12 * L * D))
+        conv["useful"] += 3 * L * 2 * B * H * d_h * T * (T + 1)
+    return conv
+
+
+def flop_totals(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """forward, backward and step (= forward + backward) FLOPs for one optimizer step."""
+    fwd = sp.Add(*forward_flops_by_op(model).values())
+    bwd = sp.Add(*backward_flops_by_op(model, train).values())
+    redo = sp.Add(*recompute_flops_by_op(model, train).values())
+    return {"forward": fwd, "backward": bwd, "step": fwd + bwd, "recompute": redo}

@@ -1,0 +1,170 @@
+"""Memory per device for one training step, in bytes.
+
+Model state: parameters, gradients, optimizer state and, under mixed precision, the fp32
+master weights (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: 2Ψ + 2Ψ + 12Ψ for mixed Adam;
+torch.autocast keeps fp32 parameters, which are the master copy, and caches a low-precision
+copy of each matmul weight that backward keeps).
+
+Activations: the bytes alive after the forward pass of one micro-batch of b sequences,
+by the op that saves them. They follow Korthikanti et al. 2022 ("Reducing Activation
+Recomputation", Sec. 4.1, per-layer sbh(34 + 5as/h)) but count what the reference model
+in ``validate/model.py`` really keeps, tensor by tensor, so ``validate/accounting.py``
+can check them exactly: norms keep their input and fp32 statistics; QKV and FFN inputs are
+kept once (shared storage); naive attention keeps Q, K, V (expanded to H heads), the
+probabilities and a T x T causal mask; flash keeps Q, K, V, O and an fp32 logsumexp
+(Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets; the fp32
+log-softmax of the logits.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .params import matmul_weight_params, param_breakdown
+from .precision import OPTIMIZER_STATES, PRECISIONS
+from .specs import ModelSpec, TrainSpec
+from .symbols import D, F, H, K, L, T, V, b, d_h
+
+INDEX_BYTES = 8  # int64 token ids, targets and positions
+STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
+
+
+def kept_weight_copies(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Matmul weights whose low-precision cast stays alive from forward to backward.
+
+    Casts made inside a fully recomputed block are dropped and made again in backward, so
+    only the LM head's cast is kept then.
+    """
+    if train.recompute != "full":
+        return matmul_weight_params(model)
+    return sp.Integer(0) if model.ffn_only else V * D
+
+
+def state_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Bytes of params (working weights), master, grads and optimizer state."""
+    prec = PRECISIONS[train.precision]
+    n = param_breakdown(model)["total"]
+    if prec.weight_copy:
+        params = prec.weight_copy * kept_weight_copies(model, train)
+        master = prec.param * n
+    else:
+        params, master = prec.param * n, sp.Integer(0)
+    return {
+        "params": params,
+        "master": master,
+        "grads": prec.grad * n,
+        "optimizer": OPTIMIZER_STATES[train.optimizer] * prec.optimizer_state * n,
+    }
+
+
+def _norm_saved(model: ModelSpec, residual_bytes: int) -> sp.Expr:
+    """Norm input plus fp32 rstd (and mean for LayerNorm), as fused kernels keep them."""
+    stats = 1 if model.norm == "rmsnorm" else 2
+    return residual_bytes * b * T * D + stats * STAT_BYTES * b * T
+
+
+def _attention_core(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, sp.Expr]:
+    q = act * b * T * H * d_h
+    kv = 2 * act * b * T * K * d_h
+    if train.recompute == "selective":  # checkpointed core keeps only its inputs
+        core = q + kv + (q if train.attention == "flash" else 0)
+        return {"attention": L * core}
+    if train.attention == "naive":  # Q, K, V copies at H heads for the bmm, and P
+        return {"attention": L * (3 * q + act * b * H * T * T)}
+    return {"attention": L * (q + kv + q + STAT_BYTES * b * H * T)}  # + O and logsumexp
+
+
+def _ffn_hidden(model: ModelSpec, act: int, mm: int) -> sp.Expr:
+    if model.ffn == "swiglu":  # gate pre-activation, silu(gate), up; product into W2
+        return (3 * act + mm) * b * T * F
+    if model.ffn == "gelu":  # pre-activation into GELU; GELU output into W2
+        return (act + mm) * b * T * F
+    return act * b * T * F  # ReLU keeps its output, which is also W2's input
+
+
+def activation_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Bytes alive after the forward pass of one micro-batch, by the op that keeps them."""
+    prec = PRECISIONS[train.precision]
+    act, res, mm = prec.activation, prec.residual, prec.matmul_input
+    parts: dict[str, sp.Expr] = {}
+    if model.ffn_only:
+        parts["inputs"] = res * b * T * D
+    else:
+        parts["inputs"] = 2 * INDEX_BYTES * b * T
+        if model.pos == "learned":
+            parts["embedding"] = INDEX_BYTES * T
+        else:
+            parts["rope"] = 2 * act * T * d_h  # cos and sin tables, shared by all layers
+        if train.attention == "naive":
+            parts["attn_mask"] = T * T  # bool, shared by all layers
+    if train.recompute == "full":
+        inputs_kept = L - 1 if model.ffn_only else L
+        parts["block_inputs"] = inputs_kept * res * b * T * D
+    else:
+        parts.update(_block_activations(model, train, act, res, mm))
+    if not model.ffn_only:
+        parts["final_norm"] = _norm_saved(model, res)
+        parts["lm_head_input"] = mm * b * T * D
+        parts["loss"] = 4 * b * T * V + 4  # fp32 log-softmax and the scalar total weight
+    parts["total"] = sp.Add(*parts.values())
+    return parts
+
+
+def _block_activations(
+    model: ModelSpec, train: TrainSpec, act: int, res: int, mm: int
+) -> dict[str, sp.Expr]:
+    parts: dict[str, sp.Expr] = {}
+    if not model.ffn_only:
+        parts["attn_norm"] = L * _norm_saved(model, res)
+        parts["attn_input"] = L * mm * b * T * D
+        parts.update(_attention_core(model, train, act))
+        if train.attention == "naive":  # flash's O is already the out-projection input
+            parts["attn_out_input"] = L * mm * b * T * H * d_h
+        parts["ffn_norm"] = L * _norm_saved(model, res)
+    # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.
+    first_is_input = model.ffn_only and act == res
+    parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
+    parts["ffn_hidden"] = L * _ffn_hidden(model, act, mm)
+    return parts
+
+
+def peak_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Peak bytes for forward only, forward + backward, and a full training step.
+
+    Estimates, not exact: the live set at the worst moment, with the transient the reference
+    model makes there (Korthikanti et al. 2022 count only what is saved). Forward: the naive
+    scores before and after masking, or the logits and their fp32 copy. Backward: the start of
+    the backward pass, with the fp32 and low-precision logit gradients next to every saved
+    activation; or its end, when all gradients exist. Step: the optimizer state is held
+    throughout, plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam).
+    Gradients are freed between steps (``zero_grad(set_to_none=True)``).
+    """
+    prec = PRECISIONS[train.precision]
+    act, res = prec.activation, prec.residual
+    state = state_memory(model, train)
+    acts = activation_memory(model, train)["total"]
+    weights = state["params"] + state["master"]
+    fwd_transient = 2 * res * b * T * D
+    bwd_transient = 2 * res * b * T * D
+    if not model.ffn_only:
+        logits = (act + (4 if act != 4 else 0)) * b * T * V
+        fwd_transient += logits
+        bwd_transient += logits + 4 * b * T * V
+        if train.attention == "naive":
+            fwd_transient = sp.Max(fwd_transient, 2 * act * b * H * T * T)
+            bwd_transient = sp.Max(bwd_transient, 2 * act * b * H * T * T)
+    if model.ffn_only:
+        fwd_transient += act * b * T * F
+        bwd_transient += 2 * act * b * T * F
+    fwd_bwd = weights + sp.Max(acts + bwd_transient, state["grads"] + fwd_transient)
+    states = OPTIMIZER_STATES[train.optimizer]
+    temp = prec.optimizer_state * param_breakdown(model)["total"] if states == 2 else 0
+    step = sp.Max(
+        fwd_bwd + state["optimizer"],
+        weights + state["grads"] + state["optimizer"] + temp,
+    )
+    return {
+        "peak_forward": weights + acts + fwd_transient,
+        "peak_forward_backward": fwd_bwd,
+        "peak": step,
+    }

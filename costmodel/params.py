@@ -1,0 +1,77 @@
+"""Parameter counts by component, as sympy expressions.
+
+Counts follow the layer shapes of the reference model (DESIGN.md): a linear of fan-in m and
+fan-out n has m·n weights and, with biases, n more (Vaswani et al. 2017; Kaplan et al. 2020,
+Table 1, with the embedding and norms kept instead of dropped). Units: parameters.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .specs import ModelSpec
+from .symbols import D, F, H, K, L, P, V, d_h
+
+
+def ffn_matrices(model: ModelSpec) -> int:
+    """SwiGLU has gate, up and down projections (Shazeer 2020); GELU/ReLU have two."""
+    return 3 if model.ffn == "swiglu" else 2
+
+
+def _linear(fan_in: sp.Expr, fan_out: sp.Expr, bias: bool) -> sp.Expr:
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
+def _norm(model: ModelSpec) -> sp.Expr:
+    """RMSNorm has a gain vector; LayerNorm a gain and a bias (Zhang & Sennrich 2019)."""
+    return D if model.norm == "rmsnorm" else 2 * D
+
+
+def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
+    """Parameters per component; the parts add up to ``total``.
+
+    Keys: embedding, pos_embedding, attn_q, attn_k, attn_v, attn_o, ffn, norms, lm_head,
+    total. Attention and FFN entries are summed over the L blocks.
+    """
+    zero = sp.Integer(0)
+    parts: dict[str, sp.Expr] = dict.fromkeys(
+        ("embedding", "pos_embedding", "attn_q", "attn_k", "attn_v", "attn_o", "norms", "lm_head"),
+        zero,
+    )
+    mats = ffn_matrices(model)
+    up = (mats - 1) * _linear(D, F, model.bias)
+    parts["ffn"] = L * (up + _linear(F, D, model.bias))
+    if not model.ffn_only:
+        parts["embedding"] = V * D
+        if model.pos == "learned":
+            parts["pos_embedding"] = P * D
+        qkv_bias = model.bias or model.qkv_bias
+        parts["attn_q"] = L * _linear(D, H * d_h, qkv_bias)
+        parts["attn_k"] = L * _linear(D, K * d_h, qkv_bias)
+        parts["attn_v"] = L * _linear(D, K * d_h, qkv_bias)
+        parts["attn_o"] = L * _linear(H * d_h, D, model.bias)
+        parts["norms"] = (2 * L + 1) * _norm(model)
+        parts["lm_head"] = zero if model.tied else V * D
+    parts["total"] = sp.Add(*parts.values())
+    return parts
+
+
+def matmul_weight_params(model: ModelSpec) -> sp.Expr:
+    """Weights that enter a matmul (every linear and the LM head, biases excluded).
+
+    These are the tensors torch.autocast casts and keeps for backward under mixed precision.
+    """
+    mats = ffn_matrices(model)
+    total = L * mats * D * F
+    if not model.ffn_only:
+        total += L * (2 * D * H * d_h + 2 * D * K * d_h) + V * D
+    return total
+
+
+def non_embedding_params(model: ModelSpec) -> sp.Expr:
+    """Parameters excluding the vocabulary and position matrices (Kaplan et al. 2020, Sec. 2.1).
+
+    Kaplan's models tie the unembedding, so an untied LM head is excluded as well.
+    """
+    parts = param_breakdown(model)
+    return parts["total"] - parts["embedding"] - parts["pos_embedding"] - parts["lm_head"]

@@ -1,0 +1,101 @@
+"""Bytes per element for each training precision, as data.
+
+Sources: Micikevicius et al. 2018, "Mixed Precision Training" (fp32 master weights, half
+activations); Rajbhandari et al. 2020, ZeRO Sec. 3.1 (2 + 2 + 12 bytes per parameter for
+mixed-precision Adam); torch.autocast semantics (parameters stay fp32, matmul operands and
+weights are cast to the low-precision dtype, the casts are kept for backward); NVIDIA
+Transformer Engine for fp8 (fp8 GEMM operands, bf16 elsewhere, fp32 master and optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    """Storage size in bytes of each class of tensor under one precision recipe."""
+
+    param: int
+    """Stored parameters (``nn.Parameter`` dtype)."""
+    weight_copy: int
+    """Per-step low-precision copy of each matmul weight kept for backward (0: none)."""
+    grad: int
+    """Gradients, accumulated in the parameter dtype."""
+    optimizer_state: int
+    """One optimizer state tensor element (Adam has two per parameter)."""
+    activation: int
+    """Matmul outputs and everything computed in the compute dtype."""
+    residual: int
+    """The residual stream and norm inputs (fp32 under torch.autocast)."""
+    matmul_input: int
+    """Activations saved only as a matmul input (fp8 stores the quantised copy)."""
+    peak_dtype: str
+    """Key into a hardware table of peak FLOP/s."""
+
+
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision(
+        param=4,
+        weight_copy=0,
+        grad=4,
+        optimizer_state=4,
+        activation=4,
+        residual=4,
+        matmul_input=4,
+        peak_dtype="fp32",
+    ),
+    "tf32": Precision(
+        param=4,
+        weight_copy=0,
+        grad=4,
+        optimizer_state=4,
+        activation=4,
+        residual=4,
+        matmul_input=4,
+        peak_dtype="tf32",
+    ),
+    "bf16-mixed": Precision(
+        param=4,
+        weight_copy=2,
+        grad=4,
+        optimizer_state=4,
+        activation=2,
+        residual=4,
+        matmul_input=2,
+        peak_dtype="bf16",
+    ),
+    "fp16-mixed": Precision(
+        param=4,
+        weight_copy=2,
+        grad=4,
+        optimizer_state=4,
+        activation=2,
+        residual=4,
+        matmul_input=2,
+        peak_dtype="fp16",
+    ),
+    "bf16": Precision(
+        param=2,
+        weight_copy=0,
+        grad=2,
+        optimizer_state=2,
+        activation=2,
+        residual=2,
+        matmul_input=2,
+        peak_dtype="bf16",
+    ),
+    "fp8": Precision(
+        param=4,
+        weight_copy=1,
+        grad=4,
+        optimizer_state=4,
+        activation=2,
+        residual=4,
+        matmul_input=1,
+        peak_dtype="fp8",
+    ),
+}
+
+OPTIMIZER_STATES: dict[str, int] = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 0}
+"""State tensors per parameter (torch.optim: Adam exp_avg + exp_avg_sq; SGD momentum_buffer)."""

@@ -1,0 +1,1 @@
+"""Runs the real model and kernels and compares them with costmodel's predictions."""

@@ -1,0 +1,155 @@
+"""Exact counts from torch itself: parameters, FLOPs and bytes kept for backward.
+
+Runs on the ``meta`` device by default, so full-size models (405B) are counted in seconds
+without memory. Each count is what torch reports, grouped like costmodel's breakdowns:
+
+- parameters: ``numel`` of each named parameter (shared ones once), by component;
+- FLOPs: ``torch.utils.flop_counter.FlopCounterMode``, forward and backward, by op;
+- ``saved_bytes``: every tensor packed by ``saved_tensors_hooks`` during forward,
+  de-duplicated by storage, excluding parameters and their low-precision copies;
+- ``live_bytes``: storages created during forward that are still alive after it (what
+  backward will need, including checkpointed blocks' inputs that saved-tensor hooks do not
+  see), excluding the loss; ``weight_copy_bytes``: live casts of parameters.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from costmodel.specs import ModelSpec, TrainSpec
+from validate.model import TransformerLM, make_batch
+
+_PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); first match wins
+    ("embed.", "embedding"),
+    ("pos.", "pos_embedding"),
+    (".attn.q.", "attn_q"),
+    (".attn.k.", "attn_k"),
+    (".attn.v.", "attn_v"),
+    (".attn.o.", "attn_o"),
+    (".ffn.", "ffn"),
+    ("norm", "norms"),
+    ("lm_head.", "lm_head"),
+)
+_OP_GROUPS = (  # module path suffix -> costmodel op; the attention core holds both T x T matmuls
+    (".attn.q", "attn_q"),
+    (".attn.k", "attn_k"),
+    (".attn.v", "attn_v"),
+    (".attn.o", "attn_o"),
+    (".attn.core", "attn_core"),
+    (".ffn.w1", "ffn"),
+    (".ffn.w2", "ffn"),
+    (".ffn.w3", "ffn"),
+    (".lm_head", "lm_head"),
+)
+
+
+def _key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+class StorageTracker(TorchDispatchMode):
+    """Records the storage of every op output; knows which are casts of parameters."""
+
+    def __init__(self, param_keys: set[int]) -> None:
+        super().__init__()
+        self.param_keys = param_keys
+        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.weight_copies: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        is_cast = func is torch.ops.aten._to_copy.default and _key(args[0]) in self.param_keys
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and _key(t) not in self.param_keys:
+                key = _key(t)
+                known = self.refs.get(key)
+                if known is None or known[0].expired():
+                    storage = t.untyped_storage()
+                    self.refs[key] = (StorageWeakRef(storage), storage.nbytes())
+                    self.weight_copies.discard(key)
+                if is_cast:
+                    self.weight_copies.add(key)
+        return out
+
+    def alive(self) -> dict[int, int]:
+        """Storage key -> bytes of every recorded storage still alive."""
+        return {k: n for k, (ref, n) in self.refs.items() if not ref.expired()}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Exact counts of one configuration (one micro-batch; bytes, FLOPs, parameters)."""
+
+    params: dict[str, int]
+    flops_forward: dict[str, int]
+    flops_backward: dict[str, int]
+    saved_bytes: int
+    live_bytes: int
+    weight_copy_bytes: int
+
+
+def count_params(model: torch.nn.Module) -> dict[str, int]:
+    """Parameters by costmodel component, plus ``total`` (shared parameters once)."""
+    parts: dict[str, int] = defaultdict(int)
+    for name, p in model.named_parameters():
+        group = next((g for sub, g in _PARAM_GROUPS if sub in f".{name}"), None)
+        if group is None:
+            raise KeyError(f"parameter {name} belongs to no costmodel component")
+        parts[group] += p.numel()
+    parts["total"] = sum(parts.values())
+    return dict(parts)
+
+
+def _flops_by_op(counter: FlopCounterMode) -> dict[str, int]:
+    ops: dict[str, int] = defaultdict(int)
+    for module, counts in counter.get_flop_counts().items():
+        group = next((g for suffix, g in _OP_GROUPS if module.endswith(suffix)), None)
+        if group is not None:
+            ops[group] += sum(counts.values())
+    ops["total"] = sum(counter.get_flop_counts().get("Global", {}).values())
+    return dict(ops)
+
+
+def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta") -> Counts:
+    """Build the reference model on ``device``, run one forward and backward, count."""
+    model = TransformerLM(
+        spec,
+        precision=train.precision,
+        attention=train.attention,
+        recompute=train.recompute,
+        device=device,
+    )
+    params = {_key(p) for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[_key(t)] = t.untyped_storage().nbytes()
+        return t
+
+    tracker = StorageTracker(params)
+    with tracker:
+        batch = make_batch(model, train.micro_batch, train.seq, device=device)
+        with FlopCounterMode(display=False) as fwd_counter:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = model(batch)
+    alive = tracker.alive()
+    alive.pop(_key(loss), None)
+    copies = sum(n for k, n in alive.items() if k in tracker.weight_copies)
+    with FlopCounterMode(display=False) as bwd_counter:
+        loss.backward()
+    excluded = params | tracker.weight_copies
+    return Counts(
+        params=count_params(model),
+        flops_forward=_flops_by_op(fwd_counter),
+        flops_backward=_flops_by_op(bwd_counter),
+        saved_bytes=sum(n for k, n in saved.items() if k not in excluded),
+        live_bytes=sum(alive.values()) - copies,
+        weight_copy_bytes=copies,
+    )

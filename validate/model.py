@@ -1,0 +1,257 @@
+"""The reference model (DESIGN.md), built from any ``costmodel.ModelSpec``.
+
+Pre-norm decoder LM: token embedding (+ learned positions), L blocks of
+``x + attn(norm(x))`` and ``x + ffn(norm(x))``, final norm, LM head (tied or untied),
+cross-entropy in fp32. Causal attention with H query and K key/value heads and RoPE.
+FFN-only specs (the Scaling Book's XXL) keep only ``x + W2 σ(W1 x)`` per block.
+
+Mixed precision is explicit rather than ``torch.autocast``: parameters keep their dtype,
+each linear casts its weight to the compute dtype (autocast's rule for matmuls) and block
+inputs are cast once. The numerics equal autocast's, and unlike autocast the casts also
+happen on the ``meta`` device, so ``validate/accounting.py`` can count them at full scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from torch.utils.flop_counter import (
+    flop_registry,
+    register_flop_formula,
+    sdpa_backward_flop,
+    sdpa_flop,
+)
+
+from costmodel.specs import ModelSpec
+from validate.norms import LayerNorm, RMSNorm
+
+DTYPES = {  # precision -> (parameter dtype, compute dtype)
+    "fp32": (torch.float32, torch.float32),
+    "tf32": (torch.float32, torch.float32),
+    "bf16-mixed": (torch.float32, torch.bfloat16),
+    "fp16-mixed": (torch.float32, torch.float16),
+    "bf16": (torch.bfloat16, torch.bfloat16),
+}
+
+# torch counts the CUDA fused attention ops but not the CPU one that SDPA dispatches to;
+# count it with torch's own formulas so CPU and meta runs are counted like CUDA runs.
+_CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_CPU_FLASH_BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+if _CPU_FLASH not in flop_registry:
+    # sdpa_flop and sdpa_backward_flop are already wrapped to receive shapes.
+    register_flop_formula(_CPU_FLASH, get_raw=True)(sdpa_flop)
+    register_flop_formula(_CPU_FLASH_BWD, get_raw=True)(sdpa_backward_flop)
+
+
+def dtypes_for(precision: str) -> tuple[torch.dtype, torch.dtype]:
+    """(parameter dtype, compute dtype) of a costmodel precision."""
+    if precision not in DTYPES:
+        raise ValueError(
+            f"precision must be one of {', '.join(DTYPES)} for the reference model "
+            f"(got {precision!r}; fp8 is modelled by costmodel but not run)"
+        )
+    return DTYPES[precision]
+
+
+class Linear(nn.Module):
+    """y = x Wᵀ (+ b) with W cast to the compute dtype, as autocast does for matmuls."""
+
+    def __init__(self, fan_in: int, fan_out: int, bias: bool, compute: torch.dtype, **factory):
+        super().__init__()
+        self.compute = compute
+        self.weight = nn.Parameter(torch.empty(fan_out, fan_in, **factory))
+        self.bias = nn.Parameter(torch.zeros(fan_out, **factory)) if bias else None
+        nn.init.normal_(self.weight, std=fan_in**-0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(self.compute)
+        return F.linear(x, self.weight.to(self.compute), bias)
+
+
+def rope_tables(seq: int, dim: int, dtype: torch.dtype, device, base: float = 10000.0):
+    """cos and sin of shape (seq, dim) (Su et al. 2021, RoFormer, Eq. 34; rotate-half form)."""
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    freqs = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (b, T, heads, d) pairs; keeps only cos and sin for backward."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos[:, None, :] + torch.cat((-x2, x1), dim=-1) * sin[:, None, :]
+
+
+class NaiveAttention(nn.Module):
+    """softmax(QKᵀ/√d + mask) V with the T x T scores and probabilities materialised."""
+
+    def forward(self, q, k, v, mask):
+        groups = q.shape[1] // k.shape[1]
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        return probs @ v
+
+
+class FlashAttention(nn.Module):
+    """Fused causal attention: keeps Q, K, V, O and the logsumexp (Dao 2023).
+
+    CUDA takes SDPA's dispatch (FlashAttention-2 or memory-efficient kernels); CPU and meta
+    call the CPU flash kernel directly, since SDPA on ``meta`` falls back to the math path.
+    """
+
+    def forward(self, q, k, v, mask):
+        if q.device.type == "cuda":
+            gqa = q.shape[1] != k.shape[1]
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        return _CPU_FLASH(q, k, v, 0.0, True)[0]
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, compute: torch.dtype, kernel: str, selective: bool, **fk):
+        super().__init__()
+        hd, qkv_bias = spec.head_dim, spec.bias or spec.qkv_bias
+        self.spec, self.selective = spec, selective
+        self.q = Linear(spec.d_model, spec.n_heads * hd, qkv_bias, compute, **fk)
+        self.k = Linear(spec.d_model, spec.n_kv_heads * hd, qkv_bias, compute, **fk)
+        self.v = Linear(spec.d_model, spec.n_kv_heads * hd, qkv_bias, compute, **fk)
+        self.o = Linear(spec.n_heads * hd, spec.d_model, spec.bias, compute, **fk)
+        self.core = NaiveAttention() if kernel == "naive" else FlashAttention()
+
+    def forward(self, x, cos, sin, mask):
+        b, t, _ = x.shape
+        s = self.spec
+        q = self.q(x).view(b, t, s.n_heads, s.head_dim)
+        k = self.k(x).view(b, t, s.n_kv_heads, s.head_dim)
+        v = self.v(x).view(b, t, s.n_kv_heads, s.head_dim)
+        if cos is not None:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        if self.selective:
+            o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=False)
+        else:
+            o = self.core(q, k, v, mask)
+        return self.o(o.transpose(1, 2).reshape(b, t, s.n_heads * s.head_dim))
+
+
+class FFN(nn.Module):
+    """SwiGLU W2(silu(W1 x) ⊙ W3 x) (Shazeer 2020), or W2 σ(W1 x) with GELU / ReLU."""
+
+    def __init__(self, spec: ModelSpec, compute: torch.dtype, **fk):
+        super().__init__()
+        self.kind = spec.ffn
+        self.w1 = Linear(spec.d_model, spec.d_ff, spec.bias, compute, **fk)
+        self.w2 = Linear(spec.d_ff, spec.d_model, spec.bias, compute, **fk)
+        if spec.ffn == "swiglu":
+            self.w3 = Linear(spec.d_model, spec.d_ff, spec.bias, compute, **fk)
+
+    def forward(self, x):
+        if self.kind == "swiglu":
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        act = F.gelu if self.kind == "gelu" else F.relu
+        return self.w2(act(self.w1(x)))
+
+
+def _norm(spec: ModelSpec, **fk) -> nn.Module:
+    return RMSNorm(spec.d_model, **fk) if spec.norm == "rmsnorm" else LayerNorm(spec.d_model, **fk)
+
+
+class Block(nn.Module):
+    def __init__(self, spec: ModelSpec, compute, kernel: str, selective: bool, **fk):
+        super().__init__()
+        self.compute, self.ffn_only = compute, spec.ffn_only
+        if not spec.ffn_only:
+            self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
+            self.attn = Attention(spec, compute, kernel, selective, **fk)
+        self.ffn = FFN(spec, compute, **fk)
+
+    def forward(self, x, cos, sin, mask):
+        if self.ffn_only:
+            return x + self.ffn(x.to(self.compute))
+        x = x + self.attn(self.norm1(x).to(self.compute), cos, sin, mask)
+        return x + self.ffn(self.norm2(x).to(self.compute))
+
+
+class TransformerLM(nn.Module):
+    """The reference LM; ``forward(batch)`` returns the mean cross-entropy (fp32 scalar).
+
+    ``batch`` is ``(ids, targets)`` of int64 (b, T), or for FFN-only specs a (b, T, D)
+    activation tensor whose output is summed into the scalar.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        precision: str = "fp32",
+        attention: str = "flash",
+        recompute: str = "none",
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        if attention not in ("naive", "flash"):
+            raise ValueError(f"attention must be naive or flash (got {attention!r})")
+        if recompute not in ("none", "full", "selective"):
+            raise ValueError(f"recompute must be none, full or selective (got {recompute!r})")
+        param_dtype, self.compute = dtypes_for(precision)
+        self.spec, self.attention, self.recompute = spec, attention, recompute
+        fk = {"device": device, "dtype": param_dtype}
+        self.blocks = nn.ModuleList(
+            Block(spec, self.compute, attention, recompute == "selective", **fk)
+            for _ in range(spec.n_layers)
+        )
+        if spec.ffn_only:
+            return
+        self.embed = nn.Embedding(spec.vocab, spec.d_model, **fk)
+        if spec.pos == "learned":
+            self.pos = nn.Embedding(spec.max_positions, spec.d_model, **fk)
+        self.norm_f = _norm(spec, **fk)
+        self.lm_head = Linear(spec.d_model, spec.vocab, False, self.compute, **fk)
+        if spec.tied:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(self, batch) -> torch.Tensor:
+        if self.spec.ffn_only:
+            return self._run_blocks(batch, None, None, None).float().sum()
+        ids, targets = batch
+        t = ids.shape[1]
+        x = self.embed(ids)
+        if self.spec.pos == "learned":
+            x = x + self.pos(torch.arange(t, device=ids.device))
+        cos = sin = mask = None
+        if self.spec.pos == "rope":
+            cos, sin = rope_tables(t, self.spec.head_dim, self.compute, ids.device)
+        if self.attention == "naive":
+            mask = torch.ones(t, t, dtype=torch.bool, device=ids.device).triu(1)
+        x = self._run_blocks(x, cos, sin, mask)
+        logits = self.lm_head(self.norm_f(x).to(self.compute))
+        return F.cross_entropy(logits.float().view(-1, self.spec.vocab), targets.view(-1))
+
+    def _run_blocks(self, x, cos, sin, mask):
+        for block in self.blocks:
+            if self.recompute == "full":
+                x = checkpoint(
+                    block, x, cos, sin, mask, use_reentrant=False, preserve_rng_state=False
+                )
+            else:
+                x = block(x, cos, sin, mask)
+        return x
+
+
+def make_batch(model: TransformerLM, batch: int, seq: int, device=None, generator=None):
+    """Random token ids and targets, or for FFN-only models an input that requires grad."""
+    spec = model.spec
+    if spec.pos == "learned" and seq > spec.max_positions:
+        raise ValueError(f"seq must be <= max_positions (got {seq} > {spec.max_positions})")
+    if spec.ffn_only:
+        dtype = next(model.parameters()).dtype
+        x = torch.randn(batch, seq, spec.d_model, device=device, dtype=dtype, generator=generator)
+        return x.requires_grad_()
+    shape = (batch, seq)
+    ids = torch.randint(spec.vocab, shape, device=device, generator=generator)
+    return ids, torch.randint(spec.vocab, shape, device=device, generator=generator)
