@@ -69,8 +69,8 @@ class Compiled:
 @functools.lru_cache(maxsize=256)
 def compiled(structure: tuple) -> Compiled:
     """Build and lambdify the expressions of one structure (cached per process)."""
-    m_kw = dict(zip(MODEL_STRUCTURE, structure[: len(MODEL_STRUCTURE)]))
-    t_kw = dict(zip(TRAIN_STRUCTURE, structure[len(MODEL_STRUCTURE) :]))
+    m_kw = dict(zip(MODEL_STRUCTURE, structure[: len(MODEL_STRUCTURE)], strict=True))
+    t_kw = dict(zip(TRAIN_STRUCTURE, structure[len(MODEL_STRUCTURE) :], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
     exprs = quantities(ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw))
     keys = tuple(exprs)
@@ -139,7 +139,9 @@ def estimate(model: ModelSpec, train: TrainSpec) -> Estimate:
     comp = compiled(structure_of(model, train))
     symbol_values = values_for(model, train)
     numbers = comp.scalar(*(symbol_values[s] for s in ALL_SYMBOLS))
-    return Estimate(model, train, {k: _as_number(v) for k, v in zip(comp.keys, numbers)})
+    return Estimate(
+        model, train, {k: _as_number(v) for k, v in zip(comp.keys, numbers, strict=True)}
+    )
 
 
 def exact(model: ModelSpec, train: TrainSpec, key: str) -> sp.Expr:

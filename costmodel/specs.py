@@ -6,6 +6,7 @@ message names the field and the constraint, so a CLI or app can show it verbatim
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -180,7 +181,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in itertools.pairwise(body):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
             text = " ".join(str(nxt.value.value).split())  # type: ignore[attr-defined]
             docs[node.target.id] = text  # type: ignore[attr-defined]

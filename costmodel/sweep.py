@@ -72,7 +72,7 @@ def sweep(
     m_kw = {k: v for k, v in scalars.items() if k in _MODEL_FIELDS}
     base_model = get_model(model, **m_kw) if isinstance(model, str) else model.replace(**m_kw)
     base_train = TrainSpec(**{k: v for k, v in scalars.items() if k in _TRAIN_FIELDS})
-    grid = dict(zip(arrays, np.broadcast_arrays(*arrays.values()))) if arrays else {}
+    grid = dict(zip(arrays, np.broadcast_arrays(*arrays.values()), strict=True)) if arrays else {}
 
     def get(name: str, spec: Any) -> np.ndarray:
         return grid.get(name, np.asarray(getattr(spec, name), dtype=np.int64))
@@ -118,6 +118,6 @@ def sweep(
     results = comp.vector(*args)
     return {
         k: np.broadcast_to(np.asarray(v, dtype=np.float64), shape)
-        for k, v in zip(comp.keys, results)
+        for k, v in zip(comp.keys, results, strict=True)
         if k in wanted
     }

@@ -136,9 +136,9 @@ def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta"
     tracker = StorageTracker(params)
     with tracker:
         batch = make_batch(model, train.micro_batch, train.seq, device=device)
-        with FlopCounterMode(display=False) as fwd_counter:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = model(batch)
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        with FlopCounterMode(display=False) as fwd_counter, hooks:
+            loss = model(batch)
     alive = tracker.alive()
     alive.pop(_key(loss), None)
     copies = sum(n for k, n in alive.items() if k in tracker.weight_copies)
