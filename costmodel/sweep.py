@@ -68,10 +68,15 @@ def sweep(
     bad = sorted(set(arrays) - _NUMERIC)
     if bad:
         raise ValueError(f"{', '.join(bad)} must be scalar (only sizes can be arrays)")
+    # Specs built from the scalars and the first grid point check kinds and flags; the
+    # whole grid is checked below, vectorised.
+    first = {k: int(a.flat[0]) for k, a in arrays.items() if a.size}
     scalars = {k: v for k, v in overrides.items() if k not in arrays}
-    m_kw = {k: v for k, v in scalars.items() if k in _MODEL_FIELDS}
+    point = {**scalars, **first}
+    m_kw = {k: v for k, v in point.items() if k in _MODEL_FIELDS}
     base_model = get_model(model, **m_kw) if isinstance(model, str) else model.replace(**m_kw)
-    base_train = TrainSpec(**{k: v for k, v in scalars.items() if k in _TRAIN_FIELDS})
+    base_train = TrainSpec(**{k: v for k, v in point.items() if k in _TRAIN_FIELDS})
+    base_model = base_model.replace(**{k: v for k, v in scalars.items() if k in _MODEL_FIELDS})
     grid = dict(zip(arrays, np.broadcast_arrays(*arrays.values()), strict=True)) if arrays else {}
 
     def get(name: str, spec: Any) -> np.ndarray:

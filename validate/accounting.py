@@ -90,6 +90,7 @@ class Counts:
     params: dict[str, int]
     flops_forward: dict[str, int]
     flops_backward: dict[str, int]
+    """Backward FLOPs; only ``total`` is exact (per-module attribution is approximate)."""
     saved_bytes: int
     live_bytes: int
     weight_copy_bytes: int
@@ -107,14 +108,24 @@ def count_params(model: torch.nn.Module) -> dict[str, int]:
     return dict(parts)
 
 
-def _flops_by_op(counter: FlopCounterMode) -> dict[str, int]:
+def _flops_by_op(counts: dict[str, dict]) -> dict[str, int]:
     ops: dict[str, int] = defaultdict(int)
-    for module, counts in counter.get_flop_counts().items():
+    for module, per_op in counts.items():
         group = next((g for suffix, g in _OP_GROUPS if module.endswith(suffix)), None)
         if group is not None:
-            ops[group] += sum(counts.values())
-    ops["total"] = sum(counter.get_flop_counts().get("Global", {}).values())
+            ops[group] += sum(per_op.values())
+    ops["total"] = sum(counts.get("Global", {}).values())
     return dict(ops)
+
+
+def _snapshot(counter: FlopCounterMode) -> dict[str, dict]:
+    return {m: dict(c) for m, c in counter.get_flop_counts().items()}
+
+
+def _minus(after: dict[str, dict], before: dict[str, dict]) -> dict[str, dict]:
+    return {
+        m: {op: n - before.get(m, {}).get(op, 0) for op, n in c.items()} for m, c in after.items()
+    }
 
 
 def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta") -> Counts:
@@ -134,22 +145,69 @@ def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta"
         return t
 
     tracker = StorageTracker(params)
-    with tracker:
-        batch = make_batch(model, train.micro_batch, train.seq, device=device)
-        hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        with FlopCounterMode(display=False) as fwd_counter, hooks:
-            loss = model(batch)
-    alive = tracker.alive()
-    alive.pop(_key(loss), None)
-    copies = sum(n for k, n in alive.items() if k in tracker.weight_copies)
-    with FlopCounterMode(display=False) as bwd_counter:
+    # One counter for both passes: its module tracker attributes backward ops to modules
+    # through hooks installed during forward.
+    with FlopCounterMode(display=False) as counter:
+        with tracker:
+            batch = make_batch(model, train.micro_batch, train.seq, device=device)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = model(batch)
+        forward = _snapshot(counter)
+        alive = tracker.alive()
+        alive.pop(_key(loss), None)
+        copies = sum(n for k, n in alive.items() if k in tracker.weight_copies)
         loss.backward()
+        backward = _minus(_snapshot(counter), forward)
     excluded = params | tracker.weight_copies
     return Counts(
         params=count_params(model),
-        flops_forward=_flops_by_op(fwd_counter),
-        flops_backward=_flops_by_op(bwd_counter),
+        flops_forward=_flops_by_op(forward),
+        flops_backward=_flops_by_op(backward),
         saved_bytes=sum(n for k, n in saved.items() if k not in excluded),
         live_bytes=sum(alive.values()) - copies,
         weight_copy_bytes=copies,
     )
+
+
+_FLOP_OPS = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", "lm_head")
+
+
+def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dict]:
+    """Predicted vs counted, one row per exact quantity (``grad_accum`` must be 1).
+
+    Rows: ``{"quantity", "predicted", "measured"}``. Saved-tensor bytes are compared where
+    every input is saved (an FFN-only stack under mixed precision saves only the cast of its
+    input, which stays alive through the caller: it is in ``live_bytes``, not ``saved``).
+    """
+    from costmodel.estimate import estimate
+
+    if train.grad_accum != 1:
+        raise ValueError(f"grad_accum must be 1 for accounting (got {train.grad_accum})")
+    est, got = estimate(spec, train).values, count(spec, train, device)
+    acts = est["memory_bytes.activations"]
+    copies = est["memory_bytes.params"] if est["memory_bytes.master"] else 0
+    rows = [
+        ("params.total", est["params.total"], got.params["total"]),
+        ("flops.forward", est["flops.forward"], got.flops_forward["total"]),
+        ("flops.backward", est["flops.backward"], got.flops_backward["total"]),
+        ("memory_bytes.activations", acts, got.live_bytes),
+        ("memory_bytes.weight_copies", copies, got.weight_copy_bytes),
+    ]
+    rows += [(f"params.{k}", est[f"params.{k}"], n) for k, n in got.params.items() if k != "total"]
+    # Per op in forward only: FlopCounterMode's module tracker attributes backward ops to
+    # modules approximately (neighbouring leaves' backward windows overlap); totals are exact.
+    by_op, counted = "flops.forward_by_op", got.flops_forward
+    rows += [
+        (f"{by_op}.{op}", est[f"{by_op}.{op}"], counted.get(op, 0))
+        for op in _FLOP_OPS
+        if f"{by_op}.{op}" in est
+    ]
+    if not spec.ffn_only:
+        core = est[f"{by_op}.attn_scores"] + est[f"{by_op}.attn_values"]
+        rows.append((f"{by_op}.attn_core", core, counted.get("attn_core", 0)))
+    if train.recompute == "none":
+        unsaved_input = (
+            est["memory_bytes.activations_by_op.inputs"] if (spec.ffn_only and copies) else 0
+        )
+        rows.append(("memory_bytes.saved_for_backward", acts - unsaved_input, got.saved_bytes))
+    return [{"quantity": q, "predicted": p, "measured": m} for q, p, m in rows]

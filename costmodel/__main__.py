@@ -1,0 +1,5 @@
+import sys
+
+from costmodel.cli import main
+
+sys.exit(main())

@@ -1,0 +1,174 @@
+"""Command line: ``python -m costmodel estimate --model cs336-2.7b --batch 4 --seq 1024``.
+
+Every ModelSpec and TrainSpec field is a kebab-case flag generated from the dataclasses, so
+any model can be described on the command line; bad values are reported as one line naming
+the field and the constraint (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import typing
+from dataclasses import MISSING, fields
+
+import sympy as sp
+
+from . import specs
+from .estimate import Estimate, estimate
+from .hf import model_from_hf_config
+from .presets import PRESETS, get_model
+from .specs import ModelSpec, TrainSpec, field_docs
+from .units import fmt_bytes, fmt_count
+
+_CHOICES = {
+    "ffn": specs.FFN_KINDS,
+    "norm": specs.NORM_KINDS,
+    "pos": specs.POS_KINDS,
+    "precision": specs.PRECISIONS,
+    "optimizer": specs.OPTIMIZERS,
+    "attention": specs.ATTENTION_KERNELS,
+    "recompute": specs.RECOMPUTE_POLICIES,
+}
+_NEGATIONS = {"tied": "untied"}  # --tied/--untied reads better than --no-tied
+
+
+def _int_arg(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer (got {text!r})") from None
+
+
+def _add_spec_flags(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    group = parser.add_argument_group(f"{cls.__name__} fields (override the preset)")
+    for f in fields(cls):
+        if f.name in skip:
+            continue
+        flag, help_text = "--" + f.name.replace("_", "-"), docs.get(f.name, "")
+        if hints[f.name] is bool:
+            neg = "--" + _NEGATIONS.get(f.name, "no-" + f.name.replace("_", "-"))
+            group.add_argument(flag, dest=f.name, action="store_true", default=None, help=help_text)
+            group.add_argument(neg, dest=f.name, action="store_false", help=f"not {flag}")
+        elif f.name in _CHOICES:
+            group.add_argument(flag, dest=f.name, choices=_CHOICES[f.name], help=help_text)
+        else:
+            default = "" if f.default is MISSING else f" (default {f.default})"
+            group.add_argument(flag, dest=f.name, type=_int_arg, help=help_text + default)
+
+
+def _overrides(args: argparse.Namespace, cls: type) -> dict[str, typing.Any]:
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields(cls)
+        if getattr(args, f.name, None) is not None and f.name != "name"
+    }
+
+
+def build_specs(args: argparse.Namespace) -> tuple[ModelSpec, TrainSpec]:
+    """The specs a parsed command line describes (preset or HF config, then overrides)."""
+    overrides = _overrides(args, ModelSpec)
+    if args.hf_config:
+        model = model_from_hf_config(args.hf_config).replace(**overrides)
+    elif args.model:
+        model = get_model(args.model, **overrides)
+    else:
+        model = ModelSpec(**overrides)
+    return model, TrainSpec(**_overrides(args, TrainSpec))
+
+
+def _table(est: Estimate) -> str:
+    v = est.values
+    rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train))]
+    for prefix, fmt in (
+        ("params.", fmt_count),
+        ("flops.", _fmt_flops),
+        ("memory_bytes.", fmt_bytes),
+    ):
+        rows.append(("", ""))
+        rows.extend((k, fmt(x)) for k, x in v.items() if k.startswith(prefix) and "_by_op" not in k)
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {val}" if k else "" for k, val in rows)
+
+
+def _fmt_flops(n: float) -> str:
+    return fmt_count(n, "FLOP")
+
+
+def _train_line(t: TrainSpec) -> str:
+    return (
+        f"batch {t.batch} x seq {t.seq} (micro-batch {t.micro_batch}), {t.precision}, "
+        f"{t.optimizer}, attention {t.attention}, recompute {t.recompute}"
+    )
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    model, train = build_specs(args)
+    est = estimate(model, train)
+    if args.formula:
+        expr = est.expr(args.formula)
+        print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
+        print(f"\nvalue: {est[args.formula]}")
+        return 0
+    print(est.to_json(indent=2) if args.json else _table(est))
+    return 0
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    rows = {name: get_model(name) for name in PRESETS}
+    if args.json:
+        print(
+            json.dumps(
+                {n: {f.name: getattr(m, f.name) for f in fields(m)} for n, m in rows.items()}
+            )
+        )
+        return 0
+    for name, m in rows.items():
+        n = estimate(m, TrainSpec())["params.total"]
+        print(
+            f"{name:<14} D={m.d_model:<6} L={m.n_layers:<4} H={m.n_heads:<4} K={m.n_kv_heads:<4} "
+            f"F={m.d_ff:<6} V={m.vocab:<7} {m.ffn:<7} params {n:,}"
+        )
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    est = sub.add_parser("estimate", help="parameters, FLOPs and memory of one configuration")
+    src = est.add_mutually_exclusive_group()
+    src.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
+    src.add_argument("--hf-config", metavar="PATH", help="a local Hugging Face config.json")
+    est.add_argument("--json", action="store_true", help="print one JSON object")
+    est.add_argument(
+        "--formula", metavar="QUANTITY", help="print the expression, e.g. flops.forward"
+    )
+    _add_spec_flags(est, TrainSpec, skip=set())
+    _add_spec_flags(est, ModelSpec, skip={"name"})
+    est.set_defaults(func=_cmd_estimate)
+    pre = sub.add_parser("presets", help="list the preset models")
+    pre.add_argument("--json", action="store_true")
+    pre.set_defaults(func=_cmd_presets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `| head` closed the pipe; not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    except (ValueError, KeyError, TypeError) as err:
+        message = err.args[0] if err.args else str(err)
+        print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The formulas equal torch's own counters exactly (meta device, full scale).
+
+Counters: parameter ``numel``; ``FlopCounterMode`` forward and backward, by op; bytes alive
+after forward and bytes packed by ``saved_tensors_hooks``, de-duplicated by storage.
+Tolerance: zero. Every per-layer expression is linear in L, so the complete matrix of kinds
+runs on two-layer versions of every preset, and at full depth for the three reference
+models (2.7B, Llama-3-8B, XXL) and one configuration of every preset.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from costmodel import PRESETS, TrainSpec, get_model
+from validate.accounting import compare
+
+PRECISIONS = ("fp32", "bf16-mixed")
+KERNELS = ("naive", "flash")
+RECOMPUTE = ("none", "full", "selective")
+MATRIX = list(itertools.product(PRECISIONS, KERNELS, RECOMPUTE))
+FULL_SCALE = ("cs336-2.7b", "llama3-8b", "xxl")
+
+
+def assert_exact(model, train):
+    rows = compare(model, train)
+    wrong = [r for r in rows if r["predicted"] != r["measured"]]
+    assert not wrong, wrong
+    assert len(rows) >= 6  # params, FLOPs, live, saved and copies at least
+
+
+@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize(("batch", "seq"), [(1, 64), (3, 200)])
+@pytest.mark.parametrize(("precision", "attention", "recompute"), MATRIX)
+def test_every_preset_two_layers(name, batch, seq, precision, attention, recompute):
+    model = get_model(name, n_layers=2)
+    assert_exact(
+        model,
+        TrainSpec(
+            batch=batch, seq=seq, precision=precision, attention=attention, recompute=recompute
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", FULL_SCALE)
+@pytest.mark.parametrize(("precision", "attention", "recompute"), MATRIX)
+def test_reference_models_full_scale(name, precision, attention, recompute):
+    assert_exact(
+        get_model(name),
+        TrainSpec(batch=2, seq=256, precision=precision, attention=attention, recompute=recompute),
+    )
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_full_scale(name):
+    assert_exact(
+        get_model(name),
+        TrainSpec(
+            batch=1, seq=128, precision="bf16-mixed", attention="naive", recompute="selective"
+        ),
+    )
+
+
+def test_pure_bf16_full_scale():
+    for attention in KERNELS:
+        assert_exact(
+            get_model("llama3-8b"),
+            TrainSpec(batch=2, seq=128, precision="bf16", attention=attention),
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_full_scale_every_kind(name):
+    for precision, attention, recompute in MATRIX:
+        assert_exact(
+            get_model(name),
+            TrainSpec(
+                batch=2, seq=128, precision=precision, attention=attention, recompute=recompute
+            ),
+        )
