@@ -77,6 +77,10 @@ def build_specs(args: argparse.Namespace) -> tuple[ModelSpec, TrainSpec]:
     elif args.model:
         model = get_model(args.model, **overrides)
     else:
+        required = [f.name for f in fields(ModelSpec) if f.default is MISSING]
+        missing = [f"--{n.replace('_', '-')}" for n in required if n not in overrides]
+        if missing:
+            raise ValueError(f"without --model or --hf-config, give {', '.join(missing)}")
         model = ModelSpec(**overrides)
     return model, TrainSpec(**_overrides(args, TrainSpec))
 

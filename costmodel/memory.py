@@ -128,43 +128,69 @@ def _block_activations(
     return parts
 
 
-def peak_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
-    """Peak bytes for forward only, forward + backward, and a full training step.
+def _block_matmul_weights(model: ModelSpec) -> sp.Expr:
+    """Matmul weights of one block."""
+    return (matmul_weight_params(model) - (0 if model.ffn_only else V * D)) / L
 
-    Estimates, not exact: the live set at the worst moment, with the transient the reference
-    model makes there (Korthikanti et al. 2022 count only what is saved). Forward: the naive
-    scores before and after masking, or the logits and their fp32 copy. Backward: the start of
-    the backward pass, with the fp32 and low-precision logit gradients next to every saved
-    activation; or its end, when all gradients exist. Step: the optimizer state is held
-    throughout, plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam).
-    Gradients are freed between steps (``zero_grad(set_to_none=True)``).
+
+def peak_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Peak bytes for a forward pass, a forward + backward, and a whole training step.
+
+    Estimates of the live set at the worst moment, not exact counts (allocator rounding and
+    the order of frees are not modelled). Forward: every weight, the activations, and the
+    transient of the reference model there (naive scores before and after masking, or the
+    logits and their fp32 copy). Backward has two candidate peaks: its start, when every
+    activation is alive next to two fp32 logit gradients; and its end,
+    when every gradient exists and the low-precision weight casts are gone; with tied
+    embeddings the head's gradient waits in autograd's input buffer until the embedding's
+    arrives, and the two are summed (two extra V x D tensors). Step: the optimizer state
+    is held throughout, plus one state-sized temporary inside foreach Adam
+    (torch.optim._multi_tensor_adam); gradients are freed between steps
+    (``zero_grad(set_to_none=True)``). Korthikanti et al. 2022 count only what is saved.
     """
     prec = PRECISIONS[train.precision]
     act, res = prec.activation, prec.residual
     state = state_memory(model, train)
     acts = activation_memory(model, train)["total"]
-    weights = state["params"] + state["master"]
+    stored, copies = state["master"] or state["params"], state["params"] if state["master"] else 0
     fwd_transient = 2 * res * b * T * D
-    bwd_transient = 2 * res * b * T * D
+    start_transient = 2 * res * b * T * D
+    end_transient = 2 * res * b * T * D
     if not model.ffn_only:
-        logits = (act + (4 if act != 4 else 0)) * b * T * V
-        fwd_transient += logits
-        bwd_transient += logits + 4 * b * T * V
+        # Forward: the logits and their fp32 copy. Backward start: the fp32 gradients of the
+        # NLL loss and of the log-softmax (the low-precision cast comes after one is freed).
+        fwd_transient += (act + (4 if act != 4 else 0)) * b * T * V
+        start_transient += 8 * b * T * V
         if train.attention == "naive":
             fwd_transient = sp.Max(fwd_transient, 2 * act * b * H * T * T)
-            bwd_transient = sp.Max(bwd_transient, 2 * act * b * H * T * T)
-    if model.ffn_only:
+            start_transient = sp.Max(start_transient, 2 * act * b * H * T * T)
+        if model.tied:
+            end_transient += 2 * prec.grad * V * D
+    else:
         fwd_transient += act * b * T * F
-        bwd_transient += 2 * act * b * T * F
-    fwd_bwd = weights + sp.Max(acts + bwd_transient, state["grads"] + fwd_transient)
+        start_transient += 2 * act * b * T * F
+    if prec.weight_copy:
+        # A weight's low-precision gradient lives until its cast into the fp32 .grad: the
+        # head's at the start of backward, a block matrix's at its end. Under full
+        # recomputation a block's casts are freed after each matmul in forward (nothing is
+        # saved) but all kept while its recomputed backward runs, before its first matrix's
+        # gradient exists.
+        if not model.ffn_only:
+            start_transient += prec.weight_copy * V * D
+        end_transient += prec.weight_copy * D * F
+        if train.recompute == "full":
+            fwd_transient += prec.weight_copy * D * F
+            block = prec.weight_copy * _block_matmul_weights(model)
+            end_transient += block - (prec.grad + prec.weight_copy) * D * F
+    fwd_bwd = stored + sp.Max(copies + acts + start_transient, state["grads"] + end_transient)
     states = OPTIMIZER_STATES[train.optimizer]
     temp = prec.optimizer_state * param_breakdown(model)["total"] if states == 2 else 0
     step = sp.Max(
         fwd_bwd + state["optimizer"],
-        weights + state["grads"] + state["optimizer"] + temp,
+        stored + state["grads"] + state["optimizer"] + temp,
     )
     return {
-        "peak_forward": weights + acts + fwd_transient,
+        "peak_forward": stored + copies + acts + fwd_transient,
         "peak_forward_backward": fwd_bwd,
         "peak": step,
     }

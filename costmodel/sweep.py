@@ -64,10 +64,10 @@ def sweep(
     unknown = sorted(set(overrides) - _MODEL_FIELDS - _TRAIN_FIELDS)
     if unknown:
         raise ValueError(f"unknown field(s): {', '.join(unknown)}")
-    arrays = {k: _int_array(k, v) for k, v in overrides.items() if _is_array(v)}
-    bad = sorted(set(arrays) - _NUMERIC)
+    bad = sorted(k for k, v in overrides.items() if _is_array(v) and k not in _NUMERIC)
     if bad:
         raise ValueError(f"{', '.join(bad)} must be scalar (only sizes can be arrays)")
+    arrays = {k: _int_array(k, v) for k, v in overrides.items() if _is_array(v)}
     # Specs built from the scalars and the first grid point check kinds and flags; the
     # whole grid is checked below, vectorised.
     first = {k: int(a.flat[0]) for k, a in arrays.items() if a.size}

@@ -57,11 +57,13 @@ def _key(t: torch.Tensor) -> int:
 class StorageTracker(TorchDispatchMode):
     """Records the storage of every op output; knows which are casts of parameters."""
 
-    def __init__(self, param_keys: set[int]) -> None:
+    def __init__(self, param_keys: set[int], track_peak: bool = False) -> None:
         super().__init__()
         self.param_keys = param_keys
         self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
         self.weight_copies: set[int] = set()
+        self.track_peak = track_peak
+        self.peak_bytes = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -76,7 +78,20 @@ class StorageTracker(TorchDispatchMode):
                     self.weight_copies.discard(key)
                 if is_cast:
                     self.weight_copies.add(key)
+        if self.track_peak:
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes())
         return out
+
+    def live_bytes(self) -> int:
+        """Bytes of recorded storages alive now (forgets the dead ones)."""
+        dead = [k for k, (ref, _) in self.refs.items() if ref.expired()]
+        for k in dead:
+            del self.refs[k]
+            self.weight_copies.discard(k)
+        return sum(n for _, n in self.refs.values())
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self.live_bytes()
 
     def alive(self) -> dict[int, int]:
         """Storage key -> bytes of every recorded storage still alive."""
@@ -211,3 +226,56 @@ def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dic
         )
         rows.append(("memory_bytes.saved_for_backward", acts - unsaved_input, got.saved_bytes))
     return [{"quantity": q, "predicted": p, "measured": m} for q, p, m in rows]
+
+
+def measure_peaks(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> dict[str, int]:
+    """High-water marks of live tensor bytes, parameters included, keyed as costmodel's.
+
+    ``peak_forward`` and ``peak_forward_backward``: one forward (with autograd) and backward,
+    no optimizer, no gradients before. ``peak``: the second training step (the optimizer
+    state exists; foreach AdamW or SGD; gradients set to None between steps). A
+    fragmentation-free allocator: ``torch.cuda.max_memory_allocated`` minus its rounding.
+    """
+    model = TransformerLM(
+        spec,
+        precision=train.precision,
+        attention=train.attention,
+        recompute=train.recompute,
+        device=device,
+    )
+    params = {_key(p): p.untyped_storage().nbytes() for p in model.parameters()}
+    static = sum(params.values())
+    tracker = StorageTracker(set(params), track_peak=True)
+    peaks: dict[str, int] = {}
+    with tracker:
+        _micro_steps(model, train, device, tracker, peaks)
+        peaks["peak_forward_backward"] = tracker.peak_bytes
+        model.zero_grad(set_to_none=True)
+        optimizer = _optimizer(model, train.optimizer)
+        for _ in range(2):
+            tracker.reset_peak()
+            _micro_steps(model, train, device, tracker, {})
+            if optimizer is not None:
+                optimizer.step()
+            model.zero_grad(set_to_none=True)
+        peaks["peak"] = tracker.peak_bytes
+    return {k: v + static for k, v in peaks.items()}
+
+
+def _micro_steps(model, train, device, tracker, peaks) -> None:
+    for _ in range(train.grad_accum):
+        batch = make_batch(model, train.micro_batch, train.seq, device=device)
+        loss = model(batch)
+        peaks.setdefault("peak_forward", tracker.peak_bytes)
+        loss.backward()
+        del loss
+
+
+def _optimizer(model: torch.nn.Module, name: str):
+    params = list(model.parameters())
+    if name in ("adamw", "adam"):
+        cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+        return cls(params, lr=1e-3, foreach=True)
+    if name in ("sgd", "sgd-momentum"):
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9 if name == "sgd-momentum" else 0.0)
+    return None

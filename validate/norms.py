@@ -11,20 +11,25 @@ import torch
 from torch import nn
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """Statistics in fp32 for 16- and 32-bit inputs, never below the input's precision."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x32 = x.float()
+        x32 = _wide(x)
         rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
-        return (x32 * rstd * weight.float()).to(x.dtype)
+        return (x32 * rstd * _wide(weight)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, weight, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd
-        g = grad.float()
-        gw = g * weight.float()
+        xhat = _wide(x) * rstd
+        g = _wide(grad)
+        gw = g * _wide(weight)
         dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
         dw = (g * xhat).reshape(-1, x.shape[-1]).sum(0)
         return dx.to(x.dtype), dw.to(weight.dtype), None
@@ -33,18 +38,18 @@ class _RMSNormFn(torch.autograd.Function):
 class _LayerNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float):
-        x32 = x.float()
+        x32 = _wide(x)
         mean = x32.mean(-1, keepdim=True)
         rstd = torch.rsqrt((x32 - mean).pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, mean, rstd)
-        return ((x32 - mean) * rstd * weight.float() + bias.float()).to(x.dtype)
+        return ((x32 - mean) * rstd * _wide(weight) + _wide(bias)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, weight, mean, rstd = ctx.saved_tensors
-        xhat = (x.float() - mean) * rstd
-        g = grad.float()
-        gw = g * weight.float()
+        xhat = (_wide(x) - mean) * rstd
+        g = _wide(grad)
+        gw = g * _wide(weight)
         dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
         flat = x.shape[-1]
         dw = (g * xhat).reshape(-1, flat).sum(0)

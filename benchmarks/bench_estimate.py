@@ -1,0 +1,61 @@
+"""How fast is the cost model? One scalar estimate, and a sweep of 1,000,000 configurations.
+
+Run: ``.venv/bin/python benchmarks/bench_estimate.py [--model cs336-2.7b] [--n 1000000]``.
+Targets (issue 2): <= 1 ms per estimate after warm-up, <= 1 s for the sweep, on 2 cores.
+Prints medians over repeats; the first (cold) call includes building and lambdifying the
+expressions, reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from costmodel import TrainSpec, estimate, get_model, sweep
+from costmodel.estimate import compiled
+
+
+def _timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="cs336-2.7b")
+    parser.add_argument("--n", type=int, default=1_000_000, help="configurations in the sweep")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    model, train = get_model(args.model), TrainSpec(batch=4, seq=1024)
+    compiled.cache_clear()
+    cold = _timed(lambda: estimate(model, train), 1)[0]
+    warm = _timed(lambda: estimate(model, train), 2000)
+    n_keys = len(estimate(model, train).values)
+    print(
+        f"estimate ({args.model}, {n_keys} quantities): cold {cold * 1e3:.0f} ms "
+        f"(build + lambdify), warm median {statistics.median(warm) * 1e6:.0f} us, "
+        f"p99 {np.percentile(warm, 99) * 1e6:.0f} us"
+    )
+
+    rng = np.random.default_rng(0)
+    batch = rng.integers(1, 513, args.n)
+    seq = 2 ** rng.integers(7, 16, args.n)
+    sweep(args.model, batch=batch[:10], seq=seq[:10])  # warm the cache
+    times = _timed(lambda: sweep(args.model, batch=batch, seq=seq), args.repeats)
+    best, med = min(times), statistics.median(times)
+    print(
+        f"sweep of {args.n:,} configurations x {n_keys} quantities: median {med:.3f} s, "
+        f"best {best:.3f} s ({args.n / med:,.0f} configurations/s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

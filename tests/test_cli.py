@@ -1,0 +1,137 @@
+"""The CLI: JSON keys, every spec field as a flag, formulas, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from costmodel.cli import main
+
+REQUIRED = [
+    "params.total",
+    "params.embedding",
+    "params.attn_q",
+    "params.ffn",
+    "params.lm_head",
+    "flops.forward",
+    "flops.backward",
+    "flops.step",
+    "memory_bytes.params",
+    "memory_bytes.grads",
+    "memory_bytes.optimizer",
+    "memory_bytes.activations",
+    "memory_bytes.peak",
+]
+
+
+def run_json(capsys, *argv):
+    assert main(["estimate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def lookup(obj, dotted):
+    for part in dotted.split("."):
+        obj = obj[part]
+    return obj
+
+
+def test_json_has_required_keys(capsys):
+    out = run_json(capsys, "--model", "cs336-2.7b", "--batch", "4", "--seq", "1024")
+    for key in REQUIRED:
+        assert isinstance(lookup(out, key), int), key
+    assert out["params"]["total"] == 3_406_809_600
+    assert out["train"]["precision"] == "bf16-mixed"
+
+
+def test_every_model_field_is_a_flag(capsys):
+    out = run_json(
+        capsys,
+        "--d-model",
+        "512",
+        "--n-layers",
+        "4",
+        "--n-heads",
+        "8",
+        "--n-kv-heads",
+        "2",
+        "--d-ff",
+        "1536",
+        "--vocab",
+        "32000",
+        "--ffn",
+        "gelu",
+        "--norm",
+        "layernorm",
+        "--bias",
+        "--tied",
+        "--pos",
+        "learned",
+        "--max-positions",
+        "4096",
+        "--head-dim",
+        "64",
+    )
+    m = out["model"]
+    assert (m["d_model"], m["n_kv_heads"], m["ffn"], m["bias"], m["tied"], m["pos"]) == (
+        512,
+        2,
+        "gelu",
+        True,
+        True,
+        "learned",
+    )
+    assert out["params"]["lm_head"] == 0 and out["params"]["pos_embedding"] == 4096 * 512
+
+
+def test_preset_overrides_and_negations(capsys):
+    out = run_json(capsys, "--model", "gpt2", "--untied", "--no-bias", "--vocab", "50304")
+    assert out["model"]["tied"] is False and out["model"]["bias"] is False
+    assert out["params"]["lm_head"] == 50304 * 768
+
+
+def test_human_table_says_which_gigabytes(capsys):
+    assert main(["estimate", "--model", "llama3-8b"]) == 0
+    text = capsys.readouterr().out
+    assert "GiB" in text and "GB)" in text and "8,030,261,248" in text
+
+
+def test_formula_prints_pretty_and_latex(capsys):
+    assert main(["estimate", "--model", "cs336-small", "--formula", "params.attn_k"]) == 0
+    text = capsys.readouterr().out
+    assert "LaTeX: D K L d_{h}" in text and "value: 7077888" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "gpt5"], "model must be one of"),
+        (["--model", "llama3-8b", "--n-kv-heads", "5"], "n_kv_heads must divide n_heads"),
+        (["--model", "gpt2", "--seq", "4096"], "seq must be <= max_positions"),
+        (["--model", "gpt2", "--formula", "flops.nothing"], "unknown quantity"),
+        (["--d-model", "64"], "without --model or --hf-config, give --vocab, --n-layers"),
+    ],
+)
+def test_bad_input_is_one_line(capsys, argv, message):
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_argparse_rejects_bad_types():
+    proc = subprocess.run(
+        [sys.executable, "-m", "costmodel", "estimate", "--batch", "four"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "--batch: must be an integer (got 'four')" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_presets_command(capsys):
+    assert main(["presets"]) == 0
+    assert "llama3-405b" in capsys.readouterr().out

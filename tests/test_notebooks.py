@@ -1,0 +1,30 @@
+"""Notebooks are executed top to bottom; their own asserts check their answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path):
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    outputs = "".join(
+        o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+    )
+    assert "Traceback" not in outputs
+    if path.name == "memory_and_flops.ipynb":
+        # By hand, bf16-mixed naive, B = 4: alpha = L·2·b·H + 1 (mask) = 8,193 bytes/T²;
+        # beta = L·b·(20·D + 8·F + 8) + b·(4D+4) + 2·b·D + 4·b·V + 16·b + 4·d_h = 17,262,224.
+        assert "8193 T^2 + 17262224 T" in outputs
+        assert "S^2 dominates for T > 2,107" in outputs
+        # FLOPs: 4·B·D·T² per layer vs 2·B·T·(4D² + 3DF) per layer plus 2·B·T·D·V.
+        assert "exceed all other matmuls for T > 20,636" in outputs
