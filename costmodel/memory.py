@@ -133,7 +133,12 @@ def _block_matmul_weights(model: ModelSpec) -> sp.Expr:
     return (matmul_weight_params(model) - (0 if model.ffn_only else V * D)) / L
 
 
-def peak_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+def peak_memory(
+    model: ModelSpec,
+    train: TrainSpec,
+    state: dict[str, sp.Expr] | None = None,
+    acts: sp.Expr | None = None,
+) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
     Estimates of the live set at the worst moment, not exact counts (allocator rounding and
@@ -147,11 +152,12 @@ def peak_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     is held throughout, plus one state-sized temporary inside foreach Adam
     (torch.optim._multi_tensor_adam); gradients are freed between steps
     (``zero_grad(set_to_none=True)``). Korthikanti et al. 2022 count only what is saved.
+    ``state`` and ``acts`` replace the single-device ones (per-device sharded values).
     """
     prec = PRECISIONS[train.precision]
     act, res = prec.activation, prec.residual
-    state = state_memory(model, train)
-    acts = activation_memory(model, train)["total"]
+    state = state_memory(model, train) if state is None else state
+    acts = activation_memory(model, train)["total"] if acts is None else acts
     stored, copies = state["master"] or state["params"], state["params"] if state["master"] else 0
     fwd_transient = 2 * res * b * T * D
     start_transient = 2 * res * b * T * D

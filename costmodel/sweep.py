@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .estimate import compiled, structure_of
+from .estimate import EVAL_SYMBOLS, compiled, structure_of
 from .presets import get_model
 from .specs import ModelSpec, TrainSpec
-from .symbols import ALL_SYMBOLS, B, D, F, H, K, L, P, T, V, b, d_h
+from .symbols import B, D, F, H, K, L, P, T, V, b, d_h
 
 _MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
 _TRAIN_FIELDS = {f.name for f in fields(TrainSpec)}
@@ -114,7 +114,7 @@ def sweep(
         T: seq,
     }
     comp = compiled(structure_of(base_model, base_train))
-    args = [values[s].astype(np.float64) for s in ALL_SYMBOLS]
+    args = [np.asarray(values.get(s, 1), dtype=np.float64) for s in EVAL_SYMBOLS]
     shape = np.broadcast_shapes(*(a.shape for a in args))
     wanted = set(comp.keys if quantities is None else quantities)
     missing = sorted(wanted - set(comp.keys))

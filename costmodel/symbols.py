@@ -50,3 +50,57 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
     if train is not None:
         values.update({B: train.batch, b: train.micro_batch, T: train.seq})
     return values
+
+
+# Parallelism (Scaling Book: X FSDP, Y tensor; M_X, M_Y mesh axes) and hardware.
+X, Y = sp.symbols("X Y", **_INT)  # fsdp, tp degrees
+N_dp, N_pp, N_cp = sp.symbols("N_dp N_pp N_cp", **_INT)
+m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
+M_X, M_Y = sp.symbols("M_X M_Y", **_INT)
+_POS = {"positive": True}
+C, C_eff, C_attn, W_hbm = sp.symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, HBM B/s
+W_X, W_Y, W_dp, W_pp, W_cp = sp.symbols("W_X W_Y W_dp W_pp W_cp", **_POS)  # group B/s
+a_X, a_Y, a_dp, a_pp, a_cp = sp.symbols("alpha_X alpha_Y alpha_dp alpha_pp alpha_cp", **_POS)
+S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
+
+PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, m, v)
+HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
+    C,
+    C_eff,
+    C_attn,
+    W_hbm,
+    W_X,
+    W_Y,
+    W_dp,
+    W_pp,
+    W_cp,
+    a_X,
+    a_Y,
+    a_dp,
+    a_pp,
+    a_cp,
+    S_bucket,
+)
+DESCRIPTIONS.update(
+    {
+        X: "FSDP (ZeRO) degree",
+        Y: "tensor-parallel degree",
+        N_dp: "data-parallel replicas",
+        N_pp: "pipeline stages",
+        N_cp: "context-parallel degree",
+        m: "micro-batches per step",
+        v: "virtual pipeline stages per device",
+        M_X: "mesh axes for X",
+        M_Y: "mesh axes for Y",
+        C: "peak FLOP/s per device",
+        C_eff: "achieved matmul FLOP/s",
+        C_attn: "achieved attention FLOP/s",
+        W_hbm: "achieved HBM B/s",
+        W_X: "FSDP group bandwidth",
+        W_Y: "TP group bandwidth",
+        W_dp: "DP group bandwidth",
+        W_pp: "pipeline link bandwidth",
+        W_cp: "CP ring bandwidth",
+        S_bucket: "DDP bucket bytes",
+    }
+)

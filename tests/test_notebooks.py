@@ -28,3 +28,9 @@ def test_notebook_runs(path):
         assert "S^2 dominates for T > 2,107" in outputs
         # FLOPs: 4·B·D·T² per layer vs 2·B·T·(4D² + 3DF) per layer plus 2·B·T·D·V.
         assert "exceed all other matmuls for T > 20,636" in outputs
+    if path.name == "xxl_tpu_v5p.ipynb":
+        # 16 bytes x 219,848,638,464 parameters; 44 H100s of 80 GB for the state alone.
+        assert "3,517,578,215,424 B" in outputs and "fp32 state alone: 44" in outputs
+        # (c) by hand in tests/test_parallel.py::test_xxl_critical_batch_by_hand.
+        assert "B* = 25,302 tokens overall, 395.3 per device" in outputs
+        assert "step 755.8 ms" in outputs  # sum rule: twice T_math at B*

@@ -1,0 +1,140 @@
+"""When is training compute-bound? The Scaling Book's conditions, symbolically.
+
+Austin et al. 2025, "How to Scale Your Model", ch. 5 (Training): a Transformer as a stack
+of FFN blocks (attention ignored up to ~32k context), ``k`` matrices of D x F per block
+(2 for W_in/W_out; SwiGLU's gate behaves like W_in, so 3). Bandwidth ``W`` is a link's
+bidirectional ICI bandwidth per mesh axis, collectives approximated as bytes / (W · axes)
+(the book drops the (N-1)/N ring factor). Forward pass, per device, bf16 (2 bytes):
+
+    T_math = 2·k·B·D·F·L / (X·Y·C)
+    T_fsdp = 2·k·D·F·L / (Y·W·M_X)        (AllGather the weight shards; only if X > 1)
+    T_tp   = 4·B·D·L / (X·W·M_Y)          (AllGather In, ReduceScatter Out; only if Y > 1)
+
+A full step multiplies math by 3, FSDP by 3 (AllGather twice, ReduceScatter once) and TP
+by 2 (four collectives, the backward In gather shared with the forward). The critical
+batch B* solves T_math = T_fsdp + T_tp. Under ``max`` (communication overlapped, current
+edition) the step takes T_math above B*; under ``sum`` (earlier edition) it takes
+T_math + T_comm, twice T_math at B*. Batch B is in tokens, global.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .params import ffn_matrices
+from .specs import ModelSpec
+from .symbols import M_X, M_Y, C, D, F, L, X, Y
+
+B_tok = sp.Symbol("B_tok", positive=True)
+W_ici = sp.Symbol("W_ici", positive=True)
+
+
+def terms(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str, sp.Expr]:
+    """T_math, T_fsdp, T_tp (seconds) over B_tok, C, W_ici, X, Y, M_X, M_Y."""
+    k = ffn_matrices(model)
+    scale = (1, 1, 1) if forward_only else (3, 3, 2)
+    return {
+        "math": scale[0] * 2 * k * B_tok * D * F * L / (X * Y * C),
+        "fsdp": scale[1] * 2 * k * D * F * L / (Y * W_ici * M_X) if fsdp > 1 else sp.Integer(0),
+        "tp": scale[2] * 4 * B_tok * D * L / (X * W_ici * M_Y) if tp > 1 else sp.Integer(0),
+    }
+
+
+def critical_batch(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> sp.Expr:
+    """B* (tokens) where T_math = T_fsdp + T_tp; infinite when TP alone is comm-bound."""
+    t = terms(model, fsdp, tp, forward_only)
+    if t["fsdp"] == 0 and t["tp"] == 0:
+        return sp.Integer(0)
+    roots = sp.solve(sp.Eq(t["math"], t["fsdp"] + t["tp"]), B_tok)
+    return roots[0] if roots else sp.oo
+
+
+def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
+    """The book's closed forms (forward pass), each a bound on one quantity.
+
+    - ``fsdp_min_batch_per_device``: B/X > (C/W)/M_X (DP and FSDP alike);
+    - ``tp_max_degree``: Y < k/2 · F · M_Y / (C/W) (independent of batch);
+    - ``mixed_min_batch_per_device``: B/N > 8 (C/W)² / (k · F · M_X · M_Y), the zero of the
+      discriminant of the quadratic in X (4α²/(F·M_X·M_Y) for k = 2);
+    - ``mixed_optimal_fsdp``: X = sqrt(2·B·N·M_X / (k·F·M_Y)), minimising T_fsdp + T_tp for
+      N = X·Y chips (sqrt(B·N·M_X/(F·M_Y)) for k = 2).
+    """
+    k = ffn_matrices(model)
+    alpha = C / W_ici
+    n = sp.Symbol("N", positive=True)
+    return {
+        "fsdp_min_batch_per_device": alpha / M_X,
+        "tp_max_degree": sp.Rational(k, 2) * F * M_Y / alpha,
+        "mixed_min_batch_per_device": 8 * alpha**2 / (k * F * M_X * M_Y),
+        "mixed_optimal_fsdp": sp.sqrt(2 * B_tok * n * M_X / (k * F * M_Y)),
+    }
+
+
+def bounds_report(
+    model: ModelSpec,
+    *,
+    fsdp: int,
+    tp: int,
+    peak_flops: float,
+    bandwidth: float,
+    mx: int,
+    my: int,
+    overlap: str,
+    forward_only: bool,
+) -> dict:
+    """Numbers and LaTeX for the CLI and notebooks."""
+    if overlap not in ("max", "sum"):
+        raise ValueError(f"overlap must be max or sum (got {overlap!r})")
+    values = {
+        C: peak_flops,
+        W_ici: bandwidth,
+        X: fsdp,
+        Y: tp,
+        M_X: mx,
+        M_Y: my,
+        D: model.d_model,
+        F: model.d_ff,
+        L: model.n_layers,
+    }
+    t = terms(model, fsdp, tp, forward_only)
+    b_star = critical_batch(model, fsdp, tp, forward_only)
+    at = {**values, B_tok: b_star}
+    times = {name: float(e.subs(at)) if b_star != sp.oo else float("inf") for name, e in t.items()}
+    comm = times["fsdp"] + times["tp"]
+    step = max(times["math"], comm) if overlap == "max" else times["math"] + comm
+    cond = conditions(model)
+    n_dev = fsdp * tp
+    return {
+        "model": model.name,
+        "fsdp": fsdp,
+        "tp": tp,
+        "mx": mx,
+        "my": my,
+        "overlap": overlap,
+        "forward_only": forward_only,
+        "peak_flops": peak_flops,
+        "bandwidth": bandwidth,
+        "ici_intensity": peak_flops / bandwidth,
+        "critical_batch_tokens": float(b_star.subs(values)) if b_star != sp.oo else None,
+        "critical_batch_tokens_per_device": (
+            float(b_star.subs(values)) / n_dev if b_star != sp.oo else None
+        ),
+        "time_s_at_critical_batch": {**times, "step": step},
+        "conditions": {
+            k: float(
+                e.subs(
+                    {
+                        **values,
+                        sp.Symbol("N", positive=True): n_dev,
+                        B_tok: b_star.subs(values) if b_star != sp.oo else 0,
+                    }
+                )
+            )
+            for k, e in cond.items()
+        },
+        "latex": {
+            "critical_batch_tokens": sp.latex(b_star),
+            **{f"T_{k}": sp.latex(e) for k, e in t.items()},
+            **{k: sp.latex(e) for k, e in cond.items()},
+        },
+    }

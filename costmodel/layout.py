@@ -1,0 +1,91 @@
+"""Numbers for the parallel and hardware symbols: degrees, and each group's link.
+
+Placement order (innermost first): tp, cp, fsdp, dp, pp (Megatron-LM). On GPUs a group
+whose span fits in ``devices_per_node`` uses the one-way NVLink bandwidth (ring
+collectives run at it; NCCL's bus bandwidth), otherwise the per-device network share. On
+TPUs every group is on ICI: a link's bidirectional bandwidth per mesh axis, times the axes
+given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .hardware import Hardware
+from .parallel import ParallelSpec
+from .precision import PRECISIONS
+from .specs import TrainSpec
+from .symbols import (
+    W_X,
+    W_Y,
+    C,
+    C_attn,
+    C_eff,
+    N_cp,
+    N_dp,
+    N_pp,
+    S_bucket,
+    W_cp,
+    W_dp,
+    W_hbm,
+    W_pp,
+    X,
+    Y,
+    a_cp,
+    a_dp,
+    a_pp,
+    a_X,
+    a_Y,
+    m,
+    v,
+)
+
+_ORDER = ("tp", "cp", "fsdp", "dp", "pp")
+_SYMBOLS = {
+    "tp": (W_Y, a_Y),
+    "cp": (W_cp, a_cp),
+    "fsdp": (W_X, a_X),
+    "dp": (W_dp, a_dp),
+    "pp": (W_pp, a_pp),
+}
+
+
+def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[float, float]]:
+    """Group -> (bandwidth bytes/s, latency s) per device."""
+    degrees = {"tp": par.tp, "cp": par.cp, "fsdp": par.fsdp, "dp": par.dp, "pp": par.pp}
+    links: dict[str, tuple[float, float]] = {}
+    stride = 1
+    for name in _ORDER:
+        span = stride * degrees[name]
+        if hw.kind == "tpu":
+            axes = par.mx if name in ("fsdp", "dp") else par.my if name == "tp" else 1
+            links[name] = (hw.link_bw_bidir * axes * hw.eff("link"), hw.link_latency_s)
+        elif span <= hw.devices_per_node:
+            links[name] = (hw.link_bw * hw.eff("link"), hw.link_latency_s)
+        else:
+            links[name] = (hw.network_bw * hw.eff("network"), hw.network_latency_s)
+        stride = span
+    return links
+
+
+def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, float]:
+    """Every parallel and hardware symbol's value."""
+    peak = hw.peak(PRECISIONS[train.precision].peak_dtype)
+    values: dict[sp.Symbol, float] = {
+        X: par.fsdp,
+        Y: par.tp,
+        N_dp: par.dp,
+        N_pp: par.pp,
+        N_cp: par.cp,
+        m: train.grad_accum,
+        v: par.pp_interleave,
+        C: peak,
+        C_eff: peak * hw.eff("matmul"),
+        C_attn: peak * hw.efficiency.get("attention", hw.eff("matmul")),
+        W_hbm: hw.hbm_bw * hw.eff("hbm"),
+        S_bucket: par.bucket_mb * 2**20,
+    }
+    for name, (bw, alpha) in group_links(par, hw).items():
+        w_sym, a_sym = _SYMBOLS[name]
+        values[w_sym], values[a_sym] = bw, alpha
+    return values

@@ -1,0 +1,118 @@
+"""Inverse questions over the same expressions.
+
+- ``min_fsdp``: smallest N with state/N + A·((1-f) + f/N) <= budget, where the state is
+  parameters, master weights, gradients and optimizer state (all sharded, ZeRO-3) and A the
+  activations of the tokens one device processes, a fraction f of them sharded too (Scaling
+  Book ch. 5 worked example). Closed form: N >= (S + f·A) / (budget - (1-f)·A).
+- ``max_batch`` / ``max_seq``: the largest batch or sequence whose per-device peak fits, by
+  bisection over ``estimate`` (peak memory is monotone in both).
+- critical batch for compute-bound training: ``costmodel.bounds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import sympy as sp
+
+from .estimate import estimate
+from .hardware import Hardware
+from .memory import activation_memory, state_memory
+from .parallel import ParallelSpec
+from .specs import ModelSpec, TrainSpec
+from .symbols import T, b, values_for
+
+N_fsdp = sp.Symbol("N_FSDP", positive=True)
+
+
+def min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[str, sp.Expr]:
+    """Per-device memory as a function of N_FSDP, and the N where it meets a budget."""
+    budget = sp.Symbol("M_budget", positive=True)
+    state = sum(state_memory(model, train).values())
+    acts = activation_memory(model, train)["total"]
+    f = sp.nsimplify(fraction)
+    per_device = state / N_fsdp + acts * ((1 - f) + f / N_fsdp)
+    boundary = sp.solve(sp.Eq(per_device, budget), N_fsdp)
+    return {
+        "per_device": per_device,
+        "n_at_budget": boundary[0],
+        "budget": budget,
+        "state": state,
+        "activations": acts,
+    }
+
+
+def min_fsdp(
+    model: ModelSpec, train: TrainSpec, budget_bytes: float, batch_tokens: int, fraction: float
+) -> dict:
+    """Smallest FSDP degree that fits; ``batch_tokens`` per device (a multiple of seq)."""
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"sharded-activation-fraction must be in [0, 1] (got {fraction})")
+    if batch_tokens < 0 or batch_tokens % train.seq:
+        raise ValueError(
+            f"batch-tokens must be a non-negative multiple of seq={train.seq} (got {batch_tokens})"
+        )
+    exprs = min_fsdp_expr(model, train, fraction)
+    values = {**values_for(model, train), b: batch_tokens // train.seq, T: train.seq}
+    state = int(exprs["state"].subs(values))
+    acts = int(exprs["activations"].subs(values)) if batch_tokens else 0
+    floor = (1 - fraction) * acts
+    if floor >= budget_bytes:
+        raise ValueError(
+            f"the unsharded activations alone ({floor:.4g} B) exceed the budget "
+            f"({budget_bytes:.4g} B): shard more of them or use fewer tokens"
+        )
+    n_real = (state + fraction * acts) / (budget_bytes - floor)
+    n = max(1, math.ceil(n_real - 1e-12))
+    per_device = state / n + acts * ((1 - fraction) + fraction / n)
+    return {
+        "fsdp": n,
+        "fsdp_power_of_two": 1 << (n - 1).bit_length(),
+        "fsdp_exact": n_real,
+        "state_bytes": state,
+        "activation_bytes": acts,
+        "per_device_bytes": per_device,
+        "budget_bytes": budget_bytes,
+        "latex": sp.latex(exprs["n_at_budget"]),
+    }
+
+
+def largest_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1) -> int | None:
+    """Largest multiple of ``step`` in [lo, hi] with ``fits`` true (fits is monotone)."""
+    if not fits(lo):
+        return None
+    lo_k, hi_k = lo // step, hi // step
+    while lo_k < hi_k:
+        mid = (lo_k + hi_k + 1) // 2
+        if fits(mid * step):
+            lo_k = mid
+        else:
+            hi_k = mid - 1
+    return lo_k * step
+
+
+def max_fitting(
+    model: ModelSpec,
+    train: TrainSpec,
+    parallel: ParallelSpec,
+    hardware: Hardware,
+    field: str,
+    budget_bytes: float | None = None,
+) -> dict:
+    """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity)."""
+    if field not in ("batch", "seq"):
+        raise ValueError(f"field must be batch or seq (got {field!r})")
+    budget = hardware.hbm_bytes if budget_bytes is None else budget_bytes
+    if field == "batch":
+        step = parallel.dp * parallel.fsdp * train.grad_accum
+    else:
+        step = parallel.cp * (parallel.tp if parallel.sequence_parallel else 1)
+
+    def fits(value: int) -> bool:
+        est = estimate(model, train.replace(**{field: value}), parallel, hardware)
+        return est["memory_bytes_per_device.peak"] <= budget
+
+    limit = model.max_positions if (field == "seq" and model.pos == "learned") else 2**24
+    best = largest_fitting(fits, step, max(step, limit - limit % step), step)
+    return {field: best, "budget_bytes": budget}

@@ -1,0 +1,163 @@
+"""Roofline step time, MFU and HFU on one device of a parallel layout.
+
+Each matmul on a device is (n x k)(k x n2) with n tokens per micro-batch: time =
+max(2·n·k·n2 / C_eff, bytes / W_hbm), bytes = the operands and the result in the compute
+dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against
+C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core.
+Elementwise work (norms, activations, rotary, residuals, softmax, loss) is memory-bound:
+reading and writing what the forward keeps, twice that in backward (an estimate). Step
+time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
+fully, as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B
+bubble (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer
+step bound by memory traffic. MFU counts the causal model FLOPs (PaLM, App. B); HFU
+counts what runs, recomputation included.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .distributed import communication, device_batch, sharded_activations
+from .flops import flop_conventions, flop_totals
+from .parallel import ParallelSpec
+from .params import ffn_matrices
+from .precision import OPTIMIZER_STATES, PRECISIONS
+from .specs import ModelSpec, TrainSpec
+from .symbols import (
+    B,
+    C,
+    C_attn,
+    C_eff,
+    D,
+    F,
+    H,
+    K,
+    L,
+    N_cp,
+    N_dp,
+    N_pp,
+    T,
+    V,
+    W_hbm,
+    X,
+    Y,
+    b,
+    d_h,
+    m,
+    v,
+)
+
+
+def _matmul(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple[sp.Expr, sp.Expr]:
+    return 2 * n * k * n2, nbytes * (n * k + k * n2 + n * n2)
+
+
+def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
+    """Per-device (k, n2) of each op's matmuls under tensor parallelism Y."""
+    up = [(D, F / Y)] * (ffn_matrices(model) - 1)
+    shapes = {"ffn": [*up, (F / Y, D)]}
+    if not model.ffn_only:
+        shapes.update(
+            {
+                "attn_q": [(D, H * d_h / Y)],
+                "attn_k": [(D, K * d_h / Y)],
+                "attn_v": [(D, K * d_h / Y)],
+                "attn_o": [(H * d_h / Y, D)],
+                "lm_head": [(D, V / Y)],
+            }
+        )
+    return shapes
+
+
+def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]]:
+    """Per op, one micro-batch forward on one device: flops, bytes, intensity, seconds."""
+    a = PRECISIONS[train.precision].activation
+    b_dev, t_dev = device_batch()
+    n = b_dev * t_dev
+    ops: dict[str, dict[str, sp.Expr]] = {}
+    for op, shapes in matmul_shapes(model).items():
+        flops = sum((_matmul(n, k, n2, a)[0] for k, n2 in shapes), sp.Integer(0))
+        nbytes = sum((_matmul(n, k, n2, a)[1] for k, n2 in shapes), sp.Integer(0))
+        ops[op] = {"flops": flops, "bytes": nbytes}
+    if not model.ffn_only:
+        flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
+        nbytes = a * n * (2 * H + 2 * K) * d_h / Y
+        if train.attention == "naive":  # scores, masked, probabilities: written and read
+            nbytes += 6 * a * b_dev * (H / Y) * T * T
+        ops["attn_core"] = {"flops": flops, "bytes": nbytes}
+    for op, entry in ops.items():
+        peak = C_attn if op == "attn_core" else C_eff
+        entry["intensity"] = entry["flops"] / entry["bytes"]
+        entry["time_s"] = sp.Max(entry["flops"] / peak, entry["bytes"] / W_hbm)
+    return ops
+
+
+def _recompute_time(model: ModelSpec, train: TrainSpec, ops: dict) -> sp.Expr:
+    if train.recompute == "full":
+        return sum((e["time_s"] for k, e in ops.items() if k != "lm_head"), sp.Integer(0))
+    if train.recompute == "selective" and "attn_core" in ops:
+        return ops["attn_core"]["time_s"]
+    return sp.Integer(0)
+
+
+def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+    """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
+    prec = PRECISIONS[train.precision]
+    ops = roofline(model, train)
+    layers = L / N_pp
+    per_layer = {k: e["time_s"] for k, e in ops.items() if k != "lm_head"}
+    head = ops["lm_head"]["time_s"] if "lm_head" in ops else 0
+    core = per_layer.get("attn_core", 0)
+    elementwise = (
+        2
+        * sharded_activations(model, train, par).subs({b: device_batch()[0], T: device_batch()[1]})
+        / W_hbm
+    )
+    fwd_mb = layers * sum(per_layer.values()) + head + elementwise
+    core_bwd = sp.Rational(5, 2) if train.attention == "flash" else 2
+    bwd_mb = (
+        layers * (2 * (sum(per_layer.values()) - core) + core_bwd * core)
+        + 2 * head
+        + 2 * elementwise
+        + layers * _recompute_time(model, train, per_layer)
+    )
+    comm = communication(model, train, par)
+    combine = sp.Max if par.overlap == "max" else sp.Add
+    phase = {}
+    for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
+        phase[name] = combine(compute, sum((g[name] for g in comm.values()), sp.Integer(0)))
+    bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
+    n_dev_params = _optimizer_params(model, par)
+    states = OPTIMIZER_STATES[train.optimizer]
+    traffic = (2 * prec.param + prec.grad + 2 * states * prec.optimizer_state) * n_dev_params
+    optimizer = traffic / W_hbm + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
+    step = phase["forward"] + phase["backward"] + bubble + optimizer
+    devices = N_dp * X * Y * N_pp * N_cp
+    useful = flop_conventions(model, train)["useful"]
+    return {
+        "time_s.forward": phase["forward"],
+        "time_s.backward": phase["backward"],
+        "time_s.bubble": bubble,
+        "time_s.optimizer": optimizer,
+        "time_s.step": step,
+        "time_s.compute": m * (fwd_mb + bwd_mb),
+        "time_s.comm": sum(
+            (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
+        ),
+        "tokens_per_s": B * T / step,
+        "mfu": useful / (step * C * devices),
+        "hfu": flop_totals(model, train)["step"] / (step * C * devices),
+        "tflops_per_device": useful / (step * devices) / 10**12,
+        **{f"roofline.{k}.{q}": e[q] for k, e in ops.items() for q in ("intensity", "time_s")},
+        **{f"comm_bytes.{k}": g["bytes"] for k, g in comm.items()},
+        **{
+            f"comm_time_s.{k}": g["forward"] + g["backward"] + g["optimizer"]
+            for k, g in comm.items()
+        },
+    }
+
+
+def _optimizer_params(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
+    from .distributed import params_per_device
+
+    return params_per_device(model, par)[0] / X

@@ -1,0 +1,305 @@
+"""Parallel layouts: hand-derived values, limits, monotonicity, CLI (issue 3)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from costmodel import TrainSpec, estimate, get_model
+from costmodel.bounds import bounds_report
+from costmodel.cli import main
+from costmodel.hardware import HARDWARE, get_hardware
+from costmodel.layout import group_links
+from costmodel.parallel import ParallelSpec
+from costmodel.solve import min_fsdp
+
+H100 = get_hardware("h100-sxm")
+
+
+def est(model="cs336-small", train=None, hw=H100, **layout):
+    train = train or TrainSpec(batch=16, seq=512)
+    return estimate(get_model(model), train, ParallelSpec(**layout), hw).values
+
+
+@pytest.mark.parametrize("name", ["cs336-small", "gpt2", "llama3-8b", "xxl"])
+def test_one_device_layout_equals_single_device_memory(name):
+    train = TrainSpec(batch=4, seq=256)
+    single = estimate(get_model(name), train).values
+    layout = est(name, train)
+    for key in ("params", "master", "grads", "optimizer", "activations", "peak"):
+        assert layout[f"memory_bytes_per_device.{key}"] == pytest.approx(
+            single[f"memory_bytes.{key}"], rel=1e-12
+        ), key
+
+
+def test_zero_stages_shard_what_they_promise():
+    # ZeRO (Rajbhandari et al. 2020, Fig. 1): stage 1 optimizer, 2 + gradients, 3 + weights.
+    one = est(fsdp=1)
+    for stage, sharded in (
+        (1, {"optimizer"}),
+        (2, {"optimizer", "grads"}),
+        (3, {"optimizer", "grads", "params", "master"}),
+    ):
+        v = est(fsdp=8, zero=stage)
+        for key in ("optimizer", "grads", "params", "master"):
+            want = one[f"memory_bytes_per_device.{key}"] / (8 if key in sharded else 1)
+            assert v[f"memory_bytes_per_device.{key}"] == pytest.approx(want), (stage, key)
+
+
+def test_dp_all_reduce_moves_two_n_minus_one_over_n():
+    # Ring all-reduce of bf16 gradients: 2·(N-1)/N · 2 bytes · params per device.
+    v = est(dp=4)
+    n = estimate(get_model("cs336-small"), TrainSpec()).values["params.total"]
+    assert v["comm_bytes.dp"] == pytest.approx(2 * 3 / 4 * 2 * n)
+
+
+def test_fsdp_moves_gather_twice_and_reduce_scatter_once():
+    # ZeRO-3: AllGather forward + AllGather backward + ReduceScatter, each (X-1)/X · 2·N bytes.
+    v = est(fsdp=8)
+    n = estimate(get_model("cs336-small"), TrainSpec()).values["params.total"]
+    assert v["comm_bytes.fsdp"] == pytest.approx(3 * 7 / 8 * 2 * n)
+
+
+def test_tp_all_reduces_per_layer():
+    # Megatron: 2 all-reduces per layer forward, 2 backward, of b·T·D bf16 activations each.
+    b, t, d, layers = 16, 512, 768, 12
+    v = est(tp=4)
+    assert v["comm_bytes.tp"] == pytest.approx(4 * layers * 2 * 3 / 4 * 2 * b * t * d)
+
+
+def test_tp_shards_activations_as_korthikanti_table2():
+    # Without SP the attention core, its output and the FFN hidden divide by t; with SP all.
+    train = TrainSpec(batch=4, seq=512, attention="naive")
+    single = estimate(get_model("cs336-small"), train).values
+    by_op = {
+        k.rsplit(".", 1)[1]: x
+        for k, x in single.items()
+        if k.startswith("memory_bytes.activations_by_op.")
+    }
+    sharded = ("attention", "attn_out_input", "ffn_hidden", "loss")
+    constants = ("inputs", "rope", "attn_mask")
+    expected = sum(x / 4 if k in sharded else x for k, x in by_op.items())
+    assert est(train=train, tp=4)["memory_bytes_per_device.activations"] == pytest.approx(expected)
+    expected_sp = sum(x if k in constants else x / 4 for k, x in by_op.items())
+    got = est(train=train, tp=4, sequence_parallel=True)["memory_bytes_per_device.activations"]
+    assert got == pytest.approx(expected_sp)
+
+
+def test_pipeline_bubble_is_p_minus_one_over_m():
+    train = TrainSpec(batch=16, seq=512, grad_accum=8)
+    v = est(train=train, pp=4)
+    assert v["time_s.bubble"] == pytest.approx(v["time_s.compute"] * 3 / 8)
+    vi = est(train=train, pp=4, pp_interleave=3)
+    assert vi["time_s.bubble"] == pytest.approx(vi["time_s.compute"] * 3 / (3 * 8))
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_more_fsdp_never_raises_state_memory(zero):
+    keys = ("params", "master", "grads", "optimizer")
+    totals = [
+        sum(est(fsdp=x, zero=zero)[f"memory_bytes_per_device.{k}"] for k in keys)
+        for x in (1, 2, 4, 8, 16)
+    ]
+    assert all(a >= b for a, b in itertools.pairwise(totals))
+
+
+def test_sum_overlap_costs_at_most_the_communication():
+    # Per phase, sum - max = min(compute, comm), so 0 <= step_sum - step_max <= total comm.
+    for layout in ({"fsdp": 8}, {"tp": 4}, {"dp": 2, "fsdp": 4}):
+        fast, slow = est(overlap="max", **layout), est(overlap="sum", **layout)
+        extra = slow["time_s.step"] - fast["time_s.step"]
+        assert 0 < extra <= fast["time_s.comm"] * (1 + 1e-12)
+
+
+def test_mfu_definition():
+    v = est(fsdp=8)
+    useful = estimate(get_model("cs336-small"), TrainSpec(batch=16, seq=512)).values[
+        "flops.conventions.useful"
+    ]
+    assert v["mfu"] == pytest.approx(useful / (v["time_s.step"] * 989.4e12 * 8))
+    assert 0 < v["mfu"] < v["hfu"] <= 1
+
+
+def test_placement_uses_nvlink_inside_a_node_and_network_across():
+    links = group_links(ParallelSpec(tp=8, dp=2), H100)
+    assert links["tp"][0] == pytest.approx(450e9 * 0.8)
+    assert links["dp"][0] == pytest.approx(50e9 * 0.8)
+    tpu = group_links(ParallelSpec(fsdp=16, tp=4, mx=2), get_hardware("tpu-v5p"))
+    assert tpu["fsdp"][0] == pytest.approx(2 * 1.8e11 * 0.9)
+
+
+def test_xxl_critical_batch_by_hand():
+    # Forward only, T_math = 4BDFL/(XYC), T_fsdp = 4DFL/(Y·W·M_X), T_tp = 4BDL/(X·W·M_Y).
+    # T_math = T_fsdp + T_tp  =>  B = (F/(Y·W·M_X)) / (F/(N·C) - 1/(X·W·M_Y)).
+    c, w, x, y, f = 4.6e14, 2 * 9e10, 16, 4, 53248
+    expected = (f / (y * w * 2)) / (f / (x * y * c) - 1 / (x * w * 1))
+    r = bounds_report(
+        get_model("xxl"),
+        fsdp=x,
+        tp=y,
+        peak_flops=c,
+        bandwidth=w,
+        mx=2,
+        my=1,
+        overlap="max",
+        forward_only=True,
+    )
+    assert r["critical_batch_tokens"] == pytest.approx(expected, rel=1e-12)
+    assert r["critical_batch_tokens_per_device"] == pytest.approx(expected / 64)
+    t = r["time_s_at_critical_batch"]
+    assert t["math"] == pytest.approx(t["fsdp"] + t["tp"])
+
+
+def test_book_takeaways():
+    # Scaling Book ch. 5: FSDP-bound below C/W = 2550 tokens per device on one v5p axis;
+    # TP up to Y < F/2550; mixed down to 2·2550²/F per device (M_X = 2, M_Y = 1).
+    model = get_model("xxl")
+    r = bounds_report(
+        model,
+        fsdp=8,
+        tp=1,
+        peak_flops=4.59e14,
+        bandwidth=1.8e11,
+        mx=1,
+        my=1,
+        overlap="max",
+        forward_only=True,
+    )
+    assert r["conditions"]["fsdp_min_batch_per_device"] == pytest.approx(2550)
+    assert r["conditions"]["tp_max_degree"] == pytest.approx(53248 / 2550)
+    r2 = bounds_report(
+        model,
+        fsdp=8,
+        tp=2,
+        peak_flops=4.59e14,
+        bandwidth=1.8e11,
+        mx=2,
+        my=1,
+        overlap="sum",
+        forward_only=True,
+    )
+    assert r2["conditions"]["mixed_min_batch_per_device"] == pytest.approx(2 * 2550**2 / 53248)
+    t = r2["time_s_at_critical_batch"]
+    assert t["step"] == pytest.approx(2 * t["math"])  # sum rule: no overlap
+
+
+def test_min_fsdp_closed_form_by_hand():
+    # XXL bf16-mixed: 18 bytes per parameter of state (2 bf16 copy + 4 master + 4 grad + 8
+    # Adam); activations per token (ReLU FFN): L·2·(D+F) bytes + the fp32 input 4·D.
+    model, train = get_model("xxl"), TrainSpec(batch=1, seq=8192)
+    n = 126 * 2 * 16384 * 53248
+    acts = 8192 * (126 * 2 * (16384 + 53248) + 4 * 16384)
+    r = min_fsdp(model, train, 95e9, 8192, 0.5)
+    assert r["state_bytes"] == 18 * n and r["activation_bytes"] == acts
+    exact = (18 * n + 0.5 * acts) / (95e9 - 0.5 * acts)
+    assert r["fsdp_exact"] == pytest.approx(exact) and r["fsdp"] == 177
+    assert r["per_device_bytes"] <= 95e9
+
+
+def test_min_fsdp_infeasible_is_a_clear_error():
+    with pytest.raises(ValueError, match="unsharded activations alone"):
+        min_fsdp(get_model("xxl"), TrainSpec(batch=1, seq=8192), 50e9, 8 * 8192, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ({"tp": 5}, "tp must divide n_heads"),
+        ({"pp": 5}, "pp \\* pp_interleave must divide n_layers"),
+        ({"cp": 3}, "cp must divide seq"),
+        ({"zero": 4}, "zero must be 1, 2 or 3"),
+        ({"overlap": "some"}, "overlap must be max or sum"),
+        ({"dp": 3}, "dp \\* fsdp \\* grad_accum must divide batch"),
+    ],
+)
+def test_bad_layouts(layout, message):
+    with pytest.raises(ValueError, match=message):
+        est(**layout)
+
+
+def test_hardware_catalog_is_valid_and_profiles_load(tmp_path):
+    for name in HARDWARE:
+        assert get_hardware(name).peak("bf16" if name != "cpu" else "fp32") > 0
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({**HARDWARE["h100-sxm"], "hbm_bw": 1e12}))
+    assert get_hardware(str(path)).hbm_bw == 1e12
+    with pytest.raises(ValueError, match="has no fp8 peak"):
+        get_hardware("a100-80gb").peak("fp8")
+    path.write_text(json.dumps({"kind": "gpu"}))
+    with pytest.raises(ValueError, match="missing field"):
+        get_hardware(str(path))
+
+
+def test_cli_estimate_with_layout(capsys):
+    argv = [
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--seq",
+        "8192",
+        "--batch",
+        "128",
+        "--hardware",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--cp",
+        "2",
+        "--microbatch",
+        "1",
+        "--json",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["parallel"]["dp"] == 4 and out["train"]["grad_accum"] == 32
+    for key in ("forward", "backward", "optimizer", "step"):
+        assert out["time_s"][key] > 0
+    assert 0 < out["mfu"] < 1 and out["tokens_per_s"] > 0 and "cp" in out["comm_bytes"]
+
+
+def test_cli_bounds_and_solve(capsys):
+    assert (
+        main(
+            [
+                "bounds",
+                "--model",
+                "xxl",
+                "--hardware",
+                "tpu-v5p",
+                "--fsdp",
+                "16",
+                "--tp",
+                "4",
+                "--mx",
+                "2",
+                "--my",
+                "1",
+                "--overlap",
+                "max",
+                "--forward-only",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["critical_batch_tokens"] > 0 and out["critical_batch_tokens_per_device"] > 0
+    assert (
+        main(
+            ["solve", "min-fsdp", "--model", "xxl", "--budget-gb", "95", "--seq", "8192", "--json"]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["fsdp"] == 177
+
+
+def test_cli_layout_errors(capsys):
+    assert main(["estimate", "--model", "gpt2", "--tp", "2"]) == 2
+    assert "--hardware is required with tp" in capsys.readouterr().err
+    assert (
+        main(["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "6", "--tp", "4"])
+        == 2
+    )
+    assert "must divide gpus" in capsys.readouterr().err
