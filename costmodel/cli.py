@@ -20,7 +20,7 @@ from . import specs
 from .estimate import Estimate, estimate
 from .hardware import HARDWARE, get_hardware
 from .hf import model_from_hf_config
-from .parallel import ParallelSpec, fill_dp
+from .parallel import OVERLAP_RULES, ParallelSpec, fill_dp
 from .presets import PRESETS, get_model
 from .specs import ModelSpec, TrainSpec, field_docs
 from .units import fmt_bytes, fmt_count
@@ -33,6 +33,7 @@ _CHOICES = {
     "optimizer": specs.OPTIMIZERS,
     "attention": specs.ATTENTION_KERNELS,
     "recompute": specs.RECOMPUTE_POLICIES,
+    "overlap": OVERLAP_RULES,
 }
 _NEGATIONS = {"tied": "untied"}  # --tied/--untied reads better than --no-tied
 

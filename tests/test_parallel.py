@@ -295,6 +295,18 @@ def test_cli_bounds_and_solve(capsys):
     assert json.loads(capsys.readouterr().out)["fsdp"] == 177
 
 
+def test_cli_overlap_flag(capsys):
+    base = ["estimate", "--model", "cs336-small", "--hardware", "h100-sxm", "--fsdp", "8",
+            "--batch", "16", "--json"]
+    steps = {}
+    for rule in ("max", "sum"):
+        assert main([*base, "--overlap", rule]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["parallel"]["overlap"] == rule
+        steps[rule] = out["time_s"]["step"]
+    assert steps["sum"] > steps["max"]
+
+
 def test_cli_layout_errors(capsys):
     assert main(["estimate", "--model", "gpt2", "--tp", "2"]) == 2
     assert "--hardware is required with tp" in capsys.readouterr().err
