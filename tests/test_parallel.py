@@ -296,8 +296,18 @@ def test_cli_bounds_and_solve(capsys):
 
 
 def test_cli_overlap_flag(capsys):
-    base = ["estimate", "--model", "cs336-small", "--hardware", "h100-sxm", "--fsdp", "8",
-            "--batch", "16", "--json"]
+    base = [
+        "estimate",
+        "--model",
+        "cs336-small",
+        "--hardware",
+        "h100-sxm",
+        "--fsdp",
+        "8",
+        "--batch",
+        "16",
+        "--json",
+    ]
     steps = {}
     for rule in ("max", "sum"):
         assert main([*base, "--overlap", rule]) == 0

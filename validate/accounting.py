@@ -145,13 +145,7 @@ def _minus(after: dict[str, dict], before: dict[str, dict]) -> dict[str, dict]:
 
 def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta") -> Counts:
     """Build the reference model on ``device``, run one forward and backward, count."""
-    model = TransformerLM(
-        spec,
-        precision=train.precision,
-        attention=train.attention,
-        recompute=train.recompute,
-        device=device,
-    )
+    model = TransformerLM.for_training(spec, train, device)
     params = {_key(p) for p in model.parameters()}
     saved: dict[int, int] = {}
 
@@ -236,13 +230,7 @@ def measure_peaks(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> di
     state exists; foreach AdamW or SGD; gradients set to None between steps). A
     fragmentation-free allocator: ``torch.cuda.max_memory_allocated`` minus its rounding.
     """
-    model = TransformerLM(
-        spec,
-        precision=train.precision,
-        attention=train.attention,
-        recompute=train.recompute,
-        device=device,
-    )
+    model = TransformerLM.for_training(spec, train, device)
     params = {_key(p): p.untyped_storage().nbytes() for p in model.parameters()}
     static = sum(params.values())
     tracker = StorageTracker(set(params), track_peak=True)

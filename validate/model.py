@@ -26,7 +26,7 @@ from torch.utils.flop_counter import (
     sdpa_flop,
 )
 
-from costmodel.specs import ModelSpec
+from costmodel.specs import ModelSpec, TrainSpec
 from validate.norms import LayerNorm, RMSNorm
 
 DTYPES = {  # precision -> (parameter dtype, compute dtype)
@@ -214,6 +214,17 @@ class TransformerLM(nn.Module):
         self.lm_head = Linear(spec.d_model, spec.vocab, False, self.compute, **fk)
         if spec.tied:
             self.lm_head.weight = self.embed.weight
+
+    @classmethod
+    def for_training(cls, spec: ModelSpec, train: TrainSpec, device=None) -> TransformerLM:
+        """The model a TrainSpec describes (precision, attention kernel, recomputation)."""
+        return cls(
+            spec,
+            precision=train.precision,
+            attention=train.attention,
+            recompute=train.recompute,
+            device=device,
+        )
 
     def forward(self, batch) -> torch.Tensor:
         if self.spec.ffn_only:
