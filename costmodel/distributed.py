@@ -41,6 +41,7 @@ from .symbols import (
     a_pp,
     a_X,
     a_Y,
+    as_expr,
     b,
     d_h,
     m,
@@ -181,8 +182,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
 
 def _phases(total_bytes, forward, backward, optimizer) -> dict[str, sp.Expr]:
     return {
-        "bytes": sp.sympify(total_bytes),
-        "forward": sp.sympify(forward),
-        "backward": sp.sympify(backward),
-        "optimizer": sp.sympify(optimizer),
+        "bytes": as_expr(total_bytes),
+        "forward": as_expr(forward),
+        "backward": as_expr(backward),
+        "optimizer": as_expr(optimizer),
     }

@@ -21,7 +21,7 @@ from .memory import activation_memory, peak_memory, state_memory
 from .parallel import ParallelSpec
 from .params import non_embedding_params, param_breakdown
 from .specs import ModelSpec, TrainSpec
-from .symbols import ALL_SYMBOLS, HARDWARE_SYMBOLS, PARALLEL_SYMBOLS, values_for
+from .symbols import ALL_SYMBOLS, HARDWARE_SYMBOLS, PARALLEL_SYMBOLS, as_expr, values_for
 
 if TYPE_CHECKING:
     from .hardware import Hardware
@@ -63,7 +63,7 @@ def quantities(
 
         out.update(_prefixed("memory_bytes_per_device", sharded_memory(model, train, parallel)))
         out.update(step_time(model, train, parallel))
-    return {k: sp.sympify(v) for k, v in out.items()}
+    return {k: as_expr(v) for k, v in out.items()}
 
 
 def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None) -> tuple:

@@ -35,6 +35,15 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
 }
 
 
+def as_expr(value: int | sp.Expr) -> sp.Expr:
+    """An int or an expression as an expression (never parses strings)."""
+    if isinstance(value, sp.Basic):
+        return value
+    if isinstance(value, int):
+        return sp.Integer(value)
+    raise TypeError(f"expected an int or a sympy expression, got {type(value).__name__}")
+
+
 def values_for(model, train=None) -> dict[sp.Symbol, int]:
     """Symbol -> integer value for a ModelSpec (and optionally a TrainSpec)."""
     values = {
