@@ -158,7 +158,10 @@ def peak_memory(
     act, res = prec.activation, prec.residual
     state = state_memory(model, train) if state is None else state
     acts = activation_memory(model, train)["total"] if acts is None else acts
-    stored, copies = state["master"] or state["params"], state["params"] if state["master"] else 0
+    if prec.weight_copy:  # fp32 parameters are the master; the casts are the working copy
+        stored, copies = state["master"], state["params"]
+    else:
+        stored, copies = state["params"], sp.Integer(0)
     fwd_transient = 2 * res * b * T * D
     start_transient = 2 * res * b * T * D
     end_transient = 2 * res * b * T * D

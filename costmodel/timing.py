@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .distributed import communication, device_batch, sharded_activations
+from .distributed import communication, device_batch, params_per_device, sharded_activations
 from .flops import flop_conventions, flop_totals
 from .parallel import ParallelSpec
 from .params import ffn_matrices
@@ -127,7 +127,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
         phase[name] = combine(compute, sum((g[name] for g in comm.values()), sp.Integer(0)))
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
-    n_dev_params = _optimizer_params(model, par)
+    n_dev_params = params_per_device(model, par)[0] / X  # the optimizer updates its shard
     states = OPTIMIZER_STATES[train.optimizer]
     traffic = (2 * prec.param + prec.grad + 2 * states * prec.optimizer_state) * n_dev_params
     optimizer = traffic / W_hbm + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
@@ -155,9 +155,3 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
             for k, g in comm.items()
         },
     }
-
-
-def _optimizer_params(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
-    from .distributed import params_per_device
-
-    return params_per_device(model, par)[0] / X
