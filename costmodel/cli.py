@@ -31,6 +31,7 @@ _CHOICES = {
     "pos": specs.POS_KINDS,
     "precision": specs.PRECISIONS,
     "optimizer": specs.OPTIMIZERS,
+    "optimizer_impl": specs.OPTIMIZER_IMPLS,
     "attention": specs.ATTENTION_KERNELS,
     "recompute": specs.RECOMPUTE_POLICIES,
     "overlap": OVERLAP_RULES,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .hardware import Hardware
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
-TRAIN_STRUCTURE = ("precision", "optimizer", "attention", "recompute")
+TRAIN_STRUCTURE = ("precision", "optimizer", "optimizer_impl", "attention", "recompute")
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS
 
 # Sizes do not change the expressions, so structures are built from these placeholders.

@@ -193,7 +193,9 @@ def peak_memory(
             end_transient += block - (prec.grad + prec.weight_copy) * D * F
     fwd_bwd = stored + sp.Max(copies + acts + start_transient, state["grads"] + end_transient)
     states = OPTIMIZER_STATES[train.optimizer]
-    temp = prec.optimizer_state * param_breakdown(model)["total"] if states == 2 else 0
+    # foreach Adam materialises sqrt(v) for every parameter at once; fused needs no temporary
+    foreach_adam = states == 2 and train.optimizer_impl == "foreach"
+    temp = prec.optimizer_state * param_breakdown(model)["total"] if foreach_adam else 0
     step = sp.Max(
         fwd_bwd + state["optimizer"],
         stored + state["grads"] + state["optimizer"] + temp,

@@ -99,3 +99,31 @@ PRECISIONS: dict[str, Precision] = {
 
 OPTIMIZER_STATES: dict[str, int] = {"adamw": 2, "adam": 2, "sgd-momentum": 1, "sgd": 0, "none": 0}
 """State tensors per parameter (torch.optim: Adam exp_avg + exp_avg_sq; SGD momentum_buffer)."""
+
+# Bytes an optimizer step moves, in passes over (parameters, gradients, one state tensor):
+# a pass reads or writes a whole tensor once. ``fused``: one kernel reads the parameter,
+# gradient and states and writes the parameter and states. ``foreach``: torch 2.x
+# ``_multi_tensor_adam`` (non-capturable path) runs mul_ (decoupled weight decay: 2 param
+# passes), lerp_ (m: 2 state + 1 grad), mul_ (v: 2), addcmul_ (v: 2 + 1 grad), sqrt
+# (new denominator: 2), div_ (2), add_ eps (2), addcdiv_ (param 2 + m and denominator 2);
+# Adam (weight_decay=0) skips the mul_. ``_multi_tensor_sgd`` with momentum: mul_ (2),
+# add_ (2 + 1 grad), then the parameter update reads the buffer (1).
+OPTIMIZER_PASSES: dict[tuple[str, str], tuple[int, int, int]] = {
+    ("adamw", "fused"): (2, 1, 4),
+    ("adamw", "foreach"): (4, 2, 14),
+    ("adam", "fused"): (2, 1, 4),
+    ("adam", "foreach"): (2, 2, 14),
+    ("sgd-momentum", "fused"): (2, 1, 2),
+    ("sgd-momentum", "foreach"): (2, 1, 5),
+    ("sgd", "fused"): (2, 1, 0),
+    ("sgd", "foreach"): (2, 1, 0),
+    ("none", "fused"): (0, 0, 0),
+    ("none", "foreach"): (0, 0, 0),
+}
+
+
+def optimizer_traffic(optimizer: str, impl: str, precision: str) -> int:
+    """Bytes moved per parameter by one optimizer step (parameters in their stored dtype)."""
+    prec = PRECISIONS[precision]
+    params, grads, states = OPTIMIZER_PASSES[(optimizer, impl)]
+    return params * prec.param + grads * prec.grad + states * prec.optimizer_state

@@ -15,6 +15,7 @@ NORM_KINDS = ("rmsnorm", "layernorm")
 POS_KINDS = ("rope", "learned")
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16", "fp8")
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "none")
+OPTIMIZER_IMPLS = ("foreach", "fused")
 ATTENTION_KERNELS = ("naive", "flash")
 RECOMPUTE_POLICIES = ("none", "full", "selective")
 
@@ -126,6 +127,9 @@ class TrainSpec:
     ``fp8`` (fp8 matmul operands, bf16 activations, fp32 master; modelled, not validated)."""
     optimizer: str = "adamw"
     """``adamw``/``adam`` (two states), ``sgd-momentum`` (one), ``sgd`` or ``none`` (no state)."""
+    optimizer_impl: str = "foreach"
+    """``foreach`` (torch's multi-tensor kernels: one pass over memory per elementwise op,
+    torch's default on GPU) or ``fused`` (one kernel reads and writes each tensor once)."""
     attention: str = "flash"
     """``naive`` materialises the T x T probabilities; ``flash`` saves only O and logsumexp."""
     recompute: str = "none"
@@ -139,6 +143,7 @@ class TrainSpec:
             _positive_int(self, name)
         _choice(self, "precision", PRECISIONS)
         _choice(self, "optimizer", OPTIMIZERS)
+        _choice(self, "optimizer_impl", OPTIMIZER_IMPLS)
         _choice(self, "attention", ATTENTION_KERNELS)
         _choice(self, "recompute", RECOMPUTE_POLICIES)
         if self.batch % self.grad_accum:

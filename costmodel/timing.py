@@ -3,7 +3,8 @@
 Each matmul on a device is (n x k)(k x n2) with n tokens per micro-batch: time =
 max(2·n·k·n2 / C_eff, bytes / W_hbm), bytes = the operands and the result in the compute
 dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against
-C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core.
+C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core,
+which runs the causal half of the T x T work (the naive core runs all of it).
 Elementwise work (norms, activations, rotary, residuals, softmax, loss) is memory-bound:
 reading and writing what the forward keeps, twice that in backward (an estimate). Step
 time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
@@ -21,7 +22,7 @@ from .distributed import communication, device_batch, params_per_device, sharded
 from .flops import flop_conventions, flop_totals
 from .parallel import ParallelSpec
 from .params import ffn_matrices
-from .precision import OPTIMIZER_STATES, PRECISIONS
+from .precision import PRECISIONS, optimizer_traffic
 from .specs import ModelSpec, TrainSpec
 from .symbols import (
     B,
@@ -84,9 +85,12 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
         nbytes = a * n * (2 * H + 2 * K) * d_h / Y
         if train.attention == "naive":  # scores, masked, probabilities: written and read
             nbytes += 6 * a * b_dev * (H / Y) * T * T
+        else:  # a causal fused kernel skips the masked tiles (FlashAttention-2, Sec. 3.1.1)
+            flops = flops / 2
         ops["attn_core"] = {"flops": flops, "bytes": nbytes}
     for op, entry in ops.items():
-        peak = C_attn if op == "attn_core" else C_eff
+        fused = op == "attn_core" and train.attention == "flash"
+        peak = C_attn if fused else C_eff
         entry["intensity"] = entry["flops"] / entry["bytes"]
         entry["time_s"] = sp.Max(entry["flops"] / peak, entry["bytes"] / W_hbm)
     return ops
@@ -100,9 +104,33 @@ def _recompute_time(model: ModelSpec, train: TrainSpec, ops: dict) -> sp.Expr:
     return sp.Integer(0)
 
 
+def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) bytes of the weight casts and of the loss, per micro-batch.
+
+    Mixed precision casts each matmul weight to the compute dtype in forward (read the
+    stored dtype, write the copy) and the copy's gradient back in backward (torch.autocast;
+    full recomputation casts again). The loss casts the logits to fp32, log-softmaxes them
+    and in backward writes the NLL and log-softmax gradients and casts back: a + 12 and
+    a + 20 bytes per logit (a: compute bytes). Both memory-bound.
+    """
+    prec = PRECISIONS[train.precision]
+    weights = params_per_device(model, par)[1]
+    fwd = bwd = sp.Integer(0)
+    if prec.weight_copy:
+        fwd = (prec.param + prec.weight_copy) * weights
+        bwd = (prec.weight_copy + prec.grad) * weights
+        if train.recompute == "full":
+            bwd += fwd
+    if not model.ffn_only:
+        b_dev, t_dev = device_batch()
+        logits = b_dev * t_dev * V / Y
+        fwd += (prec.activation + 12) * logits
+        bwd += (prec.activation + 20) * logits
+    return (fwd, bwd)
+
+
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
-    prec = PRECISIONS[train.precision]
     ops = roofline(model, train)
     layers = L / N_pp
     per_layer = {k: e["time_s"] for k, e in ops.items() if k != "lm_head"}
@@ -113,12 +141,14 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         * sharded_activations(model, train, par).subs({b: device_batch()[0], T: device_batch()[1]})
         / W_hbm
     )
-    fwd_mb = layers * sum(per_layer.values()) + head + elementwise
+    extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
+    fwd_mb = layers * sum(per_layer.values()) + head + elementwise + extra_fwd / W_hbm
     core_bwd = sp.Rational(5, 2) if train.attention == "flash" else 2
     bwd_mb = (
         layers * (2 * (sum(per_layer.values()) - core) + core_bwd * core)
         + 2 * head
         + 2 * elementwise
+        + extra_bwd / W_hbm
         + layers * _recompute_time(model, train, per_layer)
     )
     comm = communication(model, train, par)
@@ -128,8 +158,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         phase[name] = combine(compute, sum((g[name] for g in comm.values()), sp.Integer(0)))
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     n_dev_params = params_per_device(model, par)[0] / X  # the optimizer updates its shard
-    states = OPTIMIZER_STATES[train.optimizer]
-    traffic = (2 * prec.param + prec.grad + 2 * states * prec.optimizer_state) * n_dev_params
+    traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
+    traffic = traffic * n_dev_params
     optimizer = traffic / W_hbm + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
     step = phase["forward"] + phase["backward"] + bubble + optimizer
     devices = N_dp * X * Y * N_pp * N_cp

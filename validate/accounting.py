@@ -239,7 +239,7 @@ def measure_peaks(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> di
         _micro_steps(model, train, device, tracker, peaks)
         peaks["peak_forward_backward"] = tracker.peak_bytes
         model.zero_grad(set_to_none=True)
-        optimizer = _optimizer(model, train.optimizer)
+        optimizer = make_optimizer(model.parameters(), train)
         for _ in range(2):
             tracker.reset_peak()
             _micro_steps(model, train, device, tracker, {})
@@ -259,11 +259,13 @@ def _micro_steps(model, train, device, tracker, peaks) -> None:
         del loss
 
 
-def _optimizer(model: torch.nn.Module, name: str):
-    params = list(model.parameters())
-    if name in ("adamw", "adam"):
-        cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
-        return cls(params, lr=1e-3, foreach=True)
-    if name in ("sgd", "sgd-momentum"):
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9 if name == "sgd-momentum" else 0.0)
+def make_optimizer(params, train: TrainSpec) -> torch.optim.Optimizer | None:
+    """The torch optimizer a TrainSpec names, in its implementation (foreach or fused)."""
+    params, impl = list(params), {train.optimizer_impl: True}
+    if train.optimizer in ("adamw", "adam"):
+        cls = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+        return cls(params, lr=1e-3, **impl)
+    if train.optimizer in ("sgd", "sgd-momentum"):
+        momentum = 0.9 if train.optimizer == "sgd-momentum" else 0.0
+        return torch.optim.SGD(params, lr=1e-3, momentum=momentum, **impl)
     return None
