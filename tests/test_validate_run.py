@@ -1,0 +1,179 @@
+"""validate.run: JSONL rows, resume, OOM and error handling, interrupts, report, smoke run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from costmodel.hardware import get_hardware
+from validate import run as run_module
+from validate.report import markdown, summary, targets, write_report
+from validate.results import ResultsLog, Row, read_rows, rel_err
+from validate.runner import Case, Context, run_cases
+
+CTX = Context(torch.device("cpu"), "cpu", get_hardware("cpu"))
+
+
+def _row(case: str, quantity: str = "q", predicted=1.0, measured=1.0, suite="t") -> Row:
+    return Row(suite, case, quantity, predicted, measured, "cpu", "ok", "s")
+
+
+def _case(name: str, body) -> Case:
+    return Case("t", name, body)
+
+
+def test_rel_err_signs_and_missing_values():
+    assert rel_err(110, 100) == pytest.approx(0.1)
+    assert rel_err(90, 100) == pytest.approx(-0.1)
+    assert rel_err(0, 0) == 0.0
+    assert rel_err(None, 5) is None
+    assert rel_err(5, 0) is None
+
+
+def test_rows_keep_exact_integers_and_required_fields(tmp_path):
+    log = ResultsLog(tmp_path)
+    big = 3_342_137_391_316_992
+    log.write([_row("a", predicted=big, measured=big)])
+    (row,) = read_rows(tmp_path)
+    assert row["predicted"] == big and isinstance(row["predicted"], int)
+    for key in ("suite", "case", "quantity", "predicted", "measured", "rel_err", "device"):
+        assert key in row
+    assert row["status"] == "ok" and row["rel_err"] == 0.0
+
+
+def test_existing_results_need_resume(tmp_path):
+    ResultsLog(tmp_path).write([_row("a")])
+    with pytest.raises(FileExistsError, match="--resume"):
+        ResultsLog(tmp_path)
+
+
+def test_resume_drops_partial_case_and_skips_finished(tmp_path):
+    log = ResultsLog(tmp_path)
+    log.write([_row("done")])
+    log.finish("t", "done", "ok", 0.1)
+    log.write([_row("partial")])  # interrupted before finish
+    with (tmp_path / "results.jsonl").open("a") as fh:
+        fh.write('{"torn": ')  # killed mid-write
+    resumed = ResultsLog(tmp_path, resume=True)
+    assert resumed.is_done("t", "done") and not resumed.is_done("t", "partial")
+    assert [r["case"] for r in read_rows(tmp_path)] == ["done"]
+
+
+def test_oom_and_errors_become_rows_and_the_run_goes_on(tmp_path):
+    def oom(ctx):
+        yield _row("oom", "first")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def broken(ctx):
+        raise ValueError("bad shape")
+        yield
+
+    def fine(ctx):
+        yield _row("fine")
+
+    log = ResultsLog(tmp_path)
+    cases = [_case("oom", oom), _case("broken", broken), _case("fine", fine)]
+    statuses = run_cases(cases, CTX, log)
+    assert statuses == {"oom": 1, "error": 1, "ok": 1}
+    rows = read_rows(tmp_path)
+    by_case = {(r["case"], r["status"]) for r in rows}
+    assert ("oom", "ok") in by_case, "rows measured before the OOM are kept"
+    assert {("oom", "oom"), ("broken", "error"), ("fine", "ok")} <= by_case
+    error = next(r for r in rows if r["status"] == "error")
+    assert "ValueError: bad shape" in error["message"]
+
+
+def test_interrupt_keeps_rows_and_resume_runs_only_the_rest(tmp_path):
+    ran = []
+
+    def first(ctx):
+        ran.append("first")
+        yield _row("first")
+
+    def interrupted(ctx):
+        ran.append("interrupted")
+        yield _row("interrupted", "partial")
+        raise KeyboardInterrupt
+
+    cases = [_case("first", first), _case("interrupted", interrupted)]
+    with pytest.raises(KeyboardInterrupt):
+        run_cases(cases, CTX, ResultsLog(tmp_path))
+    assert {r["case"] for r in read_rows(tmp_path)} == {"first", "interrupted"}
+    cases[1] = _case("interrupted", lambda ctx: iter([_row("interrupted", "complete")]))
+    run_cases(cases, CTX, ResultsLog(tmp_path, resume=True))
+    assert ran == ["first", "interrupted"], "the finished case is not run again"
+    quantities = [(r["case"], r["quantity"]) for r in read_rows(tmp_path)]
+    assert quantities == [("first", "q"), ("interrupted", "complete")]
+
+
+def test_report_summary_and_targets():
+    rows = [
+        _row("a", "time_s.forward", 1.1, 1.0, suite="model").to_dict(),
+        _row("b", "time_s.forward", 0.7, 1.0, suite="model").to_dict(),
+        _row("c", "time_s.forward", 1.05, 1.0, suite="model").to_dict(),
+        _row("a", "params.total", 7, 7, suite="accounting").to_dict(),
+        Row("model", "d", "oom", None, None, "cpu", "oom", extra={"message": "OOM"}).to_dict(),
+    ]
+    (line,) = [s for s in summary(rows) if s["quantity"] == "time_s.forward"]
+    assert line["n"] == 3
+    assert line["median_abs_rel_err"] == pytest.approx(0.1)
+    assert line["max_abs_rel_err"] == pytest.approx(0.3)
+    met = {t["target"].split(":")[0]: t for t in targets(rows)}
+    assert met["exact counts"]["met"] is True
+    assert met["forward/backward/step time"]["value"] == pytest.approx(0.1)
+    assert met["peak memory"]["met"] is None
+    text = markdown(rows)
+    assert "| model | d | oom | OOM |" in text
+    assert "10.00 %" in text
+
+
+def test_report_files_have_charts(tmp_path):
+    log = ResultsLog(tmp_path)
+    log.write([_row("a", "time_s.forward", 1.1, 1.0, suite="model")])
+    log.write([_row("a", "op_time_s.forward.ffn", 0.5, 0.4, suite="model")])
+    md, page = write_report(tmp_path)
+    assert "time_s.forward" in md.read_text()
+    text = page.read_text()
+    assert text.count("vegaEmbed(") == 3  # scatter, errors, breakdown
+    assert "Time per component" in text
+
+
+def test_smoke_quick_run_cpu(tmp_path, capsys):
+    """One real model case and one accounting case through the CLI, then a resume."""
+    out = tmp_path / "out"
+    args = ["--quick", "--device", "cpu", "--hardware", "cpu", "--out", str(out)]
+    model_case = "gpt2@L2/b1/t256/fp32/flash/eager/adamw-foreach"
+    assert run_module.main([*args, "--suite", "model", "--filter", model_case]) == 0
+    rows = read_rows(out)
+    quantities = {r["quantity"] for r in rows}
+    assert {"time_s.forward", "time_s.backward", "time_s.optimizer", "time_s.step"} <= quantities
+    assert {"memory_bytes.peak", "mfu", "tflops_per_device"} <= quantities
+    for r in rows:
+        assert r["status"] == "ok" and r["measured"] > 0 and r["predicted"] > 0
+        assert r["config"]["preset"] == "gpt2"
+    peak = next(r for r in rows if r["quantity"] == "memory_bytes.peak")
+    assert abs(peak["rel_err"]) < 0.10
+    assert run_module.main([*args, "--suite", "model", "--filter", model_case, "--resume"]) == 0
+    assert "1 of 1 cases already done" in capsys.readouterr().out
+    assert len(read_rows(out)) == len(rows)
+    acc = ["--suite", "accounting", "--filter", "gpt2/b2/t1024/bf16-mixed/flash", "--resume"]
+    assert run_module.main([*args, *acc]) == 0
+    exact = [r for r in read_rows(out) if r["suite"] == "accounting"]
+    assert exact and all(r["predicted"] == r["measured"] for r in exact)
+    assert json.loads((out / "cases.jsonl").read_text().splitlines()[-1])["status"] == "ok"
+    assert (out / "report.html").exists()
+
+
+@pytest.mark.gpu
+def test_smoke_cuda_model_case_and_profile(tmp_path):
+    """CUDA events, max_memory_allocated and the profiled breakdown on a real GPU."""
+    out = tmp_path / "out"
+    args = ["--quick", "--device", "cuda", "--suite", "model", "--out", str(out)]
+    assert run_module.main([*args, "--filter", "gpt2/b8/t1024/bf16-mixed/flash/eager"]) == 0
+    rows = read_rows(out)
+    assert {r["status"] for r in rows} == {"ok"}
+    peak = next(r for r in rows if r["quantity"] == "memory_bytes.peak")
+    assert abs(peak["rel_err"]) < 0.10
+    assert any(r["quantity"].startswith("op_time_s.") for r in rows)

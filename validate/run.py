@@ -1,0 +1,106 @@
+"""Run real code, measure it, and compare with costmodel's predictions.
+
+    python -m validate.run [--suite all|accounting|model] [--device auto|cpu|cuda]
+                           [--quick] [--out DIR] [--resume] [--hardware PROFILE] [--filter S]
+
+Writes ``DIR/results.jsonl`` (a row per measurement, appended as measured),
+``DIR/cases.jsonl`` (finished cases, for ``--resume``), ``DIR/profile.json`` (this
+machine's calibrated hardware profile, measured first unless ``--hardware`` names one) and
+``DIR/report.md`` + ``DIR/report.html``. Exit status: 0, 1 if any case failed with an
+error (OOMs are results, not failures), 130 when interrupted (rows so far are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from costmodel.hardware import Hardware, get_hardware
+from validate import suite_accounting, suite_model
+from validate.calibrate import profile
+from validate.cpu_env import reexec_with_caching_allocator
+from validate.report import targets, write_report
+from validate.results import ResultsLog
+from validate.runner import Case, Context, run_cases
+
+SUITES: dict[str, Callable[[Context], list[Case]]] = {
+    "accounting": suite_accounting.cases,
+    "model": suite_model.cases,
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available (use auto or cpu)")
+    return torch.device(name)
+
+
+def device_label(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def load_profile(hardware: str | None, out: Path, device: torch.device) -> Hardware:
+    """The named profile, else DIR/profile.json, else a fresh calibration saved there."""
+    if hardware:
+        return get_hardware(hardware)
+    path = out / "profile.json"
+    if not path.exists():
+        print(f"calibrating {device_label(device)} (matmul FLOP/s, attention, bandwidth)...")
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(profile(device, 2**30 if device.type == "cuda" else 2**28)))
+    return get_hardware(str(path))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m validate.run", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--suite", default="all", choices=["all", *SUITES])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--quick", action="store_true", help="small grids (minutes on a CPU)")
+    parser.add_argument("--out", default="validate-results", help="output directory")
+    parser.add_argument("--resume", action="store_true", help="skip cases already done in --out")
+    parser.add_argument("--hardware", help="catalog name or profile JSON (default: calibrate)")
+    parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = resolve_device(args.device)
+    out = Path(args.out)
+    try:
+        log = ResultsLog(out, resume=args.resume)
+    except FileExistsError as err:
+        raise SystemExit(str(err)) from None
+    ctx = Context(
+        device, device_label(device), load_profile(args.hardware, out, device), args.quick
+    )
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    cases = [c for n in names for c in SUITES[n](ctx) if args.filter in f"{c.suite}/{c.name}"]
+    statuses: Counter = Counter()
+    try:
+        statuses = run_cases(cases, ctx, log)
+    except KeyboardInterrupt:
+        write_report(out)
+        print(f"\ninterrupted: rows so far are in {out}/results.jsonl; rerun with --resume")
+        return 130
+    md, _ = write_report(out)
+    print(f"cases: {dict(statuses)}; report: {md}")
+    for t in targets(list(map(json.loads, (out / "results.jsonl").read_text().splitlines()))):
+        value = "not measured" if t["value"] is None else f"{100 * t['value']:.2f} %"
+        print(f"  {t['target']}: {value} ({t['n']} rows)")
+    return 1 if statuses.get("error") else 0
+
+
+if __name__ == "__main__":
+    reexec_with_caching_allocator("validate.run")
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The model suite: time and peak memory of real training steps against costmodel.
+
+Each case builds the reference model for a preset (optionally with fewer layers, so it
+runs on the device), times forward, backward and the optimizer step over several steps
+after warm-up, measures the three memory peaks, and writes predicted vs measured rows
+for each, plus achieved TFLOP/s and MFU (useful causal FLOPs over the measured step, as
+training dashboards report them, against the profile's peak). Profiled cases add the
+per-component breakdown of ``validate.measure.profile_components`` against costmodel's
+per-op roofline times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from costmodel import estimate, get_model
+from costmodel.estimate import Estimate
+from costmodel.parallel import ParallelSpec
+from costmodel.precision import PRECISIONS
+from costmodel.specs import ModelSpec, TrainSpec
+from validate.accounting import make_optimizer, measure_peaks
+from validate.measure import (
+    COMPONENTS,
+    cuda_peaks,
+    profile_components,
+    summarize,
+    time_phases,
+    train_step,
+)
+from validate.model import TransformerLM, make_batch
+from validate.results import Row
+from validate.runner import Case, Context
+
+SUITE = "model"
+PEAKS = ("peak_forward", "peak_forward_backward", "peak")
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    preset: str
+    layers: int | None
+    batch: int
+    seq: int
+    precision: str = "fp32"
+    attention: str = "flash"
+    compiled: bool = False
+    optimizer_impl: str = "foreach"
+    profile: bool = False
+
+    @property
+    def name(self) -> str:
+        depth = f"@L{self.layers}" if self.layers else ""
+        mode = "compiled" if self.compiled else "eager"
+        return (
+            f"{self.preset}{depth}/b{self.batch}/t{self.seq}/{self.precision}/"
+            f"{self.attention}/{mode}/adamw-{self.optimizer_impl}"
+        )
+
+    def spec(self) -> ModelSpec:
+        spec = get_model(self.preset)
+        return spec.replace(n_layers=self.layers) if self.layers else spec
+
+    def train(self) -> TrainSpec:
+        return TrainSpec(
+            batch=self.batch,
+            seq=self.seq,
+            precision=self.precision,
+            attention=self.attention,
+            optimizer="adamw",
+            optimizer_impl=self.optimizer_impl,
+        )
+
+
+def grid(device: torch.device, quick: bool) -> list[ModelCase]:
+    """Configurations that fit the device: a GPT-2 and a Llama-style family."""
+    if device.type == "cuda":
+        models = [("gpt2", None), ("cs336-large", None), ("llama3-8b", 4)]
+        shapes = [(8, 1024), (4, 2048)] if quick else [(8, 512), (8, 1024), (4, 2048), (16, 1024)]
+        precisions = ("bf16-mixed",) if quick else ("bf16-mixed", "fp32")
+    else:
+        models = [("gpt2", 2), ("cs336-small", 4)] if quick else [("gpt2", 4), ("cs336-small", 12)]
+        shapes = [(1, 256), (2, 256)] if quick else [(1, 256), (2, 512), (4, 256), (1, 1024)]
+        precisions = ("fp32", "bf16-mixed")
+    cases = []
+    for (preset, layers), (b, t), prec in itertools.product(models, shapes, precisions):
+        for attention in ("flash", "naive"):
+            cases.append(ModelCase(preset, layers, b, t, prec, attention))
+    first = cases[0]
+    variants = [
+        ModelCase(**{**first.__dict__, "optimizer_impl": "fused"}),
+        ModelCase(**{**first.__dict__, "compiled": True}),
+        ModelCase(**{**first.__dict__, "profile": True, "optimizer_impl": "fused"}),
+    ]
+    if not quick:
+        variants += [ModelCase(**{**c.__dict__, "compiled": True}) for c in cases[1:4]]
+    return cases + variants
+
+
+def cases(ctx: Context) -> list[Case]:
+    out = []
+    for mc in grid(ctx.device, ctx.quick):
+        name = mc.name + ("/profile" if mc.profile else "")
+        out.append(Case(SUITE, name, lambda ctx, mc=mc, name=name: run(mc, name, ctx)))
+    return out
+
+
+def _available_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def run(mc: ModelCase, name: str, ctx: Context) -> Iterator[Row]:
+    spec, train = mc.spec(), mc.train()
+    est = estimate(spec, train, ParallelSpec(), ctx.hardware)
+    config = {k: v for k, v in mc.__dict__.items() if k != "profile"}
+
+    def row(quantity, predicted, measured, unit, status="ok", **extra) -> Row:
+        extra = {"config": config, **extra}
+        return Row(SUITE, name, quantity, predicted, measured, ctx.label, status, unit, extra)
+
+    need = est["memory_bytes.peak"]
+    if ctx.device.type == "cpu" and need > 0.8 * _available_bytes(ctx.device):
+        yield row("memory_bytes.peak", need, None, "bytes", "skipped", message="would not fit")
+        return
+    steps, warmup = (3, 1) if ctx.quick else (5, 2)
+    if mc.compiled:
+        warmup += 1  # the first steps compile forward and backward
+    if mc.profile:
+        yield from _profile_rows(mc, spec, train, est, ctx, row)
+        return
+    yield from _time_rows(mc, spec, train, est, ctx, row, steps, warmup)
+    if not mc.compiled or ctx.device.type == "cuda":  # inductor's buffers are not tensors
+        yield from _memory_rows(spec, train, est, ctx, row, mc.compiled)
+
+
+def _build(spec, train, ctx, compiled: bool):
+    torch.manual_seed(0)
+    model = TransformerLM.for_training(spec, train, ctx.device)
+    optimizer = make_optimizer(model.parameters(), train)
+    runner = torch.compile(model) if compiled else model
+    return model, runner, optimizer
+
+
+def _time_rows(mc, spec, train, est: Estimate, ctx, row, steps, warmup) -> Iterator[Row]:
+    model, runner, optimizer = _build(spec, train, ctx, mc.compiled)
+    batch = make_batch(model, train.micro_batch, train.seq, device=ctx.device)
+    times = time_phases(train_step(runner, optimizer, batch), ctx.device, steps, warmup)
+    stats = {phase: summarize(samples) for phase, samples in times.items()}
+    for phase, s in stats.items():
+        yield row(f"time_s.{phase}", est[f"time_s.{phase}"], s["mean"], "s", std=s["std"], n=s["n"])
+    useful = est["flops.conventions.useful"]
+    peak = ctx.hardware.peak(PRECISIONS[train.precision].peak_dtype)
+    step = stats["step"]["mean"]
+    yield row("tflops_per_device", est["tflops_per_device"], useful / step / 1e12, "TFLOP/s")
+    yield row("mfu", est["mfu"], useful / step / peak, "fraction")
+
+
+def _memory_rows(spec, train, est: Estimate, ctx, row, compiled: bool) -> Iterator[Row]:
+    if ctx.device.type == "cuda":
+        model, runner, optimizer = _build(spec, train, ctx, compiled)
+
+        def make():
+            return make_batch(model, train.micro_batch, train.seq, device=ctx.device)
+
+        peaks = cuda_peaks(runner, optimizer, make, ctx.device)
+        del model, runner, optimizer
+    else:
+        peaks = measure_peaks(spec, train, ctx.device)
+    for key in PEAKS:
+        yield row(f"memory_bytes.{key}", est[f"memory_bytes.{key}"], peaks[key], "bytes")
+
+
+def predicted_components(spec: ModelSpec, train: TrainSpec, est: Estimate) -> dict:
+    """costmodel's seconds per component, forward and backward (per-op roofline times)."""
+    layers, ops = spec.n_layers, {}
+    for op in ("attn_q", "attn_k", "attn_v", "attn_o", "attn_core", "ffn", "lm_head"):
+        key = f"roofline.{op}.time_s"
+        ops[op] = est[key] * (1 if op == "lm_head" else layers) if key in est.values else 0.0
+    fwd = {
+        "attn_qkv": ops["attn_q"] + ops["attn_k"] + ops["attn_v"],
+        "attn_o": ops["attn_o"],
+        "attn_core": ops["attn_core"],
+        "ffn": ops["ffn"],
+        "lm_head": ops["lm_head"],
+    }
+    core_bwd = 2.5 if train.attention == "flash" else 2.0
+    bwd = {k: (core_bwd if k == "attn_core" else 2.0) * v for k, v in fwd.items()}
+    fwd["elementwise"] = est["time_s.forward"] - sum(fwd.values())
+    bwd["elementwise"] = est["time_s.backward"] - sum(bwd.values())
+    return {"forward": fwd, "backward": bwd, "optimizer": {"optimizer": est["time_s.optimizer"]}}
+
+
+def _profile_rows(mc, spec, train, est: Estimate, ctx, row) -> Iterator[Row]:
+    model, runner, optimizer = _build(spec, train, ctx, mc.compiled)
+    batch = make_batch(model, train.micro_batch, train.seq, device=ctx.device)
+    phases = train_step(runner, optimizer, batch)
+    time_phases(phases, ctx.device, steps=1, warmup=1)
+    measured = profile_components(model, phases, ctx.device)
+    predicted = predicted_components(spec, train, est)
+    for phase, parts in predicted.items():
+        for comp in COMPONENTS:
+            if comp in parts:
+                got = measured[phase].get(comp, 0.0)
+                yield row(f"op_time_s.{phase}.{comp}", parts[comp], got, "s")
