@@ -45,6 +45,10 @@ class Hardware:
     """alpha across nodes."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Achievable fractions: matmul and attention (of peak FLOP/s), hbm, link, network."""
+    attention_flops: dict[str, float] = field(default_factory=dict)
+    """Measured fused-attention FLOP/s by dtype (causal work); overrides
+    ``efficiency.attention`` for that dtype (a CPU's bf16 attention need not scale with
+    its bf16 matmuls)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -67,6 +71,12 @@ class Hardware:
             have = ", ".join(k for k, v in self.peak_flops.items() if v)
             raise ValueError(f"hardware {self.name} has no {dtype} peak (has {have})")
         return float(value)
+
+    def attention_peak(self, dtype: str) -> float:
+        """Achievable fused-attention FLOP/s in ``dtype``."""
+        if self.attention_flops.get(dtype):
+            return float(self.attention_flops[dtype])
+        return self.peak(dtype) * self.efficiency.get("attention", self.eff("matmul"))
 
     def eff(self, key: str) -> float:
         return float(self.efficiency.get(key, 1.0))

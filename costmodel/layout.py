@@ -81,7 +81,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         v: par.pp_interleave,
         C: peak,
         C_eff: peak * hw.eff("matmul"),
-        C_attn: peak * hw.efficiency.get("attention", hw.eff("matmul")),
+        C_attn: hw.attention_peak(PRECISIONS[train.precision].peak_dtype),
         W_hbm: hw.hbm_bw * hw.eff("hbm"),
         S_bucket: par.bucket_mb * 2**20,
     }

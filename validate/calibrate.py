@@ -4,14 +4,17 @@
 ``costmodel`` loads with ``--hardware profile.json``. Every number is what a framework op
 achieves here, so the profile's efficiencies are 1 (matmul, hbm) or measured (attention):
 
-- ``peak_flops[dtype]``: median FLOP/s of ``F.linear`` over the shapes a transformer runs
-  (tokens x d -> 3d, 4d, d and the LM head), not a square-matmul best case;
-- ``efficiency.attention``: causal ``scaled_dot_product_attention`` forward FLOP/s, counted
-  as costmodel's roofline runs a fused causal core (the unmasked half, 2·b·H·T²·d_h), over
-  the bf16 (GPU) or fp32 (CPU) matmul rate;
-- ``hbm_bw``: bytes/s of an out-of-place elementwise op (``torch.add``: two reads, one
-  write into a fresh tensor), as the model's norms, activations and residuals run; on CPU
-  this includes the page faults of fresh allocations, which in-place copies do not see.
+- ``peak_flops[dtype]``: FLOP/s of one transformer layer's chain of ``F.linear`` calls
+  (tokens x d -> 3d, d, 4d, 4d -> d and an LM head; median over token counts), not a
+  square-matmul best case;
+- ``attention_flops[dtype]``: causal ``scaled_dot_product_attention`` forward FLOP/s in fp32
+  and bf16, counted as costmodel's roofline runs a fused causal core (the unmasked half,
+  2·b·H·T²·d_h); ``efficiency.attention`` is the bf16 (GPU) or fp32 (CPU) one over that
+  dtype's matmul rate, for readers of the profile;
+- ``hbm_bw``: bytes/s of a copy (STREAM's Copy: one read, one write), best of repeats;
+  ``measured.add_bw`` is an out-of-place add for comparison. Both run under the caching
+  allocator settings of ``validate.cpu_env``: without them a fresh 256 MiB output costs
+  page faults and the add reads ~8 GB/s instead of ~40 GB/s on the 2-core CI machine.
 
 CPU runs re-execute under a caching allocator (``validate.cpu_env``). CUDA: CUDA events
 after warm-up; CPU: ``torch.utils.benchmark`` on all intra-op threads
@@ -54,44 +57,62 @@ def time_call(fn, device: torch.device, min_run_time: float = 0.3) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
-def linear_shapes(device: torch.device) -> list[tuple[int, int, int]]:
-    """(tokens, in, out) of a transformer's matmuls at a size this device runs quickly."""
-    tokens, d, vocab = (8192, 4096, 32768) if device.type == "cuda" else (1024, 768, 32768)
-    return [
-        (tokens, d, 3 * d),
-        (tokens, d, d),
-        (tokens, d, 4 * d),
-        (tokens, 4 * d, d),
-        (tokens, d, vocab),
-    ]
+def layer_shapes(device: torch.device) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
+    """Token counts and the (in, out) of one layer's matmuls plus an LM head."""
+    cuda = device.type == "cuda"
+    counts, d, vocab = ((2048, 8192), 4096, 32768) if cuda else ((256, 512, 1024), 768, 32768)
+    return counts, [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d), (d, vocab)]
 
 
 def matmul_flops(dtype: torch.dtype, device: torch.device) -> float:
-    """Median FLOP/s of ``F.linear`` over :func:`linear_shapes` (scaled down if slow)."""
+    """Median over token counts of the FLOP/s of one layer's ``F.linear`` chain.
+
+    The chain (QKV, output, FFN up and down, LM head) runs as a model runs them, each
+    weight evicted from cache by the others, rather than one shape repeated hot, which on
+    CPUs reads up to 25 % faster than the same shapes inside a model.
+    """
+    counts, shapes = layer_shapes(device)
     rates = []
-    for n, k, n2 in linear_shapes(device):
-        x = torch.randn(n, k, device=device, dtype=dtype)
-        w = torch.randn(n2, k, device=device, dtype=dtype)
-        seconds = time_call(lambda x=x, w=w: F.linear(x, w), device)
-        rates.append(2 * n * k * n2 / seconds)
-        if seconds > 1.0:  # a dtype without fast kernels (fp16 on most CPUs): one shape is enough
+    for n in counts:
+        xs = {k: torch.randn(n, k, device=device, dtype=dtype) for k, _ in shapes}
+        ws = [torch.randn(out, k, device=device, dtype=dtype) for k, out in shapes]
+
+        def chain(xs=xs, ws=ws) -> None:
+            for w in ws:
+                F.linear(xs[w.shape[1]], w)
+
+        seconds = min(time_call(chain, device) for _ in range(2))  # load only slows
+        rates.append(2 * n * sum(k * out for k, out in shapes) / seconds)
+        if seconds > 1.0:  # a dtype without fast kernels (fp16 on most CPUs): one is enough
             break
     return statistics.median(rates)
 
 
 def attention_flops(dtype: torch.dtype, device: torch.device) -> float:
-    b, h, t, d = (8, 32, 4096, 128) if device.type == "cuda" else (1, 12, 1024, 64)
-    q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype) for _ in range(3))
-    seconds = time_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
-    return 2 * b * h * t * t * d / seconds
+    """Median over sequence lengths of causal SDPA forward FLOP/s (causal half counted)."""
+    b, h, d, seqs = (
+        (8, 32, 128, (1024, 4096)) if device.type == "cuda" else (1, 12, 64, (256, 1024))
+    )
+    rates = []
+    for t in seqs:
+        q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype) for _ in range(3))
+        seconds = min(
+            time_call(
+                lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                device,
+            )
+            for _ in range(2)
+        )
+        rates.append(2 * b * h * t * t * d / seconds)
+    return statistics.median(rates)
 
 
 def elementwise_bandwidth(device: torch.device, nbytes: int) -> tuple[float, float]:
     """(out-of-place add, in-place copy) bytes/s."""
     x = torch.ones(nbytes // 4, device=device)
     y = torch.empty_like(x)
-    add = 3 * nbytes / time_call(lambda: torch.add(x, x), device)
-    copy = 2 * nbytes / time_call(lambda: y.copy_(x), device)
+    add = 3 * nbytes / min(time_call(lambda: torch.add(x, x), device) for _ in range(2))
+    copy = 2 * nbytes / min(time_call(lambda: y.copy_(x), device) for _ in range(2))
     return add, copy
 
 
@@ -110,19 +131,19 @@ def profile(device: torch.device, nbytes: int) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         peaks["tf32"] = matmul_flops(torch.float32, device)
         torch.backends.cuda.matmul.allow_tf32 = False
+    attention = {k: attention_flops(DTYPES[k], device) for k in ("fp32", "bf16")}
     attn_dtype = "bf16" if device.type == "cuda" else "fp32"
-    attention = attention_flops(DTYPES[attn_dtype], device)
     add_bw, copy_bw = elementwise_bandwidth(device, nbytes)
     name, capacity = _machine(device)
     return {
         "name": "measured",
         "kind": "gpu" if device.type == "cuda" else "cpu",
         "source": f"validate.calibrate on {name}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; F.linear medians over transformer shapes, "
-        f"causal SDPA, {nbytes / 2**20:.0f} MiB elementwise add",
+        f"{torch.get_num_threads()} threads; F.linear layer chains, "
+        f"causal SDPA, {nbytes / 2**20:.0f} MiB copy",
         "peak_flops": {k: peaks.get(k) for k in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")},
         "hbm_bytes": capacity,
-        "hbm_bw": add_bw,
+        "hbm_bw": copy_bw,
         "link_bw": copy_bw,
         "link_bw_bidir": 2 * copy_bw,
         "links_per_axis": 1,
@@ -132,17 +153,13 @@ def profile(device: torch.device, nbytes: int) -> dict:
         "network_latency_s": 1e-4,
         "efficiency": {
             "matmul": 1.0,
-            "attention": min(1.0, attention / peaks[attn_dtype]),
+            "attention": min(1.0, attention[attn_dtype] / peaks[attn_dtype]),
             "hbm": 1.0,
             "link": 1.0,
             "network": 1.0,
         },
-        "measured": {
-            "attention_flops": attention,
-            "attention_dtype": attn_dtype,
-            "copy_bw": copy_bw,
-            "add_bw": add_bw,
-        },
+        "attention_flops": attention,
+        "measured": {"copy_bw": copy_bw, "add_bw": add_bw},
     }
 
 
