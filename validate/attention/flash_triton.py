@@ -20,8 +20,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import triton
+import triton.language as tl
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 _TILES = [(bm, bn, w) for bm in (64, 128) for bn in (32, 64) for w in (4, 8)]
@@ -65,7 +65,7 @@ def _probs(q, k, rows, cols, n_q, n_k, lse, scale, CAUSAL: tl.constexpr, UPCAST:
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, L, n_q, n_k, head_dim, scale,
+    Q, K, V, Out, L, n_q, n_k, head_dim, scale,
     CAUSAL: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -93,16 +93,16 @@ def _fwd_kernel(
         acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST)
         m_i = m_new
     out = acc / l_i[:, None]
-    _store(O + bh * n_q * head_dim, rows, n_q, offs_d, head_dim, out.to(O.dtype.element_ty))
+    _store(Out + bh * n_q * head_dim, rows, n_q, offs_d, head_dim, out.to(Out.dtype.element_ty))
     tl.store(L + bh * n_q + rows, m_i + tl.log(l_i), mask=rows < n_q)
 
 
 @triton.jit
-def _bwd_delta_kernel(O, DO, Delta, n_q, head_dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+def _bwd_delta_kernel(Out, DO, Delta, n_q, head_dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    o = _load(O + bh * n_q * head_dim, rows, n_q, offs_d, head_dim).to(tl.float32)
+    o = _load(Out + bh * n_q * head_dim, rows, n_q, offs_d, head_dim).to(tl.float32)
     do = _load(DO + bh * n_q * head_dim, rows, n_q, offs_d, head_dim).to(tl.float32)
     tl.store(Delta + bh * n_q + rows, tl.sum(o * do, 1), mask=rows < n_q)
 
