@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .hardware import Hardware
 from .symbols import as_expr
 
 KERNELS = ("naive", "flash")
@@ -116,3 +117,19 @@ def attention_estimate(spec: AttentionSpec) -> dict[str, int]:
     values = {b: spec.batch, h: spec.heads, N: spec.seq, d: spec.head_dim, tile: spec.tile}
     exprs = attention_costs(spec.kernel, spec.causal, DTYPE_BYTES[spec.dtype])
     return {k: int(as_expr(v).subs(values)) for k, v in exprs.items()}
+
+
+def attention_time(spec: AttentionSpec, hw: Hardware) -> dict[str, float]:
+    """Roofline seconds of forward and backward on ``hw`` (Williams et al. 2009).
+
+    Each pass takes max(executed FLOPs / rate, HBM bytes / bandwidth); the naive kernel's
+    matmuls run at the matmul rate, the fused kernel at the measured attention rate.
+    """
+    est = attention_estimate(spec)
+    rate = hw.attention_peak(spec.dtype) if spec.kernel == "flash" else hw.peak(spec.dtype)
+    rate *= 1.0 if spec.kernel == "flash" else hw.eff("matmul")
+    bandwidth = hw.hbm_bw * hw.eff("hbm")
+    return {
+        f"time_s.{p}": max(est[f"flops.{p}_executed"] / rate, est[f"hbm_bytes.{p}"] / bandwidth)
+        for p in ("forward", "backward")
+    }

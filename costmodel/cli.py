@@ -211,6 +211,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from .cli_attention import add_attention
     from .cli_solve import add_bounds_and_solve
 
     parser = argparse.ArgumentParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
@@ -229,6 +230,7 @@ def make_parser() -> argparse.ArgumentParser:
     pre.add_argument("--json", action="store_true")
     pre.set_defaults(func=_cmd_presets)
     add_bounds_and_solve(sub)
+    add_attention(sub, _int_arg)
     return parser
 
 

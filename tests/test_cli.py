@@ -135,3 +135,21 @@ def test_argparse_rejects_bad_types():
 def test_presets_command(capsys):
     assert main(["presets"]) == 0
     assert "llama3-405b" in capsys.readouterr().out
+
+
+def test_attention_command_json(capsys):
+    argv = ["attention", "--batch", "8", "--seq", "16384", "--head-dim", "16", "--heads", "1"]
+    assert main([*argv, "--kernel", "naive", "--dtype", "fp32", "--causal", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("flops.forward", "flops.backward", "memory_bytes.after_forward",
+                "memory_bytes.peak", "hbm_bytes"):  # fmt: skip
+        assert isinstance(out[key], int) and out[key] > 0
+    # P (8 x 16384² fp32) dominates what naive keeps: 8.6 GB of the total
+    assert out["memory_bytes.after_forward"] == 4 * (4 * 8 * 16384 * 16 + 8 * 16384**2) + 16384**2
+    assert main([*argv, "--kernel", "flash", "--hardware", "h100-sxm"]) == 0
+    assert "time_s.forward" in capsys.readouterr().out
+
+
+def test_attention_command_bad_input(capsys):
+    assert main(["attention", "--batch", "0", "--seq", "8", "--head-dim", "16"]) == 2
+    assert "batch must be an integer >= 1" in capsys.readouterr().err

@@ -177,3 +177,17 @@ def test_smoke_cuda_model_case_and_profile(tmp_path):
     peak = next(r for r in rows if r["quantity"] == "memory_bytes.peak")
     assert abs(peak["rel_err"]) < 0.10
     assert any(r["quantity"].startswith("op_time_s.") for r in rows)
+
+
+def test_smoke_attention_suite_cpu(tmp_path):
+    out = tmp_path / "out"
+    args = ["--quick", "--device", "cpu", "--hardware", "cpu", "--out", str(out)]
+    args += ["--suite", "attention"]
+    assert run_module.main([*args, "--filter", "correctness"]) == 0
+    assert run_module.main([*args, "--filter", "naive/fp32/seq256/d16", "--resume"]) == 0
+    rows = read_rows(out)
+    errors = [r for r in rows if r["quantity"].startswith("max_abs_error")]
+    assert len(errors) == 8 and all(r["measured"] < r["tolerance"] for r in errors)
+    memory = [r for r in rows if r["quantity"].startswith("memory_bytes")]
+    assert len(memory) == 2 and all(r["rel_err"] == 0 for r in memory)  # naive: exact
+    assert "Attention kernels" in (out / "report.md").read_text()

@@ -13,8 +13,8 @@ achieves here, so the profile's efficiencies are 1 (matmul, hbm) or measured (at
   dtype's matmul rate, for readers of the profile;
 - ``hbm_bw``: bytes/s of a copy (STREAM's Copy: one read, one write), best of repeats;
   ``measured.add_bw`` is an out-of-place add for comparison. Both run under the caching
-  allocator settings of ``validate.cpu_env``: without them a fresh 256 MiB output costs
-  page faults and the add reads ~8 GB/s instead of ~40 GB/s on the 2-core CI machine.
+  allocator of ``validate.cpu_env`` (jemalloc when installed): without it a fresh 256 MiB
+  output costs page faults and the add reads ~8 GB/s instead of ~40 GB/s here.
 
 CPU runs re-execute under a caching allocator (``validate.cpu_env``). CUDA: CUDA events
 after warm-up; CPU: ``torch.utils.benchmark`` on all intra-op threads
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
-from validate.cpu_env import reexec_with_caching_allocator
+from validate.cpu_env import active_allocator, reexec_with_caching_allocator
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -159,7 +159,7 @@ def profile(device: torch.device, nbytes: int) -> dict:
             "network": 1.0,
         },
         "attention_flops": attention,
-        "measured": {"copy_bw": copy_bw, "add_bw": add_bw},
+        "measured": {"copy_bw": copy_bw, "add_bw": add_bw, "allocator": active_allocator()},
     }
 
 

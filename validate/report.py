@@ -18,6 +18,7 @@ from typing import Any
 
 import altair as alt
 
+from validate.report_attention import attention_chart, attention_table
 from validate.results import read_rows
 
 TIME_QUANTITIES = ("time_s.forward", "time_s.backward", "time_s.step")
@@ -26,10 +27,12 @@ MEMORY_QUANTITIES = (
     "memory_bytes.peak_forward_backward",
     "memory_bytes.peak",
 )
+ATTENTION_MEMORY = ("memory_bytes.after_forward", "memory_bytes.peak")
 TARGETS = (  # (label, suite, quantities, bound on the median |rel_err|)
     ("exact counts: zero error", "accounting", None, 0.0),
     ("forward/backward/step time: median |error| <= 15 %", "model", TIME_QUANTITIES, 0.15),
     ("peak memory: median |error| <= 10 %", "model", MEMORY_QUANTITIES, 0.10),
+    ("attention memory: median |error| <= 10 %", "attention", ATTENTION_MEMORY, 0.10),
 )
 
 
@@ -123,6 +126,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             ],
         )
     )
+    parts.append(attention_table(rows))
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         parts.append("\n## Not measured (OOM, errors, skipped)\n")
@@ -162,7 +166,11 @@ def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
         if r["status"] == "ok" and r["predicted"] and r["measured"]
     ]
     out = []
-    timed = [r for r in ok if r["suite"] != "accounting" and not r["quantity"].startswith("op_")]
+    timed = [
+        r
+        for r in ok
+        if r["suite"] not in ("accounting", "attention") and not r["quantity"].startswith("op_")
+    ]
     if timed:
         data = alt.Data(values=timed)
         log = alt.Scale(type="log")
@@ -216,7 +224,8 @@ def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
                 tooltip=["case:N", "phase:N", "component:N", "source:N", "seconds:Q"],
             )
         )
-    return out
+    scaling = attention_chart(rows)
+    return out if scaling is None else [*out, scaling]
 
 
 def html_page(rows: list[dict[str, Any]]) -> str:

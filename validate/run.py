@@ -1,6 +1,6 @@
 """Run real code, measure it, and compare with costmodel's predictions.
 
-    python -m validate.run [--suite all|accounting|model] [--device auto|cpu|cuda]
+    python -m validate.run [--suite all|accounting|model|attention] [--device auto|cpu|cuda]
                            [--quick] [--out DIR] [--resume] [--hardware PROFILE] [--filter S]
 
 Writes ``DIR/results.jsonl`` (a row per measurement, appended as measured),
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from costmodel.hardware import Hardware, get_hardware
-from validate import suite_accounting, suite_model
+from validate import suite_accounting, suite_attention, suite_model
 from validate.calibrate import profile
 from validate.cpu_env import reexec_with_caching_allocator
 from validate.report import targets, write_report
@@ -32,6 +32,7 @@ from validate.runner import Case, Context, run_cases
 SUITES: dict[str, Callable[[Context], list[Case]]] = {
     "accounting": suite_accounting.cases,
     "model": suite_model.cases,
+    "attention": suite_attention.cases,
 }
 
 

@@ -24,6 +24,11 @@ import triton
 import triton.language as tl
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+if INTERPRETED and type(tl.zeros).__name__ != "InterpretedFunction":
+    raise ImportError(
+        "triton was imported before TRITON_INTERPRET=1 was set: import validate first, "
+        "or set TRITON_INTERPRET=1 in the environment"
+    )
 _TILES = [(bm, bn, w) for bm in (64, 128) for bn in (32, 64) for w in (4, 8)]
 _CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=2) for bm, bn, w in _TILES
