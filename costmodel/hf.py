@@ -34,6 +34,14 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"hf-config: cannot read {path}: {err}") from err
+    return model_from_hf_dict(cfg, path)
+
+
+def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpec:
+    """The same from an already parsed ``config.json`` (an upload); ``source`` names it."""
+    path = Path(source)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: a config.json must hold a JSON object")
     kind = cfg.get("model_type")
     if kind == "gpt2":
         d = _require(cfg, "n_embd", path)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from .estimate import estimate
+from .estimate import estimate, structure_of
 from .hardware import Hardware
 from .memory import activation_memory, state_memory
 from .parallel import ParallelSpec
@@ -26,8 +26,22 @@ from .symbols import T, b, values_for
 N_fsdp = sp.Symbol("N_FSDP", positive=True)
 
 
+_EXPR_CACHE: dict[tuple, dict[str, sp.Expr]] = {}
+
+
 def min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[str, sp.Expr]:
-    """Per-device memory as a function of N_FSDP, and the N where it meets a budget."""
+    """Per-device memory as a function of N_FSDP, and the N where it meets a budget.
+
+    The expressions depend only on the specs' structure (sizes are symbols), so they are
+    solved once per structure and fraction.
+    """
+    key = (structure_of(model, train), fraction)
+    if key not in _EXPR_CACHE:
+        _EXPR_CACHE[key] = _min_fsdp_expr(model, train, fraction)
+    return _EXPR_CACHE[key]
+
+
+def _min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[str, sp.Expr]:
     budget = sp.Symbol("M_budget", positive=True)
     state = sum(state_memory(model, train).values())
     acts = activation_memory(model, train)["total"]

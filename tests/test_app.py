@@ -1,34 +1,126 @@
-"""The Streamlit page renders, reacts to widgets and reports bad input as a message."""
+"""The Streamlit explorer: pages render, widgets change outputs, bad input is a message,
+the URL carries the state (``streamlit.testing.v1.AppTest``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
+from explorer.state import FIELDS, build, from_query, to_query
+
 APP = str(Path(__file__).parent.parent / "app.py")
+
+
+def _app(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
 
 
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
-def test_renders_default_preset():
-    at = AppTest.from_file(APP, default_timeout=60).run()
+def test_renders_default_setup_with_every_section():
+    at = _app()
     assert not at.exception
     assert metric(at, "parameters") == "3.41 B"
+    assert "Fits" in at.success[0].value
+    labels = {m.label for m in at.metric}
+    for label in ("memory per device (GiB)", "step time (s)", "tokens/s", "MFU", "days to train"):
+        assert label in labels
+    assert len(at.tabs) == 6
+    assert len(at.get("vega_lite_chart")) == 5  # memory x2, comm, FLOPs, roofline
+    assert len(at.latex) >= 5
+    assert [c for c in at.caption if c.value.startswith("computed in")]
 
 
-def test_longer_sequence_needs_more_activation_memory():
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    before = float(metric(at, "activations (GiB)"))
-    at.number_input[1].set_value(4096).run()
-    assert float(metric(at, "activations (GiB)")) > before
+def test_widgets_change_outputs_and_the_url():
+    at = _app()
+    before = float(metric(at, "memory per device (GiB)"))
+    at.number_input(key="seq").set_value(4096).run()
+    assert float(metric(at, "memory per device (GiB)")) > before
+    assert at.query_params["seq"] in ("4096", ["4096"])
+    step = float(metric(at, "step time (s)"))
+    at.selectbox(key="hardware").set_value("a100-80gb").run()
+    assert float(metric(at, "step time (s)")) > step  # slower device, same work
+    at.number_input(key="token_budget").set_value(1e9).run()
+    assert metric(at, "days to train") != "–"
 
 
-def test_bad_input_is_a_message_not_a_traceback():
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.number_input[0].set_value(6).run()
-    at.number_input[2].set_value(4).run()  # grad_accum must divide batch
+def test_url_reproduces_the_view():
+    at = _app(preset="gpt2", batch="64", seq="512", fsdp="4", zero="2")
     assert not at.exception
-    assert "grad_accum must divide batch" in at.error[0].value
+    assert at.selectbox(key="preset").value == "gpt2"
+    assert at.number_input(key="batch").value == 64
+    assert metric(at, "parameters") == "124.44 M"
+    shared = dict(at.query_params)
+    again = _app(**{k: v[0] if isinstance(v, list) else v for k, v in shared.items()})
+    assert metric(again, "memory per device (GiB)") == metric(at, "memory per device (GiB)")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"grad_accum": 3}, "grad_accum must divide batch"),
+        ({"tp": 3}, "must divide gpus"),
+        ({"n_heads": 7}, "n_heads"),
+    ],
+)
+def test_bad_input_is_a_message_next_to_the_widget(changes, message):
+    at = _app()
+    for key, value in changes.items():
+        at.number_input(key=key).set_value(value).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(message in e for e in errors), errors
+    assert any(message in e.value for e in at.sidebar.error), "shown in the sidebar section"
+
+
+def test_bad_url_parameters_are_warnings_not_tracebacks():
+    at = _app(batch="lots", precision="fp64", evil="__import__('os')")
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    assert "batch='lots'" in warnings and "precision='fp64'" in warnings and "'evil'" in warnings
+    assert metric(at, "parameters") == "3.41 B"  # defaults used
+
+
+def test_does_not_fit_is_said_plainly():
+    at = _app(preset="llama3-70b", fsdp="1", gpus_per_node="1")
+    assert not at.exception
+    assert "Does not fit" in at.error[0].value
+
+
+def test_state_round_trip_and_build_errors():
+    values, problems = from_query({"batch": "8", "sequence_parallel": "1", "zero": "4"})
+    assert values["batch"] == 8 and values["sequence_parallel"] is True
+    assert problems and "zero" in problems[0]
+    assert from_query(to_query(values))[0] == values
+    defaults = {f.key: f.default for f in FIELDS}
+    setup, errors = build({**defaults, "nodes": 2})
+    assert errors == {} and setup.parallel.dp == 2 and setup.devices == 16
+    _, errors = build({**defaults, "seq": 0})
+    assert "seq must be >= 1" in errors["training"]
+
+
+def test_results_page_plots_a_results_folder(tmp_path):
+    from validate.results import ResultsLog, Row
+
+    log = ResultsLog(tmp_path)
+    log.write([Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s")])
+    at = AppTest.from_function(_results_page, args=(str(tmp_path),), default_timeout=60).run()
+    assert not at.exception
+    assert at.metric[0].value == "1"
+    assert len(at.get("vega_lite_chart")) == 1
+
+
+def _results_page(folder: str) -> None:
+    import streamlit as st
+
+    from explorer.pages import results_page
+
+    st.session_state.setdefault("results_dir", folder)
+    results_page()

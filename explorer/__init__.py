@@ -1,0 +1,1 @@
+"""The Streamlit explorer (``app.py``): inputs and URL state, charts, pages."""

@@ -1,0 +1,187 @@
+"""Altair charts of one setup: memory vs sequence and batch, FLOPs by op, compute vs
+communication vs batch, and the roofline with the ops placed on it. Pure functions of the
+specs (no Streamlit), so they are tested and cached outside the page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+
+from costmodel import estimate
+from costmodel.precision import PRECISIONS
+from costmodel.units import GIB
+from explorer.state import Setup
+
+MEMORY_PARTS = ("params", "master", "grads", "optimizer", "activations")
+
+
+def _estimate(setup: Setup, **train_changes: Any):
+    train = setup.train.replace(**train_changes)
+    return estimate(setup.model, train, setup.parallel, setup.hardware)
+
+
+def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, Any]]:
+    """Per-device memory by component at each ``batch`` or ``seq`` value (GiB)."""
+    rows = []
+    for value in values:
+        try:
+            est = _estimate(setup, **{field: value})
+        except ValueError:
+            continue  # not divisible by the layout at this value
+        for part in MEMORY_PARTS:
+            gib = est[f"memory_bytes_per_device.{part}"] / GIB
+            rows.append({field: value, "component": part, "GiB": gib})
+        rows.append(
+            {field: value, "component": "peak", "GiB": est["memory_bytes_per_device.peak"] / GIB}
+        )
+    return rows
+
+
+def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
+    data = memory_rows(setup, field, values)
+    parts = [r for r in data if r["component"] != "peak"]
+    peaks = [r for r in data if r["component"] == "peak"]
+    capacity = setup.hardware.hbm_bytes / GIB
+    x = alt.X(f"{field}:O", title=field)
+    bars = (
+        alt.Chart(alt.Data(values=parts))
+        .mark_bar()
+        .encode(
+            x,
+            alt.Y("GiB:Q", stack="zero", title="GiB per device"),
+            alt.Color("component:N"),
+            tooltip=[f"{field}:O", "component:N", alt.Tooltip("GiB:Q", format=".2f")],
+        )
+    )
+    peak = (
+        alt.Chart(alt.Data(values=peaks))
+        .mark_line(point=True, color="black")
+        .encode(
+            x,
+            alt.Y("GiB:Q"),
+            tooltip=[f"{field}:O", alt.Tooltip("GiB:Q", format=".2f", title="peak")],
+        )
+    )
+    rule = alt.Chart(alt.Data(values=[{"GiB": capacity}])).mark_rule(color="red", strokeDash=[6, 3])
+    rule = rule.encode(alt.Y("GiB:Q"), tooltip=[alt.Tooltip("GiB:Q", title="capacity")])
+    title = f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} capacity)"
+    return alt.layer(bars, peak, rule, title=title)
+
+
+def flops_chart(values: dict[str, float]) -> alt.Chart:
+    rows = []
+    for phase in ("forward", "backward"):
+        prefix = f"flops.{phase}_by_op."
+        rows += [
+            {"op": k[len(prefix) :], "phase": phase, "FLOPs": v}
+            for k, v in values.items()
+            if k.startswith(prefix) and k != prefix + "total"
+        ]
+    return (
+        alt.Chart(alt.Data(values=rows), title="FLOPs per step by op")
+        .mark_bar()
+        .encode(
+            alt.X("FLOPs:Q", stack="zero"),
+            alt.Y("op:N", sort="-x"),
+            alt.Color("phase:N"),
+            tooltip=["op:N", "phase:N", alt.Tooltip("FLOPs:Q", format=".3e")],
+        )
+    )
+
+
+def comm_rows(setup: Setup, batches: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for batch in batches:
+        try:
+            est = _estimate(setup, batch=batch)
+        except ValueError:
+            continue
+        for name in ("compute", "comm"):
+            rows.append({"batch": batch, "time": name, "seconds": est[f"time_s.{name}"]})
+    return rows
+
+
+def crossover(rows: list[dict[str, Any]]) -> int | None:
+    """Smallest batch whose compute time reaches its communication time."""
+    by_batch: dict[int, dict[str, float]] = {}
+    for r in rows:
+        by_batch.setdefault(r["batch"], {})[r["time"]] = r["seconds"]
+    hits = [b for b, t in sorted(by_batch.items()) if t["compute"] >= t["comm"]]
+    return hits[0] if hits else None
+
+
+def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
+    rows = comm_rows(setup, batches)
+    lines = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_line(point=True)
+        .encode(
+            alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="global batch (sequences)"),
+            alt.Y("seconds:Q", scale=alt.Scale(type="log"), title="seconds per step"),
+            alt.Color("time:N"),
+            tooltip=["batch:Q", "time:N", alt.Tooltip("seconds:Q", format=".4g")],
+        )
+    )
+    cross = crossover(rows)
+    title = "Compute vs communication per step" + (
+        f": compute-bound from batch {cross}" if cross else ": communication-bound throughout"
+    )
+    if cross is None:
+        return lines.properties(title=title)
+    rule = alt.Chart(alt.Data(values=[{"batch": cross}])).mark_rule(strokeDash=[4, 4])
+    return alt.layer(lines, rule.encode(alt.X("batch:Q")), title=title)
+
+
+def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]]:
+    """Each op at its arithmetic intensity, on the attainable-FLOP/s roofline."""
+    peak = setup.hardware.peak(PRECISIONS[setup.train.precision].peak_dtype)
+    compute = peak * setup.hardware.eff("matmul")
+    bandwidth = setup.hardware.hbm_bw * setup.hardware.eff("hbm")
+    rows = []
+    for key, intensity in values.items():
+        if key.startswith("roofline.") and key.endswith(".intensity"):
+            op = key.split(".")[1]
+            rows.append(
+                {
+                    "op": op,
+                    "intensity": intensity,
+                    "FLOP/s": min(compute, intensity * bandwidth),
+                    "bound": "compute" if intensity * bandwidth >= compute else "memory",
+                }
+            )
+    return rows
+
+
+def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
+    ops = roofline_rows(setup, values)
+    compute = setup.hardware.peak(PRECISIONS[setup.train.precision].peak_dtype)
+    compute *= setup.hardware.eff("matmul")
+    bandwidth = setup.hardware.hbm_bw * setup.hardware.eff("hbm")
+    lo = min([r["intensity"] for r in ops] + [1.0]) / 2
+    hi = max([r["intensity"] for r in ops] + [compute / bandwidth]) * 2
+    xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]
+    line = [{"intensity": x, "FLOP/s": min(compute, x * bandwidth)} for x in xs]
+    log = alt.Scale(type="log")
+    roof = (
+        alt.Chart(alt.Data(values=line))
+        .mark_line(color="gray")
+        .encode(
+            alt.X("intensity:Q", scale=log, title="arithmetic intensity (FLOP/byte)"),
+            alt.Y("FLOP/s:Q", scale=log, title="attainable FLOP/s"),
+        )
+    )
+    points = (
+        alt.Chart(alt.Data(values=ops))
+        .mark_point(size=90, filled=True)
+        .encode(
+            alt.X("intensity:Q"),
+            alt.Y("FLOP/s:Q"),
+            alt.Color("op:N"),
+            alt.Shape("bound:N"),
+            tooltip=["op:N", alt.Tooltip("intensity:Q", format=".1f"), "bound:N"],
+        )
+    )
+    ridge = compute / bandwidth
+    title = f"Roofline on {setup.hardware.name}: ridge at {ridge:.0f} FLOP/byte"
+    return alt.layer(roof, points, title=title)

@@ -1,0 +1,294 @@
+"""The explorer's pages: the estimate (inputs in the sidebar) and validation results."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import streamlit as st
+import sympy as sp
+
+from costmodel import PRESETS, estimate
+from costmodel import specs as S
+from costmodel.bounds import critical_batch
+from costmodel.estimate import compiled, structure_of
+from costmodel.hardware import HARDWARE
+from costmodel.hf import model_from_hf_dict
+from costmodel.parallel import OVERLAP_RULES
+from costmodel.solve import min_fsdp
+from costmodel.units import GB, GIB, fmt_count
+from explorer import charts
+from explorer.state import FIELDS, MODEL_OVERRIDES, Setup, build, from_query, to_query
+
+
+def init_state() -> None:
+    """Session state from the URL on first load (bad parameters become warnings)."""
+    if st.session_state.get("_initialised"):
+        return
+    values, problems = from_query(st.query_params.to_dict())
+    for key, value in values.items():
+        if value is not None:  # optional overrides stay unset: the widget shows the preset's
+            st.session_state[key] = value
+    st.session_state["_problems"] = problems
+    st.session_state["_initialised"] = True
+
+
+def _errors(errors: dict[str, str], section: str) -> None:
+    if section in errors:
+        st.error(errors[section], icon="⚠️")
+
+
+def sidebar() -> tuple[dict[str, Any], Any]:
+    """The inputs; returns their values and an uploaded model (or None)."""
+    st.header("Model")
+    upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"])
+    st.selectbox("preset", list(PRESETS), key="preset", disabled=upload is not None)
+    with st.expander("override fields"):
+        for key in MODEL_OVERRIDES:
+            unset = {} if key in st.session_state else {"value": None}
+            st.number_input(
+                key, min_value=1, step=1, key=key, placeholder="preset's value", **unset
+            )
+    model_slot = st.empty()
+    st.header("Training")
+    st.number_input("batch (sequences per step)", min_value=1, step=1, key="batch")
+    st.number_input("sequence length", min_value=1, step=128, key="seq")
+    st.selectbox("precision", S.PRECISIONS, key="precision")
+    st.selectbox("optimizer", S.OPTIMIZERS, key="optimizer")
+    st.selectbox("optimizer implementation", S.OPTIMIZER_IMPLS, key="optimizer_impl")
+    st.selectbox("attention kernel", S.ATTENTION_KERNELS, key="attention")
+    st.selectbox("recomputation", S.RECOMPUTE_POLICIES, key="recompute")
+    st.number_input("gradient accumulation steps", min_value=1, step=1, key="grad_accum")
+    train_slot = st.empty()
+    st.header("Cluster and layout")
+    st.selectbox("device", list(HARDWARE), key="hardware")
+    st.number_input("GPUs per node", min_value=1, step=1, key="gpus_per_node")
+    st.number_input("nodes", min_value=1, step=1, key="nodes")
+    cols = st.columns(2)
+    cols[0].number_input("fsdp", min_value=1, step=1, key="fsdp")
+    cols[1].selectbox("ZeRO stage", [1, 2, 3], key="zero")
+    cols[0].number_input("tp", min_value=1, step=1, key="tp")
+    cols[1].number_input("pp", min_value=1, step=1, key="pp")
+    cols[0].number_input("cp", min_value=1, step=1, key="cp")
+    st.checkbox("sequence parallel (with tp)", key="sequence_parallel")
+    st.radio("overlap of communication", OVERLAP_RULES, key="overlap", horizontal=True)
+    st.caption("dp fills the devices the other degrees leave.")
+    cluster_slot = st.empty()
+    st.header("Budget")
+    st.number_input("token budget", min_value=0.0, step=1e9, format="%.3g", key="token_budget")
+    st.number_input("$ per device-hour", min_value=0.0, step=0.5, key="price_per_hour")
+    values = {f.key: st.session_state.get(f.key, f.default) for f in FIELDS}
+    uploaded = None
+    if upload is not None:
+        try:
+            uploaded = model_from_hf_dict(json.loads(upload.getvalue()), upload.name)
+        except (ValueError, UnicodeDecodeError) as err:
+            model_slot.error(f"{upload.name}: {err}", icon="⚠️")
+    st.query_params.from_dict(to_query(values))
+    return values, (
+        uploaded,
+        {"model": model_slot, "training": train_slot, "cluster": cluster_slot},
+    )
+
+
+def _headline(setup: Setup, v: dict[str, float], values: dict[str, Any]) -> None:
+    cols = st.columns(6)
+    capacity, peak = setup.hardware.hbm_bytes, v["memory_bytes_per_device.peak"]
+    cols[0].metric("parameters", fmt_count(v["params.total"]).split(" (")[-1].rstrip(")"))
+    cols[1].metric(
+        "memory per device (GiB)",
+        f"{peak / GIB:,.2f}",
+        f"of {capacity / GIB:,.0f} GiB",
+        delta_color="off",
+    )
+    cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
+    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
+    cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %")
+    tokens = values["token_budget"]
+    if tokens:
+        days = tokens / (setup.train.batch * setup.train.seq) * v["time_s.step"] / 86400
+        cost = days * 24 * setup.devices * values["price_per_hour"]
+        cols[5].metric("days to train", f"{days:,.2f}", f"${cost:,.0f}", delta_color="off")
+    else:
+        cols[5].metric("days to train", "–", "set a token budget", delta_color="off")
+    if peak <= capacity:
+        st.success(
+            f"Fits: {peak / GIB:,.2f} GiB of {capacity / GIB:,.0f} GiB per device "
+            f"on {setup.devices} × {setup.hardware.name} (dp={setup.parallel.dp})."
+        )
+    else:
+        st.error(
+            f"Does not fit: {peak / GIB:,.2f} GiB needed, {capacity / GIB:,.0f} GiB per "
+            f"device on {setup.hardware.name}. Try the inverse questions below."
+        )
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _chart_spec(kind: str, setup: Setup, values_key: tuple) -> dict:
+    return json.loads(_chart_json(kind, setup, dict(values_key)))
+
+
+def _chart_json(kind: str, setup: Setup, values: dict[str, float]) -> str:
+    if kind == "memory_seq":
+        seqs = [2**k for k in range(8, 16)]
+        return charts.memory_chart(setup, "seq", seqs).to_json()
+    if kind == "memory_batch":
+        step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
+        return charts.memory_chart(setup, "batch", [step * 2**k for k in range(8)]).to_json()
+    if kind == "comm":
+        step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
+        return charts.comm_chart(setup, [step * 2**k for k in range(12)]).to_json()
+    if kind == "flops":
+        return charts.flops_chart(values).to_json()
+    return charts.roofline_chart(setup, values).to_json()
+
+
+def _chart(kind: str, setup: Setup, v: dict[str, float]) -> None:
+    key = tuple(sorted((k, x) for k, x in v.items() if k.startswith(("flops.", "roofline."))))
+    st.vega_lite_chart(_chart_spec(kind, setup, key), width="stretch")
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _latex(structure: tuple, key: str) -> str:
+    """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
+    comp = compiled(structure)
+    return sp.latex(comp.exprs[comp.keys.index(key)])
+
+
+def _table(rows: dict[str, Any]) -> None:
+    st.dataframe([{"quantity": k, "value": val} for k, val in rows.items()], hide_index=True)
+
+
+def estimate_page() -> None:
+    start = time.perf_counter()
+    init_state()
+    with st.sidebar:
+        values, (uploaded, slots) = sidebar()
+    st.title("What will training this transformer cost?")
+    for problem in st.session_state.get("_problems", []):
+        st.warning(problem)
+    setup, errors = build(values, uploaded)
+    if setup is None:
+        for section, message in errors.items():
+            slots[section].error(message, icon="⚠️")
+        st.error(f"Fix the input in the sidebar: {next(iter(errors.values()))}")
+        return
+    est = estimate(setup.model, setup.train, setup.parallel, setup.hardware)
+    v = est.values
+    _headline(setup, v, values)
+    tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
+    with tabs[0]:
+        _chart("memory_seq", setup, v)
+        _chart("memory_batch", setup, v)
+        _table({k: v[k] for k in v if k.startswith("memory_bytes_per_device.")})
+    with tabs[1]:
+        _chart("comm", setup, v)
+        _chart("flops", setup, v)
+        _table({k: v[k] for k in v if k.startswith(("time_s.", "comm_bytes.", "comm_time_s."))})
+    with tabs[2]:
+        _chart("roofline", setup, v)
+    with tabs[3]:
+        structure = structure_of(setup.model, setup.train, setup.parallel)
+        for key, label in (
+            ("params.total", "parameters"),
+            ("flops.step", "FLOPs per step"),
+            ("memory_bytes_per_device.peak", "peak bytes per device"),
+            ("time_s.step", "step time (s)"),
+            ("mfu", "MFU"),
+        ):
+            st.markdown(f"**{label}** = {v[key]:,.6g}")
+            st.latex(_latex(structure, key))
+    with tabs[4]:
+        _inverse(setup)
+    with tabs[5]:
+        _export(v)
+    st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
+
+
+def _inverse(setup: Setup) -> None:
+    st.subheader("Smallest FSDP degree that fits")
+    st.caption(
+        "One device's micro-batch share of sequences; half of the activations sharded "
+        "(as `costmodel solve min-fsdp`)."
+    )
+    budget = st.number_input(
+        "memory budget (GB = 1e9 bytes)",
+        min_value=0.1,
+        value=round(setup.hardware.hbm_bytes / GB, 1),
+        key="budget_gb",
+    )
+    sequences = max(1, setup.train.micro_batch // (setup.parallel.dp * setup.parallel.fsdp))
+    try:
+        result = min_fsdp(setup.model, setup.train, budget * GB, sequences * setup.train.seq, 0.5)
+        st.metric(
+            "min FSDP degree",
+            result["fsdp"],
+            f"power of two: {result['fsdp_power_of_two']}",
+            delta_color="off",
+        )
+        st.latex(r"N_{FSDP} \ge " + result["latex"])
+    except ValueError as err:
+        st.error(str(err), icon="⚠️")
+    st.subheader("Batch to be compute-bound (Scaling Book ch. 5)")
+    st.latex(r"B^* = " + _critical_batch_latex(setup.model, setup.parallel.fsdp, setup.parallel.tp))
+    st.caption("B* in tokens per step where T_math = T_FSDP + T_TP; hardware symbols C, W.")
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _critical_batch_latex(model, fsdp: int, tp: int) -> str:
+    return sp.latex(critical_batch(model, fsdp, tp, False))
+
+
+def _export(v: dict[str, float]) -> None:
+    st.download_button(
+        "estimate.json", json.dumps(v, indent=2), "estimate.json", "application/json"
+    )
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["quantity", "value"])
+    writer.writerows(v.items())
+    st.download_button("estimate.csv", buf.getvalue(), "estimate.csv", "text/csv")
+
+
+def results_page() -> None:
+    st.title("Predicted vs measured (validate.run)")
+    if "results_dir" not in st.session_state:
+        st.session_state["results_dir"] = "validate-results"
+    folder = st.text_input("results folder", key="results_dir")
+    path = Path(folder) / "results.jsonl"
+    if not path.exists():
+        st.info(f"No {path} yet: run `python -m validate.run --quick --out {folder}`.")
+        return
+    from validate.report import summary
+    from validate.results import read_rows
+
+    rows = read_rows(folder)
+    ok = [r for r in rows if r["status"] == "ok" and r["predicted"] and r["measured"]]
+    st.metric("rows", len(rows), f"{len(rows) - len(ok)} not compared", delta_color="off")
+    quantities = sorted({r["quantity"] for r in ok})
+    chosen = st.multiselect(
+        "quantities", quantities, default=[q for q in quantities if q.startswith("time_s")][:4]
+    )
+    data = [
+        {k: r[k] for k in ("case", "quantity", "predicted", "measured", "rel_err")}
+        for r in ok
+        if r["quantity"] in chosen
+    ]
+    log = alt.Scale(type="log")
+    st.altair_chart(
+        alt.Chart(alt.Data(values=data), title="predicted vs measured")
+        .mark_point()
+        .encode(
+            alt.X("measured:Q", scale=log),
+            alt.Y("predicted:Q", scale=log),
+            alt.Color("quantity:N"),
+            tooltip=["case:N", "quantity:N", "rel_err:Q"],
+        ),
+        width="stretch",
+    )
+    st.dataframe(summary(rows), hide_index=True)
