@@ -112,12 +112,13 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     acts = sharded_activations(model, train, par)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
-    peaks = {k: e.subs(subs) for k, e in peak_memory(model, train, state, acts).items()}
+    # xreplace: a plain symbol swap (subs also re-derives assumptions)
+    peaks = {k: e.xreplace(subs) for k, e in peak_memory(model, train, state, acts).items()}
     if par.zero == 3:
         _, n_mm = params_per_device(model, par)
         gathered = 2 * PRECISIONS[train.precision].activation * n_mm * N_pp / L * (1 - 1 / X)
         peaks = {k: e + gathered for k, e in peaks.items()}
-    return {**state, "activations": acts.subs(subs), **peaks}
+    return {**state, "activations": acts.xreplace(subs), **peaks}
 
 
 def _ring(n: sp.Expr, all_reduce: bool) -> sp.Expr:

@@ -96,11 +96,12 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
     return ops
 
 
-def _recompute_time(model: ModelSpec, train: TrainSpec, ops: dict) -> sp.Expr:
+def _recompute_time(train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
+    """Seconds per layer re-run in backward: the whole block (full) or the core (selective)."""
     if train.recompute == "full":
-        return sum((e["time_s"] for k, e in ops.items() if k != "lm_head"), sp.Integer(0))
-    if train.recompute == "selective" and "attn_core" in ops:
-        return ops["attn_core"]["time_s"]
+        return sum(per_layer.values(), sp.Integer(0))
+    if train.recompute == "selective" and "attn_core" in per_layer:
+        return per_layer["attn_core"]
     return sp.Integer(0)
 
 
@@ -138,7 +139,9 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     core = per_layer.get("attn_core", 0)
     elementwise = (
         2
-        * sharded_activations(model, train, par).subs({b: device_batch()[0], T: device_batch()[1]})
+        * sharded_activations(model, train, par).xreplace(
+            {b: device_batch()[0], T: device_batch()[1]}
+        )
         / W_hbm
     )
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
@@ -149,7 +152,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         + 2 * head
         + 2 * elementwise
         + extra_bwd / W_hbm
-        + layers * _recompute_time(model, train, per_layer)
+        + layers * _recompute_time(train, per_layer)
     )
     comm = communication(model, train, par)
     combine = sp.Max if par.overlap == "max" else sp.Add

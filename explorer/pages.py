@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import time
@@ -15,11 +16,12 @@ import sympy as sp
 
 from costmodel import PRESETS, estimate
 from costmodel import specs as S
-from costmodel.bounds import critical_batch
+from costmodel.bounds import bounds_report
 from costmodel.estimate import compiled, structure_of
-from costmodel.hardware import HARDWARE
+from costmodel.hardware import HARDWARE, get_hardware
 from costmodel.hf import model_from_hf_dict
 from costmodel.parallel import OVERLAP_RULES
+from costmodel.precision import PRECISIONS
 from costmodel.solve import min_fsdp
 from costmodel.units import GB, GIB, fmt_count
 from explorer import charts
@@ -105,6 +107,7 @@ def _headline(setup: Setup, v: dict[str, float], values: dict[str, Any]) -> None
         f"{peak / GIB:,.2f}",
         f"of {capacity / GIB:,.0f} GiB",
         delta_color="off",
+        delta_arrow="off",
     )
     cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
     cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
@@ -113,9 +116,13 @@ def _headline(setup: Setup, v: dict[str, float], values: dict[str, Any]) -> None
     if tokens:
         days = tokens / (setup.train.batch * setup.train.seq) * v["time_s.step"] / 86400
         cost = days * 24 * setup.devices * values["price_per_hour"]
-        cols[5].metric("days to train", f"{days:,.2f}", f"${cost:,.0f}", delta_color="off")
+        cols[5].metric(
+            "days to train", f"{days:,.2f}", f"${cost:,.0f}", delta_color="off", delta_arrow="off"
+        )
     else:
-        cols[5].metric("days to train", "–", "set a token budget", delta_color="off")
+        cols[5].metric(
+            "days to train", "–", "set a token budget", delta_color="off", delta_arrow="off"
+        )
     if peak <= capacity:
         st.success(
             f"Fits: {peak / GIB:,.2f} GiB of {capacity / GIB:,.0f} GiB per device "
@@ -130,27 +137,45 @@ def _headline(setup: Setup, v: dict[str, float], values: dict[str, Any]) -> None
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _chart_spec(kind: str, setup: Setup, values_key: tuple) -> dict:
-    return json.loads(_chart_json(kind, setup, dict(values_key)))
+    """A chart's Vega-Lite spec (Altair's schema validation skipped: the builders are tested).
 
-
-def _chart_json(kind: str, setup: Setup, values: dict[str, float]) -> str:
+    Sweeps are keyed without the swept field, so changing the batch does not recompute the
+    batch sweep.
+    """
+    step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
     if kind == "memory_seq":
-        seqs = [2**k for k in range(8, 16)]
-        return charts.memory_chart(setup, "seq", seqs).to_json()
-    if kind == "memory_batch":
-        step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
-        return charts.memory_chart(setup, "batch", [step * 2**k for k in range(8)]).to_json()
-    if kind == "comm":
-        step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
-        return charts.comm_chart(setup, [step * 2**k for k in range(12)]).to_json()
-    if kind == "flops":
-        return charts.flops_chart(values).to_json()
-    return charts.roofline_chart(setup, values).to_json()
+        chart = charts.memory_chart(setup, "seq", [2**k for k in range(8, 16)])
+    elif kind == "memory_batch":
+        chart = charts.memory_chart(setup, "batch", [step * 2**k for k in range(8)])
+    elif kind == "comm":
+        chart = charts.comm_chart(setup, [step * 2**k for k in range(12)])
+    elif kind == "flops":
+        chart = charts.flops_chart(dict(values_key))
+    else:
+        chart = charts.roofline_chart(setup, dict(values_key))
+    return chart.to_dict(validate=False)
+
+
+_SWEPT = {"memory_seq": "seq", "memory_batch": "batch", "comm": "batch"}
 
 
 def _chart(kind: str, setup: Setup, v: dict[str, float]) -> None:
-    key = tuple(sorted((k, x) for k, x in v.items() if k.startswith(("flops.", "roofline."))))
+    key = ()
+    if kind in _SWEPT:  # the swept field's current value does not change the chart
+        field = _SWEPT[kind]
+        setup = dataclasses.replace(
+            setup, train=setup.train.replace(**{field: _swept_base(setup, field)})
+        )
+    else:
+        key = tuple(sorted((k, x) for k, x in v.items() if k.startswith(("flops.", "roofline."))))
     st.vega_lite_chart(_chart_spec(kind, setup, key), width="stretch")
+
+
+def _swept_base(setup: Setup, field: str) -> int:
+    """A valid placeholder for the swept field (the layout's batch step, or one token)."""
+    if field == "seq":
+        return setup.parallel.cp * setup.parallel.tp
+    return setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)
@@ -230,18 +255,54 @@ def _inverse(setup: Setup) -> None:
             result["fsdp"],
             f"power of two: {result['fsdp_power_of_two']}",
             delta_color="off",
+            delta_arrow="off",
         )
         st.latex(r"N_{FSDP} \ge " + result["latex"])
     except ValueError as err:
         st.error(str(err), icon="⚠️")
     st.subheader("Batch to be compute-bound (Scaling Book ch. 5)")
-    st.latex(r"B^* = " + _critical_batch_latex(setup.model, setup.parallel.fsdp, setup.parallel.tp))
-    st.caption("B* in tokens per step where T_math = T_FSDP + T_TP; hardware symbols C, W.")
+    report = _bounds(
+        setup.model,
+        setup.train.precision,
+        setup.hardware.name,
+        setup.parallel.fsdp,
+        setup.parallel.tp,
+        setup.parallel.overlap,
+    )
+    st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
+    tokens = report["critical_batch_tokens"]
+    if tokens is None:
+        st.warning("Tensor parallelism alone is communication-bound at this degree.")
+    else:
+        per_device = report["critical_batch_tokens_per_device"]
+        st.metric(
+            "critical batch (tokens per step)",
+            f"{tokens:,.0f}",
+            f"{per_device:,.0f} per device; now {setup.train.batch * setup.train.seq:,}",
+            delta_color="off",
+            delta_arrow="off",
+        )
+    st.caption(
+        "B* where the FSDP and TP communication time equals the math time (forward "
+        "and backward), C the device's peak, W its one-way link bandwidth "
+        "(bidirectional ICI on TPUs), as `python -m costmodel bounds`."
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _critical_batch_latex(model, fsdp: int, tp: int) -> str:
-    return sp.latex(critical_batch(model, fsdp, tp, False))
+def _bounds(model, precision: str, hardware: str, fsdp: int, tp: int, overlap: str) -> dict:
+    hw = get_hardware(hardware)
+    return bounds_report(
+        model,
+        fsdp=fsdp,
+        tp=tp,
+        peak_flops=hw.peak(PRECISIONS[precision].peak_dtype),
+        bandwidth=hw.link_bw_bidir if hw.kind == "tpu" else hw.link_bw,
+        mx=1,
+        my=1,
+        overlap=overlap,
+        forward_only=False,
+    )
 
 
 def _export(v: dict[str, float]) -> None:
@@ -269,7 +330,13 @@ def results_page() -> None:
 
     rows = read_rows(folder)
     ok = [r for r in rows if r["status"] == "ok" and r["predicted"] and r["measured"]]
-    st.metric("rows", len(rows), f"{len(rows) - len(ok)} not compared", delta_color="off")
+    st.metric(
+        "rows",
+        len(rows),
+        f"{len(rows) - len(ok)} not compared",
+        delta_color="off",
+        delta_arrow="off",
+    )
     quantities = sorted({r["quantity"] for r in ok})
     chosen = st.multiselect(
         "quantities", quantities, default=[q for q in quantities if q.startswith("time_s")][:4]

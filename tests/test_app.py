@@ -30,8 +30,17 @@ def test_renders_default_setup_with_every_section():
     assert metric(at, "parameters") == "3.41 B"
     assert "Fits" in at.success[0].value
     labels = {m.label for m in at.metric}
-    for label in ("memory per device (GiB)", "step time (s)", "tokens/s", "MFU", "days to train"):
+    for label in (
+        "memory per device (GiB)",
+        "step time (s)",
+        "tokens/s",
+        "MFU",
+        "days to train",
+        "min FSDP degree",
+        "critical batch (tokens per step)",
+    ):
         assert label in labels
+    assert [b.label for b in at.get("download_button")] == ["estimate.json", "estimate.csv"]
     assert len(at.tabs) == 6
     assert len(at.get("vega_lite_chart")) == 5  # memory x2, comm, FLOPs, roofline
     assert len(at.latex) >= 5

@@ -89,3 +89,12 @@ def test_unreadable_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read"):
         model_from_hf_config(path)
+
+
+def test_uploaded_config_is_parsed_like_a_file():
+    from costmodel.hf import model_from_hf_dict
+
+    with pytest.raises(ValueError, match="JSON object"):
+        model_from_hf_dict([1, 2], "upload.json")
+    with pytest.raises(ValueError, match=r"upload\.json"):
+        model_from_hf_dict({"model_type": "gemma"}, "upload.json")

@@ -325,3 +325,15 @@ def test_cli_layout_errors(capsys):
         == 2
     )
     assert "must divide gpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("attention", ["naive", "flash"])
+def test_recomputation_costs_time_on_a_layout(attention):
+    """Full recomputation re-runs each block's forward, selective only the attention core."""
+    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
+    par = ParallelSpec(fsdp=8)
+    steps = {}
+    for policy in ("none", "selective", "full"):
+        train = TrainSpec(batch=8, seq=4096, attention=attention, recompute=policy)
+        steps[policy] = estimate(model, train, par, hw)["time_s.backward"]
+    assert steps["none"] < steps["selective"] < steps["full"]

@@ -1,0 +1,93 @@
+"""End to end: ``streamlit run app.py`` on localhost, opened in headless Chromium.
+
+Uses Debian's chromium (``/usr/bin/chromium``, installed by ``.ci/run``) driven by
+Playwright. The page is opened with a shared-link query string; the test checks the key
+numbers, changes a widget and saves screenshots to ``test-artifacts/`` (or
+``$TEST_ARTIFACTS``). Skips with the reason when Chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
+FLAGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+           "--server.port", str(port), "--server.address", "127.0.0.1",
+           "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text()
+
+
+def test_app_in_chromium(server):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page.goto(f"{server}/?preset=gpt2&batch=64&seq=512", timeout=60_000)
+        page.get_by_text("What will training this transformer cost?").wait_for(timeout=60_000)
+        page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=60_000)
+        page.get_by_text("Fits:").wait_for(timeout=60_000)
+        assert _metric(page, "parameters") == "124.44 M"
+        assert "of 80 GiB" in page.locator('[data-testid="stMetric"]').nth(1).inner_text()
+        page.locator(".vega-embed").first.wait_for(timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
+        before = _metric(page, "memory per device (GiB)")
+        batch = page.get_by_label("batch (sequences per step)")
+        batch.fill("128")
+        batch.press("Enter")
+        page.wait_for_function(
+            "([sel, old]) => document.querySelectorAll(sel)[1]?.innerText !== old",
+            arg=['[data-testid="stMetricValue"]', before],
+            timeout=30_000,
+        )
+        assert float(_metric(page, "memory per device (GiB)")) > float(before)
+        assert "batch=128" in page.url  # the URL follows the widgets
+        page.screenshot(path=str(ARTIFACTS / "app-batch128.png"), full_page=True)
+        browser.close()
