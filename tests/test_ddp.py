@@ -1,0 +1,78 @@
+"""Data-parallel wrappers and ZeRO-1 on 2 gloo processes match single-process training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from validate.ddp_check import reference_params
+from validate.dist import launch
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return reference_params(STEPS)
+
+
+@pytest.mark.parametrize("variant", ["naive", "flat", "overlap", "bucketed"])
+def test_ddp_matches_single_process(variant, reference):
+    from validate.ddp_check import ddp_params
+
+    results = launch(ddp_params, 2, variant, STEPS, False, timeout_s=120)
+    for result in results:  # every rank ends with the single-process parameters
+        assert len(result["params"]) == len(reference)  # the tied weight is one parameter
+        for got, want in zip(result["params"], reference, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_sharded_optimizer_matches_and_halves_state(reference):
+    from validate.ddp_check import ddp_params
+
+    results = launch(ddp_params, 2, "flat", STEPS, True, timeout_s=120)
+    for result in results:
+        for got, want in zip(result["params"], reference, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    trainable = sum(p.numel() for p in reference) - 32 * 32 - 32  # the frozen layer
+    full = 2 * 4 * trainable  # AdamW: two fp32 states per trainable parameter
+    states = [r["state_bytes"] for r in results]
+    assert sum(states) == full
+    assert max(states) - min(states) <= 0.2 * full  # greedy shards of nearly equal size
+
+
+def _raise(rank, world):
+    if rank == 1:
+        raise ValueError("boom on rank 1")
+    return rank
+
+
+def _hang(rank, world):
+    if rank == 1:
+        import time
+
+        time.sleep(60)
+    return rank
+
+
+def _die(rank, world):
+    if rank == 1:
+        import os
+
+        os._exit(3)
+    return rank
+
+
+def test_a_failing_rank_is_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed:.*boom on rank 1"):
+        launch(_raise, 2, timeout_s=60)
+
+
+def test_a_dead_rank_ends_the_launch():
+    with pytest.raises(RuntimeError, match=r"rank 1 died \(exit code 3\)"):
+        launch(_die, 2, timeout_s=60)
+
+
+def test_a_hung_rank_times_out():
+    with pytest.raises(TimeoutError, match=r"rank\(s\) \[1\] did not finish within 5 s"):
+        launch(_hang, 2, timeout_s=5)

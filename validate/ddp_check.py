@@ -1,0 +1,112 @@
+"""Training steps under each data-parallel wrapper, for the tests and the ddp suite.
+
+A small model with a tied embedding/head, a frozen layer and a buffer; every rank trains on
+its slice of the same global batch, so averaged gradients equal the single-process ones.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from validate.ddp import BucketedDDP, FlatDDP, NaiveDDP, OverlapDDP, ShardedOptimizer
+
+VOCAB, DIM = 64, 32
+
+
+class TiedToy(nn.Module):
+    def __init__(self, depth: int = 3, dim: int = DIM) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(depth))
+        self.frozen = nn.Linear(dim, dim)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(dim, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # tied: one parameter
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = x + torch.tanh(layer(x))
+        return self.head(self.frozen(x) * self.scale)
+
+
+def batches(steps: int, batch: int = 8, seq: int = 12) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(VOCAB, (batch, seq + 1), generator=g) for _ in range(steps)]
+
+
+def _loss(model: nn.Module, data: torch.Tensor) -> torch.Tensor:
+    logits = model(data[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, VOCAB), data[:, 1:].reshape(-1))
+
+
+def reference_params(steps: int) -> list[torch.Tensor]:
+    """Single process, whole batch."""
+    torch.manual_seed(0)
+    model = TiedToy()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for data in batches(steps):
+        opt.zero_grad()
+        _loss(model, data).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def wrap(variant: str, model: nn.Module) -> nn.Module:
+    if variant == "bucketed":
+        return BucketedDDP(model, bucket_size_mb=0.01)  # several buckets for this toy
+    return {"naive": NaiveDDP, "flat": FlatDDP, "overlap": OverlapDDP}[variant](model)
+
+
+def ddp_params(rank: int, world: int, variant: str, steps: int, sharded: bool) -> dict:
+    """Train under ``variant`` on this rank's slice; parameters and optimizer state bytes."""
+    torch.manual_seed(0 if rank == 0 else 100 + rank)  # rank 0 as the reference; the
+    model = wrap(variant, TiedToy())  # wrapper's broadcast must fix the other ranks
+    params = [p for p in model.parameters() if p.requires_grad]
+    if sharded:
+        opt = ShardedOptimizer(params, torch.optim.AdamW, lr=1e-2)
+    else:
+        opt = torch.optim.AdamW(params, lr=1e-2)
+    for data in batches(steps):
+        local = data.chunk(world)[rank]
+        opt.zero_grad()
+        _loss(model, local).backward()
+        model.finish_gradient_synchronization()
+        opt.step()
+    state = opt.state_bytes() if sharded else None
+    return {"params": [p.detach().clone() for p in model.parameters()], "state_bytes": state}
+
+
+def time_variant(
+    rank: int, world: int, variant: str, steps: int, dim: int, bucket_mb: float
+) -> dict:
+    """Seconds per step and in ``finish_gradient_synchronization`` (median over steps)."""
+    torch.manual_seed(0)
+    module = TiedToy(depth=6, dim=dim)
+    model = BucketedDDP(module, bucket_mb) if variant == "bucketed" else wrap(variant, module)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    step_times, sync_times = [], []
+    for data in batches(steps + 2, batch=8 * world, seq=64):
+        dist.barrier()
+        start = time.perf_counter()
+        opt.zero_grad()
+        _loss(model, data.chunk(world)[rank]).backward()
+        sync = time.perf_counter()
+        model.finish_gradient_synchronization()
+        done = time.perf_counter()
+        opt.step()
+        step_times.append(time.perf_counter() - start)
+        sync_times.append(done - sync)
+    step_times, sync_times = step_times[2:], sync_times[2:]
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return {
+        "step_s": sorted(step_times)[len(step_times) // 2],
+        "sync_s": sorted(sync_times)[len(sync_times) // 2],
+        "grad_bytes": grad_bytes,
+    }
