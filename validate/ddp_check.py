@@ -104,9 +104,9 @@ def time_variant(
         step_times.append(time.perf_counter() - start)
         sync_times.append(done - sync)
     step_times, sync_times = step_times[2:], sync_times[2:]
-    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    sizes = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
     return {
         "step_s": sorted(step_times)[len(step_times) // 2],
         "sync_s": sorted(sync_times)[len(sync_times) // 2],
-        "grad_bytes": grad_bytes,
+        "grad_sizes": sizes,
     }

@@ -71,9 +71,12 @@ def _worker(rank, world_size, port, backend, timeout_s, fn, args, queue) -> None
         queue.put((rank, "ok", _pack(fn(rank, world_size, *args))))
     except BaseException:  # reported to the parent, which decides
         queue.put((rank, "error", traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        return
+    try:  # no rank tears down its group while another still communicates
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # a peer died after its result: the parent has what it needs
+        pass
 
 
 def launch(
@@ -103,8 +106,11 @@ def launch(
             try:
                 rank, status, value = queue.get(timeout=0.2)
             except Exception:  # queue.Empty: check for dead ranks
-                dead = [(r, p.exitcode) for r, p in enumerate(procs)
-                        if r not in results and p.exitcode not in (None, 0)]  # fmt: skip
+                dead = [
+                    (r, p.exitcode)
+                    for r, p in enumerate(procs)
+                    if r not in results and p.exitcode not in (None, 0)
+                ]
                 if dead:
                     raise RuntimeError(f"rank {dead[0][0]} died (exit code {dead[0][1]})") from None
                 continue
@@ -126,6 +132,8 @@ def run_distributed(fn: Callable[..., Any], *args: Any, timeout_s: float = 300.0
     backend = backend_for("cuda" if torch.cuda.is_available() else "cpu")
     init(rank, world_size, backend, timeout_s)
     try:
-        return fn(rank, world_size, *args)
+        result = fn(rank, world_size, *args)
+        dist.barrier()  # no rank tears down while another still communicates
+        return result
     finally:
         dist.destroy_process_group()

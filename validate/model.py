@@ -57,15 +57,20 @@ def dtypes_for(precision: str) -> tuple[torch.dtype, torch.dtype]:
     return DTYPES[precision]
 
 
-class Linear(nn.Module):
-    """y = x Wᵀ (+ b) with W cast to the compute dtype, as autocast does for matmuls."""
+class Linear(nn.Linear):
+    """y = x Wᵀ (+ b) with W cast to the compute dtype, as autocast does for matmuls.
+
+    An ``nn.Linear``, so torch's tensor-parallel styles (Colwise/RowwiseParallel) apply.
+    """
 
     def __init__(self, fan_in: int, fan_out: int, bias: bool, compute: torch.dtype, **factory):
-        super().__init__()
+        super().__init__(fan_in, fan_out, bias=bias, **factory)
         self.compute = compute
-        self.weight = nn.Parameter(torch.empty(fan_out, fan_in, **factory))
-        self.bias = nn.Parameter(torch.zeros(fan_out, **factory)) if bias else None
-        nn.init.normal_(self.weight, std=fan_in**-0.5)
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, std=self.in_features**-0.5)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(self.compute)
@@ -126,9 +131,10 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
         s = self.spec
-        q = self.q(x).view(b, t, s.n_heads, s.head_dim)
-        k = self.k(x).view(b, t, s.n_kv_heads, s.head_dim)
-        v = self.v(x).view(b, t, s.n_kv_heads, s.head_dim)
+        # -1 heads: under tensor parallelism each rank holds a slice of them
+        q = self.q(x).view(b, t, -1, s.head_dim)
+        k = self.k(x).view(b, t, -1, s.head_dim)
+        v = self.v(x).view(b, t, -1, s.head_dim)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
@@ -136,7 +142,7 @@ class Attention(nn.Module):
             o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=False)
         else:
             o = self.core(q, k, v, mask)
-        return self.o(o.transpose(1, 2).reshape(b, t, s.n_heads * s.head_dim))
+        return self.o(o.transpose(1, 2).reshape(b, t, -1))
 
 
 class FFN(nn.Module):

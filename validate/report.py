@@ -19,6 +19,7 @@ from typing import Any
 import altair as alt
 
 from validate.report_attention import attention_chart, attention_table
+from validate.report_dist import ddp_table, dist_charts, parallel_table
 from validate.results import read_rows
 
 TIME_QUANTITIES = ("time_s.forward", "time_s.backward", "time_s.step")
@@ -33,6 +34,12 @@ TARGETS = (  # (label, suite, quantities, bound on the median |rel_err|)
     ("forward/backward/step time: median |error| <= 15 %", "model", TIME_QUANTITIES, 0.15),
     ("peak memory: median |error| <= 10 %", "model", MEMORY_QUANTITIES, 0.10),
     ("attention memory: median |error| <= 10 %", "attention", ATTENTION_MEMORY, 0.10),
+    (
+        "FSDP/TP communication bytes: zero error",
+        "parallel",
+        ("comm_bytes.fsdp", "comm_bytes.tp"),
+        0.0,
+    ),
 )
 
 
@@ -126,7 +133,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             ],
         )
     )
-    parts.append(attention_table(rows))
+    parts += [attention_table(rows), ddp_table(rows), parallel_table(rows)]
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         parts.append("\n## Not measured (OOM, errors, skipped)\n")
@@ -166,11 +173,7 @@ def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
         if r["status"] == "ok" and r["predicted"] and r["measured"]
     ]
     out = []
-    timed = [
-        r
-        for r in ok
-        if r["suite"] not in ("accounting", "attention") and not r["quantity"].startswith("op_")
-    ]
+    timed = [r for r in ok if r["suite"] in ("model",) and not r["quantity"].startswith("op_")]
     if timed:
         data = alt.Data(values=timed)
         log = alt.Scale(type="log")
@@ -225,6 +228,7 @@ def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
             )
         )
     scaling = attention_chart(rows)
+    out += dist_charts(rows)
     return out if scaling is None else [*out, scaling]
 
 

@@ -1,7 +1,8 @@
 """Run real code, measure it, and compare with costmodel's predictions.
 
-    python -m validate.run [--suite all|accounting|model|attention] [--device auto|cpu|cuda]
-                           [--quick] [--out DIR] [--resume] [--hardware PROFILE] [--filter S]
+    python -m validate.run [--suite all|accounting|model|attention|collectives|ddp|parallel]
+                           [--device auto|cpu|cuda] [--quick] [--out DIR] [--resume]
+                           [--hardware PROFILE] [--filter S]
 
 Writes ``DIR/results.jsonl`` (a row per measurement, appended as measured),
 ``DIR/cases.jsonl`` (finished cases, for ``--resume``), ``DIR/profile.json`` (this
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from costmodel.hardware import Hardware, get_hardware
-from validate import suite_accounting, suite_attention, suite_model
+from validate import suite_accounting, suite_attention, suite_dist, suite_model
 from validate.calibrate import profile
 from validate.cpu_env import reexec_with_caching_allocator
 from validate.report import targets, write_report
@@ -33,6 +34,9 @@ SUITES: dict[str, Callable[[Context], list[Case]]] = {
     "accounting": suite_accounting.cases,
     "model": suite_model.cases,
     "attention": suite_attention.cases,
+    "collectives": suite_dist.collectives_cases,
+    "ddp": suite_dist.ddp_cases,
+    "parallel": suite_dist.parallel_cases,
 }
 
 
@@ -82,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         log = ResultsLog(out, resume=args.resume)
     except FileExistsError as err:
         raise SystemExit(str(err)) from None
-    ctx = Context(
-        device, device_label(device), load_profile(args.hardware, out, device), args.quick
-    )
+    hardware = load_profile(args.hardware, out, device)
+    profile_path = None if args.hardware else out / "profile.json"
+    ctx = Context(device, device_label(device), hardware, args.quick, profile_path)
     names = list(SUITES) if args.suite == "all" else [args.suite]
     cases = [c for n in names for c in SUITES[n](ctx) if args.filter in f"{c.suite}/{c.name}"]
     statuses: Counter = Counter()

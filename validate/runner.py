@@ -16,6 +16,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -32,6 +33,8 @@ class Context:
     hardware: Hardware
     """The measured profile predictions use."""
     quick: bool = False
+    profile_path: Path | None = None
+    """The run's hardware profile file (the collectives suite writes its α-β fit there)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ def run_case(case: Case, ctx: Context, log: ResultsLog) -> str:
     start, status = time.perf_counter(), "ok"
     try:
         for row in case.run(ctx):
+            if (row.suite, row.case) != (case.suite, case.name):  # resume is keyed by case
+                raise ValueError(
+                    f"row of {row.suite}/{row.case} from case {case.suite}/{case.name}"
+                )
             log.write([row])
             if row.status != "ok":
                 status = row.status

@@ -1,0 +1,124 @@
+"""The distributed suites in the report: DDP variants and the bucket sweep, collective
+bandwidth against the α-β fit, FSDP/TP byte counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{1e3 * x:.2f}"
+
+
+def ddp_table(rows: list[dict[str, Any]]) -> str:
+    ddp = [r for r in rows if r["suite"] == "ddp" and r["status"] == "ok"]
+    if not ddp:
+        return ""
+    steps = {r["case"]: r["measured"] for r in ddp if r["quantity"] == "time_s.step"}
+    comm = {r["case"]: r for r in ddp if r["quantity"].startswith("comm_time_s")}
+    blocking = {k: comm[k]["measured"] for k in ("naive", "flat") if k in comm}
+    lines = [
+        "| variant | step (ms) | waiting for comm (ms) | comm share | α-β comm (ms) |"
+        " overlap achieved |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in sorted(comm):
+        r = comm[case]
+        base = blocking.get("naive" if case == "overlap" else "flat")
+        overlap = "–"
+        if r["quantity"].endswith("exposed") and base:
+            overlap = f"{100 * max(0.0, 1 - r['measured'] / base):.0f} %"
+        lines.append(
+            f"| {case} | {_ms(steps.get(case))} | {_ms(r['measured'])} | "
+            f"{100 * r['comm_share']:.0f} % | {_ms(r['predicted_total_comm_s'])} | "
+            f"{overlap} |"
+        )
+    note = (
+        "overlap achieved: the share of the blocking variant's communication wait "
+        "(naive for overlap, flat for bucketed) that backward hid."
+    )
+    return "\n## DDP variants (2 ranks)\n\n" + "\n".join(lines) + f"\n\n{note}\n"
+
+
+def parallel_table(rows: list[dict[str, Any]]) -> str:
+    par = [r for r in rows if r["suite"] == "parallel" and r["status"] == "ok"]
+    if not par:
+        return ""
+    lines = ["| case | quantity | predicted | measured | collectives |", "|---|---|---|---|---|"]
+    for r in par:
+        calls = ", ".join(f"{k} x{v}" for k, v in r.get("calls", {}).items()) or "–"
+        case = r["case"] + (f" rank {r['rank']}" if "rank" in r else "")
+        lines.append(
+            f"| {case} | {r['quantity']} | {r['predicted']:.6g} | {r['measured']:.6g} | {calls} |"
+        )
+    return "\n## FSDP and TP communication\n\n" + "\n".join(lines) + "\n"
+
+
+def dist_charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
+    out = []
+    coll = [r for r in rows if r["suite"] == "collectives" and r["status"] == "ok"]
+    if coll:
+        data = []
+        for r in coll:
+            c = r["config"]
+            for source in ("measured", "predicted"):
+                data.append(
+                    {
+                        "op": c["op"],
+                        "world": c["world"],
+                        "MiB": c["size_bytes"] / 2**20,
+                        "source": source,
+                        "busbw GB/s": r["busbw"] * r["measured"] / r[source] / 1e9,
+                    }
+                )
+        base = alt.Chart(alt.Data(values=data)).encode(
+            alt.X("MiB:Q", scale=alt.Scale(type="log", base=2)),
+            alt.Y("busbw GB/s:Q"),
+            alt.Color("op:N"),
+            tooltip=["op:N", "world:Q", "MiB:Q", "source:N", "busbw GB/s:Q"],
+        )
+        points = base.transform_filter(alt.datum.source == "measured").mark_point(filled=True)
+        lines = base.transform_filter(alt.datum.source == "predicted").mark_line(strokeDash=[4, 2])
+        out.append(
+            alt.layer(
+                points,
+                lines,
+                title="Collectives: bus bandwidth, measured (points) and α-β fit (dashed)",
+            )
+        )
+    sweep = [
+        r
+        for r in rows
+        if r["suite"] == "ddp" and r["status"] == "ok" and r["case"].startswith("bucketed/")
+    ]
+    if sweep:
+        data = [
+            {
+                "bucket MB": r["config"]["bucket_mb"],
+                "quantity": r["quantity"],
+                "ms": 1e3 * r["measured"],
+            }
+            for r in sweep
+        ]
+        data += [
+            {
+                "bucket MB": r["config"]["bucket_mb"],
+                "quantity": "α-β comm (predicted)",
+                "ms": 1e3 * r["predicted_total_comm_s"],
+            }
+            for r in sweep
+            if "predicted_total_comm_s" in r
+        ]
+        out.append(
+            alt.Chart(alt.Data(values=data), title="Bucket size sweep (BucketedDDP, 2 ranks)")
+            .mark_line(point=True)
+            .encode(
+                alt.X("bucket MB:Q", scale=alt.Scale(type="log")),
+                alt.Y("ms:Q"),
+                alt.Color("quantity:N"),
+                tooltip=["bucket MB:Q", "quantity:N", "ms:Q"],
+            )
+        )
+    return out

@@ -1,0 +1,207 @@
+"""The distributed suites: collectives (and the α-β fit), DDP variants, FSDP and TP.
+
+Each case spawns its own ranks (``validate.dist.launch``: gloo on CPU, NCCL on GPUs),
+with a bounded timeout. ``collectives`` fits α and β over every op, size and world size
+and writes them into the run's hardware profile, which the later ``ddp`` and ``parallel``
+cases read for their time predictions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+
+from costmodel import ParallelSpec, estimate
+from costmodel.collectives import collective_time
+from costmodel.hardware import Hardware, get_hardware
+from validate import collectives as coll
+from validate.ddp_check import time_variant
+from validate.dist import backend_for, launch
+from validate.parallel_check import spec_and_train, step, unsharded_step
+from validate.results import Row
+from validate.runner import Case, Context
+
+TIMEOUT_S = 600
+
+
+def _worlds(ctx: Context) -> list[int]:
+    if ctx.device.type == "cuda":
+        n = torch.cuda.device_count()
+        return [w for w in (2, 4, 8) if w <= n] or [1]
+    cores = os.cpu_count() or 1
+    return [2] if ctx.quick else [w for w in (2, 4, 6) if w <= max(2, 2 * cores)]
+
+
+def _hardware(ctx: Context) -> Hardware:
+    """The profile as it is now (with the collectives fit when that case has run)."""
+    if ctx.profile_path is not None and ctx.profile_path.exists():
+        return get_hardware(str(ctx.profile_path))
+    return ctx.hardware
+
+
+def collectives_case(ctx: Context) -> Iterator[Row]:
+    backend = backend_for(ctx.device.type)
+    top = 25 if ctx.quick else 30  # 32 MiB or 1 GiB
+    sizes = [2**k for k in range(20, top + 1, 1 if ctx.quick else 2)]
+    reps = 3 if ctx.quick else 5
+    rows = []
+    for world in _worlds(ctx):
+        if world < 2:
+            continue
+        per_rank = launch(coll.bench, world, sizes, reps, backend=backend, timeout_s=TIMEOUT_S)
+        rows += coll.aggregate(per_rank, world)
+    # one (α, β) per collective: gloo's algorithms differ (its reduce-scatter moves bytes at
+    # a fraction of its all-reduce's rate); the profile takes the all-reduce's, the
+    # collective data and tensor parallelism run most
+    fits = {op: coll.fit_alpha_beta([r for r in rows if r["op"] == op]) for op in coll.OPS}
+    if ctx.profile_path is not None:
+        coll.write_link_profile(ctx.profile_path, *fits["all_reduce"], backend)
+    for r in rows:
+        alpha, beta = fits[r["op"]]
+        predicted = collective_time(r["op"], r["size_bytes"], r["world"], alpha, beta)
+        extra = {
+            "config": {k: r[k] for k in ("op", "size_bytes", "world")},
+            "busbw": r["busbw"],
+            "algbw": r["algbw"],
+            "alpha_s": alpha,
+            "beta_Bps": beta,
+            "backend": backend,
+        }
+        yield Row(
+            "collectives",
+            backend,
+            f"time_s.{r['op']}",
+            predicted,
+            r["seconds"],
+            ctx.label,
+            "ok",
+            "s",
+            extra,
+        )
+
+
+VARIANTS = ("naive", "flat", "overlap", "bucketed")
+
+
+def _predicted_comm(
+    variant: str, grad_sizes: list[int], world: int, hw: Hardware, bucket_mb: float
+) -> float:
+    """α-β seconds of the all-reduces a variant issues (per parameter, one, or per bucket)."""
+    alpha, beta = hw.link_latency_s, hw.link_bw * hw.eff("link")
+    if variant in ("naive", "overlap"):
+        return sum(collective_time("all_reduce", s, world, alpha, beta) for s in grad_sizes)
+    if variant == "flat":
+        return collective_time("all_reduce", sum(grad_sizes), world, alpha, beta)
+    buckets, size, limit = [], 0, bucket_mb * 2**20
+    for s in reversed(grad_sizes):
+        if not buckets or (size + s > limit and buckets[-1]):
+            buckets.append(0)
+            size = 0
+        buckets[-1] += s
+        size += s
+    return sum(collective_time("all_reduce", b, world, alpha, beta) for b in buckets)
+
+
+def ddp_case(variant: str, bucket_mb: float, ctx: Context) -> Iterator[Row]:
+    world, hw = 2, _hardware(ctx)
+    dim, steps = (256, 5) if ctx.quick else (512, 10)
+    results = launch(
+        time_variant,
+        world,
+        variant,
+        steps,
+        dim,
+        bucket_mb,
+        backend=backend_for(ctx.device.type),
+        timeout_s=TIMEOUT_S,
+    )
+    step_s = max(r["step_s"] for r in results)
+    sync_s = max(r["sync_s"] for r in results)
+    sizes = results[0]["grad_sizes"]
+    comm = _predicted_comm(variant, sizes, world, hw, bucket_mb)
+    config = {"variant": variant, "bucket_mb": bucket_mb, "world": world, "dim": dim}
+    name = f"{variant}" + (f"/bucket{bucket_mb}MB" if variant == "bucketed" else "")
+    blocking = variant in ("naive", "flat")
+    yield Row("ddp", name, "time_s.step", None, step_s, ctx.label, "ok", "s", {"config": config})
+    # naive and flat block on all their communication: what finish() waits is all of it;
+    # the overlapped variants wait only for what backward did not hide
+    quantity = "comm_time_s" if blocking else "comm_time_s.exposed"
+    yield Row(
+        "ddp",
+        name,
+        quantity,
+        comm if blocking else None,
+        sync_s,
+        ctx.label,
+        "ok",
+        "s",
+        {"config": config, "predicted_total_comm_s": comm, "comm_share": sync_s / step_s},
+    )
+
+
+def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
+    world, batch, seq, precision = 2, 4, 64, "fp32"
+    results = launch(
+        step,
+        world,
+        kind,
+        batch,
+        seq,
+        precision,
+        backend=backend_for(ctx.device.type),
+        timeout_s=TIMEOUT_S,
+    )
+    spec, train = spec_and_train(batch, seq, precision)
+    par = ParallelSpec(fsdp=world) if kind == "fsdp" else ParallelSpec(tp=world)
+    est = estimate(spec, train, par, _hardware(ctx))
+    config = {"kind": kind, "world": world, "batch": batch, "seq": seq, "precision": precision}
+    for rank, r in enumerate(results):
+        extra = {"config": config, "rank": rank, "calls": r["calls"], "sizes": r["sizes"]}
+        yield Row(
+            "parallel",
+            f"{kind}/world{world}",
+            f"comm_bytes.{kind}",
+            est[f"comm_bytes.{kind}"],
+            r["ring_bytes"],
+            ctx.label,
+            "ok",
+            "bytes",
+            extra,
+        )
+    base = unsharded_step(batch // world if kind == "fsdp" else batch, seq, precision)
+    overhead = max(r["seconds"] for r in results) - base
+    yield Row(
+        "parallel",
+        f"{kind}/world{world}",
+        f"comm_time_s.{kind}",
+        est[f"comm_time_s.{kind}"],
+        overhead,
+        ctx.label,
+        "ok",
+        "s",
+        {"config": config, "unsharded_step_s": base},
+    )
+
+
+def collectives_cases(ctx: Context) -> list[Case]:
+    return [Case("collectives", backend_for(ctx.device.type), collectives_case)]
+
+
+def ddp_cases(ctx: Context) -> list[Case]:
+    cases = [
+        Case("ddp", v, lambda c, v=v: ddp_case(v, 0.25, c)) for v in VARIANTS if v != "bucketed"
+    ]
+    sweep = (0.01, 0.25, 4.0) if ctx.quick else (0.01, 0.05, 0.25, 1.0, 4.0, 25.0)
+    cases += [
+        Case("ddp", f"bucketed/bucket{mb}MB", lambda c, mb=mb: ddp_case("bucketed", mb, c))
+        for mb in sweep
+    ]
+    return cases
+
+
+def parallel_cases(ctx: Context) -> list[Case]:
+    return [
+        Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in ("fsdp", "tp")
+    ]

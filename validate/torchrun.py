@@ -1,0 +1,51 @@
+"""The distributed checks under ``torchrun``, on one node or several.
+
+    torchrun --standalone --nproc-per-node 2 -m validate.torchrun fsdp
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:PORT -m validate.torchrun tp
+
+Checks: ``collectives`` (timings per op and size), ``ddp`` (each variant's step and sync
+time), ``fsdp`` / ``tp`` (one step's collectives and bytes). Rank 0 prints one JSON object;
+the process group times out (bounded) if a rank dies or hangs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch.distributed as dist
+
+from validate.collectives import bench
+from validate.ddp_check import time_variant
+from validate.dist import run_distributed
+from validate.parallel_check import step
+
+CHECKS = {
+    "collectives": lambda rank, world: bench(rank, world, [2**k for k in range(20, 27, 2)], 3),
+    "ddp": lambda rank, world: {
+        v: time_variant(rank, world, v, 5, 256, 0.25)
+        for v in ("naive", "flat", "overlap", "bucketed")
+    },
+    "fsdp": lambda rank, world: step(rank, world, "fsdp", 2 * world, 64, "fp32"),
+    "tp": lambda rank, world: step(rank, world, "tp", 2, 64, "fp32"),
+}
+
+
+def _check(rank: int, world: int, name: str) -> None:
+    result = CHECKS[name](rank, world)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, result)
+    if rank == 0:
+        print(json.dumps({"check": name, "world": world, "ranks": gathered}, default=str))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("check", choices=list(CHECKS))
+    parser.add_argument("--timeout-s", type=float, default=300.0)
+    args = parser.parse_args()
+    run_distributed(_check, args.check, timeout_s=args.timeout_s)
+
+
+if __name__ == "__main__":
+    main()
