@@ -97,3 +97,15 @@ def test_the_same_check_under_torchrun():
     spec, train = spec_and_train(2, 64, "fp32")
     predicted = estimate(spec, train, ParallelSpec(tp=2), get_hardware("cpu"))["comm_bytes.tp"]
     assert [r["ring_bytes"] for r in result["ranks"]] == [predicted, predicted]
+
+
+@pytest.mark.gpu
+def test_nccl_fsdp_bytes_on_two_gpus():
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    results = launch(step, 2, "fsdp", 4, 32, "fp32", backend="nccl", timeout_s=300)
+    spec, train = spec_and_train(4, 32, "fp32")
+    predicted = estimate(spec, train, ParallelSpec(fsdp=2), get_hardware("h100-sxm"))
+    assert all(r["ring_bytes"] == predicted["comm_bytes.fsdp"] for r in results)

@@ -191,3 +191,12 @@ def test_smoke_attention_suite_cpu(tmp_path):
     memory = [r for r in rows if r["quantity"].startswith("memory_bytes")]
     assert len(memory) == 2 and all(r["rel_err"] == 0 for r in memory)  # naive: exact
     assert "Attention kernels" in (out / "report.md").read_text()
+
+
+def test_rows_must_belong_to_their_case(tmp_path):
+    """Resume is keyed by case: a row naming another case is an error row, not lost later."""
+    log = ResultsLog(tmp_path)
+    statuses = run_cases([_case("mine", lambda ctx: iter([_row("other")]))], CTX, log)
+    assert statuses == {"error": 1}
+    (row,) = read_rows(tmp_path)
+    assert row["case"] == "mine" and "row of t/other from case t/mine" in row["message"]
