@@ -87,7 +87,15 @@ def flash_backward(q, k, v, o, lse, do, causal: bool, tile: int = TILE):
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-class FlashAttentionPytorch(torch.autograd.Function):
+class AttentionFunction(torch.autograd.Function):
+    """``apply(q, k, v, is_causal=False)`` with keywords (``Function.apply`` takes none)."""
+
+    @classmethod
+    def apply(cls, q, k, v, is_causal: bool = False):
+        return super().apply(q, k, v, is_causal)
+
+
+class FlashAttentionPytorch(AttentionFunction):
     """``FlashAttentionPytorch.apply(q, k, v, is_causal=False)``; saves q, k, v, O and L."""
 
     @staticmethod
@@ -101,7 +109,3 @@ class FlashAttentionPytorch(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         return (*flash_backward(q, k, v, o, lse, do, ctx.is_causal), None)
-
-    @classmethod
-    def apply(cls, q, k, v, is_causal: bool = False):  # keyword arguments, unlike Function
-        return super().apply(q, k, v, is_causal)

@@ -23,6 +23,8 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
+from validate.attention.flash_pytorch import AttentionFunction
+
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 if INTERPRETED and type(tl.zeros).__name__ != "InterpretedFunction":
     raise ImportError(
@@ -203,7 +205,7 @@ def _check(q, k, v) -> None:
         raise ValueError(f"shapes must be (..., N, d) alike (got {q.shape}, {k.shape}, {v.shape})")
 
 
-class FlashAttentionTriton(torch.autograd.Function):
+class FlashAttentionTriton(AttentionFunction):
     """``FlashAttentionTriton.apply(q, k, v, is_causal=False)``; saves q, k, v, O and L."""
 
     @staticmethod
@@ -243,7 +245,3 @@ class FlashAttentionTriton(torch.autograd.Function):
         _launch(_bwd_dq_kernel, _dq_tuned, "BLOCK_M", n_q, bh,
                 *common, dq, n_q, n_k, d, scale, **consts)  # fmt: skip
         return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None
-
-    @classmethod
-    def apply(cls, q, k, v, is_causal: bool = False):  # keyword arguments, unlike Function
-        return super().apply(q, k, v, is_causal)
