@@ -109,3 +109,13 @@ def test_nccl_fsdp_bytes_on_two_gpus():
     spec, train = spec_and_train(4, 32, "fp32")
     predicted = estimate(spec, train, ParallelSpec(fsdp=2), get_hardware("h100-sxm"))
     assert all(r["ring_bytes"] == predicted["comm_bytes.fsdp"] for r in results)
+
+
+def test_zero1_state_rows_against_costmodel(tmp_path):
+    out = tmp_path / "out"
+    args = ["--quick", "--device", "cpu", "--out", str(out), "--hardware", "cpu"]
+    assert run_module.main([*args, "--suite", "ddp", "--filter", "zero1"]) == 0
+    rows = {(r["quantity"], r.get("rank")): r for r in read_rows(out)}
+    assert rows[("memory_bytes.optimizer.all_ranks", None)]["rel_err"] == 0
+    halves = [rows[("memory_bytes.optimizer", k)]["measured"] for k in (0, 1)]
+    assert all(0 < h < sum(halves) for h in halves)

@@ -16,6 +16,7 @@ from torch import nn
 from validate.ddp import BucketedDDP, FlatDDP, NaiveDDP, OverlapDDP, ShardedOptimizer
 
 VOCAB, DIM = 64, 32
+FROZEN_PARAMS = DIM * DIM + DIM  # TiedToy.frozen (weight and bias), at the default width
 
 
 class TiedToy(nn.Module):

@@ -16,8 +16,9 @@ import torch
 from costmodel import ParallelSpec, estimate
 from costmodel.collectives import collective_time
 from costmodel.hardware import Hardware, get_hardware
+from costmodel.precision import OPTIMIZER_STATES, PRECISIONS
 from validate import collectives as coll
-from validate.ddp_check import time_variant
+from validate.ddp_check import FROZEN_PARAMS, ddp_params, time_variant
 from validate.dist import backend_for, launch
 from validate.parallel_check import spec_and_train, step, unsharded_step
 from validate.results import Row
@@ -141,6 +142,48 @@ def ddp_case(variant: str, bucket_mb: float, ctx: Context) -> Iterator[Row]:
     )
 
 
+def zero1_case(ctx: Context) -> Iterator[Row]:
+    """Per-rank optimizer state of ShardedOptimizer against costmodel's ZeRO-1 shard."""
+    world = 2
+    results = launch(
+        ddp_params,
+        world,
+        "flat",
+        2,
+        True,
+        backend=backend_for(ctx.device.type),
+        timeout_s=TIMEOUT_S,
+    )
+    trainable = sum(p.numel() for p in results[0]["params"]) - FROZEN_PARAMS
+    per_element = OPTIMIZER_STATES["adamw"] * PRECISIONS["fp32"].optimizer_state
+    predicted = per_element * trainable / world  # distributed.sharded_state: states·bytes·n/X
+    for rank, r in enumerate(results):
+        yield Row(
+            "ddp",
+            "zero1",
+            "memory_bytes.optimizer",
+            predicted,
+            r["state_bytes"],
+            ctx.label,
+            "ok",
+            "bytes",
+            {"config": {"world": world}, "rank": rank},
+        )
+    # whole parameters per rank make the shards uneven; their sum is the whole state
+    total = sum(r["state_bytes"] for r in results)
+    yield Row(
+        "ddp",
+        "zero1",
+        "memory_bytes.optimizer.all_ranks",
+        predicted * world,
+        total,
+        ctx.label,
+        "ok",
+        "bytes",
+        {"config": {"world": world}},
+    )
+
+
 def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
     world, batch, seq, precision = 2, 4, 64, "fp32"
     results = launch(
@@ -198,6 +241,7 @@ def ddp_cases(ctx: Context) -> list[Case]:
         Case("ddp", f"bucketed/bucket{mb}MB", lambda c, mb=mb: ddp_case("bucketed", mb, c))
         for mb in sweep
     ]
+    cases.append(Case("ddp", "zero1", zero1_case))
     return cases
 
 
