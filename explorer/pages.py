@@ -14,7 +14,7 @@ import altair as alt
 import streamlit as st
 import sympy as sp
 
-from costmodel import PRESETS, estimate
+from costmodel import PRESETS, ModelSpec, estimate
 from costmodel import specs as S
 from costmodel.bounds import bounds_report
 from costmodel.estimate import compiled, structure_of
@@ -40,23 +40,19 @@ def init_state() -> None:
     st.session_state["_initialised"] = True
 
 
-def _errors(errors: dict[str, str], section: str) -> None:
-    if section in errors:
-        st.error(errors[section], icon="⚠️")
-
-
-def sidebar() -> tuple[dict[str, Any], Any]:
-    """The inputs; returns their values and an uploaded model (or None)."""
+def _model_inputs():
     st.header("Model")
     upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"])
     st.selectbox("preset", list(PRESETS), key="preset", disabled=upload is not None)
     with st.expander("override fields"):
         for key in MODEL_OVERRIDES:
             unset = {} if key in st.session_state else {"value": None}
-            st.number_input(
-                key, min_value=1, step=1, key=key, placeholder="preset's value", **unset
-            )
-    model_slot = st.empty()
+            st.number_input(key, min_value=1, step=1, key=key, placeholder="preset's value",
+                            **unset)  # fmt: skip
+    return upload, st.empty()
+
+
+def _training_inputs():
     st.header("Training")
     st.number_input("batch (sequences per step)", min_value=1, step=1, key="batch")
     st.number_input("sequence length", min_value=1, step=128, key="seq")
@@ -66,7 +62,10 @@ def sidebar() -> tuple[dict[str, Any], Any]:
     st.selectbox("attention kernel", S.ATTENTION_KERNELS, key="attention")
     st.selectbox("recomputation", S.RECOMPUTE_POLICIES, key="recompute")
     st.number_input("gradient accumulation steps", min_value=1, step=1, key="grad_accum")
-    train_slot = st.empty()
+    return st.empty()
+
+
+def _cluster_inputs():
     st.header("Cluster and layout")
     st.selectbox("device", list(HARDWARE), key="hardware")
     st.number_input("GPUs per node", min_value=1, step=1, key="gpus_per_node")
@@ -80,7 +79,14 @@ def sidebar() -> tuple[dict[str, Any], Any]:
     st.checkbox("sequence parallel (with tp)", key="sequence_parallel")
     st.radio("overlap of communication", OVERLAP_RULES, key="overlap", horizontal=True)
     st.caption("dp fills the devices the other degrees leave.")
-    cluster_slot = st.empty()
+    return st.empty()
+
+
+def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
+    """The inputs: their values, an uploaded model (or None), and a message slot per
+    section (errors show next to the widgets they are about)."""
+    upload, model_slot = _model_inputs()
+    slots = {"model": model_slot, "training": _training_inputs(), "cluster": _cluster_inputs()}
     st.header("Budget")
     st.number_input("token budget", min_value=0.0, step=1e9, format="%.3g", key="token_budget")
     st.number_input("$ per device-hour", min_value=0.0, step=0.5, key="price_per_hour")
@@ -92,10 +98,7 @@ def sidebar() -> tuple[dict[str, Any], Any]:
         except (ValueError, UnicodeDecodeError) as err:
             model_slot.error(f"{upload.name}: {err}", icon="⚠️")
     st.query_params.from_dict(to_query(values))
-    return values, (
-        uploaded,
-        {"model": model_slot, "training": train_slot, "cluster": cluster_slot},
-    )
+    return values, uploaded, slots
 
 
 def _headline(setup: Setup, v: dict[str, float], values: dict[str, Any]) -> None:
@@ -193,7 +196,7 @@ def estimate_page() -> None:
     start = time.perf_counter()
     init_state()
     with st.sidebar:
-        values, (uploaded, slots) = sidebar()
+        values, uploaded, slots = sidebar()
     st.title("What will training this transformer cost?")
     for problem in st.session_state.get("_problems", []):
         st.warning(problem)

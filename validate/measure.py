@@ -147,12 +147,8 @@ def _component_of(event) -> str | None:
     return None
 
 
-def profile_components(model, phases, device: torch.device) -> dict[str, dict[str, float]]:
-    """Seconds per component in forward and backward, and of the optimizer, one step.
-
-    ``elementwise`` is the rest of each pass (norms, activations, rotary, residuals,
-    embedding, loss): the pass total minus the matmul components.
-    """
+def _profiled_events(model, phases, device: torch.device):
+    """Run one step's phases under torch.profiler with a range per phase and component."""
     cuda = device.type == "cuda"
     handles = _install_ranges(model, cuda)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -169,40 +165,39 @@ def profile_components(model, phases, device: torch.device) -> dict[str, dict[st
     finally:
         for h in handles:
             h.remove()
+    return prof.events()
+
+
+def profile_components(model, phases, device: torch.device) -> dict[str, dict[str, float]]:
+    """Seconds per component in forward and backward, and of the optimizer, one step.
+
+    ``elementwise`` is the rest of each pass (norms, activations, rotary, residuals,
+    embedding, loss): in forward the pass total minus the matmul components; in backward
+    every autograd node whose forward op ran outside a component's range.
+    """
+    cuda = device.type == "cuda"
+    events = _profiled_events(model, phases, device)
 
     def seconds(e) -> float:
         return (e.device_time_total if cuda else e.cpu_time_total) / 1e6
 
-    out: dict[str, dict[str, float]] = {
-        "forward": defaultdict(float),
-        "backward": defaultdict(float),
-    }
+    forward: dict[str, float] = defaultdict(float)
+    backward: dict[str, float] = defaultdict(float)
     totals, seq_comp = {}, {}
-    for e in prof.events():
-        if e.name.startswith(_PREFIX) and e.name[len(_PREFIX) :] in (
-            "forward",
-            "backward",
-            "optimizer",
-        ):
-            totals[e.name[len(_PREFIX) :]] = seconds(e)
-        elif e.name.startswith(_PREFIX):
-            out["forward"][e.name[len(_PREFIX) :]] += seconds(e)
+    for e in events:
+        name = e.name[len(_PREFIX) :] if e.name.startswith(_PREFIX) else None
+        if name in _PHASE_RANGES:
+            totals[name] = seconds(e)
+        elif name is not None:
+            forward[name] += seconds(e)
         elif e.sequence_nr >= 0 and not e.name.startswith("autograd::engine"):
             comp = _component_of(e)
             if comp is not None:
                 seq_comp.setdefault(e.sequence_nr, comp)
-    for e in prof.events():
+    for e in events:
         if e.name.startswith("autograd::engine::evaluate_function"):
-            comp = seq_comp.get(e.sequence_nr, "elementwise")
-            out["backward"][comp] += seconds(e)
-    totals["backward"] = sum(out["backward"].values())
-    for phase in ("forward", "backward"):
-        matmuls = sum(v for k, v in out[phase].items() if k != "elementwise")
-        out[phase]["elementwise"] = out[phase].get("elementwise", 0.0)
-        if phase == "forward":
-            out[phase]["elementwise"] = totals["forward"] - matmuls
-    return {
-        "forward": dict(out["forward"]),
-        "backward": dict(out["backward"]),
-        "optimizer": {"optimizer": totals.get("optimizer", 0.0)},
-    }
+            backward[seq_comp.get(e.sequence_nr, "elementwise")] += seconds(e)
+    forward["elementwise"] = totals["forward"] - sum(forward.values())
+    backward.setdefault("elementwise", 0.0)
+    return {"forward": dict(forward), "backward": dict(backward),
+            "optimizer": {"optimizer": totals.get("optimizer", 0.0)}}  # fmt: skip

@@ -98,138 +98,90 @@ def _table(header: list[str], lines: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _targets_table(rows: list[dict[str, Any]]) -> str:
+    met = {True: "yes", False: "**no**"}
+    lines = [[t["target"], str(t["n"]), _pct(t["value"]), met.get(t["met"], "not measured")]
+             for t in targets(rows)]  # fmt: skip
+    return _table(["target", "rows", "value", "met"], lines)
+
+
+def _summary_table(rows: list[dict[str, Any]]) -> str:
+    lines = [[s["suite"], s["quantity"], s["device"], str(s["n"]),
+              _pct(s["median_abs_rel_err"]), _pct(s["max_abs_rel_err"])]
+             for s in summary(rows)]  # fmt: skip
+    return _table(["suite", "quantity", "device", "n", "median", "max"], lines)
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> str:
+    lines = [[r["suite"], r["case"], r["quantity"], _num(r["predicted"]), _num(r["measured"]),
+              _pct(r.get("rel_err")), r.get("unit", "")]
+             for r in rows if r["status"] == "ok"]  # fmt: skip
+    return _table(["suite", "case", "quantity", "predicted", "measured", "error", "unit"], lines)
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     devices = sorted({r["device"] for r in rows})
-    parts = [f"# validate.run report\n\n{len(rows)} rows; devices: {', '.join(devices)}\n"]
-    parts.append("## Targets\n")
-    parts.append(
-        _table(
-            ["target", "rows", "value", "met"],
-            [
-                [
-                    t["target"],
-                    str(t["n"]),
-                    _pct(t["value"]),
-                    {True: "yes", False: "**no**"}.get(t["met"], "not measured"),
-                ]
-                for t in targets(rows)
-            ],
-        )
-    )
-    parts.append("\n## Summary (|predicted - measured| / measured)\n")
-    parts.append(
-        _table(
-            ["suite", "quantity", "device", "n", "median", "max"],
-            [
-                [
-                    s["suite"],
-                    s["quantity"],
-                    s["device"],
-                    str(s["n"]),
-                    _pct(s["median_abs_rel_err"]),
-                    _pct(s["max_abs_rel_err"]),
-                ]
-                for s in summary(rows)
-            ],
-        )
-    )
-    parts += [attention_table(rows), ddp_table(rows), parallel_table(rows)]
+    parts = [f"# validate.run report\n\n{len(rows)} rows; devices: {', '.join(devices)}\n",
+             "## Targets\n", _targets_table(rows),
+             "\n## Summary (|predicted - measured| / measured)\n", _summary_table(rows),
+             attention_table(rows), ddp_table(rows), parallel_table(rows)]  # fmt: skip
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
-        parts.append("\n## Not measured (OOM, errors, skipped)\n")
-        parts.append(
-            _table(
-                ["suite", "case", "status", "message"],
-                [[r["suite"], r["case"], r["status"], str(r.get("message", ""))] for r in failed],
-            )
-        )
-    parts.append("\n## All rows\n")
-    parts.append(
-        _table(
-            ["suite", "case", "quantity", "predicted", "measured", "error", "unit"],
-            [
-                [
-                    r["suite"],
-                    r["case"],
-                    r["quantity"],
-                    _num(r["predicted"]),
-                    _num(r["measured"]),
-                    _pct(r.get("rel_err")),
-                    r.get("unit", ""),
-                ]
-                for r in rows
-                if r["status"] == "ok"
-            ],
-        )
-    )
+        lines = [[r["suite"], r["case"], r["status"], str(r.get("message", ""))] for r in failed]
+        parts += ["\n## Not measured (OOM, errors, skipped)\n",
+                  _table(["suite", "case", "status", "message"], lines)]  # fmt: skip
+    parts += ["\n## All rows\n", _rows_table(rows)]
     return "\n".join(parts) + "\n"
 
 
-def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
-    """Predicted vs measured, relative error per case, per-component time breakdown."""
-    ok = [
-        {k: r[k] for k in ("suite", "case", "quantity", "predicted", "measured", "rel_err", "unit")}
-        for r in rows
-        if r["status"] == "ok" and r["predicted"] and r["measured"]
-    ]
-    out = []
-    timed = [r for r in ok if r["suite"] in ("model",) and not r["quantity"].startswith("op_")]
-    if timed:
-        data = alt.Data(values=timed)
-        log = alt.Scale(type="log")
-        scatter = (
-            alt.Chart(data, title="Predicted vs measured (y = x is exact)")
-            .mark_point()
-            .encode(
-                alt.X("measured:Q", scale=log),
-                alt.Y("predicted:Q", scale=log),
-                alt.Color("quantity:N"),
-                alt.Facet("unit:N", columns=3),
-                tooltip=["case:N", "quantity:N", "predicted:Q", "measured:Q", "rel_err:Q"],
-            )
-            .resolve_scale(x="independent", y="independent")
-        )
-        errors = (
-            alt.Chart(data, title="Relative error per case")
-            .mark_bar()
-            .encode(
-                alt.X("rel_err:Q", axis=alt.Axis(format="%")),
-                alt.Y("case:N", sort=None),
-                alt.Color("quantity:N"),
-                alt.YOffset("quantity:N"),
-                tooltip=["case:N", "quantity:N", "rel_err:Q"],
-            )
-        )
-        out += [scatter, errors]
+def _model_charts(timed: list[dict[str, Any]]) -> list[alt.Chart]:
+    data, log = alt.Data(values=timed), alt.Scale(type="log")
+    scatter = (
+        alt.Chart(data, title="Predicted vs measured (y = x is exact)")
+        .mark_point()
+        .encode(alt.X("measured:Q", scale=log), alt.Y("predicted:Q", scale=log),
+                alt.Color("quantity:N"), alt.Facet("unit:N", columns=3),
+                tooltip=["case:N", "quantity:N", "predicted:Q", "measured:Q", "rel_err:Q"])
+        .resolve_scale(x="independent", y="independent")
+    )  # fmt: skip
+    errors = (
+        alt.Chart(data, title="Relative error per case")
+        .mark_bar()
+        .encode(alt.X("rel_err:Q", axis=alt.Axis(format="%")), alt.Y("case:N", sort=None),
+                alt.Color("quantity:N"), alt.YOffset("quantity:N"),
+                tooltip=["case:N", "quantity:N", "rel_err:Q"])
+    )  # fmt: skip
+    return [scatter, errors]
+
+
+def _component_chart(ok: list[dict[str, Any]]) -> alt.Chart | None:
     ops = []
     for r in ok:
         if r["quantity"].startswith("op_time_s."):
             _, phase, comp = r["quantity"].split(".")
-            for source in ("predicted", "measured"):
-                ops.append(
-                    {
-                        "case": r["case"],
-                        "phase": phase,
-                        "component": comp,
-                        "source": source,
-                        "seconds": r[source],
-                    }
-                )
-    if ops:
-        out.append(
-            alt.Chart(alt.Data(values=ops), title="Time per component: predicted vs measured")
-            .mark_bar()
-            .encode(
-                alt.X("seconds:Q", stack="zero"),
-                alt.Y("source:N"),
-                alt.Color("component:N"),
+            ops += [{"case": r["case"], "phase": phase, "component": comp, "source": source,
+                     "seconds": r[source]} for source in ("predicted", "measured")]  # fmt: skip
+    if not ops:
+        return None
+    return (
+        alt.Chart(alt.Data(values=ops), title="Time per component: predicted vs measured")
+        .mark_bar()
+        .encode(alt.X("seconds:Q", stack="zero"), alt.Y("source:N"), alt.Color("component:N"),
                 alt.Row("phase:N"),
-                tooltip=["case:N", "phase:N", "component:N", "source:N", "seconds:Q"],
-            )
-        )
-    scaling = attention_chart(rows)
-    out += dist_charts(rows)
-    return out if scaling is None else [*out, scaling]
+                tooltip=["case:N", "phase:N", "component:N", "source:N", "seconds:Q"])
+    )  # fmt: skip
+
+
+def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
+    """Predicted vs measured, relative error per case, time per component, the attention
+    scaling and the distributed suites' charts."""
+    keys = ("suite", "case", "quantity", "predicted", "measured", "rel_err", "unit")
+    ok = [{k: r[k] for k in keys} for r in rows
+          if r["status"] == "ok" and r["predicted"] and r["measured"]]  # fmt: skip
+    timed = [r for r in ok if r["suite"] == "model" and not r["quantity"].startswith("op_")]
+    out = _model_charts(timed) if timed else []
+    extra = [_component_chart(ok), attention_chart(rows), *dist_charts(rows)]
+    return out + [c for c in extra if c is not None]
 
 
 def html_page(rows: list[dict[str, Any]]) -> str:

@@ -56,69 +56,40 @@ def parallel_table(rows: list[dict[str, Any]]) -> str:
     return "\n## FSDP and TP communication\n\n" + "\n".join(lines) + "\n"
 
 
+def _collectives_chart(coll: list[dict[str, Any]]) -> alt.Chart:
+    data = [
+        {"op": r["config"]["op"], "world": r["config"]["world"],
+         "MiB": r["config"]["size_bytes"] / 2**20, "source": source,
+         "busbw GB/s": r["busbw"] * r["measured"] / r[source] / 1e9}
+        for r in coll for source in ("measured", "predicted")
+    ]  # fmt: skip
+    base = alt.Chart(alt.Data(values=data)).encode(
+        alt.X("MiB:Q", scale=alt.Scale(type="log", base=2)), alt.Y("busbw GB/s:Q"),
+        alt.Color("op:N"), tooltip=["op:N", "world:Q", "MiB:Q", "source:N", "busbw GB/s:Q"],
+    )  # fmt: skip
+    points = base.transform_filter(alt.datum.source == "measured").mark_point(filled=True)
+    lines = base.transform_filter(alt.datum.source == "predicted").mark_line(strokeDash=[4, 2])
+    title = "Collectives: bus bandwidth, measured (points) and α-β fit (dashed)"
+    return alt.layer(points, lines, title=title)
+
+
+def _bucket_chart(sweep: list[dict[str, Any]]) -> alt.Chart:
+    data = [{"bucket MB": r["config"]["bucket_mb"], "quantity": r["quantity"],
+             "ms": 1e3 * r["measured"]} for r in sweep]  # fmt: skip
+    data += [{"bucket MB": r["config"]["bucket_mb"], "quantity": "α-β comm (predicted)",
+              "ms": 1e3 * r["predicted_total_comm_s"]}
+             for r in sweep if "predicted_total_comm_s" in r]  # fmt: skip
+    return (
+        alt.Chart(alt.Data(values=data), title="Bucket size sweep (BucketedDDP, 2 ranks)")
+        .mark_line(point=True)
+        .encode(alt.X("bucket MB:Q", scale=alt.Scale(type="log")), alt.Y("ms:Q"),
+                alt.Color("quantity:N"), tooltip=["bucket MB:Q", "quantity:N", "ms:Q"])
+    )  # fmt: skip
+
+
 def dist_charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
-    out = []
-    coll = [r for r in rows if r["suite"] == "collectives" and r["status"] == "ok"]
-    if coll:
-        data = []
-        for r in coll:
-            c = r["config"]
-            for source in ("measured", "predicted"):
-                data.append(
-                    {
-                        "op": c["op"],
-                        "world": c["world"],
-                        "MiB": c["size_bytes"] / 2**20,
-                        "source": source,
-                        "busbw GB/s": r["busbw"] * r["measured"] / r[source] / 1e9,
-                    }
-                )
-        base = alt.Chart(alt.Data(values=data)).encode(
-            alt.X("MiB:Q", scale=alt.Scale(type="log", base=2)),
-            alt.Y("busbw GB/s:Q"),
-            alt.Color("op:N"),
-            tooltip=["op:N", "world:Q", "MiB:Q", "source:N", "busbw GB/s:Q"],
-        )
-        points = base.transform_filter(alt.datum.source == "measured").mark_point(filled=True)
-        lines = base.transform_filter(alt.datum.source == "predicted").mark_line(strokeDash=[4, 2])
-        out.append(
-            alt.layer(
-                points,
-                lines,
-                title="Collectives: bus bandwidth, measured (points) and α-β fit (dashed)",
-            )
-        )
-    sweep = [
-        r
-        for r in rows
-        if r["suite"] == "ddp" and r["status"] == "ok" and r["case"].startswith("bucketed/")
-    ]
-    if sweep:
-        data = [
-            {
-                "bucket MB": r["config"]["bucket_mb"],
-                "quantity": r["quantity"],
-                "ms": 1e3 * r["measured"],
-            }
-            for r in sweep
-        ]
-        data += [
-            {
-                "bucket MB": r["config"]["bucket_mb"],
-                "quantity": "α-β comm (predicted)",
-                "ms": 1e3 * r["predicted_total_comm_s"],
-            }
-            for r in sweep
-            if "predicted_total_comm_s" in r
-        ]
-        out.append(
-            alt.Chart(alt.Data(values=data), title="Bucket size sweep (BucketedDDP, 2 ranks)")
-            .mark_line(point=True)
-            .encode(
-                alt.X("bucket MB:Q", scale=alt.Scale(type="log")),
-                alt.Y("ms:Q"),
-                alt.Color("quantity:N"),
-                tooltip=["bucket MB:Q", "quantity:N", "ms:Q"],
-            )
-        )
-    return out
+    """Collective bandwidth against the fit, and the DDP bucket-size sweep."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    coll = [r for r in ok if r["suite"] == "collectives"]
+    sweep = [r for r in ok if r["suite"] == "ddp" and r["case"].startswith("bucketed/")]
+    return ([_collectives_chart(coll)] if coll else []) + ([_bucket_chart(sweep)] if sweep else [])
