@@ -1,6 +1,6 @@
 """Process groups for the distributed checks: spawned on one machine, or under torchrun.
 
-``launch(fn, world_size)`` starts ``world_size`` processes (spawn), each with
+``launch(fn, world_size)`` starts ``world_size`` processes, each with
 ``torch.distributed`` initialised (gloo on CPU, NCCL with one GPU per rank), runs
 ``fn(rank, world_size, *args)`` and returns the per-rank results in rank order. A rank
 that raises, dies (killed, out of memory) or hangs ends the launch with a clear error
@@ -14,15 +14,18 @@ from __future__ import annotations
 import io
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 
 def backend_for(device_type: str) -> str:
@@ -52,8 +55,6 @@ def init(rank: int, world_size: int, backend: str, timeout_s: float) -> torch.de
 
 
 def _pack(value: Any) -> bytes:
-    """Results by value: tensors sent through a queue by shared memory would need this
-    process alive until the parent maps them, and it is about to exit."""
     buf = io.BytesIO()
     torch.save(value, buf)
     return buf.getvalue()
@@ -63,20 +64,47 @@ def _unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
-def _worker(rank, world_size, port, backend, timeout_s, fn, args, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker_main(argv: list[str]) -> None:
+    """One rank: ``python -m validate.dist JOB_DIR RANK WORLD BACKEND TIMEOUT``."""
+    job, rank, world_size, backend, timeout_s = (
+        Path(argv[0]), int(argv[1]), int(argv[2]), argv[3], float(argv[4]))  # fmt: skip
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     try:
+        fn, args = _unpack((job / "job.pt").read_bytes())
         init(rank, world_size, backend, timeout_s)
-        queue.put((rank, "ok", _pack(fn(rank, world_size, *args))))
+        outcome = ("ok", fn(rank, world_size, *args))
     except BaseException:  # reported to the parent, which decides
-        queue.put((rank, "error", traceback.format_exc()))
-        return
-    try:  # no rank tears down its group while another still communicates
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:  # a peer died after its result: the parent has what it needs
-        pass
+        outcome = ("error", traceback.format_exc())
+    part = job / f"{rank}.part"
+    part.write_bytes(_pack(outcome))
+    os.replace(part, job / f"{rank}.pt")  # the parent never reads half a result
+    if outcome[0] == "ok":
+        try:  # no rank tears down its group while another still communicates
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:  # a peer died after its result: the parent has what it needs
+            pass
+
+
+def _collect(procs: list[subprocess.Popen], job: Path, timeout_s: float) -> list[Any]:
+    results: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(results) < len(procs):
+        for rank, proc in enumerate(procs):
+            path = job / f"{rank}.pt"
+            if rank in results or not path.exists():
+                if rank not in results and proc.poll() is not None and not path.exists():
+                    raise RuntimeError(f"rank {rank} died (exit code {proc.returncode})")
+                continue
+            status, value = _unpack(path.read_bytes())
+            if status == "error":
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            results[rank] = value
+        if len(results) < len(procs) and time.monotonic() > deadline:
+            missing = sorted(set(range(len(procs))) - set(results))
+            raise TimeoutError(f"rank(s) {missing} did not finish within {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return [results[r] for r in range(len(procs))]
 
 
 def launch(
@@ -86,44 +114,29 @@ def launch(
     backend: str = "gloo",
     timeout_s: float = 120.0,
 ) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; results by rank."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, world_size, port, backend, timeout_s, fn, args, queue))
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    results: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(results) < world_size:
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(world_size)) - set(results))
-                raise TimeoutError(f"rank(s) {missing} did not finish within {timeout_s:.0f} s")
-            try:
-                rank, status, value = queue.get(timeout=0.2)
-            except Exception:  # queue.Empty: check for dead ranks
-                dead = [
-                    (r, p.exitcode)
-                    for r, p in enumerate(procs)
-                    if r not in results and p.exitcode not in (None, 0)
-                ]
-                if dead:
-                    raise RuntimeError(f"rank {dead[0][0]} died (exit code {dead[0][1]})") from None
-                continue
-            if status == "error":
-                raise RuntimeError(f"rank {rank} failed:\n{value}")
-            results[rank] = _unpack(value)
-    finally:
-        for p in procs:
-            p.join(timeout=5 if len(results) == world_size else 0.1)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return [results[r] for r in range(world_size)]
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes; results by rank.
+
+    Ranks are ``python -m validate.dist`` subprocesses (not multiprocessing's spawn, which
+    re-runs the parent's ``__main__`` in every child); ``fn`` must be importable (defined at
+    a module's top level) and its results picklable; they come back by value.
+    """
+    with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
+        job = Path(tmp)
+        (job / "job.pt").write_bytes(_pack((fn, args)))
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # fmt: skip
+        cmd = [sys.executable, "-m", "validate.dist", tmp]
+        procs = [subprocess.Popen([*cmd, str(r), str(world_size), backend, str(timeout_s)], env=env)
+                 for r in range(world_size)]  # fmt: skip
+        try:
+            return _collect(procs, job, timeout_s)
+        finally:
+            for proc in procs:
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def run_distributed(fn: Callable[..., Any], *args: Any, timeout_s: float = 300.0) -> Any:
@@ -137,3 +150,7 @@ def run_distributed(fn: Callable[..., Any], *args: Any, timeout_s: float = 300.0
         return result
     finally:
         dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1:])
