@@ -45,6 +45,7 @@ from .symbols import (
     b,
     d_h,
     m,
+    smax,
     v,
 )
 
@@ -66,7 +67,7 @@ def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
     norm_total = parts["norms"]
     vocab_in = parts["embedding"] + parts["pos_embedding"]
     head = parts["lm_head"]
-    vocab = sp.Max(vocab_in, head) if par.pp > 1 else vocab_in + head
+    vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
     layers = L / N_pp
     total = layers * (block / Y) + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
     head_mm = 0 if model.ffn_only else V * D
@@ -112,8 +113,9 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     acts = sharded_activations(model, train, par)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
-    # xreplace: a plain symbol swap (subs also re-derives assumptions)
-    peaks = {k: e.xreplace(subs) for k, e in peak_memory(model, train, state, acts).items()}
+    # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
+    with sp.evaluate(False):
+        peaks = {k: e.xreplace(subs) for k, e in peak_memory(model, train, state, acts).items()}
     if par.zero == 3:
         _, n_mm = params_per_device(model, par)
         gathered = 2 * PRECISIONS[train.precision].activation * n_mm * N_pp / L * (1 - 1 / X)

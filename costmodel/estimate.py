@@ -92,7 +92,11 @@ class Compiled:
     keys: tuple[str, ...]
     exprs: tuple[sp.Expr, ...]
     scalar: Any
-    vector: Any
+
+    @functools.cached_property
+    def vector(self) -> Any:
+        """The numpy version, built on first use (sweeps need it, single estimates do not)."""
+        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules="numpy", cse=True)
 
 
 @functools.lru_cache(maxsize=256)
@@ -116,8 +120,7 @@ def compiled(structure: tuple) -> Compiled:
     keys = tuple(exprs)
     values = tuple(exprs.values())
     scalar = sp.lambdify(EVAL_SYMBOLS, values, modules=[{"Max": max}, "math"], cse=True)
-    vector = sp.lambdify(EVAL_SYMBOLS, values, modules="numpy", cse=True)
-    return Compiled(keys=keys, exprs=values, scalar=scalar, vector=vector)
+    return Compiled(keys=keys, exprs=values, scalar=scalar)
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:

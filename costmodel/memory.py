@@ -23,7 +23,7 @@ import sympy as sp
 from .params import matmul_weight_params, param_breakdown
 from .precision import OPTIMIZER_STATES, PRECISIONS
 from .specs import ModelSpec, TrainSpec
-from .symbols import D, F, H, K, L, T, V, b, d_h
+from .symbols import D, F, H, K, L, T, V, b, d_h, smax
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
@@ -171,8 +171,8 @@ def peak_memory(
         fwd_transient += (act + (4 if act != 4 else 0)) * b * T * V
         start_transient += 8 * b * T * V
         if train.attention == "naive":
-            fwd_transient = sp.Max(fwd_transient, 2 * act * b * H * T * T)
-            start_transient = sp.Max(start_transient, 2 * act * b * H * T * T)
+            fwd_transient = smax(fwd_transient, 2 * act * b * H * T * T)
+            start_transient = smax(start_transient, 2 * act * b * H * T * T)
         if model.tied:
             end_transient += 2 * prec.grad * V * D
     else:
@@ -191,12 +191,12 @@ def peak_memory(
             fwd_transient += prec.weight_copy * D * F
             block = prec.weight_copy * _block_matmul_weights(model)
             end_transient += block - (prec.grad + prec.weight_copy) * D * F
-    fwd_bwd = stored + sp.Max(copies + acts + start_transient, state["grads"] + end_transient)
+    fwd_bwd = stored + smax(copies + acts + start_transient, state["grads"] + end_transient)
     states = OPTIMIZER_STATES[train.optimizer]
     # foreach Adam materialises sqrt(v) for every parameter at once; fused needs no temporary
     foreach_adam = states == 2 and train.optimizer_impl == "foreach"
     temp = prec.optimizer_state * param_breakdown(model)["total"] if foreach_adam else 0
-    step = sp.Max(
+    step = smax(
         fwd_bwd + state["optimizer"],
         stored + state["grads"] + state["optimizer"] + temp,
     )

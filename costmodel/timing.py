@@ -45,6 +45,7 @@ from .symbols import (
     b,
     d_h,
     m,
+    smax,
     v,
 )
 
@@ -92,7 +93,7 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
         fused = op == "attn_core" and train.attention == "flash"
         peak = C_attn if fused else C_eff
         entry["intensity"] = entry["flops"] / entry["bytes"]
-        entry["time_s"] = sp.Max(entry["flops"] / peak, entry["bytes"] / W_hbm)
+        entry["time_s"] = smax(entry["flops"] / peak, entry["bytes"] / W_hbm)
     return ops
 
 
@@ -155,7 +156,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         + layers * _recompute_time(train, per_layer)
     )
     comm = communication(model, train, par)
-    combine = sp.Max if par.overlap == "max" else sp.Add
+    combine = smax if par.overlap == "max" else sp.Add
     phase = {}
     for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
         phase[name] = combine(compute, sum((g[name] for g in comm.values()), sp.Integer(0)))
