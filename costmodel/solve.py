@@ -47,10 +47,11 @@ def _min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[
     acts = activation_memory(model, train)["total"]
     f = sp.nsimplify(fraction)
     per_device = state / N_fsdp + acts * ((1 - f) + f / N_fsdp)
-    boundary = sp.solve(sp.Eq(per_device, budget), N_fsdp)
+    # per_device is linear in 1/N: per_device = budget at N = (state + f·acts) / (budget -
+    # (1 - f)·acts), in closed form (sympy's solve found the same root ~50x slower)
     return {
         "per_device": per_device,
-        "n_at_budget": boundary[0],
+        "n_at_budget": (state + f * acts) / (budget - (1 - f) * acts),
         "budget": budget,
         "state": state,
         "activations": acts,
