@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from validate.dist import free_port
 
 ROOT = Path(__file__).parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,15 +32,9 @@ playwright = pytest.importorskip("playwright.sync_api", reason="playwright is no
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.port", str(port), "--server.address", "127.0.0.1",
            "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip

@@ -76,3 +76,12 @@ def test_a_dead_rank_ends_the_launch():
 def test_a_hung_rank_times_out():
     with pytest.raises(TimeoutError, match=r"rank\(s\) \[1\] did not finish within 5 s"):
         launch(_hang, 2, timeout_s=5)
+
+
+def test_buckets_fill_in_backward_order_up_to_the_limit():
+    from validate.ddp import bucket_indices
+
+    mib = 2**20
+    # reversed sizes: 3, 1, 1, 2 MiB -> [3] (alone: over the 2 MiB limit), [1, 1], [2]
+    assert bucket_indices([2 * mib, mib, mib, 3 * mib], 2) == [[0], [1, 2], [3]]
+    assert bucket_indices([mib] * 4, 100) == [[0, 1, 2, 3]]

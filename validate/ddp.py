@@ -88,16 +88,9 @@ class BucketedDDP(_DataParallel):
         super().__init__(module)
         if not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be > 0 (got {bucket_size_mb})")
-        limit = bucket_size_mb * 2**20
-        self.buckets: list[list[nn.Parameter]] = []
-        size = 0
-        for p in reversed(self.params):
-            nbytes = p.numel() * p.element_size()
-            if not self.buckets or (self.buckets[-1] and size + nbytes > limit):
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += nbytes
+        sizes = [p.numel() * p.element_size() for p in self.params]
+        order = list(reversed(self.params))
+        self.buckets = [[order[i] for i in b] for b in bucket_indices(sizes, bucket_size_mb)]
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self._ready = [0] * len(self.buckets)
         self._pending: dict[int, tuple[dist.Work, torch.Tensor]] = {}
@@ -128,6 +121,19 @@ class BucketedDDP(_DataParallel):
                 p.grad = synced.clone() if p.grad is None else p.grad.copy_(synced)
         self._pending.clear()
         self._ready = [0] * len(self.buckets)
+
+
+def bucket_indices(sizes: list[int], bucket_size_mb: float) -> list[list[int]]:
+    """Buckets of positions into ``reversed(sizes)`` (backward's order): consecutive
+    parameters until the next would pass ``bucket_size_mb``; a larger one is alone."""
+    limit, buckets, size = bucket_size_mb * 2**20, [], 0
+    for i, nbytes in enumerate(reversed(sizes)):
+        if not buckets or (size + nbytes > limit and buckets[-1]):
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += nbytes
+    return buckets
 
 
 def _grad_or_zeros(p: nn.Parameter) -> torch.Tensor:

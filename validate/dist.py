@@ -32,7 +32,7 @@ def backend_for(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -123,7 +123,7 @@ def launch(
     with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
         job = Path(tmp)
         (job / "job.pt").write_bytes(_pack((fn, args)))
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # fmt: skip
         cmd = [sys.executable, "-m", "validate.dist", tmp]
         procs = [subprocess.Popen([*cmd, str(r), str(world_size), backend, str(timeout_s)], env=env)

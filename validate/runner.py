@@ -10,6 +10,7 @@ stops after the rows already written, which ``--resume`` keeps.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 import traceback
@@ -48,6 +49,13 @@ def is_oom(err: BaseException) -> bool:
     if isinstance(err, torch.OutOfMemoryError | MemoryError):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory a case may still allocate on ``device`` (bytes)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def _free(device: torch.device) -> None:

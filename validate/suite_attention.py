@@ -14,7 +14,6 @@ tiled PyTorch FlashAttention is the algorithm's reference and is checked the sam
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 
 import torch
@@ -29,7 +28,7 @@ from validate.attention import (
     sdpa_attention,
 )
 from validate.results import Row
-from validate.runner import Case, Context
+from validate.runner import Case, Context, free_bytes
 
 SUITE = "attention"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -126,7 +125,7 @@ def run(seq: int, dim: int, kernel: str, dtype: str, ctx: Context) -> Iterator[R
         return Row(SUITE, name, quantity, predicted.get(quantity), measured, ctx.label, status,
                    unit, {"config": config, **extra})  # fmt: skip
 
-    if predicted["memory_bytes.peak"] > 0.8 * _free_bytes(ctx.device):
+    if predicted["memory_bytes.peak"] > 0.8 * free_bytes(ctx.device):
         yield row("memory_bytes.peak", None, "bytes", "oom", message="predicted peak does not fit")
         return
     fn = KERNELS[kernel][0]()
@@ -135,12 +134,6 @@ def run(seq: int, dim: int, kernel: str, dtype: str, ctx: Context) -> Iterator[R
         yield row(quantity, value, "bytes")
     for quantity, value in measure_time(fn, q, k, v, ctx.device).items():
         yield row(quantity, value, "s")
-
-
-def _free_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def correctness(kernel: str, ctx: Context) -> Iterator[Row]:

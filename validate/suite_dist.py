@@ -18,6 +18,7 @@ from costmodel.collectives import collective_time
 from costmodel.hardware import Hardware, get_hardware
 from costmodel.precision import OPTIMIZER_STATES, PRECISIONS
 from validate import collectives as coll
+from validate.ddp import bucket_indices
 from validate.ddp_check import FROZEN_PARAMS, ddp_params, time_variant
 from validate.dist import backend_for, launch
 from validate.parallel_check import spec_and_train, step, unsharded_step
@@ -97,13 +98,8 @@ def _predicted_comm(
         return sum(collective_time("all_reduce", s, world, alpha, beta) for s in grad_sizes)
     if variant == "flat":
         return collective_time("all_reduce", sum(grad_sizes), world, alpha, beta)
-    buckets, size, limit = [], 0, bucket_mb * 2**20
-    for s in reversed(grad_sizes):
-        if not buckets or (size + s > limit and buckets[-1]):
-            buckets.append(0)
-            size = 0
-        buckets[-1] += s
-        size += s
+    order = list(reversed(grad_sizes))
+    buckets = [sum(order[i] for i in b) for b in bucket_indices(grad_sizes, bucket_mb)]
     return sum(collective_time("all_reduce", b, world, alpha, beta) for b in buckets)
 
 

@@ -12,7 +12,6 @@ per-op roofline times.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from validate.measure import (
 )
 from validate.model import TransformerLM, make_batch
 from validate.results import Row
-from validate.runner import Case, Context
+from validate.runner import Case, Context, free_bytes
 
 SUITE = "model"
 PEAKS = ("peak_forward", "peak_forward_backward", "peak")
@@ -109,12 +108,6 @@ def cases(ctx: Context) -> list[Case]:
     return out
 
 
-def _available_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
 def run(mc: ModelCase, name: str, ctx: Context) -> Iterator[Row]:
     spec, train = mc.spec(), mc.train()
     est = estimate(spec, train, ParallelSpec(), ctx.hardware)
@@ -125,7 +118,7 @@ def run(mc: ModelCase, name: str, ctx: Context) -> Iterator[Row]:
         return Row(SUITE, name, quantity, predicted, measured, ctx.label, status, unit, extra)
 
     need = est["memory_bytes.peak"]
-    if ctx.device.type == "cpu" and need > 0.8 * _available_bytes(ctx.device):
+    if ctx.device.type == "cpu" and need > 0.8 * free_bytes(ctx.device):
         yield row("memory_bytes.peak", need, None, "bytes", "skipped", message="would not fit")
         return
     steps, warmup = (3, 1) if ctx.quick else (5, 2)

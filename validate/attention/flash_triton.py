@@ -61,6 +61,16 @@ def _store(ptr, rows, n_rows, offs_d, head_dim, value):
 
 
 @triton.jit
+def _query_tile(Q, DO, L, Delta, bh, rows, n_q, offs_d, head_dim):
+    """A query tile's q, dO, logsumexp and D (zeros past the sequence)."""
+    q = _load(Q + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
+    do = _load(DO + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
+    lse = tl.load(L + bh * n_q + rows, mask=rows < n_q, other=0.0)
+    delta = tl.load(Delta + bh * n_q + rows, mask=rows < n_q, other=0.0)
+    return q, do, lse, delta
+
+
+@triton.jit
 def _probs(q, k, rows, cols, n_q, n_k, lse, scale, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
     """P = exp(S - L) of one tile, zero where masked or outside the sequences."""
     s = _dot(q, tl.trans(k), UPCAST) * scale
@@ -130,10 +140,7 @@ def _bwd_dkdv_kernel(
     first = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
     for start in range(first, n_q, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
-        q = _load(Q + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
-        do = _load(DO + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
-        lse = tl.load(L + bh * n_q + rows, mask=rows < n_q, other=0.0)
-        delta = tl.load(Delta + bh * n_q + rows, mask=rows < n_q, other=0.0)
+        q, do, lse, delta = _query_tile(Q, DO, L, Delta, bh, rows, n_q, offs_d, head_dim)
         p = _probs(q, k, rows, cols, n_q, n_k, lse, scale, CAUSAL, UPCAST)
         dv += _dot(tl.trans(p).to(do.dtype), do, UPCAST)
         ds = p * (_dot(do, tl.trans(v), UPCAST) - delta[:, None])
@@ -153,10 +160,7 @@ def _bwd_dq_kernel(
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = _load(Q + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
-    do = _load(DO + bh * n_q * head_dim, rows, n_q, offs_d, head_dim)
-    lse = tl.load(L + bh * n_q + rows, mask=rows < n_q, other=0.0)
-    delta = tl.load(Delta + bh * n_q + rows, mask=rows < n_q, other=0.0)
+    q, do, lse, delta = _query_tile(Q, DO, L, Delta, bh, rows, n_q, offs_d, head_dim)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M) if CAUSAL else n_k
     for start in range(0, end, BLOCK_N):
