@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from costmodel import TrainSpec, estimate, get_model, sweep
-from costmodel.estimate import compiled
+from costmodel.engine.quantities import compiled
 
 
 def _timed(fn, repeats: int) -> list[float]:

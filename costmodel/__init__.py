@@ -11,12 +11,15 @@ Quick start::
     on8["time_s.step"], on8["mfu"]
 """
 
-from .estimate import Estimate, estimate, quantities
-from .hardware import HARDWARE, Hardware, get_hardware
-from .parallel import ParallelSpec
-from .presets import PRESETS, get_model
-from .specs import ModelSpec, TrainSpec
-from .sweep import sweep
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.quantities import quantities
+from costmodel.engine.sweep import sweep
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
 
 __all__ = [
     "HARDWARE",
@@ -25,6 +28,7 @@ __all__ = [
     "Hardware",
     "ModelSpec",
     "ParallelSpec",
+    "SpecError",
     "TrainSpec",
     "estimate",
     "get_hardware",

@@ -64,7 +64,7 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         P: model.max_positions,
     }
     if train is not None:
-        values.update({B: train.batch, b: train.micro_batch, T: train.seq})
+        values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq})
     return values
 
 
@@ -120,3 +120,9 @@ DESCRIPTIONS.update(
         S_bucket: "DDP bucket bytes",
     }
 )
+
+# What a training run costs (named quantities ``train_days`` and ``train_cost``).
+N_tok = sp.Symbol("N_tok", positive=True)  # tokens to train on
+price = sp.Symbol("price", nonnegative=True)  # currency per device-hour
+BUDGET_SYMBOLS: tuple[sp.Symbol, ...] = (N_tok, price)
+DESCRIPTIONS.update({N_tok: "token budget", price: "price per device-hour"})

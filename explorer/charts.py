@@ -9,7 +9,7 @@ from typing import Any
 import altair as alt
 
 from costmodel import estimate
-from costmodel.precision import PRECISIONS
+from costmodel.single.precision import PRECISIONS
 from costmodel.units import GIB
 from explorer.state import Setup
 
@@ -133,11 +133,15 @@ def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
     return alt.layer(lines, rule.encode(alt.X("batch:Q")), title=title)
 
 
+def _roof(setup: Setup) -> tuple[float, float]:
+    """(achieved matmul FLOP/s, achieved HBM bytes/s): the roofline's two ceilings."""
+    dtype = PRECISIONS[setup.train.precision].peak_dtype
+    return setup.hardware.matmul_flops(dtype), setup.hardware.hbm_bandwidth()
+
+
 def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]]:
     """Each op at its arithmetic intensity, on the attainable-FLOP/s roofline."""
-    peak = setup.hardware.peak(PRECISIONS[setup.train.precision].peak_dtype)
-    compute = peak * setup.hardware.eff("matmul")
-    bandwidth = setup.hardware.hbm_bw * setup.hardware.eff("hbm")
+    compute, bandwidth = _roof(setup)
     rows = []
     for key, intensity in values.items():
         if key.startswith("roofline.") and key.endswith(".intensity"):
@@ -155,9 +159,7 @@ def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]
 
 def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
     ops = roofline_rows(setup, values)
-    compute = setup.hardware.peak(PRECISIONS[setup.train.precision].peak_dtype)
-    compute *= setup.hardware.eff("matmul")
-    bandwidth = setup.hardware.hbm_bw * setup.hardware.eff("hbm")
+    compute, bandwidth = _roof(setup)
     lo = min([r["intensity"] for r in ops] + [1.0]) / 2
     hi = max([r["intensity"] for r in ops] + [compute / bandwidth]) * 2
     xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]

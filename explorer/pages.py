@@ -15,14 +15,14 @@ import streamlit as st
 import sympy as sp
 
 from costmodel import PRESETS, ModelSpec, estimate
-from costmodel import specs as S
-from costmodel.bounds import bounds_report
-from costmodel.estimate import compiled, structure_of
-from costmodel.hardware import HARDWARE, get_hardware
-from costmodel.hf import model_from_hf_dict
-from costmodel.parallel import OVERLAP_RULES
-from costmodel.precision import PRECISIONS
-from costmodel.solve import min_fsdp
+from costmodel.book.bounds import bounds_report
+from costmodel.book.fsdp import min_fsdp
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hf import model_from_hf_dict
+from costmodel.engine.quantities import compiled, structure_of
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs import model as S
+from costmodel.specs.parallel import OVERLAP_RULES
 from costmodel.units import GB, GIB, fmt_count
 from explorer import charts
 from explorer.state import FIELDS, MODEL_OVERRIDES, Setup, build, from_query, to_query
@@ -145,7 +145,7 @@ def _chart_spec(kind: str, setup: Setup, values_key: tuple) -> dict:
     Sweeps are keyed without the swept field, so changing the batch does not recompute the
     batch sweep.
     """
-    step = setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
+    step = setup.parallel.batch_step(setup.train.grad_accum)
     if kind == "memory_seq":
         chart = charts.memory_chart(setup, "seq", [2**k for k in range(8, 16)])
     elif kind == "memory_batch":
@@ -178,7 +178,7 @@ def _swept_base(setup: Setup, field: str) -> int:
     """A valid placeholder for the swept field (the layout's batch step, or one token)."""
     if field == "seq":
         return setup.parallel.cp * setup.parallel.tp
-    return setup.parallel.dp * setup.parallel.fsdp * setup.train.grad_accum
+    return setup.parallel.batch_step(setup.train.grad_accum)
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from costmodel import PRESETS, ModelSpec, ParallelSpec, TrainSpec, get_hardware, get_model
-from costmodel import specs as S
-from costmodel.hardware import HARDWARE, Hardware
-from costmodel.parallel import OVERLAP_RULES, fill_dp
+from costmodel.catalog.hardware import HARDWARE
+from costmodel.specs import model as S
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.parallel import OVERLAP_RULES, fill_dp
 
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .specs import ModelSpec
-from .symbols import D, F, H, K, L, P, V, d_h
+from costmodel.specs.model import ModelSpec
+from costmodel.symbols import D, F, H, K, L, P, V, d_h
 
 
 def ffn_matrices(model: ModelSpec) -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from .bounds import bounds_report
-from .hardware import HARDWARE, get_hardware
-from .precision import PRECISIONS
-from .units import GB, GIB, fmt_bytes
+from costmodel.book.bounds import bounds_report
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.single.precision import PRECISIONS
+from costmodel.units import GB, GIB, fmt_bytes
 
 
 def _budget(args: argparse.Namespace) -> float | None:
@@ -33,7 +33,7 @@ def _print(result: dict, as_json: bool) -> None:
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
-    from .cli import build_specs
+    from costmodel.cli.args import build_specs
 
     model, train = build_specs(args)
     hw = get_hardware(args.hardware)
@@ -64,8 +64,9 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    from .cli import build_layout, build_specs
-    from .solve import max_fitting, min_fsdp
+    from costmodel.book.fsdp import min_fsdp
+    from costmodel.cli.args import build_layout, build_specs
+    from costmodel.engine.inverse import max_fitting
 
     model, train = build_specs(args)
     if args.question == "min-fsdp":
@@ -85,7 +86,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 def add_bounds_and_solve(sub) -> None:
-    from .cli import add_layout_args, add_model_args
+    from costmodel.cli.args import add_layout_args, add_model_args
 
     bnd = sub.add_parser(
         "bounds", help="batch at which training is compute-bound (Scaling Book ch. 5)"

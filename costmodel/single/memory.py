@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .params import matmul_weight_params, param_breakdown
-from .precision import OPTIMIZER_STATES, PRECISIONS
-from .specs import ModelSpec, TrainSpec
-from .symbols import D, F, H, K, L, T, V, b, d_h, smax
+from costmodel.single.params import matmul_weight_params, param_breakdown
+from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.symbols import D, F, H, K, L, T, V, b, d_h, smax
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here

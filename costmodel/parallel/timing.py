@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .distributed import communication, device_batch, params_per_device, sharded_activations
-from .flops import flop_conventions, flop_totals
-from .parallel import ParallelSpec
-from .params import ffn_matrices
-from .precision import PRECISIONS, optimizer_traffic
-from .specs import ModelSpec, TrainSpec
-from .symbols import (
+from costmodel.parallel.distributed import (
+    communication,
+    device_batch,
+    params_per_device,
+    sharded_activations,
+)
+from costmodel.single.flops import flop_conventions, flop_totals
+from costmodel.single.params import ffn_matrices
+from costmodel.single.precision import PRECISIONS, optimizer_traffic
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
     B,
     C,
     C_attn,

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .memory import activation_memory, peak_memory
-from .parallel import ParallelSpec
-from .params import matmul_weight_params, param_breakdown
-from .precision import OPTIMIZER_STATES, PRECISIONS
-from .specs import ModelSpec, TrainSpec
-from .symbols import (
+from costmodel.single.memory import activation_memory, peak_memory
+from costmodel.single.params import matmul_weight_params, param_breakdown
+from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
     W_X,
     W_Y,
     D,

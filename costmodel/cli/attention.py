@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from .attention import DTYPE_BYTES, KERNELS, AttentionSpec, attention_estimate, attention_time
-from .hardware import HARDWARE, get_hardware
-from .units import fmt_bytes, fmt_count
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.single.attention import (
+    DTYPE_BYTES,
+    KERNELS,
+    AttentionSpec,
+    attention_estimate,
+    attention_time,
+)
+from costmodel.units import fmt_bytes, fmt_count
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ Transformer Engine for fp8 (fp8 GEMM operands, bf16 elsewhere, fp32 master and o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,3 +128,9 @@ def optimizer_traffic(optimizer: str, impl: str, precision: str) -> int:
     prec = PRECISIONS[precision]
     params, grads, states = OPTIMIZER_PASSES[(optimizer, impl)]
     return params * prec.param + grads * prec.grad + states * prec.optimizer_state
+
+
+def optimizer_state_bytes(optimizer: str, precision: str, params: Any) -> Any:
+    """Bytes of optimizer state for ``params`` parameters (ZeRO, Sec. 3.1: Adam keeps two
+    states per parameter, momentum SGD one), in the precision's state dtype."""
+    return OPTIMIZER_STATES[optimizer] * PRECISIONS[precision].optimizer_state * params

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .params import ffn_matrices
-from .specs import ModelSpec
-from .symbols import M_X, M_Y, C, D, F, L, X, Y
+from costmodel.single.params import ffn_matrices
+from costmodel.specs.model import ModelSpec
+from costmodel.symbols import M_X, M_Y, C, D, F, L, X, Y
 
 B_tok = sp.Symbol("B_tok", positive=True)
 W_ici = sp.Symbol("W_ici", positive=True)

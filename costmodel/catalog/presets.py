@@ -6,11 +6,11 @@ import json
 from importlib import resources
 from typing import Any
 
-from .specs import ModelSpec
+from costmodel.specs.model import ModelSpec
 
 
 def _load() -> dict[str, dict[str, Any]]:
-    text = resources.files("costmodel").joinpath("data/models.json").read_text()
+    text = resources.files("costmodel.catalog").joinpath("data/models.json").read_text()
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 

@@ -1,43 +1,78 @@
 """Model and training specifications: frozen, keyword-only, validated dataclasses.
 
-Every field is documented where it is declared. Validation raises ``ValueError`` whose
-message names the field and the constraint, so a CLI or app can show it verbatim.
+Every field is documented where it is declared; choices are ``Literal`` types (the CLI's
+flags and the app's widgets read them from here). Validation raises
+:class:`~costmodel.specs.checks.SpecError` naming the field and the constraint, so a CLI or
+app can show it verbatim. The rules are functions of plain values (``model_rules``,
+``check_positions``) so that ``sweep`` applies the same ones to numpy grids.
 """
 
 from __future__ import annotations
 
 import itertools
+import typing
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-FFN_KINDS = ("swiglu", "gelu", "relu")
-NORM_KINDS = ("rmsnorm", "layernorm")
-POS_KINDS = ("rope", "learned")
-PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16", "fp8")
-OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "none")
-OPTIMIZER_IMPLS = ("foreach", "fused")
-ATTENTION_KERNELS = ("naive", "flash")
-RECOMPUTE_POLICIES = ("none", "full", "selective")
+import numpy as np
+
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+
+FfnKind = Literal["swiglu", "gelu", "relu"]
+NormKind = Literal["rmsnorm", "layernorm"]
+PosKind = Literal["rope", "learned"]
+PrecisionName = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16", "fp8"]
+OptimizerName = Literal["adamw", "adam", "sgd", "sgd-momentum", "none"]
+OptimizerImpl = Literal["foreach", "fused"]
+AttentionKernel = Literal["naive", "flash"]
+RecomputePolicy = Literal["none", "full", "selective"]
+
+FFN_KINDS: tuple[str, ...] = get_args(FfnKind)
+NORM_KINDS: tuple[str, ...] = get_args(NormKind)
+POS_KINDS: tuple[str, ...] = get_args(PosKind)
+PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 
 
-def _positive_int(obj: Any, name: str, *, allow_zero: bool = False) -> None:
-    value = getattr(obj, name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer (got {value!r})")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else ">= 1"
-        raise ValueError(f"{name} must be {bound} (got {value})")
+def choices_of(cls: type, name: str) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal``-typed field (None for other fields)."""
+    hint = typing.get_type_hints(cls)[name]
+    return get_args(hint) if typing.get_origin(hint) is Literal else None
 
 
-def _choice(obj: Any, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(obj, name)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+def check_fields(spec: Any, integers: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> None:
+    """Integers >= 1, flags, and every ``Literal`` field against its choices."""
+    for name in integers:
+        checks.integer(name, getattr(spec, name))
+    for name in flags:
+        checks.flag(name, getattr(spec, name))
+    for f in fields(spec):
+        options = choices_of(type(spec), f.name)
+        if options is not None:
+            checks.choice(f.name, getattr(spec, f.name), options)
 
 
-def _flag(obj: Any, name: str) -> None:
-    if not isinstance(getattr(obj, name), bool):
-        raise ValueError(f"{name} must be true or false (got {getattr(obj, name)!r})")
+def derived_head_dim(d_model: Any, n_heads: Any) -> Any:
+    """d_model / n_heads, which must divide (scalars or arrays)."""
+    checks.divides("n_heads", n_heads, "d_model", d_model, field="n_heads")
+    return d_model // n_heads
+
+
+def model_rules(*, n_heads: Any, n_kv_heads: Any, head_dim: Any, pos: str) -> None:
+    """Rules between ModelSpec sizes (scalars or arrays of them)."""
+    checks.divides("n_kv_heads", n_kv_heads, "n_heads", n_heads)
+    if pos == "rope" and not np.all(np.asarray(head_dim) % 2 == 0):
+        raise SpecError("head_dim", f"head_dim must be even for rope (got {head_dim})")
+
+
+def check_positions(pos: str, seq: Any, max_positions: Any) -> None:
+    """A learned position table has ``max_positions`` rows: longer sequences cannot run."""
+    if pos == "learned":
+        checks.at_most("seq", seq, "max_positions", max_positions, "for learned positions")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,9 +95,9 @@ class ModelSpec:
     """Per-head width; defaults to ``d_model // n_heads``."""
     d_ff: int
     """FFN hidden width F."""
-    ffn: str = "swiglu"
+    ffn: FfnKind = "swiglu"
     """``swiglu`` (three matrices, SiLU gate), ``gelu`` or ``relu`` (two matrices)."""
-    norm: str = "rmsnorm"
+    norm: NormKind = "rmsnorm"
     """``rmsnorm`` (weight only) or ``layernorm`` (weight and bias)."""
     bias: bool = False
     """Biases on every linear layer (GPT-2/GPT-3 style)."""
@@ -70,7 +105,7 @@ class ModelSpec:
     """Biases on the q, k and v projections only (Qwen2 style); implied by ``bias``."""
     tied: bool = False
     """LM head shares the token-embedding matrix."""
-    pos: str = "rope"
+    pos: PosKind = "rope"
     """``rope`` (no parameters) or ``learned`` (a ``max_positions`` x D table)."""
     max_positions: int = 2048
     """Context length the model supports; sizes the learned position table."""
@@ -80,33 +115,19 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
-        for name in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_positions"):
-            _positive_int(self, name)
-        _positive_int(self, "vocab", allow_zero=True)
-        for name in ("bias", "qkv_bias", "tied", "ffn_only"):
-            _flag(self, name)
-        _choice(self, "ffn", FFN_KINDS)
-        _choice(self, "norm", NORM_KINDS)
-        _choice(self, "pos", POS_KINDS)
+        sizes = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_positions")
+        check_fields(self, sizes, ("bias", "qkv_bias", "tied", "ffn_only"))
+        checks.integer("vocab", self.vocab, minimum=0)
         if self.head_dim is None:
-            if self.d_model % self.n_heads:
-                raise ValueError(
-                    f"n_heads must divide d_model when head_dim is not given "
-                    f"(got d_model={self.d_model}, n_heads={self.n_heads})"
-                )
-            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
-        _positive_int(self, "head_dim")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_kv_heads must divide n_heads (got n_heads={self.n_heads}, "
-                f"n_kv_heads={self.n_kv_heads})"
-            )
+            object.__setattr__(self, "head_dim", derived_head_dim(self.d_model, self.n_heads))
+        checks.integer("head_dim", self.head_dim)
+        model_rules(
+            n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, pos=self.pos
+        )
         if self.ffn_only and self.vocab != 0:
-            raise ValueError(f"vocab must be 0 for an ffn_only model (got {self.vocab})")
+            raise SpecError("vocab", f"vocab must be 0 for an ffn_only model (got {self.vocab})")
         if not self.ffn_only and self.vocab == 0:
-            raise ValueError("vocab must be >= 1 (got 0)")
-        if self.pos == "rope" and self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for rope (got {self.head_dim})")
+            raise SpecError("vocab", "vocab must be >= 1 (got 0)")
 
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with ``changes`` applied and validated again; unknown fields are an error."""
@@ -121,36 +142,26 @@ class TrainSpec:
     """Sequences per optimizer step (split into ``grad_accum`` micro-batches)."""
     seq: int = 1024
     """Tokens per sequence T."""
-    precision: str = "bf16-mixed"
+    precision: PrecisionName = "bf16-mixed"
     """``fp32`` (IEEE fp32 matmuls, torch's default), ``tf32``, ``bf16-mixed``/``fp16-mixed``
     (fp32 parameters, low-precision compute, as torch.autocast), ``bf16`` (everything bf16),
     ``fp8`` (fp8 matmul operands, bf16 activations, fp32 master; modelled, not validated)."""
-    optimizer: str = "adamw"
+    optimizer: OptimizerName = "adamw"
     """``adamw``/``adam`` (two states), ``sgd-momentum`` (one), ``sgd`` or ``none`` (no state)."""
-    optimizer_impl: str = "foreach"
+    optimizer_impl: OptimizerImpl = "foreach"
     """``foreach`` (torch's multi-tensor kernels: one pass over memory per elementwise op,
     torch's default on GPU) or ``fused`` (one kernel reads and writes each tensor once)."""
-    attention: str = "flash"
+    attention: AttentionKernel = "flash"
     """``naive`` materialises the T x T probabilities; ``flash`` saves only O and logsumexp."""
-    recompute: str = "none"
+    recompute: RecomputePolicy = "none"
     """``none``; ``full`` checkpoints every block; ``selective`` checkpoints the attention core
     (Korthikanti et al. 2022, Sec. 4.2)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide ``batch``."""
 
     def __post_init__(self) -> None:
-        for name in ("batch", "seq", "grad_accum"):
-            _positive_int(self, name)
-        _choice(self, "precision", PRECISIONS)
-        _choice(self, "optimizer", OPTIMIZERS)
-        _choice(self, "optimizer_impl", OPTIMIZER_IMPLS)
-        _choice(self, "attention", ATTENTION_KERNELS)
-        _choice(self, "recompute", RECOMPUTE_POLICIES)
-        if self.batch % self.grad_accum:
-            raise ValueError(
-                f"grad_accum must divide batch (got batch={self.batch}, "
-                f"grad_accum={self.grad_accum})"
-            )
+        check_fields(self, ("batch", "seq", "grad_accum"))
+        train_rules(batch=self.batch, grad_accum=self.grad_accum)
 
     @property
     def micro_batch(self) -> int:
@@ -162,11 +173,16 @@ class TrainSpec:
         return _replace(self, changes)
 
 
+def train_rules(*, batch: Any, grad_accum: Any) -> None:
+    """Rules between TrainSpec sizes (scalars or arrays of them)."""
+    checks.divides("grad_accum", grad_accum, "batch", batch)
+
+
 def _replace(spec: Any, changes: dict[str, Any]) -> Any:
     known = {f.name for f in fields(spec)}
     unknown = sorted(set(changes) - known)
     if unknown:
-        raise ValueError(f"unknown {type(spec).__name__} field(s): {', '.join(unknown)}")
+        raise SpecError(unknown[0], f"unknown {type(spec).__name__} field(s): {', '.join(unknown)}")
     values = {f.name: getattr(spec, f.name) for f in fields(spec)}
     # Derived defaults follow the fields they derive from unless set explicitly.
     if ("n_heads" in changes or "d_model" in changes) and "head_dim" not in changes:
@@ -193,4 +209,4 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ModelSpec", "TrainSpec", "field_docs"]
+__all__ = ["ModelSpec", "SpecError", "TrainSpec", "check_positions", "field_docs", "model_rules"]

@@ -1,27 +1,24 @@
-"""Inverse questions over the same expressions.
+"""Smallest FSDP degree that fits a memory budget: the Scaling Book's closed form.
 
-- ``min_fsdp``: smallest N with state/N + A·((1-f) + f/N) <= budget, where the state is
-  parameters, master weights, gradients and optimizer state (all sharded, ZeRO-3) and A the
-  activations of the tokens one device processes, a fraction f of them sharded too (Scaling
-  Book ch. 5 worked example). Closed form: N >= (S + f·A) / (budget - (1-f)·A).
-- ``max_batch`` / ``max_seq``: the largest batch or sequence whose per-device peak fits, by
-  bisection over ``estimate`` (peak memory is monotone in both).
-- critical batch for compute-bound training: ``costmodel.bounds``.
+*A Scaling Book approximation* (Austin et al. 2025, "How to Scale Your Model", ch. 5
+worked example), not the full model: per-device memory is the whole training state
+(parameters, master weights, gradients and optimizer state, all ZeRO-3 sharded over N
+devices) plus the activations of the tokens one device processes, a fraction f of them
+sharded too: M(N) = S/N + A·((1-f) + f/N). It is linear in 1/N, so the smallest N with
+M(N) <= budget is N >= (S + f·A) / (budget - (1-f)·A). The full model's answer (per-device
+peak of the engine, framework temporaries included) is ``costmodel.engine.inverse``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import sympy as sp
 
-from .estimate import estimate, structure_of
-from .hardware import Hardware
-from .memory import activation_memory, state_memory
-from .parallel import ParallelSpec
-from .specs import ModelSpec, TrainSpec
-from .symbols import T, b, values_for
+from costmodel.engine.quantities import structure_of
+from costmodel.single.memory import activation_memory, state_memory
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.symbols import T, b, values_for
 
 N_fsdp = sp.Symbol("N_FSDP", positive=True)
 
@@ -91,43 +88,3 @@ def min_fsdp(
         "budget_bytes": budget_bytes,
         "latex": sp.latex(exprs["n_at_budget"]),
     }
-
-
-def largest_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1) -> int | None:
-    """Largest multiple of ``step`` in [lo, hi] with ``fits`` true (fits is monotone)."""
-    if not fits(lo):
-        return None
-    lo_k, hi_k = lo // step, hi // step
-    while lo_k < hi_k:
-        mid = (lo_k + hi_k + 1) // 2
-        if fits(mid * step):
-            lo_k = mid
-        else:
-            hi_k = mid - 1
-    return lo_k * step
-
-
-def max_fitting(
-    model: ModelSpec,
-    train: TrainSpec,
-    parallel: ParallelSpec,
-    hardware: Hardware,
-    field: str,
-    budget_bytes: float | None = None,
-) -> dict:
-    """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity)."""
-    if field not in ("batch", "seq"):
-        raise ValueError(f"field must be batch or seq (got {field!r})")
-    budget = hardware.hbm_bytes if budget_bytes is None else budget_bytes
-    if field == "batch":
-        step = parallel.dp * parallel.fsdp * train.grad_accum
-    else:
-        step = parallel.cp * (parallel.tp if parallel.sequence_parallel else 1)
-
-    def fits(value: int) -> bool:
-        est = estimate(model, train.replace(**{field: value}), parallel, hardware)
-        return est["memory_bytes_per_device.peak"] <= budget
-
-    limit = model.max_positions if (field == "seq" and model.pos == "learned") else 2**24
-    best = largest_fitting(fits, step, max(step, limit - limit % step), step)
-    return {field: best, "budget_bytes": budget}

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .hardware import Hardware
-from .symbols import as_expr
+from costmodel.specs.hardware import Hardware
+from costmodel.symbols import as_expr
 
 KERNELS = ("naive", "flash")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -126,9 +126,8 @@ def attention_time(spec: AttentionSpec, hw: Hardware) -> dict[str, float]:
     matmuls run at the matmul rate, the fused kernel at the measured attention rate.
     """
     est = attention_estimate(spec)
-    rate = hw.attention_peak(spec.dtype) if spec.kernel == "flash" else hw.peak(spec.dtype)
-    rate *= 1.0 if spec.kernel == "flash" else hw.eff("matmul")
-    bandwidth = hw.hbm_bw * hw.eff("hbm")
+    rate = hw.attention_peak(spec.dtype) if spec.kernel == "flash" else hw.matmul_flops(spec.dtype)
+    bandwidth = hw.hbm_bandwidth()
     return {
         f"time_s.{p}": max(est[f"flops.{p}_executed"] / rate, est[f"hbm_bytes.{p}"] / bandwidth)
         for p in ("forward", "backward")

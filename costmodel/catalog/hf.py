@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .specs import ModelSpec
+from costmodel.specs.model import ModelSpec
 
 # Architectures whose every parameter the ModelSpec fields describe exactly.
 _LLAMA_LIKE = {"llama", "mistral", "qwen2"}

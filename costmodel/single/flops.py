@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .params import ffn_matrices, non_embedding_params, param_breakdown
-from .specs import ModelSpec, TrainSpec
-from .symbols import B, D, F, H, K, L, T, V, d_h
+from costmodel.single.params import ffn_matrices, non_embedding_params, param_breakdown
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.symbols import B, D, F, H, K, L, T, V, d_h
 
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn")
 CORE_OPS = ("attn_scores", "attn_values")

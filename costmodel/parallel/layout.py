@@ -9,13 +9,16 @@ given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import sympy as sp
 
-from .hardware import Hardware
-from .parallel import ParallelSpec
-from .precision import PRECISIONS
-from .specs import TrainSpec
-from .symbols import (
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
     W_X,
     W_Y,
     C,
@@ -50,28 +53,38 @@ _SYMBOLS = {
 }
 
 
-def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[float, float]]:
-    """Group -> (bandwidth bytes/s, latency s) per device."""
+def _where(cond: Any, a: float, b: float) -> Any:
+    """``a if cond else b`` for a bool or elementwise for an array of them."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
+
+
+def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
+    """Group -> (bandwidth bytes/s, latency s) per device. Degrees may be numpy arrays
+    (a sweep over layouts); the links are then arrays too."""
     degrees = {"tp": par.tp, "cp": par.cp, "fsdp": par.fsdp, "dp": par.dp, "pp": par.pp}
-    links: dict[str, tuple[float, float]] = {}
-    stride = 1
+    links: dict[str, tuple[Any, Any]] = {}
+    stride: Any = 1
     for name in _ORDER:
         span = stride * degrees[name]
         if hw.kind == "tpu":
             axes = par.mx if name in ("fsdp", "dp") else par.my if name == "tp" else 1
-            links[name] = (hw.link_bw_bidir * axes * hw.eff("link"), hw.link_latency_s)
-        elif span <= hw.devices_per_node:
-            links[name] = (hw.link_bw * hw.eff("link"), hw.link_latency_s)
+            links[name] = (hw.link_bandwidth() * axes * hw.eff("link"), hw.link_latency_s)
         else:
-            links[name] = (hw.network_bw * hw.eff("network"), hw.network_latency_s)
+            inside = span <= hw.devices_per_node
+            links[name] = (
+                _where(
+                    inside, hw.link_bandwidth() * hw.eff("link"), hw.network_bw * hw.eff("network")
+                ),
+                _where(inside, hw.link_latency_s, hw.network_latency_s),
+            )
         stride = span
     return links
 
 
-def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, float]:
-    """Every parallel and hardware symbol's value."""
-    peak = hw.peak(PRECISIONS[train.precision].peak_dtype)
-    values: dict[sp.Symbol, float] = {
+def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
+    """Every parallel and hardware symbol's value (``train`` and ``par`` may hold arrays)."""
+    dtype = PRECISIONS[train.precision].peak_dtype
+    values: dict[sp.Symbol, Any] = {
         X: par.fsdp,
         Y: par.tp,
         N_dp: par.dp,
@@ -79,10 +92,10 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         N_cp: par.cp,
         m: train.grad_accum,
         v: par.pp_interleave,
-        C: peak,
-        C_eff: peak * hw.eff("matmul"),
-        C_attn: hw.attention_peak(PRECISIONS[train.precision].peak_dtype),
-        W_hbm: hw.hbm_bw * hw.eff("hbm"),
+        C: hw.peak(dtype),
+        C_eff: hw.matmul_flops(dtype),
+        C_attn: hw.attention_peak(dtype),
+        W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,
     }
     for name, (bw, alpha) in group_links(par, hw).items():

@@ -1,0 +1,40 @@
+"""Command line: ``python -m costmodel estimate --model cs336-2.7b --batch 4 --seq 1024``.
+
+Every ModelSpec and TrainSpec field is a kebab-case flag generated from the dataclasses, so
+any model can be described on the command line; bad values are reported as one line naming
+the field and the constraint (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from costmodel.cli.args import int_arg
+from costmodel.cli.attention import add_attention
+from costmodel.cli.estimate import add_estimate_and_presets
+from costmodel.cli.solve import add_bounds_and_solve
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_estimate_and_presets(sub)
+    add_bounds_and_solve(sub)
+    add_attention(sub, int_arg)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `| head` closed the pipe; not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    except (ValueError, KeyError, TypeError) as err:
+        message = err.args[0] if err.args else str(err)
+        print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
+        return 2

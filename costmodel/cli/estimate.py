@@ -1,0 +1,124 @@
+"""``estimate`` and ``presets`` subcommands of ``python -m costmodel``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+
+import sympy as sp
+
+from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.cli.args import add_layout_args, add_model_args, build_layout, build_specs
+from costmodel.engine.estimate import Estimate, estimate
+from costmodel.specs.model import TrainSpec
+from costmodel.units import fmt_bytes, fmt_count
+
+
+def _table(est: Estimate) -> str:
+    v = est.values
+    rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train))]
+    if est.parallel is not None:
+        p = est.parallel
+        rows.append(
+            (
+                "layout",
+                f"{p.devices} x {est.hardware.name}: dp {p.dp}, fsdp {p.fsdp} "
+                f"(ZeRO-{p.zero}), tp {p.tp}, pp {p.pp}, cp {p.cp}, "
+                f"overlap {p.overlap}",
+            )
+        )
+    sections = (
+        ("params.", fmt_count),
+        ("flops.", _fmt_flops),
+        ("memory_bytes.", fmt_bytes),
+        ("memory_bytes_per_device.", fmt_bytes),
+        ("time_s.", _fmt_seconds),
+        ("comm_bytes.", fmt_bytes),
+        ("comm_time_s.", _fmt_seconds),
+    )
+    for prefix, fmt in sections:
+        keys = [k for k in v if k.startswith(prefix) and "_by_op" not in k]
+        if keys:
+            rows.append(("", ""))
+            rows.extend((k, fmt(v[k])) for k in keys)
+    ratios = ("mfu", "hfu")
+    extra = [
+        k
+        for k in ("tokens_per_s", "tflops_per_device", *ratios, "train_days", "train_cost")
+        if k in v
+    ]
+    if extra:
+        rows.append(("", ""))
+        rows.extend((k, f"{v[k]:.1%}" if k in ratios else f"{v[k]:,.4g}") for k in extra)
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {val}" if k else "" for k, val in rows)
+
+
+def _fmt_seconds(t: float) -> str:
+    return f"{t * 1e3:,.3f} ms" if t < 1 else f"{t:,.3f} s"
+
+
+def _fmt_flops(n: float) -> str:
+    return fmt_count(n, "FLOP")
+
+
+def _train_line(t: TrainSpec) -> str:
+    return (
+        f"batch {t.batch} x seq {t.seq} (micro-batch {t.micro_batch}), {t.precision}, "
+        f"{t.optimizer}, attention {t.attention}, recompute {t.recompute}"
+    )
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    model, train = build_specs(args)
+    train, parallel, hardware = build_layout(args, train)
+    est = estimate(model, train, parallel, hardware)
+    if args.token_budget:
+        if parallel is None:
+            raise ValueError("--token-budget needs --hardware (a step time)")
+        days = args.token_budget / est["tokens_per_s"] / 86400
+        est.values["train_days"] = days
+        if args.price_per_hour:
+            est.values["train_cost"] = days * 24 * parallel.devices * args.price_per_hour
+    if args.formula:
+        expr = est.expr(args.formula)
+        print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
+        print(f"\nvalue: {est[args.formula]}")
+        return 0
+    print(est.to_json(indent=2) if args.json else _table(est))
+    return 0
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    rows = {name: get_model(name) for name in PRESETS}
+    if args.json:
+        print(
+            json.dumps(
+                {n: {f.name: getattr(m, f.name) for f in fields(m)} for n, m in rows.items()}
+            )
+        )
+        return 0
+    for name, m in rows.items():
+        n = estimate(m, TrainSpec())["params.total"]
+        print(
+            f"{name:<14} D={m.d_model:<6} L={m.n_layers:<4} H={m.n_heads:<4} K={m.n_kv_heads:<4} "
+            f"F={m.d_ff:<6} V={m.vocab:<7} {m.ffn:<7} params {n:,}"
+        )
+    return 0
+
+
+def add_estimate_and_presets(sub) -> None:
+    est = sub.add_parser("estimate", help="parameters, FLOPs, memory (and time on hardware)")
+    add_model_args(est)
+    est.add_argument("--json", action="store_true", help="print one JSON object")
+    est.add_argument(
+        "--formula", metavar="QUANTITY", help="print the expression, e.g. flops.forward"
+    )
+    add_layout_args(est)
+    est.add_argument("--token-budget", type=float, help="tokens to train on: adds train_days")
+    est.add_argument("--price-per-hour", type=float, help="$ per device-hour: adds train_cost")
+    est.set_defaults(func=_cmd_estimate)
+    pre = sub.add_parser("presets", help="list the preset models")
+    pre.add_argument("--json", action="store_true")
+    pre.set_defaults(func=_cmd_presets)

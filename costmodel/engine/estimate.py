@@ -1,0 +1,140 @@
+"""The numbers of one configuration: every quantity of its structure, evaluated exactly.
+
+Counts (parameters, FLOPs, bytes) come out as exact Python integers: the scalar lambdified
+expressions run on Python ints. With a layout and hardware, per-device memory, time, MFU
+and (given a token budget) days and cost of training are added.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sympy as sp
+
+from costmodel.engine.quantities import BUDGET_KEYS, EVAL_SYMBOLS, compiled, nest, structure_of
+from costmodel.parallel.layout import layout_values
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
+    BUDGET_SYMBOLS,
+    HARDWARE_SYMBOLS,
+    PARALLEL_SYMBOLS,
+    N_tok,
+    price,
+    values_for,
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Numbers (exact ints where the quantity is a count) and expressions of one config."""
+
+    model: ModelSpec
+    train: TrainSpec
+    values: dict[str, int | float]
+    parallel: ParallelSpec | None = None
+    hardware: Hardware | None = None
+
+    def __getitem__(self, key: str) -> int | float:
+        return self.values[key]
+
+    def expr(self, key: str) -> sp.Expr:
+        """The symbolic expression behind ``key`` (sizes as symbols)."""
+        comp = compiled(structure_of(self.model, self.train, self.parallel))
+        try:
+            return comp.exprs[comp.keys.index(key)]
+        except ValueError:
+            raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested dict for JSON: specs plus every quantity."""
+        out = {"model": _fields(self.model), "train": _fields(self.train)}
+        if self.parallel is not None:
+            out["parallel"] = _fields(self.parallel)
+        if self.hardware is not None:
+            out["hardware"] = self.hardware.name
+        return {**out, **nest(self.values)}
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
+
+
+def _fields(spec: Any) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def _as_number(value: Any) -> int | float:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
+def budget_values(token_budget: Any, price_per_hour: Any) -> dict[sp.Symbol, Any]:
+    """Values of the budget symbols (0 where not given: their quantities are then dropped)."""
+    if token_budget is not None:
+        checks.number("token_budget", token_budget)
+    if price_per_hour is not None:
+        checks.number("price_per_hour", price_per_hour, allow_zero=True)
+    return {N_tok: token_budget or 0, price: price_per_hour or 0}
+
+
+def symbol_values(
+    model: Any, train: Any, parallel: Any = None, hardware: Hardware | None = None
+) -> dict[sp.Symbol, Any]:
+    """Every symbol's number. The specs may be ModelSpec/TrainSpec/ParallelSpec or any
+    object with their fields holding numpy arrays (``sweep``); parallel and hardware
+    symbols are 1 without a layout, and the budget symbols 0."""
+    values: dict[sp.Symbol, Any] = dict.fromkeys(PARALLEL_SYMBOLS + HARDWARE_SYMBOLS, 1)
+    values.update(dict.fromkeys(BUDGET_SYMBOLS, 0))
+    values.update(values_for(model, train))
+    if parallel is not None:
+        if hardware is None:
+            raise SpecError("hardware", "hardware is required with a parallel layout")
+        values.update(layout_values(train, parallel, hardware))
+    return values
+
+
+def estimate(
+    model: ModelSpec,
+    train: TrainSpec,
+    parallel: ParallelSpec | None = None,
+    hardware: Hardware | None = None,
+    *,
+    token_budget: float | None = None,
+    price_per_hour: float | None = None,
+) -> Estimate:
+    """Evaluate every quantity for one configuration (exact integers for counts).
+
+    With ``token_budget`` (tokens; needs a layout) adds ``train_days``, and with
+    ``price_per_hour`` (per device-hour) ``train_cost``.
+    """
+    check_positions(model.pos, train.seq, model.max_positions)
+    if parallel is not None:
+        parallel.check(model, train)
+    if token_budget is not None and parallel is None:
+        raise SpecError("token_budget", "token_budget needs a layout and hardware (a step time)")
+    comp = compiled(structure_of(model, train, parallel))
+    values = symbol_values(model, train, parallel, hardware)
+    values.update(budget_values(token_budget, price_per_hour))
+    numbers = comp.scalar(*(values[s] for s in EVAL_SYMBOLS))
+    dropped = _unasked(token_budget, price_per_hour)
+    out = {k: _as_number(x) for k, x in zip(comp.keys, numbers, strict=True) if k not in dropped}
+    return Estimate(model, train, out, parallel, hardware)
+
+
+def _unasked(token_budget: Any, price_per_hour: Any) -> set[str]:
+    """Budget quantities that were not asked for (a zero budget is no answer)."""
+    if token_budget is None:
+        return set(BUDGET_KEYS)
+    return {"train_cost"} if price_per_hour is None else set()
+
+
+def exact(model: ModelSpec, train: TrainSpec, key: str) -> sp.Expr:
+    """Evaluate one quantity by sympy substitution (slow; the reference for tests)."""
+    comp = compiled(structure_of(model, train))
+    return comp.exprs[comp.keys.index(key)].subs(values_for(model, train))

@@ -1,0 +1,157 @@
+"""Every quantity of one configuration as a sympy expression, compiled once per structure.
+
+``quantities(model, train, parallel)`` is the single source of truth: a flat dict whose keys
+are the dotted JSON paths (``"memory_bytes.peak"``) and whose values are expressions over
+the symbols in :mod:`costmodel.symbols`. The expressions depend only on the *structure* of
+the specs (kinds, flags, precision, kernels, which parallel features are on); sizes and
+degrees enter as symbols. Each structure is built and lambdified once per process
+(``compiled``), for exact Python-int scalars (``estimate``) and numpy arrays (``sweep``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import sympy as sp
+
+from costmodel.parallel.distributed import sharded_memory
+from costmodel.parallel.timing import step_time
+from costmodel.single.flops import (
+    backward_flops_by_op,
+    flop_conventions,
+    flop_totals,
+    forward_flops_by_op,
+)
+from costmodel.single.memory import activation_memory, peak_memory, state_memory
+from costmodel.single.params import non_embedding_params, param_breakdown
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
+    ALL_SYMBOLS,
+    BUDGET_SYMBOLS,
+    HARDWARE_SYMBOLS,
+    PARALLEL_SYMBOLS,
+    N_cp,
+    N_dp,
+    N_pp,
+    N_tok,
+    X,
+    Y,
+    as_expr,
+    price,
+)
+
+MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
+TRAIN_STRUCTURE = ("precision", "optimizer", "optimizer_impl", "attention", "recompute")
+PARALLEL_STRUCTURE = ("zero", "sequence_parallel", "pipelined", "interleaved", "overlap")
+EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
+BUDGET_KEYS = ("train_days", "train_cost")
+
+# Sizes do not change the expressions, so structures are built from these placeholders.
+_PLACEHOLDER_MODEL = {"vocab": 8, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 8}
+
+
+def _prefixed(prefix: str, parts: dict[str, sp.Expr]) -> dict[str, sp.Expr]:
+    return {f"{prefix}.{k}": v for k, v in parts.items()}
+
+
+def quantities(
+    model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None
+) -> dict[str, sp.Expr]:
+    """Flat dict of dotted key -> expression for every reported quantity.
+
+    With a ``parallel`` layout, adds per-device memory, communication, roofline step time
+    and MFU (their expressions also use the parallel and hardware symbols).
+    """
+    out: dict[str, sp.Expr] = _prefixed("params", param_breakdown(model))
+    out["params.non_embedding"] = non_embedding_params(model)
+    out.update(_prefixed("flops", flop_totals(model, train)))
+    out.update(_prefixed("flops.forward_by_op", forward_flops_by_op(model)))
+    out.update(_prefixed("flops.backward_by_op", backward_flops_by_op(model, train)))
+    out.update(_prefixed("flops.conventions", flop_conventions(model, train)))
+    acts = activation_memory(model, train)
+    mem = {**state_memory(model, train), "activations": acts.pop("total")}
+    mem.update(peak_memory(model, train))
+    out.update(_prefixed("memory_bytes", mem))
+    out.update(_prefixed("memory_bytes.activations_by_op", acts))
+    if parallel is not None:
+        out.update(_prefixed("memory_bytes_per_device", sharded_memory(model, train, parallel)))
+        out.update(step_time(model, train, parallel))
+        out.update(training_cost(out["tokens_per_s"]))
+    return {k: as_expr(v) for k, v in out.items()}
+
+
+def training_cost(tokens_per_s: sp.Expr) -> dict[str, sp.Expr]:
+    """Days to train on a token budget at this throughput, and their price over all devices
+    (device-hours x price per device-hour)."""
+    days = N_tok / tokens_per_s / 86400
+    return {"train_days": days, "train_cost": days * 24 * N_dp * X * Y * N_pp * N_cp * price}
+
+
+def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None) -> tuple:
+    """The part of the specs that changes expressions (everything but the sizes)."""
+    base = tuple(getattr(model, f) for f in MODEL_STRUCTURE) + tuple(
+        getattr(train, f) for f in TRAIN_STRUCTURE
+    )
+    if parallel is None:
+        return (*base, None)
+    return (*base, parallel_structure(parallel.zero, parallel.sequence_parallel, parallel.pp,
+                                      parallel.pp_interleave, parallel.overlap))  # fmt: skip
+
+
+def parallel_structure(zero: int, seq_par: bool, pp: int, interleave: int, overlap: str) -> tuple:
+    """The layout features that change expressions: ZeRO stage, SP, pipelining (pp > 1),
+    interleaving (more than one virtual stage) and the overlap rule."""
+    return (zero, seq_par, pp > 1, interleave > 1, overlap)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Expressions of one structure, lambdified for scalars (exact ints) and numpy."""
+
+    keys: tuple[str, ...]
+    exprs: tuple[sp.Expr, ...]
+    scalar: Any
+
+    @functools.cached_property
+    def vector(self) -> Any:
+        """The numpy version, built on first use (sweeps need it, single estimates do not)."""
+        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules="numpy", cse=True)
+
+
+@functools.lru_cache(maxsize=256)
+def compiled(structure: tuple) -> Compiled:
+    """Build and lambdify the expressions of one structure (cached per process)."""
+    n_model = len(MODEL_STRUCTURE)
+    m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
+    t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model:-1], strict=True))
+    sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
+    parallel = None
+    if structure[-1] is not None:
+        zero, seq_par, pipelined, interleaved, overlap = structure[-1]
+        parallel = ParallelSpec(
+            zero=zero,
+            sequence_parallel=seq_par,
+            pp=2 if pipelined else 1,
+            pp_interleave=2 if interleaved else 1,
+            overlap=overlap,
+        )
+    exprs = quantities(ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw), parallel)
+    keys = tuple(exprs)
+    values = tuple(exprs.values())
+    scalar = sp.lambdify(EVAL_SYMBOLS, values, modules=[{"Max": max}, "math"], cse=True)
+    return Compiled(keys=keys, exprs=values, scalar=scalar)
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``."""
+    root: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = root
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return root

@@ -1,0 +1,117 @@
+"""The hardware profile: one device and how it connects to the others (validated).
+
+Units: FLOP/s, bytes, bytes/s, seconds. The catalog of named devices and the loading of
+measured profiles is :mod:`costmodel.catalog.hardware`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+
+DeviceKind = Literal["gpu", "tpu", "cpu"]
+DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network")
+_POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """One device and how it connects to the others."""
+
+    name: str
+    kind: DeviceKind
+    """``gpu``, ``tpu`` or ``cpu``."""
+    peak_flops: dict[str, float | None]
+    """Dense peak FLOP/s by dtype; None where the device has no such unit."""
+    hbm_bytes: float
+    """Device memory capacity."""
+    hbm_bw: float
+    """Device memory bandwidth."""
+    link_bw: float
+    """One-way bandwidth per device inside a node (NVLink) or per ICI link (TPU)."""
+    link_bw_bidir: float
+    """Both directions of the same link."""
+    links_per_axis: int
+    """ICI links per mesh axis (2 on a torus: both neighbours); 1 for switched GPUs."""
+    devices_per_node: int
+    """Devices reachable over ``link_bw`` (one NVLink domain or TPU host)."""
+    network_bw: float
+    """One-way inter-node bandwidth per device (InfiniBand / DCN share)."""
+    link_latency_s: float
+    """alpha: per-step latency of a collective inside a node."""
+    network_latency_s: float
+    """alpha across nodes."""
+    efficiency: dict[str, float] = field(default_factory=dict)
+    """Achievable fractions: matmul and attention (of peak FLOP/s), hbm, link, network."""
+    attention_flops: dict[str, float] = field(default_factory=dict)
+    """Measured fused-attention FLOP/s by dtype (causal work); overrides
+    ``efficiency.attention`` for that dtype (a CPU's bf16 attention need not scale with
+    its bf16 matmuls)."""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            self._check()
+        except SpecError as err:  # name the profile: several may be in play
+            raise SpecError(err.field, f"hardware {self.name}: {err.message}") from None
+
+    def _check(self) -> None:
+        checks.choice("kind", self.kind, DEVICE_KINDS)
+        for name in _POSITIVE:
+            checks.number(name, getattr(self, name))
+        for name in ("link_latency_s", "network_latency_s"):
+            checks.number(name, getattr(self, name), allow_zero=True)
+        for name in ("links_per_axis", "devices_per_node"):
+            checks.integer(name, getattr(self, name))
+        for table in ("peak_flops", "efficiency", "attention_flops"):
+            if not isinstance(getattr(self, table), dict):
+                raise SpecError(table, f"{table} must be an object of dtype: number")
+        unknown = sorted(set(self.peak_flops) - set(DTYPES))
+        if unknown:
+            raise SpecError("peak_flops", f"unknown peak_flops dtype(s) {unknown}")
+        for dtype, value in {**self.peak_flops, **self.attention_flops}.items():
+            if value is not None:
+                checks.number(f"peak_flops.{dtype}", value)
+        for key in EFFICIENCY_KEYS:
+            value = self.efficiency.get(key, 1.0)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise SpecError("efficiency", f"efficiency.{key} must be a number in (0, 1]")
+            if not (math.isfinite(value) and 0 < value <= 1):
+                raise SpecError("efficiency", f"efficiency.{key} must be in (0, 1]")
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for a precision's matmul dtype, with a clear error if unsupported."""
+        value = self.peak_flops.get(dtype)
+        if not value:
+            have = ", ".join(k for k, v in self.peak_flops.items() if v)
+            raise SpecError("precision", f"hardware {self.name} has no {dtype} peak (has {have})")
+        return float(value)
+
+    def attention_peak(self, dtype: str) -> float:
+        """Achievable fused-attention FLOP/s in ``dtype``."""
+        if self.attention_flops.get(dtype):
+            return float(self.attention_flops[dtype])
+        return self.peak(dtype) * self.efficiency.get("attention", self.eff("matmul"))
+
+    def eff(self, key: str) -> float:
+        return float(self.efficiency.get(key, 1.0))
+
+    def link_bandwidth(self) -> float:
+        """One link as a ring collective sees it, bytes/s: one-way NVLink per GPU inside a
+        node; on TPUs a link's bidirectional ICI bandwidth per mesh axis (Scaling Book
+        ch. 3: a bidirectional ring moves data both ways at once)."""
+        return self.link_bw_bidir if self.kind == "tpu" else self.link_bw
+
+    def matmul_flops(self, dtype: str) -> float:
+        """Achieved GEMM FLOP/s in ``dtype``: peak x efficiency.matmul."""
+        return self.peak(dtype) * self.eff("matmul")
+
+    def hbm_bandwidth(self) -> float:
+        """Achieved device-memory bytes/s: hbm_bw x efficiency.hbm."""
+        return self.hbm_bw * self.eff("hbm")

@@ -1,0 +1,126 @@
+"""How one training step is laid out over devices.
+
+Degrees multiply to the device count: ``dp · fsdp · tp · pp · cp``. Placement follows
+Megatron-LM's order (tp innermost, then cp, fsdp, dp, pp outermost; Narayanan et al. 2021,
+Sec. 3.3): a group whose span fits in one node talks over NVLink/ICI, otherwise over the
+inter-node network. On TPU meshes, ``mx``/``my`` are the ICI axes given to FSDP and TP
+(the Scaling Book's M_X, M_Y): each axis adds a link's bidirectional bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.model import ModelSpec, TrainSpec, check_fields
+
+ZeroStage = Literal[1, 2, 3]
+OverlapRule = Literal["max", "sum"]
+ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
+OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
+DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelSpec:
+    """Degrees of each kind of parallelism and the overlap rule."""
+
+    dp: int = 1
+    """Data-parallel replicas (gradients all-reduced; with fsdp > 1 this is HSDP)."""
+    fsdp: int = 1
+    """Sharding group X: ZeRO over these devices."""
+    zero: ZeroStage = 3
+    """ZeRO stage over the fsdp group: 1 optimizer state, 2 + gradients, 3 + parameters."""
+    tp: int = 1
+    """Tensor (Megatron) parallel degree Y."""
+    sequence_parallel: bool = False
+    """Shard norms and residual activations over tp too (Korthikanti et al. 2022)."""
+    pp: int = 1
+    """Pipeline stages."""
+    pp_interleave: int = 1
+    """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B)."""
+    cp: int = 1
+    """Context parallel degree (ring attention over the sequence)."""
+    mx: int = 1
+    """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
+    my: int = 1
+    """Mesh axes used by the tp group (M_Y)."""
+    overlap: OverlapRule = "max"
+    """``max``: communication fully overlapped with compute (current Scaling Book);
+    ``sum``: not overlapped (its earlier edition)."""
+    bucket_mb: float = 25.0
+    """Gradient bucket size for DDP all-reduces (torch DDP default 25 MiB)."""
+
+    def __post_init__(self) -> None:
+        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "mx", "my")
+        check_fields(self, integers, ("sequence_parallel",))
+        checks.number("bucket_mb", self.bucket_mb)
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.fsdp * self.tp * self.pp * self.cp
+
+    def batch_step(self, grad_accum: int) -> int:
+        """The global batch must be a multiple of this (see :func:`batch_step`)."""
+        return batch_step(self.dp, self.fsdp, grad_accum)
+
+    def check(self, model: ModelSpec, train: TrainSpec) -> None:
+        """Divisibility against a model and a batch, with errors naming both sides."""
+        layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
+        cp_rule(self.cp, train.attention)
+
+    def replace(self, **changes: Any) -> ParallelSpec:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        unknown = sorted(set(changes) - set(values))
+        if unknown:
+            raise SpecError(unknown[0], f"unknown ParallelSpec field(s): {', '.join(unknown)}")
+        return ParallelSpec(**{**values, **changes})
+
+
+def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:
+    """dp·fsdp·grad_accum: each of the dp·fsdp replicas runs ``grad_accum`` micro-batches of
+    at least one sequence, so the global batch must be a multiple of this."""
+    return dp * fsdp * grad_accum
+
+
+def cp_rule(cp: Any, attention: str) -> None:
+    """Ring attention passes K/V blocks of a fused kernel: context parallelism needs flash."""
+    if attention != "flash" and np.any(np.asarray(cp) > 1):
+        raise SpecError("cp", "cp > 1 needs attention=flash (ring attention)")
+
+
+def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any) -> None:
+    """Divisibility of the model and the batch by the degrees (scalars or arrays)."""
+    pp_total = par.pp * par.pp_interleave
+    checks.divides("pp * pp_interleave", pp_total, "n_layers", model.n_layers, field="pp")
+    if not model.ffn_only:
+        checks.divides("tp", par.tp, "n_heads", model.n_heads)
+    checks.divides("tp", par.tp, "d_ff", model.d_ff)
+    checks.divides("cp", par.cp, "seq", seq)
+    step = batch_step(par.dp, par.fsdp, grad_accum)
+    checks.divides("dp * fsdp * grad_accum", step, "batch", batch, field="dp")
+    if par.sequence_parallel:
+        checks.divides("tp", par.tp, "seq / cp", seq // par.cp)
+    kv, tp = np.asarray(model.n_kv_heads), np.asarray(par.tp)
+    if not model.ffn_only and np.any((kv % tp != 0) & (tp % kv != 0)):
+        raise SpecError(
+            "tp",
+            f"tp must divide n_kv_heads or be a multiple of it (got tp={par.tp}, "
+            f"n_kv_heads={model.n_kv_heads})",
+        )
+    if np.any((np.asarray(par.pp_interleave) > 1) & (np.asarray(par.pp) == 1)):
+        raise SpecError("pp_interleave", "pp_interleave > 1 needs pp > 1")
+
+
+def fill_dp(parallel: ParallelSpec, gpus: int) -> ParallelSpec:
+    """Data parallelism fills the devices the other degrees leave."""
+    other = parallel.fsdp * parallel.tp * parallel.pp * parallel.cp
+    if gpus % other:
+        raise SpecError(
+            "gpus", f"fsdp * tp * pp * cp must divide gpus (got {other} and gpus={gpus})"
+        )
+    return parallel.replace(dp=gpus // other)
