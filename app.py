@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer.pages import estimate_page, results_page
+from explorer.pages import estimate_page
+from explorer.results import results_page
 
 st.set_page_config(page_title="costmodel", layout="wide")
 page = st.navigation(

@@ -15,9 +15,10 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).parent.parent / "app.py")
-CHANGES = [("batch", 64), ("seq", 2048), ("batch", 128), ("fsdp", 4), ("seq", 4096),
-           ("nodes", 2), ("batch", 256), ("precision", "fp32"), ("hardware", "a100-80gb"),
-           ("recompute", "full"), ("attention", "naive"), ("preset", "llama3-8b")]  # fmt: skip
+CHANGES = [("gpus", 8), ("batch", 64), ("seq", 2048), ("batch", 128), ("fsdp", 4),
+           ("seq", 4096), ("gpus", 16), ("batch", 256), ("precision", "fp32"),
+           ("hardware", "a100-80gb"), ("recompute", "full"), ("attention", "naive"),
+           ("model", "llama3-8b")]  # fmt: skip
 
 
 def _ms(at: AppTest) -> float:

@@ -9,9 +9,9 @@ from typing import Any
 import altair as alt
 
 from costmodel import estimate
+from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
 from costmodel.units import GIB
-from explorer.state import Setup
 
 MEMORY_PARTS = ("params", "master", "grads", "optimizer", "activations")
 

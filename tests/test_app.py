@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.state import FIELDS, build, from_query, to_query
+from explorer.state import START, from_query, setup_of, to_query
 
 APP = str(Path(__file__).parent.parent / "app.py")
 
@@ -28,7 +28,7 @@ def test_renders_default_setup_with_every_section():
     at = _app()
     assert not at.exception
     assert metric(at, "parameters") == "3.41 B"
-    assert "Fits" in at.success[0].value
+    assert "Fits" in at.success[0].value and "on 1 × h100-sxm" in at.success[0].value
     labels = {m.label for m in at.metric}
     for label in (
         "memory per device (GiB)",
@@ -36,8 +36,9 @@ def test_renders_default_setup_with_every_section():
         "tokens/s",
         "MFU",
         "days to train",
-        "min FSDP degree",
-        "critical batch (tokens per step)",
+        "min FSDP degree (full model)",
+        "min FSDP degree (book)",
+        "compute-bound from batch (full model)",
     ):
         assert label in labels
     assert [b.label for b in at.get("download_button")] == ["estimate.json", "estimate.csv"]
@@ -61,9 +62,9 @@ def test_widgets_change_outputs_and_the_url():
 
 
 def test_url_reproduces_the_view():
-    at = _app(preset="gpt2", batch="64", seq="512", fsdp="4", zero="2")
+    at = _app(model="gpt2", batch="64", seq="512", fsdp="4", zero="2", gpus="8")
     assert not at.exception
-    assert at.selectbox(key="preset").value == "gpt2"
+    assert at.selectbox(key="model").value == "gpt2"
     assert at.number_input(key="batch").value == 64
     assert metric(at, "parameters") == "124.44 M"
     shared = dict(at.query_params)
@@ -75,7 +76,7 @@ def test_url_reproduces_the_view():
     ("changes", "message"),
     [
         ({"grad_accum": 3}, "grad_accum must divide batch"),
-        ({"tp": 3}, "must divide gpus"),
+        ({"gpus": 8, "tp": 3}, "must divide gpus"),
         ({"n_heads": 7}, "n_heads"),
     ],
 )
@@ -98,7 +99,7 @@ def test_bad_url_parameters_are_warnings_not_tracebacks():
 
 
 def test_does_not_fit_is_said_plainly():
-    at = _app(preset="llama3-70b", fsdp="1", gpus_per_node="1")
+    at = _app(model="llama3-70b")
     assert not at.exception
     assert "Does not fit" in at.error[0].value
 
@@ -108,11 +109,14 @@ def test_state_round_trip_and_build_errors():
     assert values["batch"] == 8 and values["sequence_parallel"] is True
     assert problems and "zero" in problems[0]
     assert from_query(to_query(values))[0] == values
-    defaults = {f.key: f.default for f in FIELDS}
-    setup, errors = build({**defaults, "nodes": 2})
-    assert errors == {} and setup.parallel.dp == 2 and setup.devices == 16
-    _, errors = build({**defaults, "seq": 0})
+    setup, errors = setup_of({**START, "gpus": 16, "batch": 32, "fsdp": 8})
+    assert errors == {} and setup.parallel.dp == 2 and setup.parallel.devices == 16
+    _, errors = setup_of({**START, "seq": 0})
     assert "seq must be >= 1" in errors["training"]
+    _, errors = setup_of({**START, "gpus": 8, "tp": 16})
+    assert "tp" in errors["cluster"]
+    _, errors = setup_of({**START, "n_heads": 7})
+    assert "n_heads must divide d_model" in errors["model"]
 
 
 def test_results_page_plots_a_results_folder(tmp_path):
@@ -129,7 +133,7 @@ def test_results_page_plots_a_results_folder(tmp_path):
 def _results_page(folder: str) -> None:
     import streamlit as st
 
-    from explorer.pages import results_page
+    from explorer.results import results_page
 
     st.session_state.setdefault("results_dir", folder)
     results_page()

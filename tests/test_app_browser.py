@@ -65,7 +65,7 @@ def test_app_in_chromium(server):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1100})
-        page.goto(f"{server}/?preset=gpt2&batch=64&seq=512", timeout=60_000)
+        page.goto(f"{server}/?model=gpt2&batch=64&seq=512", timeout=60_000)
         page.get_by_text("What will training this transformer cost?").wait_for(timeout=60_000)
         page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=60_000)
         page.get_by_text("Fits:").wait_for(timeout=60_000)

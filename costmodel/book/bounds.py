@@ -1,5 +1,10 @@
 """When is training compute-bound? The Scaling Book's conditions, symbolically.
 
+*A Scaling Book approximation*, labelled as such wherever it is shown: it is the book's
+FFN-only model at peak FLOP/s, not the full model of :mod:`costmodel.engine` (which counts
+attention, the vocabulary, ring factors, latencies and achieved fractions; the app shows
+both side by side).
+
 Austin et al. 2025, "How to Scale Your Model", ch. 5 (Training): a Transformer as a stack
 of FFN blocks (attention ignored up to ~32k context), ``k`` matrices of D x F per block
 (2 for W_in/W_out; SwiGLU's gate behaves like W_in, so 3). Bandwidth ``W`` is a link's
@@ -22,11 +27,24 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.single.params import ffn_matrices
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs import checks
+from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import M_X, M_Y, C, D, F, L, X, Y
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import DESCRIPTIONS, M_X, M_Y, C, D, F, L, X, Y
 
 B_tok = sp.Symbol("B_tok", positive=True)
 W_ici = sp.Symbol("W_ici", positive=True)
+N_chips = sp.Symbol("N", positive=True)
+DESCRIPTIONS.update(
+    {
+        B_tok: "tokens per step (Scaling Book approximation)",
+        W_ici: "one link's bandwidth per axis (Scaling Book approximation)",
+        N_chips: "chips X·Y (Scaling Book approximation)",
+    }
+)
+LABEL = "Scaling Book approximation (Austin et al. 2025, ch. 5)"
 
 
 def terms(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str, sp.Expr]:
@@ -61,7 +79,7 @@ def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
     """
     k = ffn_matrices(model)
     alpha = C / W_ici
-    n = sp.Symbol("N", positive=True)
+    n = N_chips
     return {
         "fsdp_min_batch_per_device": alpha / M_X,
         "tp_max_degree": sp.Rational(k, 2) * F * M_Y / alpha,
@@ -72,69 +90,56 @@ def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
 
 def bounds_report(
     model: ModelSpec,
+    parallel: ParallelSpec,
+    hardware: Hardware,
     *,
-    fsdp: int,
-    tp: int,
-    peak_flops: float,
-    bandwidth: float,
-    mx: int,
-    my: int,
-    overlap: str,
-    forward_only: bool,
+    precision: str = "bf16-mixed",
+    forward_only: bool = False,
+    peak_flops: float | None = None,
+    bandwidth: float | None = None,
 ) -> dict:
-    """Numbers and LaTeX for the CLI and notebooks."""
-    if overlap not in ("max", "sum"):
-        raise ValueError(f"overlap must be max or sum (got {overlap!r})")
-    values = {
-        C: peak_flops,
-        W_ici: bandwidth,
-        X: fsdp,
-        Y: tp,
-        M_X: mx,
-        M_Y: my,
-        D: model.d_model,
-        F: model.d_ff,
-        L: model.n_layers,
-    }
+    """Numbers and LaTeX for the CLI, the app and notebooks.
+
+    X, Y, M_X, M_Y and the overlap rule come from ``parallel``; C is the device's peak in
+    the precision's matmul dtype and W its link bandwidth as collectives see it
+    (``Hardware.link_bandwidth``), unless ``peak_flops`` / ``bandwidth`` override them.
+    """
+    peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
+    link = hardware.link_bandwidth() if bandwidth is None else bandwidth
+    checks.number("peak_flops", peak)
+    checks.number("bandwidth", link)
+    fsdp, tp = parallel.fsdp, parallel.tp
+    values = {C: peak, W_ici: link, X: fsdp, Y: tp, M_X: parallel.mx, M_Y: parallel.my,
+              D: model.d_model, F: model.d_ff, L: model.n_layers}  # fmt: skip
     t = terms(model, fsdp, tp, forward_only)
     b_star = critical_batch(model, fsdp, tp, forward_only)
+    finite = b_star != sp.oo
     at = {**values, B_tok: b_star}
-    times = {name: float(e.subs(at)) if b_star != sp.oo else float("inf") for name, e in t.items()}
+    times = {name: float(e.subs(at)) if finite else float("inf") for name, e in t.items()}
     comm = times["fsdp"] + times["tp"]
-    step = max(times["math"], comm) if overlap == "max" else times["math"] + comm
-    cond = conditions(model)
+    step = max(times["math"], comm) if parallel.overlap == "max" else times["math"] + comm
     n_dev = fsdp * tp
+    b_value = float(b_star.subs(values)) if finite else None
+    at_b = {**values, N_chips: n_dev, B_tok: b_star.subs(values) if finite else 0}
     return {
+        "approximation": LABEL,
         "model": model.name,
         "fsdp": fsdp,
         "tp": tp,
-        "mx": mx,
-        "my": my,
-        "overlap": overlap,
+        "mx": parallel.mx,
+        "my": parallel.my,
+        "overlap": parallel.overlap,
         "forward_only": forward_only,
-        "peak_flops": peak_flops,
-        "bandwidth": bandwidth,
-        "ici_intensity": peak_flops / bandwidth,
-        "critical_batch_tokens": float(b_star.subs(values)) if b_star != sp.oo else None,
-        "critical_batch_tokens_per_device": (
-            float(b_star.subs(values)) / n_dev if b_star != sp.oo else None
-        ),
+        "peak_flops": peak,
+        "bandwidth": link,
+        "ici_intensity": peak / link,
+        "critical_batch_tokens": b_value,
+        "critical_batch_tokens_per_device": b_value / n_dev if finite else None,
         "time_s_at_critical_batch": {**times, "step": step},
-        "conditions": {
-            k: float(
-                e.subs(
-                    {
-                        **values,
-                        sp.Symbol("N", positive=True): n_dev,
-                        B_tok: b_star.subs(values) if b_star != sp.oo else 0,
-                    }
-                )
-            )
-            for k, e in cond.items()
-        },
+        "conditions": {k: float(e.subs(at_b)) for k, e in conditions(model).items()},
         "latex": {
             "critical_batch_tokens": sp.latex(b_star),
             **{f"T_{k}": sp.latex(e) for k, e in t.items()},
-            **{k: sp.latex(e) for k, e in cond.items()},
+            **{k: sp.latex(e) for k, e in conditions(model).items()},
         },
     }

@@ -15,8 +15,11 @@ import math
 
 import sympy as sp
 
+from costmodel.book.bounds import LABEL
 from costmodel.engine.quantities import structure_of
 from costmodel.single.memory import activation_memory, state_memory
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import T, b, values_for
 
@@ -59,11 +62,16 @@ def min_fsdp(
     model: ModelSpec, train: TrainSpec, budget_bytes: float, batch_tokens: int, fraction: float
 ) -> dict:
     """Smallest FSDP degree that fits; ``batch_tokens`` per device (a multiple of seq)."""
+    checks.number("budget", budget_bytes)
     if not 0 <= fraction <= 1:
-        raise ValueError(f"sharded-activation-fraction must be in [0, 1] (got {fraction})")
+        raise SpecError(
+            "sharded_activation_fraction",
+            f"sharded-activation-fraction must be in [0, 1] (got {fraction})",
+        )
     if batch_tokens < 0 or batch_tokens % train.seq:
-        raise ValueError(
-            f"batch-tokens must be a non-negative multiple of seq={train.seq} (got {batch_tokens})"
+        raise SpecError(
+            "batch_tokens",
+            f"batch-tokens must be a non-negative multiple of seq={train.seq} (got {batch_tokens})",
         )
     exprs = min_fsdp_expr(model, train, fraction)
     values = {**values_for(model, train), b: batch_tokens // train.seq, T: train.seq}
@@ -71,14 +79,16 @@ def min_fsdp(
     acts = int(exprs["activations"].subs(values)) if batch_tokens else 0
     floor = (1 - fraction) * acts
     if floor >= budget_bytes:
-        raise ValueError(
+        raise SpecError(
+            "budget",
             f"the unsharded activations alone ({floor:.4g} B) exceed the budget "
-            f"({budget_bytes:.4g} B): shard more of them or use fewer tokens"
+            f"({budget_bytes:.4g} B): shard more of them or use fewer tokens",
         )
     n_real = (state + fraction * acts) / (budget_bytes - floor)
     n = max(1, math.ceil(n_real - 1e-12))
     per_device = state / n + acts * ((1 - fraction) + fraction / n)
     return {
+        "approximation": LABEL,
         "fsdp": n,
         "fsdp_power_of_two": 1 << (n - 1).bit_length(),
         "fsdp_exact": n_real,

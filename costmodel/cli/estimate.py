@@ -9,7 +9,7 @@ from dataclasses import fields
 import sympy as sp
 
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.cli.args import add_layout_args, add_model_args, build_layout, build_specs
+from costmodel.cli.args import FRONT, add_inputs, add_layout_args, add_model_args, build_setup
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.specs.model import TrainSpec
 from costmodel.units import fmt_bytes, fmt_count
@@ -71,16 +71,7 @@ def _train_line(t: TrainSpec) -> str:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    model, train = build_specs(args)
-    train, parallel, hardware = build_layout(args, train)
-    est = estimate(model, train, parallel, hardware)
-    if args.token_budget:
-        if parallel is None:
-            raise ValueError("--token-budget needs --hardware (a step time)")
-        days = args.token_budget / est["tokens_per_s"] / 86400
-        est.values["train_days"] = days
-        if args.price_per_hour:
-            est.values["train_cost"] = days * 24 * parallel.devices * args.price_per_hour
+    est = build_setup(args).estimate()
     if args.formula:
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
@@ -116,8 +107,8 @@ def add_estimate_and_presets(sub) -> None:
         "--formula", metavar="QUANTITY", help="print the expression, e.g. flops.forward"
     )
     add_layout_args(est)
-    est.add_argument("--token-budget", type=float, help="tokens to train on: adds train_days")
-    est.add_argument("--price-per-hour", type=float, help="$ per device-hour: adds train_cost")
+    add_inputs(est, "cost (adds train_days and train_cost)",
+               (FRONT["token_budget"], FRONT["price_per_hour"]))  # fmt: skip
     est.set_defaults(func=_cmd_estimate)
     pre = sub.add_parser("presets", help="list the preset models")
     pre.add_argument("--json", action="store_true")

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from costmodel.book.bounds import bounds_report
-from costmodel.catalog.hardware import HARDWARE, get_hardware
-from costmodel.single.precision import PRECISIONS
+from costmodel.book.fsdp import min_fsdp
+from costmodel.catalog.hardware import get_hardware
+from costmodel.cli.args import (
+    PARALLEL_INPUTS,
+    add_layout_args,
+    add_model_args,
+    build_model_only,
+    values_of,
+)
+from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
+from costmodel.inputs import build
+from costmodel.specs.checks import SpecError
+from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GB, GIB, fmt_bytes
 
 
 def _budget(args: argparse.Namespace) -> float | None:
     if args.budget_gb is not None and args.budget_gib is not None:
-        raise ValueError("give --budget-gb or --budget-gib, not both")
+        raise SpecError("budget", "give --budget-gb or --budget-gib, not both")
     if args.budget_gb is not None:
         return args.budget_gb * GB
     if args.budget_gib is not None:
@@ -23,35 +35,37 @@ def _budget(args: argparse.Namespace) -> float | None:
 
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result, indent=2, default=str, allow_nan=False))
         return
     for key, value in result.items():
         if key == "latex":
+            continue
+        if isinstance(value, dict):
+            _print({f"{key}.{k}": v for k, v in value.items()}, False)
             continue
         shown = fmt_bytes(value) if key.endswith("_bytes") and value is not None else value
         print(f"{key:<34} {shown}")
 
 
-def _cmd_bounds(args: argparse.Namespace) -> int:
-    from costmodel.cli.args import build_specs
+def _layout_only(args: argparse.Namespace) -> ParallelSpec:
+    """The degrees as given, unchecked against a batch (bounds solves for the batch)."""
+    given = values_of(args)
+    return ParallelSpec(**{i.key: given[i.key] for i in PARALLEL_INPUTS if i.key in given})
 
-    model, train = build_specs(args)
-    hw = get_hardware(args.hardware)
-    peak = args.peak_flops or hw.peak(PRECISIONS[train.precision].peak_dtype)
-    bandwidth = args.bandwidth or (hw.link_bw_bidir if hw.kind == "tpu" else hw.link_bw)
+
+def _cmd_bounds(args: argparse.Namespace) -> int:
+    model, train = build_model_only(args)
     report = bounds_report(
         model,
-        fsdp=args.fsdp,
-        tp=args.tp,
-        peak_flops=peak,
-        bandwidth=bandwidth,
-        mx=args.mx,
-        my=args.my,
-        overlap=args.overlap,
+        _layout_only(args),
+        get_hardware(args.hardware),
+        precision=train.precision,
         forward_only=args.forward_only,
+        peak_flops=args.peak_flops,
+        bandwidth=args.bandwidth,
     )
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, allow_nan=False))
         return 0
     for key, value in report.items():
         if isinstance(value, dict) and key != "latex":
@@ -64,38 +78,43 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    from costmodel.book.fsdp import min_fsdp
-    from costmodel.cli.args import build_layout, build_specs
-    from costmodel.engine.inverse import max_fitting
-
-    model, train = build_specs(args)
     if args.question == "min-fsdp":
-        budget = _budget(args)
-        if budget is None:
-            raise ValueError("min-fsdp needs --budget-gb or --budget-gib")
-        tokens = train.seq if args.batch_tokens is None else args.batch_tokens
-        result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction)
+        result = _min_fsdp(args)
     else:
-        train, parallel, hw = build_layout(args, train)
-        if parallel is None:
-            raise ValueError(f"{args.question} needs --hardware (and a layout)")
         field = "batch" if args.question == "max-batch" else "seq"
-        result = max_fitting(model, train, parallel, hw, field, _budget(args))
+        setup = build(values_of(args), solving=field)
+        if setup.parallel is None or setup.hardware is None:
+            raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
+        result = max_fitting(
+            setup.model, setup.train, setup.parallel, setup.hardware, field, _budget(args)
+        )
     _print(result, args.json)
     return 0
 
 
-def add_bounds_and_solve(sub) -> None:
-    from costmodel.cli.args import add_layout_args, add_model_args
+def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
+    """The Scaling Book's closed form, and with --hardware the full model's answer."""
+    budget = _budget(args)
+    model, train = build_model_only(args)
+    if budget is None:
+        raise SpecError("budget", "min-fsdp needs --budget-gb or --budget-gib")
+    tokens = train.seq if args.batch_tokens is None else args.batch_tokens
+    result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction)
+    if args.hardware is not None:
+        setup = build(values_of(args))
+        assert setup.parallel is not None and setup.hardware is not None
+        result["full_model"] = min_fsdp_fitting(
+            setup.model, setup.train, setup.parallel, setup.hardware, budget
+        )
+    return result
 
+
+def add_bounds_and_solve(sub: Any) -> None:
     bnd = sub.add_parser(
         "bounds", help="batch at which training is compute-bound (Scaling Book ch. 5)"
     )
     add_model_args(bnd)
-    bnd.add_argument("--hardware", default="tpu-v5p", help=f"{', '.join(HARDWARE)} or .json")
-    for flag in ("--fsdp", "--tp", "--mx", "--my"):
-        bnd.add_argument(flag, type=int, default=1)
-    bnd.add_argument("--overlap", choices=("max", "sum"), default="max")
+    add_layout_args(bnd, hardware_default="tpu-v5p")
     bnd.add_argument("--forward-only", action="store_true")
     bnd.add_argument("--peak-flops", type=float, help="override C (FLOP/s)")
     bnd.add_argument("--bandwidth", type=float, help="override W per axis (bytes/s)")

@@ -1,15 +1,23 @@
-"""Inverse questions over the same expressions.
+"""Inverse questions answered by the full model (the engine's per-device peak).
 
-- ``max_batch`` / ``max_seq``: the largest batch or sequence whose per-device peak fits, by
-  bisection over ``estimate`` (peak memory is monotone in both).
-- critical batch for compute-bound training: ``costmodel.bounds``.
+- ``max_fitting``: the largest batch or sequence whose per-device peak fits, by bisection
+  over ``estimate`` (peak memory is monotone in both).
+- ``min_fsdp_fitting``: the smallest FSDP degree whose per-device peak fits, keeping each
+  device's micro-batch, by one ``sweep`` over every degree.
+
+The Scaling Book's closed forms for the same questions are in :mod:`costmodel.book`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
+
+import numpy as np
 
 from costmodel.engine.estimate import estimate
+from costmodel.engine.sweep import sweep
+from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -38,13 +46,9 @@ def max_fitting(
     budget_bytes: float | None = None,
 ) -> dict:
     """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity)."""
-    if field not in ("batch", "seq"):
-        raise ValueError(f"field must be batch or seq (got {field!r})")
-    budget = hardware.hbm_bytes if budget_bytes is None else budget_bytes
-    if field == "batch":
-        step = parallel.batch_step(train.grad_accum)
-    else:
-        step = parallel.cp * (parallel.tp if parallel.sequence_parallel else 1)
+    checks.choice("field", field, ("batch", "seq"))
+    budget = _budget(hardware, budget_bytes)
+    step = parallel.batch_step(train.grad_accum) if field == "batch" else parallel.seq_step()
 
     def fits(value: int) -> bool:
         est = estimate(model, train.replace(**{field: value}), parallel, hardware)
@@ -53,3 +57,42 @@ def max_fitting(
     limit = model.max_positions if (field == "seq" and model.pos == "learned") else 2**24
     best = largest_fitting(fits, step, max(step, limit - limit % step), step)
     return {field: best, "budget_bytes": budget}
+
+
+def _budget(hardware: Hardware, budget_bytes: float | None) -> float:
+    if budget_bytes is None:
+        return hardware.hbm_bytes
+    checks.number("budget", budget_bytes)
+    return budget_bytes
+
+
+def min_fsdp_fitting(
+    model: ModelSpec,
+    train: TrainSpec,
+    parallel: ParallelSpec,
+    hardware: Hardware,
+    budget_bytes: float | None = None,
+    max_fsdp: int = 2**16,
+) -> dict:
+    """Smallest FSDP degree (1..max_fsdp) whose per-device peak fits the budget (default:
+    HBM capacity). Each device keeps its micro-batch of sequences, so the global batch
+    grows with the degree: batch = dp · fsdp · micro-batch · grad_accum."""
+    budget = _budget(hardware, budget_bytes)
+    micro = train.batch // parallel.batch_step(train.grad_accum)
+    fsdp = np.arange(1, max_fsdp + 1)
+    fixed = {**_fields(train), **_fields(parallel)}
+    fixed.update(fsdp=fsdp, batch=parallel.dp * fsdp * train.grad_accum * micro)
+    key = "memory_bytes_per_device.peak"
+    peak = sweep(model, hardware=hardware, quantities=[key], **fixed)[key]
+    fitting = np.flatnonzero(peak <= budget)
+    found = int(fsdp[fitting[0]]) if fitting.size else None
+    return {
+        "fsdp": found,
+        "per_device_bytes": float(peak[fitting[0]]) if fitting.size else float(peak.min()),
+        "budget_bytes": budget,
+        "micro_batch_per_device": micro,
+    }
+
+
+def _fields(spec: object) -> dict:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}  # type: ignore[arg-type]

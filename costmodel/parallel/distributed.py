@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.single.memory import activation_memory, peak_memory
+from costmodel.single.memory import (
+    activation_memory,
+    kept_weight_copies,
+    peak_memory,
+    state_memory,
+)
 from costmodel.single.params import matmul_weight_params, param_breakdown
-from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -77,17 +82,11 @@ def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
 
 def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """params (working weights), master, grads, optimizer per device, ZeRO over X."""
-    prec = PRECISIONS[train.precision]
     n, n_mm = params_per_device(model, par)
-    opt = OPTIMIZER_STATES[train.optimizer] * prec.optimizer_state * n / X
-    grads = prec.grad * n / (X if par.zero >= 2 else 1)
-    shard = X if par.zero == 3 else 1
-    if prec.weight_copy:
-        kept = n_mm if train.recompute != "full" else (0 if model.ffn_only else V * D / Y)
-        params, master = prec.weight_copy * kept / shard, prec.param * n / shard
-    else:
-        params, master = prec.param * n / shard, sp.Integer(0)
-    return {"params": params, "master": master, "grads": grads, "optimizer": opt}
+    head = None if model.ffn_only else V * D / Y
+    kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
+    shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
+    return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
 
 
 def sharded_activations(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:

@@ -18,10 +18,12 @@ log-softmax of the logits.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from costmodel.single.params import matmul_weight_params, param_breakdown
-from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import D, F, H, K, L, T, V, b, d_h, smax
 
@@ -29,31 +31,49 @@ INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
 
 
-def kept_weight_copies(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+def kept_weight_copies(
+    model: ModelSpec, train: TrainSpec, matmul: Any = None, head: Any = None
+) -> sp.Expr:
     """Matmul weights whose low-precision cast stays alive from forward to backward.
 
     Casts made inside a fully recomputed block are dropped and made again in backward, so
-    only the LM head's cast is kept then.
+    only the LM head's cast is kept then. ``matmul`` and ``head`` default to the whole
+    model's matmul weights and LM head; a device of a layout passes its own share.
     """
     if train.recompute != "full":
-        return matmul_weight_params(model)
-    return sp.Integer(0) if model.ffn_only else V * D
+        return matmul_weight_params(model) if matmul is None else matmul
+    if model.ffn_only:
+        return sp.Integer(0)
+    return V * D if head is None else head
 
 
-def state_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
-    """Bytes of params (working weights), master, grads and optimizer state."""
+def state_memory(
+    model: ModelSpec,
+    train: TrainSpec,
+    *,
+    params: Any = None,
+    kept_copies: Any = None,
+    shards: tuple[Any, Any, Any] = (1, 1, 1),
+) -> dict[str, sp.Expr]:
+    """Bytes of params (working weights), master, grads and optimizer state.
+
+    ``params`` and ``kept_copies`` default to the whole model's; ``shards`` divides
+    (parameters and master, gradients, optimizer state), as ZeRO-3, -2 and -1 do
+    (Rajbhandari et al. 2020, Sec. 5).
+    """
     prec = PRECISIONS[train.precision]
-    n = param_breakdown(model)["total"]
+    n = param_breakdown(model)["total"] if params is None else params
+    kept = kept_weight_copies(model, train) if kept_copies is None else kept_copies
+    p_shards, g_shards, o_shards = shards
     if prec.weight_copy:
-        params = prec.weight_copy * kept_weight_copies(model, train)
-        master = prec.param * n
+        weights, master = prec.weight_copy * kept / p_shards, prec.param * n / p_shards
     else:
-        params, master = prec.param * n, sp.Integer(0)
+        weights, master = prec.param * n / p_shards, sp.Integer(0)
     return {
-        "params": params,
+        "params": weights,
         "master": master,
-        "grads": prec.grad * n,
-        "optimizer": OPTIMIZER_STATES[train.optimizer] * prec.optimizer_state * n,
+        "grads": prec.grad * n / g_shards,
+        "optimizer": optimizer_state_bytes(train.optimizer, train.precision, n) / o_shards,
     }
 
 

@@ -68,6 +68,11 @@ class ParallelSpec:
         """The global batch must be a multiple of this (see :func:`batch_step`)."""
         return batch_step(self.dp, self.fsdp, grad_accum)
 
+    def seq_step(self) -> int:
+        """The sequence length must be a multiple of this: cp chunks, each split over tp
+        under sequence parallelism."""
+        return self.cp * (self.tp if self.sequence_parallel else 1)
+
     def check(self, model: ModelSpec, train: TrainSpec) -> None:
         """Divisibility against a model and a batch, with errors naming both sides."""
         layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)

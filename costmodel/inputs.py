@@ -1,0 +1,214 @@
+"""The front door: flat user inputs (CLI flags, app widgets, URL parameters) -> checked specs.
+
+``INPUTS`` lists every input once: key, type, default, choices, section and help, the spec
+fields read from the dataclasses themselves. ``build(values)`` turns a flat dict of them
+into a :class:`Setup`; the CLI and the app both call it, so their defaults and error
+messages are the same. A value of ``None`` means "not given". Errors are
+:class:`~costmodel.specs.checks.SpecError`; ``section_of(err.field)`` says which group of
+inputs it is about.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hf import model_from_hf_config
+from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.engine.estimate import Estimate, estimate
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, choices_of, field_docs
+from costmodel.specs.parallel import ParallelSpec, fill_dp
+
+SECTIONS = ("model", "training", "cluster", "cost")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One user input."""
+
+    key: str
+    kind: type
+    """int, float, bool or str."""
+    default: Any
+    """None: not given (a preset's value, or the spec's rule, applies)."""
+    section: str
+    choices: tuple[Any, ...] | None = None
+    help: str = ""
+
+
+def _spec_inputs(cls: type, section: str, *, no_defaults: bool = False) -> list[Input]:
+    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        if f.name == "name":
+            continue
+        choices = choices_of(cls, f.name)
+        kind = type(choices[0]) if choices else hints[f.name]
+        kind = int if kind == int | None else kind
+        default = None if no_defaults or f.default is MISSING else f.default
+        out.append(Input(f.name, kind, default, section, choices, docs.get(f.name, "")))
+    return out
+
+
+FRONT = {
+    "model": Input("model", str, None, "model", tuple(PRESETS), "a preset"),
+    "hf_config": Input("hf_config", str, None, "model", None, "a Hugging Face config.json"),
+    "hardware": Input(
+        "hardware", str, None, "cluster", None, f"{', '.join(HARDWARE)}, or a profile .json"
+    ),
+    "gpus": Input("gpus", int, None, "cluster", None, "devices; dp fills what the others leave"),
+    "microbatch": Input(
+        "microbatch", int, None, "training", None,
+        "sequences per device per micro-batch (sets grad_accum)",
+    ),
+    "token_budget": Input("token_budget", float, None, "cost", None, "tokens to train on"),
+    "price_per_hour": Input("price_per_hour", float, None, "cost", None, "per device-hour"),
+}  # fmt: skip
+
+MODEL_INPUTS = tuple(_spec_inputs(ModelSpec, "model", no_defaults=True))
+TRAIN_INPUTS = tuple(_spec_inputs(TrainSpec, "training"))
+PARALLEL_INPUTS = tuple(_spec_inputs(ParallelSpec, "cluster"))
+INPUTS: tuple[Input, ...] = (
+    FRONT["model"],
+    FRONT["hf_config"],
+    *MODEL_INPUTS,
+    *TRAIN_INPUTS,
+    FRONT["microbatch"],
+    FRONT["hardware"],
+    FRONT["gpus"],
+    *PARALLEL_INPUTS,
+    FRONT["token_budget"],
+    FRONT["price_per_hour"],
+)
+BY_KEY: dict[str, Input] = {i.key: i for i in INPUTS}
+
+
+def section_of(field: str) -> str:
+    """The input section a SpecError's field belongs to (``cluster`` for layout words)."""
+    head = field.split(".")[0]
+    if head in BY_KEY:
+        return BY_KEY[head].section
+    return "cluster"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Checked specs of one question."""
+
+    model: ModelSpec
+    train: TrainSpec
+    parallel: ParallelSpec | None = None
+    hardware: Hardware | None = None
+    token_budget: float | None = None
+    price_per_hour: float | None = None
+
+    def estimate(self) -> Estimate:
+        return estimate(
+            self.model,
+            self.train,
+            self.parallel,
+            self.hardware,
+            token_budget=self.token_budget,
+            price_per_hour=self.price_per_hour,
+        )
+
+
+def _given(values: Mapping[str, Any], inputs: tuple[Input, ...]) -> dict[str, Any]:
+    return {i.key: values[i.key] for i in inputs if values.get(i.key) is not None}
+
+
+def build_model(values: Mapping[str, Any], model: ModelSpec | None = None) -> ModelSpec:
+    """The model: ``model`` (e.g. an upload), a HF config, a preset, or the sizes given;
+    model fields in ``values`` override it."""
+    overrides = _given(values, MODEL_INPUTS)
+    if model is not None:
+        return model.replace(**overrides)
+    if values.get("hf_config") is not None:
+        return model_from_hf_config(values["hf_config"]).replace(**overrides)
+    if values.get("model") is not None:
+        return get_model(values["model"], **overrides)
+    required = [f.name for f in fields(ModelSpec) if f.default is MISSING]
+    missing = [n for n in required if n not in overrides]
+    if missing:
+        raise SpecError("model", f"without model or hf_config, give {', '.join(missing)}")
+    return ModelSpec(**overrides)
+
+
+def build(
+    values: Mapping[str, Any], model: ModelSpec | None = None, *, solving: str | None = None
+) -> Setup:
+    """Checked specs from flat inputs; unknown keys are an error. ``solving`` names the
+    field an inverse question solves for (``batch`` or ``seq``): it takes the smallest
+    value the layout allows instead of its input."""
+    unknown = sorted(k for k in values if k not in BY_KEY)
+    if unknown:
+        raise SpecError(unknown[0], f"unknown input(s): {', '.join(unknown)}")
+    spec = build_model(values, model)
+    train = TrainSpec(**_given(values, TRAIN_INPUTS))
+    check_positions(spec.pos, train.seq, spec.max_positions)
+    budget, price = values.get("token_budget"), values.get("price_per_hour")
+    for key, value in (("token_budget", budget), ("price_per_hour", price)):
+        if value is not None:
+            checks.number(key, value, allow_zero=True)
+    budget = budget or None  # a zero budget asks nothing
+    layout = _given(values, PARALLEL_INPUTS)
+    if values.get("hardware") is None:
+        asked = [*layout, *(k for k in ("gpus", "microbatch", "token_budget") if values.get(k))]
+        if asked:
+            raise SpecError("hardware", f"hardware is required with {', '.join(asked)}")
+        return Setup(spec, train)
+    parallel = _parallel(layout, values.get("gpus"))
+    if solving == "batch":
+        micro = values.get("microbatch") or 1
+        train = train.replace(batch=parallel.batch_step(train.grad_accum) * micro)
+    elif solving == "seq":
+        train = train.replace(seq=parallel.seq_step())
+    accum_given = values.get("grad_accum") is not None
+    train = _micro_batch(train, parallel, values.get("microbatch"), accum_given)
+    parallel.check(spec, train)
+    hardware = get_hardware(values["hardware"])
+    return Setup(spec, train, parallel, hardware, budget, price if budget else None)
+
+
+def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
+    parallel = ParallelSpec(**layout)
+    if gpus is None:
+        return parallel
+    checks.integer("gpus", gpus)
+    if "dp" in layout:
+        if parallel.devices != gpus:
+            raise SpecError(
+                "gpus",
+                f"dp * fsdp * tp * pp * cp must equal gpus (got {parallel.devices} and "
+                f"gpus={gpus})",
+            )
+        return parallel
+    return fill_dp(parallel, gpus)
+
+
+def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_given: bool):
+    """grad_accum from the micro-batch: batch = dp · fsdp · micro-batch · grad_accum."""
+    if micro is None:
+        return train
+    checks.integer("microbatch", micro)
+    per_step = par.batch_step(1) * micro
+    if train.batch % per_step:
+        raise SpecError(
+            "microbatch",
+            f"microbatch * dp * fsdp must divide batch (got microbatch={micro}, "
+            f"dp*fsdp={par.batch_step(1)}, batch={train.batch})",
+        )
+    accum = train.batch // per_step
+    if accum_given and accum != train.grad_accum:
+        raise SpecError(
+            "microbatch",
+            f"microbatch and grad_accum disagree (microbatch={micro} gives grad_accum="
+            f"{accum}, got grad_accum={train.grad_accum})",
+        )
+    return train.replace(grad_accum=accum)

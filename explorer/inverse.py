@@ -1,0 +1,120 @@
+"""The Inverse questions tab: the full model's answer beside the Scaling Book's closed form.
+
+Each question is answered twice, labelled: by the engine (per-device peak and step time of
+the full model) and by the book's approximation (``costmodel.book``), with the reason
+they differ, so a reader sees which simplification moves the number.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from costmodel.book.bounds import LABEL, bounds_report
+from costmodel.book.fsdp import min_fsdp
+from costmodel.engine.inverse import min_fsdp_fitting
+from costmodel.inputs import Setup
+from costmodel.specs.checks import SpecError
+from costmodel.units import GB, GIB
+from explorer import charts
+
+_WHY_FSDP = (
+    "The book counts the training state (weights, master, gradients, optimizer) and the "
+    "kept activations, half of them sharded; the full model adds what a device really "
+    "holds at its peak: low-precision weight copies, ZeRO-3's gathered layers, the "
+    "optimizer's temporaries, logits and backward transients, and divides by tp/pp/cp too."
+)
+_WHY_BATCH = (
+    "The book is an FFN-only model at peak FLOP/s over one link per axis, without the "
+    "(N-1)/N ring factor or latency; the full model counts attention and the vocabulary, "
+    "achieved (not peak) FLOP/s, α-β collectives on the link each group is placed on, "
+    "and the overlap rule per phase."
+)
+
+
+def inverse_tab(setup: Setup) -> None:
+    assert setup.parallel is not None and setup.hardware is not None
+    st.subheader("Smallest FSDP degree that fits")
+    budget = st.number_input(
+        "memory budget (GB = 1e9 bytes)",
+        min_value=0.1,
+        value=round(setup.hardware.hbm_bytes / GB, 1),
+        key="budget_gb",
+    )
+    full, book = st.columns(2)
+    with full:
+        st.markdown("**Full model** (per-device peak, this layout's micro-batch)")
+        result = _full_min_fsdp(setup, budget * GB)
+        if result["fsdp"] is None:
+            low = result["per_device_bytes"] / GIB
+            st.warning(f"No FSDP degree up to 65,536 fits: at best {low:,.1f} GiB per device.")
+        else:
+            st.metric("min FSDP degree (full model)", result["fsdp"])
+    with book:
+        st.markdown(f"**{LABEL}**")
+        _book_min_fsdp(setup, budget * GB)
+    st.caption(_WHY_FSDP)
+    st.subheader("Batch to be compute-bound")
+    full, book = st.columns(2)
+    with full:
+        st.markdown("**Full model** (compute vs communication time, this layout)")
+        cross = _full_crossover(setup)
+        shown = f"{cross:,} sequences" if cross else "none up to the sweep's largest batch"
+        st.metric("compute-bound from batch (full model)", shown)
+    with book:
+        st.markdown(f"**{LABEL}**")
+        _book_critical_batch(setup)
+    st.caption(_WHY_BATCH)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _full_min_fsdp(setup: Setup, budget: float) -> dict:
+    assert setup.parallel is not None and setup.hardware is not None
+    return min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _full_crossover(setup: Setup) -> int | None:
+    assert setup.parallel is not None
+    step = setup.parallel.batch_step(setup.train.grad_accum)
+    return charts.crossover(charts.comm_rows(setup, [step * 2**k for k in range(16)]))
+
+
+def _book_min_fsdp(setup: Setup, budget: float) -> None:
+    sequences = max(1, setup.train.micro_batch // setup.parallel.batch_step(1))  # type: ignore[union-attr]
+    try:
+        result = min_fsdp(setup.model, setup.train, budget, sequences * setup.train.seq, 0.5)
+    except SpecError as err:
+        st.error(err.message, icon="⚠️")
+        return
+    st.metric(
+        "min FSDP degree (book)",
+        result["fsdp"],
+        f"power of two: {result['fsdp_power_of_two']}",
+        delta_color="off",
+        delta_arrow="off",
+    )
+    st.latex(r"N_{FSDP} \ge " + result["latex"])
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _bounds(setup: Setup) -> dict:
+    assert setup.parallel is not None and setup.hardware is not None
+    return bounds_report(setup.model, setup.parallel, setup.hardware,
+                         precision=setup.train.precision)  # fmt: skip
+
+
+def _book_critical_batch(setup: Setup) -> None:
+    report = _bounds(setup)
+    st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
+    tokens = report["critical_batch_tokens"]
+    if tokens is None:
+        st.warning("Tensor parallelism alone is communication-bound at this degree.")
+        return
+    per_device = report["critical_batch_tokens_per_device"]
+    st.metric(
+        "critical batch (book, tokens per step)",
+        f"{tokens:,.0f}",
+        f"{per_device:,.0f} per device; now {setup.train.batch * setup.train.seq:,}",
+        delta_color="off",
+        delta_arrow="off",
+    )

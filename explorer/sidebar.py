@@ -1,0 +1,102 @@
+"""The sidebar: one widget per input of ``explorer.state.FIELDS``, in four sections.
+
+Widget keys are the inputs' keys, so session state, the URL and ``costmodel.inputs.build``
+speak one vocabulary. Each section gets a message slot, where an error about one of its
+inputs is shown next to the widgets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import streamlit as st
+
+from costmodel import ModelSpec
+from costmodel.catalog.hf import model_from_hf_dict
+from costmodel.inputs import BY_KEY
+from explorer.state import FIELDS, MODEL_OVERRIDES, START, choices, from_query, to_query
+
+_LABELS = {
+    "batch": "batch (sequences per step)",
+    "seq": "sequence length",
+    "optimizer_impl": "optimizer implementation",
+    "attention": "attention kernel",
+    "recompute": "recomputation",
+    "grad_accum": "gradient accumulation steps",
+    "hardware": "device",
+    "gpus": "GPUs (empty: what the degrees need)",
+    "zero": "ZeRO stage",
+    "sequence_parallel": "sequence parallel (with tp)",
+    "overlap": "overlap of communication",
+    "token_budget": "token budget",
+    "price_per_hour": "$ per device-hour",
+}
+
+
+def init_state() -> None:
+    """Session state from the URL on first load (bad parameters become warnings)."""
+    if st.session_state.get("_initialised"):
+        return
+    values, problems = from_query(st.query_params.to_dict())
+    for key, value in values.items():
+        if value is not None:  # unset inputs stay unset: the widget shows a placeholder
+            st.session_state[key] = value
+    st.session_state["_problems"] = problems
+    st.session_state["_initialised"] = True
+
+
+def _widget(key: str, container: Any = st) -> None:
+    field, label = BY_KEY[key], _LABELS.get(key, key)
+    options = choices(key)
+    if field.kind is bool:
+        container.checkbox(label, key=key)
+    elif options and key in ("overlap",):
+        container.radio(label, options, key=key, horizontal=True)
+    elif options:
+        container.selectbox(label, options, key=key)
+    elif field.kind is float:
+        container.number_input(label, min_value=0.0, format="%.4g", key=key)
+    else:
+        unset = {} if key in st.session_state else {"value": None}
+        container.number_input(label, min_value=1, step=1, key=key,
+                               placeholder="preset's value" if key in MODEL_OVERRIDES else "",
+                               **unset)  # fmt: skip
+
+
+def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
+    """The inputs' values, an uploaded model (or None), and a message slot per section."""
+    st.header("Model")
+    upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"])
+    st.selectbox("preset", choices("model"), key="model", disabled=upload is not None)
+    with st.expander("override fields"):
+        for key in MODEL_OVERRIDES:
+            _widget(key)
+    slots = {"model": st.empty()}
+    st.header("Training")
+    for key in ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention"):
+        _widget(key)
+    _widget("recompute")
+    _widget("grad_accum")
+    slots["training"] = st.empty()
+    st.header("Cluster and layout")
+    for key in ("hardware", "gpus", "fsdp", "zero", "tp", "pp", "cp", "sequence_parallel"):
+        _widget(key)
+    _widget("overlap")
+    st.caption("dp fills the devices the other degrees leave.")
+    slots["cluster"] = st.empty()
+    st.header("Budget")
+    _widget("token_budget")
+    _widget("price_per_hour")
+    slots["cost"] = st.empty()
+    values = {f.key: st.session_state.get(f.key, START[f.key]) for f in FIELDS}
+    for key in ("token_budget", "price_per_hour"):  # 0 in the widget asks nothing
+        values[key] = values[key] or None
+    uploaded = None
+    if upload is not None:
+        try:
+            uploaded = model_from_hf_dict(json.loads(upload.getvalue()), upload.name)
+        except (ValueError, UnicodeDecodeError) as err:
+            slots["model"].error(f"{upload.name}: {err}", icon="⚠️")
+    st.query_params.from_dict(to_query(values))
+    return values, uploaded, slots
