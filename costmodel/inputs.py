@@ -19,6 +19,7 @@ from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -169,10 +170,11 @@ def build(
         train = train.replace(batch=parallel.batch_step(train.grad_accum) * micro)
     elif solving == "seq":
         train = train.replace(seq=parallel.seq_step())
-    accum_given = values.get("grad_accum") is not None
+    accum_given = values.get("grad_accum") not in (None, BY_KEY["grad_accum"].default)
     train = _micro_batch(train, parallel, values.get("microbatch"), accum_given)
     parallel.check(spec, train)
     hardware = get_hardware(values["hardware"])
+    hardware.peak(PRECISIONS[train.precision].peak_dtype)  # the device has the precision
     return Setup(spec, train, parallel, hardware, budget, price if budget else None)
 
 
@@ -193,7 +195,8 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
 
 
 def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_given: bool):
-    """grad_accum from the micro-batch: batch = dp · fsdp · micro-batch · grad_accum."""
+    """grad_accum from the micro-batch: batch = dp · fsdp · micro-batch · grad_accum. A
+    grad_accum given too (other than its default) must agree."""
     if micro is None:
         return train
     checks.integer("microbatch", micro)

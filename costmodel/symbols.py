@@ -126,3 +126,8 @@ N_tok = sp.Symbol("N_tok", positive=True)  # tokens to train on
 price = sp.Symbol("price", nonnegative=True)  # currency per device-hour
 BUDGET_SYMBOLS: tuple[sp.Symbol, ...] = (N_tok, price)
 DESCRIPTIONS.update({N_tok: "token budget", price: "price per device-hour"})
+
+# One attention call (costmodel.single.attention): its heads and the flash kernel's tile.
+h_call = sp.Symbol("h", **_INT)
+B_tile = sp.Symbol("B_r", **_INT)
+DESCRIPTIONS.update({h_call: "heads in one attention call", B_tile: "flash tile rows (B_r = B_c)"})

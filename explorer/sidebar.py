@@ -24,6 +24,7 @@ _LABELS = {
     "attention": "attention kernel",
     "recompute": "recomputation",
     "grad_accum": "gradient accumulation steps",
+    "microbatch": "micro-batch per device (empty: from grad_accum)",
     "hardware": "device",
     "gpus": "GPUs (empty: what the degrees need)",
     "zero": "ZeRO stage",
@@ -78,6 +79,7 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
         _widget(key)
     _widget("recompute")
     _widget("grad_accum")
+    _widget("microbatch")
     slots["training"] = st.empty()
     st.header("Cluster and layout")
     for key in ("hardware", "gpus", "fsdp", "zero", "tp", "pp", "cp", "sequence_parallel"):

@@ -20,7 +20,7 @@ from costmodel.specs.model import ModelSpec
 
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 TRAINING = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention")
-TRAINING += ("recompute", "grad_accum")
+TRAINING += ("recompute", "grad_accum", "microbatch")
 CLUSTER = ("hardware", "gpus", "fsdp", "zero", "tp", "sequence_parallel", "pp", "cp", "overlap")
 COST = ("token_budget", "price_per_hour")
 SHOWN: tuple[str, ...] = ("model", *MODEL_OVERRIDES, *TRAINING, *CLUSTER, *COST)

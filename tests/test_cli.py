@@ -111,7 +111,7 @@ def test_formula_prints_pretty_and_latex(capsys):
         (["--model", "llama3-8b", "--n-kv-heads", "5"], "n_kv_heads must divide n_heads"),
         (["--model", "gpt2", "--seq", "4096"], "seq must be <= max_positions"),
         (["--model", "gpt2", "--formula", "flops.nothing"], "unknown quantity"),
-        (["--d-model", "64"], "without --model or --hf-config, give --vocab, --n-layers"),
+        (["--d-model", "64"], "without model or hf_config, give vocab, n_layers"),
     ],
 )
 def test_bad_input_is_one_line(capsys, argv, message):
@@ -152,4 +152,4 @@ def test_attention_command_json(capsys):
 
 def test_attention_command_bad_input(capsys):
     assert main(["attention", "--batch", "0", "--seq", "8", "--head-dim", "16"]) == 2
-    assert "batch must be an integer >= 1" in capsys.readouterr().err
+    assert "batch must be >= 1 (got 0)" in capsys.readouterr().err

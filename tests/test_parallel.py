@@ -8,14 +8,15 @@ import json
 import pytest
 
 from costmodel import TrainSpec, estimate, get_model
-from costmodel.bounds import bounds_report
+from costmodel.book.bounds import bounds_report
+from costmodel.book.fsdp import min_fsdp
+from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.cli import main
-from costmodel.hardware import HARDWARE, get_hardware
-from costmodel.layout import group_links
-from costmodel.parallel import ParallelSpec
-from costmodel.solve import min_fsdp
+from costmodel.parallel.layout import group_links
+from costmodel.specs.parallel import ParallelSpec
 
 H100 = get_hardware("h100-sxm")
+TPU = get_hardware("tpu-v5p")
 
 
 def est(model="cs336-small", train=None, hw=H100, **layout):
@@ -137,13 +138,10 @@ def test_xxl_critical_batch_by_hand():
     expected = (f / (y * w * 2)) / (f / (x * y * c) - 1 / (x * w * 1))
     r = bounds_report(
         get_model("xxl"),
-        fsdp=x,
-        tp=y,
+        ParallelSpec(fsdp=x, tp=y, mx=2, my=1, overlap="max"),
+        TPU,
         peak_flops=c,
         bandwidth=w,
-        mx=2,
-        my=1,
-        overlap="max",
         forward_only=True,
     )
     assert r["critical_batch_tokens"] == pytest.approx(expected, rel=1e-12)
@@ -158,26 +156,20 @@ def test_book_takeaways():
     model = get_model("xxl")
     r = bounds_report(
         model,
-        fsdp=8,
-        tp=1,
+        ParallelSpec(fsdp=8, tp=1, mx=1, my=1, overlap="max"),
+        TPU,
         peak_flops=4.59e14,
         bandwidth=1.8e11,
-        mx=1,
-        my=1,
-        overlap="max",
         forward_only=True,
     )
     assert r["conditions"]["fsdp_min_batch_per_device"] == pytest.approx(2550)
     assert r["conditions"]["tp_max_degree"] == pytest.approx(53248 / 2550)
     r2 = bounds_report(
         model,
-        fsdp=8,
-        tp=2,
+        ParallelSpec(fsdp=8, tp=2, mx=2, my=1, overlap="sum"),
+        TPU,
         peak_flops=4.59e14,
         bandwidth=1.8e11,
-        mx=2,
-        my=1,
-        overlap="sum",
         forward_only=True,
     )
     assert r2["conditions"]["mixed_min_batch_per_device"] == pytest.approx(2 * 2550**2 / 53248)
@@ -209,8 +201,8 @@ def test_min_fsdp_infeasible_is_a_clear_error():
         ({"tp": 5}, "tp must divide n_heads"),
         ({"pp": 5}, "pp \\* pp_interleave must divide n_layers"),
         ({"cp": 3}, "cp must divide seq"),
-        ({"zero": 4}, "zero must be 1, 2 or 3"),
-        ({"overlap": "some"}, "overlap must be max or sum"),
+        ({"zero": 4}, "zero must be one of 1, 2, 3"),
+        ({"overlap": "some"}, "overlap must be one of max, sum"),
         ({"dp": 3}, "dp \\* fsdp \\* grad_accum must divide batch"),
     ],
 )
@@ -319,7 +311,7 @@ def test_cli_overlap_flag(capsys):
 
 def test_cli_layout_errors(capsys):
     assert main(["estimate", "--model", "gpt2", "--tp", "2"]) == 2
-    assert "--hardware is required with tp" in capsys.readouterr().err
+    assert "hardware is required with tp" in capsys.readouterr().err
     assert (
         main(["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "6", "--tp", "4"])
         == 2

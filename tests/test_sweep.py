@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import TrainSpec, estimate, get_model, sweep
+from costmodel import ParallelSpec, SpecError, TrainSpec, estimate, get_hardware, get_model, sweep
 
 
 def test_grid_broadcasts_and_matches_estimate():
@@ -34,10 +34,11 @@ def test_quantities_filter_and_scalar_shape():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"batch": [1, 0]}, "batch must be >= 1 everywhere"),
+        ({"batch": [1, 0]}, r"batch must be in \[1, 2\^53\] everywhere \(got 0\)"),
         ({"batch": [6], "grad_accum": 4}, "grad_accum must divide batch"),
         ({"seq": [0.5]}, "seq must hold integers"),
-        ({"precision": ["fp32", "bf16"]}, "precision must be scalar"),
+        ({"precision": ["fp32", "fp64"]}, "precision must be one of"),
+        ({"tp": [1, 5]}, "hardware is required"),
         ({"colour": 3}, "unknown field"),
         ({"n_kv_heads": [5]}, "n_kv_heads must divide n_heads"),
         ({"quantities": ["flops.nope"]}, "unknown quantity"),
@@ -51,3 +52,30 @@ def test_bad_sweeps_raise(kwargs, message):
 def test_learned_positions_checked_over_the_grid():
     with pytest.raises(ValueError, match="max_positions"):
         sweep("gpt2", seq=[512, 4096])
+
+
+def test_kinds_vary_across_the_grid_grouped_by_structure():
+    """Precision and recomputation as arrays: each point equals its own estimate."""
+    out = sweep("cs336-small", precision=["fp32", "bf16-mixed"], recompute=[["none"], ["full"]])
+    for i, rec in enumerate(["none", "full"]):
+        for j, prec in enumerate(["fp32", "bf16-mixed"]):
+            one = estimate(get_model("cs336-small"), TrainSpec(precision=prec, recompute=rec))
+            assert out["memory_bytes.peak"][i, j] == one["memory_bytes.peak"]
+            assert out["flops.step"][i, j] == one["flops.step"]
+
+
+def test_layouts_sweep_equals_estimate_and_applies_layout_rules():
+    """ParallelSpec fields as arrays (pp crosses the pipelined/unpipelined structures)."""
+    hw = get_hardware("h100-sxm")
+    model = get_model("llama3-8b")
+    fsdp, pp = np.array([[1], [2], [4]]), np.array([1, 2, 4])
+    out = sweep(model, hardware=hw, fsdp=fsdp, pp=pp, tp=2, batch=64, grad_accum=4, seq=4096)
+    for i, f in enumerate([1, 2, 4]):
+        for j, p in enumerate([1, 2, 4]):
+            one = estimate(model, TrainSpec(batch=64, grad_accum=4, seq=4096),
+                           ParallelSpec(fsdp=f, pp=p, tp=2), hw)  # fmt: skip
+            for key in ("memory_bytes_per_device.peak", "time_s.step", "mfu"):
+                assert out[key][i, j] == pytest.approx(one[key], rel=1e-12)
+    with pytest.raises(SpecError, match="tp must divide n_heads") as err:
+        sweep(model, hardware=hw, tp=[1, 3])
+    assert err.value.field == "tp"

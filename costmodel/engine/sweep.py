@@ -69,8 +69,11 @@ def sweep(
 
     ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays. With
     ``hardware`` (or any ParallelSpec field, which needs it) the layout's per-device
-    memory, time and MFU are included. Returns float64 arrays keyed like ``estimate``.
+    memory, time and MFU are included. Returns float64 arrays keyed like ``estimate``;
+    a quantity that only some structures have (e.g. what full recomputation keeps) is NaN
+    where it does not apply.
     """
+    quantities = None if quantities is None else list(quantities)
     known = set().union(*_OWNERS.values())
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -85,32 +88,21 @@ def sweep(
     grid = {k: np.broadcast_to(a, shape).ravel() for k, a in arrays.items()}
     points = int(np.prod(shape))
     columns = _columns(base, overrides, grid, points, layout)
-    out: dict[str, np.ndarray] | None = None
+    out: dict[str, np.ndarray] = {}
     for mask, group in _groups(columns, points):
         specs = _specs(group)
         comp = compiled(specs.structure)
-        wanted = _wanted(comp.keys, quantities)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
         results = dict(zip(comp.keys, comp.vector(*args), strict=True))
-        if out is None:
-            out = {k: np.empty(points) for k in wanted}
-        for key in out:
-            if key not in results:
-                raise SpecError("quantities", f"{key} is not defined for every grid point")
-            out[key][mask] = np.broadcast_to(results[key], (int(mask.sum()),))
-    assert out is not None
-    return {k: v.reshape(shape) for k, v in out.items()}
-
-
-def _wanted(keys: tuple[str, ...], quantities: Iterable[str] | None) -> list[str]:
-    if quantities is None:
-        return list(keys)
-    wanted = list(quantities)
-    missing = sorted(set(wanted) - set(keys))
+        for key in comp.keys if quantities is None else quantities:
+            if key in results:
+                column = out.setdefault(key, np.full(points, np.nan))
+                column[mask] = np.broadcast_to(results[key], (int(mask.sum()),))
+    missing = [k for k in quantities or () if k not in out]
     if missing:
         raise SpecError("quantities", f"unknown quantity: {', '.join(missing)}")
-    return wanted
+    return {k: v.reshape(shape) for k, v in out.items()}
 
 
 def _columns(

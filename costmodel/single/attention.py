@@ -31,13 +31,17 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
-from costmodel.symbols import as_expr
+from costmodel.symbols import B_tile, T, as_expr, d_h, h_call
+from costmodel.symbols import b as b_seq
 
 KERNELS = ("naive", "flash")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
-b, h, N, d, tile = sp.symbols("b h N d B", positive=True, integer=True)
+# One call's symbols: the global b (sequences), T (its length) and d_h (head width), plus
+# the heads in the call and the flash tile, declared in costmodel.symbols.
+b, N, d, h, tile = b_seq, T, d_h, h_call, B_tile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,15 +60,10 @@ class AttentionSpec:
 
     def __post_init__(self) -> None:
         for name in ("batch", "seq", "head_dim", "heads", "tile"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {', '.join(KERNELS)} (got {self.kernel!r})")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)} (got {self.dtype!r})")
-        if not isinstance(self.causal, bool):
-            raise ValueError(f"causal must be true or false (got {self.causal!r})")
+            checks.integer(name, getattr(self, name))
+        checks.choice("kernel", self.kernel, KERNELS)
+        checks.choice("dtype", self.dtype, tuple(DTYPE_BYTES))
+        checks.flag("causal", self.causal)
 
 
 def _tiles() -> sp.Expr:

@@ -1,0 +1,148 @@
+"""The one spec layer and front door: the CLI and the app build the same specs from the same
+inputs, with the same defaults and messages; every error names its field."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from costmodel import SpecError, TrainSpec, estimate, get_model
+from costmodel.catalog.hardware import HARDWARE, get_hardware, hardware_from_dict
+from costmodel.cli import main
+from costmodel.cli.args import values_of
+from costmodel.inputs import BY_KEY, INPUTS, build, section_of
+from costmodel.specs.model import PRECISIONS, ModelSpec
+from costmodel.specs.parallel import OVERLAP_RULES, ZERO_STAGES, ParallelSpec
+from explorer.state import APP_REQUIRED, START, setup_of
+
+
+def test_schema_defaults_are_the_specs_defaults():
+    for spec in (TrainSpec(), ParallelSpec()):
+        for name in spec.__dataclass_fields__:
+            assert BY_KEY[name].default == getattr(spec, name), name
+    assert BY_KEY["precision"].choices == PRECISIONS
+    assert BY_KEY["zero"].choices == ZERO_STAGES == (1, 2, 3)
+    assert BY_KEY["overlap"].choices == OVERLAP_RULES
+    assert all(i.section in ("model", "training", "cluster", "cost") for i in INPUTS)
+
+
+def test_app_starts_from_the_schema_defaults_plus_what_the_cli_asks_for():
+    differing = {k: v for k, v in START.items() if v != BY_KEY[k].default}
+    assert differing == APP_REQUIRED
+
+
+def _cli_values(argv: list[str]) -> dict:
+    from costmodel.cli import make_parser
+
+    return values_of(make_parser().parse_args(["estimate", *argv]))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "gpt2", "--batch", "64", "--seq", "512"],
+        ["--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "16", "--fsdp", "8",
+         "--batch", "64", "--microbatch", "2", "--recompute", "full", "--no-sequence-parallel"],
+        ["--model", "cs336-2.7b", "--hardware", "h100-sxm", "--tp", "2", "--batch", "8",
+         "--token-budget", "1e9", "--price-per-hour", "2"],
+    ],
+)  # fmt: skip
+def test_cli_and_app_build_the_same_setup(argv):
+    values = _cli_values(argv)
+    cli = build(values)
+    app, errors = setup_of({**START, **values})
+    assert errors == {}
+    if cli.hardware is None:  # the app always has a device; compare what the CLI has
+        assert (app.model, app.train) == (cli.model, cli.train)
+    else:
+        assert app == cli
+        assert app.estimate().values == cli.estimate().values
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "section", "message"),
+    [
+        ({"seq": 0}, "seq", "training", "seq must be >= 1 (got 0)"),
+        ({"n_heads": 7}, "n_heads", "model", "n_heads must divide d_model"),
+        ({"model": "gpt2", "seq": 4096}, "seq", "training", "seq must be <= max_positions"),
+        ({"gpus": 8, "tp": 3}, "gpus", "cluster", "must divide gpus"),
+        ({"gpus": 4, "dp": 2}, "gpus", "cluster", "must equal gpus"),
+        ({"fsdp": 8}, "dp", "cluster", "dp * fsdp * grad_accum must divide batch"),
+        ({"microbatch": 3, "batch": 8}, "microbatch", "training", "microbatch * dp * fsdp"),
+        ({"token_budget": -1.0}, "token_budget", "cost", "token_budget must be >= 0"),
+        ({"price_per_hour": math.nan}, "price_per_hour", "cost", "must be finite"),
+        ({"precision": "fp8", "hardware": "a100-80gb"}, "precision", "training", "no fp8 peak"),
+        ({"colour": 3}, "colour", "cluster", "unknown input"),
+    ],
+)
+def test_every_error_names_its_field_and_section(values, field, section, message):
+    with pytest.raises(SpecError) as err:
+        build({"model": "cs336-2.7b", "hardware": "h100-sxm", **values})
+    assert err.value.field == field and section_of(field) == section
+    assert message in str(err.value)
+
+
+def test_cli_and_app_say_the_same_sentence(capsys):
+    argv = ["estimate", "--model", "cs336-2.7b", "--hardware", "h100-sxm", "--fsdp", "8"]
+    assert main(argv) == 2
+    cli_message = capsys.readouterr().err.split("error: ", 1)[1].strip()
+    _, errors = setup_of({**START, "fsdp": 8})
+    assert errors == {"cluster": cli_message}
+
+
+def test_layout_needs_hardware_and_budget_needs_a_layout():
+    with pytest.raises(SpecError, match="hardware is required with tp, gpus") as err:
+        build({"model": "gpt2", "tp": 2, "gpus": 2})
+    assert err.value.field == "hardware"
+
+
+def test_training_days_and_cost_are_quantities():
+    setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "fsdp": 8,
+                   "batch": 64, "token_budget": 1e12, "price_per_hour": 2.5})  # fmt: skip
+    v = setup.estimate().values
+    days = 1e12 / v["tokens_per_s"] / 86400
+    assert v["train_days"] == pytest.approx(days, rel=1e-12)
+    assert v["train_cost"] == pytest.approx(days * 24 * 8 * 2.5, rel=1e-12)
+    plain = estimate(setup.model, setup.train, setup.parallel, setup.hardware)
+    assert "train_days" not in plain.values and "train_cost" not in plain.values
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"hbm_bw": float("nan")}, "hbm_bw"),
+        ({"link_bw": -1.0}, "link_bw"),
+        ({"network_latency_s": float("inf")}, "network_latency_s"),
+        ({"devices_per_node": 0}, "devices_per_node"),
+        ({"kind": "fpga"}, "kind"),
+        ({"peak_flops": {"bf16": float("nan")}}, "peak_flops.bf16"),
+        ({"efficiency": {"matmul": 1.5}}, "efficiency"),
+    ],
+)
+def test_hardware_profiles_are_checked_field_by_field(change, field):
+    data = {**HARDWARE["h100-sxm"], **change}
+    with pytest.raises(SpecError) as err:
+        hardware_from_dict("bad", data)
+    assert err.value.field == field and "hardware bad:" in str(err.value)
+
+
+def test_a_profile_that_is_not_an_object_is_one_clear_line(tmp_path, capsys):
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(SpecError, match="must hold a JSON object"):
+        get_hardware(str(path))
+    assert main(["estimate", "--model", "gpt2", "--hardware", str(path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_rules_are_the_same_for_specs_and_grids():
+    with pytest.raises(SpecError) as one:
+        ModelSpec(vocab=10, d_model=64, n_layers=1, n_heads=8, n_kv_heads=3, d_ff=64)
+    from costmodel import sweep
+
+    with pytest.raises(SpecError) as grid:
+        sweep(get_model("cs336-small"), n_kv_heads=[12, 5])
+    assert one.value.field == grid.value.field == "n_kv_heads"
+    assert "n_kv_heads must divide n_heads" in str(one.value) and str(grid.value)
