@@ -6,7 +6,7 @@ import pytest
 
 from costmodel import PRESETS, TrainSpec, estimate, get_model
 
-# DESIGN.md reference table (vocab 10,000, untied, d_ff = 4d, SwiGLU, RMSNorm).
+# docs/ARCHITECTURE.md reference table (vocab 10,000, untied, d_ff = 4d, SwiGLU, RMSNorm).
 CS336 = {
     "cs336-small": 128_625_408,
     "cs336-medium": 423_183_360,
@@ -43,7 +43,7 @@ def test_published_counts_exact(name, expected):
 
 
 def test_xxl_is_two_matrices_per_block():
-    # 126 blocks x (D x F + F x D), no embedding, norms or biases (DESIGN.md).
+    # 126 blocks x (D x F + F x D), no embedding, norms or biases (docs/ARCHITECTURE.md).
     assert total("xxl") == 126 * 2 * 16384 * 53248 == 219_848_638_464
 
 

@@ -20,7 +20,7 @@ from costmodel.engine.sweep import sweep
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import ParallelSpec
+from costmodel.specs.parallel import ParallelSpec, batch_step
 
 
 def largest_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1) -> int | None:
@@ -81,7 +81,7 @@ def min_fsdp_fitting(
     micro = train.batch // parallel.batch_step(train.grad_accum)
     fsdp = np.arange(1, max_fsdp + 1)
     fixed = {**_fields(train), **_fields(parallel)}
-    fixed.update(fsdp=fsdp, batch=parallel.dp * fsdp * train.grad_accum * micro)
+    fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
     key = "memory_bytes_per_device.peak"
     peak = sweep(model, hardware=hardware, quantities=[key], **fixed)[key]
     fitting = np.flatnonzero(peak <= budget)

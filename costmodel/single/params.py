@@ -1,8 +1,8 @@
 """Parameter counts by component, as sympy expressions.
 
-Counts follow the layer shapes of the reference model (DESIGN.md): a linear of fan-in m and
-fan-out n has m·n weights and, with biases, n more (Vaswani et al. 2017; Kaplan et al. 2020,
-Table 1, with the embedding and norms kept instead of dropped). Units: parameters.
+Counts follow the layer shapes of the reference model (docs/ARCHITECTURE.md): a linear of
+fan-in m and fan-out n has m·n weights and, with biases, n more (Vaswani et al. 2017; Kaplan
+et al. 2020, Table 1, with the embedding and norms kept instead of dropped). Units: parameters.
 """
 
 from __future__ import annotations
