@@ -83,13 +83,12 @@ def sweep(
     if layout and hardware is None:
         raise SpecError("hardware", "hardware is required to sweep ParallelSpec fields")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
-    arrays = {k: _as_grid(k, v) for k, v in overrides.items() if _is_array(v)}
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
-    grid = {k: np.broadcast_to(a, shape).ravel() for k, a in arrays.items()}
+    grid = {k: _as_grid(k, v) for k, v in overrides.items() if _is_array(v)}
+    shape = np.broadcast_shapes(*(a.shape for a in grid.values())) if grid else ()
     points = int(np.prod(shape))
-    columns = _columns(base, overrides, grid, points, layout)
+    columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
-    for mask, group in _groups(columns, points):
+    for mask, group in _groups(columns, shape, layout):
         specs = _specs(group)
         comp = compiled(specs.structure)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
@@ -97,18 +96,22 @@ def sweep(
         results = dict(zip(comp.keys, comp.vector(*args), strict=True))
         for key in comp.keys if quantities is None else quantities:
             if key in results:
+                if mask is None:  # one structure: the grid as broadcast, no copies
+                    out[key] = np.broadcast_to(np.asarray(results[key], np.float64), shape)
+                    continue
                 column = out.setdefault(key, np.full(points, np.nan))
                 column[mask] = np.broadcast_to(results[key], (int(mask.sum()),))
     missing = [k for k in quantities or () if k not in out]
     if missing:
         raise SpecError("quantities", f"unknown quantity: {', '.join(missing)}")
-    return {k: v.reshape(shape) for k, v in out.items()}
+    return {k: v if v.shape == shape else v.reshape(shape) for k, v in out.items()}
 
 
 def _columns(
-    base: ModelSpec, overrides: dict[str, Any], grid: dict[str, np.ndarray], n: int, layout: bool
+    base: ModelSpec, overrides: dict[str, Any], grid: dict[str, np.ndarray], layout: bool
 ) -> dict[str, np.ndarray]:
-    """One flat column per field: the grid's, an override, or the spec's default."""
+    """One array per field (broadcastable to the grid): the grid's, an override, or the
+    spec's default."""
     par_defaults = ParallelSpec() if layout else None
     train_defaults = TrainSpec()
     cols: dict[str, np.ndarray] = {}
@@ -119,7 +122,7 @@ def _columns(
         for name in names:
             value = grid.get(name, overrides.get(name, getattr(source, name)))
             dtype = object if name in _KINDS or name == "name" else None
-            cols[name] = np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+            cols[name] = np.asarray(value, dtype=dtype)
     _derive_heads(base, overrides, cols)
     return cols
 
@@ -133,27 +136,35 @@ def _derive_heads(base: ModelSpec, overrides: dict[str, Any], cols: dict[str, np
         cols["n_kv_heads"] = cols["n_heads"]
 
 
-def _groups(cols: dict[str, np.ndarray], n: int):
-    """(mask, {field: scalar kind or array of sizes}) for each structure in the grid."""
-    pipelined = cols["pp"] > 1 if "pp" in cols else np.zeros(n, bool)
-    interleaved = cols["pp_interleave"] > 1 if "pp" in cols else np.zeros(n, bool)
-    keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].strides != (0,)]
-    keys += [pipelined, interleaved]
-    codes = np.zeros(n, dtype=np.int64)
+def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
+    """(mask, {field: scalar kind or array of sizes}) per structure; mask None when the whole
+    grid is one structure (the arrays then keep their broadcastable shapes)."""
+    keys = [
+        cols[k] for k in sorted(_KINDS) if k in cols and np.unique(cols[k].astype(str)).size > 1
+    ]
+    if layout:
+        keys += [k for k in (cols["pp"] > 1, cols["pp_interleave"] > 1) if np.unique(k).size > 1]
+    if not keys:
+        yield None, {k: c.item() if k in _KINDS or k == "name" else c for k, c in cols.items()}
+        return
+    flat = {k: np.broadcast_to(c, shape).ravel() for k, c in cols.items()}
+    codes = np.zeros(int(np.prod(shape)), dtype=np.int64)
     for key in keys:
-        _, inverse = np.unique(key.astype(str), return_inverse=True)
+        key = np.broadcast_to(key, shape).ravel()
+        _, inverse = np.unique(key.astype(str) if key.dtype == object else key,
+                               return_inverse=True)  # fmt: skip
         codes = codes * (int(inverse.max(initial=0)) + 1) + inverse.ravel()
     for code in np.unique(codes):
         mask = codes == code
         first = int(np.argmax(mask))
-        group = {k: (c[first] if k in _KINDS or k == "name" else c[mask]) for k, c in cols.items()}
+        group = {k: c[first] if k in _KINDS or k == "name" else c[mask] for k, c in flat.items()}
         yield mask, group
 
 
 def _specs(group: dict[str, Any]) -> SimpleNamespace:
     """Checked specs of one structure group: real specs built from its first point check
     the kinds and flags; the specs' rules check every point's sizes."""
-    first = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in group.items()}
+    first = {k: (v.flat[0] if isinstance(v, np.ndarray) else v) for k, v in group.items()}
     owned = {cls: {k: _plain(first[k]) for k in names} for cls, names in _OWNERS.items()
              if all(k in first for k in names)}  # fmt: skip
     model = ModelSpec(**owned[ModelSpec])
