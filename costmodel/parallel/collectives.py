@@ -11,24 +11,26 @@ convention), so it is comparable across collectives and rank counts.
 
 from __future__ import annotations
 
+from typing import Any
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
-def _check(op: str, n: int) -> None:
+def _check(op: str, n: Any) -> None:
     if op not in OPS:
         raise ValueError(f"op must be one of {', '.join(OPS)} (got {op!r})")
-    if n < 2:
+    if isinstance(n, int) and n < 2:  # a sympy symbol (the cost model's degrees) is not checked
         raise ValueError(f"ranks must be >= 2 (got {n})")
 
 
-def ring_steps(op: str, n: int) -> int:
-    """Rounds of a ring (pipelined chain for broadcast)."""
+def ring_steps(op: str, n: Any) -> Any:
+    """Rounds of a ring (pipelined chain for broadcast); ``n`` an int or a sympy degree."""
     _check(op, n)
     return 2 * (n - 1) if op == "all_reduce" else n - 1
 
 
-def bus_factor(op: str, n: int) -> float:
-    """Bytes each rank moves per byte of the tensor."""
+def bus_factor(op: str, n: Any) -> Any:
+    """Bytes each rank moves per byte of the tensor; ``n`` an int or a sympy degree."""
     _check(op, n)
     if op == "all_reduce":
         return 2 * (n - 1) / n

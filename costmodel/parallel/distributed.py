@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.single.memory import (
     activation_memory,
     kept_weight_copies,
@@ -122,10 +123,6 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     return {**state, "activations": acts.xreplace(subs), **peaks}
 
 
-def _ring(n: sp.Expr, all_reduce: bool) -> sp.Expr:
-    return (2 if all_reduce else 1) * (n - 1) / n
-
-
 def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:
     """Per group: bytes sent per device per step and alpha-beta seconds, split by phase.
 
@@ -140,29 +137,32 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     b_dev, t_dev = device_batch()
     groups: dict[str, dict] = {}
 
-    dp_bytes = _ring(N_dp, True) * c * n / X
+    dp_bytes = bus_factor("all_reduce", N_dp) * c * n / X
     buckets = sp.ceiling(c * n / X / S_bucket)
-    groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + 2 * (N_dp - 1) * a_dp * buckets, 0)
+    groups["dp"] = _phases(
+        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", N_dp) * a_dp * buckets, 0
+    )
 
-    gather = _ring(X, False) * c * n
+    gather = bus_factor("all_gather", X) * c * n
     if par.zero == 3:
         fwd, bwd, opt = gather, 2 * gather, 0
     else:
         fwd, bwd, opt = 0, gather, gather
-    lat = layers * (X - 1) * a_X
+    steps = ring_steps("all_gather", X)  # a reduce-scatter takes as many
+    lat = layers * steps * a_X
     groups["fsdp"] = _phases(
-        fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + (X - 1) * a_X
+        fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
     )
 
     act = c * b_dev * t_dev * D
     per_layer = 1 if model.ffn_only else 2
     fwd_n = m * layers * per_layer
     bwd_n = m * layers * per_layer * (2 if train.recompute == "full" else 1)
-    tp_one = _ring(Y, True) * act
+    tp_one = bus_factor("all_reduce", Y) * act
     groups["tp"] = _phases(
         (fwd_n + bwd_n) * tp_one,
-        fwd_n * (tp_one / W_Y + 2 * (Y - 1) * a_Y),
-        bwd_n * (tp_one / W_Y + 2 * (Y - 1) * a_Y),
+        fwd_n * (tp_one / W_Y + ring_steps("all_reduce", Y) * a_Y),
+        bwd_n * (tp_one / W_Y + ring_steps("all_reduce", Y) * a_Y),
         0,
     )
 
@@ -175,7 +175,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         groups["cp"] = _phases(0, 0, 0, 0)
     else:
         kv = 2 * c * b_dev * t_dev * K * d_h / Y
-        steps = m * layers * (N_cp - 1)
+        steps = m * layers * ring_steps("all_gather", N_cp)  # K/V passed round the ring
         groups["cp"] = _phases(
             3 * steps * kv, steps * (kv / W_cp + a_cp), 2 * steps * (kv / W_cp + a_cp), 0
         )
