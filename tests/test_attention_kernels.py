@@ -107,7 +107,7 @@ def test_costmodel_counts_flops_and_memory_of_each_kernel(kernel, causal):
     """FLOPs as FlopCounterMode counts them and live bytes as the tracker sees them."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from costmodel.attention import AttentionSpec, attention_estimate
+    from costmodel.single.attention import AttentionSpec, attention_estimate
     from validate.suite_attention import KERNELS, _inputs, measure_memory
 
     fn, family = KERNELS[kernel][0](), KERNELS[kernel][1]
@@ -131,7 +131,7 @@ def test_costmodel_counts_flops_and_memory_of_each_kernel(kernel, causal):
 
 
 def test_costmodel_flash_causal_work_and_io():
-    from costmodel.attention import AttentionSpec, attention_estimate
+    from costmodel.single.attention import AttentionSpec, attention_estimate
 
     full = attention_estimate(AttentionSpec(batch=1, seq=1024, head_dim=64, tile=64))
     causal = attention_estimate(AttentionSpec(batch=1, seq=1024, head_dim=64, tile=64, causal=True))

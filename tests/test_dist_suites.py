@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from costmodel import ParallelSpec, estimate, get_hardware
-from costmodel.collectives import bus_factor, collective_time, ring_steps
+from costmodel.parallel.collectives import bus_factor, collective_time, ring_steps
 from validate import run as run_module
 from validate.collectives import aggregate, bench, fit_alpha_beta, write_link_profile
 from validate.dist import launch
@@ -53,7 +53,7 @@ def test_collectives_are_timed_and_fitted(tmp_path):
     alpha, beta = fit_alpha_beta([r for r in rows if r["op"] == "all_reduce"])
     assert alpha >= 0 and beta > 0
     profile = tmp_path / "profile.json"
-    shutil.copy(ROOT / "costmodel/data/hardware.json", tmp_path / "catalog.json")
+    shutil.copy(ROOT / "costmodel/catalog/data/hardware.json", tmp_path / "catalog.json")
     profile.write_text(json.dumps(json.loads((tmp_path / "catalog.json").read_text())["cpu"]))
     write_link_profile(profile, alpha, beta, "gloo")
     hw = get_hardware(str(profile))

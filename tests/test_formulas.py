@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from costmodel import TrainSpec, estimate, get_model, quantities, sweep
-from costmodel.estimate import exact
+from costmodel.engine.estimate import exact
 from costmodel.symbols import ALL_SYMBOLS
 
 KINDS = {

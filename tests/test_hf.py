@@ -7,7 +7,7 @@ import json
 import pytest
 
 from costmodel import TrainSpec, estimate, get_model
-from costmodel.hf import model_from_hf_config
+from costmodel.catalog.hf import model_from_hf_config
 
 # Fields as published in the models' config.json files.
 LLAMA3_8B = {
@@ -92,7 +92,7 @@ def test_unreadable_file(tmp_path):
 
 
 def test_uploaded_config_is_parsed_like_a_file():
-    from costmodel.hf import model_from_hf_dict
+    from costmodel.catalog.hf import model_from_hf_dict
 
     with pytest.raises(ValueError, match="JSON object"):
         model_from_hf_dict([1, 2], "upload.json")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from costmodel import estimate
-from costmodel.hardware import get_hardware
-from costmodel.parallel import ParallelSpec
+from costmodel.catalog.hardware import get_hardware
+from costmodel.specs.parallel import ParallelSpec
 from validate.accounting import make_optimizer
 from validate.measure import COMPONENTS, profile_components, time_phases, train_step
 from validate.model import TransformerLM, make_batch

@@ -14,8 +14,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from costmodel.precision import optimizer_traffic
-from costmodel.specs import OPTIMIZER_IMPLS, TrainSpec
+from costmodel.single.precision import optimizer_traffic
+from costmodel.specs.model import OPTIMIZER_IMPLS, TrainSpec
 from validate.accounting import make_optimizer
 
 N = 4096

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from costmodel.hardware import get_hardware
+from costmodel.catalog.hardware import get_hardware
 from validate import run as run_module
 from validate.report import markdown, summary, targets, write_report
 from validate.results import ResultsLog, Row, read_rows, rel_err

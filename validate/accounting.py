@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from costmodel.specs import ModelSpec, TrainSpec
+from costmodel.specs.model import ModelSpec, TrainSpec
 from validate.model import TransformerLM, make_batch
 
 _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); first match wins
@@ -188,7 +188,7 @@ def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dic
     every input is saved (an FFN-only stack under mixed precision saves only the cast of its
     input, which stays alive through the caller: it is in ``live_bytes``, not ``saved``).
     """
-    from costmodel.estimate import estimate
+    from costmodel.engine.estimate import estimate
 
     if train.grad_accum != 1:
         raise ValueError(f"grad_accum must be 1 for accounting (got {train.grad_accum})")

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from costmodel.collectives import OPS, bytes_per_rank, ring_steps
+from costmodel.parallel.collectives import OPS, bytes_per_rank, ring_steps
 
 __all__ = ["OPS", "aggregate", "bench", "fit_alpha_beta", "write_link_profile"]
 

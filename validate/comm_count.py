@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from costmodel.collectives import bus_factor
+from costmodel.parallel.collectives import bus_factor
 
 # op name prefix -> (collective, index of the argument whose size is the collective's)
 _OPS = {

@@ -26,7 +26,7 @@ from torch.utils.flop_counter import (
     sdpa_flop,
 )
 
-from costmodel.specs import ModelSpec, TrainSpec
+from costmodel.specs.model import ModelSpec, TrainSpec
 from validate.norms import LayerNorm, RMSNorm
 
 DTYPES = {  # precision -> (parameter dtype, compute dtype)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from costmodel.hardware import Hardware, get_hardware
+from costmodel.catalog.hardware import get_hardware
+from costmodel.specs.hardware import Hardware
 from validate import suite_accounting, suite_attention, suite_dist, suite_model
 from validate.calibrate import profile
 from validate.cpu_env import reexec_with_caching_allocator

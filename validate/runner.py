@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from costmodel.hardware import Hardware
+from costmodel.specs.hardware import Hardware
 from validate.results import ResultsLog, Row
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from costmodel.presets import PRESETS, get_model
-from costmodel.specs import TrainSpec
+from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.specs.model import TrainSpec
 from validate.accounting import compare
 from validate.results import Row
 from validate.runner import Case, Context

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import torch
 import torch.utils.benchmark as benchmark
 
-from costmodel.attention import AttentionSpec, attention_estimate, attention_time
+from costmodel.single.attention import AttentionSpec, attention_estimate, attention_time
 from validate.accounting import StorageTracker
 from validate.attention import (
     FlashAttentionPytorch,

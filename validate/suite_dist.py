@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import torch
 
 from costmodel import ParallelSpec, estimate
-from costmodel.collectives import collective_time
-from costmodel.hardware import Hardware, get_hardware
-from costmodel.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.catalog.hardware import get_hardware
+from costmodel.parallel.collectives import collective_time
+from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.specs.hardware import Hardware
 from validate import collectives as coll
 from validate.ddp import bucket_indices
 from validate.ddp_check import FROZEN_PARAMS, ddp_params, time_variant

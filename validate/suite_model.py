@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from costmodel import estimate, get_model
-from costmodel.estimate import Estimate
-from costmodel.parallel import ParallelSpec
-from costmodel.precision import PRECISIONS
-from costmodel.specs import ModelSpec, TrainSpec
+from costmodel.engine.estimate import Estimate
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
 from validate.accounting import make_optimizer, measure_peaks
 from validate.measure import (
     COMPONENTS,
