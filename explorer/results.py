@@ -17,8 +17,8 @@ def results_page() -> None:
     if not path.exists():
         st.info(f"No {path} yet: run `python -m validate.run --quick --out {folder}`.")
         return
-    from validate.report import summary
-    from validate.results import read_rows
+    from validate.report.render import summary
+    from validate.report.results import read_rows
 
     rows = read_rows(folder)
     ok = [r for r in rows if r["status"] == "ok" and r["predicted"] and r["measured"]]

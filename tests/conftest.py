@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import validate  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA before triton loads)
+import validate.reference.attention  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from costmodel import PRESETS, TrainSpec, get_model
-from validate.accounting import compare
+from validate.probes.accounting import compare
 
 PRECISIONS = ("fp32", "bf16-mixed")
 KERNELS = ("naive", "flash")

@@ -120,7 +120,7 @@ def test_state_round_trip_and_build_errors():
 
 
 def test_results_page_plots_a_results_folder(tmp_path):
-    from validate.results import ResultsLog, Row
+    from validate.report.results import ResultsLog, Row
 
     log = ResultsLog(tmp_path)
     log.write([Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s")])

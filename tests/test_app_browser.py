@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from validate.dist import free_port
+from validate.distributed.launch import free_port
 
 ROOT = Path(__file__).parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -13,14 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from validate.attention import (
+from validate.reference.attention import (
     FlashAttentionPytorch,
     compiled_naive_attention,
     logsumexp_reference,
     naive_attention,
     sdpa_attention,
 )
-from validate.attention.flash_triton import FlashAttentionTriton
+from validate.reference.attention.flash_triton import FlashAttentionTriton
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -108,7 +108,7 @@ def test_costmodel_counts_flops_and_memory_of_each_kernel(kernel, causal):
     from torch.utils.flop_counter import FlopCounterMode
 
     from costmodel.single.attention import AttentionSpec, attention_estimate
-    from validate.suite_attention import KERNELS, _inputs, measure_memory
+    from validate.suites.attention import KERNELS, _inputs, measure_memory
 
     fn, family = KERNELS[kernel][0](), KERNELS[kernel][1]
     spec = AttentionSpec(batch=8, seq=80, head_dim=32, kernel=family, causal=causal)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from validate.ddp_check import reference_params
-from validate.dist import launch
+from validate.distributed.checks import reference_params
+from validate.distributed.launch import launch
 
 STEPS = 4
 
@@ -18,7 +18,7 @@ def reference():
 
 @pytest.mark.parametrize("variant", ["naive", "flat", "overlap", "bucketed"])
 def test_ddp_matches_single_process(variant, reference):
-    from validate.ddp_check import ddp_params
+    from validate.distributed.checks import ddp_params
 
     results = launch(ddp_params, 2, variant, STEPS, False, timeout_s=120)
     for result in results:  # every rank ends with the single-process parameters
@@ -28,7 +28,7 @@ def test_ddp_matches_single_process(variant, reference):
 
 
 def test_sharded_optimizer_matches_and_halves_state(reference):
-    from validate.ddp_check import ddp_params
+    from validate.distributed.checks import ddp_params
 
     results = launch(ddp_params, 2, "flat", STEPS, True, timeout_s=120)
     for result in results:
@@ -79,7 +79,7 @@ def test_a_hung_rank_times_out():
 
 
 def test_buckets_fill_in_backward_order_up_to_the_limit():
-    from validate.ddp import bucket_indices
+    from costmodel.parallel.collectives import bucket_indices
 
     mib = 2**20
     # reversed sizes: 3, 1, 1, 2 MiB -> [3] (alone: over the 2 MiB limit), [1, 1], [2]

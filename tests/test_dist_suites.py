@@ -14,10 +14,10 @@ import pytest
 from costmodel import ParallelSpec, estimate, get_hardware
 from costmodel.parallel.collectives import bus_factor, collective_time, ring_steps
 from validate import run as run_module
-from validate.collectives import aggregate, bench, fit_alpha_beta, write_link_profile
-from validate.dist import launch
-from validate.parallel_check import spec_and_train, step
-from validate.results import read_rows
+from validate.distributed.checks import spec_and_train, step
+from validate.distributed.collectives import aggregate, bench, fit_alpha_beta, write_link_profile
+from validate.distributed.launch import launch
+from validate.report.results import read_rows
 
 ROOT = Path(__file__).parent.parent
 
@@ -90,7 +90,15 @@ def test_the_same_check_under_torchrun():
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not next to this python")
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "validate.torchrun", "tp"]
+    cmd = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "validate.distributed.torchrun",
+        "tp",
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""validate.measure and the model suite's predictions on a tiny model (CPU)."""
+"""validate.probes.measure and the model suite's predictions on a tiny model (CPU)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 from costmodel import estimate
 from costmodel.catalog.hardware import get_hardware
 from costmodel.specs.parallel import ParallelSpec
-from validate.accounting import make_optimizer
-from validate.measure import COMPONENTS, profile_components, time_phases, train_step
-from validate.model import TransformerLM, make_batch
-from validate.suite_model import ModelCase, grid, predicted_components
+from validate.probes.accounting import make_optimizer
+from validate.probes.measure import COMPONENTS, profile_components, time_phases, train_step
+from validate.reference.model import TransformerLM, make_batch
+from validate.suites.model import ModelCase, grid, predicted_components
 
 CPU = torch.device("cpu")
 

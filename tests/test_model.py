@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from costmodel import ModelSpec, TrainSpec, get_model
-from validate.accounting import compare
-from validate.model import TransformerLM, make_batch
-from validate.norms import LayerNorm, RMSNorm
+from validate.probes.accounting import compare
+from validate.reference.model import TransformerLM, make_batch
+from validate.reference.norms import LayerNorm, RMSNorm
 
 TINY = ModelSpec(vocab=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48)
 

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten
 
 from costmodel.single.precision import optimizer_traffic
 from costmodel.specs.model import OPTIMIZER_IMPLS, TrainSpec
-from validate.accounting import make_optimizer
+from validate.probes.accounting import make_optimizer
 
 N = 4096
 

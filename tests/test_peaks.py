@@ -1,6 +1,6 @@
 """Peak-memory estimates against the high-water mark of live tensor bytes.
 
-``validate.accounting.measure_peaks`` tracks every storage torch allocates (a
+``validate.probes.accounting.measure_peaks`` tracks every storage torch allocates (a
 fragmentation-free allocator) through a forward, a backward and two AdamW steps on the
 ``meta`` device. The estimates model the live set at the worst moments but not the exact
 order of frees, so they are not exact: the tolerance is 10 % (issue 4's peak-memory target).
@@ -15,7 +15,7 @@ import itertools
 import pytest
 
 from costmodel import TrainSpec, estimate, get_model
-from validate.accounting import measure_peaks
+from validate.probes.accounting import measure_peaks
 
 TOLERANCE = 0.10
 KINDS = list(

@@ -9,9 +9,9 @@ import torch
 
 from costmodel.catalog.hardware import get_hardware
 from validate import run as run_module
-from validate.report import markdown, summary, targets, write_report
-from validate.results import ResultsLog, Row, read_rows, rel_err
-from validate.runner import Case, Context, run_cases
+from validate.report.render import markdown, summary, targets, write_report
+from validate.report.results import ResultsLog, Row, read_rows, rel_err
+from validate.suites.runner import Case, Context, run_cases
 
 CTX = Context(torch.device("cpu"), "cpu", get_hardware("cpu"))
 

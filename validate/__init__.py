@@ -1,13 +1,8 @@
-"""Run real code and compare it with costmodel's predictions (torch).
+"""Run real code and compare it with costmodel's predictions.
 
-Without CUDA, Triton kernels run in Triton's interpreter. Triton decides that when its
-language module is imported, so the switch is set here, before any submodule (or torch,
-on their behalf) imports triton.
+Packages: ``reference`` (the model, norms, attention kernels), ``probes`` (meta-device
+accounting, timing and memory measurement, calibration, collective counting),
+``distributed`` (rank launcher, DDP variants, FSDP2/TP checks, collective benchmarks),
+``suites`` (the cases ``python -m validate.run`` runs) and ``report`` (results, report and
+charts; torch-free, the app's results page imports it). See docs/ARCHITECTURE.md.
 """
-
-import os
-
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")

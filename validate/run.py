@@ -24,12 +24,15 @@ import torch
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.specs.hardware import Hardware
-from validate import suite_accounting, suite_attention, suite_dist, suite_model
-from validate.calibrate import profile
-from validate.cpu_env import reexec_with_caching_allocator
-from validate.report import targets, write_report
-from validate.results import ResultsLog
-from validate.runner import Case, Context, run_cases
+from validate.probes.calibrate import profile
+from validate.probes.cpu_env import reexec_with_caching_allocator
+from validate.report.render import targets, write_report
+from validate.report.results import ResultsLog
+from validate.suites import accounting as suite_accounting
+from validate.suites import attention as suite_attention
+from validate.suites import dist as suite_dist
+from validate.suites import model as suite_model
+from validate.suites.runner import Case, Context, run_cases
 
 SUITES: dict[str, Callable[[Context], list[Case]]] = {
     "accounting": suite_accounting.cases,

@@ -1,7 +1,7 @@
 """Accelerators as data: ``data/hardware.json`` (sources inline) or a measured profile.
 
 ``get_hardware("h100-sxm")`` or ``get_hardware("path/to/profile.json")`` (a file written by
-``validate.calibrate``, same fields). Units: FLOP/s, bytes, bytes/s, seconds.
+``validate.probes.calibrate``, same fields). Units: FLOP/s, bytes, bytes/s, seconds.
 """
 
 from __future__ import annotations

@@ -44,3 +44,44 @@ def bytes_per_rank(op: str, size_bytes: float, n: int) -> float:
 def collective_time(op: str, size_bytes: float, n: int, alpha_s: float, beta_bps: float) -> float:
     """Seconds: ring rounds times α plus the bytes each rank moves over β."""
     return ring_steps(op, n) * alpha_s + bytes_per_rank(op, size_bytes, n) / beta_bps
+
+
+def bucket_indices(sizes: list[int], bucket_size_mb: float) -> list[list[int]]:
+    """Buckets of positions into ``reversed(sizes)`` (backward's order): consecutive
+    gradients until the next would pass ``bucket_size_mb`` MiB; a larger one is alone.
+    torch DDP's rule (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3: buckets in reverse
+    parameter order, the order gradients become ready)."""
+    limit, buckets, size = bucket_size_mb * 2**20, [], 0
+    for i, nbytes in enumerate(reversed(sizes)):
+        if not buckets or (size + nbytes > limit and buckets[-1]):
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += nbytes
+    return buckets
+
+
+DDP_VARIANTS = ("naive", "flat", "overlap", "bucketed")
+
+
+def ddp_allreduce_time(
+    variant: str,
+    grad_sizes: list[int],
+    n: int,
+    alpha_s: float,
+    beta_bps: float,
+    bucket_mb: float = 25.0,
+) -> float:
+    """α-β seconds of the gradient all-reduces a DDP variant issues on n ranks: one per
+    gradient (``naive``, ``overlap``), one of everything (``flat``) or one per bucket
+    (``bucketed``, :func:`bucket_indices`). ``grad_sizes`` in bytes, parameter order."""
+    if variant not in DDP_VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(DDP_VARIANTS)} (got {variant!r})")
+    if variant in ("naive", "overlap"):
+        sizes = list(grad_sizes)
+    elif variant == "flat":
+        sizes = [sum(grad_sizes)]
+    else:
+        order = list(reversed(grad_sizes))
+        sizes = [sum(order[i] for i in b) for b in bucket_indices(grad_sizes, bucket_mb)]
+    return sum(collective_time("all_reduce", s, n, alpha_s, beta_bps) for s in sizes)

@@ -5,16 +5,15 @@ master weights (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: 2Ψ + 2Ψ + 12Ψ for mi
 torch.autocast keeps fp32 parameters, which are the master copy, and caches a low-precision
 copy of each matmul weight that backward keeps).
 
-Activations: the bytes alive after the forward pass of one micro-batch of b sequences,
-by the op that saves them. They follow Korthikanti et al. 2022 ("Reducing Activation
-Recomputation", Sec. 4.1, per-layer sbh(34 + 5as/h)) but count what the reference model
-in ``validate/model.py`` really keeps, tensor by tensor, so ``validate/accounting.py``
-can check them exactly: norms keep their input and fp32 statistics; QKV and FFN inputs are
-kept once (shared storage); naive attention keeps Q, K, V (expanded to H heads), the
-probabilities and a T x T causal mask; flash keeps Q, K, V, O and an fp32 logsumexp
-(Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets; the fp32
-log-softmax of the logits.
-"""
+Activations: the bytes alive after the forward pass of one micro-batch of b sequences, by
+the op that saves them. They follow Korthikanti et al. 2022 ("Reducing Activation
+Recomputation", Sec. 4.1, per-layer sbh(34 + 5as/h)) but count what the reference model in
+``validate/reference/model.py`` really keeps, tensor by tensor, so
+``validate/probes/accounting.py`` can check them exactly: norms keep their input and fp32
+statistics; QKV and FFN inputs are kept once (shared storage); naive attention keeps Q, K,
+V (expanded to H heads), the probabilities and a T x T causal mask; flash keeps Q, K, V, O
+and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets;
+the fp32 log-softmax of the logits."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""The attention suite: each kernel's time and memory against ``costmodel.attention``.
+"""The attention suite: each kernel's time and memory against ``costmodel.single.attention``.
 
 Cases: sequence length x head dim x kernel x dtype, causal, batch 8 and one head (the
 CS336 benchmark's shapes), forward and backward. Time: ``triton.testing.do_bench`` on
 GPU, ``torch.utils.benchmark`` on CPU (all threads). Memory: on GPU
 ``max_memory_allocated`` and ``memory_allocated`` around the call; on CPU the live-tensor
-tracker of ``validate.accounting`` (inputs included; memory inside a C++ kernel that is
+tracker of ``validate.probes.accounting`` (inputs included; memory inside a C++ kernel that is
 not a tensor is invisible to it). A case whose predicted peak does not fit is an ``oom``
 row without running; a real OOM is one too. On CPU the Triton kernel runs interpreted, so
 it is checked for correctness (max abs error against naive attention), not timed; the
@@ -20,15 +20,15 @@ import torch
 import torch.utils.benchmark as benchmark
 
 from costmodel.single.attention import AttentionSpec, attention_estimate, attention_time
-from validate.accounting import StorageTracker
-from validate.attention import (
+from validate.probes.accounting import StorageTracker
+from validate.reference.attention import (
     FlashAttentionPytorch,
     compiled_naive_attention,
     naive_attention,
     sdpa_attention,
 )
-from validate.results import Row
-from validate.runner import Case, Context, free_bytes
+from validate.report.results import Row
+from validate.suites.runner import Case, Context, free_bytes
 
 SUITE = "attention"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -36,7 +36,7 @@ BATCH, HEADS = 8, 1
 
 
 def _triton():
-    from validate.attention.flash_triton import FlashAttentionTriton
+    from validate.reference.attention.flash_triton import FlashAttentionTriton
 
     return FlashAttentionTriton.apply
 

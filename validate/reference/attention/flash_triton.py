@@ -7,8 +7,8 @@ query tile accumulates dQ over key tiles (two passes instead of atomics: determi
 Causal masking is top-left aligned and the loops skip tiles entirely above the diagonal.
 Any sequence length (masked loads at the edges), head dims 16–128 (padded to a power of
 two), fp32 / bf16 / fp16 inputs. On CUDA the tile sizes are autotuned per shape; without
-CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set here before the
-kernels are defined), for correctness, not speed.
+CUDA the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set by
+``validate.reference.attention`` before this module loads), for correctness, not speed.
 """
 
 from __future__ import annotations
@@ -16,20 +16,16 @@ from __future__ import annotations
 import os
 
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import triton
 import triton.language as tl
 
-from validate.attention.flash_pytorch import AttentionFunction
+from validate.reference.attention.flash_pytorch import AttentionFunction
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 if INTERPRETED and type(tl.zeros).__name__ != "InterpretedFunction":
     raise ImportError(
-        "triton was imported before TRITON_INTERPRET=1 was set: import validate first, "
-        "or set TRITON_INTERPRET=1 in the environment"
+        "triton was imported before TRITON_INTERPRET=1 was set: import "
+        "validate.reference.attention first, or set TRITON_INTERPRET=1 in the environment"
     )
 _TILES = [(bm, bn, w) for bm in (64, 128) for bn in (32, 64) for w in (4, 8)]
 _CONFIGS = [

@@ -28,6 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from costmodel.parallel.collectives import bucket_indices
+
 
 class _DataParallel(nn.Module):
     def __init__(self, module: nn.Module) -> None:
@@ -121,19 +123,6 @@ class BucketedDDP(_DataParallel):
                 p.grad = synced.clone() if p.grad is None else p.grad.copy_(synced)
         self._pending.clear()
         self._ready = [0] * len(self.buckets)
-
-
-def bucket_indices(sizes: list[int], bucket_size_mb: float) -> list[list[int]]:
-    """Buckets of positions into ``reversed(sizes)`` (backward's order): consecutive
-    parameters until the next would pass ``bucket_size_mb``; a larger one is alone."""
-    limit, buckets, size = bucket_size_mb * 2**20, [], 0
-    for i, nbytes in enumerate(reversed(sizes)):
-        if not buckets or (size + nbytes > limit and buckets[-1]):
-            buckets.append([])
-            size = 0
-        buckets[-1].append(i)
-        size += nbytes
-    return buckets
 
 
 def _grad_or_zeros(p: nn.Parameter) -> torch.Tensor:

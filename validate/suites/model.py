@@ -5,7 +5,7 @@ runs on the device), times forward, backward and the optimizer step over several
 after warm-up, measures the three memory peaks, and writes predicted vs measured rows
 for each, plus achieved TFLOP/s and MFU (useful causal FLOPs over the measured step, as
 training dashboards report them, against the profile's peak). Profiled cases add the
-per-component breakdown of ``validate.measure.profile_components`` against costmodel's
+per-component breakdown of ``validate.probes.measure.profile_components`` against costmodel's
 per-op roofline times.
 """
 
@@ -22,8 +22,8 @@ from costmodel.engine.estimate import Estimate
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from validate.accounting import make_optimizer, measure_peaks
-from validate.measure import (
+from validate.probes.accounting import make_optimizer, measure_peaks
+from validate.probes.measure import (
     COMPONENTS,
     cuda_peaks,
     profile_components,
@@ -31,9 +31,9 @@ from validate.measure import (
     time_phases,
     train_step,
 )
-from validate.model import TransformerLM, make_batch
-from validate.results import Row
-from validate.runner import Case, Context, free_bytes
+from validate.reference.model import TransformerLM, make_batch
+from validate.report.results import Row
+from validate.suites.runner import Case, Context, free_bytes
 
 SUITE = "model"
 PEAKS = ("peak_forward", "peak_forward_backward", "peak")

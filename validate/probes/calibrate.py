@@ -1,6 +1,6 @@
 """Measure this machine: achievable matmul FLOP/s per dtype, attention and memory bandwidth.
 
-``python -m validate.calibrate --out profile.json`` writes a hardware profile that
+``python -m validate.probes.calibrate --out profile.json`` writes a hardware profile that
 ``costmodel`` loads with ``--hardware profile.json``. Every number is what a framework op
 achieves here, so the profile's efficiencies are 1 (matmul, hbm) or measured (attention):
 
@@ -13,10 +13,10 @@ achieves here, so the profile's efficiencies are 1 (matmul, hbm) or measured (at
   dtype's matmul rate, for readers of the profile;
 - ``hbm_bw``: bytes/s of a copy (STREAM's Copy: one read, one write), best of repeats;
   ``measured.add_bw`` is an out-of-place add for comparison. Both run under the caching
-  allocator of ``validate.cpu_env`` (jemalloc when installed): without it a fresh 256 MiB
+  allocator of ``validate.probes.cpu_env`` (jemalloc when installed): without it a fresh 256 MiB
   output costs page faults and the add reads ~8 GB/s instead of ~40 GB/s here.
 
-CPU runs re-execute under a caching allocator (``validate.cpu_env``). CUDA: CUDA events
+CPU runs re-execute under a caching allocator (``validate.probes.cpu_env``). CUDA: CUDA events
 after warm-up; CPU: ``torch.utils.benchmark`` on all intra-op threads
 (its default is one thread). Link bandwidth and latency keep placeholders until the
 collectives suite measures them.
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils.benchmark as benchmark
 
-from validate.cpu_env import active_allocator, reexec_with_caching_allocator
+from validate.probes.cpu_env import active_allocator, reexec_with_caching_allocator
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -138,7 +138,7 @@ def profile(device: torch.device, nbytes: int) -> dict:
     return {
         "name": "measured",
         "kind": "gpu" if device.type == "cuda" else "cpu",
-        "source": f"validate.calibrate on {name}, torch {torch.__version__}, "
+        "source": f"validate.probes.calibrate on {name}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; F.linear layer chains, "
         f"causal SDPA, {nbytes / 2**20:.0f} MiB copy",
         "peak_flops": {k: peaks.get(k) for k in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")},
@@ -180,5 +180,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    reexec_with_caching_allocator("validate.calibrate")
+    reexec_with_caching_allocator("validate.probes.calibrate")
     main()

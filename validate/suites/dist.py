@@ -1,6 +1,6 @@
 """The distributed suites: collectives (and the α-β fit), DDP variants, FSDP and TP.
 
-Each case spawns its own ranks (``validate.dist.launch``: gloo on CPU, NCCL on GPUs),
+Each case spawns its own ranks (``validate.distributed.launch.launch``: gloo on CPU, NCCL on GPUs),
 with a bounded timeout. ``collectives`` fits α and β over every op, size and world size
 and writes them into the run's hardware profile, which the later ``ddp`` and ``parallel``
 cases read for their time predictions.
@@ -8,6 +8,7 @@ cases read for their time predictions.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 
@@ -15,16 +16,22 @@ import torch
 
 from costmodel import ParallelSpec, estimate
 from costmodel.catalog.hardware import get_hardware
-from costmodel.parallel.collectives import collective_time
-from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS
+from costmodel.parallel.collectives import DDP_VARIANTS, collective_time, ddp_allreduce_time
+from costmodel.parallel.layout import group_links
+from costmodel.single.precision import optimizer_state_bytes
 from costmodel.specs.hardware import Hardware
-from validate import collectives as coll
-from validate.ddp import bucket_indices
-from validate.ddp_check import FROZEN_PARAMS, ddp_params, time_variant
-from validate.dist import backend_for, launch
-from validate.parallel_check import spec_and_train, step, unsharded_step
-from validate.results import Row
-from validate.runner import Case, Context
+from validate.distributed import collectives as coll
+from validate.distributed.checks import (
+    FROZEN_PARAMS,
+    ddp_params,
+    spec_and_train,
+    step,
+    time_variant,
+    unsharded_step,
+)
+from validate.distributed.launch import backend_for, launch
+from validate.report.results import Row
+from validate.suites.runner import Case, Context
 
 TIMEOUT_S = 600
 
@@ -87,21 +94,14 @@ def collectives_case(ctx: Context) -> Iterator[Row]:
         )
 
 
-VARIANTS = ("naive", "flat", "overlap", "bucketed")
-
-
 def _predicted_comm(
     variant: str, grad_sizes: list[int], world: int, hw: Hardware, bucket_mb: float
 ) -> float:
-    """α-β seconds of the all-reduces a variant issues (per parameter, one, or per bucket)."""
-    alpha, beta = hw.link_latency_s, hw.link_bw * hw.eff("link")
-    if variant in ("naive", "overlap"):
-        return sum(collective_time("all_reduce", s, world, alpha, beta) for s in grad_sizes)
-    if variant == "flat":
-        return collective_time("all_reduce", sum(grad_sizes), world, alpha, beta)
-    order = list(reversed(grad_sizes))
-    buckets = [sum(order[i] for i in b) for b in bucket_indices(grad_sizes, bucket_mb)]
-    return sum(collective_time("all_reduce", b, world, alpha, beta) for b in buckets)
+    """costmodel's α-β seconds for a variant's all-reduces, on the link costmodel places a
+    dp group of this size on; the launcher's ranks share one machine (one node)."""
+    one_node = dataclasses.replace(hw, devices_per_node=max(world, hw.devices_per_node))
+    beta, alpha = group_links(ParallelSpec(dp=world), one_node)["dp"]
+    return ddp_allreduce_time(variant, grad_sizes, world, alpha, beta, bucket_mb)
 
 
 def ddp_case(variant: str, bucket_mb: float, ctx: Context) -> Iterator[Row]:
@@ -154,8 +154,8 @@ def zero1_case(ctx: Context) -> Iterator[Row]:
         timeout_s=TIMEOUT_S,
     )
     trainable = sum(p.numel() for p in results[0]["params"]) - FROZEN_PARAMS
-    per_element = OPTIMIZER_STATES["adamw"] * PRECISIONS["fp32"].optimizer_state
-    predicted = per_element * trainable / world  # distributed.sharded_state: states·bytes·n/X
+    # ZeRO-1 shards the optimizer state over the world (parallel.distributed.sharded_state)
+    predicted = optimizer_state_bytes("adamw", "fp32", trainable) / world
     for rank, r in enumerate(results):
         yield Row(
             "ddp",
@@ -233,7 +233,7 @@ def collectives_cases(ctx: Context) -> list[Case]:
 
 def ddp_cases(ctx: Context) -> list[Case]:
     cases = [
-        Case("ddp", v, lambda c, v=v: ddp_case(v, 0.25, c)) for v in VARIANTS if v != "bucketed"
+        Case("ddp", v, lambda c, v=v: ddp_case(v, 0.25, c)) for v in DDP_VARIANTS if v != "bucketed"
     ]
     sweep = (0.01, 0.25, 4.0) if ctx.quick else (0.01, 0.05, 0.25, 1.0, 4.0, 25.0)
     cases += [

@@ -4,7 +4,7 @@
 started after a barrier and timed locally (CUDA events with NCCL, ``perf_counter`` with
 gloo). The parent takes, per repetition, the slowest rank (a collective ends when its last
 rank does) and the median over repetitions. ``fit_alpha_beta`` solves the least-squares
-fit of T = steps·α + bytes_per_rank/β (``costmodel.collectives``) over all measurements,
+fit of T = steps·α + bytes_per_rank/β (``costmodel.parallel.collectives``) over all measurements,
 and ``write_link_profile`` puts it into a hardware profile.
 """
 

@@ -1,7 +1,8 @@
 """The distributed checks under ``torchrun``, on one node or several.
 
-    torchrun --standalone --nproc-per-node 2 -m validate.torchrun fsdp
-    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:PORT -m validate.torchrun tp
+    torchrun --standalone --nproc-per-node 2 -m validate.distributed.torchrun fsdp
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:PORT \
+        -m validate.distributed.torchrun tp
 
 Checks: ``collectives`` (timings per op and size), ``ddp`` (each variant's step and sync
 time), ``fsdp`` / ``tp`` (one step's collectives and bytes). Rank 0 prints one JSON object;
@@ -15,16 +16,15 @@ import json
 
 import torch.distributed as dist
 
-from validate.collectives import bench
-from validate.ddp_check import time_variant
-from validate.dist import run_distributed
-from validate.parallel_check import step
+from costmodel.parallel.collectives import DDP_VARIANTS
+from validate.distributed.checks import step, time_variant
+from validate.distributed.collectives import bench
+from validate.distributed.launch import run_distributed
 
 CHECKS = {
     "collectives": lambda rank, world: bench(rank, world, [2**k for k in range(20, 27, 2)], 3),
     "ddp": lambda rank, world: {
-        v: time_variant(rank, world, v, 5, 256, 0.25)
-        for v in ("naive", "flat", "overlap", "bucketed")
+        v: time_variant(rank, world, v, 5, 256, 0.25) for v in DDP_VARIANTS
     },
     "fsdp": lambda rank, world: step(rank, world, "fsdp", 2 * world, 64, "fp32"),
     "tp": lambda rank, world: step(rank, world, "tp", 2, 64, "fp32"),

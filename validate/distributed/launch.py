@@ -65,7 +65,7 @@ def _unpack(data: bytes) -> Any:
 
 
 def _worker_main(argv: list[str]) -> None:
-    """One rank: ``python -m validate.dist JOB_DIR RANK WORLD BACKEND TIMEOUT``."""
+    """One rank: ``python -m validate.distributed.launch JOB_DIR RANK WORLD BACKEND TIMEOUT``."""
     job, rank, world_size, backend, timeout_s = (
         Path(argv[0]), int(argv[1]), int(argv[2]), argv[3], float(argv[4]))  # fmt: skip
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
@@ -116,16 +116,17 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes; results by rank.
 
-    Ranks are ``python -m validate.dist`` subprocesses (not multiprocessing's spawn, which
-    re-runs the parent's ``__main__`` in every child); ``fn`` must be importable (defined at
-    a module's top level) and its results picklable; they come back by value.
+    Ranks are ``python -m validate.distributed.launch`` subprocesses (not multiprocessing's
+    spawn, which re-runs the parent's ``__main__`` in every child); ``fn`` must be
+    importable (defined at a module's top level) and its results picklable; they come back
+    by value.
     """
     with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
         job = Path(tmp)
         (job / "job.pt").write_bytes(_pack((fn, args)))
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # fmt: skip
-        cmd = [sys.executable, "-m", "validate.dist", tmp]
+        cmd = [sys.executable, "-m", "validate.distributed.launch", tmp]
         procs = [subprocess.Popen([*cmd, str(r), str(world_size), backend, str(timeout_s)], env=env)
                  for r in range(world_size)]  # fmt: skip
         try:

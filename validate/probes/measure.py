@@ -4,7 +4,7 @@ Times: CUDA events around forward, backward and the optimizer step, one synchron
 step; on CPU ``time.perf_counter`` around the same phases (the phases share state within a
 step, so one ``torch.utils.benchmark.Timer`` statement cannot split them; its statistics
 are what is reported). Peak memory: ``torch.cuda.max_memory_allocated`` on GPU; on CPU the
-live-tensor high-water mark of ``validate.accounting.measure_peaks`` on real tensors.
+live-tensor high-water mark of ``validate.probes.accounting.measure_peaks`` on real tensors.
 Per-component times: ``torch.profiler`` with a ``record_function`` range (and an NVTX range
 on CUDA, for Nsight Systems) per module; backward ops are attributed to the component
 whose forward op has the same autograd sequence number.

@@ -1,7 +1,7 @@
 """What every suite shares: the run context, cases, and the loop that runs them safely.
 
 A suite is a function ``cases(ctx) -> list[Case]``; a case's ``run(ctx)`` yields
-:class:`~validate.results.Row` objects as it measures them, and the loop appends each to
+:class:`~validate.report.results.Row` objects as it measures them, and the loop appends each to
 the log at once. An out-of-memory error becomes an ``oom`` row and the run goes on; any
 other exception becomes an ``error`` row (with its message) and the run goes on; Ctrl-C
 stops after the rows already written, which ``--resume`` keeps.
@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from costmodel.specs.hardware import Hardware
-from validate.results import ResultsLog, Row
+from validate.report.results import ResultsLog, Row
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The accounting suite: exact counts of every preset at full depth on the ``meta`` device.
 
 Parameters (``numel``), forward and backward FLOPs (``FlopCounterMode``), bytes kept for
-backward and low-precision weight copies (``validate.accounting.compare``) against
+backward and low-precision weight copies (``validate.probes.accounting.compare``) against
 costmodel's formulas; the expected error is exactly zero. Runs on ``meta`` whatever the
 device, so 405B models are counted without memory.
 """
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.specs.model import TrainSpec
-from validate.accounting import compare
-from validate.results import Row
-from validate.runner import Case, Context
+from validate.probes.accounting import compare
+from validate.report.results import Row
+from validate.suites.runner import Case, Context
 
 SUITE = "accounting"
 

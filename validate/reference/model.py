@@ -8,7 +8,7 @@ FFN-only specs (the Scaling Book's XXL) keep only ``x + W2 σ(W1 x)`` per block.
 Mixed precision is explicit rather than ``torch.autocast``: parameters keep their dtype,
 each linear casts its weight to the compute dtype (autocast's rule for matmuls) and block
 inputs are cast once. The numerics equal autocast's, and unlike autocast the casts also
-happen on the ``meta`` device, so ``validate/accounting.py`` can count them at full scale.
+happen on the ``meta`` device, so ``validate/probes/accounting.py`` can count them at full scale.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from torch.utils.flop_counter import (
     sdpa_flop,
 )
 
-from costmodel.specs.model import ModelSpec, TrainSpec
-from validate.norms import LayerNorm, RMSNorm
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from validate.reference.norms import LayerNorm, RMSNorm
 
 DTYPES = {  # precision -> (parameter dtype, compute dtype)
     "fp32": (torch.float32, torch.float32),
@@ -263,8 +263,7 @@ class TransformerLM(nn.Module):
 def make_batch(model: TransformerLM, batch: int, seq: int, device=None, generator=None):
     """Random token ids and targets, or for FFN-only models an input that requires grad."""
     spec = model.spec
-    if spec.pos == "learned" and seq > spec.max_positions:
-        raise ValueError(f"seq must be <= max_positions (got {seq} > {spec.max_positions})")
+    check_positions(spec.pos, seq, spec.max_positions)
     if spec.ffn_only:
         dtype = next(model.parameters()).dtype
         x = torch.randn(batch, seq, spec.d_model, device=device, dtype=dtype, generator=generator)

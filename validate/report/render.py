@@ -1,6 +1,6 @@
 """``report.md`` and ``report.html`` from a results directory.
 
-``python -m validate.report DIR`` (``validate.run`` writes both at the end of every run,
+``python -m validate.report.render DIR`` (``validate.run`` writes both at the end of every run,
 interrupted ones included). The summary gives, per suite, quantity and device, the median
 and maximum absolute relative error of the ``ok`` rows; the targets section checks them
 against the goals; the HTML adds Altair charts: predicted vs measured per quantity,
@@ -18,9 +18,9 @@ from typing import Any
 
 import altair as alt
 
-from validate.report_attention import attention_chart, attention_table
-from validate.report_dist import ddp_table, dist_charts, parallel_table
-from validate.results import read_rows
+from validate.report.attention import attention_chart, attention_table
+from validate.report.dist import ddp_table, dist_charts, parallel_table
+from validate.report.results import read_rows
 
 TIME_QUANTITIES = ("time_s.forward", "time_s.backward", "time_s.step")
 MEMORY_QUANTITIES = (

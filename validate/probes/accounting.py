@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from costmodel.specs.model import ModelSpec, TrainSpec
-from validate.model import TransformerLM, make_batch
+from validate.reference.model import TransformerLM, make_batch
 
 _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); first match wins
     ("embed.", "embedding"),

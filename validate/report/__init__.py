@@ -1,0 +1,1 @@
+"""Results (JSONL rows), the report and its charts. Torch-free: the app reads it."""
