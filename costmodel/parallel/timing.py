@@ -102,6 +102,15 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
     return ops
 
 
+def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
+    """Backward time over forward time of an op: a matmul's backward is two matmuls of its
+    size (dX and dW); the fused attention core's is 5/2 (FlashAttention-2 recomputes QKᵀ:
+    five T x T matmuls for the forward's two; Dao 2023, Alg. 2), the naive core's 2."""
+    if op == "attn_core" and train.attention == "flash":
+        return sp.Rational(5, 2)
+    return sp.Integer(2)
+
+
 def _recompute_time(train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
     """Seconds per layer re-run in backward: the whole block (full) or the core (selective)."""
     if train.recompute == "full":
@@ -152,10 +161,10 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     )
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
     fwd_mb = layers * sum(per_layer.values()) + head + elementwise + extra_fwd / W_hbm
-    core_bwd = sp.Rational(5, 2) if train.attention == "flash" else 2
+    mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
     bwd_mb = (
-        layers * (2 * (sum(per_layer.values()) - core) + core_bwd * core)
-        + 2 * head
+        layers * (mm_bwd * (sum(per_layer.values()) - core) + core_bwd * core)
+        + mm_bwd * head
         + 2 * elementwise
         + extra_bwd / W_hbm
         + layers * _recompute_time(train, per_layer)

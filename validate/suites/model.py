@@ -19,6 +19,7 @@ import torch
 
 from costmodel import estimate, get_model
 from costmodel.engine.estimate import Estimate
+from costmodel.parallel.timing import backward_factor
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -182,8 +183,7 @@ def predicted_components(spec: ModelSpec, train: TrainSpec, est: Estimate) -> di
         "ffn": ops["ffn"],
         "lm_head": ops["lm_head"],
     }
-    core_bwd = 2.5 if train.attention == "flash" else 2.0
-    bwd = {k: (core_bwd if k == "attn_core" else 2.0) * v for k, v in fwd.items()}
+    bwd = {k: float(backward_factor(k, train)) * v for k, v in fwd.items()}
     fwd["elementwise"] = est["time_s.forward"] - sum(fwd.values())
     bwd["elementwise"] = est["time_s.backward"] - sum(bwd.values())
     return {"forward": fwd, "backward": bwd, "optimizer": {"optimizer": est["time_s.optimizer"]}}
