@@ -47,6 +47,9 @@ def _print(result: dict, as_json: bool) -> None:
         print(f"{key:<34} {shown}")
 
 
+_VARIED = ("batch", "grad_accum", "microbatch", "fsdp", "gpus")
+
+
 def _layout_only(args: argparse.Namespace) -> ParallelSpec:
     """The degrees as given, unchecked against a batch (bounds solves for the batch)."""
     given = values_of(args)
@@ -100,8 +103,9 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         raise SpecError("budget", "min-fsdp needs --budget-gb or --budget-gib")
     tokens = train.seq if args.batch_tokens is None else args.batch_tokens
     result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction)
-    if args.hardware is not None:
-        setup = build(values_of(args))
+    if args.hardware is not None:  # the same question: one device's tokens, fsdp varied
+        given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
+        setup = build({**given, "batch": max(1, tokens // train.seq)})
         assert setup.parallel is not None and setup.hardware is not None
         result["full_model"] = min_fsdp_fitting(
             setup.model, setup.train, setup.parallel, setup.hardware, budget
