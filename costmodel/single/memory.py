@@ -212,9 +212,10 @@ def peak_memory(
             end_transient += block - (prec.grad + prec.weight_copy) * D * F
     fwd_bwd = stored + smax(copies + acts + start_transient, state["grads"] + end_transient)
     states = OPTIMIZER_STATES[train.optimizer]
-    # foreach Adam materialises sqrt(v) for every parameter at once; fused needs no temporary
+    # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
+    # worth of what this device holds (its shard under ZeRO); fused needs no temporary
     foreach_adam = states == 2 and train.optimizer_impl == "foreach"
-    temp = prec.optimizer_state * param_breakdown(model)["total"] if foreach_adam else 0
+    temp = state["optimizer"] / states if foreach_adam else 0
     step = smax(
         fwd_bwd + state["optimizer"],
         stored + state["grads"] + state["optimizer"] + temp,
