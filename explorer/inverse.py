@@ -17,6 +17,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.units import GB, GIB
 from explorer import charts
 
+MAX_FSDP = 4096
 _WHY_FSDP = (
     "The book counts the training state (weights, master, gradients, optimizer) and the "
     "kept activations, half of them sharded; the full model adds what a device really "
@@ -46,7 +47,9 @@ def inverse_tab(setup: Setup) -> None:
         result = _full_min_fsdp(setup, budget * GB)
         if result["fsdp"] is None:
             low = result["per_device_bytes"] / GIB
-            st.warning(f"No FSDP degree up to 65,536 fits: at best {low:,.1f} GiB per device.")
+            st.warning(
+                f"No FSDP degree up to {MAX_FSDP:,} fits: at best {low:,.1f} GiB per device."
+            )
         else:
             st.metric("min FSDP degree (full model)", result["fsdp"])
     with book:
@@ -58,7 +61,8 @@ def inverse_tab(setup: Setup) -> None:
     with full:
         st.markdown("**Full model** (compute vs communication time, this layout)")
         cross = _full_crossover(setup)
-        shown = f"{cross:,} sequences" if cross else "none up to the sweep's largest batch"
+        tokens = f" ({cross * setup.train.seq:,} tokens)" if cross else ""
+        shown = f"{cross:,} sequences{tokens}" if cross else "not up to 2^15 x the batch step"
         st.metric("compute-bound from batch (full model)", shown)
     with book:
         st.markdown(f"**{LABEL}**")
@@ -69,7 +73,9 @@ def inverse_tab(setup: Setup) -> None:
 @st.cache_data(show_spinner=False, max_entries=64)
 def _full_min_fsdp(setup: Setup, budget: float) -> dict:
     assert setup.parallel is not None and setup.hardware is not None
-    return min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
+    return min_fsdp_fitting(
+        setup.model, setup.train, setup.parallel, setup.hardware, budget, max_fsdp=MAX_FSDP
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
