@@ -15,14 +15,17 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).parent.parent / "app.py")
-CHANGES = [("gpus", 8), ("batch", 64), ("seq", 2048), ("batch", 128), ("fsdp", 4),
+CHANGES = [("batch", 64), ("gpus", 8), ("seq", 2048), ("batch", 128), ("fsdp", 4),
            ("seq", 4096), ("gpus", 16), ("batch", 256), ("precision", "fp32"),
            ("hardware", "a100-80gb"), ("recompute", "full"), ("attention", "naive"),
            ("model", "llama3-8b")]  # fmt: skip
 
 
 def _ms(at: AppTest) -> float:
-    caption = next(c.value for c in at.caption if c.value.startswith("computed in"))
+    captions = [c.value for c in at.caption if c.value.startswith("computed in")]
+    if not captions:
+        raise SystemExit(f"the page shows an error: {[e.value for e in at.error]}")
+    caption = captions[0]
     return float(caption.split()[2])
 
 

@@ -24,6 +24,7 @@ from costmodel.engine.quantities import (
     MODEL_STRUCTURE,
     TRAIN_STRUCTURE,
     compiled,
+    compiled_subset,
     structure_of,
 )
 from costmodel.specs import checks
@@ -93,7 +94,11 @@ def sweep(
         comp = compiled(specs.structure)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
-        results = dict(zip(comp.keys, comp.vector(*args), strict=True))
+        if quantities is None:
+            results = dict(zip(comp.keys, comp.vector(*args), strict=True))
+        else:
+            keys = tuple(k for k in quantities if k in comp.keys)
+            results = dict(zip(keys, compiled_subset(specs.structure, keys)(*args), strict=True))
         for key in comp.keys if quantities is None else quantities:
             if key in results:
                 if mask is None:  # one structure: the grid as broadcast, no copies
