@@ -146,3 +146,9 @@ def test_rules_are_the_same_for_specs_and_grids():
         sweep(get_model("cs336-small"), n_kv_heads=[12, 5])
     assert one.value.field == grid.value.field == "n_kv_heads"
     assert "n_kv_heads must divide n_heads" in str(one.value) and str(grid.value)
+
+
+@pytest.mark.parametrize("value", [2**53 + 1, 10**400, 10**5000], ids=["2^53+1", "1e400", "1e5000"])
+def test_sizes_above_2_to_the_53_are_one_clear_line(value):
+    with pytest.raises(SpecError, match=r"d_model must be <= 2\^53 \(got an integer of \d+ bits\)"):
+        build({"model": "gpt2", "d_model": value})

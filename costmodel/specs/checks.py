@@ -53,7 +53,8 @@ def integer(field: str, value: Any, *, minimum: int = 1) -> None:
     if value < minimum:
         raise SpecError(field, f"{field} must be >= {minimum} (got {value})")
     if value > MAX_INT:
-        raise SpecError(field, f"{field} must be <= 2^53 (got {value})")
+        bits = int(value).bit_length()  # str() of a huge int can itself raise
+        raise SpecError(field, f"{field} must be <= 2^53 (got an integer of {bits} bits)")
 
 
 def number(field: str, value: Any, *, positive: bool = True, allow_zero: bool = False) -> None:
