@@ -1,0 +1,1 @@
+"""Published training runs (shared/published-runs) against costmodel's predictions."""
