@@ -78,6 +78,7 @@ C, C_eff, C_attn, W_hbm = sp.symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, 
 W_X, W_Y, W_dp, W_pp, W_cp = sp.symbols("W_X W_Y W_dp W_pp W_cp", **_POS)  # group B/s
 a_X, a_Y, a_dp, a_pp, a_cp = sp.symbols("alpha_X alpha_Y alpha_dp alpha_pp alpha_cp", **_POS)
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
+R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
 
 PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, m, v)
 HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
@@ -96,6 +97,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     a_pp,
     a_cp,
     S_bucket,
+    R_alloc,
 )
 DESCRIPTIONS.update(
     {
@@ -118,6 +120,7 @@ DESCRIPTIONS.update(
         W_pp: "pipeline link bandwidth",
         W_cp: "CP ring bandwidth",
         S_bucket: "DDP bucket bytes",
+        R_alloc: "allocator's reserved over allocated bytes",
     }
 )
 

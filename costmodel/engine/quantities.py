@@ -45,7 +45,10 @@ from costmodel.symbols import (
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
 TRAIN_STRUCTURE = ("precision", "optimizer", "optimizer_impl", "attention", "recompute")
-PARALLEL_STRUCTURE = ("zero", "sequence_parallel", "pipelined", "interleaved", "overlap")
+PARALLEL_STRUCTURE = (
+    "zero", "sequence_parallel", "pipelined", "interleaved", "overlap", "framework", "async_tp",
+    "grad_reduce_fp32",
+)  # fmt: skip
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
 BUDGET_KEYS = ("train_days", "train_cost")
 
@@ -97,14 +100,15 @@ def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | No
     )
     if parallel is None:
         return (*base, None)
-    return (*base, parallel_structure(parallel.zero, parallel.sequence_parallel, parallel.pp,
-                                      parallel.pp_interleave, parallel.overlap))  # fmt: skip
+    return (*base, parallel_structure(parallel))
 
 
-def parallel_structure(zero: int, seq_par: bool, pp: int, interleave: int, overlap: str) -> tuple:
-    """The layout features that change expressions: ZeRO stage, SP, pipelining (pp > 1),
-    interleaving (more than one virtual stage) and the overlap rule."""
-    return (zero, seq_par, pp > 1, interleave > 1, overlap)
+def parallel_structure(par: Any) -> tuple:
+    """The layout features that change expressions (``PARALLEL_STRUCTURE``): ZeRO stage, SP,
+    pipelining (pp > 1), interleaving (more than one virtual stage), the overlap rule, the
+    framework and async TP."""
+    return (par.zero, par.sequence_parallel, par.pp > 1, par.pp_interleave > 1, par.overlap,
+            par.framework, par.async_tp, par.grad_reduce_fp32)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,13 +134,10 @@ def compiled(structure: tuple) -> Compiled:
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
     parallel = None
     if structure[-1] is not None:
-        zero, seq_par, pipelined, interleaved, overlap = structure[-1]
+        feats = dict(zip(PARALLEL_STRUCTURE, structure[-1], strict=True))
+        pipelined, interleaved = feats.pop("pipelined"), feats.pop("interleaved")
         parallel = ParallelSpec(
-            zero=zero,
-            sequence_parallel=seq_par,
-            pp=2 if pipelined else 1,
-            pp_interleave=2 if interleaved else 1,
-            overlap=overlap,
+            **feats, pp=2 if pipelined else 1, pp_interleave=2 if interleaved else 1
         )
     exprs = quantities(ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw), parallel)
     keys = tuple(exprs)

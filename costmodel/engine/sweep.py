@@ -41,7 +41,8 @@ from costmodel.specs.model import (
 from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
-_KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap"}
+_KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
+          "framework", "async_tp", "grad_reduce_fp32"}  # fmt: skip
 
 
 def _is_array(value: Any) -> bool:

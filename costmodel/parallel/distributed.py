@@ -22,7 +22,7 @@ from costmodel.single.memory import (
     state_memory,
 )
 from costmodel.single.params import matmul_weight_params, param_breakdown
-from costmodel.single.precision import PRECISIONS
+from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -34,6 +34,7 @@ from costmodel.symbols import (
     N_cp,
     N_dp,
     N_pp,
+    R_alloc,
     S_bucket,
     T,
     V,
@@ -64,6 +65,32 @@ def device_batch() -> tuple[sp.Expr, sp.Expr]:
     return b / (N_dp * X), T / N_cp
 
 
+def stage_layers(par: ParallelSpec) -> sp.Expr:
+    """Layers on the busiest pipeline stage: ceil(L / pp) (torchtitan and Megatron accept
+    uneven splits, e.g. Llama-3 405B's 126 layers over 8 stages)."""
+    return sp.ceiling(L / N_pp) if par.pp > 1 else L
+
+
+def shard_degree(par: ParallelSpec) -> sp.Expr:
+    """Devices one ZeRO/FSDP shard group spans: fsdp, times cp where the framework shards
+    over the context-parallel ranks too (FSDP2 in torchtitan: the dp_shard x cp mesh)."""
+    return X * N_cp if par.shards_over_cp else X
+
+
+def optimizer_shards(par: ParallelSpec) -> sp.Expr:
+    """Devices the optimizer state is split over: the ZeRO group (fsdp, x cp under FSDP2),
+    or every data-parallel rank under Megatron's distributed optimizer."""
+    return N_dp * X if par.framework == "megatron" else shard_degree(par)
+
+
+def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
+    """Residual stream and norm inputs: fp32 under torch.autocast (the reference model),
+    the compute dtype where the framework runs the model in it (FSDP2's param_dtype,
+    Megatron without --fp32-residual-connection, DeepSpeed's bf16 engine)."""
+    prec = PRECISIONS[train.precision]
+    return prec.residual if par.framework == "reference" else prec.activation
+
+
 def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.Expr]:
     """(all, matmul-weight) parameters one device holds before ZeRO: blocks of one stage
     split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel);
@@ -74,7 +101,7 @@ def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
     vocab_in = parts["embedding"] + parts["pos_embedding"]
     head = parts["lm_head"]
     vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
-    layers = L / N_pp
+    layers = stage_layers(par)
     total = layers * (block / Y) + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
     head_mm = 0 if model.ffn_only else V * D
     mm = layers * (matmul_weight_params(model) - head_mm) / L / Y + head_mm / Y
@@ -82,45 +109,99 @@ def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
 
 
 def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """params (working weights), master, grads, optimizer per device, ZeRO over X."""
+    """params (working weights), master, grads, optimizer per device, by framework.
+
+    reference: torch.autocast's state (fp32 parameters, kept low-precision weight casts)
+    under ZeRO over X (Rajbhandari et al. 2020, Sec. 5). fsdp2: fp32 parameters, gradients
+    (reduce-scattered in fp32, torchtitan's default reduce dtype) and optimizer state
+    sharded over X (x cp); ``params`` are the unsharded low-precision weights of the layers
+    in flight: the one computing and the one prefetched (FSDP2 implicit prefetch). megatron:
+    bf16 parameters, fp32 main gradients, fp32 master and optimizer state sharded over the
+    data-parallel ranks (distributed optimizer; Megatron-LM docs, "Distributed Optimizer":
+    6 + 12/d bytes per parameter). deepspeed: bf16 parameters and gradients, fp32 master and
+    optimizer state, each sharded by its ZeRO stage over X.
+    """
     n, n_mm = params_per_device(model, par)
-    head = None if model.ffn_only else V * D / Y
-    kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
-    shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
-    return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+    prec = PRECISIONS[train.precision]
+    if par.framework == "reference" or not prec.weight_copy:
+        head = None if model.ffn_only else V * D / Y
+        kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
+        shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
+        return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+    low, opt = prec.activation, optimizer_state_bytes(train.optimizer, train.precision, n)
+    if par.framework == "fsdp2":
+        s = shard_degree(par)
+        if par.pp == 1:
+            layer = n_mm / stage_layers(par)
+            return {"params": 2 * low * layer, "master": prec.param * n / s,
+                    "grads": prec.grad * n / s, "optimizer": opt / s}  # fmt: skip
+        # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
+        # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
+        # the reduce dtype until the last backward reduce-scatters them.
+        return {"params": low * n, "master": prec.param * n / s,
+                "grads": accumulated_grads(train, par) * n + prec.grad * n / s,
+                "optimizer": opt / s}  # fmt: skip
+    if par.framework == "megatron":
+        dp = optimizer_shards(par)
+        return {"params": low * n, "master": prec.param * n / dp, "grads": prec.grad * n,
+                "optimizer": opt / dp}  # fmt: skip
+    p_sh, g_sh = (X if par.zero == 3 else 1), (X if par.zero >= 2 else 1)
+    return {"params": low * n / p_sh, "master": prec.param * n / X, "grads": low * n / g_sh,
+            "optimizer": opt / X}  # fmt: skip
 
 
-def sharded_activations(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
-    """Activations one device keeps, in terms of the global micro-batch b and T."""
-    parts = activation_memory(model, train)
+def accumulated_grads(train: TrainSpec, par: ParallelSpec) -> int:
+    """Bytes per parameter of unsharded gradients held through the whole step (FSDP2 under
+    pipelining, in the reduce dtype); 0 elsewhere."""
+    if par.framework != "fsdp2" or par.pp == 1 or not PRECISIONS[train.precision].weight_copy:
+        return 0
+    return 4 if par.grad_reduce_fp32 else PRECISIONS[train.precision].activation
+
+
+def sharded_activations(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, in_flight: bool = True
+) -> sp.Expr:
+    """Activations one device keeps, in terms of the global micro-batch b and T.
+
+    ``in_flight``: what 1F1B keeps on the first stage (pp micro-batches of its L/pp layers,
+    about L layers of one micro-batch, times the interleaving factor); otherwise one
+    micro-batch through one stage's layers (what a forward pass writes on a device)."""
+    parts = activation_memory(model, train, residual=residual_bytes(train, par))
     parts.pop("total")
     total = sp.Integer(0)
     interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else 1
+    share = interleave if in_flight else stage_layers(par) / L
     for op, expr in parts.items():
         if op in _CONSTANTS:
             total += expr
             continue
         sharded = par.sequence_parallel or op in _TP_SHARDED
         block = op not in ("final_norm", "lm_head_input", "loss")
-        total += expr / (Y if sharded else 1) * (interleave if block else 1)
+        total += expr / (Y if sharded else 1) * (share if block else 1)
     return total
 
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Per-device memory by component and its peak (same estimate as one device, plus
-    ZeRO-3's two gathered layers in flight)."""
+    ZeRO-3's two gathered layers in flight, and gradients held through the step)."""
     state = sharded_state(model, train, par)
     acts = sharded_activations(model, train, par)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
     # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
+    held = accumulated_grads(train, par) * params_per_device(model, par)[0]
+    persist = par.framework in ("megatron", "deepspeed") or bool(held) or None
+    kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist}
     with sp.evaluate(False):
-        peaks = {k: e.xreplace(subs) for k, e in peak_memory(model, train, state, acts).items()}
-    if par.zero == 3:
+        peaks = peak_memory(model, train, {**state, "grads": state["grads"] - held}, acts, **kw)
+        peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
+    if par.zero == 3 and par.framework in ("reference", "deepspeed"):
         _, n_mm = params_per_device(model, par)
-        gathered = 2 * PRECISIONS[train.precision].activation * n_mm * N_pp / L * (1 - 1 / X)
+        layer = n_mm / stage_layers(par)
+        gathered = 2 * PRECISIONS[train.precision].activation * layer * (1 - 1 / X)
         peaks = {k: e + gathered for k, e in peaks.items()}
-    return {**state, "activations": acts.xreplace(subs), **peaks}
+    reserved = peaks["peak"] * R_alloc
+    return {**state, "activations": acts.xreplace(subs), **peaks, "reserved": reserved}
 
 
 def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:
@@ -133,23 +214,28 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     prec = PRECISIONS[train.precision]
     c = prec.activation
     n, _ = params_per_device(model, par)
-    layers = L / N_pp
+    layers = stage_layers(par)
     b_dev, t_dev = device_batch()
+    shards = shard_degree(par)
     groups: dict[str, dict] = {}
 
-    dp_bytes = bus_factor("all_reduce", N_dp) * c * n / X
-    buckets = sp.ceiling(c * n / X / S_bucket)
+    grad_bytes = 4 if par.grad_reduce_fp32 else c
+    dp_bytes = bus_factor("all_reduce", N_dp) * grad_bytes * n / shards
+    buckets = sp.ceiling(grad_bytes * n / shards / S_bucket)
     groups["dp"] = _phases(
         dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", N_dp) * a_dp * buckets, 0
     )
 
-    gather = bus_factor("all_gather", X) * c * n
+    gather = bus_factor("all_gather", shards) * c * n
     if par.zero == 3:
         fwd, bwd, opt = gather, 2 * gather, 0
     else:
         fwd, bwd, opt = 0, gather, gather
-    steps = ring_steps("all_gather", X)  # a reduce-scatter takes as many
+    steps = ring_steps("all_gather", shards)  # a reduce-scatter takes as many
     lat = layers * steps * a_X
+    if par.grad_reduce_fp32:  # gradients reduce-scattered in fp32, not the compute dtype
+        scatter = bus_factor("reduce_scatter", shards) * 4 * n
+        bwd, opt = (gather + scatter, 0) if par.zero == 3 else (scatter, gather)
     groups["fsdp"] = _phases(
         fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
     )

@@ -27,6 +27,7 @@ from costmodel.symbols import (
     N_cp,
     N_dp,
     N_pp,
+    R_alloc,
     S_bucket,
     W_cp,
     W_dp,
@@ -83,7 +84,8 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
 
 def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
     """Every parallel and hardware symbol's value (``train`` and ``par`` may hold arrays)."""
-    dtype = PRECISIONS[train.precision].peak_dtype
+    prec = PRECISIONS[train.precision]
+    dtype = prec.peak_dtype
     values: dict[sp.Symbol, Any] = {
         X: par.fsdp,
         Y: par.tp,
@@ -94,9 +96,10 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         v: par.pp_interleave,
         C: hw.peak(dtype),
         C_eff: hw.matmul_flops(dtype),
-        C_attn: hw.attention_peak(dtype),
+        C_attn: hw.attention_peak(prec.attention_peak_dtype),
         W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,
+        R_alloc: hw.allocator_reserve,
     }
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]

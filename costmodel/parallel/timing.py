@@ -21,8 +21,10 @@ import sympy as sp
 from costmodel.parallel.distributed import (
     communication,
     device_batch,
+    optimizer_shards,
     params_per_device,
     sharded_activations,
+    stage_layers,
 )
 from costmodel.single.flops import flop_conventions, flop_totals
 from costmodel.single.params import ffn_matrices
@@ -38,7 +40,6 @@ from costmodel.symbols import (
     F,
     H,
     K,
-    L,
     N_cp,
     N_dp,
     N_pp,
@@ -121,24 +122,38 @@ def _recompute_time(train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
 
 
 def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
-    """(forward, backward) bytes of the weight casts and of the loss, per micro-batch.
+    """(forward, backward) bytes of the weight casts, fp8 scaling and the loss, per
+    micro-batch.
 
-    Mixed precision casts each matmul weight to the compute dtype in forward (read the
-    stored dtype, write the copy) and the copy's gradient back in backward (torch.autocast;
-    full recomputation casts again). The loss casts the logits to fp32, log-softmaxes them
-    and in backward writes the NLL and log-softmax gradients and casts back: a + 12 and
-    a + 20 bytes per logit (a: compute bytes). Both memory-bound.
+    Mixed precision under torch.autocast (the reference framework) casts each matmul weight
+    to the compute dtype in forward (read the stored dtype, write the copy) and the copy's
+    gradient back in backward (full recomputation casts again); FSDP2, Megatron and
+    DeepSpeed hold or gather the low-precision weights themselves. fp8 (tensorwise float8
+    training, torchao / Transformer Engine) scales every matmul operand: an amax read and a
+    cast (read, write one byte) of the input and the weight in forward and of the output
+    gradient in backward (5 bytes per bf16 element), plus fp8 transposes of the input and
+    weight for the backward matmuls (read and write one byte). The loss casts the logits to
+    fp32, log-softmaxes them and in backward writes the NLL and log-softmax gradients and
+    casts back: a + 12 and a + 20 bytes per logit (a: compute bytes). All memory-bound.
     """
     prec = PRECISIONS[train.precision]
     weights = params_per_device(model, par)[1]
     fwd = bwd = sp.Integer(0)
-    if prec.weight_copy:
+    if prec.weight_copy and par.framework == "reference":
         fwd = (prec.param + prec.weight_copy) * weights
         bwd = (prec.weight_copy + prec.grad) * weights
         if train.recompute == "full":
             bwd += fwd
+    b_dev, t_dev = device_batch()
+    if prec.matmul_input == 1:
+        n = b_dev * t_dev
+        shapes = [kn for op, kns in matmul_shapes(model).items() if op != "lm_head" for kn in kns]
+        inputs = stage_layers(par) * sum((n * k for k, _ in shapes), sp.Integer(0))
+        outputs = stage_layers(par) * sum((n * n2 for _, n2 in shapes), sp.Integer(0))
+        mats = weights - (0 if model.ffn_only else V * D / Y)
+        fwd += 5 * (inputs + mats)
+        bwd += 5 * outputs + 2 * (inputs + mats)
     if not model.ffn_only:
-        b_dev, t_dev = device_batch()
         logits = b_dev * t_dev * V / Y
         fwd += (prec.activation + 12) * logits
         bwd += (prec.activation + 20) * logits
@@ -148,17 +163,13 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
     ops = roofline(model, train)
-    layers = L / N_pp
+    layers = stage_layers(par)
     per_layer = {k: e["time_s"] for k, e in ops.items() if k != "lm_head"}
     head = ops["lm_head"]["time_s"] if "lm_head" in ops else 0
     core = per_layer.get("attn_core", 0)
-    elementwise = (
-        2
-        * sharded_activations(model, train, par).xreplace(
-            {b: device_batch()[0], T: device_batch()[1]}
-        )
-        / W_hbm
-    )
+    # one micro-batch through this stage's layers: written once, read once
+    written = sharded_activations(model, train, par, in_flight=False)
+    elementwise = 2 * written.xreplace(dict(zip((b, T), device_batch(), strict=True))) / W_hbm
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
     fwd_mb = layers * sum(per_layer.values()) + head + elementwise + extra_fwd / W_hbm
     mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
@@ -172,10 +183,14 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     comm = communication(model, train, par)
     combine = smax if par.overlap == "max" else sp.Add
     phase = {}
+    exposed = () if par.async_tp else ("tp",)  # TP collectives feed the next matmul
     for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
-        phase[name] = combine(compute, sum((g[name] for g in comm.values()), sp.Integer(0)))
+        hidden = sum((g[name] for k, g in comm.items() if k not in exposed), sp.Integer(0))
+        shown = sum((comm[k][name] for k in exposed), sp.Integer(0))
+        phase[name] = combine(compute, hidden) + shown
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
-    n_dev_params = params_per_device(model, par)[0] / X  # the optimizer updates its shard
+    # the optimizer updates the shard its device holds
+    n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
     optimizer = traffic / W_hbm + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))

@@ -101,10 +101,15 @@ def _ffn_hidden(model: ModelSpec, act: int, mm: int) -> sp.Expr:
     return act * b * T * F  # ReLU keeps its output, which is also W2's input
 
 
-def activation_memory(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
-    """Bytes alive after the forward pass of one micro-batch, by the op that keeps them."""
+def activation_memory(
+    model: ModelSpec, train: TrainSpec, *, residual: int | None = None
+) -> dict[str, sp.Expr]:
+    """Bytes alive after the forward pass of one micro-batch, by the op that keeps them.
+    ``residual`` overrides the precision's residual-stream bytes (a framework that runs
+    the whole model in bf16 keeps a bf16 residual stream, where torch.autocast keeps fp32)."""
     prec = PRECISIONS[train.precision]
-    act, res, mm = prec.activation, prec.residual, prec.matmul_input
+    act, mm = prec.activation, prec.matmul_input
+    res = prec.residual if residual is None else residual
     parts: dict[str, sp.Expr] = {}
     if model.ffn_only:
         parts["inputs"] = res * b * T * D
@@ -157,6 +162,10 @@ def peak_memory(
     train: TrainSpec,
     state: dict[str, sp.Expr] | None = None,
     acts: sp.Expr | None = None,
+    *,
+    residual: int | None = None,
+    split: Any = 1,
+    params_persist: bool | None = None,
 ) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
@@ -171,32 +180,40 @@ def peak_memory(
     is held throughout, plus one state-sized temporary inside foreach Adam
     (torch.optim._multi_tensor_adam); gradients are freed between steps
     (``zero_grad(set_to_none=True)``). Korthikanti et al. 2022 count only what is saved.
-    ``state`` and ``acts`` replace the single-device ones (per-device sharded values).
+    ``state`` and ``acts`` replace the single-device ones (per-device sharded values);
+    ``residual`` the residual-stream bytes; ``split`` divides what tensor parallelism
+    shards: logits and their gradients (vocab-parallel loss), weights and their gradients;
+    ``params_persist`` says whether ``state["params"]`` lives across steps (stored bf16
+    weights, as Megatron and DeepSpeed keep) or only from forward to the end of backward
+    (autocast's casts, FSDP's gathered layers); by default the latter under mixed precision.
     """
     prec = PRECISIONS[train.precision]
-    act, res = prec.activation, prec.residual
+    act = prec.activation
+    res = prec.residual if residual is None else residual
+    Vs, Fs = V / split, F / split
     state = state_memory(model, train) if state is None else state
     acts = activation_memory(model, train)["total"] if acts is None else acts
-    if prec.weight_copy:  # fp32 parameters are the master; the casts are the working copy
+    persist = not prec.weight_copy if params_persist is None else params_persist
+    if persist:
+        stored, copies = state["params"] + state["master"], sp.Integer(0)
+    else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
-    else:
-        stored, copies = state["params"], sp.Integer(0)
     fwd_transient = 2 * res * b * T * D
     start_transient = 2 * res * b * T * D
     end_transient = 2 * res * b * T * D
     if not model.ffn_only:
         # Forward: the logits and their fp32 copy. Backward start: the fp32 gradients of the
         # NLL loss and of the log-softmax (the low-precision cast comes after one is freed).
-        fwd_transient += (act + (4 if act != 4 else 0)) * b * T * V
-        start_transient += 8 * b * T * V
+        fwd_transient += (act + (4 if act != 4 else 0)) * b * T * Vs
+        start_transient += 8 * b * T * Vs
         if train.attention == "naive":
             fwd_transient = smax(fwd_transient, 2 * act * b * H * T * T)
             start_transient = smax(start_transient, 2 * act * b * H * T * T)
         if model.tied:
-            end_transient += 2 * prec.grad * V * D
+            end_transient += 2 * prec.grad * Vs * D
     else:
-        fwd_transient += act * b * T * F
-        start_transient += 2 * act * b * T * F
+        fwd_transient += act * b * T * Fs
+        start_transient += 2 * act * b * T * Fs
     if prec.weight_copy:
         # A weight's low-precision gradient lives until its cast into the fp32 .grad: the
         # head's at the start of backward, a block matrix's at its end. Under full
@@ -204,12 +221,12 @@ def peak_memory(
         # saved) but all kept while its recomputed backward runs, before its first matrix's
         # gradient exists.
         if not model.ffn_only:
-            start_transient += prec.weight_copy * V * D
-        end_transient += prec.weight_copy * D * F
+            start_transient += prec.weight_copy * Vs * D
+        end_transient += prec.weight_copy * D * Fs
         if train.recompute == "full":
-            fwd_transient += prec.weight_copy * D * F
-            block = prec.weight_copy * _block_matmul_weights(model)
-            end_transient += block - (prec.grad + prec.weight_copy) * D * F
+            fwd_transient += prec.weight_copy * D * Fs
+            block = prec.weight_copy * _block_matmul_weights(model) / split
+            end_transient += block - (prec.grad + prec.weight_copy) * D * Fs
     fwd_bwd = stored + smax(copies + acts + start_transient, state["grads"] + end_transient)
     states = OPTIMIZER_STATES[train.optimizer]
     # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's

@@ -33,6 +33,13 @@ class Precision:
     """Activations saved only as a matmul input (fp8 stores the quantised copy)."""
     peak_dtype: str
     """Key into a hardware table of peak FLOP/s."""
+    attention_dtype: str = ""
+    """The dtype attention runs in (default ``peak_dtype``): float8 recipes (torchao,
+    Transformer Engine) keep attention in bf16."""
+
+    @property
+    def attention_peak_dtype(self) -> str:
+        return self.attention_dtype or self.peak_dtype
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -95,6 +102,7 @@ PRECISIONS: dict[str, Precision] = {
         residual=4,
         matmul_input=1,
         peak_dtype="fp8",
+        attention_dtype="bf16",
     ),
 }
 

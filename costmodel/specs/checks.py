@@ -90,14 +90,16 @@ def divides(by_name: str, by: Any, name: str, value: Any, *, field: str | None =
         )
 
 
-def at_most(name: str, value: Any, limit_name: str, limit: Any, why: str = "") -> None:
-    """``value <= limit`` (elementwise)."""
+def at_most(
+    name: str, value: Any, limit_name: str, limit: Any, why: str = "", *, field: str = ""
+) -> None:
+    """``value <= limit`` (elementwise); ``field`` names the input (default ``name``)."""
     ok = np.asarray(value) <= np.asarray(limit)
     if not np.all(ok):
         got_v, got_l = _first_bad(ok, value, limit)
         reason = f" {why}" if why else ""
         raise SpecError(
-            name, f"{name} must be <= {limit_name}{reason} (got {name}={got_v}, "
+            field or name, f"{name} must be <= {limit_name}{reason} (got {name}={got_v}, "
             f"{limit_name}={got_l})"
         )  # fmt: skip
 

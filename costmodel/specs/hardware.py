@@ -53,6 +53,10 @@ class Hardware:
     """Measured fused-attention FLOP/s by dtype (causal work); overrides
     ``efficiency.attention`` for that dtype (a CPU's bf16 attention need not scale with
     its bf16 matmuls)."""
+    allocator_reserve: float = 1.0
+    """Bytes the allocator reserves over the peak bytes allocated (PyTorch's caching
+    allocator keeps freed blocks and rounds segments); ``memory_bytes_per_device.reserved``
+    is the peak times this, which is what ``torch.cuda.max_memory_reserved`` reports."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -65,6 +69,13 @@ class Hardware:
         checks.choice("kind", self.kind, DEVICE_KINDS)
         for name in _POSITIVE:
             checks.number(name, getattr(self, name))
+        checks.number("allocator_reserve", self.allocator_reserve)
+        if self.allocator_reserve < 1:
+            raise SpecError(
+                "allocator_reserve",
+                "allocator_reserve must be >= 1 (reserved "
+                f"bytes include the allocated ones; got {self.allocator_reserve})",
+            )
         for name in ("link_latency_s", "network_latency_s"):
             checks.number(name, getattr(self, name), allow_zero=True)
         for name in ("links_per_axis", "devices_per_node"):

@@ -20,8 +20,10 @@ from costmodel.specs.model import ModelSpec, TrainSpec, check_fields
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
+Framework = Literal["reference", "fsdp2", "megatron", "deepspeed"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 
 
@@ -50,15 +52,37 @@ class ParallelSpec:
     my: int = 1
     """Mesh axes used by the tp group (M_Y)."""
     overlap: OverlapRule = "max"
-    """``max``: communication fully overlapped with compute (current Scaling Book);
-    ``sum``: not overlapped (its earlier edition)."""
+    """``max``: communication the framework overlaps runs beside compute (current Scaling
+    Book); ``sum``: nothing overlapped (its earlier edition). Tensor-parallel collectives
+    sit between dependent matmuls and are exposed either way unless ``async_tp``."""
+    framework: Framework = "reference"
+    """What holds the memory: ``reference`` (this project's model under torch.autocast: fp32
+    parameters, kept bf16 weight casts, fp32 residual stream); ``fsdp2`` (FSDP2 with a bf16
+    MixedPrecisionPolicy: fp32 sharded parameters, gradients and optimizer state, bf16
+    compute and residual, unsharded bf16 weights only for the layers in flight, sharded over
+    fsdp x cp as torchtitan does); ``megatron`` (bf16 parameters, fp32 main gradients,
+    distributed optimizer: fp32 master and Adam state sharded over the data-parallel group);
+    ``deepspeed`` (ZeRO 1/2/3 over fsdp: bf16 parameters and gradients, fp32 master and
+    Adam state)."""
+    grad_reduce_fp32: bool = False
+    """Gradients reduced in fp32 rather than the compute dtype (torchtitan's default
+    ``mixed_precision_reduce = "float32"``; Megatron's --grad-reduce-in-fp32)."""
+    async_tp: bool = False
+    """Tensor-parallel collectives overlapped with the matmuls they feed (async TP:
+    torchtitan's micro-pipelined all-gather/reduce-scatter matmuls; Megatron's
+    --tp-comm-overlap)."""
     bucket_mb: float = 25.0
     """Gradient bucket size for DDP all-reduces (torch DDP default 25 MiB)."""
 
     def __post_init__(self) -> None:
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "mx", "my")
-        check_fields(self, integers, ("sequence_parallel",))
+        check_fields(self, integers, ("sequence_parallel", "async_tp", "grad_reduce_fp32"))
         checks.number("bucket_mb", self.bucket_mb)
+
+    @property
+    def shards_over_cp(self) -> bool:
+        """FSDP2 shards over the fsdp x cp ranks (torchtitan's dp_shard_cp mesh)."""
+        return self.framework == "fsdp2"
 
     @property
     def devices(self) -> int:
@@ -101,7 +125,8 @@ def cp_rule(cp: Any, attention: str) -> None:
 def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any) -> None:
     """Divisibility of the model and the batch by the degrees (scalars or arrays)."""
     pp_total = par.pp * par.pp_interleave
-    checks.divides("pp * pp_interleave", pp_total, "n_layers", model.n_layers, field="pp")
+    checks.at_most("pp * pp_interleave", pp_total, "n_layers", model.n_layers,
+                   "(a stage holds at least one layer)", field="pp")  # fmt: skip
     if not model.ffn_only:
         checks.divides("tp", par.tp, "n_heads", model.n_heads)
     checks.divides("tp", par.tp, "d_ff", model.d_ff)

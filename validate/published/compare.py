@@ -40,7 +40,7 @@ def predict(case: Case) -> dict[str, Any]:
     est = estimate(case.model, case.train, case.parallel, case.hardware)
     out = {
         "tokens_per_s_per_gpu": est["tokens_per_s"] / case.n_gpus,
-        "memory_bytes_per_gpu": est["memory_bytes_per_device.peak"],
+        "memory_bytes_per_gpu": est["memory_bytes_per_device.reserved"],
     }
     return {**out, "breakdown": {k: est[k] for k in BREAKDOWN if k in est.values}}
 

@@ -219,7 +219,14 @@ def _layout(
     if "interleaved" in run["id"]:
         vpp = 2
         notes.append("interleaved 1F1B with 2 virtual stages per rank (not stated)")
+    framework = "megatron" if run["group"].startswith("megatron") else "fsdp2"
+    if run["group"] in ("mosaicml", "ibm-pytorch"):
+        notes.append("FSDP1 with a bf16 MixedPrecision policy: held as FSDP2 holds it")
     parallel = ParallelSpec(
+        framework=framework,
+        grad_reduce_fp32=run["group"] == "torchtitan",
+        async_tp="asynctp" in str(run.get("precision", "")).lower().replace(" ", "")
+        or "asynctp" in run["id"],
         dp=dp,
         fsdp=fsdp,
         tp=tp,
