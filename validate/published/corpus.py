@@ -167,22 +167,14 @@ def _model(run: dict[str, Any], notes: list[str]) -> ModelSpec:
     return ModelSpec(**kwargs)
 
 
-def _recompute(text: str) -> str:
-    text = text.lower()
-    if text.startswith("full"):
-        return "full"
-    if text.startswith("selective"):
-        return "selective"
-    return "none"
+_RECOMPUTE = (("full", "full"), ("selective", "selective"))
+_PRECISION = (("fp8", "fp8"), ("fp16", "fp16-mixed"))
 
 
-def _precision(text: str) -> str:
+def _by_prefix(text: str, table: tuple[tuple[str, str], ...], default: str) -> str:
+    """The value of the first prefix the source's wording starts with."""
     text = text.lower()
-    if text.startswith("fp8"):
-        return "fp8"
-    if text.startswith("fp16"):
-        return "fp16-mixed"
-    return "bf16-mixed"
+    return next((value for prefix, value in table if text.startswith(prefix)), default)
 
 
 def _layout(
@@ -201,14 +193,14 @@ def _layout(
     replicas = dp * fsdp
     if batch % (micro * replicas):
         raise CorpusError(f"{run['id']}: global_batch={batch} not a multiple of micro*dp*fsdp")
-    recompute = _recompute(run.get("activation_recompute", ""))
+    recompute = _by_prefix(run.get("activation_recompute", ""), _RECOMPUTE, "none")
     if run.get("activation_recompute") == "not stated":
         notes.append("recomputation not stated: none (Megatron-Core's default)")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
     train = TrainSpec(
         batch=batch,
         seq=run["model"]["seq"],
-        precision=_precision(run.get("precision", "bf16")),
+        precision=_by_prefix(run.get("precision", "bf16"), _PRECISION, "bf16-mixed"),
         optimizer="adamw",
         optimizer_impl="fused" if run["group"].startswith("megatron") else "foreach",
         attention="naive" if old_megatron else "flash",
