@@ -18,7 +18,7 @@ from validate.probes.accounting import compare
 
 PRECISIONS = ("fp32", "bf16-mixed")
 KERNELS = ("naive", "flash")
-RECOMPUTE = ("none", "full", "selective")
+RECOMPUTE = ("none", "full", "selective", "selective-op")
 MATRIX = list(itertools.product(PRECISIONS, KERNELS, RECOMPUTE))
 FULL_SCALE = ("cs336-2.7b", "llama3-8b", "xxl")
 

@@ -112,6 +112,31 @@ def test_fsdp2_shards_over_cp():
     assert est["memory_bytes_per_device.master"] == pytest.approx(4 * total / 8)
 
 
+def test_torchtitan_op_level_selective_ac_memory():
+    """Regression (issue 12): torchtitan's "selective" AC is op-level (it saves the fused
+    attention outputs and every second matmul output); costing it as Korthikanti's
+    attention-core checkpointing predicted 153 GB for Llama-3-8B, fsdp 8, 2 x 8192 tokens,
+    where torchtitan measured 82.4 GiB max reserved (benchmarks/llama3_h100_202412_torchtitan
+    .md, Table 1). Tolerance: 10 %, the issue's memory target plus the allocator's spread."""
+    model = get_model("llama3-8b")
+    train = TrainSpec(batch=16, seq=8192, grad_accum=1, recompute="selective-op")
+    par = ParallelSpec(fsdp=8, framework="fsdp2", grad_reduce_fp32=True)
+    est = estimate(model, train, par, get_hardware("h100-sxm-96gb"))
+    assert est["memory_bytes_per_device.reserved"] == pytest.approx(82.4 * 2**30, rel=0.10)
+
+
+def test_op_level_selective_sits_between_none_and_full():
+    """It keeps less than no recomputation and more than full; it re-runs less."""
+    model, par = get_model("llama3-8b"), ParallelSpec(fsdp=8, framework="fsdp2")
+    got = {}
+    for policy in ("none", "selective-op", "full"):
+        train = TrainSpec(batch=16, seq=8192, recompute=policy)
+        got[policy] = estimate(model, train, par, H100).values
+    acts, bwd = "memory_bytes_per_device.activations", "time_s.backward"
+    assert got["full"][acts] < got["selective-op"][acts] < got["none"][acts]
+    assert got["none"][bwd] < got["selective-op"][bwd] < got["full"][bwd]
+
+
 layouts = st.fixed_dictionaries(
     {
         "fsdp": st.sampled_from([1, 2, 8]),
@@ -126,7 +151,7 @@ layouts = st.fixed_dictionaries(
 
 
 @settings(max_examples=60, deadline=None)
-@given(layouts, st.sampled_from(["none", "full", "selective"]),
+@given(layouts, st.sampled_from(["none", "full", "selective", "selective-op"]),
        st.sampled_from(["bf16-mixed", "fp8"]))  # fmt: skip
 def test_layout_properties(layout, recompute, precision):
     """Peak >= every component and >= peak_forward; reserved >= peak; MFU <= HFU <= 1;
@@ -163,7 +188,8 @@ def test_published_errors_hold():
     assert all(r["status"] == "ok" for r in rows)
     stats = {(s["quantity"], s["group"]): s for s in summarize(rows)}
     assert stats[("tokens_per_s_per_gpu", "all")]["median_abs"] <= 0.10
-    assert stats[("memory_bytes_per_gpu", "all")]["median_abs"] <= 0.12
+    assert stats[("memory_bytes_per_gpu", "all")]["median_abs"] <= 0.08
+    assert stats[("memory_bytes_per_gpu", "all")]["worst_abs"] <= 0.30
     tt = [r["rel_err"] for r in rows if r["group"] == "torchtitan"
           and r["quantity"] == "tokens_per_s_per_gpu"]  # fmt: skip
     assert abs(statistics.median(tt)) <= 0.05  # the fitted device's bias

@@ -14,7 +14,7 @@ from costmodel.symbols import ALL_SYMBOLS
 KINDS = {
     "precision": ["fp32", "bf16-mixed", "bf16", "fp8"],
     "attention": ["naive", "flash"],
-    "recompute": ["none", "full", "selective"],
+    "recompute": ["none", "full", "selective", "selective-op"],
 }
 CONFIGS = [
     (name, dict(zip(KINDS, combo, strict=True)))

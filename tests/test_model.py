@@ -45,7 +45,7 @@ def test_flash_and_naive_give_the_same_loss_and_gradients():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("recompute", ["full", "selective"])
+@pytest.mark.parametrize("recompute", ["full", "selective", "selective-op"])
 def test_recomputation_does_not_change_gradients(recompute):
     torch.manual_seed(0)
     ref = TransformerLM(TINY, attention="naive")

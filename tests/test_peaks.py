@@ -20,7 +20,9 @@ from validate.probes.accounting import measure_peaks
 TOLERANCE = 0.10
 KINDS = list(
     itertools.product(
-        ["fp32", "bf16-mixed", "bf16"], ["naive", "flash"], ["none", "full", "selective"]
+        ["fp32", "bf16-mixed", "bf16"],
+        ["naive", "flash"],
+        ["none", "full", "selective", "selective-op"],
     )
 )
 

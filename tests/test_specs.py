@@ -41,7 +41,7 @@ def test_bad_model_fields(changes, message):
         ({"precision": "fp4"}, "precision must be one of"),
         ({"optimizer": "lion"}, "optimizer must be one of"),
         ({"attention": "ring"}, "attention must be one of naive, flash"),
-        ({"recompute": "some"}, "recompute must be one of none, full, selective"),
+        ({"recompute": "some"}, "recompute must be one of none, full, selective, selective-op"),
         ({"batch": 6, "grad_accum": 4}, "grad_accum must divide batch"),
     ],
 )
@@ -87,7 +87,7 @@ def test_learned_positions_bound_the_sequence():
     batch=st.integers(1, 64),
     seq=st.integers(1, 8192),
     attention=st.sampled_from(["naive", "flash"]),
-    recompute=st.sampled_from(["none", "full", "selective"]),
+    recompute=st.sampled_from(["none", "full", "selective", "selective-op"]),
 )
 def test_any_valid_spec_gives_consistent_numbers(
     heads, group, head_dim, layers, d_ff, vocab, ffn, tied, batch, seq, attention, recompute

@@ -56,7 +56,8 @@ from costmodel.symbols import (
     v,
 )
 
-_TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss")
+_TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
+_TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
 _CONSTANTS = ("inputs", "embedding", "rope", "attn_mask")
 
 
@@ -175,7 +176,7 @@ def sharded_activations(
         if op in _CONSTANTS:
             total += expr
             continue
-        sharded = par.sequence_parallel or op in _TP_SHARDED
+        sharded = op not in _TP_PARTIAL and (par.sequence_parallel or op in _TP_SHARDED)
         block = op not in ("final_norm", "lm_head_input", "loss")
         total += expr / (Y if sharded else 1) * (share if block else 1)
     return total
@@ -243,7 +244,10 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     act = c * b_dev * t_dev * D
     per_layer = 1 if model.ffn_only else 2
     fwd_n = m * layers * per_layer
-    bwd_n = m * layers * per_layer * (2 if train.recompute == "full" else 1)
+    # recomputation re-runs a block's collectives; op-level selective AC all but the last,
+    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
+    again = {"full": per_layer, "selective-op": per_layer - 1}.get(train.recompute, 0)
+    bwd_n = m * layers * (per_layer + again)
     tp_one = bus_factor("all_reduce", Y) * act
     groups["tp"] = _phases(
         (fwd_n + bwd_n) * tp_one,

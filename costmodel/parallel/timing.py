@@ -27,7 +27,8 @@ from costmodel.parallel.distributed import (
     stage_layers,
 )
 from costmodel.single.flops import flop_conventions, flop_totals
-from costmodel.single.params import ffn_matrices
+from costmodel.single.memory import checkpoints_blocks
+from costmodel.single.params import ffn_matrices, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -112,10 +113,16 @@ def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
     return sp.Integer(2)
 
 
-def _recompute_time(train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
-    """Seconds per layer re-run in backward: the whole block (full) or the core (selective)."""
+def _recompute_time(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
+    """Seconds per layer re-run in backward: the whole block (full), the core (selective),
+    the matmuls and naive core op-level selective AC does not save (``recompute_flops_by_op``)."""
     if train.recompute == "full":
         return sum(per_layer.values(), sp.Integer(0))
+    if train.recompute == "selective-op":
+        redo = op_level_recomputed(model)
+        if train.attention == "naive" and "attn_core" in per_layer:
+            redo["attn_core"] = sp.Integer(1)
+        return sum((share * per_layer[op] for op, share in redo.items()), sp.Integer(0))
     if train.recompute == "selective" and "attn_core" in per_layer:
         return per_layer["attn_core"]
     return sp.Integer(0)
@@ -142,7 +149,7 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     if prec.weight_copy and par.framework == "reference":
         fwd = (prec.param + prec.weight_copy) * weights
         bwd = (prec.weight_copy + prec.grad) * weights
-        if train.recompute == "full":
+        if checkpoints_blocks(train):  # the blocks' casts are made again
             bwd += fwd
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
@@ -178,7 +185,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         + mm_bwd * head
         + 2 * elementwise
         + extra_bwd / W_hbm
-        + layers * _recompute_time(train, per_layer)
+        + layers * _recompute_time(model, train, per_layer)
     )
     comm = communication(model, train, par)
     combine = smax if par.overlap == "max" else sp.Add

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.single.params import ffn_matrices, non_embedding_params, param_breakdown
+from costmodel.single.params import (
+    ffn_matrices,
+    non_embedding_params,
+    op_level_recomputed,
+    param_breakdown,
+)
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import B, D, F, H, K, L, T, V, d_h
 
@@ -49,9 +54,16 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
     re-running a region once the last tensor it saved is rebuilt; a matmul saves its inputs
     before it runs, so the region's last matmul is skipped when only its inputs were saved:
     the FFN down-projection of a block, the PV product of naive attention. The fused kernel
-    saves its own output, so it is re-run whole.
+    saves its own output, so it is re-run whole. ``selective-op`` (torchtitan's op-level
+    policy) re-runs every second matmul but a block's last, and the naive core, whose
+    batched matmuls it does not save; the fused kernel's outputs are saved.
     """
     fwd = forward_flops_by_op(model)
+    if train.recompute == "selective-op":
+        ops = {op: share * fwd[op] for op, share in op_level_recomputed(model).items()}
+        if train.attention == "naive" and not model.ffn_only:
+            ops.update({k: fwd[k] for k in CORE_OPS})
+        return ops
     if train.recompute == "full":
         ops = {k: v for k, v in fwd.items() if k in BLOCK_OPS}
         ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))

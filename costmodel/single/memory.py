@@ -13,7 +13,9 @@ Recomputation", Sec. 4.1, per-layer sbh(34 + 5as/h)) but count what the referenc
 statistics; QKV and FFN inputs are kept once (shared storage); naive attention keeps Q, K,
 V (expanded to H heads), the probabilities and a T x T causal mask; flash keeps Q, K, V, O
 and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets;
-the fp32 log-softmax of the logits."""
+the fp32 log-softmax of the logits. Recomputation: ``full`` keeps each block's input;
+``selective-op`` (torchtitan's op-level policy) also the fused attention outputs and every
+second matmul output (``costmodel.single.params.op_level_saved``)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.single.params import matmul_weight_params, param_breakdown
+from costmodel.single.params import matmul_weight_params, op_level_saved, param_breakdown
 from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import D, F, H, K, L, T, V, b, d_h, smax
@@ -36,14 +38,20 @@ def kept_weight_copies(
     """Matmul weights whose low-precision cast stays alive from forward to backward.
 
     Casts made inside a fully recomputed block are dropped and made again in backward, so
-    only the LM head's cast is kept then. ``matmul`` and ``head`` default to the whole
+    only the LM head's cast is kept then (also under op-level selective recomputation,
+    whose policy does not save casts). ``matmul`` and ``head`` default to the whole
     model's matmul weights and LM head; a device of a layout passes its own share.
     """
-    if train.recompute != "full":
+    if not checkpoints_blocks(train):
         return matmul_weight_params(model) if matmul is None else matmul
     if model.ffn_only:
         return sp.Integer(0)
     return V * D if head is None else head
+
+
+def checkpoints_blocks(train: TrainSpec) -> bool:
+    """Whether every block runs inside torch.utils.checkpoint (full or op-level selective)."""
+    return train.recompute in ("full", "selective-op")
 
 
 def state_memory(
@@ -121,9 +129,11 @@ def activation_memory(
             parts["rope"] = 2 * act * T * d_h  # cos and sin tables, shared by all layers
         if train.attention == "naive":
             parts["attn_mask"] = T * T  # bool, shared by all layers
-    if train.recompute == "full":
+    if checkpoints_blocks(train):
         inputs_kept = L - 1 if model.ffn_only else L
         parts["block_inputs"] = inputs_kept * res * b * T * D
+        if train.recompute == "selective-op":
+            parts.update(_op_level_saved(model, train, act))
     else:
         parts.update(_block_activations(model, train, act, res, mm))
     if not model.ffn_only:
@@ -150,6 +160,20 @@ def _block_activations(
     parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
     parts["ffn_hidden"] = L * _ffn_hidden(model, act, mm)
     return parts
+
+
+def _op_level_saved(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, sp.Expr]:
+    """What op-level selective AC keeps per block besides its input: the fused attention
+    kernel's O and logsumexp, and the outputs of every second matmul, split into those
+    tensor parallelism shards and the row-parallel D-wide partial sums it does not."""
+    saved = op_level_saved(model)
+    parts = {
+        "matmul_outputs": L * act * b * T * sum(w for _, w, row in saved if not row),
+        "row_outputs": L * act * b * T * sum(w for _, w, row in saved if row),
+    }
+    if train.attention == "flash" and not model.ffn_only:
+        parts["attention"] = L * (act * b * T * H * d_h + STAT_BYTES * b * H * T)
+    return {k: v for k, v in parts.items() if v != 0}
 
 
 def _block_matmul_weights(model: ModelSpec) -> sp.Expr:
@@ -223,7 +247,7 @@ def peak_memory(
         if not model.ffn_only:
             start_transient += prec.weight_copy * Vs * D
         end_transient += prec.weight_copy * D * Fs
-        if train.recompute == "full":
+        if checkpoints_blocks(train):
             fwd_transient += prec.weight_copy * D * Fs
             block = prec.weight_copy * _block_matmul_weights(model) / split
             end_transient += block - (prec.grad + prec.weight_copy) * D * Fs

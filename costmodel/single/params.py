@@ -18,6 +18,36 @@ def ffn_matrices(model: ModelSpec) -> int:
     return 3 if model.ffn == "swiglu" else 2
 
 
+def block_matmuls(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
+    """A block's matmuls in forward order: (op, output features, row-parallel).
+
+    Q, K, V and O projections, then the FFN's (SwiGLU: gate W1, up W3, down W2, in the
+    order ``W2(silu(W1 x) * W3 x)`` evaluates them). Row-parallel matmuls (O and the down
+    projection) produce D-wide partial sums under tensor parallelism (Shoeybi et al. 2019,
+    Sec. 3); the others' outputs are split over the TP ranks.
+    """
+    ffn = [("ffn", F, False)] * (ffn_matrices(model) - 1) + [("ffn", D, True)]
+    if model.ffn_only:
+        return ffn
+    attn = [("attn_q", H * d_h, False), ("attn_k", K * d_h, False), ("attn_v", K * d_h, False)]
+    return [*attn, ("attn_o", D, True), *ffn]
+
+
+def op_level_saved(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
+    """The matmuls whose outputs op-level selective AC saves: every odd-numbered one
+    (torchtitan's "every second mm" rule; ``validate/reference/model.py``)."""
+    return block_matmuls(model)[0::2]
+
+
+def op_level_recomputed(model: ModelSpec) -> dict[str, sp.Rational]:
+    """Fraction of each op's matmuls op-level selective AC runs again in backward: the
+    even-numbered ones, except a block's last matmul, which torch.utils.checkpoint's early
+    stop skips (its inputs are the last tensors backward needs)."""
+    order = block_matmuls(model)
+    redo = [op for i, (op, _, _) in enumerate(order[:-1]) if i % 2 == 1]
+    return {op: sp.Rational(redo.count(op), [o for o, _, _ in order].count(op)) for op in redo}
+
+
 def _linear(fan_in: sp.Expr, fan_out: sp.Expr, bias: bool) -> sp.Expr:
     return fan_in * fan_out + (fan_out if bias else 0)
 

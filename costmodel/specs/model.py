@@ -27,7 +27,7 @@ PrecisionName = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16", "fp8
 OptimizerName = Literal["adamw", "adam", "sgd", "sgd-momentum", "none"]
 OptimizerImpl = Literal["foreach", "fused"]
 AttentionKernel = Literal["naive", "flash"]
-RecomputePolicy = Literal["none", "full", "selective"]
+RecomputePolicy = Literal["none", "full", "selective", "selective-op"]
 
 FFN_KINDS: tuple[str, ...] = get_args(FfnKind)
 NORM_KINDS: tuple[str, ...] = get_args(NormKind)
@@ -163,7 +163,9 @@ class TrainSpec:
     """``naive`` materialises the T x T probabilities; ``flash`` saves only O and logsumexp."""
     recompute: RecomputePolicy = "none"
     """``none``; ``full`` checkpoints every block; ``selective`` checkpoints the attention core
-    (Korthikanti et al. 2022, Sec. 4.2)."""
+    (Korthikanti et al. 2022, Sec. 4.2); ``selective-op`` checkpoints every block but saves
+    the fused attention outputs and every second matmul output (torchtitan's op-level
+    selective AC, ``selective_ac_option = "op"``)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide ``batch``."""
 

@@ -196,6 +196,11 @@ def _layout(
     recompute = _by_prefix(run.get("activation_recompute", ""), _RECOMPUTE, "none")
     if run.get("activation_recompute") == "not stated":
         notes.append("recomputation not stated: none (Megatron-Core's default)")
+    if recompute == "selective" and run["group"] == "torchtitan":
+        recompute = "selective-op"
+        notes.append('torchtitan selective AC: op-level (toml default selective_ac_option="op")')
+    elif "every n blocks" in run.get("activation_recompute", ""):
+        notes.append("selective every n blocks, n unstated: costed as the attention core's")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
     train = TrainSpec(
         batch=batch,

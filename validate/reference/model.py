@@ -14,11 +14,16 @@ happen on the ``meta`` device, so ``validate/probes/accounting.py`` can count th
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 from torch.utils.flop_counter import (
     flop_registry,
     register_flop_formula,
@@ -45,6 +50,44 @@ if _CPU_FLASH not in flop_registry:
     # sdpa_flop and sdpa_backward_flop are already wrapped to receive shapes.
     register_flop_formula(_CPU_FLASH, get_raw=True)(sdpa_flop)
     register_flop_formula(_CPU_FLASH_BWD, get_raw=True)(sdpa_backward_flop)
+
+
+_MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+_FUSED_ATTENTION = {  # every fused SDPA kernel torch dispatches to, CPU's included
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
+    if hasattr(torch.ops.aten, name)
+} | {_CPU_FLASH.default}
+RECOMPUTE_POLICIES = ("none", "full", "selective", "selective-op")
+
+
+def op_level_contexts():
+    """torchtitan's op-level selective activation checkpointing for one block's forward.
+
+    Saves the outputs of the fused attention kernel and of every odd-numbered matmul
+    (1st, 3rd, ...) in the block's forward order; recomputes everything else in backward
+    (torchtitan ``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``,
+    ``_save_list`` and "every second mm" rule, torchtitan@31a17bf,
+    ``parallelisms/parallelize_llama.py``). Counts ``addmm`` as a matmul too, so biased
+    projections follow the same rule (torchtitan's models have none). Counters restart per
+    block and per pass, so the recompute makes the same choices as the forward.
+    """
+    counts: dict[str, int] = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func in _MATMULS:
+            counts[mode] += 1
+            save = counts[mode] % 2 == 1
+        else:
+            save = func in _FUSED_ATTENTION
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def dtypes_for(precision: str) -> tuple[torch.dtype, torch.dtype]:
@@ -202,8 +245,10 @@ class TransformerLM(nn.Module):
         super().__init__()
         if attention not in ("naive", "flash"):
             raise ValueError(f"attention must be naive or flash (got {attention!r})")
-        if recompute not in ("none", "full", "selective"):
-            raise ValueError(f"recompute must be none, full or selective (got {recompute!r})")
+        if recompute not in RECOMPUTE_POLICIES:
+            raise ValueError(
+                f"recompute must be one of {', '.join(RECOMPUTE_POLICIES)} (got {recompute!r})"
+            )
         param_dtype, self.compute = dtypes_for(precision)
         self.spec, self.attention, self.recompute = spec, attention, recompute
         fk = {"device": device, "dtype": param_dtype}
@@ -251,9 +296,17 @@ class TransformerLM(nn.Module):
 
     def _run_blocks(self, x, cos, sin, mask):
         for block in self.blocks:
-            if self.recompute == "full":
+            if self.recompute in ("full", "selective-op"):
+                context = {"context_fn": op_level_contexts} if self.recompute != "full" else {}
                 x = checkpoint(
-                    block, x, cos, sin, mask, use_reentrant=False, preserve_rng_state=False
+                    block,
+                    x,
+                    cos,
+                    sin,
+                    mask,
+                    use_reentrant=False,
+                    preserve_rng_state=False,
+                    **context,
                 )
             else:
                 x = block(x, cos, sin, mask)
