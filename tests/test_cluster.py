@@ -137,6 +137,21 @@ def test_op_level_selective_sits_between_none_and_full():
     assert got["none"][bwd] < got["selective-op"][bwd] < got["full"][bwd]
 
 
+def test_compiling_speeds_up_what_torchtitan_measured():
+    """torchtitan's Llama-3-8B on 8 H100s (Table 1): torch.compile raised tokens/s per GPU
+    from 5,762 to 6,667 (+15.7 %). The eager elementwise bytes (counted op by op) against
+    the fused estimate predict the same speed-up within 5 points; no parameter was fitted
+    to the pair (the device's efficiencies move both runs alike)."""
+    model = get_model("llama3-8b")
+    par = ParallelSpec(fsdp=8, framework="fsdp2", grad_reduce_fp32=True)
+    hw = get_hardware("h100-sxm-96gb")
+    rate = {}
+    for kind in ("eager", "fused"):
+        train = TrainSpec(batch=16, seq=8192, recompute="selective-op", elementwise=kind)
+        rate[kind] = estimate(model, train, par, hw)["tokens_per_s"]
+    assert rate["fused"] / rate["eager"] - 1 == pytest.approx(6667 / 5762 - 1, abs=0.05)
+
+
 layouts = st.fixed_dictionaries(
     {
         "fsdp": st.sampled_from([1, 2, 8]),
@@ -152,13 +167,13 @@ layouts = st.fixed_dictionaries(
 
 @settings(max_examples=60, deadline=None)
 @given(layouts, st.sampled_from(["none", "full", "selective", "selective-op"]),
-       st.sampled_from(["bf16-mixed", "fp8"]))  # fmt: skip
-def test_layout_properties(layout, recompute, precision):
+       st.sampled_from(["bf16-mixed", "fp8"]), st.sampled_from(["fused", "eager"]))  # fmt: skip
+def test_layout_properties(layout, recompute, precision, elementwise):
     """Peak >= every component and >= peak_forward; reserved >= peak; MFU <= HFU <= 1;
     sharded state never exceeds the replica's."""
     model = get_model("llama3-8b")
     train = TrainSpec(batch=16, seq=4096, recompute=recompute, precision=precision,
-                      grad_accum=2)  # fmt: skip
+                      grad_accum=2, elementwise=elementwise)  # fmt: skip
     par = ParallelSpec(**layout)
     est = estimate(model, train, par, H100)
     one = estimate(model, train, ParallelSpec(framework=layout["framework"]), H100)
@@ -187,7 +202,7 @@ def test_published_errors_hold():
     rows = [r for run in load_runs() for r in rows_for(run)]
     assert all(r["status"] == "ok" for r in rows)
     stats = {(s["quantity"], s["group"]): s for s in summarize(rows)}
-    assert stats[("tokens_per_s_per_gpu", "all")]["median_abs"] <= 0.10
+    assert stats[("tokens_per_s_per_gpu", "all")]["median_abs"] <= 0.08
     assert stats[("memory_bytes_per_gpu", "all")]["median_abs"] <= 0.08
     assert stats[("memory_bytes_per_gpu", "all")]["worst_abs"] <= 0.30
     tt = [r["rel_err"] for r in rows if r["group"] == "torchtitan"

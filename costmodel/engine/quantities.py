@@ -44,7 +44,14 @@ from costmodel.symbols import (
 )
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
-TRAIN_STRUCTURE = ("precision", "optimizer", "optimizer_impl", "attention", "recompute")
+TRAIN_STRUCTURE = (
+    "precision",
+    "optimizer",
+    "optimizer_impl",
+    "attention",
+    "elementwise",
+    "recompute",
+)
 PARALLEL_STRUCTURE = (
     "zero", "sequence_parallel", "pipelined", "interleaved", "overlap", "framework", "async_tp",
     "grad_reduce_fp32",

@@ -23,9 +23,11 @@ from costmodel.parallel.distributed import (
     device_batch,
     optimizer_shards,
     params_per_device,
+    residual_bytes,
     sharded_activations,
     stage_layers,
 )
+from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions, flop_totals
 from costmodel.single.memory import checkpoints_blocks
 from costmodel.single.params import ffn_matrices, op_level_recomputed
@@ -128,6 +130,32 @@ def _recompute_time(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.
     return sp.Integer(0)
 
 
+def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) seconds of one micro-batch's elementwise work on this stage.
+
+    ``fused``: what the forward keeps, written once and read once, and twice that in
+    backward (an estimate). ``eager``: the reference model's op-by-op bytes
+    (``costmodel.single.elementwise``), the forward's again in backward where blocks are
+    checkpointed; tensor parallelism splits the heads and the FFN width, and sequence
+    parallelism also the tokens of the norms and residual adds.
+    """
+    b_dev, t_dev = device_batch()
+    if train.elementwise == "fused":
+        written = sharded_activations(model, train, par, in_flight=False)
+        fwd = 2 * written.xreplace(dict(zip((b, T), (b_dev, t_dev), strict=True))) / W_hbm
+        return fwd, 2 * fwd
+    prec = PRECISIONS[train.precision]
+    fwd, bwd = eager_bytes(model, residual_bytes(train, par), prec.activation)
+    if checkpoints_blocks(train):
+        bwd += fwd
+    if par.sequence_parallel:
+        fwd, bwd = fwd / Y, bwd / Y
+    else:
+        fwd, bwd = (e.xreplace({F: F / Y, H: H / Y, K: K / Y}) for e in (fwd, bwd))
+    tokens = stage_layers(par) * b_dev * t_dev / W_hbm
+    return tokens * fwd, tokens * bwd
+
+
 def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
     """(forward, backward) bytes of the weight casts, fp8 scaling and the loss, per
     micro-batch.
@@ -174,16 +202,14 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     per_layer = {k: e["time_s"] for k, e in ops.items() if k != "lm_head"}
     head = ops["lm_head"]["time_s"] if "lm_head" in ops else 0
     core = per_layer.get("attn_core", 0)
-    # one micro-batch through this stage's layers: written once, read once
-    written = sharded_activations(model, train, par, in_flight=False)
-    elementwise = 2 * written.xreplace(dict(zip((b, T), device_batch(), strict=True))) / W_hbm
+    elementwise, elementwise_bwd = _elementwise_time(model, train, par)
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
     fwd_mb = layers * sum(per_layer.values()) + head + elementwise + extra_fwd / W_hbm
     mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
     bwd_mb = (
         layers * (mm_bwd * (sum(per_layer.values()) - core) + core_bwd * core)
         + mm_bwd * head
-        + 2 * elementwise
+        + elementwise_bwd
         + extra_bwd / W_hbm
         + layers * _recompute_time(model, train, per_layer)
     )

@@ -26,6 +26,7 @@ PosKind = Literal["rope", "learned"]
 PrecisionName = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed", "bf16", "fp8"]
 OptimizerName = Literal["adamw", "adam", "sgd", "sgd-momentum", "none"]
 OptimizerImpl = Literal["foreach", "fused"]
+Elementwise = Literal["fused", "eager"]
 AttentionKernel = Literal["naive", "flash"]
 RecomputePolicy = Literal["none", "full", "selective", "selective-op"]
 
@@ -161,6 +162,10 @@ class TrainSpec:
     torch's default on GPU) or ``fused`` (one kernel reads and writes each tensor once)."""
     attention: AttentionKernel = "flash"
     """``naive`` materialises the T x T probabilities; ``flash`` saves only O and logsumexp."""
+    elementwise: Elementwise = "fused"
+    """``fused`` (torch.compile or hand-fused kernels, as Megatron and Transformer Engine
+    ship: one read and write of what the forward keeps) or ``eager`` (PyTorch eager: every
+    elementwise op a kernel of its own, counted op by op in ``single/elementwise.py``)."""
     recompute: RecomputePolicy = "none"
     """``none``; ``full`` checkpoints every block; ``selective`` checkpoints the attention core
     (Korthikanti et al. 2022, Sec. 4.2); ``selective-op`` checkpoints every block but saves

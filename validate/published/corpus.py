@@ -201,6 +201,10 @@ def _layout(
         notes.append('torchtitan selective AC: op-level (toml default selective_ac_option="op")')
     elif "every n blocks" in run.get("activation_recompute", ""):
         notes.append("selective every n blocks, n unstated: costed as the attention core's")
+    compiled = run.get("torch_compile")
+    if compiled is None:  # Megatron ships fused kernels; the others ran eager PyTorch
+        compiled = run["group"].startswith("megatron")
+        notes.append(f"torch.compile not stated: {'fused' if compiled else 'eager'} kernels")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
     train = TrainSpec(
         batch=batch,
@@ -209,6 +213,7 @@ def _layout(
         optimizer="adamw",
         optimizer_impl="fused" if run["group"].startswith("megatron") else "foreach",
         attention="naive" if old_megatron else "flash",
+        elementwise="fused" if compiled else "eager",
         recompute=recompute,
         grad_accum=batch // (micro * replicas),
     )

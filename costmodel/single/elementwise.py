@@ -1,0 +1,98 @@
+"""Bytes moved by the elementwise work of one block in eager PyTorch, per token.
+
+Eager mode runs every elementwise op as its own kernel, which reads each input tensor and
+writes its output from and to HBM; ``torch.compile`` (or hand-fused kernels such as
+Megatron's and Transformer Engine's) merges chains of them into one pass. The counts below
+are those of the reference model (``validate/reference``: composite RMSNorm/LayerNorm in
+fp32 statistics, rotate-half RoPE, SwiGLU/GELU/ReLU FFN, residual adds, and what autograd
+runs for each in backward), op by op as torch dispatches them; ``validate.probes.traffic``
+counts the same at full scale on the ``meta`` device. Not counted: matmuls and the
+attention core (their own roofline), views, the weights' casts and the loss (timed
+elsewhere), and reads of D-sized weights and position tables shared by all tokens (a
+1/T share). Units: bytes per token per layer, with ``a`` compute bytes, ``r`` the residual
+stream's, statistics in fp32.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from costmodel.single.params import ffn_matrices
+from costmodel.specs.model import ModelSpec
+from costmodel.symbols import D, F, H, K, d_h
+
+STAT = 4  # norm statistics are fp32
+
+
+def _cast(src: int, dst: int, n: sp.Expr) -> sp.Expr:
+    """``.to(dtype)`` reads and writes n elements, or dispatches nothing if the dtype holds."""
+    return (src + dst) * n if src != dst else sp.Integer(0)
+
+
+def _norm(model: ModelSpec, r: int, a: int) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) of one norm, its output cast to the compute dtype included.
+
+    RMSNorm forward: pow, mean, +eps, rsqrt, x·rstd, ·w (8D+4D+8+8+8D+8D = 28D + 24 over
+    fp32 D-vectors, plus the casts in and out); backward: x̂, g·w, (g·w)·x̂, mean, x̂·mean,
+    subtract, ·rstd, g·x̂ and its sum for dw (76D). LayerNorm adds the mean subtraction
+    (computed twice in forward and once in backward), the bias and the extra mean.
+    """
+    casts = 2 * _cast(r, STAT, D)  # x to fp32 and the result back, in both passes
+    to_compute = _cast(r, a, D)  # the block feeds the matmuls in the compute dtype
+    if model.norm == "rmsnorm":
+        fwd, bwd = 28 * D + 24, 76 * D + 16
+    else:
+        fwd, bwd = 56 * D + 36, 100 * D + 28
+    return fwd + casts + to_compute, bwd + casts + _cast(r, STAT, D) + to_compute
+
+
+def _rope(a: int) -> tuple[sp.Expr, sp.Expr]:
+    """Rotate-half RoPE on Q and K: x·cos, neg of one half, cat, ·sin, add (10a per
+    element); backward: two products, neg, cat of the halves' gradients, add (10a). Each
+    product also reads a row of the cos or sin table (a·d_h)."""
+    n = (H + K) * d_h
+    return 10 * a * n + 4 * a * d_h, 10 * a * n + 4 * a * d_h
+
+
+def _ffn(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
+    """SwiGLU: silu (2aF) and the product (3aF); backward: silu's (3aF) and the product's
+    two gradients (6aF). GELU and ReLU: the activation (2aF) and its backward (3aF)."""
+    if model.ffn == "swiglu":
+        return 5 * a * F, 9 * a * F
+    return 2 * a * F, 3 * a * F
+
+
+def _bias(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
+    """A biased projection adds its bias in forward only where ``addmm`` cannot (never
+    here) and sums its output gradient over tokens in backward (a per output)."""
+    if not model.bias:
+        return sp.Integer(0), sp.Integer(0)
+    outputs = D + (ffn_matrices(model) - 1) * F
+    if not model.ffn_only:
+        outputs += (H + 2 * K) * d_h + D
+    return sp.Integer(0), a * outputs
+
+
+def eager_bytes(model: ModelSpec, r: int, a: int) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) bytes per token per layer of the elementwise ops in eager mode.
+
+    Residual adds read the stream (r) and the branch (a) and write the stream (2r + a per
+    element, two per block, one FFN-only); backward adds the gradients of the stream's two
+    paths (3r), of the matmuls sharing an input (3a per extra consumer: K and V beside Q,
+    the up projection beside SwiGLU's gate), and casts the branch's gradient (r + a).
+    """
+    blocks = 1 if model.ffn_only else 2
+    fwd = blocks * (2 * r + a) * D
+    bwd = blocks * (3 * r * D + _cast(r, a, D))
+    consumers = (ffn_matrices(model) - 2) + (0 if model.ffn_only else 2)
+    bwd += consumers * 3 * a * D
+    parts = [_ffn(model, a), _bias(model, a)]
+    if model.ffn_only:
+        parts.append((_cast(r, a, D), _cast(r, a, D)))
+    else:
+        parts += [_norm(model, r, a), _norm(model, r, a)]
+        if model.pos == "rope":
+            parts.append(_rope(a))
+    fwd += sum((p[0] for p in parts), sp.Integer(0))
+    bwd += sum((p[1] for p in parts), sp.Integer(0))
+    return sp.expand(fwd), sp.expand(bwd)

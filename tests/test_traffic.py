@@ -1,0 +1,29 @@
+"""Eager elementwise traffic: the closed form equals the bytes torch dispatches.
+
+``validate.probes.traffic`` counts the tensor bytes every elementwise op reads and writes
+in a forward and backward of the reference model (meta device, full width, one and two
+layers at two sequence lengths); ``costmodel.single.elementwise.eager_bytes`` must equal
+the per-token, per-layer figure exactly, for every preset and precision.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import PRESETS, get_model
+from costmodel.single.elementwise import eager_bytes
+from costmodel.single.precision import PRECISIONS
+from costmodel.symbols import D, F, H, K, d_h
+from validate.probes.traffic import eager_traffic
+
+
+@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
+def test_eager_bytes_equal_the_dispatched_bytes(name, precision):
+    model, prec = get_model(name), PRECISIONS[precision]
+    sizes = {D: model.d_model, F: model.d_ff, H: model.n_heads, K: model.n_kv_heads,
+             d_h: model.head_dim}  # fmt: skip
+    predicted = [e.xreplace(sizes) for e in eager_bytes(model, prec.residual, prec.activation)]
+    measured = eager_traffic(model, precision)
+    assert predicted == [int(m) for m in measured]
+    assert all(m == int(m) for m in measured)
