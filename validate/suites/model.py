@@ -71,6 +71,7 @@ class ModelCase:
             seq=self.seq,
             precision=self.precision,
             attention=self.attention,
+            elementwise="fused" if self.compiled else "eager",
             optimizer="adamw",
             optimizer_impl=self.optimizer_impl,
         )
