@@ -80,3 +80,22 @@ def test_every_preset_full_scale_every_kind(name):
                 batch=2, seq=128, precision=precision, attention=attention, recompute=recompute
             ),
         )
+
+
+@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("recompute", RECOMPUTE)
+def test_dropout_two_layers(name, recompute):
+    """Branch and attention-probability dropout (Megatron's 0.1): bool masks, the dropped
+    probabilities, and no early stop before a branch's last matmul under recomputation."""
+    for precision in PRECISIONS:
+        assert_exact(
+            get_model(name, n_layers=2),
+            TrainSpec(
+                batch=2,
+                seq=96,
+                precision=precision,
+                attention="naive",
+                recompute=recompute,
+                dropout=0.1,
+            ),
+        )

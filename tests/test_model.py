@@ -100,3 +100,20 @@ def test_exact_on_cuda_naive(precision):
     train = TrainSpec(batch=2, seq=128, precision=precision, attention="naive")
     wrong = [r for r in compare(model, train, device="cuda") if r["predicted"] != r["measured"]]
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective", "selective-op"])
+def test_recomputation_with_dropout_redraws_the_same_masks(recompute):
+    """Checkpointed regions restore the RNG state, so recomputed dropout masks equal the
+    forward's and gradients equal the plain model's under the same seed."""
+    torch.manual_seed(0)
+    ref = TransformerLM(TINY, attention="naive", dropout=0.1)
+    ckpt = TransformerLM(TINY, attention="naive", recompute=recompute, dropout=0.1)
+    ckpt.load_state_dict(ref.state_dict())
+    batch = make_batch(ref, 2, 9, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(5)
+    ref(batch).backward()
+    torch.manual_seed(5)
+    ckpt(batch).backward()
+    for a, b in zip(ref.parameters(), ckpt.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)

@@ -41,6 +41,8 @@ def test_bad_model_fields(changes, message):
         ({"precision": "fp4"}, "precision must be one of"),
         ({"optimizer": "lion"}, "optimizer must be one of"),
         ({"attention": "ring"}, "attention must be one of naive, flash"),
+        ({"dropout": -0.1}, r"dropout must be >= 0 \(got -0.1\)"),
+        ({"dropout": 1.0}, r"dropout must be below 1 \(got 1.0\)"),
         ({"recompute": "some"}, "recompute must be one of none, full, selective, selective-op"),
         ({"batch": 6, "grad_accum": 4}, "grad_accum must divide batch"),
     ],

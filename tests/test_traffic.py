@@ -27,3 +27,15 @@ def test_eager_bytes_equal_the_dispatched_bytes(name, precision):
     measured = eager_traffic(model, precision)
     assert predicted == [int(m) for m in measured]
     assert all(m == int(m) for m in measured)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
+def test_dropout_bytes_equal_the_dispatched_bytes(precision):
+    """Branch dropout (native_dropout and its backward), on the FFN-only XXL: the CPU flash
+    kernel has no attention dropout, and the naive core's ops belong to its own roofline."""
+    model, prec = get_model("xxl"), PRECISIONS[precision]
+    sizes = {D: model.d_model, F: model.d_ff}
+    predicted = eager_bytes(model, prec.residual, prec.activation, dropout=True)
+    measured = eager_traffic(model, precision, dropout=0.1)
+    assert [e.xreplace(sizes) for e in predicted] == [int(m) for m in measured]
+    assert predicted != eager_bytes(model, prec.residual, prec.activation)

@@ -51,6 +51,7 @@ TRAIN_STRUCTURE = (
     "attention",
     "elementwise",
     "recompute",
+    "dropout",
 )
 PARALLEL_STRUCTURE = (
     "zero", "sequence_parallel", "pipelined", "interleaved", "overlap", "framework", "async_tp",

@@ -246,7 +246,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     fwd_n = m * layers * per_layer
     # recomputation re-runs a block's collectives; op-level selective AC all but the last,
     # which follows the saved last matmul (torch.utils.checkpoint's early stop)
-    again = {"full": per_layer, "selective-op": per_layer - 1}.get(train.recompute, 0)
+    last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
+    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
     bwd_n = m * layers * (per_layer + again)
     tp_one = bus_factor("all_reduce", Y) * act
     groups["tp"] = _phases(

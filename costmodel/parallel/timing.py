@@ -4,7 +4,8 @@ Each matmul on a device is (n x k)(k x n2) with n tokens per micro-batch: time =
 max(2·n·k·n2 / C_eff, bytes / W_hbm), bytes = the operands and the result in the compute
 dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against
 C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core,
-which runs the causal half of the T x T work (the naive core runs all of it).
+which runs the causal half of the T x T work (the naive core runs all of it, as separate
+kernels whose times add: two batched matmuls and the memory-bound mask and softmax).
 Elementwise work (norms, activations, rotary, residuals, softmax, loss) is memory-bound:
 reading and writing what the forward keeps, twice that in backward (an estimate). Step
 time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
@@ -95,6 +96,8 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
         nbytes = a * n * (2 * H + 2 * K) * d_h / Y
         if train.attention == "naive":  # scores, masked, probabilities: written and read
             nbytes += 6 * a * b_dev * (H / Y) * T * T
+            if train.dropout:  # the probabilities' dropout: read, write, bool mask
+                nbytes += (2 * a + 1) * b_dev * (H / Y) * T * T
         else:  # a causal fused kernel skips the masked tiles (FlashAttention-2, Sec. 3.1.1)
             flops = flops / 2
         ops["attn_core"] = {"flops": flops, "bytes": nbytes}
@@ -102,7 +105,10 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
         fused = op == "attn_core" and train.attention == "flash"
         peak = C_attn if fused else C_eff
         entry["intensity"] = entry["flops"] / entry["bytes"]
-        entry["time_s"] = smax(entry["flops"] / peak, entry["bytes"] / W_hbm)
+        if op == "attn_core" and not fused:  # separate kernels on one stream: they add up
+            entry["time_s"] = entry["flops"] / peak + entry["bytes"] / W_hbm
+        else:
+            entry["time_s"] = smax(entry["flops"] / peak, entry["bytes"] / W_hbm)
     return ops
 
 
@@ -121,7 +127,7 @@ def _recompute_time(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.
     if train.recompute == "full":
         return sum(per_layer.values(), sp.Integer(0))
     if train.recompute == "selective-op":
-        redo = op_level_recomputed(model)
+        redo = op_level_recomputed(model, skip_last=not train.dropout)
         if train.attention == "naive" and "attn_core" in per_layer:
             redo["attn_core"] = sp.Integer(1)
         return sum((share * per_layer[op] for op, share in redo.items()), sp.Integer(0))
@@ -145,7 +151,7 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
         fwd = 2 * written.xreplace(dict(zip((b, T), (b_dev, t_dev), strict=True))) / W_hbm
         return fwd, 2 * fwd
     prec = PRECISIONS[train.precision]
-    fwd, bwd = eager_bytes(model, residual_bytes(train, par), prec.activation)
+    fwd, bwd = eager_bytes(model, residual_bytes(train, par), prec.activation, train.dropout > 0)
     if checkpoints_blocks(train):
         bwd += fwd
     if par.sequence_parallel:

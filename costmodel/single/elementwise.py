@@ -73,17 +73,21 @@ def _bias(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     return sp.Integer(0), a * outputs
 
 
-def eager_bytes(model: ModelSpec, r: int, a: int) -> tuple[sp.Expr, sp.Expr]:
+def eager_bytes(model: ModelSpec, r: int, a: int, dropout: bool = False) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) bytes per token per layer of the elementwise ops in eager mode.
 
     Residual adds read the stream (r) and the branch (a) and write the stream (2r + a per
     element, two per block, one FFN-only); backward adds the gradients of the stream's two
     paths (3r), of the matmuls sharing an input (3a per extra consumer: K and V beside Q,
     the up projection beside SwiGLU's gate), and casts the branch's gradient (r + a).
+    ``dropout`` on each branch's output moves 2a + 1 bytes per element in each pass.
     """
     blocks = 1 if model.ffn_only else 2
     fwd = blocks * (2 * r + a) * D
     bwd = blocks * (3 * r * D + _cast(r, a, D))
+    if dropout:  # native_dropout: read, write, bool mask; its backward reads both back
+        fwd += blocks * (2 * a + 1) * D
+        bwd += blocks * (2 * a + 1) * D
     consumers = (ffn_matrices(model) - 2) + (0 if model.ffn_only else 2)
     bwd += consumers * 3 * a * D
     parts = [_ffn(model, a), _bias(model, a)]

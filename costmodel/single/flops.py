@@ -54,19 +54,23 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
     re-running a region once the last tensor it saved is rebuilt; a matmul saves its inputs
     before it runs, so the region's last matmul is skipped when only its inputs were saved:
     the FFN down-projection of a block, the PV product of naive attention. The fused kernel
-    saves its own output, so it is re-run whole. ``selective-op`` (torchtitan's op-level
+    saves its own output, so it is re-run whole. With dropout on the residual branches its
+    mask is the last tensor and nothing is skipped. ``selective-op`` (torchtitan's op-level
     policy) re-runs every second matmul but a block's last, and the naive core, whose
     batched matmuls it does not save; the fused kernel's outputs are saved.
     """
     fwd = forward_flops_by_op(model)
+    skip_last = not train.dropout  # a branch dropout's mask comes after the last matmul
     if train.recompute == "selective-op":
-        ops = {op: share * fwd[op] for op, share in op_level_recomputed(model).items()}
+        redo = op_level_recomputed(model, skip_last)
+        ops = {op: share * fwd[op] for op, share in redo.items()}
         if train.attention == "naive" and not model.ffn_only:
             ops.update({k: fwd[k] for k in CORE_OPS})
         return ops
     if train.recompute == "full":
         ops = {k: v for k, v in fwd.items() if k in BLOCK_OPS}
-        ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
+        if skip_last:
+            ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
         return ops
     if train.recompute == "selective" and not model.ffn_only:
         if train.attention == "naive":

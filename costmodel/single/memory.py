@@ -97,7 +97,9 @@ def _attention_core(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, s
         core = q + kv + (q if train.attention == "flash" else 0)
         return {"attention": L * core}
     if train.attention == "naive":  # Q, K, V copies at H heads for the bmm, and P
-        return {"attention": L * (3 * q + act * b * H * T * T)}
+        # dropout keeps its bool mask and its output, which the PV product saves instead
+        dropped = (act + 1) * b * H * T * T if train.dropout else 0
+        return {"attention": L * (3 * q + act * b * H * T * T + dropped)}
     return {"attention": L * (q + kv + q + STAT_BYTES * b * H * T)}  # + O and logsumexp
 
 
@@ -159,6 +161,8 @@ def _block_activations(
     first_is_input = model.ffn_only and act == res
     parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
     parts["ffn_hidden"] = L * _ffn_hidden(model, act, mm)
+    if train.dropout:  # a bool mask per residual branch
+        parts["dropout_masks"] = (1 if model.ffn_only else 2) * L * b * T * D
     return parts
 
 

@@ -39,12 +39,13 @@ def op_level_saved(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
     return block_matmuls(model)[0::2]
 
 
-def op_level_recomputed(model: ModelSpec) -> dict[str, sp.Rational]:
+def op_level_recomputed(model: ModelSpec, skip_last: bool = True) -> dict[str, sp.Rational]:
     """Fraction of each op's matmuls op-level selective AC runs again in backward: the
     even-numbered ones, except a block's last matmul, which torch.utils.checkpoint's early
-    stop skips (its inputs are the last tensors backward needs)."""
+    stop skips (its inputs are the last tensors backward needs) unless ``skip_last`` is
+    false (a dropout after it keeps a mask backward needs later)."""
     order = block_matmuls(model)
-    redo = [op for i, (op, _, _) in enumerate(order[:-1]) if i % 2 == 1]
+    redo = [op for i, (op, _, _) in enumerate(order[: -1 if skip_last else None]) if i % 2 == 1]
     return {op: sp.Rational(redo.count(op), [o for o, _, _ in order].count(op)) for op in redo}
 
 

@@ -171,11 +171,19 @@ class TrainSpec:
     (Korthikanti et al. 2022, Sec. 4.2); ``selective-op`` checkpoints every block but saves
     the fused attention outputs and every second matmul output (torchtitan's op-level
     selective AC, ``selective_ac_option = "op"``)."""
+    dropout: float = 0.0
+    """Dropout probability on each residual branch's output and on the attention
+    probabilities (GPT-2 and Megatron's ``--hidden-dropout``/``--attention-dropout``, 0.1
+    there); 0 for Llama-style training. Fused attention kernels draw the attention mask
+    inside the kernel (FlashAttention, Dao et al. 2022, Alg. 1)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide ``batch``."""
 
     def __post_init__(self) -> None:
         check_fields(self, ("batch", "seq", "grad_accum"))
+        checks.number("dropout", self.dropout, allow_zero=True)
+        if not self.dropout < 1:
+            raise SpecError("dropout", f"dropout must be below 1 (got {self.dropout})")
         train_rules(batch=self.batch, grad_accum=self.grad_accum)
 
     @property

@@ -42,8 +42,10 @@ class TrafficCounter(TorchDispatchMode):
         return out
 
 
-def _count(spec: ModelSpec, precision: str, layers: int, seq: int) -> tuple[int, int]:
-    train = TrainSpec(batch=1, seq=seq, precision=precision, attention="flash")
+def _count(
+    spec: ModelSpec, precision: str, layers: int, seq: int, dropout: float
+) -> tuple[int, int]:
+    train = TrainSpec(batch=1, seq=seq, precision=precision, attention="flash", dropout=dropout)
     model = TransformerLM.for_training(spec.replace(n_layers=layers), train, "meta")
     batch = make_batch(model, 1, seq, device="meta")
     with TrafficCounter() as fwd:
@@ -53,9 +55,12 @@ def _count(spec: ModelSpec, precision: str, layers: int, seq: int) -> tuple[int,
     return fwd.bytes, bwd.bytes
 
 
-def eager_traffic(spec: ModelSpec, precision: str, seqs: tuple[int, int] = (64, 128)):
-    """(forward, backward) bytes per token per layer of the eager elementwise ops."""
+def eager_traffic(
+    spec: ModelSpec, precision: str, seqs: tuple[int, int] = (64, 128), dropout: float = 0.0
+):
+    """(forward, backward) bytes per token per layer of the eager elementwise ops (with
+    ``dropout``, FFN-only models: the CPU flash kernel has no dropout)."""
     t1, t2 = seqs
-    n = {(L, t): _count(spec, precision, L, t) for L in (1, 2) for t in (t1, t2)}
+    n = {(L, t): _count(spec, precision, L, t, dropout) for L in (1, 2) for t in (t1, t2)}
     per = [(n[2, t2][i] - n[1, t2][i] - n[2, t1][i] + n[1, t1][i]) for i in (0, 1)]
     return tuple(p / (t2 - t1) for p in per)

@@ -206,6 +206,8 @@ def _layout(
         compiled = run["group"].startswith("megatron")
         notes.append(f"torch.compile not stated: {'fused' if compiled else 'eager'} kernels")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
+    if run["group"].startswith("megatron"):
+        notes.append("dropout 0.1 (Megatron's --hidden-dropout/--attention-dropout defaults)")
     train = TrainSpec(
         batch=batch,
         seq=run["model"]["seq"],
@@ -214,6 +216,7 @@ def _layout(
         optimizer_impl="fused" if run["group"].startswith("megatron") else "foreach",
         attention="naive" if old_megatron else "flash",
         elementwise="fused" if compiled else "eager",
+        dropout=0.1 if run["group"].startswith("megatron") else 0.0,
         recompute=recompute,
         grad_accum=batch // (micro * replicas),
     )

@@ -134,8 +134,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos[:, None, :] + torch.cat((-x2, x1), dim=-1) * sin[:, None, :]
 
 
+def dropout(x: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """Dropout as CUDA runs it on every device: ``native_dropout`` keeps a bool mask for
+    backward (``F.dropout`` off CUDA multiplies by a mask in the input's dtype)."""
+    return torch.native_dropout(x, p, train)[0]
+
+
 class NaiveAttention(nn.Module):
-    """softmax(QKᵀ/√d + mask) V with the T x T scores and probabilities materialised."""
+    """softmax(QKᵀ/√d + mask) V with the T x T scores and probabilities materialised,
+    the probabilities dropped out with probability ``dropout``."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = dropout
 
     def forward(self, q, k, v, mask):
         groups = q.shape[1] // k.shape[1]
@@ -143,25 +154,42 @@ class NaiveAttention(nn.Module):
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        if self.dropout:
+            probs = dropout(probs, self.dropout, self.training)
         return probs @ v
 
 
 class FlashAttention(nn.Module):
     """Fused causal attention: keeps Q, K, V, O and the logsumexp (Dao 2023).
 
-    CUDA takes SDPA's dispatch (FlashAttention-2 or memory-efficient kernels); CPU and meta
-    call the CPU flash kernel directly, since SDPA on ``meta`` falls back to the math path.
+    CUDA takes SDPA's dispatch (FlashAttention-2 or memory-efficient kernels), which draws
+    the dropout mask inside the kernel; CPU and meta call the CPU flash kernel directly,
+    since SDPA on ``meta`` falls back to the math path, and it has no dropout.
     """
 
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = dropout
+
     def forward(self, q, k, v, mask):
+        p = self.dropout if self.training else 0.0
         if q.device.type == "cuda":
             gqa = q.shape[1] != k.shape[1]
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=p, is_causal=True, enable_gqa=gqa
+            )
+        if p:
+            raise ValueError(
+                "attention dropout in the flash kernel runs on CUDA only "
+                "(use attention='naive' or dropout=0 on CPU)"
+            )
         return _CPU_FLASH(q, k, v, 0.0, True)[0]
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, compute: torch.dtype, kernel: str, selective: bool, **fk):
+    def __init__(
+        self, spec: ModelSpec, compute: torch.dtype, kernel: str, selective: bool, dropout, **fk
+    ):
         super().__init__()
         hd, qkv_bias = spec.head_dim, spec.bias or spec.qkv_bias
         self.spec, self.selective = spec, selective
@@ -169,7 +197,7 @@ class Attention(nn.Module):
         self.k = Linear(spec.d_model, spec.n_kv_heads * hd, qkv_bias, compute, **fk)
         self.v = Linear(spec.d_model, spec.n_kv_heads * hd, qkv_bias, compute, **fk)
         self.o = Linear(spec.n_heads * hd, spec.d_model, spec.bias, compute, **fk)
-        self.core = NaiveAttention() if kernel == "naive" else FlashAttention()
+        self.core = NaiveAttention(dropout) if kernel == "naive" else FlashAttention(dropout)
 
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
@@ -182,7 +210,8 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         if self.selective:
-            o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=False)
+            rng = self.core.dropout > 0  # the recomputed mask must be the forward's
+            o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=rng)
         else:
             o = self.core(q, k, v, mask)
         return self.o(o.transpose(1, 2).reshape(b, t, -1))
@@ -211,19 +240,25 @@ def _norm(spec: ModelSpec, **fk) -> nn.Module:
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec, compute, kernel: str, selective: bool, **fk):
+    def __init__(
+        self, spec: ModelSpec, compute, kernel: str, selective: bool, dropout: float, **fk
+    ):
         super().__init__()
-        self.compute, self.ffn_only = compute, spec.ffn_only
+        self.compute, self.ffn_only, self.dropout = compute, spec.ffn_only, dropout
         if not spec.ffn_only:
             self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
-            self.attn = Attention(spec, compute, kernel, selective, **fk)
+            self.attn = Attention(spec, compute, kernel, selective, dropout, **fk)
         self.ffn = FFN(spec, compute, **fk)
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout on a residual branch's output (keeps a bool mask for backward)."""
+        return dropout(x, self.dropout, self.training) if self.dropout else x
 
     def forward(self, x, cos, sin, mask):
         if self.ffn_only:
-            return x + self.ffn(x.to(self.compute))
-        x = x + self.attn(self.norm1(x).to(self.compute), cos, sin, mask)
-        return x + self.ffn(self.norm2(x).to(self.compute))
+            return x + self._drop(self.ffn(x.to(self.compute)))
+        x = x + self._drop(self.attn(self.norm1(x).to(self.compute), cos, sin, mask))
+        return x + self._drop(self.ffn(self.norm2(x).to(self.compute)))
 
 
 class TransformerLM(nn.Module):
@@ -240,6 +275,7 @@ class TransformerLM(nn.Module):
         precision: str = "fp32",
         attention: str = "flash",
         recompute: str = "none",
+        dropout: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -251,9 +287,10 @@ class TransformerLM(nn.Module):
             )
         param_dtype, self.compute = dtypes_for(precision)
         self.spec, self.attention, self.recompute = spec, attention, recompute
+        self.dropout = dropout
         fk = {"device": device, "dtype": param_dtype}
         self.blocks = nn.ModuleList(
-            Block(spec, self.compute, attention, recompute == "selective", **fk)
+            Block(spec, self.compute, attention, recompute == "selective", dropout, **fk)
             for _ in range(spec.n_layers)
         )
         if spec.ffn_only:
@@ -274,6 +311,7 @@ class TransformerLM(nn.Module):
             precision=train.precision,
             attention=train.attention,
             recompute=train.recompute,
+            dropout=train.dropout,
             device=device,
         )
 
@@ -305,7 +343,7 @@ class TransformerLM(nn.Module):
                     sin,
                     mask,
                     use_reentrant=False,
-                    preserve_rng_state=False,
+                    preserve_rng_state=self.dropout > 0,
                     **context,
                 )
             else:
