@@ -215,8 +215,13 @@ def test_bad_layouts(layout, message):
 
 
 def test_hardware_catalog_is_valid_and_profiles_load(tmp_path):
-    for name in HARDWARE:
-        assert get_hardware(name).peak("bf16" if name != "cpu" else "fp32") > 0
+    for name in HARDWARE:  # every accelerator has a 16-bit peak (V100: fp16 only)
+        hw = get_hardware(name)
+        assert (
+            hw.peak("fp32" if name == "cpu" else "fp16" if name.startswith("v100") else "bf16") > 0
+        )
+    with pytest.raises(ValueError, match="has no bf16 peak"):
+        get_hardware("v100-sxm2-32gb").peak("bf16")
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({**HARDWARE["h100-sxm"], "hbm_bw": 1e12}))
     assert get_hardware(str(path)).hbm_bw == 1e12
