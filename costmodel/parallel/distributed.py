@@ -165,12 +165,16 @@ def sharded_activations(
     """Activations one device keeps, in terms of the global micro-batch b and T.
 
     ``in_flight``: what 1F1B keeps on the first stage (pp micro-batches of its L/pp layers,
-    about L layers of one micro-batch, times the interleaving factor); otherwise one
+    about L layers of one micro-batch, times the interleaving factor 1 + (pp-1)/(pp·v) of
+    Narayanan et al. 2021, Sec. 2.2.2; never more than the step's m micro-batches, all of
+    which are in flight when m·v is below the warm-up count); otherwise one
     micro-batch through one stage's layers (what a forward pass writes on a device)."""
     parts = activation_memory(model, train, residual=residual_bytes(train, par))
     parts.pop("total")
     total = sp.Integer(0)
-    interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else 1
+    interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else sp.Integer(1)
+    if par.pp > 1:  # the first stage holds at most the step's m micro-batches of L/pp layers
+        interleave = sp.Min(interleave, m / N_pp, evaluate=False)
     share = interleave if in_flight else stage_layers(par) / L
     for op, expr in parts.items():
         if op in _CONSTANTS:
