@@ -14,6 +14,7 @@ import sys
 from costmodel.cli.args import int_arg
 from costmodel.cli.attention import add_attention
 from costmodel.cli.estimate import add_estimate_and_presets
+from costmodel.cli.plan import add_plan
 from costmodel.cli.solve import add_bounds_and_solve
 
 
@@ -22,6 +23,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_estimate_and_presets(sub)
     add_bounds_and_solve(sub)
+    add_plan(sub)
     add_attention(sub, int_arg)
     return parser
 

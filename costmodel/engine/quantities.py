@@ -16,6 +16,7 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.engine.diskcache import lambdify_numpy
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
 from costmodel.single.flops import (
@@ -125,7 +126,12 @@ class Compiled:
 
     keys: tuple[str, ...]
     exprs: tuple[sp.Expr, ...]
-    scalar: Any
+
+    @functools.cached_property
+    def scalar(self) -> Any:
+        """Python-float version for single estimates, built on first use (a search over
+        layouts lambdifies only the quantities it ranks by)."""
+        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules=[{"Max": max}, "math"], cse=True)
 
     @functools.cached_property
     def vector(self) -> Any:
@@ -148,19 +154,21 @@ def compiled(structure: tuple) -> Compiled:
             **feats, pp=2 if pipelined else 1, pp_interleave=2 if interleaved else 1
         )
     exprs = quantities(ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw), parallel)
-    keys = tuple(exprs)
-    values = tuple(exprs.values())
-    scalar = sp.lambdify(EVAL_SYMBOLS, values, modules=[{"Max": max}, "math"], cse=True)
-    return Compiled(keys=keys, exprs=values, scalar=scalar)
+    return Compiled(keys=tuple(exprs), exprs=tuple(exprs.values()))
 
 
 @functools.lru_cache(maxsize=1024)
-def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> Any:
-    """A numpy function of only ``keys`` (those the structure has): cheaper to build and to
-    run than every quantity when a sweep or a search asks for a few."""
-    comp = compiled(structure)
-    exprs = [comp.exprs[comp.keys.index(k)] for k in keys]
-    return sp.lambdify(EVAL_SYMBOLS, exprs, modules="numpy", cse=True)
+def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
+    """``(present, fn)``: a numpy function of those ``keys`` the structure has (``present``,
+    in order), cheaper to build and to run than every quantity when a sweep or a search asks
+    for a few. Kept on disk across processes (:mod:`costmodel.engine.diskcache`)."""
+
+    def build() -> tuple[tuple[str, ...], list[sp.Expr]]:
+        comp = compiled(structure)
+        present = tuple(k for k in keys if k in comp.keys)
+        return present, [comp.exprs[comp.keys.index(k)] for k in present]
+
+    return lambdify_numpy(("subset", structure, keys), build, EVAL_SYMBOLS)
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:

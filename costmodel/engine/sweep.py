@@ -50,9 +50,9 @@ def _is_array(value: Any) -> bool:
 
 
 def _as_grid(name: str, value: Any) -> np.ndarray:
-    arr = np.asarray(value, dtype=object if name in _KINDS else None)
-    if name in _KINDS:
-        return arr
+    arr = np.asarray(value)
+    if name in _KINDS:  # strings as Python objects; flags and stages stay numeric
+        return arr.astype(object) if arr.dtype.kind in "USO" else arr
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)) and name != "bucket_mb":
         arr = arr.astype(np.int64)
     if name != "bucket_mb":
@@ -90,23 +90,22 @@ def sweep(
     points = int(np.prod(shape))
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
-    for mask, group in _groups(columns, shape, layout):
+    for idx, group in _groups(columns, shape, layout):
         specs = _specs(group)
-        comp = compiled(specs.structure)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
         if quantities is None:
-            results = dict(zip(comp.keys, comp.vector(*args), strict=True))
+            comp = compiled(specs.structure)
+            keys, fn = comp.keys, comp.vector
         else:
-            keys = tuple(k for k in quantities if k in comp.keys)
-            results = dict(zip(keys, compiled_subset(specs.structure, keys)(*args), strict=True))
-        for key in comp.keys if quantities is None else quantities:
-            if key in results:
-                if mask is None:  # one structure: the grid as broadcast, no copies
-                    out[key] = np.broadcast_to(np.asarray(results[key], np.float64), shape)
-                    continue
-                column = out.setdefault(key, np.full(points, np.nan))
-                column[mask] = np.broadcast_to(results[key], (int(mask.sum()),))
+            keys, fn = compiled_subset(specs.structure, tuple(quantities))
+        for key, result in zip(keys, fn(*args), strict=True):
+            if idx is None:  # one structure: the grid as broadcast, no copies
+                out[key] = np.broadcast_to(np.asarray(result, np.float64), shape)
+                continue
+            if key not in out:
+                out[key] = np.full(points, np.nan)
+            out[key][idx] = result
     missing = [k for k in quantities or () if k not in out]
     if missing:
         raise SpecError("quantities", f"unknown quantity: {', '.join(missing)}")
@@ -126,9 +125,10 @@ def _columns(
             continue
         source = {ModelSpec: base, TrainSpec: train_defaults, ParallelSpec: par_defaults}[cls]
         for name in names:
-            value = grid.get(name, overrides.get(name, getattr(source, name)))
-            dtype = object if name in _KINDS or name == "name" else None
-            cols[name] = np.asarray(value, dtype=dtype)
+            value = np.asarray(grid.get(name, overrides.get(name, getattr(source, name))))
+            # choices spelled as strings are kept as Python objects; flags and stages
+            # (bool, int) stay numeric, which groups them far faster
+            cols[name] = value.astype(object) if value.dtype.kind in "US" else value
     _derive_heads(base, overrides, cols)
     return cols
 
@@ -143,28 +143,51 @@ def _derive_heads(base: ModelSpec, overrides: dict[str, Any], cols: dict[str, np
 
 
 def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
-    """(mask, {field: scalar kind or array of sizes}) per structure; mask None when the whole
-    grid is one structure (the arrays then keep their broadcastable shapes)."""
-    keys = [
-        cols[k] for k in sorted(_KINDS) if k in cols and np.unique(cols[k].astype(str)).size > 1
-    ]
+    """(indices, {field: scalar kind or array of sizes}) per structure; indices None when the
+    whole grid is one structure (the arrays then keep their broadcastable shapes). Fields
+    that are one value for the whole grid stay scalars."""
+    keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].size > 1]
     if layout:
-        keys += [k for k in (cols["pp"] > 1, cols["pp_interleave"] > 1) if np.unique(k).size > 1]
-    if not keys:
-        yield None, {k: c.item() if k in _KINDS or k == "name" else c for k, c in cols.items()}
-        return
-    flat = {k: np.broadcast_to(c, shape).ravel() for k, c in cols.items()}
+        keys += [cols["pp"] > 1, cols["pp_interleave"] > 1]
     codes = np.zeros(int(np.prod(shape)), dtype=np.int64)
     for key in keys:
-        key = np.broadcast_to(key, shape).ravel()
-        _, inverse = np.unique(key.astype(str) if key.dtype == object else key,
-                               return_inverse=True)  # fmt: skip
-        codes = codes * (int(inverse.max(initial=0)) + 1) + inverse.ravel()
-    for code in np.unique(codes):
-        mask = codes == code
-        first = int(np.argmax(mask))
-        group = {k: c[first] if k in _KINDS or k == "name" else c[mask] for k, c in flat.items()}
-        yield mask, group
+        inverse, n = factorize(np.broadcast_to(key, shape).ravel())
+        codes = codes * n + inverse
+    small = codes.astype(np.uint16) if codes.max(initial=0) < 2**16 else codes
+    order = np.argsort(small, kind="stable")  # radix sort for 16-bit keys
+    distinct, starts = np.unique(codes[order], return_index=True)
+    if distinct.size <= 1:
+        yield None, {k: c.flat[0] if k in _KINDS or k == "name" else c for k, c in cols.items()}
+        return
+    flat = {k: np.broadcast_to(c, shape).ravel() if c.size > 1 else c.reshape(())
+            for k, c in cols.items()}  # fmt: skip
+    for start, end in zip(starts, [*starts[1:], codes.size], strict=True):
+        idx = order[start:end]
+        yield idx, {k: _pick(c, idx, k in _KINDS or k == "name") for k, c in flat.items()}
+
+
+def _pick(column: np.ndarray, idx: np.ndarray, kind: bool) -> Any:
+    """A group's part of a column: its one value for a kind (all alike in a group), the
+    selected sizes otherwise; a grid-wide scalar as it is."""
+    if kind:
+        return column.flat[idx[0] if column.ndim else 0]
+    return column[idx] if column.ndim else column
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """(code of each element, a bound n with every code < n); object arrays
+    (choices such as frameworks) through a dict of their few distinct values, far faster
+    than sorting them as strings."""
+    if values.dtype.kind in "biu" and values.size:  # flags and stages: offsets, no sort
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < 4096:
+            return (values - lo).astype(np.int64), hi - lo + 1
+    if values.dtype != object:
+        _, inverse = np.unique(values, return_inverse=True)
+        return inverse.ravel().astype(np.int64), int(inverse.max(initial=0)) + 1
+    items = values.tolist()
+    index = {v: i for i, v in enumerate(dict.fromkeys(items))}
+    return np.fromiter(map(index.__getitem__, items), np.int64, len(items)), len(index)
 
 
 def _specs(group: dict[str, Any]) -> SimpleNamespace:

@@ -232,7 +232,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
-    optimizer = traffic / W_hbm + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
+    update = traffic / W_hbm
+    optimizer = update + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
     step = phase["forward"] + phase["backward"] + bubble + optimizer
     devices = N_dp * X * Y * N_pp * N_cp
     useful = flop_conventions(model, train)["useful"]
@@ -243,6 +244,9 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.optimizer": optimizer,
         "time_s.step": step,
         "time_s.compute": m * (fwd_mb + bwd_mb),
+        "time_s.compute_forward": m * fwd_mb,
+        "time_s.compute_backward": m * bwd_mb,
+        "time_s.optimizer_update": update,
         "time_s.comm": sum(
             (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
         ),
@@ -255,5 +259,10 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         **{
             f"comm_time_s.{k}": g["forward"] + g["backward"] + g["optimizer"]
             for k, g in comm.items()
+        },
+        **{
+            f"comm_phase_s.{k}.{ph}": g[ph]
+            for k, g in comm.items()
+            for ph in ("forward", "backward", "optimizer")
         },
     }

@@ -3,13 +3,17 @@
 Rules take plain values, so the same function checks a scalar spec field
 (``ModelSpec.__post_init__``) and a numpy grid of them (``costmodel.sweep``): the
 arithmetic (``%``, ``<=``) is numpy's elementwise arithmetic on arrays, and a rule fails
-when any element does, quoting the first that does.
+when any element does, quoting the first that does. Inside ``collect_masks()`` the
+grid rules record which elements pass instead of raising, so the planner filters
+candidate layouts by the very rules that reject a bad input.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -29,6 +33,31 @@ class SpecError(ValueError):
     @property
     def message(self) -> str:
         return str(self.args[0])
+
+
+_MASKS: ContextVar[list[np.ndarray] | None] = ContextVar("masks", default=None)
+
+
+@contextmanager
+def collect_masks() -> Iterator[list[np.ndarray]]:
+    """Within this block, grid rules append their pass/fail arrays to the yielded list
+    instead of raising (``np.logical_and.reduce`` of them: the points that pass all)."""
+    found: list[np.ndarray] = []
+    token = _MASKS.set(found)
+    try:
+        yield found
+    finally:
+        _MASKS.reset(token)
+
+
+def require(ok: Any, field: str, message: Callable[[], str]) -> None:
+    """A grid rule: ``ok`` elementwise, else ``SpecError(field, message())`` (or, inside
+    ``collect_masks()``, ``ok`` recorded)."""
+    masks = _MASKS.get()
+    if masks is not None:
+        masks.append(np.asarray(ok, dtype=bool))
+    elif not np.all(ok):
+        raise SpecError(field, message())
 
 
 def _first_bad(ok: Any, *values: Any) -> tuple[Any, ...]:
@@ -82,12 +111,12 @@ def choice(field: str, value: Any, choices: Iterable[Any]) -> None:
 def divides(by_name: str, by: Any, name: str, value: Any, *, field: str | None = None) -> None:
     """``by`` divides ``value`` (elementwise); the error names both sides."""
     ok = np.asarray(value) % np.asarray(by) == 0
-    if not np.all(ok):
+
+    def message() -> str:
         got_v, got_by = _first_bad(ok, value, by)
-        raise SpecError(
-            field or by_name,
-            f"{by_name} must divide {name} (got {name}={got_v}, {by_name}={got_by})",
-        )
+        return f"{by_name} must divide {name} (got {name}={got_v}, {by_name}={got_by})"
+
+    require(ok, field or by_name, message)
 
 
 def at_most(
@@ -95,13 +124,24 @@ def at_most(
 ) -> None:
     """``value <= limit`` (elementwise); ``field`` names the input (default ``name``)."""
     ok = np.asarray(value) <= np.asarray(limit)
-    if not np.all(ok):
+
+    def message() -> str:
         got_v, got_l = _first_bad(ok, value, limit)
         reason = f" {why}" if why else ""
-        raise SpecError(
-            field or name, f"{name} must be <= {limit_name}{reason} (got {name}={got_v}, "
-            f"{limit_name}={got_l})"
-        )  # fmt: skip
+        return f"{name} must be <= {limit_name}{reason} (got {name}={got_v}, {limit_name}={got_l})"
+
+    require(ok, field or name, message)
 
 
-__all__ = ["MAX_INT", "SpecError", "at_most", "choice", "divides", "flag", "integer", "number"]
+__all__ = [
+    "MAX_INT",
+    "SpecError",
+    "at_most",
+    "choice",
+    "collect_masks",
+    "divides",
+    "flag",
+    "integer",
+    "number",
+    "require",
+]

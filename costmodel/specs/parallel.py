@@ -118,8 +118,8 @@ def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:
 
 def cp_rule(cp: Any, attention: str) -> None:
     """Ring attention passes K/V blocks of a fused kernel: context parallelism needs flash."""
-    if attention != "flash" and np.any(np.asarray(cp) > 1):
-        raise SpecError("cp", "cp > 1 needs attention=flash (ring attention)")
+    ok = np.asarray(cp) == 1 if attention != "flash" else np.ones(np.shape(cp), dtype=bool)
+    checks.require(ok, "cp", lambda: "cp > 1 needs attention=flash (ring attention)")
 
 
 def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any) -> None:
@@ -133,17 +133,22 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
     checks.divides("cp", par.cp, "seq", seq)
     step = batch_step(par.dp, par.fsdp, grad_accum)
     checks.divides("dp * fsdp * grad_accum", step, "batch", batch, field="dp")
-    if par.sequence_parallel:
-        checks.divides("tp", par.tp, "seq / cp", seq // par.cp)
+    sp = np.asarray(par.sequence_parallel, dtype=bool)
+    if np.any(sp):  # sequence parallelism splits each cp chunk over the tp ranks
+        tp_sp = np.where(sp, par.tp, 1)
+        checks.divides("tp", tp_sp, "seq / cp", seq // np.asarray(par.cp))
     kv, tp = np.asarray(model.n_kv_heads), np.asarray(par.tp)
-    if not model.ffn_only and np.any((kv % tp != 0) & (tp % kv != 0)):
-        raise SpecError(
-            "tp",
-            f"tp must divide n_kv_heads or be a multiple of it (got tp={par.tp}, "
-            f"n_kv_heads={model.n_kv_heads})",
-        )
-    if np.any((np.asarray(par.pp_interleave) > 1) & (np.asarray(par.pp) == 1)):
-        raise SpecError("pp_interleave", "pp_interleave > 1 needs pp > 1")
+    if not model.ffn_only:
+        ok = (kv % tp == 0) | (tp % kv == 0)
+        checks.require(ok, "tp", lambda: "tp must divide n_kv_heads or be a multiple of it "
+                       f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
+    ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
+    checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
+
+
+def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:
+    first_a, first_b = checks._first_bad(ok, a, b)
+    return f"{a_name}={first_a}, {b_name}={first_b}"
 
 
 def fill_dp(parallel: ParallelSpec, gpus: int) -> ParallelSpec:

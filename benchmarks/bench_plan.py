@@ -1,0 +1,76 @@
+"""How fast is the planner? Layout evaluations per second, and one whole search.
+
+Run: ``.venv/bin/python benchmarks/bench_plan.py [--model llama3-70b] [--gpus 1024]``.
+Targets (issue 14): >= 1,000,000 layout evaluations per second with time and memory
+(the vectorised path, one core); Llama-3-70B on 1024 GPUs (>= 100,000 candidates)
+searched in <= 1 s. Reports the search cold (sympy builds and prints every structure; an
+empty disk cache), from the disk cache (a new process), and hot (in-process caches), and
+the evaluation rate over the search's valid layouts repeated to ``--n`` rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+
+def _timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="llama3-70b")
+    parser.add_argument("--hardware", default="h100-sxm")
+    parser.add_argument("--gpus", type=int, default=1024)
+    parser.add_argument("--seq", type=int, default=8192)
+    parser.add_argument("--global-batch", type=int, default=2048)
+    parser.add_argument("--n", type=int, default=1_000_000, help="layouts in the rate test")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    os.environ["COSTMODEL_CACHE"] = tempfile.mkdtemp(prefix="costmodel-bench-")
+
+    from costmodel import TrainSpec, get_hardware, get_model
+    from costmodel.engine.plan import LAYOUT, QUANTITIES, plan
+    from costmodel.engine.quantities import compiled, compiled_subset
+    from costmodel.engine.sweep import sweep
+
+    model, hw = get_model(args.model), get_hardware(args.hardware)
+    train = TrainSpec(batch=args.global_batch, seq=args.seq, precision="bf16-mixed")
+    search = lambda: plan(model, train, hw, args.gpus)  # noqa: E731
+    cold = _timed(search, 1)[0]
+    compiled.cache_clear()
+    compiled_subset.cache_clear()
+    disk = _timed(search, 1)[0]
+    hot = _timed(search, args.repeats)
+    p = search()
+    print(f"plan {args.model} on {args.gpus} x {args.hardware}: {p.enumerated:,} enumerated, "
+          f"{p.valid:,} valid, {int(p.fits.sum()):,} fit, {p.structures} structures")  # fmt: skip
+    print(f"  cold (sympy) {cold:.2f} s, from disk cache {disk:.2f} s, "
+          f"hot median {statistics.median(hot):.3f} s (best {min(hot):.3f} s)")  # fmt: skip
+
+    reps = -(-args.n // p.valid)
+    fields = {k: np.tile(p.columns[k], reps)[: args.n] for k in LAYOUT if k != "micro_batch"}
+    run = lambda: sweep(model, hardware=hw, quantities=QUANTITIES, batch=train.batch,  # noqa: E731
+                        seq=train.seq, precision=train.precision, **fields)  # fmt: skip
+    run()
+    times = _timed(run, args.repeats)
+    med = statistics.median(times)
+    print(
+        f"sweep of {args.n:,} layouts x {len(QUANTITIES)} quantities (time, memory, MFU): "
+        f"median {med:.3f} s, best {min(times):.3f} s ({args.n / med:,.0f} layouts/s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""``plan``: the fastest layouts that fit, with what limits each (``python -m costmodel plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.cli.args import FRONT, add_inputs, int_arg, values_of
+from costmodel.cli.timeline import timeline_path, write_timeline
+from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, plan
+from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
+from costmodel.specs import checks
+from costmodel.units import fmt_bytes
+
+_TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention", "elementwise",
+               "dropout")  # fmt: skip
+GIB = 2**30
+
+
+def _words(kind: type, name: str):
+    def parse(text: str) -> tuple[Any, ...]:
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        if not items:
+            raise argparse.ArgumentTypeError(f"{name}: give a comma-separated list")
+        return tuple(int_arg(t) for t in items) if kind is int else items
+
+    return parse
+
+
+def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
+    """Compiling structures, one line that fills (stderr, when it is a terminal)."""
+    if not sys.stderr.isatty():
+        yield from items
+        return
+    start = time.perf_counter()
+    for i, item in enumerate(items, 1):
+        yield item
+        done = int(30 * i / total)
+        sys.stderr.write(f"\rcompiling {i}/{total} layout structures [{'#' * done:<30}] "
+                         f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+
+
+def layout_text(row: dict[str, Any]) -> str:
+    sp = "+sp" if row["sequence_parallel"] else ""
+    v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
+    zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
+    return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
+            f"pp{row['pp']}{v} cp{row['cp']} mb{row['micro_batch']} ga{row['grad_accum']} "
+            f"{row['recompute']}")  # fmt: skip
+
+
+def _cost(row: dict[str, Any], gpus: int, budget: float | None, price: float | None) -> dict:
+    if budget is None:
+        return {}
+    days = budget / row["tokens_per_s"] / 86400
+    out = {"train_days": days}
+    if price is not None:
+        out["train_cost"] = days * 24 * gpus * price
+    return out
+
+
+def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
+    hw = p.hardware
+    head = [
+        f"{p.model.name} on {p.gpus} x {hw.name}: batch {p.train.batch} x seq {p.train.seq}, "
+        f"{p.train.precision}",
+        f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {int(p.fits.sum()):,} fit "
+        f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
+        f"searched in {seconds:.2f} s",
+        "",
+        f"{'#':>3}  {'layout':<58} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",
+    ]
+    for i, r in enumerate(rows, 1):
+        extra = ""
+        if "train_days" in r:
+            extra = f"  {r['train_days']:,.1f} days"
+            if "train_cost" in r:
+                extra += f", ${r['train_cost']:,.0f}"
+        head.append(
+            f"{i:>3}  {layout_text(r):<58} {r['time_s.step']:>8.3f}s "
+            f"{r['tokens_per_s'] / p.gpus:>10,.0f} {r['mfu']:>6.1%} "
+            f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
+        )
+    return "\n".join(head)
+
+
+def no_fit_text(p: Plan) -> str:
+    """No layout fits: the smallest peak found and what would make it fit."""
+    best = p.smallest_memory()
+    need = best["memory_bytes_per_device.peak"]
+    hints = ["more GPUs (or more pp/tp to split the weights)"]
+    if best["recompute"] != "full" and "full" not in p.options.recompute:
+        hints.insert(0, "allow --recompute full")
+    if best["micro_batch"] > 1:
+        hints.insert(0, "a smaller micro-batch")
+    return (f"no layout fits: the smallest peak is {need / GIB:,.1f} GiB per device "
+            f"({layout_text(best)}) against {p.budget_bytes / GIB:,.1f} GiB "
+            f"({p.options.memory_headroom:.0%} of {p.hardware.hbm_bytes / GIB:,.0f} GiB); "
+            f"try {', or '.join(hints)}")  # fmt: skip
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    values = {k: v for k, v in values_of(args).items() if k in _MODEL_KEYS | set(_TRAIN_KEYS)}
+    checks.integer("global_batch", args.global_batch)
+    checks.integer("top", args.top)
+    setup = build({**values, "batch": args.global_batch})
+    hw = get_hardware(args.hardware)
+    options = PlanOptions(
+        frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
+        max_tp=args.max_tp, memory_headroom=args.memory_headroom,
+    )  # fmt: skip
+    for name in ("token_budget", "price_per_hour"):
+        if getattr(args, name) is not None:
+            checks.number(name, getattr(args, name))
+    if args.timeline:
+        timeline_path(args.timeline)
+    start = time.perf_counter()
+    result = plan(setup.model, setup.train, hw, args.gpus, options, progress=progress_bar)
+    seconds = time.perf_counter() - start
+    rows = [r | _cost(r, args.gpus, args.token_budget, args.price_per_hour)
+            for r in result.top(args.top)]  # fmt: skip
+    if args.timeline and len(result.order):
+        best = int(result.order[0])
+        write_timeline(args.timeline, setup.model, result.train_spec(best),
+                       result.parallel_spec(best), hw)  # fmt: skip
+    if args.json:
+        out = {"model": setup.model.name, "hardware": hw.name, "gpus": args.gpus,
+               "enumerated": result.enumerated, "valid": result.valid,
+               "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
+               "seconds": seconds, "top": rows}  # fmt: skip
+        if not rows:
+            out["no_fit"] = no_fit_text(result)
+        print(json.dumps(out, indent=2, allow_nan=False))
+        return 0 if rows else 1
+    if not rows:
+        print(no_fit_text(result))
+        return 1
+    print(_table(result, rows, seconds))
+    return 0
+
+
+_MODEL_KEYS = {"model", "hf_config"} | {i.key for i in MODEL_INPUTS}
+
+
+def add_plan(sub) -> None:
+    p = sub.add_parser("plan", help="the fastest layouts that fit a cluster")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help=f"preset: {', '.join(FRONT['model'].choices or ())}")
+    src.add_argument("--hf-config", metavar="PATH", help=FRONT["hf_config"].help)
+    add_inputs(p, "training", tuple(i for i in TRAIN_INPUTS if i.key in _TRAIN_KEYS))
+    add_inputs(p, "ModelSpec fields (override the preset)", MODEL_INPUTS)
+    g = p.add_argument_group("cluster and search")
+    g.add_argument("--hardware", required=True, help=FRONT["hardware"].help)
+    g.add_argument("--gpus", type=int_arg, required=True, help="devices in the cluster")
+    g.add_argument("--global-batch", type=int_arg, required=True,
+                   help="sequences per optimizer step")  # fmt: skip
+    g.add_argument(
+        "--frameworks",
+        type=_words(str, "frameworks"),
+        default=("fsdp2", "megatron"),
+        help=f"comma list of {', '.join(FRAMEWORK_CHOICES)} (default fsdp2,megatron)",
+    )
+    g.add_argument(
+        "--recompute",
+        type=_words(str, "recompute"),
+        default=("none", "selective", "selective-op", "full"),
+        help="comma list of recompute policies to try (default all four)",
+    )
+    g.add_argument(
+        "--micro-batches",
+        type=_words(int, "micro-batches"),
+        default=None,
+        help="comma list of sequences per device per micro-batch "
+        "(default: every power of two that divides)",
+    )
+    g.add_argument(
+        "--max-tp", type=int_arg, default=None, help="largest tp (default: the devices of one node)"
+    )
+    g.add_argument(
+        "--memory-headroom",
+        type=float,
+        default=0.9,
+        help="a layout fits when its peak is at most this share of HBM (default 0.9)",
+    )
+    g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument(
+        "--timeline", metavar="PATH", help="write the best layout's step timeline (.svg or .html)"
+    )
+    add_inputs(p, "cost (adds days and cost per layout)",
+               (FRONT["token_budget"], FRONT["price_per_hour"]))  # fmt: skip
+    p.set_defaults(func=_cmd_plan)

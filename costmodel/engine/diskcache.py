@@ -1,0 +1,114 @@
+"""Lambdified numpy functions kept on disk, so a new process skips sympy's code printing.
+
+Building and printing one structure's expressions takes ~0.3 s; a layout search touches
+dozens of structures, so a cold ``plan`` spends its time here, not in numpy. The printed
+source of each function is stored under ``$COSTMODEL_CACHE`` (default
+``~/.cache/costmodel``; ``off`` disables it), keyed by a digest of everything that could
+change it: the costmodel package's source files, the sympy, numpy and Python versions, the
+structure, the requested keys and the argument symbols. An entry is written only when its
+globals are exactly those of a fresh numpy namespace (checked object by object), so a
+loaded function is the function sympy would have built. Unreadable or corrupt entries are
+rebuilt; an unwritable cache folder only costs the speed-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def cache_dir() -> Path | None:
+    """The cache folder, or None when ``COSTMODEL_CACHE=off``."""
+    setting = os.environ.get("COSTMODEL_CACHE", "")
+    if setting.lower() == "off":
+        return None
+    if setting:
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "costmodel"
+
+
+@functools.cache
+def _code_digest() -> str:
+    """One digest of every source file of the package (any edit invalidates the cache)."""
+    h = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        h.update(path.relative_to(_PACKAGE).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _namespace() -> dict[str, Any]:
+    """The globals sympy gives a numpy lambdify (plus functools.reduce for Max/Min)."""
+    ns = dict(sp.lambdify([], 0, modules="numpy").__globals__)
+    ns["reduce"] = functools.reduce
+    return ns
+
+
+def _digest(parts: Sequence[Any]) -> str:
+    versions = (_code_digest(), sp.__version__, np.__version__, platform.python_version())
+    return hashlib.sha256(repr((versions, *parts)).encode()).hexdigest()
+
+
+def _load(path: Path) -> tuple[tuple[str, ...], Callable[..., Any]] | None:
+    try:
+        entry = json.loads(path.read_text())
+        ns = dict(_namespace())
+        exec(compile(entry["source"], str(path), "exec"), ns)
+        return tuple(entry["keys"]), ns[entry["name"]]
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError):
+        return None
+
+
+def _reproducible(fn: Callable[..., Any]) -> bool:
+    """Every global the function reads is the same object in a fresh namespace."""
+    ns, glb = _namespace(), fn.__globals__
+    return all(ns.get(n, ns) is glb[n] for n in fn.__code__.co_names if n in glb)
+
+
+def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any]) -> None:
+    import inspect
+
+    if not _reproducible(fn):
+        return
+    entry = {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
+            json.dump(entry, tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        return
+
+
+def lambdify_numpy(
+    parts: Sequence[Any],
+    build: Callable[[], tuple[tuple[str, ...], list[sp.Expr]]],
+    args: Sequence[sp.Symbol],
+) -> tuple[tuple[str, ...], Callable[..., Any]]:
+    """``(keys, fn)``: a numpy function of ``args`` returning the expressions ``build()``
+    gives, loaded from disk when ``parts`` (what identifies them) was built before."""
+    folder = cache_dir()
+    path = None
+    if folder is not None:
+        path = folder / f"{_digest((*parts, tuple(map(str, args))))}.json"
+        if path.exists() and (hit := _load(path)) is not None:
+            return hit
+    keys, exprs = build()
+    fn = sp.lambdify(list(args), exprs, modules="numpy", cse=True)
+    if path is not None:
+        _store(path, keys, fn)
+    return keys, fn

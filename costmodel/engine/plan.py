@@ -1,0 +1,324 @@
+"""The fastest layout that fits: every valid layout of a cluster, evaluated at once.
+
+Enumerates, for ``gpus`` devices, every framework the user allows with its sharding
+(FSDP2: fsdp shards x dp replicas; Megatron: data parallel with the distributed
+optimizer; DeepSpeed and the reference model: ZeRO 1/2/3 over all replicas), tensor
+parallelism within a node (with and without sequence parallelism), pipeline parallelism
+(plain and interleaved 1F1B, uneven stages included), context parallelism, the
+micro-batch per device and the recompute policy. The spec layer's own rules filter the
+candidates (``checks.collect_masks``: the rules that reject a bad input), ``sweep``
+evaluates per-device memory and step time with the same compiled expressions as
+``estimate`` (one set per structure), layouts whose peak exceeds the memory headroom
+are dropped, and the rest are ranked by step time. Units: seconds, bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from costmodel.engine.quantities import compiled_subset, structure_of
+from costmodel.engine.sweep import factorize, sweep
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
+
+LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
+          "cp", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32")  # fmt: skip
+QUANTITIES = (
+    "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
+    "time_s.compute", "time_s.comm", "tokens_per_s", "mfu",
+    "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
+    "memory_bytes_per_device.params", "memory_bytes_per_device.master",
+    "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
+    "memory_bytes_per_device.activations",
+    "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
+)  # fmt: skip
+FRAMEWORK_CHOICES = ("fsdp2", "megatron", "deepspeed", "reference")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the search may vary; every field is a list of allowed values."""
+
+    frameworks: tuple[str, ...] = ("fsdp2", "megatron")
+    recompute: tuple[str, ...] = ("none", "selective", "selective-op", "full")
+    micro_batches: tuple[int, ...] | None = None
+    """Sequences per device per micro-batch; default every power of two that divides."""
+    interleave: tuple[int, ...] = (1, 2)
+    max_tp: int | None = None
+    """Largest tensor-parallel degree; default the devices of one node (NVLink domain)."""
+    memory_headroom: float = 0.9
+    """A layout fits when its peak allocated bytes are at most this share of HBM."""
+
+    def __post_init__(self) -> None:
+        for name in ("frameworks", "recompute", "micro_batches", "interleave"):
+            if getattr(self, name) is not None:  # lists from callers become tuples (hashable)
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("frameworks", "recompute"):
+            values = getattr(self, name)
+            if not values:
+                raise SpecError(name, f"{name} must name at least one choice")
+        for fw in self.frameworks:
+            checks.choice("frameworks", fw, FRAMEWORK_CHOICES)
+        for rc in self.recompute:
+            checks.choice("recompute", rc, ("none", "selective", "selective-op", "full"))
+        for mb in self.micro_batches or ():
+            checks.integer("micro_batches", mb)
+        checks.number("memory_headroom", self.memory_headroom)
+        if self.memory_headroom > 1:
+            raise SpecError("memory_headroom", f"memory_headroom must be <= 1 "
+                            f"(got {self.memory_headroom})")  # fmt: skip
+
+
+@dataclass
+class Plan:
+    """Every valid candidate with its quantities; ``order`` ranks the fitting ones."""
+
+    model: ModelSpec
+    train: TrainSpec
+    hardware: Hardware
+    gpus: int
+    options: PlanOptions
+    columns: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    fits: np.ndarray
+    order: np.ndarray
+    enumerated: int
+    budget_bytes: float
+    structures: int = field(default=0)
+
+    @property
+    def valid(self) -> int:
+        return len(self.fits)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """One candidate: its layout, quantities and what limits it."""
+        out = {k: _plain(self.columns[k][i]) for k in LAYOUT}
+        out.update({k: float(self.values[k][i]) for k in QUANTITIES})
+        out["fits"] = bool(self.fits[i])
+        out["limit"] = limit_of(out, self.budget_bytes)
+        return out
+
+    def top(self, k: int = 10) -> list[dict[str, Any]]:
+        return [self.row(int(i)) for i in self.order[:k]]
+
+    def smallest_memory(self) -> dict[str, Any]:
+        return self.row(int(np.argmin(self.values["memory_bytes_per_device.peak"])))
+
+    def parallel_spec(self, i: int) -> ParallelSpec:
+        c = {k: _plain(self.columns[k][i]) for k in LAYOUT}
+        return ParallelSpec(**{k: c[k] for k in ParallelSpec.__dataclass_fields__ if k in c})
+
+    def train_spec(self, i: int) -> TrainSpec:
+        ga, rc = int(self.columns["grad_accum"][i]), str(self.columns["recompute"][i])
+        return self.train.replace(grad_accum=ga, recompute=rc)
+
+
+def limit_of(row: dict[str, Any], budget: float) -> str:
+    """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
+    data-parallel (FSDP/DP) communication beyond the compute it overlaps, and the optimizer
+    step, when it exceeds 5 % of the step; else compute. Memory above 90 % of the budget is
+    named too (a layout that shards less would not fit)."""
+    step, tp = row["time_s.step"], row["comm_time_s.tp"]
+    phases = row["time_s.forward"] + row["time_s.backward"]
+    parts = {
+        "pipeline bubble": row["time_s.bubble"],
+        "TP communication": tp,
+        "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp),
+        "optimizer step": row["time_s.optimizer"],
+    }
+    name, worst = max(parts.items(), key=lambda kv: kv[1])
+    text = f"{name} ({worst / step:.0%} of the step)" if worst > 0.05 * step else "compute"
+    used = row["memory_bytes_per_device.peak"] / budget
+    return f"{text}; memory {used:.0%} of budget" if used > 0.9 else text
+
+
+def plan(
+    model: ModelSpec,
+    train: TrainSpec,
+    hardware: Hardware,
+    gpus: int,
+    options: PlanOptions | None = None,
+    progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
+) -> Plan:
+    """Search every layout of ``gpus`` devices for ``train.batch`` sequences of
+    ``train.seq`` tokens (``train``'s precision, kernels and optimizer are kept; its
+    grad_accum and recompute are searched). ``progress`` wraps the per-structure loop."""
+    options = options or PlanOptions()
+    checks.integer("gpus", gpus)
+    check_positions(model.pos, train.seq, model.max_positions)
+    cols = enumerate_layouts(model, train, hardware, gpus, options)
+    enumerated = len(cols["tp"])
+    ok = _valid(cols, model, train)
+    if not ok.any():
+        raise SpecError("gpus", no_layout_message(cols, model, train, gpus))
+    cols = {k: v[ok] for k, v in cols.items()}
+    structures = _warm(model, train, hardware, cols, progress)
+    fields = {k: cols[k] for k in LAYOUT if k not in ("micro_batch",)}
+    values = sweep(model, hardware=hardware, quantities=QUANTITIES,
+                   batch=train.batch, seq=train.seq, precision=train.precision,
+                   attention=train.attention, elementwise=train.elementwise,
+                   optimizer=train.optimizer, optimizer_impl=train.optimizer_impl,
+                   dropout=train.dropout, **fields)  # fmt: skip
+    budget = options.memory_headroom * hardware.hbm_bytes
+    fits = values["memory_bytes_per_device.peak"] <= budget
+    order = rank(cols, values, np.flatnonzero(fits))
+    return Plan(model, train, hardware, gpus, options, cols, values, fits, order, enumerated,
+                budget, structures)  # fmt: skip
+
+
+TIE = 0.005
+"""Step times within this fraction of each other rank as equals (far below the model's
+resolution: its median error on published runs is ~6 %)."""
+
+
+def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.ndarray):
+    """``idx`` fastest first; ties (``TIE``) go to the layout with the fewest model-parallel
+    devices (tp x pp x cp: fewer collectives on the critical path, fewer ways to go wrong),
+    then to the one with the smaller peak memory."""
+    step = values["time_s.step"][idx]
+    tier = np.floor(np.log(step) / np.log1p(TIE))
+    split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
+    peak = values["memory_bytes_per_device.peak"][idx]
+    return idx[np.lexsort((step, peak, split, tier))]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _shardings(framework: str, replicas: int) -> list[tuple[int, int, int]]:
+    """(dp, fsdp, zero) of ``replicas`` data-parallel devices under a framework."""
+    if framework == "fsdp2":  # HSDP: fsdp shards, dp replicas of the shards
+        return [(replicas // f, f, 3) for f in _divisors(replicas)]
+    if framework == "megatron":  # distributed optimizer over the data-parallel ranks
+        return [(replicas, 1, 1)]
+    return [(1, replicas, z) for z in (1, 2, 3)]  # ZeRO stages over every replica
+
+
+def enumerate_layouts(
+    model: ModelSpec, train: TrainSpec, hardware: Hardware, gpus: int, options: PlanOptions
+) -> dict[str, np.ndarray]:
+    """Every combination of the searched fields (before the rules), as columns. Blocks of
+    (framework, sharding, tp, pp, cp) are listed in Python; the choices inside a block
+    (sp, interleave, micro-batch, recompute) are numpy products shared between blocks."""
+    max_tp = options.max_tp or hardware.devices_per_node
+    blocks, inner = [], []
+    for fw, tp, cp in itertools.product(options.frameworks, _divisors(gpus), _divisors(gpus)):
+        if tp > max_tp or gpus % (tp * cp):
+            continue
+        for pp in _divisors(gpus // (tp * cp)):
+            replicas = gpus // (tp * cp * pp)
+            if pp > model.n_layers or train.batch % replicas:
+                continue
+            choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
+            for dp, fsdp, zero in _shardings(fw, replicas):
+                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, len(choices["recompute"])))
+                inner.append(choices)
+    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "count")
+    per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
+    counts = np.array(per_block.get("count", ()), dtype=np.int64)
+    cols = {n: np.repeat(np.array(per_block.get(n, ()), object if n in _KINDS else np.int64),
+                         counts) for n in names[:-1]}  # fmt: skip
+    for n in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
+        cols[n] = np.concatenate([c[n] for c in inner] or [np.zeros(0, np.int64)])
+    cols["sequence_parallel"] = cols["sequence_parallel"].astype(bool)
+    cols["grad_accum"] = train.batch // (cols["dp"] * cols["fsdp"] * cols["micro_batch"])
+    cols["grad_reduce_fp32"] = cols["framework"] == "fsdp2"  # torchtitan reduces in fp32
+    return cols
+
+
+_KINDS = {"framework", "recompute"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _choices(tp: bool, pp: bool, per_replica: int, options: PlanOptions) -> dict:
+    """The choices inside one block: sp (with tp), interleave (with pp), micro-batch, recompute."""
+    sps = (False, True) if tp else (False,)
+    vs = options.interleave if pp else (1,)
+    rows = list(itertools.product(sps, vs, _micro_batches(per_replica, options), options.recompute))
+    sp_, v, mb, rc = zip(*rows, strict=True) if rows else ((),) * 4
+    return {
+        "sequence_parallel": np.array(sp_, bool),
+        "pp_interleave": np.array(v, np.int64),
+        "micro_batch": np.array(mb, np.int64),
+        "recompute": np.array(rc, dtype=object),
+    }
+
+
+def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
+    allowed = options.micro_batches
+    if allowed is None:
+        allowed = [2**i for i in range(per_replica.bit_length())]
+    return [mb for mb in allowed if per_replica % mb == 0]
+
+
+def _namespace(cols: dict[str, np.ndarray], model: ModelSpec) -> SimpleNamespace:
+    return SimpleNamespace(**{k: cols[k] for k in ("tp", "pp", "pp_interleave", "cp", "dp",
+                                                   "fsdp", "sequence_parallel")})  # fmt: skip
+
+
+def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:
+    """The candidates every layout rule accepts (the same rules as a single input)."""
+    with checks.collect_masks() as masks:
+        layout_rules(_namespace(cols, model), model, seq=train.seq, batch=train.batch,
+                     grad_accum=cols["grad_accum"])  # fmt: skip
+        cp_rule(cols["cp"], train.attention)
+    n = len(cols["tp"])
+    return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
+
+
+def no_layout_message(
+    cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec, gpus: int
+) -> str:
+    """Why nothing is valid: the rule the simplest candidate breaks, in its own words."""
+    if not len(cols["tp"]):
+        return (f"no layout of {gpus} GPUs splits batch {train.batch}: the global batch must "
+                "be a multiple of the data-parallel degree of some layout")  # fmt: skip
+    first = {k: v[:1] for k, v in cols.items()}
+    try:
+        layout_rules(_namespace(first, model), model, seq=train.seq, batch=train.batch,
+                     grad_accum=first["grad_accum"])  # fmt: skip
+        cp_rule(first["cp"], train.attention)
+    except SpecError as err:
+        return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
+    return f"no valid layout of {gpus} GPUs for this model and batch"
+
+
+def _warm(model, train, hardware, cols, progress) -> int:
+    """Compile each structure's expressions once, with progress (the slow part, cold)."""
+    keys = ("framework", "recompute", "sequence_parallel", "grad_reduce_fp32", "zero")
+    pipelined = cols["pp"] > 1
+    interleaved = cols["pp_interleave"] > 1
+    combos = {(*(_plain(cols[k][i]) for k in keys), bool(pipelined[i]), bool(interleaved[i]))
+              for i in _first_of_each(cols, keys, pipelined, interleaved)}  # fmt: skip
+    items = sorted(combos, key=str)
+    loop = progress(items, len(items)) if progress else items
+    for fw, rc, sp_, fp32, zero, piped, inter in loop:
+        par = ParallelSpec(framework=fw, sequence_parallel=sp_, grad_reduce_fp32=fp32,
+                           zero=zero, pp=2 if piped else 1, pp_interleave=2 if inter else 1,
+                           tp=2 if sp_ else 1)  # fmt: skip
+        compiled_subset(structure_of(model, train.replace(recompute=rc), par), QUANTITIES)
+    return len(items)
+
+
+def _first_of_each(cols, keys, pipelined, interleaved) -> list[int]:
+    code = np.zeros(len(pipelined), dtype=np.int64)
+    for key in [np.asarray(cols[k]) for k in keys] + [pipelined, interleaved]:
+        inverse, n = factorize(key)
+        code = code * n + inverse
+    _, first = np.unique(code, return_index=True)
+    return [int(i) for i in first]
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value

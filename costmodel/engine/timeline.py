@@ -1,0 +1,66 @@
+"""One training step as a timeline: compute and communication streams, phase by phase.
+
+Built from an estimate's quantities, in the order the step runs them: forward (compute on
+one stream; FSDP/DP/CP/PP communication on another, overlapped under the ``max`` rule or
+after the compute under ``sum``; tensor-parallel collectives exposed unless async TP),
+the pipeline bubble (warm-up and drain, drawn as one idle block), backward, and the
+optimizer step (the update's memory traffic, then its communication: ZeRO-1/2's
+all-gather). What people otherwise read out of an Nsight Systems trace, predicted.
+Units: seconds from the start of the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LANES = ("compute", "communication (overlapped)", "communication (exposed)")
+GROUPS = ("fsdp", "dp", "cp", "pp")
+
+
+@dataclass(frozen=True)
+class Segment:
+    lane: str
+    label: str
+    kind: str
+    """compute, comm, exposed, bubble or optimizer."""
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def segments(values: dict[str, Any], overlap: str = "max", async_tp: bool = False) -> list:
+    """The step's segments from ``estimate`` values (a layout on hardware)."""
+    out: list[Segment] = []
+    t = 0.0
+    for phase in ("forward", "backward"):
+        compute = values[f"time_s.compute_{phase}"]
+        out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
+        c = t if overlap == "max" else t + compute
+        hidden = (*GROUPS, "tp") if async_tp else GROUPS
+        for g in hidden:
+            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
+            if d > 0:
+                out.append(Segment(LANES[1], f"{g.upper()} {phase}", "comm", c, c + d))
+                c += d
+        t = max(t + compute, c)
+        tp = 0.0 if async_tp else values.get(f"comm_phase_s.tp.{phase}", 0.0)
+        if tp > 0:
+            out.append(Segment(LANES[2], f"TP {phase}", "exposed", t, t + tp))
+            t += tp
+        bubble = values["time_s.bubble"]
+        if phase == "forward" and bubble > 0:
+            out.append(Segment(LANES[0], "pipeline bubble", "bubble", t, t + bubble))
+            t += bubble
+    update = values["time_s.optimizer_update"]
+    out.append(Segment(LANES[0], "optimizer update", "optimizer", t, t + update))
+    t += update
+    for g in (*GROUPS, "tp"):
+        d = values.get(f"comm_phase_s.{g}.optimizer", 0.0)
+        if d > 0:
+            out.append(Segment(LANES[2], f"{g.upper()} optimizer", "exposed", t, t + d))
+            t += d
+    return out

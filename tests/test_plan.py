@@ -1,0 +1,157 @@
+"""The planner: every layout it keeps is one a single input accepts, its numbers are
+``estimate``'s, it ranks what fits, and it says why when nothing does."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.cli import main
+from costmodel.engine.estimate import estimate
+from costmodel.engine.plan import (
+    LAYOUT,
+    TIE,
+    PlanOptions,
+    _valid,
+    enumerate_layouts,
+    plan,
+)
+from costmodel.specs.checks import SpecError
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+
+H100 = get_hardware("h100-sxm")
+GPT2 = get_model("gpt2")  # 12 heads: tp 8 is invalid on an 8-GPU node
+TRAIN = TrainSpec(batch=32, seq=1024, precision="bf16-mixed")
+OPTIONS = PlanOptions(recompute=("none", "full"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_plan():
+    return plan(GPT2, TRAIN, H100, 16, OPTIONS)
+
+
+def _spec_of(cols, i) -> tuple[ParallelSpec, TrainSpec]:
+    row = {k: cols[k][i].item() if hasattr(cols[k][i], "item") else cols[k][i] for k in LAYOUT}
+    par = ParallelSpec(**{k: row[k] for k in ParallelSpec.__dataclass_fields__ if k in row})
+    return par, TRAIN.replace(grad_accum=row["grad_accum"], recompute=row["recompute"])
+
+
+def test_the_array_rules_accept_exactly_what_a_single_input_accepts():
+    cols = enumerate_layouts(GPT2, TRAIN, H100, 16, OPTIONS)
+    mask = _valid(cols, GPT2, TRAIN)
+    assert 0 < mask.sum() < len(mask)  # the grid holds both kinds
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(mask), size=300, replace=False):
+        try:
+            par, train = _spec_of(cols, i)
+            par.check(GPT2, train)
+            accepted = True
+        except SpecError:
+            accepted = False
+        assert accepted == mask[i], {k: cols[k][i] for k in LAYOUT}
+
+
+def test_every_candidate_uses_the_whole_cluster_and_the_whole_batch(gpt2_plan):
+    c = gpt2_plan.columns
+    assert (c["dp"] * c["fsdp"] * c["tp"] * c["pp"] * c["cp"] == 16).all()
+    replicas = c["dp"] * c["fsdp"]
+    assert (replicas * c["micro_batch"] * c["grad_accum"] == TRAIN.batch).all()
+    assert set(c["framework"]) == {"fsdp2", "megatron"}
+    assert (c["fsdp"][c["framework"] == "megatron"] == 1).all()
+
+
+def test_the_plan_numbers_are_estimates_numbers(gpt2_plan):
+    for i in [*gpt2_plan.order[:3], int(np.argmax(gpt2_plan.values["time_s.step"]))]:
+        par, train = gpt2_plan.parallel_spec(i), gpt2_plan.train_spec(i)
+        assert train.batch == TRAIN.batch
+        one = estimate(GPT2, train, par, H100).values
+        for key in ("time_s.step", "memory_bytes_per_device.peak", "mfu", "comm_time_s.fsdp"):
+            assert gpt2_plan.values[key][i] == pytest.approx(float(one[key]), rel=1e-9), key
+
+
+def test_ranking_keeps_what_fits_fastest_first(gpt2_plan):
+    p = gpt2_plan
+    peak = p.values["memory_bytes_per_device.peak"]
+    assert (p.fits == (peak <= 0.9 * H100.hbm_bytes)).all()
+    assert sorted(p.order.tolist()) == np.flatnonzero(p.fits).tolist()
+    steps = p.values["time_s.step"][p.order]
+    # ties (within TIE) may reorder; beyond that the order is by step time
+    assert (steps[1:] >= steps[:-1] * (1 - TIE) ** 2).all()
+    assert steps[0] <= steps.min() * (1 + TIE)
+    top = p.top(3)
+    assert [r["time_s.step"] for r in top] == pytest.approx(steps[:3].tolist())
+    assert all(r["fits"] and r["limit"] for r in top)
+
+
+def test_a_tighter_budget_keeps_a_subset():
+    tight = plan(GPT2, TRAIN, H100, 16, PlanOptions(recompute=("none", "full"),
+                                                     memory_headroom=0.05))  # fmt: skip
+    loose = plan(GPT2, TRAIN, H100, 16, OPTIONS)
+    assert 0 < tight.fits.sum() < loose.fits.sum()
+    assert tight.budget_bytes == pytest.approx(0.05 * H100.hbm_bytes)
+
+
+def test_nothing_fits_names_the_smallest_peak_and_a_way_out(capsys):
+    code = main(["plan", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "2",
+                 "--seq", "4096", "--global-batch", "2", "--recompute", "none",
+                 "--frameworks", "fsdp2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "no layout fits: the smallest peak is" in out
+    assert "allow --recompute full" in out and "more GPUs" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--gpus", "13", "--global-batch", "8"], "no valid layout of 13 GPUs"),
+        (["--gpus", "0", "--global-batch", "8"], "gpus"),
+        (["--gpus", "8", "--global-batch", "8", "--frameworks", "horovod"], "frameworks"),
+        (["--gpus", "8", "--global-batch", "8", "--memory-headroom", "1.5"], "<= 1"),
+        (["--gpus", "8", "--global-batch", "8", "--top", "0"], "top"),
+        (["--gpus", "8", "--global-batch", "8", "--timeline", "x.png"], ".svg or .html"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_constraint(capsys, argv, words):
+    code = main(["plan", "--model", "gpt2", "--hardware", "h100-sxm", "--seq", "1024", *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_options_refuse_empty_and_unknown_choices():
+    with pytest.raises(SpecError, match="frameworks"):
+        PlanOptions(frameworks=())
+    with pytest.raises(SpecError, match="recompute"):
+        PlanOptions(recompute=("sometimes",))
+
+
+def test_json_and_table(capsys, tmp_path):
+    argv = ["plan", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "16", "--seq",
+            "1024", "--global-batch", "32", "--recompute", "none,full", "--top", "3",
+            "--token-budget", "1e9", "--price-per-hour", "2"]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["top"]) == 3 and out["valid"] <= out["enumerated"]
+    best = out["top"][0]
+    assert best["train_days"] == pytest.approx(1e9 / best["tokens_per_s"] / 86400)
+    assert best["train_cost"] == pytest.approx(best["train_days"] * 24 * 16 * 2)
+    svg = tmp_path / "best.svg"
+    assert main([*argv, "--timeline", str(svg)]) == 0
+    text = capsys.readouterr().out
+    assert "layouts enumerated" in text and "limit" in text
+    assert svg.read_text().startswith("<svg") and "forward compute" in svg.read_text()
+
+
+def test_uneven_pipeline_stages_are_searched():
+    llama = get_model("llama3-8b")  # 32 layers: pp 3 gives stages of 11, 11, 10
+    p = plan(llama, TrainSpec(batch=24, seq=2048, precision="bf16-mixed"), H100, 24,
+             PlanOptions(frameworks=("megatron",), recompute=("full",)))  # fmt: skip
+    assert 3 in set(p.columns["pp"].tolist())
+    assert math.isfinite(p.values["time_s.step"][p.columns["pp"] == 3].max())
