@@ -2,7 +2,9 @@
 
 Run: ``./scripts/setup.sh && .venv/bin/streamlit run app.py``. Every number comes from
 ``costmodel``; the inputs are mirrored in the URL, so a link reproduces the view. The
-second page plots ``validate.run`` results when a results folder exists.
+Plan page searches every layout of a cluster for the fastest that fits
+(``costmodel.engine.plan``); the third plots ``validate.run`` results when a results
+folder exists.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.pages import estimate_page
+from explorer.plan_page import plan_page
 from explorer.results import results_page
 
 st.set_page_config(page_title="costmodel", layout="wide")
 page = st.navigation(
     [
         st.Page(estimate_page, title="Estimate", default=True),
+        st.Page(plan_page, title="Plan", url_path="plan"),
         st.Page(results_page, title="Validation results", url_path="results"),
     ]
 )

@@ -4,38 +4,53 @@ specs (no Streamlit), so they are tested and cached outside the page."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import altair as alt
+import numpy as np
 
-from costmodel import estimate
+from costmodel.engine.sweep import sweep
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.model import TrainSpec, check_positions
+from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GIB
 
 MEMORY_PARTS = ("params", "master", "grads", "optimizer", "activations")
 
 
-def _estimate(setup: Setup, **train_changes: Any):
-    train = setup.train.replace(**train_changes)
-    return estimate(setup.model, train, setup.parallel, setup.hardware)
+def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
+    """``(kept, {key: array})``: ``keys`` at each value of ``field`` that the layout
+    accepts (others are left out), from one vectorised ``sweep`` call."""
+    kept = []
+    for value in values:
+        try:
+            train = setup.train.replace(**{field: value})
+            setup.parallel.check(setup.model, train)
+            check_positions(setup.model.pos, train.seq, setup.model.max_positions)
+        except ValueError:
+            continue  # not divisible by the layout at this value
+        kept.append(value)
+    if not kept:
+        return [], {}
+    fields = {f.name: getattr(setup.train, f.name) for f in dataclasses.fields(TrainSpec)}
+    fields.update(
+        {f.name: getattr(setup.parallel, f.name) for f in dataclasses.fields(ParallelSpec)}
+    )
+    fields[field] = np.array(kept)
+    return kept, sweep(setup.model, hardware=setup.hardware, quantities=keys, **fields)
 
 
 def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, Any]]:
     """Per-device memory by component at each ``batch`` or ``seq`` value (GiB)."""
-    rows = []
-    for value in values:
-        try:
-            est = _estimate(setup, **{field: value})
-        except ValueError:
-            continue  # not divisible by the layout at this value
-        for part in MEMORY_PARTS:
-            gib = est[f"memory_bytes_per_device.{part}"] / GIB
-            rows.append({field: value, "component": part, "GiB": gib})
-        rows.append(
-            {field: value, "component": "peak", "GiB": est["memory_bytes_per_device.peak"] / GIB}
-        )
-    return rows
+    keys = tuple(f"memory_bytes_per_device.{p}" for p in (*MEMORY_PARTS, "peak"))
+    kept, res = swept(setup, field, values, keys)
+    return [
+        {field: value, "component": key.rsplit(".", 1)[1], "GiB": float(res[key][i]) / GIB}
+        for i, value in enumerate(kept)
+        for key in keys
+    ]
 
 
 def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
@@ -91,15 +106,12 @@ def flops_chart(values: dict[str, float]) -> alt.Chart:
 
 
 def comm_rows(setup: Setup, batches: list[int]) -> list[dict[str, Any]]:
-    rows = []
-    for batch in batches:
-        try:
-            est = _estimate(setup, batch=batch)
-        except ValueError:
-            continue
-        for name in ("compute", "comm"):
-            rows.append({"batch": batch, "time": name, "seconds": est[f"time_s.{name}"]})
-    return rows
+    kept, res = swept(setup, "batch", batches, ("time_s.compute", "time_s.comm"))
+    return [
+        {"batch": batch, "time": name, "seconds": float(res[f"time_s.{name}"][i])}
+        for i, batch in enumerate(kept)
+        for name in ("compute", "comm")
+    ]
 
 
 def crossover(rows: list[dict[str, Any]]) -> int | None:

@@ -109,17 +109,6 @@ def _table(rows: dict[str, Any]) -> None:
     st.dataframe([{"quantity": k, "value": val} for k, val in rows.items()], hide_index=True)
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
-def _latex(structure: tuple, key: str) -> str:
-    """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
-    comp = compiled(structure)
-    return sp.latex(comp.exprs[comp.keys.index(key)])
-
-
-def _table(rows: dict[str, Any]) -> None:
-    st.dataframe([{"quantity": k, "value": val} for k, val in rows.items()], hide_index=True)
-
-
 def estimate_page() -> None:
     start = time.perf_counter()
     init_state()

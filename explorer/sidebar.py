@@ -29,6 +29,10 @@ _LABELS = {
     "gpus": "GPUs (empty: what the degrees need)",
     "zero": "ZeRO stage",
     "sequence_parallel": "sequence parallel (with tp)",
+    "elementwise": "elementwise kernels (fused: compiled; eager: PyTorch)",
+    "framework": "framework (what each rank holds)",
+    "pp_interleave": "virtual stages per pipeline rank",
+    "grad_reduce_fp32": "reduce gradients in fp32",
     "overlap": "overlap of communication",
     "token_budget": "token budget",
     "price_per_hour": "$ per device-hour",
@@ -75,14 +79,16 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
             _widget(key)
     slots = {"model": st.empty()}
     st.header("Training")
-    for key in ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention"):
+    for key in ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention",
+                "elementwise"):  # fmt: skip
         _widget(key)
     _widget("recompute")
     _widget("grad_accum")
     _widget("microbatch")
     slots["training"] = st.empty()
     st.header("Cluster and layout")
-    for key in ("hardware", "gpus", "fsdp", "zero", "tp", "pp", "cp", "sequence_parallel"):
+    for key in ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
+                "cp", "sequence_parallel", "grad_reduce_fp32"):  # fmt: skip
         _widget(key)
     _widget("overlap")
     st.caption("dp fills the devices the other degrees leave.")

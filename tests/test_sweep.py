@@ -79,3 +79,17 @@ def test_layouts_sweep_equals_estimate_and_applies_layout_rules():
     with pytest.raises(SpecError, match="tp must divide n_heads") as err:
         sweep(model, hardware=hw, tp=[1, 3])
     assert err.value.field == "tp"
+
+
+def test_micro_batch_arrays_mean_grad_accum():
+    mb = np.array([1, 2, 4])
+    keys = ("time_s.step", "memory_bytes_per_device.peak")
+    by_mb = sweep("gpt2", hardware="h100-sxm", quantities=keys, batch=32, fsdp=4, micro_batch=mb)
+    by_ga = sweep("gpt2", hardware="h100-sxm", quantities=keys, batch=32, fsdp=4,
+                  grad_accum=32 // (4 * mb))  # fmt: skip
+    for k in keys:
+        assert np.array_equal(by_mb[k], by_ga[k])
+    with pytest.raises(SpecError, match="micro_batch"):
+        sweep("gpt2", hardware="h100-sxm", batch=32, fsdp=4, micro_batch=np.array([3]))
+    with pytest.raises(SpecError, match="not both"):
+        sweep("gpt2", hardware="h100-sxm", batch=32, micro_batch=1, grad_accum=1)

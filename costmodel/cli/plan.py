@@ -12,7 +12,7 @@ from typing import Any
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, int_arg, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
-from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, plan
+from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
 from costmodel.units import fmt_bytes
@@ -47,15 +47,6 @@ def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
     sys.stderr.write("\n")
 
 
-def layout_text(row: dict[str, Any]) -> str:
-    sp = "+sp" if row["sequence_parallel"] else ""
-    v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
-    zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
-    return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
-            f"pp{row['pp']}{v} cp{row['cp']} mb{row['micro_batch']} ga{row['grad_accum']} "
-            f"{row['recompute']}")  # fmt: skip
-
-
 def _cost(row: dict[str, Any], gpus: int, budget: float | None, price: float | None) -> dict:
     if budget is None:
         return {}
@@ -84,7 +75,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
             if "train_cost" in r:
                 extra += f", ${r['train_cost']:,.0f}"
         head.append(
-            f"{i:>3}  {layout_text(r):<58} {r['time_s.step']:>8.3f}s "
+            f"{i:>3}  {layout_label(r):<58} {r['time_s.step']:>8.3f}s "
             f"{r['tokens_per_s'] / p.gpus:>10,.0f} {r['mfu']:>6.1%} "
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
@@ -101,7 +92,7 @@ def no_fit_text(p: Plan) -> str:
     if best["micro_batch"] > 1:
         hints.insert(0, "a smaller micro-batch")
     return (f"no layout fits: the smallest peak is {need / GIB:,.1f} GiB per device "
-            f"({layout_text(best)}) against {p.budget_bytes / GIB:,.1f} GiB "
+            f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB "
             f"({p.options.memory_headroom:.0%} of {p.hardware.hbm_bytes / GIB:,.0f} GiB); "
             f"try {', or '.join(hints)}")  # fmt: skip
 

@@ -123,6 +123,16 @@ class Plan:
         return self.train.replace(grad_accum=ga, recompute=rc)
 
 
+def layout_label(row: dict[str, Any]) -> str:
+    """A layout in one line, e.g. ``fsdp2 dp2 fsdp64 tp2+sp pp1 cp4 mb1 ga8 none``."""
+    sp = "+sp" if row["sequence_parallel"] else ""
+    v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
+    zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
+    return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
+            f"pp{row['pp']}{v} cp{row['cp']} mb{row['micro_batch']} ga{row['grad_accum']} "
+            f"{row['recompute']}")  # fmt: skip
+
+
 def limit_of(row: dict[str, Any], budget: float) -> str:
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
     data-parallel (FSDP/DP) communication beyond the compute it overlaps, and the optimizer

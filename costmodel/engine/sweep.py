@@ -69,13 +69,16 @@ def sweep(
 ) -> dict[str, np.ndarray]:
     """Every quantity over a broadcast grid of spec fields.
 
-    ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays. With
+    ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays (and
+    ``micro_batch``, sequences per device per micro-batch, in place of ``grad_accum``). With
     ``hardware`` (or any ParallelSpec field, which needs it) the layout's per-device
     memory, time and MFU are included. Returns float64 arrays keyed like ``estimate``;
     a quantity that only some structures have (e.g. what full recomputation keeps) is NaN
     where it does not apply.
     """
     quantities = None if quantities is None else list(quantities)
+    if "micro_batch" in overrides:
+        overrides = _micro_batch_to_grad_accum(dict(overrides))
     known = set().union(*_OWNERS.values())
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -110,6 +113,19 @@ def sweep(
     if missing:
         raise SpecError("quantities", f"unknown quantity: {', '.join(missing)}")
     return {k: v if v.shape == shape else v.reshape(shape) for k, v in out.items()}
+
+
+def _micro_batch_to_grad_accum(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``grad_accum = batch / (dp * fsdp * micro_batch)``, checked to divide exactly."""
+    if "grad_accum" in overrides:
+        raise SpecError("micro_batch", "give micro_batch or grad_accum, not both")
+    mb = _as_grid("micro_batch", overrides.pop("micro_batch"))
+    batch = np.asarray(overrides.get("batch", TrainSpec().batch))
+    replicas = np.asarray(overrides.get("dp", 1)) * np.asarray(overrides.get("fsdp", 1))
+    per_step = replicas * mb
+    checks.divides("micro_batch * dp * fsdp", per_step, "batch", batch, field="micro_batch")
+    overrides["grad_accum"] = batch // np.maximum(per_step, 1)
+    return overrides
 
 
 def _columns(

@@ -1,0 +1,119 @@
+"""Charts and links of the Plan page: memory vs step time over every layout (the fitting
+region shaded, the Pareto front drawn), one layout's step timeline, and the Estimate-page
+URL of a layout. Pure functions of a :class:`costmodel.engine.plan.Plan` (no Streamlit)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import altair as alt
+import numpy as np
+
+from costmodel.engine.plan import Plan, layout_label
+from costmodel.engine.timeline import Segment
+from costmodel.units import GIB
+from explorer.state import to_query
+
+MAX_POINTS = 4000
+"""Layouts drawn in the scatter (a browser slows down beyond a few thousand marks): the
+Pareto front and the top ones always, the rest an even sample."""
+
+
+def pareto_front(peak: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Indices of the layouts no other layout beats on both peak memory and step time,
+    by increasing memory."""
+    order = np.lexsort((step, peak))
+    best = np.minimum.accumulate(step[order])
+    keep = np.r_[True, best[1:] < best[:-1]]
+    return order[keep]
+
+
+def scatter_rows(p: Plan, top: int = 10) -> list[dict[str, Any]]:
+    """One row per drawn layout: GiB, seconds, whether it fits, front/top membership."""
+    peak = p.values["memory_bytes_per_device.peak"]
+    step = p.values["time_s.step"]
+    front = pareto_front(peak, step)
+    ranked = p.order[:top]
+    rng = np.random.default_rng(0)
+    sample = rng.choice(len(peak), size=min(len(peak), MAX_POINTS), replace=False)
+    shown = np.unique(np.concatenate([front, ranked, sample]))
+    is_front, is_top = np.isin(shown, front), np.isin(shown, ranked)
+    rows = []
+    for i, f, t in zip(shown.tolist(), is_front.tolist(), is_top.tolist(), strict=True):
+        kind = "top" if t else "Pareto front" if f else "fits" if p.fits[i] else "does not fit"
+        rows.append({"GiB": float(peak[i]) / GIB, "seconds": float(step[i]), "kind": kind,
+                     "layout": layout_label(p.row(i)) if (f or t) else ""})  # fmt: skip
+    return rows
+
+
+def pareto_chart(p: Plan, top: int = 10) -> alt.LayerChart:
+    """Peak memory per device vs step time of every layout; the budget shaded."""
+    rows = scatter_rows(p, top)
+    budget = p.budget_bytes / GIB
+    colours = alt.Scale(domain=["top", "Pareto front", "fits", "does not fit"],
+                        range=["#e45756", "#4c78a8", "#9ecae9", "#d3d3d3"])  # fmt: skip
+    region = (
+        alt.Chart(alt.Data(values=[{"x": 0.0, "x2": budget}]))
+        .mark_rect(opacity=0.12, color="#54a24b")
+        .encode(alt.X("x:Q"), alt.X2("x2:Q"))
+    )
+    points = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_circle(size=28)
+        .encode(
+            alt.X("GiB:Q", title="peak memory per device (GiB)"),
+            alt.Y("seconds:Q", scale=alt.Scale(type="log"), title="step time (s)"),
+            alt.Color("kind:N", scale=colours, title=""),
+            alt.Order("kind:N"),
+            tooltip=[
+                "layout:N",
+                alt.Tooltip("GiB:Q", format=",.1f"),
+                alt.Tooltip("seconds:Q", format=".4g"),
+            ],
+        )
+    )
+    title = (f"{p.valid:,} layouts: memory vs step time (green: fits in {budget:,.0f} GiB, "
+             f"{p.options.memory_headroom:.0%} of HBM)")  # fmt: skip
+    return alt.layer(region, points, title=title)
+
+
+def timeline_chart(segs: list[Segment]) -> alt.Chart:
+    """One step as lanes of bars (compute; overlapped and exposed communication)."""
+    rows = [{"lane": s.lane, "label": s.label, "kind": s.kind, "start_ms": s.start * 1e3,
+             "end_ms": s.end * 1e3, "ms": s.seconds * 1e3} for s in segs]  # fmt: skip
+    colours = alt.Scale(domain=["compute", "comm", "exposed", "bubble", "optimizer"],
+                        range=["#4c78a8", "#f58518", "#e45756", "#bab0ac", "#54a24b"])  # fmt: skip
+    return (
+        alt.Chart(alt.Data(values=rows), title="One step, predicted (hover for each phase)")
+        .mark_bar(height=22)
+        .encode(
+            alt.X("start_ms:Q", title="ms from the start of the step"),
+            alt.X2("end_ms:Q"),
+            alt.Y("lane:N", sort=None, title=""),
+            alt.Color("kind:N", scale=colours, title=""),
+            tooltip=[
+                "label:N",
+                alt.Tooltip("ms:Q", format=",.2f"),
+                alt.Tooltip("start_ms:Q", format=",.2f", title="from ms"),
+            ],
+        )
+        .properties(height=120)
+    )
+
+
+def estimate_link(p: Plan, i: int, model_key: str) -> str:
+    """The Estimate page's URL for layout ``i`` (its inputs as query parameters)."""
+    par, train = p.parallel_spec(i), p.train_spec(i)
+    values = {
+        "model": model_key, "batch": train.batch, "seq": train.seq,
+        "precision": train.precision, "optimizer": train.optimizer,
+        "optimizer_impl": train.optimizer_impl, "attention": train.attention,
+        "elementwise": train.elementwise, "recompute": train.recompute,
+        "grad_accum": train.grad_accum, "hardware": p.hardware.name, "gpus": p.gpus,
+        "framework": par.framework, "fsdp": par.fsdp, "zero": par.zero, "tp": par.tp,
+        "sequence_parallel": par.sequence_parallel, "pp": par.pp,
+        "pp_interleave": par.pp_interleave, "cp": par.cp,
+        "grad_reduce_fp32": par.grad_reduce_fp32,
+    }  # fmt: skip
+    return "/?" + urlencode(to_query(values))

@@ -1,0 +1,133 @@
+"""The Plan page: a model, a cluster, a batch; every layout searched, the fastest that fit
+ranked with what limits each, memory vs time of all of them, and one layout's timeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.engine.estimate import estimate
+from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
+from costmodel.engine.timeline import segments
+from costmodel.inputs import BY_KEY
+from costmodel.specs.checks import SpecError
+from costmodel.specs.model import TrainSpec
+from costmodel.units import GIB
+from explorer import plan_charts
+from explorer.state import choices
+
+RECOMPUTE = ("none", "selective", "selective-op", "full")
+
+
+def _inputs() -> dict[str, Any]:
+    """The search's inputs, in a form (the search runs when it is submitted)."""
+    with st.form("plan_inputs"):
+        c = st.columns(6)
+        model = c[0].selectbox("model", choices("model"), index=choices("model").index("llama3-8b"))
+        hardware = c[1].selectbox(
+            "device", tuple(HARDWARE), index=tuple(HARDWARE).index("h100-sxm")
+        )
+        gpus = c[2].number_input("GPUs", min_value=1, max_value=2**20, value=64, step=1)
+        seq = c[3].number_input("sequence length", min_value=1, max_value=2**24, value=8192)
+        batch = c[4].number_input("global batch (sequences)", min_value=1, max_value=2**24,
+                                  value=256)  # fmt: skip
+        precisions = BY_KEY["precision"].choices or ()
+        precision = c[5].selectbox("precision", precisions, index=precisions.index("bf16-mixed"))
+        c = st.columns([2, 3, 1, 1])
+        frameworks = c[0].multiselect(
+            "frameworks", FRAMEWORK_CHOICES, default=["fsdp2", "megatron"]
+        )
+        recompute = c[1].multiselect("recompute policies", RECOMPUTE, default=list(RECOMPUTE))
+        headroom = c[2].slider(
+            "memory headroom",
+            0.5,
+            1.0,
+            0.9,
+            0.01,
+            help="a layout fits when its peak is at most this share of HBM",
+        )
+        top = c[3].number_input("top", min_value=1, max_value=100, value=10)
+        st.form_submit_button("Search", type="primary")
+    return {
+        "model": model, "hardware": hardware, "gpus": int(gpus), "seq": int(seq),
+        "batch": int(batch), "precision": precision, "frameworks": tuple(frameworks),
+        "recompute": tuple(recompute), "headroom": float(headroom), "top": int(top),
+    }  # fmt: skip
+
+
+def _search(inp: dict[str, Any]) -> Plan:
+    """The plan, with a progress bar while structures compile (cold, once per process)."""
+    bar = st.empty()
+
+    def progress(items, total):
+        for i, item in enumerate(items, 1):
+            yield item
+            bar.progress(i / total, text=f"compiling layout structures {i}/{total}")
+
+    train = TrainSpec(batch=inp["batch"], seq=inp["seq"], precision=inp["precision"])
+    options = PlanOptions(frameworks=inp["frameworks"], recompute=inp["recompute"],
+                          memory_headroom=inp["headroom"])  # fmt: skip
+    try:
+        return plan(get_model(inp["model"]), train, get_hardware(inp["hardware"]), inp["gpus"],
+                    options, progress=progress)  # fmt: skip
+    finally:
+        bar.empty()
+
+
+def _table(p: Plan, top: int, model: str) -> None:
+    rows = []
+    for rank, i in enumerate(p.order[:top].tolist(), 1):
+        r = p.row(i)
+        rows.append({"#": rank, "layout": layout_label(r),
+                     "step (s)": round(r["time_s.step"], 4),
+                     "tokens/s per GPU": round(r["tokens_per_s"] / p.gpus),
+                     "MFU (%)": round(100 * r["mfu"], 1),
+                     "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
+                     "limited by": r["limit"],
+                     "estimate": plan_charts.estimate_link(p, i, model)})  # fmt: skip
+    link = st.column_config.LinkColumn("estimate", display_text="open")
+    st.dataframe(rows, hide_index=True, column_config={"estimate": link}, width="stretch")
+
+
+def _timeline(p: Plan, top: int) -> None:
+    labels = [f"#{k} {layout_label(p.row(i))}"
+              for k, i in enumerate(p.order[:top].tolist(), 1)]  # fmt: skip
+    pick = st.selectbox("timeline of", labels, index=0)
+    i = int(p.order[labels.index(pick)])
+    par = p.parallel_spec(i)
+    values = estimate(p.model, p.train_spec(i), par, p.hardware).values
+    segs = segments({k: float(v) for k, v in values.items()}, par.overlap, par.async_tp)
+    st.vega_lite_chart(plan_charts.timeline_chart(segs).to_dict(validate=False), width="stretch")
+
+
+def plan_page() -> None:
+    st.title("Plan: the fastest layout that fits")
+    inp = _inputs()
+    if not inp["frameworks"] or not inp["recompute"]:
+        st.error("Pick at least one framework and one recompute policy.")
+        return
+    try:
+        p = _search(inp)
+    except SpecError as err:
+        st.error(f"No layout: {err.message}")
+        return
+    fit = int(p.fits.sum())
+    st.caption(f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {fit:,} fit in "
+               f"{p.budget_bytes / GIB:,.1f} GiB per device")  # fmt: skip
+    if not fit:
+        best = p.smallest_memory()
+        st.warning(
+            f"No layout fits: the smallest peak is "
+            f"{best['memory_bytes_per_device.peak'] / GIB:,.1f} GiB "
+            f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB. "
+            "Try more GPUs, full recompute, or a smaller batch per device."
+        )
+    else:
+        _table(p, inp["top"], inp["model"])
+    chart = plan_charts.pareto_chart(p, inp["top"])
+    st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
+    if fit:
+        _timeline(p, inp["top"])

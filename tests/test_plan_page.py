@@ -1,0 +1,99 @@
+"""The app's Plan page and the Estimate page's vectorised charts: what they draw equals
+what ``plan`` and ``estimate`` compute, and a link reproduces a planned layout."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlparse
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from costmodel import estimate
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.engine.plan import PlanOptions, plan
+from costmodel.specs.model import TrainSpec
+from explorer import charts
+from explorer.plan_charts import estimate_link, pareto_chart, pareto_front, scatter_rows
+from explorer.state import START, from_query, setup_of
+
+H100 = get_hardware("h100-sxm")
+OPTIONS = PlanOptions(recompute=("none", "full"))
+
+
+@pytest.fixture(scope="module")
+def small_plan():
+    return plan(get_model("gpt2"), TrainSpec(batch=32, seq=1024), H100, 16, OPTIONS)
+
+
+def test_the_pareto_front_is_what_nothing_beats():
+    rng = np.random.default_rng(1)
+    peak, step = rng.random(300), rng.random(300)
+    front = set(pareto_front(peak, step).tolist())
+    for i in range(300):
+        beaten = np.any((peak < peak[i]) & (step < step[i]))
+        assert (i in front) == (not beaten)
+
+
+def test_scatter_keeps_the_front_and_the_top(small_plan):
+    rows = scatter_rows(small_plan, top=5)
+    assert sum(r["kind"] == "top" for r in rows) == 5
+    assert any(r["kind"] == "Pareto front" for r in rows)
+    assert len(rows) <= small_plan.valid
+    spec = pareto_chart(small_plan).to_dict(validate=False)
+    assert len(spec["layer"]) == 2  # the shaded budget and the layouts
+
+
+def test_a_planned_layouts_link_reproduces_it_on_the_estimate_page(small_plan):
+    p = small_plan
+    picks = [*p.order[:3].tolist(), int(np.flatnonzero(p.columns["pp"] > 1)[0])]
+    for i in picks:
+        values, problems = from_query(dict(parse_qsl(urlparse(estimate_link(p, i, "gpt2")).query)))
+        setup, errors = setup_of(values)
+        assert not problems and not errors and setup is not None
+        v = setup.estimate().values
+        for key in ("time_s.step", "memory_bytes_per_device.peak"):
+            assert v[key] == pytest.approx(p.values[key][i], rel=1e-12)
+
+
+def test_estimate_page_charts_come_from_the_sweep_and_equal_estimate():
+    setup, _ = setup_of(
+        {**START, "model": "gpt2", "gpus": 8, "fsdp": 4, "tp": 2, "sequence_parallel": True}
+    )
+    assert setup is not None
+    rows = charts.memory_rows(setup, "seq", [256, 512, 1001, 1024])
+    seqs = sorted({r["seq"] for r in rows})
+    assert 1001 not in seqs and 1024 in seqs  # a length the layout cannot split is left out
+    for r in rows:
+        one = estimate(setup.model, setup.train.replace(seq=r["seq"]), setup.parallel,
+                       setup.hardware)  # fmt: skip
+        want = one[f"memory_bytes_per_device.{r['component']}"] / 2**30
+        assert r["GiB"] == pytest.approx(want, rel=1e-12)
+    comm = charts.comm_rows(setup, [4, 8, 16])
+    assert {r["batch"] for r in comm} <= {4, 8, 16} and comm
+
+
+def _page() -> None:
+    from explorer.plan_page import plan_page
+
+    plan_page()
+
+
+def test_plan_page_ranks_draws_and_explains():
+    at = AppTest.from_function(_page, default_timeout=300).run()
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert len(table) == 10 and (table["step (s)"].diff().dropna() > -0.05).all()
+    assert table["estimate"].str.startswith("/?model=llama3-8b").all()
+    assert len(at.get("vega_lite_chart")) == 2  # Pareto and the timeline
+    at.selectbox[-1].set_value(at.selectbox[-1].options[1]).run()
+    assert not at.exception
+    at.selectbox[0].set_value("llama3-405b")
+    at.number_input[0].set_value(1)
+    at.button[0].click().run()
+    assert not at.exception
+    assert "No layout fits" in at.warning[0].value
+    at.multiselect[0].set_value([])
+    at.button[0].click().run()
+    assert "at least one framework" in at.error[0].value
