@@ -82,6 +82,23 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
     return "\n".join(head)
 
 
+def breakdown(row: dict[str, Any]) -> str:
+    """The best layout's memory by component and time by phase (communication by group)."""
+    parts = ("params", "master", "grads", "optimizer", "activations")
+    mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts)
+    steps = ("forward", "backward", "bubble", "optimizer")
+    phases = " + ".join(f"{k} {row[f'time_s.{k}']:.3f}" for k in steps)
+    groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp") if row[f"comm_time_s.{k}"] > 0]
+    comm = ", ".join(f"{k} {row[f'comm_time_s.{k}']:.3f}" for k in groups) or "none"
+    peak = row["memory_bytes_per_device.peak"] / GIB
+    return "\n".join([
+        f"\nbest: {layout_label(row)}",
+        f"  memory per device (GiB): {mem}; peak with transients {peak:,.1f}",
+        f"  step (s): {phases} = {row['time_s.step']:.3f} (compute {row['time_s.compute']:.3f})",
+        f"  communication per step (s, hidden or exposed): {comm}",
+    ])  # fmt: skip
+
+
 def no_fit_text(p: Plan) -> str:
     """No layout fits: the smallest peak found and what would make it fit."""
     best = p.smallest_memory()
@@ -134,6 +151,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(no_fit_text(result))
         return 1
     print(_table(result, rows, seconds))
+    print(breakdown(rows[0]))
     return 0
 
 

@@ -195,8 +195,13 @@ def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.nda
     """``idx`` fastest first; ties (``TIE``) go to the layout with the fewest model-parallel
     devices (tp x pp x cp: fewer collectives on the critical path, fewer ways to go wrong),
     then to the one with the smaller peak memory."""
+    idx = idx[np.argsort(values["time_s.step"][idx], kind="stable")]
     step = values["time_s.step"][idx]
-    tier = np.floor(np.log(step) / np.log1p(TIE))
+    tier = np.empty(len(idx), dtype=np.int64)
+    start, n = 0, 0
+    while start < len(idx):  # a tier: every layout within TIE of the fastest not yet placed
+        end = int(np.searchsorted(step, step[start] * (1 + TIE), side="right"))
+        tier[start:end], start, n = n, end, n + 1
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
     return idx[np.lexsort((step, peak, split, tier))]

@@ -85,6 +85,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             " rank among the layouts predicted to fit (peak at most 90 % of HBM; ties within 0.5 %"
             " share a rank).",
             "",
+            "| source | runs | within 5 % | median gap | worst gap |",
+            "|---|---:|---:|---:|---:|",
+            *_by_source(ok),
+            "",
             "| run | GPUs | authors' layout | rank | of | gap | plan's best | best limited by |",
             "|---|---:|---|---:|---:|---:|---|---|",
         ]
@@ -97,6 +101,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         if r.get("status") != "ok":
             lines.append(f"- {r['case']}: {r.get('status')}: {r.get('error', '')}")
     return "\n".join(lines) + "\n"
+
+
+def _by_source(ok: list[dict[str, Any]]) -> list[str]:
+    groups: dict[str, list[float]] = {}
+    for r in ok:
+        groups.setdefault(r["group"], []).append(r["gap"])
+    return [
+        f"| {g} | {len(v)} | {sum(x <= 0.05 for x in v)} | {statistics.median(v):+.1%} | "
+        f"{max(v):+.1%} |"
+        for g, v in sorted(groups.items())
+    ]
 
 
 def _done(path: Path) -> dict[str, dict[str, Any]]:
