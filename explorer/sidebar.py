@@ -7,13 +7,12 @@ inputs is shown next to the widgets.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import streamlit as st
 
 from costmodel import ModelSpec
-from costmodel.catalog.hf import model_from_hf_dict
+from costmodel.catalog.hf import model_from_hf_dict, parse_config
 from costmodel.inputs import BY_KEY
 from explorer.state import FIELDS, MODEL_OVERRIDES, START, choices, from_query, to_query
 
@@ -103,8 +102,8 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
     uploaded = None
     if upload is not None:
         try:
-            uploaded = model_from_hf_dict(json.loads(upload.getvalue()), upload.name)
-        except (ValueError, UnicodeDecodeError) as err:
+            uploaded = model_from_hf_dict(parse_config(upload.getvalue(), upload.name), upload.name)
+        except ValueError as err:
             slots["model"].error(f"{upload.name}: {err}", icon="⚠️")
     st.query_params.from_dict(to_query(values))
     return values, uploaded, slots

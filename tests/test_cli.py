@@ -153,3 +153,17 @@ def test_attention_command_json(capsys):
 def test_attention_command_bad_input(capsys):
     assert main(["attention", "--batch", "0", "--seq", "8", "--head-dim", "16"]) == 2
     assert "batch must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+def test_table_text_says_what_the_flags_said(capsys):
+    """--microbatch is per device; throughput in plain digits; cost with its currency."""
+    argv = ["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8", "--fsdp",
+            "8", "--batch", "32", "--microbatch", "1", "--token-budget", "1e12",
+            "--price-per-hour", "2"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "micro-batch 1 per device x 8 replicas x 4 steps" in out
+    line = next(x for x in out.splitlines() if x.startswith("tokens_per_s"))
+    assert "e+" not in line and "," in line
+    cost = next(x for x in out.splitlines() if x.startswith("train_cost"))
+    assert "$" in cost

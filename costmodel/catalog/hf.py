@@ -14,27 +14,73 @@ _GPT2_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "r
 _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
 
 
-def _require(cfg: dict[str, Any], key: str, path: Path) -> Any:
-    if key not in cfg:
-        raise ValueError(f"{path}: config field {key!r} is missing")
-    return cfg[key]
+MAX_BYTES = 16 * 2**20
+"""A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+             "moe_intermediate_size")  # fmt: skip
+
+
+def _text(cfg: dict[str, Any], key: str, default: str, path: Path) -> str:
+    value = cfg.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"{path}: {key} must be a string (got {value!r})")
+    return value
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool, path: Path) -> bool:
+    """A JSON true/false; a string such as "false" is an error, not truthy."""
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{path}: {key} must be true or false (got {value!r})")
+    return value
+
+
+_REQUIRED = object()
+
+
+def _count(cfg: dict[str, Any], key: str, path: Path, default: Any = _REQUIRED) -> Any:
+    """A positive integer field; ``default`` when absent or null (required without one)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise ValueError(f"{path}: config field {key!r} is missing")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{path}: {key} must be an integer >= 1 (got {value!r})")
+    return value
 
 
 def _activation(cfg: dict[str, Any], key: str, table: dict[str, str], path: Path) -> str:
-    act = cfg.get(key, next(iter(table)))
+    act = _text(cfg, key, next(iter(table)), path)
     if act not in table:
         raise ValueError(f"{path}: {key} must be one of {', '.join(table)} (got {act!r})")
     return table[act]
+
+
+def parse_config(data: bytes, source: str | Path = "config.json") -> Any:
+    """JSON from bytes, with one clear sentence for what a parser can raise."""
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"{source}: larger than {MAX_BYTES // 2**20} MiB; not a config.json")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{source}: not UTF-8 text (byte {data[err.start]:#04x} at offset "
+                         f"{err.start})") from None  # fmt: skip
+    except RecursionError:
+        raise ValueError(f"{source}: JSON nested too deeply for a config.json") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source}: not valid JSON ({err.msg}, line {err.lineno})") from None
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:
     """Map HF field names onto ModelSpec; unsupported architectures are a clear error."""
     path = Path(path)
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"hf-config: cannot read {path}: {err}") from err
-    return model_from_hf_dict(cfg, path)
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"hf-config: cannot read {path}: {err.strerror or err}") from None
+    return model_from_hf_dict(parse_config(data, path), path)
 
 
 def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpec:
@@ -43,39 +89,49 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: a config.json must hold a JSON object")
     kind = cfg.get("model_type")
+    if not isinstance(kind, str):
+        raise ValueError(f"{path}: model_type must be a string (got {kind!r})")
+    moe = [k for k in _MOE_KEYS if cfg.get(k)]
+    if moe:
+        raise ValueError(f"{path}: mixture-of-experts configs ({moe[0]}={cfg[moe[0]]!r}) are not "
+                         "modelled yet; costing one as a dense model would undercount its "
+                         "parameters")  # fmt: skip
+    name = cfg.get("_name_or_path") or path.parent.name or kind
+    if not isinstance(name, str):
+        raise ValueError(f"{path}: _name_or_path must be a string (got {name!r})")
     if kind == "gpt2":
-        d = _require(cfg, "n_embd", path)
+        d = _count(cfg, "n_embd", path)
         return ModelSpec(
-            name=cfg.get("_name_or_path") or path.parent.name or "gpt2",
-            vocab=_require(cfg, "vocab_size", path),
+            name=name,
+            vocab=_count(cfg, "vocab_size", path),
             d_model=d,
-            n_layers=_require(cfg, "n_layer", path),
-            n_heads=_require(cfg, "n_head", path),
-            d_ff=cfg.get("n_inner") or 4 * d,
+            n_layers=_count(cfg, "n_layer", path),
+            n_heads=_count(cfg, "n_head", path),
+            d_ff=_count(cfg, "n_inner", path, default=4 * d),
             ffn=_activation(cfg, "activation_function", _GPT2_ACT, path),
             norm="layernorm",
             bias=True,
-            tied=cfg.get("tie_word_embeddings", True),
+            tied=_flag(cfg, "tie_word_embeddings", True, path),
             pos="learned",
-            max_positions=_require(cfg, "n_positions", path),
+            max_positions=_count(cfg, "n_positions", path),
         )
     if kind in _LLAMA_LIKE:
-        heads = _require(cfg, "num_attention_heads", path)
+        heads = _count(cfg, "num_attention_heads", path)
         return ModelSpec(
-            name=cfg.get("_name_or_path") or path.parent.name or kind,
-            vocab=_require(cfg, "vocab_size", path),
-            d_model=_require(cfg, "hidden_size", path),
-            n_layers=_require(cfg, "num_hidden_layers", path),
+            name=name,
+            vocab=_count(cfg, "vocab_size", path),
+            d_model=_count(cfg, "hidden_size", path),
+            n_layers=_count(cfg, "num_hidden_layers", path),
             n_heads=heads,
-            n_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim"),
-            d_ff=_require(cfg, "intermediate_size", path),
+            n_kv_heads=_count(cfg, "num_key_value_heads", path, default=heads),
+            head_dim=_count(cfg, "head_dim", path, default=None),
+            d_ff=_count(cfg, "intermediate_size", path),
             ffn=_activation(cfg, "hidden_act", _GATED_ACT, path),
             norm="rmsnorm",
-            qkv_bias=bool(cfg.get("attention_bias", False)) or kind == "qwen2",
-            tied=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=_flag(cfg, "attention_bias", False, path) or kind == "qwen2",
+            tied=_flag(cfg, "tie_word_embeddings", False, path),
             pos="rope",
-            max_positions=cfg.get("max_position_embeddings", 2048),
+            max_positions=_count(cfg, "max_position_embeddings", path, default=2048),
         )
     raise ValueError(
         f"{path}: model_type must be one of gpt2, {', '.join(sorted(_LLAMA_LIKE))} (got {kind!r})"

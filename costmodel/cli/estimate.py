@@ -12,12 +12,13 @@ from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import FRONT, add_inputs, add_layout_args, add_model_args, build_setup
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import fmt_bytes, fmt_count
 
 
 def _table(est: Estimate) -> str:
     v = est.values
-    rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train))]
+    rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train, est.parallel))]
     if est.parallel is not None:
         p = est.parallel
         rows.append(
@@ -50,7 +51,7 @@ def _table(est: Estimate) -> str:
     ]
     if extra:
         rows.append(("", ""))
-        rows.extend((k, f"{v[k]:.1%}" if k in ratios else f"{v[k]:,.4g}") for k in extra)
+        rows.extend((k, _EXTRA[k](v[k])) for k in extra)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {val}" if k else "" for k, val in rows)
 
@@ -63,9 +64,25 @@ def _fmt_flops(n: float) -> str:
     return fmt_count(n, "FLOP")
 
 
-def _train_line(t: TrainSpec) -> str:
+_EXTRA = {
+    "tokens_per_s": lambda x: f"{x:,.0f}",
+    "tflops_per_device": lambda x: f"{x:,.1f}",
+    "mfu": lambda x: f"{x:.1%}",
+    "hfu": lambda x: f"{x:.1%}",
+    "train_days": lambda x: f"{x:,.2f} days" if x >= 1 else f"{x:.3g} days ({24 * x:.3g} hours)",
+    "train_cost": lambda x: f"${x:,.2f} (at --price-per-hour per device-hour)",
+}
+
+
+def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
+    """Batch, sequence and how the batch is split: sequences per device per micro-batch,
+    data-parallel replicas and accumulation steps."""
+    replicas = p.batch_step(1) if p is not None else 1
+    split = (f"micro-batch {t.micro_batch // replicas} per device x {replicas} replicas x "
+             f"{t.grad_accum} steps" if replicas > 1 else
+             f"micro-batch {t.micro_batch} x {t.grad_accum} steps")  # fmt: skip
     return (
-        f"batch {t.batch} x seq {t.seq} (micro-batch {t.micro_batch}), {t.precision}, "
+        f"batch {t.batch} x seq {t.seq} ({split}), {t.precision}, "
         f"{t.optimizer}, attention {t.attention}, recompute {t.recompute}"
     )
 
