@@ -11,7 +11,7 @@ import altair as alt
 import numpy as np
 
 from costmodel.engine.plan import Plan, layout_label
-from costmodel.engine.timeline import Segment
+from costmodel.engine.timeline import COLOURS, LANES, LEGEND, Segment
 from costmodel.units import GIB
 from explorer.state import to_query
 
@@ -53,8 +53,9 @@ def pareto_chart(p: Plan, top: int = 10) -> alt.LayerChart:
     budget = p.budget_bytes / GIB
     colours = alt.Scale(domain=["top", "Pareto front", "fits", "does not fit"],
                         range=["#e45756", "#4c78a8", "#9ecae9", "#d3d3d3"])  # fmt: skip
+    low = min(r["GiB"] for r in rows) / 1.2
     region = (
-        alt.Chart(alt.Data(values=[{"x": 0.0, "x2": budget}]))
+        alt.Chart(alt.Data(values=[{"x": low, "x2": budget}]))
         .mark_rect(opacity=0.12, color="#54a24b")
         .encode(alt.X("x:Q"), alt.X2("x2:Q"))
     )
@@ -62,7 +63,7 @@ def pareto_chart(p: Plan, top: int = 10) -> alt.LayerChart:
         alt.Chart(alt.Data(values=rows))
         .mark_circle(size=28)
         .encode(
-            alt.X("GiB:Q", title="peak memory per device (GiB)"),
+            alt.X("GiB:Q", scale=alt.Scale(type="log"), title="peak memory per device (GiB)"),
             alt.Y("seconds:Q", scale=alt.Scale(type="log"), title="step time (s)"),
             alt.Color("kind:N", scale=colours, title=""),
             alt.Order("kind:N"),
@@ -80,17 +81,16 @@ def pareto_chart(p: Plan, top: int = 10) -> alt.LayerChart:
 
 def timeline_chart(segs: list[Segment]) -> alt.Chart:
     """One step as lanes of bars (compute; overlapped and exposed communication)."""
-    rows = [{"lane": s.lane, "label": s.label, "kind": s.kind, "start_ms": s.start * 1e3,
+    rows = [{"lane": s.lane, "label": s.label, "kind": LEGEND[s.kind], "start_ms": s.start * 1e3,
              "end_ms": s.end * 1e3, "ms": s.seconds * 1e3} for s in segs]  # fmt: skip
-    colours = alt.Scale(domain=["compute", "comm", "exposed", "bubble", "optimizer"],
-                        range=["#4c78a8", "#f58518", "#e45756", "#bab0ac", "#54a24b"])  # fmt: skip
+    colours = alt.Scale(domain=[LEGEND[k] for k in COLOURS], range=list(COLOURS.values()))
     return (
         alt.Chart(alt.Data(values=rows), title="One step, predicted (hover for each phase)")
-        .mark_bar(height=22)
+        .mark_bar()
         .encode(
             alt.X("start_ms:Q", title="ms from the start of the step"),
             alt.X2("end_ms:Q"),
-            alt.Y("lane:N", sort=None, title=""),
+            alt.Y("lane:N", sort=list(LANES), title=None, axis=alt.Axis(labelLimit=300)),
             alt.Color("kind:N", scale=colours, title=""),
             tooltip=[
                 "label:N",
@@ -98,7 +98,7 @@ def timeline_chart(segs: list[Segment]) -> alt.Chart:
                 alt.Tooltip("start_ms:Q", format=",.2f", title="from ms"),
             ],
         )
-        .properties(height=120)
+        .properties(height=alt.Step(34))  # one band per lane (a mark height collapses them)
     )
 
 

@@ -6,16 +6,12 @@ from html import escape
 from pathlib import Path
 
 from costmodel.engine.estimate import estimate
-from costmodel.engine.timeline import LANES, Segment, segments
+from costmodel.engine.timeline import COLOURS, LANES, LEGEND, Segment, segments
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
-COLOURS = {"compute": "#4c78a8", "comm": "#f58518", "exposed": "#e45756",
-           "bubble": "#bab0ac", "optimizer": "#54a24b"}  # fmt: skip
-LEGEND = {"compute": "compute", "comm": "overlapped comm", "exposed": "exposed comm",
-          "bubble": "pipeline bubble", "optimizer": "optimizer update"}  # fmt: skip
 WIDTH, LEFT, LANE_H, TOP = 960, 210, 34, 48
 
 

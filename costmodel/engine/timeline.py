@@ -16,6 +16,10 @@ from typing import Any
 
 LANES = ("compute", "communication (overlapped)", "communication (exposed)")
 GROUPS = ("fsdp", "dp", "cp", "pp")
+COLOURS = {"compute": "#4c78a8", "comm": "#f58518", "exposed": "#e45756",
+           "bubble": "#bab0ac", "optimizer": "#54a24b"}  # fmt: skip
+LEGEND = {"compute": "compute", "comm": "overlapped comm", "exposed": "exposed comm",
+          "bubble": "pipeline bubble", "optimizer": "optimizer update"}  # fmt: skip
 
 
 @dataclass(frozen=True)
