@@ -94,3 +94,13 @@ def test_the_disk_cache_can_be_switched_off(tmp_path, monkeypatch):
     assert diskcache.cache_dir() is None
     monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
     assert diskcache.cache_dir() == tmp_path
+
+
+def test_no_home_directory_means_no_cache(monkeypatch):
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("COSTMODEL_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(diskcache.Path, "home", staticmethod(no_home))
+    assert diskcache.cache_dir() is None

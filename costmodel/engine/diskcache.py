@@ -36,7 +36,10 @@ def cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except RuntimeError:  # no home directory (a bare container user): no cache
+        return None
     return Path(base) / "costmodel"
 
 
