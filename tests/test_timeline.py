@@ -104,3 +104,24 @@ def test_no_home_directory_means_no_cache(monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setattr(diskcache.Path, "home", staticmethod(no_home))
     assert diskcache.cache_dir() is None
+
+
+def test_a_cache_others_can_write_is_never_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
+    from costmodel.engine.quantities import compiled_subset
+
+    keys = ("time_s.step",)
+    grid = {"tp": np.array([1, 2])}
+    fresh = sweep(MODEL, hardware=H100, quantities=keys, batch=32, seq=4096, **grid)
+    entries = list(tmp_path.glob("*.json"))
+    assert entries
+    for p in entries:  # planted code in an entry someone else could have written
+        entry = json.loads(p.read_text())
+        entry["source"] = "raise SystemExit('planted')\n" + entry["source"]
+        p.write_text(json.dumps(entry))
+    tmp_path.chmod(0o777)
+    compiled_subset.cache_clear()
+    again = sweep(MODEL, hardware=H100, quantities=keys, batch=32, seq=4096, **grid)
+    assert np.array_equal(fresh["time_s.step"], again["time_s.step"])
+    tmp_path.chmod(0o700)
+    compiled_subset.cache_clear()

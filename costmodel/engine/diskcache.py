@@ -7,8 +7,9 @@ source of each function is stored under ``$COSTMODEL_CACHE`` (default
 change it: the costmodel package's source files, the sympy, numpy and Python versions, the
 structure, the requested keys and the argument symbols. An entry is written only when its
 globals are exactly those of a fresh numpy namespace (checked object by object), so a
-loaded function is the function sympy would have built. Unreadable or corrupt entries are
-rebuilt; an unwritable cache folder only costs the speed-up.
+loaded function is the function sympy would have built. An entry is executed only when it
+and its folder belong to this user and no one else can write them. Unreadable, corrupt or
+untrusted entries are rebuilt; an unwritable cache folder only costs the speed-up.
 """
 
 from __future__ import annotations
@@ -66,11 +67,28 @@ def _digest(parts: Sequence[Any]) -> str:
     return hashlib.sha256(repr((versions, *parts)).encode()).hexdigest()
 
 
+def _trusted(path: Path) -> bool:
+    """Run only code that this user wrote: the entry and its folder owned by this user and
+    writable by nobody else (the rule ssh applies to its keys). Python's own bytecode cache
+    trusts its folders the same way; a shared, world-writable folder is never read."""
+    if not hasattr(os, "getuid"):  # Windows: ACLs, not modes
+        return True
+    for p in (path, path.parent):
+        st = p.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def _load(path: Path) -> tuple[tuple[str, ...], Callable[..., Any]] | None:
+    """A cached function, or None (absent, corrupt, or not trusted). The source is what
+    ``sp.lambdify`` printed for these expressions; it is compiled as lambdify compiles it."""
     try:
+        if not _trusted(path):
+            return None
         entry = json.loads(path.read_text())
         ns = dict(_namespace())
-        exec(compile(entry["source"], str(path), "exec"), ns)
+        exec(compile(entry["source"], str(path), "exec"), ns)  # our own, checked by _trusted
         return tuple(entry["keys"]), ns[entry["name"]]
     except (OSError, ValueError, KeyError, TypeError, SyntaxError):
         return None
@@ -89,7 +107,7 @@ def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any]) -> None:
         return
     entry = {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
             json.dump(entry, tmp)
         os.replace(tmp.name, path)
