@@ -10,21 +10,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
+from timing import timed
 
 from costmodel import TrainSpec, estimate, get_model, sweep
 from costmodel.engine.quantities import compiled
-
-
-def _timed(fn, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def main() -> None:
@@ -36,8 +27,8 @@ def main() -> None:
 
     model, train = get_model(args.model), TrainSpec(batch=4, seq=1024)
     compiled.cache_clear()
-    cold = _timed(lambda: estimate(model, train), 1)[0]
-    warm = _timed(lambda: estimate(model, train), 2000)
+    cold = timed(lambda: estimate(model, train), 1)[0]
+    warm = timed(lambda: estimate(model, train), 2000)
     n_keys = len(estimate(model, train).values)
     print(
         f"estimate ({args.model}, {n_keys} quantities): cold {cold * 1e3:.0f} ms "
@@ -49,7 +40,7 @@ def main() -> None:
     batch = rng.integers(1, 513, args.n)
     seq = 2 ** rng.integers(7, 16, args.n)
     sweep(args.model, batch=batch[:10], seq=seq[:10])  # warm the cache
-    times = _timed(lambda: sweep(args.model, batch=batch, seq=seq), args.repeats)
+    times = timed(lambda: sweep(args.model, batch=batch, seq=seq), args.repeats)
     best, med = min(times), statistics.median(times)
     print(
         f"sweep of {args.n:,} configurations x {n_keys} quantities: median {med:.3f} s, "

@@ -14,18 +14,9 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
-
-
-def _timed(fn, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+from timing import timed
 
 
 def main() -> None:
@@ -48,11 +39,11 @@ def main() -> None:
     model, hw = get_model(args.model), get_hardware(args.hardware)
     train = TrainSpec(batch=args.global_batch, seq=args.seq, precision="bf16-mixed")
     search = lambda: plan(model, train, hw, args.gpus)  # noqa: E731
-    cold = _timed(search, 1)[0]
+    cold = timed(search, 1)[0]
     compiled.cache_clear()
     compiled_subset.cache_clear()
-    disk = _timed(search, 1)[0]
-    hot = _timed(search, args.repeats)
+    disk = timed(search, 1)[0]
+    hot = timed(search, args.repeats)
     p = search()
     print(f"plan {args.model} on {args.gpus} x {args.hardware}: {p.enumerated:,} enumerated, "
           f"{p.valid:,} valid, {int(p.fits.sum()):,} fit, {p.structures} structures")  # fmt: skip
@@ -64,7 +55,7 @@ def main() -> None:
     run = lambda: sweep(model, hardware=hw, quantities=QUANTITIES, batch=train.batch,  # noqa: E731
                         seq=train.seq, precision=train.precision, **fields)  # fmt: skip
     run()
-    times = _timed(run, args.repeats)
+    times = timed(run, args.repeats)
     med = statistics.median(times)
     print(
         f"sweep of {args.n:,} layouts x {len(QUANTITIES)} quantities (time, memory, MFU): "

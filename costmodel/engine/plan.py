@@ -277,7 +277,7 @@ def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
     return [mb for mb in allowed if per_replica % mb == 0]
 
 
-def _namespace(cols: dict[str, np.ndarray], model: ModelSpec) -> SimpleNamespace:
+def _namespace(cols: dict[str, np.ndarray]) -> SimpleNamespace:
     return SimpleNamespace(**{k: cols[k] for k in ("tp", "pp", "pp_interleave", "cp", "dp",
                                                    "fsdp", "sequence_parallel")})  # fmt: skip
 
@@ -285,7 +285,7 @@ def _namespace(cols: dict[str, np.ndarray], model: ModelSpec) -> SimpleNamespace
 def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:
     """The candidates every layout rule accepts (the same rules as a single input)."""
     with checks.collect_masks() as masks:
-        layout_rules(_namespace(cols, model), model, seq=train.seq, batch=train.batch,
+        layout_rules(_namespace(cols), model, seq=train.seq, batch=train.batch,
                      grad_accum=cols["grad_accum"])  # fmt: skip
         cp_rule(cols["cp"], train.attention)
     n = len(cols["tp"])
@@ -301,7 +301,7 @@ def no_layout_message(
                 "be a multiple of the data-parallel degree of some layout")  # fmt: skip
     first = {k: v[:1] for k, v in cols.items()}
     try:
-        layout_rules(_namespace(first, model), model, seq=train.seq, batch=train.batch,
+        layout_rules(_namespace(first), model, seq=train.seq, batch=train.batch,
                      grad_accum=first["grad_accum"])  # fmt: skip
         cp_rule(first["cp"], train.attention)
     except SpecError as err:

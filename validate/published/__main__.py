@@ -6,30 +6,22 @@ Prints the per-source table. Torch-free; takes a few seconds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
 from validate.published.compare import rows_for, summarize
-from validate.published.corpus import CorpusError, load_runs
+from validate.published.corpus import CorpusError, corpus_parser, open_corpus
 from validate.published.report import html_page, markdown
 from validate.report.render import _pct
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validate.published", description=__doc__)
-    parser.add_argument("--runs", help="corpus JSON (default: the packaged copy of "
-                        "shared/published-runs/runs.json)")  # fmt: skip
-    parser.add_argument("--out", default="published-results", help="output folder")
-    args = parser.parse_args(argv)
+    args = corpus_parser("python -m validate.published", __doc__).parse_args(argv)
     try:
-        runs = load_runs(args.runs)
+        runs, out = open_corpus(args)
     except CorpusError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = []
     with (out / "rows.jsonl").open("w") as f:
         for i, run in enumerate(runs, 1):

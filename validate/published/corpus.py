@@ -20,6 +20,7 @@ Converting a quoted TFLOP/s or MFU back to tokens/s uses the source's own FLOP f
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -71,6 +72,26 @@ def load_runs(path: str | Path | None = None) -> list[dict[str, Any]]:
     if not isinstance(runs, list):
         raise CorpusError("runs: expected a list of runs or an object with 'runs'")
     return runs
+
+
+def corpus_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options every published-runs command takes: ``--runs FILE`` and ``--out DIR``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--runs", help="corpus JSON (default: the packaged copy of "
+                        "shared/published-runs/runs.json)")  # fmt: skip
+    parser.add_argument("--out", default="published-results", help="output folder")
+    return parser
+
+
+def open_corpus(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path]:
+    """The runs of ``--runs`` and the ``--out`` folder, created (CorpusError if either fails)."""
+    runs = load_runs(args.runs)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CorpusError(f"out: cannot create {out}: {err.strerror or err}") from None
+    return runs, out
 
 
 # Korthikanti et al. 2022, Table 3 (values recalled from the paper; the corpus notes that

@@ -14,7 +14,6 @@ cache.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,7 +24,7 @@ import numpy as np
 
 from costmodel import estimate
 from costmodel.engine.plan import TIE, PlanOptions, layout_label, plan
-from validate.published.corpus import Case, CorpusError, case_of, load_runs
+from validate.published.corpus import Case, CorpusError, case_of, corpus_parser, open_corpus
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
 
@@ -128,19 +127,14 @@ def _done(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validate.published.practice",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
-    parser.add_argument("--runs", help="corpus JSON (default: the packaged copy)")
-    parser.add_argument("--out", default="published-results", help="output folder")
+    parser = corpus_parser("python -m validate.published.practice", __doc__.split("\n\n")[0])
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     args = parser.parse_args(argv)
     try:
-        runs = load_runs(args.runs)
+        runs, out = open_corpus(args)
     except CorpusError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "practice.jsonl"
     done = {} if args.fresh else _done(path)
     with path.open("w" if args.fresh else "a") as f:
