@@ -1,26 +1,66 @@
-"""The Validation results page: plots a ``validate.run`` results folder (torch-free)."""
+"""The Validation results page: plots a ``validate.run`` results folder (torch-free).
+
+The folder box reads only folders under the working directory: the app may be served to
+others, and a path typed there must not read the server's other files.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import streamlit as st
+
+HELP = (
+    "A validate.run --out folder under the working directory the app was started in; "
+    "folders outside it (absolute paths, .. or symlinks leading out) are not read."
+)
+
+
+def folder_under(text: str, root: Path) -> Path | None:
+    """The folder ``text`` names (relative to ``root``), resolved through ``..`` and
+    symlinks, if it lies under ``root``; None if it leads anywhere else."""
+    base = root.resolve()
+    try:
+        path = (base / text.strip()).resolve()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+        return None
+    return path if path.is_relative_to(base) else None
+
+
+def _rows(folder: str) -> list[dict[str, Any]] | None:
+    """The usable rows of the folder typed, or None after saying why there are none."""
+    path = folder_under(folder, Path.cwd())
+    if path is None:
+        st.error(
+            f"Only folders under the working directory ({Path.cwd()}) are read: "
+            f"{folder!r} is outside it."
+        )
+        return None
+    if not (path / "results.jsonl").exists():
+        st.info(
+            f"No {folder}/results.jsonl yet: run `python -m validate.run --quick --out {folder}`."
+        )
+        return None
+    from validate.report.results import load_rows
+
+    rows, skipped = load_rows(path)
+    if skipped:
+        st.warning(f"{skipped} lines skipped (unreadable or missing fields)")
+    return rows
 
 
 def results_page() -> None:
     st.title("Predicted vs measured (validate.run)")
     if "results_dir" not in st.session_state:
         st.session_state["results_dir"] = "validate-results"
-    folder = st.text_input("results folder", key="results_dir")
-    path = Path(folder) / "results.jsonl"
-    if not path.exists():
-        st.info(f"No {path} yet: run `python -m validate.run --quick --out {folder}`.")
+    folder = st.text_input("results folder", key="results_dir", help=HELP)
+    rows = _rows(folder)
+    if rows is None:
         return
     from validate.report.render import summary
-    from validate.report.results import read_rows
 
-    rows = read_rows(folder)
     ok = [r for r in rows if r["status"] == "ok" and r["predicted"] and r["measured"]]
     st.metric(
         "rows",

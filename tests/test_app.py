@@ -119,12 +119,13 @@ def test_state_round_trip_and_build_errors():
     assert "n_heads must divide d_model" in errors["model"]
 
 
-def test_results_page_plots_a_results_folder(tmp_path):
+def test_results_page_plots_a_results_folder(tmp_path, monkeypatch):
     from validate.report.results import ResultsLog, Row
 
-    log = ResultsLog(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the page reads folders under the working directory only
+    log = ResultsLog(tmp_path / "out")
     log.write([Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s")])
-    at = AppTest.from_function(_results_page, args=(str(tmp_path),), default_timeout=60).run()
+    at = AppTest.from_function(_results_page, args=("out",), default_timeout=60).run()
     assert not at.exception
     assert at.metric[0].value == "1"
     assert len(at.get("vega_lite_chart")) == 1

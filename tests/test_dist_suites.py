@@ -31,6 +31,8 @@ def test_fsdp_and_tp_bytes_equal_costmodel(kind):
     predicted = estimate(spec, train, par, get_hardware("cpu"))[f"comm_bytes.{kind}"]
     for r in results:
         assert r["ring_bytes"] == predicted
+        # the time inside the counted collectives: part of the step, never negative
+        assert 0 < r["comm_s"] <= r["seconds"]
     layers = spec.n_layers
     if kind == "fsdp":  # 2 + n_layers + 2 units, gathered in forward and again in backward
         assert results[0]["calls"] == {"all_gather": 2 * (layers + 3), "reduce_scatter": layers + 3}
@@ -81,6 +83,9 @@ def test_parallel_and_ddp_suites_in_the_runner(tmp_path):
     rows = read_rows(out)
     exact = [r for r in rows if r["quantity"] == "comm_bytes.tp"]
     assert len(exact) == 2 and all(r["rel_err"] == 0 for r in exact)
+    (timed,) = [r for r in rows if r["quantity"] == "comm_time_s.tp"]
+    assert timed["measured"] == max(timed["per_rank_comm_s"]) > 0
+    assert "perf_counter" in timed["measured_as"]
     flat = [r for r in rows if r["suite"] == "ddp"]
     assert {r["quantity"] for r in flat} == {"time_s.step", "comm_time_s"}
     assert "DDP variants" in (out / "report.md").read_text()

@@ -7,8 +7,11 @@
 Writes ``DIR/results.jsonl`` (a row per measurement, appended as measured),
 ``DIR/cases.jsonl`` (finished cases, for ``--resume``), ``DIR/profile.json`` (this
 machine's calibrated hardware profile, measured first unless ``--hardware`` names one) and
-``DIR/report.md`` + ``DIR/report.html``. Exit status: 0, 1 if any case failed with an
-error (OOMs are results, not failures), 130 when interrupted (rows so far are kept).
+``DIR/report.md`` + ``DIR/report.html``. Exit status: 0 when every measured target holds;
+1 if any case failed with an error (OOMs are results, not failures); 3 if no case errored
+but a target (``validate.report.render.TARGETS``) was missed, named on the last line; 130
+when interrupted (rows so far are kept). A bad ``--hardware`` or an unwritable ``--out``
+ends at once with one line naming the option.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from costmodel.specs.hardware import Hardware
 from validate.probes.calibrate import profile
 from validate.probes.cpu_env import reexec_with_caching_allocator
 from validate.report.render import targets, write_report
-from validate.report.results import ResultsLog
+from validate.report.results import ResultsLog, read_rows
 from validate.suites import accounting as suite_accounting
 from validate.suites import attention as suite_attention
 from validate.suites import dist as suite_dist
@@ -56,16 +59,44 @@ def device_label(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def load_profile(hardware: str | None, out: Path, device: torch.device) -> Hardware:
-    """The named profile, else DIR/profile.json, else a fresh calibration saved there."""
-    if hardware:
-        return get_hardware(hardware)
+def named_profile(name: str) -> Hardware:
+    """``--hardware``: a catalog entry or a profile JSON; a bad one ends the run in one line."""
+    try:
+        return get_hardware(name)
+    except (ValueError, TypeError, OSError) as err:
+        raise SystemExit(f"--hardware {name}: {err}") from None
+
+
+def open_log(out: Path, resume: bool) -> ResultsLog:
+    """The run's results log; existing results without ``--resume``, or a folder that cannot
+    be written, end the run in one line (before the slow calibration)."""
+    try:
+        return ResultsLog(out, resume=resume)
+    except OSError as err:
+        if isinstance(err, FileExistsError) and err.errno is None:  # ResultsLog's own: resume?
+            raise SystemExit(str(err)) from None
+        raise SystemExit(f"--out {out}: cannot write there ({err.strerror or err})") from None
+
+
+def calibrated_profile(out: Path, device: torch.device) -> Hardware:
+    """DIR/profile.json, else a fresh calibration of ``device`` saved there."""
     path = out / "profile.json"
     if not path.exists():
         print(f"calibrating {device_label(device)} (matmul FLOP/s, attention, bandwidth)...")
-        out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(profile(device, 2**30 if device.type == "cuda" else 2**28)))
     return get_hardware(str(path))
+
+
+def missed_line(results: list[dict]) -> str | None:
+    """``MISSED k of n targets: label (value x %, bound y %); ...``, or None when none is."""
+    missed = [t for t in results if t["met"] is False]
+    if not missed:
+        return None
+    what = "; ".join(
+        f"{t['target']} (value {100 * t['value']:.2f} %, bound {100 * t['bound']:.2f} %)"
+        for t in missed
+    )
+    return f"MISSED {len(missed)} of {len(results)} targets: {what}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,11 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
     out = Path(args.out)
-    try:
-        log = ResultsLog(out, resume=args.resume)
-    except FileExistsError as err:
-        raise SystemExit(str(err)) from None
-    hardware = load_profile(args.hardware, out, device)
+    named = named_profile(args.hardware) if args.hardware else None
+    log = open_log(out, args.resume)
+    hardware = named if named is not None else calibrated_profile(out, device)
     profile_path = None if args.hardware else out / "profile.json"
     ctx = Context(device, device_label(device), hardware, args.quick, profile_path)
     names = list(SUITES) if args.suite == "all" else [args.suite]
@@ -104,10 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     md, _ = write_report(out)
     print(f"cases: {dict(statuses)}; report: {md}")
-    for t in targets(list(map(json.loads, (out / "results.jsonl").read_text().splitlines()))):
+    results = targets(read_rows(out))
+    for t in results:
         value = "not measured" if t["value"] is None else f"{100 * t['value']:.2f} %"
         print(f"  {t['target']}: {value} ({t['n']} rows)")
-    return 1 if statuses.get("error") else 0
+    missed = missed_line(results)
+    if missed:
+        print(missed)
+    if statuses.get("error"):
+        return 1
+    return 3 if missed else 0
 
 
 if __name__ == "__main__":

@@ -177,7 +177,9 @@ def shard(model: TransformerLM, kind: str, world: int) -> None:
 
 
 def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str) -> dict:
-    """One forward and backward under ``kind``; collectives counted, seconds timed."""
+    """One forward and backward under ``kind``: its collectives (calls, full-tensor bytes, ring
+    bytes one rank sends), the seconds this rank spent inside them (``comm_s``) and the
+    step's seconds."""
     torch.manual_seed(0)
     spec, train = small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -196,20 +198,9 @@ def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str)
         "calls": dict(counter.calls),
         "sizes": dict(counter.sizes),
         "ring_bytes": counter.ring_bytes(world),
+        "comm_s": counter.seconds,
         "seconds": seconds,
     }
-
-
-def unsharded_step(batch: int, seq: int, precision: str) -> float:
-    """Seconds of the same step on one process (the baseline for the overhead)."""
-    torch.manual_seed(0)
-    spec, train = small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision)
-    model = TransformerLM.for_training(spec, train, "cpu")
-    data = make_batch(model, batch, seq)
-    model(data).backward()
-    start = time.perf_counter()
-    model(data).backward()
-    return time.perf_counter() - start
 
 
 def spec_and_train(batch: int, seq: int, precision: str) -> tuple[ModelSpec, TrainSpec]:

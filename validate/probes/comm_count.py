@@ -6,13 +6,22 @@ through the dispatcher as ops, so it sees each one with its tensors. Sizes are t
 tensor of each collective (all-gather: output; reduce-scatter, all-reduce: input), and
 ``ring_bytes`` converts them into the bytes one rank sends in a ring, the quantity
 ``costmodel``'s ``comm_bytes.*`` predict.
+
+It also times every counted call (``seconds``): ``time.perf_counter`` around the call and
+its completion (the c10d op's ``Work`` or the functional collective's ``wait_tensor`` is
+waited inside the timed span, and CUDA is synchronized before and after), so the sum is the
+time this rank spent in collectives, ``costmodel``'s ``comm_time_s.*``; never negative.
+Waiting at once serialises what the step would have overlapped, which a byte count ignores.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from typing import Any
 
 import torch
+from torch._C._distributed_c10d import Work
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -38,19 +47,43 @@ def _nbytes(value) -> int:
     )
 
 
+def _sync_cuda() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _wait(name: str, out: Any) -> None:
+    """Block until the collective that returned ``out`` has finished."""
+    if name.startswith("_c10d_functional."):  # returns at once; wait_tensor completes it
+        torch.ops._c10d_functional.wait_tensor(out)
+        return
+    for item in tree_flatten(out)[0]:  # c10d ops return (tensors, Work)
+        if isinstance(item, torch.ScriptObject):
+            Work.unbox(item).wait()
+
+
 class CollectiveCounter(TorchDispatchMode):
+    """Calls, full-tensor bytes and seconds of every collective run inside ``with``."""
+
     def __init__(self) -> None:
         super().__init__()
         self.calls: dict[str, int] = defaultdict(int)
         self.sizes: dict[str, int] = defaultdict(int)
+        self.seconds = 0.0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         name = str(func).rsplit(".", 1)[0]
-        if name in _OPS:
-            kind, index = _OPS[name]
-            self.calls[kind] += 1
-            self.sizes[kind] += _nbytes(out if index == -1 else args[index])
+        if name not in _OPS:
+            return func(*args, **(kwargs or {}))
+        _sync_cuda()
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        _wait(name, out)
+        _sync_cuda()
+        self.seconds += time.perf_counter() - start
+        kind, index = _OPS[name]
+        self.calls[kind] += 1
+        self.sizes[kind] += _nbytes(out if index == -1 else args[index])
         return out
 
     def ring_bytes(self, world: int) -> float:

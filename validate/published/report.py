@@ -3,19 +3,20 @@
 Per source and quantity: n, median and p90 |error|, bias (median signed error) and the
 worst run; the targets of issue 12 (median |error| <= 8 % for tokens/s and for memory per
 GPU, no run worse than 30 %); the worst runs with their layout, assumptions and predicted
-breakdown. The HTML adds predicted vs measured (log axes, y = x and a ±10 % band) per
+breakdown, as tables (``validate.report.tables``). The HTML, self-contained (static SVG,
+no script), adds predicted vs measured (log axes, y = x and a ±10 % band) per
 quantity. Torch-free.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import altair as alt
 
 from validate.published.compare import summarize
-from validate.report.render import _num, _pct, _table
+from validate.report.render import _num, _pct, chart_svg
+from validate.report.tables import STYLE, Table
 
 TARGET_MEDIAN, TARGET_WORST = 0.08, 0.30
 WORST_SHOWN = 10
@@ -32,31 +33,32 @@ def targets(rows: list[dict[str, Any]]) -> list[list[str]]:
     return lines
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def tables(rows: list[dict[str, Any]]) -> list[Table]:
+    """Targets, per source, runs not predicted, the worst rows and every row: the tables
+    report.md and report.html both show, in this order."""
     summary = [[s["quantity"], s["group"], str(s["n"]), _pct(s["median_abs"]),
                 _pct(s["p90_abs"]), _pct(s["bias"]), _pct(s["worst_abs"])]
                for s in summarize(rows)]  # fmt: skip
-    errors = [r for r in rows if r["status"] != "ok"]
+    errors = [[r["case"], str(r["error"])] for r in rows if r["status"] != "ok"]
     ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: -abs(r["rel_err"]))
-    parts = [
-        "# Published runs: predicted vs measured",
-        "",
-        f"## Targets (median |error| <= {TARGET_MEDIAN:.0%}, every run within {TARGET_WORST:.0%})",
-        _table(["quantity", "runs", "median |error|", "worst |error|", "met"], targets(rows)),
-        "",
-        "## Per source",
-        _table(["quantity", "source", "n", "median |err|", "p90 |err|", "bias", "worst"], summary),
-        "",
-        f"## Runs not predicted ({len(errors)})",
-        *(f"- {r['case']}: {r['error']}" for r in errors),
-        "",
-        f"## Worst {WORST_SHOWN} rows",
-        *(_worst(r) for r in ok[:WORST_SHOWN]),
-        "",
-        "## Every row",
-        _table(["run", "quantity", "layout", "predicted", "measured", "error"], _lines(ok)),
-    ]
-    return "\n".join(parts) + "\n"
+    aim = f"median |error| <= {TARGET_MEDIAN:.0%}, every run within {TARGET_WORST:.0%}"
+    return [
+        Table(f"Targets ({aim})", ["quantity", "runs", "median |error|", "worst |error|", "met"],
+              targets(rows)),
+        Table("Per source", ["quantity", "source", "n", "median |err|", "p90 |err|", "bias",
+                             "worst"], summary),
+        Table(f"Runs not predicted ({len(errors)})", ["run", "why"], errors),
+        Table(f"Worst {WORST_SHOWN} rows", ["run", "quantity", "predicted", "measured", "error",
+                                            "layout", "breakdown", "assumptions"],
+              [_worst(r) for r in ok[:WORST_SHOWN]]),
+        Table("Every row", ["run", "quantity", "layout", "predicted", "measured", "error"],
+              _lines(ok)),
+    ]  # fmt: skip
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """report.md: every table of :func:`tables`."""
+    return "# Published runs: predicted vs measured\n" + "".join(t.markdown() for t in tables(rows))
 
 
 def _lines(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -64,14 +66,12 @@ def _lines(rows: list[dict[str, Any]]) -> list[list[str]]:
              _pct(r["rel_err"])] for r in rows]  # fmt: skip
 
 
-def _worst(row: dict[str, Any]) -> str:
+def _worst(row: dict[str, Any]) -> list[str]:
     parts = ", ".join(f"{k} {_num(v)}" for k, v in row["breakdown"].items())
+    layout = f"{row['layout']} on {row['n_gpus']} x {row['device']}"
     notes = "; ".join(row["assumptions"]) or "none"
-    return (
-        f"- **{row['case']}** ({row['quantity']}): predicted {_num(row['predicted'])}, "
-        f"measured {_num(row['measured'])} ({_pct(row['rel_err'])}); {row['layout']} on "
-        f"{row['n_gpus']} x {row['device']}.\n  Breakdown: {parts}.\n  Assumptions: {notes}."
-    )
+    return [row["case"], row["quantity"], _num(row["predicted"]), _num(row["measured"]),
+            _pct(row["rel_err"]), layout, parts, notes]  # fmt: skip
 
 
 def chart(rows: list[dict[str, Any]]) -> alt.Chart:
@@ -118,13 +118,16 @@ def _logspace(lo: float, hi: float, n: int = 60) -> list[float]:
 
 
 def html_page(rows: list[dict[str, Any]]) -> str:
-    spec = chart(rows).to_json(indent=None)
-    md = html.escape(markdown(rows))
-    return f"""<!doctype html><html><head><meta charset="utf-8">
-<title>costmodel vs published runs</title>
-<script src="https://cdn.jsdelivr.net/npm/vega@5"></script>
-<script src="https://cdn.jsdelivr.net/npm/vega-lite@5"></script>
-<script src="https://cdn.jsdelivr.net/npm/vega-embed@6"></script></head>
-<body style="font-family: sans-serif"><div id="chart"></div><pre>{md}</pre>
-<script>vegaEmbed("#chart", {spec});</script></body></html>
+    """report.html, self-contained: the chart as static SVG and the tables of report.md."""
+    body = "\n".join(t.html() for t in tables(rows))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>costmodel vs published runs</title>
+<style>
+{STYLE}
+</style></head>
+<body>
+<h1>Published runs: predicted vs measured</h1>
+<div class="chart">{chart_svg(chart(rows))}</div>
+{body}
+</body></html>
 """

@@ -6,6 +6,8 @@ from typing import Any
 
 import altair as alt
 
+from validate.report.tables import Table
+
 QUANTITIES = (
     "time_s.forward",
     "time_s.backward",
@@ -22,8 +24,8 @@ def _rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def attention_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: one line per (kernel, dtype, seq, d), measured (predicted) per quantity."""
+def attention_table(rows: list[dict[str, Any]]) -> Table | None:
+    """One line per (kernel, dtype, seq, d), measured (predicted) per quantity."""
     cells: dict[tuple, dict[str, str]] = {}
     for r in _rows(rows):
         c = r["config"]
@@ -35,13 +37,11 @@ def attention_table(rows: list[dict[str, Any]]) -> str:
             text = f"{r['measured'] * scale:.3g} ({r['predicted'] * scale:.3g})"
         cells.setdefault(key, {})[r["quantity"]] = f"{text} {unit}"
     if not cells:
-        return ""
-    head = "| kernel | dtype | seq | d | forward | backward | after forward | peak |"
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
-    for key in sorted(cells):
-        vals = [cells[key].get(q, "–") for q in QUANTITIES]
-        lines.append("| " + " | ".join([*map(str, key), *vals]) + " |")
-    return "\n## Attention kernels: measured (predicted)\n\n" + "\n".join(lines) + "\n"
+        return None
+    header = ["kernel", "dtype", "seq", "d", "forward", "backward", "after forward", "peak"]
+    lines = [[*map(str, key), *(cells[key].get(q, "–") for q in QUANTITIES)]
+             for key in sorted(cells)]  # fmt: skip
+    return Table("Attention kernels: measured (predicted)", header, lines)
 
 
 def attention_chart(rows: list[dict[str, Any]]) -> alt.Chart | None:

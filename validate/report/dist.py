@@ -7,53 +7,52 @@ from typing import Any
 
 import altair as alt
 
+from validate.report.tables import Table
+
 
 def _ms(x: float | None) -> str:
     return "–" if x is None else f"{1e3 * x:.2f}"
 
 
-def ddp_table(rows: list[dict[str, Any]]) -> str:
+def ddp_table(rows: list[dict[str, Any]]) -> Table | None:
+    """Per DDP variant: step, communication wait, its share, the α-β time, overlap achieved."""
     ddp = [r for r in rows if r["suite"] == "ddp" and r["status"] == "ok"]
     if not ddp:
-        return ""
+        return None
     steps = {r["case"]: r["measured"] for r in ddp if r["quantity"] == "time_s.step"}
     comm = {r["case"]: r for r in ddp if r["quantity"].startswith("comm_time_s")}
     blocking = {k: comm[k]["measured"] for k in ("naive", "flat") if k in comm}
-    lines = [
-        "| variant | step (ms) | waiting for comm (ms) | comm share | α-β comm (ms) |"
-        " overlap achieved |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = []
     for case in sorted(comm):
         r = comm[case]
         base = blocking.get("naive" if case == "overlap" else "flat")
         overlap = "–"
         if r["quantity"].endswith("exposed") and base:
             overlap = f"{100 * max(0.0, 1 - r['measured'] / base):.0f} %"
-        lines.append(
-            f"| {case} | {_ms(steps.get(case))} | {_ms(r['measured'])} | "
-            f"{100 * r['comm_share']:.0f} % | {_ms(r['predicted_total_comm_s'])} | "
-            f"{overlap} |"
-        )
+        lines.append([case, _ms(steps.get(case)), _ms(r["measured"]),
+                      f"{100 * r['comm_share']:.0f} %", _ms(r["predicted_total_comm_s"]),
+                      overlap])  # fmt: skip
+    header = ["variant", "step (ms)", "waiting for comm (ms)", "comm share", "α-β comm (ms)",
+              "overlap achieved"]  # fmt: skip
     note = (
         "overlap achieved: the share of the blocking variant's communication wait "
         "(naive for overlap, flat for bucketed) that backward hid."
     )
-    return "\n## DDP variants (2 ranks)\n\n" + "\n".join(lines) + f"\n\n{note}\n"
+    return Table("DDP variants (2 ranks)", header, lines, note)
 
 
-def parallel_table(rows: list[dict[str, Any]]) -> str:
+def parallel_table(rows: list[dict[str, Any]]) -> Table | None:
+    """FSDP/TP rows: bytes per rank and the time inside collectives, with the calls counted."""
     par = [r for r in rows if r["suite"] == "parallel" and r["status"] == "ok"]
     if not par:
-        return ""
-    lines = ["| case | quantity | predicted | measured | collectives |", "|---|---|---|---|---|"]
+        return None
+    lines = []
     for r in par:
         calls = ", ".join(f"{k} x{v}" for k, v in r.get("calls", {}).items()) or "–"
         case = r["case"] + (f" rank {r['rank']}" if "rank" in r else "")
-        lines.append(
-            f"| {case} | {r['quantity']} | {r['predicted']:.6g} | {r['measured']:.6g} | {calls} |"
-        )
-    return "\n## FSDP and TP communication\n\n" + "\n".join(lines) + "\n"
+        lines.append([case, r["quantity"], f"{r['predicted']:.6g}", f"{r['measured']:.6g}", calls])
+    header = ["case", "quantity", "predicted", "measured", "collectives"]
+    return Table("FSDP and TP communication", header, lines)
 
 
 def _collectives_chart(coll: list[dict[str, Any]]) -> alt.Chart:

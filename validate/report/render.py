@@ -3,8 +3,10 @@
 ``python -m validate.report.render DIR`` (``validate.run`` writes both at the end of every run,
 interrupted ones included). The summary gives, per suite, quantity and device, the median
 and maximum absolute relative error of the ``ok`` rows; the targets section checks them
-against the goals; the HTML adds Altair charts: predicted vs measured per quantity,
-relative error per case, and the per-component time breakdown.
+against the goals. Both files hold the same tables (``validate.report.tables``), targets
+first; the HTML, self-contained (no script, nothing from the network), adds Altair charts
+drawn as static SVG by vl-convert: predicted vs measured per quantity, relative error per
+case, the per-component time breakdown, attention scaling and the distributed suites.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import altair as alt
+import vl_convert
 
 from validate.report.attention import attention_chart, attention_table
 from validate.report.dist import ddp_table, dist_charts, parallel_table
 from validate.report.results import read_rows
+from validate.report.tables import STYLE, Table
 
 TIME_QUANTITIES = ("time_s.forward", "time_s.backward", "time_s.step")
 MEMORY_QUANTITIES = (
@@ -63,7 +67,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each target with the median |rel_err| it is about (None where nothing was measured)."""
+    """Each target with its bound and the |rel_err| it is about: the median, or the maximum
+    for exact (zero-bound) targets; None where nothing was measured."""
     out = []
     for label, suite, quantities, bound in TARGETS:
         errs = [
@@ -76,7 +81,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ]
         value = (max(errs) if bound == 0 else statistics.median(errs)) if errs else None
         met = None if value is None else value <= bound
-        out.append({"target": label, "n": len(errs), "value": value, "met": met})
+        out.append({"target": label, "n": len(errs), "value": value, "bound": bound, "met": met})
     return out
 
 
@@ -92,46 +97,51 @@ def _num(x: Any) -> str:
     return f"{x:.4g}"
 
 
-def _table(header: list[str], lines: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(line) + " |" for line in lines]
-    return "\n".join(out)
-
-
-def _targets_table(rows: list[dict[str, Any]]) -> str:
+def _targets_table(rows: list[dict[str, Any]]) -> Table:
     met = {True: "yes", False: "**no**"}
     lines = [[t["target"], str(t["n"]), _pct(t["value"]), met.get(t["met"], "not measured")]
              for t in targets(rows)]  # fmt: skip
-    return _table(["target", "rows", "value", "met"], lines)
+    return Table("Targets", ["target", "rows", "value", "met"], lines)
 
 
-def _summary_table(rows: list[dict[str, Any]]) -> str:
+def _summary_table(rows: list[dict[str, Any]]) -> Table:
     lines = [[s["suite"], s["quantity"], s["device"], str(s["n"]),
               _pct(s["median_abs_rel_err"]), _pct(s["max_abs_rel_err"])]
              for s in summary(rows)]  # fmt: skip
-    return _table(["suite", "quantity", "device", "n", "median", "max"], lines)
+    header = ["suite", "quantity", "device", "n", "median", "max"]
+    return Table("Summary (|predicted - measured| / measured)", header, lines)
 
 
-def _rows_table(rows: list[dict[str, Any]]) -> str:
+def _failed_table(rows: list[dict[str, Any]]) -> Table | None:
+    lines = [[r["suite"], r["case"], r["status"], str(r.get("message", ""))]
+             for r in rows if r["status"] != "ok"]  # fmt: skip
+    header = ["suite", "case", "status", "message"]
+    return Table("Not measured (OOM, errors, skipped)", header, lines) if lines else None
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> Table:
     lines = [[r["suite"], r["case"], r["quantity"], _num(r["predicted"]), _num(r["measured"]),
               _pct(r.get("rel_err")), r.get("unit", "")]
              for r in rows if r["status"] == "ok"]  # fmt: skip
-    return _table(["suite", "case", "quantity", "predicted", "measured", "error", "unit"], lines)
+    header = ["suite", "case", "quantity", "predicted", "measured", "error", "unit"]
+    return Table("All rows", header, lines)
+
+
+def tables(rows: list[dict[str, Any]]) -> tuple[list[Table], list[Table]]:
+    """The report's tables: (targets and summary, the rest); both files show them in order."""
+    rest = [attention_table(rows), ddp_table(rows), parallel_table(rows), _failed_table(rows)]
+    head = [_targets_table(rows), _summary_table(rows)]
+    return head, [t for t in rest if t is not None] + [_rows_table(rows)]
+
+
+def _intro(rows: list[dict[str, Any]]) -> str:
+    return f"{len(rows)} rows; devices: {', '.join(sorted({r['device'] for r in rows}))}"
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    devices = sorted({r["device"] for r in rows})
-    parts = [f"# validate.run report\n\n{len(rows)} rows; devices: {', '.join(devices)}\n",
-             "## Targets\n", _targets_table(rows),
-             "\n## Summary (|predicted - measured| / measured)\n", _summary_table(rows),
-             attention_table(rows), ddp_table(rows), parallel_table(rows)]  # fmt: skip
-    failed = [r for r in rows if r["status"] != "ok"]
-    if failed:
-        lines = [[r["suite"], r["case"], r["status"], str(r.get("message", ""))] for r in failed]
-        parts += ["\n## Not measured (OOM, errors, skipped)\n",
-                  _table(["suite", "case", "status", "message"], lines)]  # fmt: skip
-    parts += ["\n## All rows\n", _rows_table(rows)]
-    return "\n".join(parts) + "\n"
+    """report.md: the intro line and every table, targets first."""
+    head, rest = tables(rows)
+    return f"# validate.run report\n\n{_intro(rows)}\n" + "".join(t.markdown() for t in head + rest)
 
 
 def _model_charts(timed: list[dict[str, Any]]) -> list[alt.Chart]:
@@ -184,22 +194,40 @@ def charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
     return out + [c for c in extra if c is not None]
 
 
+def chart_svg(chart: alt.TopLevelMixin) -> str:
+    """The chart as inline SVG (vl-convert: no JavaScript, readable offline), or a line in
+    its place saying why it could not be drawn: one bad chart does not cost the report."""
+    try:
+        return vl_convert.vegalite_to_svg(chart.to_dict())
+    except Exception as err:  # any conversion failure: say so where the chart would be
+        title = getattr(chart, "title", None)
+        name = f'"{title}"' if isinstance(title, str) else "(untitled)"
+        message = f"Chart {name} could not be drawn: {type(err).__name__}: {err}"
+        return f'<p class="chart-error">{html.escape(message, quote=False)}</p>'
+
+
 def html_page(rows: list[dict[str, Any]]) -> str:
-    specs = [c.to_json(indent=None) for c in charts(rows)]
-    body = [f'<div id="c{i}"></div>' for i in range(len(specs))]
-    embeds = "\n".join(f'vegaEmbed("#c{i}", {s});' for i, s in enumerate(specs))
-    md = html.escape(markdown(rows))
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>validate.run report</title>
-<script src="https://cdn.jsdelivr.net/npm/vega@5"></script>
-<script src="https://cdn.jsdelivr.net/npm/vega-lite@5"></script>
-<script src="https://cdn.jsdelivr.net/npm/vega-embed@6"></script></head>
-<body style="font-family: sans-serif">{"".join(body)}
-<pre>{md}</pre>
-<script>{embeds}</script></body></html>
+    """report.html, self-contained: the same tables as report.md (targets first) and the
+    charts as static SVG, with no script and nothing loaded from the network."""
+    head, rest = tables(rows)
+    drawn = [f'<div class="chart">{chart_svg(c)}</div>' for c in charts(rows)]
+    section = ["<h2>Charts</h2>", *drawn] if drawn else []
+    body = "\n".join([*(t.html() for t in head), *section, *(t.html() for t in rest)])
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>validate.run report</title>
+<style>
+{STYLE}
+</style></head>
+<body>
+<h1>validate.run report</h1>
+<p>{html.escape(_intro(rows))}</p>
+{body}
+</body></html>
 """
 
 
 def write_report(out_dir: str | Path) -> tuple[Path, Path]:
+    """``report.md`` and ``report.html`` of ``out_dir``'s usable rows; their paths."""
     out = Path(out_dir)
     rows = read_rows(out)
     (out / "report.md").write_text(markdown(rows))
