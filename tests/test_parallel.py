@@ -126,6 +126,39 @@ def test_mfu_definition():
     assert 0 < v["mfu"] < v["hfu"] <= 1
 
 
+def test_hfu_counts_the_flops_kernels_execute():
+    """The naive core runs every score: HFU's FLOPs are flops.step. flops.step counts a flash
+    core dense, forward and 2.5x backward (it recomputes QKᵀ); a causal one skips the masked
+    half of both. Full recompute adds a forward of every layer (not the head)."""
+    peak = H100.peak("bf16")
+
+    def executed(attention, recompute="none"):
+        train = TrainSpec(batch=2, seq=8192, attention=attention, recompute=recompute)
+        v = est(train=train)
+        return v["hfu"] * v["time_s.step"] * peak, v
+
+    naive, v = executed("naive")
+    assert naive == pytest.approx(v["flops.step"], rel=1e-12)
+    flash, v = executed("flash")
+    core = v["flops.forward_by_op.attn_scores"] + v["flops.forward_by_op.attn_values"]
+    assert flash == pytest.approx(v["flops.step"] - core * 3.5 / 2, rel=1e-12)
+    full, v = executed("flash", "full")
+    head = v["flops.forward_by_op.lm_head"]
+    assert full == pytest.approx(flash + v["flops.forward"] - head - core / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("hw", ["h100-sxm", "a100-80gb", "tpu-v5p", "cpu"])
+@pytest.mark.parametrize("attention", ["flash", "naive"])
+def test_hfu_at_most_one_at_long_sequences(hw, attention):
+    """Found by fuzzing: HFU counted dense causal attention, 114 % at seq 65,536 on A100."""
+    precision = "fp32" if hw == "cpu" else "bf16-mixed"
+    for recompute, seq in itertools.product(("none", "full", "selective-op"), (4096, 65536)):
+        train = TrainSpec(batch=1, seq=seq, attention=attention, recompute=recompute,
+                          precision=precision)  # fmt: skip
+        v = est(train=train, hw=get_hardware(hw))
+        assert 0 < v["mfu"] <= v["hfu"] <= 1, (recompute, seq)
+
+
 def test_placement_uses_nvlink_inside_a_node_and_network_across():
     links = group_links(ParallelSpec(tp=8, dp=2), H100)
     assert links["tp"][0] == pytest.approx(450e9 * 0.8)
@@ -343,7 +376,7 @@ def test_optimizer_temporary_is_the_devices_share():
     """Regression (issue 12): foreach Adam's sqrt(v) temporary was sized from the whole
     model, 692 GiB per device for GPT-3 175B at tp 8 x pp 8 on 64 A100s while the components
     summed to 81 GiB. It is one optimizer state of what the device holds; Narayanan et al.
-    2021 (Table 1) trained this layout on 80 GB A100s."""
+    2021 (Table 1) trained this layout on 80 GB A100s with Megatron."""
     model = get_model("gpt3-175b")
     train = TrainSpec(batch=64, seq=2048, precision="fp16-mixed", grad_accum=64)
     v = estimate(model, train, ParallelSpec(tp=8, pp=8), get_hardware("a100-80gb")).values
@@ -352,4 +385,23 @@ def test_optimizer_temporary_is_the_devices_share():
     expected = max(v[per + "peak_forward_backward"] + v[per + "optimizer"],
                    state + v[per + "optimizer"] / 2)  # fmt: skip
     assert v[per + "peak"] == pytest.approx(expected, rel=1e-12)
-    assert v[per + "peak"] < 80 * 2**30
+    megatron = ParallelSpec(tp=8, pp=8, framework="megatron")
+    assert estimate(model, train, megatron, get_hardware("a100-80gb"))[per + "peak"] < 80 * 2**30
+
+
+@pytest.mark.parametrize(("pp", "in_flight"), [(1, 2), (2, 2), (4, 1)])
+def test_zero3_gathers_two_layers_or_the_stage(pp, in_flight):
+    """Found by fuzzing: ZeRO-3's running and prefetched layers were two even on a stage of
+    one layer. Bytes beyond the shard: in flight x bf16 x the stage's matmul weights per
+    layer (the head's share included: the last stage is the busiest) x 1/2."""
+    from costmodel.parallel.distributed import zero3_gathered
+    from costmodel.parallel.layout import layout_values
+    from costmodel.symbols import values_for
+
+    model, train = get_model("cs336-small", n_layers=4), TrainSpec(batch=8, seq=256)
+    par = ParallelSpec(fsdp=2, pp=pp, zero=3)
+    values = {**values_for(model, train), **layout_values(train, par, H100)}
+    value = zero3_gathered(model, train, par).subs(values)
+    D, F, layers = model.d_model, model.d_ff, 4 // pp
+    per_layer = (layers * (4 * D * D + 3 * D * F) + model.vocab * D) / layers
+    assert float(value) == in_flight * 2 * per_layer / 2

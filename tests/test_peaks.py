@@ -47,6 +47,31 @@ def test_peaks_two_layers(name, precision, attention, recompute):
     )
 
 
+@pytest.mark.parametrize("name", ["cs336-small", "llama3-8b"])
+@pytest.mark.parametrize(("precision", "recompute"), [("bf16-mixed", "none"), ("fp32", "full")])
+def test_peaks_with_gradient_accumulation(name, precision, recompute):
+    """From the second micro-batch on, the first one's gradients are alive through forward
+    and backward (they were missing: forward+backward -18 % to -32 %, step to -16 %). Not
+    modelled: the new gradient of a weight beside its accumulated .grad (Llama-3-8B's
+    fp32 head: forward+backward -11 % at seq 256, -7 % at 512)."""
+    check(
+        get_model(name, n_layers=2),
+        TrainSpec(batch=4, seq=512, grad_accum=2, precision=precision, recompute=recompute),
+    )
+
+
+def test_step_never_peaks_below_its_forward():
+    """Found by fuzzing: under full recomputation a block's weight casts make the forward's
+    transient larger than backward's when the vocabulary is small (vocab 256, naive cores)."""
+    model = get_model("cs336-small", vocab=256)
+    for recompute in ("none", "full"):
+        train = TrainSpec(batch=1, seq=2048, attention="naive", recompute=recompute)
+        est = estimate(model, train)
+        forward = est["memory_bytes.peak_forward"]
+        assert est["memory_bytes.peak_forward_backward"] >= forward
+        assert est["memory_bytes.peak"] >= forward
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "llama3-8b", "mistral-7b", "xxl", "cs336-2.7b"])
 @pytest.mark.parametrize(("batch", "seq"), [(1, 512), (4, 128)])

@@ -188,7 +188,8 @@ def sharded_activations(
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Per-device memory by component and its peak (same estimate as one device, plus
-    ZeRO-3's two gathered layers in flight, and gradients held through the step)."""
+    ZeRO-3's two gathered layers in flight (one on a stage of one layer), and gradients held
+    through the step)."""
     state = sharded_state(model, train, par)
     acts = sharded_activations(model, train, par)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
@@ -196,17 +197,32 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
     held = accumulated_grads(train, par) * params_per_device(model, par)[0]
     persist = par.framework in ("megatron", "deepspeed") or bool(held) or None
-    kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist}
+    # Megatron's gradient buffer is allocated once and zeroed, never freed; elsewhere
+    # gradients outlive a micro-batch when another follows (accumulation), except FSDP2's
+    # shards under pipelining: reduce-scattered from the held gradients after the last one
+    live = sp.Min(m - 1, 1, evaluate=False)
+    live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
+    kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
+          "grads_live": live}  # fmt: skip
     with sp.evaluate(False):
         peaks = peak_memory(model, train, {**state, "grads": state["grads"] - held}, acts, **kw)
         peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
-    if par.zero == 3 and par.framework in ("reference", "deepspeed"):
-        _, n_mm = params_per_device(model, par)
-        layer = n_mm / stage_layers(par)
-        gathered = 2 * PRECISIONS[train.precision].activation * layer * (1 - 1 / X)
-        peaks = {k: e + gathered for k, e in peaks.items()}
+    gathered = zero3_gathered(model, train, par)
+    peaks = {k: e + gathered for k, e in peaks.items()}
     reserved = peaks["peak"] * R_alloc
     return {**state, "activations": acts.xreplace(subs), **peaks, "reserved": reserved}
+
+
+def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes of the layers ZeRO-3 has gathered beyond this device's shard (reference model
+    and DeepSpeed): the layer running and the next, prefetched; one on a one-layer stage.
+    FSDP2's gathered layers are its ``params`` (what it gathers is not stored)."""
+    if par.zero != 3 or par.framework not in ("reference", "deepspeed"):
+        return sp.Integer(0)
+    _, n_mm = params_per_device(model, par)
+    layers = stage_layers(par)
+    in_flight = sp.Min(2, layers, evaluate=False)
+    return in_flight * PRECISIONS[train.precision].activation * n_mm / layers * (1 - 1 / X)
 
 
 def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:

@@ -29,7 +29,7 @@ from costmodel.parallel.distributed import (
     stage_layers,
 )
 from costmodel.single.elementwise import eager_bytes
-from costmodel.single.flops import flop_conventions, flop_totals
+from costmodel.single.flops import flop_conventions
 from costmodel.single.memory import checkpoints_blocks
 from costmodel.single.params import ffn_matrices, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
@@ -121,9 +121,10 @@ def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
     return sp.Integer(2)
 
 
-def _recompute_time(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
-    """Seconds per layer re-run in backward: the whole block (full), the core (selective),
-    the matmuls and naive core op-level selective AC does not save (``recompute_flops_by_op``)."""
+def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
+    """Per layer, the part of a per-op quantity (seconds or FLOPs) re-run in backward: the
+    whole block (full), the core (selective), the matmuls and naive core op-level selective
+    AC does not save (``recompute_flops_by_op``)."""
     if train.recompute == "full":
         return sum(per_layer.values(), sp.Integer(0))
     if train.recompute == "selective-op":
@@ -134,6 +135,26 @@ def _recompute_time(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.
     if train.recompute == "selective" and "attn_core" in per_layer:
         return per_layer["attn_core"]
     return sp.Integer(0)
+
+
+def _ops_per_phase(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, per_op: dict[str, sp.Expr]
+) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) of one micro-batch's matmuls and attention core on this stage, from
+    a per-op, per-layer quantity (seconds or FLOPs; ``lm_head`` once per model): backward is
+    :func:`backward_factor` times the forward plus what recomputation re-runs."""
+    layers = stage_layers(par)
+    per_layer = {k: e for k, e in per_op.items() if k != "lm_head"}
+    head = per_op.get("lm_head", sp.Integer(0))
+    core = per_layer.get("attn_core", sp.Integer(0))
+    mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
+    fwd = layers * sum(per_layer.values(), sp.Integer(0)) + head
+    bwd = (
+        layers * (mm_bwd * (sum(per_layer.values(), sp.Integer(0)) - core) + core_bwd * core)
+        + mm_bwd * head
+        + layers * _recomputed(model, train, per_layer)
+    )
+    return fwd, bwd
 
 
 def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
@@ -204,21 +225,14 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
     ops = roofline(model, train)
-    layers = stage_layers(par)
-    per_layer = {k: e["time_s"] for k, e in ops.items() if k != "lm_head"}
-    head = ops["lm_head"]["time_s"] if "lm_head" in ops else 0
-    core = per_layer.get("attn_core", 0)
     elementwise, elementwise_bwd = _elementwise_time(model, train, par)
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
-    fwd_mb = layers * sum(per_layer.values()) + head + elementwise + extra_fwd / W_hbm
-    mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
-    bwd_mb = (
-        layers * (mm_bwd * (sum(per_layer.values()) - core) + core_bwd * core)
-        + mm_bwd * head
-        + elementwise_bwd
-        + extra_bwd / W_hbm
-        + layers * _recompute_time(model, train, per_layer)
-    )
+    fwd_ops, bwd_ops = _ops_per_phase(model, train, par, {k: e["time_s"] for k, e in ops.items()})
+    fwd_mb = fwd_ops + elementwise + extra_fwd / W_hbm
+    bwd_mb = bwd_ops + elementwise_bwd + extra_bwd / W_hbm
+    # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
+    # re-runs), so that HFU <= 1 whenever no kernel beats the peak
+    executed = sp.Add(*_ops_per_phase(model, train, par, {k: e["flops"] for k, e in ops.items()}))
     comm = communication(model, train, par)
     combine = smax if par.overlap == "max" else sp.Add
     phase = {}
@@ -252,7 +266,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         ),
         "tokens_per_s": B * T / step,
         "mfu": useful / (step * C * devices),
-        "hfu": flop_totals(model, train)["step"] / (step * C * devices),
+        "hfu": m * executed / (step * C),
         "tflops_per_device": useful / (step * devices) / 10**12,
         **{f"roofline.{k}.{q}": e[q] for k, e in ops.items() for q in ("intensity", "time_s")},
         **{f"comm_bytes.{k}": g["bytes"] for k, g in comm.items()},

@@ -26,7 +26,7 @@ import sympy as sp
 from costmodel.single.params import matmul_weight_params, op_level_saved, param_breakdown
 from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import D, F, H, K, L, T, V, b, d_h, smax
+from costmodel.symbols import B, D, F, H, K, L, T, V, b, d_h, smax
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
@@ -194,20 +194,22 @@ def peak_memory(
     residual: int | None = None,
     split: Any = 1,
     params_persist: bool | None = None,
+    grads_live: sp.Expr | None = None,
 ) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
     Estimates of the live set at the worst moment, not exact counts (allocator rounding and
     the order of frees are not modelled). Forward: every weight, the activations, and the
-    transient of the reference model there (naive scores before and after masking, or the
-    logits and their fp32 copy). Backward has two candidate peaks: its start, when every
-    activation is alive next to two fp32 logit gradients; and its end,
-    when every gradient exists and the low-precision weight casts are gone; with tied
-    embeddings the head's gradient waits in autograd's input buffer until the embedding's
-    arrives, and the two are summed (two extra V x D tensors). Step: the optimizer state
-    is held throughout, plus one state-sized temporary inside foreach Adam
-    (torch.optim._multi_tensor_adam); gradients are freed between steps
-    (``zero_grad(set_to_none=True)``). Korthikanti et al. 2022 count only what is saved.
+    transient of the reference model there (:func:`_transients`). Backward has two candidate
+    peaks: its start, when every activation is alive next to two fp32 logit gradients; and
+    its end, when every gradient exists and the low-precision weight casts are gone. A
+    training step's forward is one more candidate, so a step never peaks below its forward.
+    Gradients also live through a micro-batch's forward and backward start when an earlier
+    micro-batch left them (``grads_live``: by default min(B/b - 1, 1), 1 from the second
+    micro-batch of gradient accumulation on). Step: the optimizer state is held throughout,
+    plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam);
+    gradients are freed between steps (``zero_grad(set_to_none=True)``). Korthikanti et al.
+    2022 count only what is saved.
     ``state`` and ``acts`` replace the single-device ones (per-device sharded values);
     ``residual`` the residual-stream bytes; ``split`` divides what tensor parallelism
     shards: logits and their gradients (vocab-parallel loss), weights and their gradients;
@@ -216,9 +218,7 @@ def peak_memory(
     (autocast's casts, FSDP's gathered layers); by default the latter under mixed precision.
     """
     prec = PRECISIONS[train.precision]
-    act = prec.activation
     res = prec.residual if residual is None else residual
-    Vs, Fs = V / split, F / split
     state = state_memory(model, train) if state is None else state
     acts = activation_memory(model, train)["total"] if acts is None else acts
     persist = not prec.weight_copy if params_persist is None else params_persist
@@ -226,12 +226,44 @@ def peak_memory(
         stored, copies = state["params"] + state["master"], sp.Integer(0)
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
+    fwd, start, end = _transients(model, train, res, split)
+    live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
+    earlier = live * state["grads"]  # an earlier micro-batch's gradients
+    fwd_bwd = stored + smax(
+        copies + acts + start + earlier, state["grads"] + end, copies + acts + fwd + earlier
+    )
+    states = OPTIMIZER_STATES[train.optimizer]
+    # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
+    # worth of what this device holds (its shard under ZeRO); fused needs no temporary
+    foreach_adam = states == 2 and train.optimizer_impl == "foreach"
+    temp = state["optimizer"] / states if foreach_adam else 0
+    step = smax(
+        fwd_bwd + state["optimizer"],
+        stored + state["grads"] + state["optimizer"] + temp,
+    )
+    return {
+        "peak_forward": stored + copies + acts + fwd,
+        "peak_forward_backward": fwd_bwd,
+        "peak": step,
+    }
+
+
+def _transients(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:
+    """Bytes alive beside the activations (forward, backward start, backward end).
+
+    Forward: the residual stream's two live copies, the logits and their fp32 copy (or the
+    naive scores before and after masking). Backward start: the fp32 gradients of the NLL
+    loss and of the log-softmax (the low-precision cast comes after one is freed). End: with
+    tied embeddings the head's gradient waits in autograd's input buffer until the
+    embedding's arrives, and the two are summed (two extra V x D tensors).
+    """
+    prec = PRECISIONS[train.precision]
+    act = prec.activation
+    Vs, Fs = V / split, F / split
     fwd_transient = 2 * res * b * T * D
     start_transient = 2 * res * b * T * D
     end_transient = 2 * res * b * T * D
     if not model.ffn_only:
-        # Forward: the logits and their fp32 copy. Backward start: the fp32 gradients of the
-        # NLL loss and of the log-softmax (the low-precision cast comes after one is freed).
         fwd_transient += (act + (4 if act != 4 else 0)) * b * T * Vs
         start_transient += 8 * b * T * Vs
         if train.attention == "naive":
@@ -255,18 +287,4 @@ def peak_memory(
             fwd_transient += prec.weight_copy * D * Fs
             block = prec.weight_copy * _block_matmul_weights(model) / split
             end_transient += block - (prec.grad + prec.weight_copy) * D * Fs
-    fwd_bwd = stored + smax(copies + acts + start_transient, state["grads"] + end_transient)
-    states = OPTIMIZER_STATES[train.optimizer]
-    # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
-    # worth of what this device holds (its shard under ZeRO); fused needs no temporary
-    foreach_adam = states == 2 and train.optimizer_impl == "foreach"
-    temp = state["optimizer"] / states if foreach_adam else 0
-    step = smax(
-        fwd_bwd + state["optimizer"],
-        stored + state["grads"] + state["optimizer"] + temp,
-    )
-    return {
-        "peak_forward": stored + copies + acts + fwd_transient,
-        "peak_forward_backward": fwd_bwd,
-        "peak": step,
-    }
+    return fwd_transient, start_transient, end_transient
