@@ -23,3 +23,33 @@ def fmt_count(n: float, unit: str = "") -> str:
             exact = f"{n:,.0f}" if float(n).is_integer() else f"{n:,.4g}"
             return f"{exact} ({short})"
     return f"{n:,.0f} {unit}".rstrip()
+
+
+def fmt_seconds(s: float) -> str:
+    """``850 µs``, ``12.3 ms``, ``4.56 s``, ``2.5 h``: three significant digits."""
+    for scale, unit in ((3600, "h"), (1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(s) >= scale:
+            return f"{s / scale:,.3g} {unit}"
+    return f"{s * 1e9:,.3g} ns" if s else "0 s"
+
+
+def fmt_quantity(key: str, value: float) -> str:
+    """A quantity in the unit its key names: bytes as GiB (GB), seconds, FLOPs with a scale,
+    fractions such as MFU as percent; anything else with six significant digits."""
+    parts = key.split(".")
+    head = parts[0]
+    if "bytes" in head:
+        return fmt_bytes(value)
+    if head in ("time_s", "comm_time_s", "comm_phase_s") or parts[-1] == "time_s":
+        return fmt_seconds(value)
+    if head == "tokens_per_s":
+        return f"{value:,.0f}"
+    if head == "flops":
+        return fmt_count(value, "FLOP")
+    if head == "params":
+        return fmt_count(value)
+    if head in ("mfu", "hfu"):
+        return f"{100 * value:.1f} %"
+    if head == "train_cost":
+        return f"${value:,.0f}"
+    return f"{value:,.6g}"

@@ -11,6 +11,7 @@ import altair as alt
 import numpy as np
 
 from costmodel.engine.sweep import sweep
+from costmodel.engine.timeline import COLOURS
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import TrainSpec, check_positions
@@ -18,6 +19,8 @@ from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GIB
 
 MEMORY_PARTS = ("params", "master", "grads", "optimizer", "activations")
+TIME_COLOURS = {"compute": COLOURS["compute"], "comm": COLOURS["exposed"]}
+"""Compute blue, communication red: the timeline's colours."""
 
 
 def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
@@ -42,49 +45,75 @@ def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
     return kept, sweep(setup.model, hardware=setup.hardware, quantities=keys, **fields)
 
 
+def around(current: int, step: int, octaves: int = 3) -> list[int]:
+    """current · 2^k for k in -octaves..octaves, multiples of ``step`` (what the layout can
+    split), current included: a memory chart's range around the current setting."""
+    values = {current}
+    for k in range(1, octaves + 1):
+        values |= {current * 2**k, current // 2**k}
+    return sorted(x for x in values if x >= step and x % step == 0)
+
+
 def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, Any]]:
-    """Per-device memory by component at each ``batch`` or ``seq`` value (GiB)."""
+    """Per-device memory by component at each ``batch`` or ``seq`` value (GiB), with
+    ``transient`` (what the peak holds beyond the components: logits, casts, the optimizer's
+    temporary) so the stack reaches the peak; where gradients and activations are not live
+    together the components add up to more than the peak and transient is 0."""
     keys = tuple(f"memory_bytes_per_device.{p}" for p in (*MEMORY_PARTS, "peak"))
     kept, res = swept(setup, field, values, keys)
-    return [
-        {field: value, "component": key.rsplit(".", 1)[1], "GiB": float(res[key][i]) / GIB}
-        for i, value in enumerate(kept)
-        for key in keys
-    ]
+    rows = []
+    for i, value in enumerate(kept):
+        gib = {key.rsplit(".", 1)[1]: float(res[key][i]) / GIB for key in keys}
+        gib["transient"] = max(gib["peak"] - sum(gib[p] for p in MEMORY_PARTS), 0.0)
+        rows += [{field: value, "component": c, "GiB": x} for c, x in gib.items()]
+    return rows
 
 
 def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
+    """Stacked components, the peak (black) and the device's capacity (red dashed), with the
+    current setting marked (grey band)."""
     data = memory_rows(setup, field, values)
     parts = [r for r in data if r["component"] != "peak"]
     peaks = [r for r in data if r["component"] == "peak"]
     capacity = setup.hardware.hbm_bytes / GIB
-    x = alt.X(f"{field}:O", title=field)
+    current = getattr(setup.train, field)
+    x = alt.X(f"{field}:O", title=f"{field} (current: {current:,})")
+    order = [*MEMORY_PARTS, "transient"]
     bars = (
         alt.Chart(alt.Data(values=parts))
         .mark_bar()
         .encode(
             x,
             alt.Y("GiB:Q", stack="zero", title="GiB per device"),
-            alt.Color("component:N"),
+            alt.Color("component:N", sort=order, scale=alt.Scale(domain=order)),
+            alt.Order("rank:Q"),
             tooltip=[f"{field}:O", "component:N", alt.Tooltip("GiB:Q", format=".2f")],
         )
+        .transform_calculate(rank=f"indexof({order!r}, datum.component)")
     )
     peak = (
         alt.Chart(alt.Data(values=peaks))
         .mark_line(point=True, color="black")
-        .encode(
-            x,
-            alt.Y("GiB:Q"),
-            tooltip=[f"{field}:O", alt.Tooltip("GiB:Q", format=".2f", title="peak")],
-        )
-    )
+        .encode(x, alt.Y("GiB:Q"),
+                tooltip=[f"{field}:O", alt.Tooltip("GiB:Q", format=".2f", title="peak")])
+    )  # fmt: skip
+    mark = alt.Chart(alt.Data(values=[{field: current}])).mark_rule(color="gray", size=28,
+                                                                    opacity=0.25)  # fmt: skip
     rule = alt.Chart(alt.Data(values=[{"GiB": capacity}])).mark_rule(color="red", strokeDash=[6, 3])
     rule = rule.encode(alt.Y("GiB:Q"), tooltip=[alt.Tooltip("GiB:Q", title="capacity")])
     title = f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} capacity)"
-    return alt.layer(bars, peak, rule, title=title)
+    return alt.layer(mark.encode(x), bars, peak, rule, title=title)
+
+
+def _flop_scale(largest: float) -> tuple[float, str]:
+    for scale, unit in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
+        if largest >= scale:
+            return scale, unit
+    return 1e6, "MFLOP"
 
 
 def flops_chart(values: dict[str, float]) -> alt.Chart:
+    """FLOPs per step by op and phase, in the scale that suits the largest (T/P/EFLOP)."""
     rows = []
     for phase in ("forward", "backward"):
         prefix = f"flops.{phase}_by_op."
@@ -93,14 +122,17 @@ def flops_chart(values: dict[str, float]) -> alt.Chart:
             for k, v in values.items()
             if k.startswith(prefix) and k != prefix + "total"
         ]
+    scale, unit = _flop_scale(max((r["FLOPs"] for r in rows), default=0.0))
+    for r in rows:
+        r[unit] = r["FLOPs"] / scale
     return (
-        alt.Chart(alt.Data(values=rows), title="FLOPs per step by op")
+        alt.Chart(alt.Data(values=rows), title=f"FLOPs per step by op ({unit})")
         .mark_bar()
         .encode(
-            alt.X("FLOPs:Q", stack="zero"),
+            alt.X(f"{unit}:Q", stack="zero", title=f"{unit} per step"),
             alt.Y("op:N", sort="-x"),
             alt.Color("phase:N"),
-            tooltip=["op:N", "phase:N", alt.Tooltip("FLOPs:Q", format=".3e")],
+            tooltip=["op:N", "phase:N", alt.Tooltip(f"{unit}:Q", format=",.3f")],
         )
     )
 
@@ -131,7 +163,10 @@ def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
         .encode(
             alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="global batch (sequences)"),
             alt.Y("seconds:Q", scale=alt.Scale(type="log"), title="seconds per step"),
-            alt.Color("time:N"),
+            alt.Color(
+                "time:N",
+                scale=alt.Scale(domain=list(TIME_COLOURS), range=list(TIME_COLOURS.values())),
+            ),
             tooltip=["batch:Q", "time:N", alt.Tooltip("seconds:Q", format=".4g")],
         )
     )

@@ -10,43 +10,42 @@ import time
 from typing import Any
 
 import streamlit as st
-import sympy as sp
 
-from costmodel.engine.quantities import compiled, structure_of
 from costmodel.inputs import Setup
-from costmodel.units import GIB, fmt_count
+from costmodel.units import GIB, fmt_count, fmt_quantity
 from explorer import charts
+from explorer.formulas import formulas_tab
 from explorer.inverse import inverse_tab
-from explorer.sidebar import init_state, sidebar
-from explorer.state import setup_of
+from explorer.sidebar import init_state, sidebar, url_problems
+from explorer.state import failing_field, nearest_valid, setup_of
 
 
-def _headline(setup: Setup, v: dict[str, float]) -> None:
+def _headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     assert setup.parallel is not None and setup.hardware is not None
     cols = st.columns(6)
     capacity, peak = setup.hardware.hbm_bytes, v["memory_bytes_per_device.peak"]
+    fits = peak <= capacity
     devices = setup.parallel.devices
+    off = {"delta_color": "off", "delta_arrow": "off"}
     cols[0].metric("parameters", fmt_count(v["params.total"]).split(" (")[-1].rstrip(")"))
-    cols[1].metric(
-        "memory per device (GiB)",
-        f"{peak / GIB:,.2f}",
-        f"of {capacity / GIB:,.0f} GiB",
-        delta_color="off",
-        delta_arrow="off",
-    )
+    cols[1].metric("memory per device (GiB)", f"{peak / GIB:,.2f}",
+                   f"of {capacity / GIB:,.0f} GiB", **off)  # fmt: skip
     cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
     cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
-    cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %")
-    if "train_days" in v:
-        cost = f"${v['train_cost']:,.0f}" if "train_cost" in v else "set a price"
-        cols[5].metric("days to train", f"{v['train_days']:,.2f}", cost, delta_color="off",
-                       delta_arrow="off")  # fmt: skip
+    if not fits:  # a layout that cannot run has no utilisation, duration or cost
+        cols[4].metric("MFU", "–", "does not fit", **off)
+        cols[5].metric("days to train", "–", "does not fit", **off)
     else:
-        cols[5].metric(
-            "days to train", "–", "set a token budget", delta_color="off", delta_arrow="off"
-        )
+        cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %")
+        if "train_days" in v:
+            cost = f"${v['train_cost']:,.0f}" if "train_cost" in v else "set a price"
+            cols[5].metric("days to train", f"{v['train_days']:,.2f}", cost, **off)
+        else:
+            cols[5].metric("days to train", "–", "set a token budget", **off)
     where = f"on {devices} × {setup.hardware.name} (dp={setup.parallel.dp})"
-    if peak <= capacity:
+    if stale:  # no green "Fits" for inputs that are not the current ones
+        st.info(f"Last valid inputs: {peak / GIB:,.2f} GiB per device {where}.")
+    elif fits:
         st.success(f"Fits: {peak / GIB:,.2f} GiB of {capacity / GIB:,.0f} GiB per device {where}.")
     else:
         st.error(
@@ -59,14 +58,15 @@ def _headline(setup: Setup, v: dict[str, float]) -> None:
 def _chart_spec(kind: str, setup: Setup, values_key: tuple) -> dict:
     """A chart's Vega-Lite spec (Altair's schema validation skipped: the builders are tested).
 
-    Sweeps are keyed without the swept field, so changing the batch does not recompute the
-    batch sweep.
+    Memory charts span the current batch or length (x 1/8 to x 8); the communication sweep
+    is keyed without the batch, so changing the batch does not recompute it.
     """
     step = setup.parallel.batch_step(setup.train.grad_accum)
     if kind == "memory_seq":
-        chart = charts.memory_chart(setup, "seq", [2**k for k in range(8, 16)])
+        seqs = charts.around(setup.train.seq, setup.parallel.seq_step())
+        chart = charts.memory_chart(setup, "seq", seqs)
     elif kind == "memory_batch":
-        chart = charts.memory_chart(setup, "batch", [step * 2**k for k in range(8)])
+        chart = charts.memory_chart(setup, "batch", charts.around(setup.train.batch, step))
     elif kind == "comm":
         chart = charts.comm_chart(setup, [step * 2**k for k in range(12)])
     elif kind == "flops":
@@ -76,7 +76,7 @@ def _chart_spec(kind: str, setup: Setup, values_key: tuple) -> dict:
     return chart.to_dict(validate=False)
 
 
-_SWEPT = {"memory_seq": "seq", "memory_batch": "batch", "comm": "batch"}
+_SWEPT = {"comm": "batch"}
 
 
 def _chart(kind: str, setup: Setup, v: dict[str, float]) -> None:
@@ -98,15 +98,13 @@ def _swept_base(setup: Setup, field: str) -> int:
     return setup.parallel.batch_step(setup.train.grad_accum)
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
-def _latex(structure: tuple, key: str) -> str:
-    """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
-    comp = compiled(structure)
-    return sp.latex(comp.exprs[comp.keys.index(key)])
-
-
 def _table(rows: dict[str, Any]) -> None:
-    st.dataframe([{"quantity": k, "value": val} for k, val in rows.items()], hide_index=True)
+    """Quantities in their units (GiB, ms, FLOP); the exact numbers are in the Export tab."""
+    data = [{"quantity": k, "value": fmt_quantity(k, val)} for k, val in rows.items()]
+    st.dataframe(data, hide_index=True)
+
+
+STALE_CSS = "<style>.st-key-stale { opacity: 0.45; filter: grayscale(1); }</style>"
 
 
 def estimate_page() -> None:
@@ -115,16 +113,38 @@ def estimate_page() -> None:
     with st.sidebar:
         values, uploaded, slots = sidebar()
     st.title("What will training this transformer cost?")
-    for problem in st.session_state.get("_problems", []):
-        st.warning(problem)
+    problems = url_problems()
+    if problems:
+        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
     setup, errors = setup_of(values, uploaded)
+    stale = setup is None
     if setup is None:
-        for section, message in errors.items():
-            slots[section].error(message, icon="⚠️")
-        st.error(f"Fix the input in the sidebar: {next(iter(errors.values()))}")
-        return
+        _explain(values, uploaded, errors, slots)
+        setup = st.session_state.get("_last_setup")
+        if setup is None:
+            return
+        st.html(STALE_CSS)
+    st.session_state["_last_setup"] = setup
+    with st.container(key="stale" if stale else "result"):
+        _result(setup, stale)
+    st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
+
+
+def _explain(values: dict[str, Any], uploaded: Any, errors: dict[str, str], slots: dict) -> None:
+    """The error beside its widget and at the top, with the nearest value that works."""
+    for section, message in errors.items():
+        slots[section].error(message, icon="⚠️")
+    st.error(f"Fix the input in the sidebar: {next(iter(errors.values()))}")
+    field = failing_field(values, uploaded)
+    near = nearest_valid(values, field, uploaded) if field else None
+    if near is not None:
+        st.button(f"Use {field} = {near:,} (the nearest value that works)",
+                  on_click=st.session_state.__setitem__, args=(field, near))  # fmt: skip
+
+
+def _result(setup: Setup, stale: bool) -> None:
     v = setup.estimate().values
-    _headline(setup, v)
+    _headline(setup, v, stale)
     tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
     with tabs[0]:
         _chart("memory_seq", setup, v)
@@ -137,25 +157,11 @@ def estimate_page() -> None:
     with tabs[2]:
         _chart("roofline", setup, v)
     with tabs[3]:
-        _formulas(setup, v)
+        formulas_tab(setup, v)
     with tabs[4]:
         inverse_tab(setup)
     with tabs[5]:
         _export(v)
-    st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
-
-
-def _formulas(setup: Setup, v: dict[str, float]) -> None:
-    structure = structure_of(setup.model, setup.train, setup.parallel)
-    for key, label in (
-        ("params.total", "parameters"),
-        ("flops.step", "FLOPs per step"),
-        ("memory_bytes_per_device.peak", "peak bytes per device"),
-        ("time_s.step", "step time (s)"),
-        ("mfu", "MFU"),
-    ):
-        st.markdown(f"**{label}** = {v[key]:,.6g}")
-        st.latex(_latex(structure, key))
 
 
 def _export(v: dict[str, float]) -> None:

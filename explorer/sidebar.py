@@ -46,8 +46,25 @@ def init_state() -> None:
     for key, value in values.items():
         if value is not None:  # unset inputs stay unset: the widget shows a placeholder
             st.session_state[key] = value
-    st.session_state["_problems"] = problems
+    # each problem with the value its widget shows on the first run (recorded then)
+    st.session_state["_problems"] = {k: (m, _UNSEEN) for k, m in problems.items()}
     st.session_state["_initialised"] = True
+
+
+_UNSEEN = object()
+
+
+def url_problems() -> list[str]:
+    """The URL's bad parameters whose inputs the user has not changed since the first run
+    (call after the sidebar: a widget's first value is what it showed then)."""
+    problems = st.session_state.get("_problems", {})
+    for key, (message, first) in list(problems.items()):
+        now = st.session_state.get(key)
+        if first is _UNSEEN:
+            problems[key] = (message, now)
+        elif key in START and now != first:
+            del problems[key]
+    return [message for message, _ in problems.values()]
 
 
 def _widget(key: str, container: Any = st) -> None:
@@ -68,8 +85,9 @@ def _widget(key: str, container: Any = st) -> None:
                                **unset)  # fmt: skip
 
 
-def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
-    """The inputs' values, an uploaded model (or None), and a message slot per section."""
+def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
+    """The inputs' values, an uploaded model (None: none; a string: why it was refused),
+    and a message slot per section."""
     st.header("Model")
     upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"])
     st.selectbox("preset", choices("model"), key="model", disabled=upload is not None)
@@ -99,11 +117,11 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | None, dict[str, Any]]:
     values = {f.key: st.session_state.get(f.key, START[f.key]) for f in FIELDS}
     for key in ("token_budget", "price_per_hour"):  # 0 in the widget asks nothing
         values[key] = values[key] or None
-    uploaded = None
+    uploaded: ModelSpec | str | None = None
     if upload is not None:
         try:
             uploaded = model_from_hf_dict(parse_config(upload.getvalue(), upload.name), upload.name)
-        except ValueError as err:
-            slots["model"].error(f"{upload.name}: {err}", icon="⚠️")
+        except ValueError as err:  # the page shows it as bad input, not the preset's result
+            uploaded = f"{upload.name}: {err}"
     st.query_params.from_dict(to_query(values))
     return values, uploaded, slots

@@ -10,6 +10,7 @@ Query values are parsed by type (int, float, 0/1, one of a list), never evaluate
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,8 +38,15 @@ def choices(key: str) -> tuple[Any, ...]:
     return tuple(HARDWARE) if key == "hardware" else BY_KEY[key].choices or ()
 
 
+MAX_INT = 2**53
+"""Largest integer a URL value may hold (the CLI's cap: exact in a float, fits int64)."""
+
+
 def parse(field: Input, text: str) -> Any:
-    """One URL value by the input's type; raises ValueError with a short reason."""
+    """One URL value by the input's type; raises ValueError with a short reason in words.
+
+    The widgets' own ranges apply (integers >= 1, numbers >= 0), so a value the sidebar
+    could not hold is refused here rather than clamped silently by the widget."""
     if field.kind is bool:
         if text not in ("0", "1"):
             raise ValueError("must be 0 or 1")
@@ -50,26 +58,36 @@ def parse(field: Input, text: str) -> Any:
             raise ValueError(f"must be one of {', '.join(by_text)}")
         return by_text[text]
     if field.kind is float:
-        value = float(text)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("not a finite number")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError("must be a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError("must be a finite number >= 0")
         return value
-    return int(text)
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError("must be a whole number >= 1")
+    value = int(text)
+    if not 1 <= value <= MAX_INT:
+        raise ValueError(f"must be between 1 and 2^53 (got {text})")
+    return value
 
 
-def from_query(query: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """Values for every field (the start where absent) and one message per bad parameter."""
-    values, problems = dict(START), []
+def from_query(query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Values for every field (the start where absent) and {parameter: message} for each
+    bad one (the start's value is used for it)."""
+    values, problems = dict(START), {}
     shown = {f.key: f for f in FIELDS}
     for key, raw in query.items():
         field = shown.get(key)
         if field is None:
-            problems.append(f"URL parameter {key!r} is unknown; ignored")
+            problems[key] = f"{key[:40]!r} is not an input of this page; ignored"
             continue
         try:
             values[key] = parse(field, str(raw))
         except ValueError as err:
-            problems.append(f"URL parameter {key}={raw!r}: {err}; using {START[key]!r}")
+            start = "unset" if START[key] is None else START[key]
+            problems[key] = f"{key}={str(raw)[:40]!r} {err}; using {start}"
     return values, problems
 
 
@@ -85,9 +103,12 @@ def to_query(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def setup_of(
-    values: Mapping[str, Any], model: ModelSpec | None = None
+    values: Mapping[str, Any], model: ModelSpec | str | None = None
 ) -> tuple[Setup | None, dict[str, str]]:
-    """The specs, or None and {section: message} (the section the bad input is in)."""
+    """The specs, or None and {section: message} (the section the bad input is in).
+    ``model``: an uploaded model, or why an upload was refused (a string)."""
+    if isinstance(model, str):
+        return None, {"model": model}
     try:
         setup = build({k: values.get(k) for k in SHOWN}, model)
     except SpecError as err:
@@ -95,3 +116,35 @@ def setup_of(
     except ValueError as err:  # a parser outside the spec layer (e.g. an HF config)
         return None, {"model": str(err.args[0]) if err.args else str(err)}
     return setup, {}
+
+
+def nearest_valid(
+    values: Mapping[str, Any], field: str, model: ModelSpec | str | None = None, reach: int = 256
+) -> int | None:
+    """The whole number closest to ``values[field]`` (within ``reach``) that makes the
+    inputs valid, or None (not a whole-number input, or nothing valid nearby)."""
+    current = values.get(field)
+    input_ = BY_KEY.get(field)
+    if input_ is None or input_.kind is not int or field not in SHOWN:
+        return None
+    if not isinstance(current, int) or isinstance(current, bool):
+        return None
+    for delta in range(1, reach + 1):
+        for candidate in (current - delta, current + delta):
+            if 1 <= candidate <= MAX_INT and setup_of({**values, field: candidate}, model)[0]:
+                return candidate
+    return None
+
+
+def failing_field(values: Mapping[str, Any], model: ModelSpec | str | None = None) -> str | None:
+    """The input a SpecError names for these values (None if they build, or if the
+    failure is not about one input)."""
+    if isinstance(model, str):
+        return None
+    try:
+        build({k: values.get(k) for k in SHOWN}, model)
+    except SpecError as err:
+        return err.field.split(".")[0]
+    except ValueError:
+        return None
+    return None

@@ -57,8 +57,9 @@ def test_widgets_change_outputs_and_the_url():
     step = float(metric(at, "step time (s)"))
     at.selectbox(key="hardware").set_value("a100-80gb").run()
     assert float(metric(at, "step time (s)")) > step  # slower device, same work
+    at.number_input(key="seq").set_value(1024).run()
     at.number_input(key="token_budget").set_value(1e9).run()
-    assert metric(at, "days to train") != "–"
+    assert "Fits" in at.success[0].value and metric(at, "days to train") != "–"
 
 
 def test_url_reproduces_the_view():
@@ -99,15 +100,77 @@ def test_bad_url_parameters_are_warnings_not_tracebacks():
 
 
 def test_does_not_fit_is_said_plainly():
-    at = _app(model="llama3-70b")
+    at = _app(model="llama3-70b", token_budget="1e12", price_per_hour="2")
     assert not at.exception
     assert "Does not fit" in at.error[0].value
+    assert metric(at, "MFU") == "–" and metric(at, "days to train") == "–"  # no cost to run
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ({"seq": "0"}, "seq='0' must be between 1 and 2^53"),
+        ({"fsdp": "-2"}, "fsdp='-2' must be a whole number >= 1"),
+        ({"n_kv_heads": "0"}, "n_kv_heads='0' must be between 1 and 2^53"),
+        ({"batch": "1e3"}, "batch='1e3' must be a whole number >= 1"),
+        ({"token_budget": "-5"}, "token_budget='-5' must be a finite number >= 0"),
+        ({"gpus": str(10**400)}, "must be between 1 and 2^53"),
+    ],
+)
+def test_url_values_the_widgets_cannot_hold_are_named_not_clamped(query, says):
+    """Each in words (no Python internals), in one box with the others, the start used."""
+    at = _app(**query, precision="fp64")
+    assert not at.exception
+    assert len(at.warning) == 1
+    text = at.warning[0].value
+    assert says in text and "precision='fp64'" in text
+    assert "literal" not in text and "int()" not in text
+    assert metric(at, "parameters") == "3.41 B"
+
+
+def test_a_url_warning_goes_once_its_input_is_changed():
+    at = _app(seq="0", batch="lots")
+    at.number_input(key="seq").set_value(512).run()
+    text = " ".join(w.value for w in at.warning)
+    assert "seq=" not in text and "batch='lots'" in text
+
+
+def test_bad_input_keeps_the_last_result_greyed_and_offers_the_nearest_value():
+    at = _app()
+    peak = metric(at, "memory per device (GiB)")
+    at.number_input(key="grad_accum").set_value(3).run()
+    assert not at.exception
+    assert any("grad_accum must divide batch" in e.value for e in at.error)
+    assert metric(at, "memory per device (GiB)") == peak  # the last valid result, greyed
+    assert not at.success and "Last valid inputs" in at.info[0].value
+    assert any(".st-key-stale" in h.proto.body for h in at.get("html"))
+    button = next(b for b in at.button if "Use grad_accum = 2" in b.label)
+    button.click().run()
+    assert not at.error and at.number_input(key="grad_accum").value == 2
+    assert "Fits" in at.success[0].value
+
+
+def test_a_refused_upload_is_bad_input_not_the_presets_result():
+    refused = "config.json: vocab_size must be a positive integer"
+    setup, errors = setup_of(START, refused)
+    assert setup is None and errors == {"model": refused}
+
+
+def test_tables_speak_units_and_formulas_come_with_a_legend():
+    at = _app()
+    memory = at.dataframe[0].value
+    assert all(v.endswith(("B", "B)")) for v in memory["value"])
+    assert any("GiB (" in v for v in memory["value"])
+    frames = [d.value for d in at.dataframe]
+    legend = next(f for f in frames if "meaning" in f.columns)
+    row = legend[legend["symbol"] == "D"].iloc[0]
+    assert row["meaning"] == "model width (d_model)" and row["value"] == "2,560"
 
 
 def test_state_round_trip_and_build_errors():
     values, problems = from_query({"batch": "8", "sequence_parallel": "1", "zero": "4"})
     assert values["batch"] == 8 and values["sequence_parallel"] is True
-    assert problems and "zero" in problems[0]
+    assert list(problems) == ["zero"] and "must be one of 1, 2, 3" in problems["zero"]
     assert from_query(to_query(values))[0] == values
     setup, errors = setup_of({**START, "gpus": 16, "batch": 32, "fsdp": 8})
     assert errors == {} and setup.parallel.dp == 2 and setup.parallel.devices == 16
@@ -138,3 +201,57 @@ def _results_page(folder: str) -> None:
 
     st.session_state.setdefault("results_dir", folder)
     results_page()
+
+
+def test_memory_charts_span_the_current_setting_and_reach_the_peak():
+    from explorer import charts
+
+    assert charts.around(1024, 1) == [128, 256, 512, 1024, 2048, 4096, 8192]
+    assert charts.around(24, 8) == [24, 48, 96, 192]  # multiples of the layout's step only
+    setup, _ = setup_of({**START, "gpus": 8, "fsdp": 8, "batch": 64})
+    rows = charts.memory_rows(setup, "batch", charts.around(64, 8))
+    for batch in {r["batch"] for r in rows}:
+        gib = {r["component"]: r["GiB"] for r in rows if r["batch"] == batch}
+        stack = sum(x for c, x in gib.items() if c != "peak")
+        assert gib["transient"] >= 0
+        assert stack == pytest.approx(max(gib["peak"], stack - gib["transient"]), rel=1e-12)
+    spec = charts.memory_chart(setup, "batch", charts.around(64, 8)).to_dict()
+    assert "batch (current: 64)" in str(spec)
+
+
+def test_flops_axis_in_a_readable_unit():
+    from explorer import charts
+
+    v = {"flops.forward_by_op.ffn": 2.5e15, "flops.backward_by_op.ffn": 5e15}
+    spec = charts.flops_chart(v).to_dict()
+    assert "PFLOP per step" in str(spec)
+    assert {r["PFLOP"] for r in spec["data"]["values"]} == {2.5, 5.0}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "text"),
+    [
+        ("memory_bytes_per_device.peak", 3.3e10, "30.73 GiB (33.00 GB)"),
+        ("time_s.step", 0.0123, "12.3 ms"),
+        ("comm_phase_s.fsdp.forward", 2.1e-5, "21 µs"),
+        ("roofline.ffn.time_s", 2e-3, "2 ms"),
+        ("flops.step", 3.2e15, "3,200,000,000,000,000 (3.20 PFLOP)"),
+        ("params.total", 3406809600, "3,406,809,600 (3.41 B)"),
+        ("mfu", 0.42, "42.0 %"),
+        ("tokens_per_s", 78650.4, "78,650"),
+        ("train_cost", 12345.6, "$12,346"),
+    ],
+)
+def test_quantities_in_their_units(key, value, text):
+    from costmodel.units import fmt_quantity
+
+    assert fmt_quantity(key, value) == text
+
+
+def test_model_parallel_degrees_need_no_other_change():
+    """The defaults are no trap: on 8 GPUs, tp/pp/cp alone are valid and dp fills the rest."""
+    at = _app(gpus="8")
+    for key, value in (("tp", 2), ("pp", 2), ("cp", 2)):
+        at.number_input(key=key).set_value(value).run()
+        assert not at.error and "on 8 × h100-sxm" in at.success[0].value, key
+    assert "(dp=1)" in at.success[0].value  # 2 x 2 x 2 = 8

@@ -1,0 +1,74 @@
+"""The Formulas tab: each headline quantity as named terms, and a legend of the symbols.
+
+A step time or a peak is a long expression; shown whole it is unreadable. The tab shows
+the terms it is built from (memory by component, time by phase), each with its value and
+its expression, the long ones folded, and one table of every symbol they use with its
+meaning and its value for the current inputs (``costmodel.symbols.DESCRIPTIONS``).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+import sympy as sp
+
+from costmodel.engine.estimate import symbol_values
+from costmodel.engine.quantities import compiled, structure_of
+from costmodel.inputs import Setup
+from costmodel.symbols import DESCRIPTIONS
+from costmodel.units import fmt_quantity
+
+_MEM = "memory_bytes_per_device."
+_PARTS = ("params", "master", "grads", "optimizer", "activations", "peak_forward", "peak")
+_PHASES = ("compute_forward", "compute_backward", "comm", "bubble", "optimizer", "step")
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Parameters", ("params.total",)),
+    ("FLOPs per step", ("flops.forward", "flops.backward", "flops.step")),
+    ("Memory per device: components, then the peaks", tuple(_MEM + p for p in _PARTS)),
+    ("Step time: phases, then the step", tuple(f"time_s.{p}" for p in _PHASES)),
+    ("Utilisation", ("mfu",)),
+)
+LONG = 400
+"""LaTeX longer than this (characters) is folded into an expander."""
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _latex(structure: tuple, key: str) -> str:
+    """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
+    comp = compiled(structure)
+    return sp.latex(comp.exprs[comp.keys.index(key)])
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _symbols(structure: tuple, keys: tuple[str, ...]) -> list[sp.Symbol]:
+    """The symbols the quantities ``keys`` use, by name."""
+    comp = compiled(structure)
+    used = set().union(*(comp.exprs[comp.keys.index(k)].free_symbols for k in keys))
+    return sorted(used, key=lambda s: s.name)
+
+
+def legend(setup: Setup, symbols: list[sp.Symbol]) -> list[dict[str, str]]:
+    """symbol (LaTeX source), meaning and value for the current inputs, one row each."""
+    values = symbol_values(setup.model, setup.train, setup.parallel, setup.hardware)
+    return [
+        {"symbol": sp.latex(s), "meaning": DESCRIPTIONS.get(s, "–"),
+         "value": f"{values[s]:,.6g}" if s in values else "–"}
+        for s in symbols
+    ]  # fmt: skip
+
+
+def formulas_tab(setup: Setup, v: dict[str, float]) -> None:
+    structure = structure_of(setup.model, setup.train, setup.parallel)
+    shown: list[str] = []
+    for title, keys in GROUPS:
+        st.subheader(title)
+        for key in (k for k in keys if k in v):
+            shown.append(key)
+            latex = _latex(structure, key)
+            st.markdown(f"**{key}** = {fmt_quantity(key, v[key])}")
+            if len(latex) <= LONG:
+                st.latex(latex)
+            else:
+                with st.expander(f"expression ({len(latex):,} characters of LaTeX)"):
+                    st.latex(latex)
+    st.subheader("Symbols")
+    st.dataframe(legend(setup, _symbols(structure, tuple(shown))), hide_index=True)
