@@ -405,3 +405,18 @@ def test_zero3_gathers_two_layers_or_the_stage(pp, in_flight):
     D, F, layers = model.d_model, model.d_ff, 4 // pp
     per_layer = (layers * (4 * D * D + 3 * D * F) + model.vocab * D) / layers
     assert float(value) == in_flight * 2 * per_layer / 2
+
+
+def test_max_seq_says_when_it_stops_at_its_limit(capsys):
+    """Found by a new user: solve max-seq returned 2^24 without a word when more fits."""
+    assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                 "--budget-gb", "1e9"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "16777216" in out and "seq reached the search limit, 16,777,216" in out
+    assert main(["solve", "max-seq", "--model", "gpt2", "--hardware", "h100-sxm",
+                 "--budget-gb", "1e9", "--json"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert result["seq"] == 1024 and "1,024 learned positions" in result["limited_by"]
+    assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                 "--json"]) == 0  # fmt: skip
+    assert "limited_by" not in json.loads(capsys.readouterr().out)

@@ -22,6 +22,9 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, batch_step
 
+SEARCH_LIMIT = 2**24
+"""Largest batch or sequence length ``max_fitting`` tries (sequences or tokens)."""
+
 
 def largest_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int = 1) -> int | None:
     """Largest multiple of ``step`` in [lo, hi] with ``fits`` true (fits is monotone)."""
@@ -45,7 +48,10 @@ def max_fitting(
     field: str,
     budget_bytes: float | None = None,
 ) -> dict:
-    """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity)."""
+    """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity).
+
+    The search stops at :data:`SEARCH_LIMIT` (or the model's learned positions); when the
+    answer is that bound, ``limited_by`` says so: the budget did not set it."""
     checks.choice("field", field, ("batch", "seq"))
     budget = _budget(hardware, budget_bytes)
     step = parallel.batch_step(train.grad_accum) if field == "batch" else parallel.seq_step()
@@ -54,9 +60,17 @@ def max_fitting(
         est = estimate(model, train.replace(**{field: value}), parallel, hardware)
         return est["memory_bytes_per_device.peak"] <= budget
 
-    limit = model.max_positions if (field == "seq" and model.pos == "learned") else 2**24
-    best = largest_fitting(fits, step, max(step, limit - limit % step), step)
-    return {field: best, "budget_bytes": budget}
+    learned = field == "seq" and model.pos == "learned"
+    limit = model.max_positions if learned else SEARCH_LIMIT
+    top = max(step, limit - limit % step)
+    best = largest_fitting(fits, step, top, step)
+    out: dict = {field: best, "budget_bytes": budget}
+    if best == top:
+        bound = (
+            f"the model's {limit:,} learned positions" if learned else f"the search limit, {top:,}"
+        )
+        out["limited_by"] = f"{field} reached {bound}, not the budget: more may fit"
+    return out
 
 
 def _budget(hardware: Hardware, budget_bytes: float | None) -> float:
