@@ -4,7 +4,11 @@
 ``torch.distributed`` initialised (gloo on CPU, NCCL with one GPU per rank), runs
 ``fn(rank, world_size, *args)`` and returns the per-rank results in rank order. A rank
 that raises, dies (killed, out of memory) or hangs ends the launch with a clear error
-within ``timeout_s``: the others are terminated, never waited on forever. Under
+within ``timeout_s`` of the ranks being ready (starting Python, importing torch and joining
+the group have their own, longer ``STARTUP_S``, so a loaded machine does not turn a slow
+start into a hang): the others are terminated, never waited on forever. A rank whose
+parent dies (even by SIGKILL) removes the job folder and exits within a second, so no
+rank process or temporary folder outlives its launch. Under
 ``torchrun`` (``RANK`` in the environment) ``run_distributed`` initialises from the
 environment instead, so the same functions run across nodes.
 """
@@ -13,10 +17,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -26,6 +32,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+STARTUP_S = 300.0
+"""Seconds ranks may take to start and join the group (python, torch import, rendezvous)."""
 
 
 def backend_for(device_type: str) -> str:
@@ -69,9 +78,11 @@ def _worker_main(argv: list[str]) -> None:
     job, rank, world_size, backend, timeout_s = (
         Path(argv[0]), int(argv[1]), int(argv[2]), argv[3], float(argv[4]))  # fmt: skip
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    _watch_parent(job)
     try:
         fn, args = _unpack((job / "job.pt").read_bytes())
         init(rank, world_size, backend, timeout_s)
+        (job / f"{rank}.ready").write_text(str(os.getpid()))
         outcome = ("ok", fn(rank, world_size, *args))
     except BaseException:  # reported to the parent, which decides
         outcome = ("error", traceback.format_exc())
@@ -86,10 +97,36 @@ def _worker_main(argv: list[str]) -> None:
             pass
 
 
+def _watch_parent(job: Path) -> None:
+    """A daemon thread: once this rank's parent is gone (it was killed), remove the job
+    folder and exit, rather than wait on peers until the group's timeout."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        shutil.rmtree(job, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _ready_deadline(job: Path, n: int, start: float, timeout_s: float) -> float | None:
+    """When the work must end: ``timeout_s`` after the last rank was ready; None while a
+    rank is still starting (within ``STARTUP_S``)."""
+    if all((job / f"{r}.ready").exists() or (job / f"{r}.pt").exists() for r in range(n)):
+        return time.monotonic() + timeout_s
+    if time.monotonic() - start > max(STARTUP_S, timeout_s):
+        raise TimeoutError(f"ranks did not start within {max(STARTUP_S, timeout_s):.0f} s")
+    return None
+
+
 def _collect(procs: list[subprocess.Popen], job: Path, timeout_s: float) -> list[Any]:
     results: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout_s
+    start, deadline = time.monotonic(), None
     while len(results) < len(procs):
+        if deadline is None:
+            deadline = _ready_deadline(job, len(procs), start, timeout_s)
         for rank, proc in enumerate(procs):
             path = job / f"{rank}.pt"
             if rank in results or not path.exists():
@@ -100,7 +137,7 @@ def _collect(procs: list[subprocess.Popen], job: Path, timeout_s: float) -> list
             if status == "error":
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             results[rank] = value
-        if len(results) < len(procs) and time.monotonic() > deadline:
+        if len(results) < len(procs) and deadline is not None and time.monotonic() > deadline:
             missing = sorted(set(range(len(procs))) - set(results))
             raise TimeoutError(f"rank(s) {missing} did not finish within {timeout_s:.0f} s")
         time.sleep(0.05)
