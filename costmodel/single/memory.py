@@ -229,9 +229,8 @@ def peak_memory(
     fwd, start, end = _transients(model, train, res, split)
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
-    fwd_bwd = stored + smax(
-        copies + acts + start + earlier, state["grads"] + end, copies + acts + fwd + earlier
-    )
+    # the forward's transient and backward start's, beside the same live set
+    fwd_bwd = stored + smax(copies + acts + earlier + smax(start, fwd), state["grads"] + end)
     states = OPTIMIZER_STATES[train.optimizer]
     # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
     # worth of what this device holds (its shard under ZeRO); fused needs no temporary

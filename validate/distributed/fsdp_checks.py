@@ -81,10 +81,13 @@ def fsdp_run(rank: int, world: int, steps: int, dtype: str) -> dict[str, Any]:
         opt.step()
     grads = [(tuple(p.grad.shape), tuple(p.shape), p.grad.dtype) for p in model.parameters()]
     replicated = {k: p.grad.clone() for k, p in model.replicated.items()}
-    return {"params": model.gather_full_params(), "grads": grads, "replicated": replicated}
+    out = {"params": model.gather_full_params(), "grads": grads, "replicated": replicated}
+    if rank == 0:  # the single-process run, in a process set up as the ranks are
+        out["reference"] = reference_run(steps, dtype, world)
+    return out
 
 
-def reference_run(rank: int, world: int, steps: int, dtype: str, split: int) -> dict:
+def reference_run(steps: int, dtype: str, split: int) -> dict[str, torch.Tensor]:
     """One process, the whole batch in ``split`` slices (weights cast to ``dtype`` for
     compute, as FSDP's compute_dtype; fp32 master weights)."""
     torch.set_num_threads(1)
