@@ -75,6 +75,7 @@ m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline sta
 M_X, M_Y = sp.symbols("M_X M_Y", **_INT)
 _POS = {"positive": True}
 C, C_eff, C_attn, W_hbm = sp.symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, HBM B/s
+C_attn_b = sp.Symbol("C_attn_b", **_POS)  # the fused attention backward's FLOP/s
 W_X, W_Y, W_dp, W_pp, W_cp = sp.symbols("W_X W_Y W_dp W_pp W_cp", **_POS)  # group B/s
 a_X, a_Y, a_dp, a_pp, a_cp = sp.symbols("alpha_X alpha_Y alpha_dp alpha_pp alpha_cp", **_POS)
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
@@ -85,6 +86,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     C,
     C_eff,
     C_attn,
+    C_attn_b,
     W_hbm,
     W_X,
     W_Y,
@@ -112,7 +114,8 @@ DESCRIPTIONS.update(
         M_Y: "mesh axes for Y",
         C: "peak FLOP/s per device",
         C_eff: "achieved matmul FLOP/s",
-        C_attn: "achieved attention FLOP/s",
+        C_attn: "achieved attention FLOP/s (forward)",
+        C_attn_b: "achieved attention FLOP/s (backward)",
         W_hbm: "achieved HBM B/s",
         W_X: "FSDP group bandwidth",
         W_Y: "TP group bandwidth",

@@ -20,7 +20,8 @@ _LABELS = {
     "batch": "batch (sequences per step)",
     "seq": "sequence length",
     "optimizer_impl": "optimizer implementation",
-    "attention": "attention kernel",
+    "attention": "attention",
+    "attention_kernel": "flash kernel (auto: the device's default)",
     "recompute": "recomputation",
     "grad_accum": "gradient accumulation steps",
     "microbatch": "micro-batch per device (empty: from grad_accum)",
@@ -97,7 +98,7 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     slots = {"model": st.empty()}
     st.header("Training")
     for key in ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention",
-                "elementwise"):  # fmt: skip
+                "attention_kernel", "elementwise"):  # fmt: skip
         _widget(key)
     _widget("recompute")
     _widget("grad_accum")

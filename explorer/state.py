@@ -21,7 +21,7 @@ from costmodel.specs.model import ModelSpec
 
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 TRAINING = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention")
-TRAINING += ("elementwise", "recompute", "grad_accum", "microbatch")
+TRAINING += ("attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch")
 CLUSTER = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "sequence_parallel", "pp")
 CLUSTER += ("pp_interleave", "cp", "overlap", "grad_reduce_fp32")
 COST = ("token_budget", "price_per_hour")

@@ -221,8 +221,24 @@ def test_published_errors_hold():
     assert all(r["status"] == "ok" for r in rows)
     stats = {(s["quantity"], s["group"]): s for s in summarize(rows)}
     assert stats[("tokens_per_s_per_gpu", "all")]["median_abs"] <= 0.08
+    assert stats[("tokens_per_s_per_gpu", "all")]["worst_abs"] <= 0.30  # issue 12's target
     assert stats[("memory_bytes_per_gpu", "all")]["median_abs"] <= 0.08
     assert stats[("memory_bytes_per_gpu", "all")]["worst_abs"] <= 0.30
     tt = [r["rel_err"] for r in rows if r["group"] == "torchtitan"
           and r["quantity"] == "tokens_per_s_per_gpu"]  # fmt: skip
     assert abs(statistics.median(tt)) <= 0.05  # the fitted device's bias
+
+
+def test_mosaicml_long_sequences_run_the_2022_triton_kernel():
+    """MPT-7B at 65,536 tokens on 8 H100 (llm-foundry benchmarks, 1,956 tokens/s/GPU):
+    attention is most of the step, so the kernel MosaicML ran (submit_benchmarks.py's
+    default ``--attn_impl triton``) decides it: within 10 % with it, 70 % too fast with
+    FlashAttention-2's rates (the error this mapping removed)."""
+    run = next(r for r in load_runs() if r["id"] == "mosaic-mpt7b-h100_80gb-8gpu-seq65536")
+    case = case_of(run)
+    assert case.train.attention_kernel == "triton-2022"
+    measured = case.measured["tokens_per_s_per_gpu"]
+    for kernel, (lo, hi) in (("triton-2022", (0.9, 1.1)), ("fa2", (1.5, 1.9))):
+        train = case.train.replace(attention_kernel=kernel)
+        est = estimate(case.model, train, case.parallel, case.hardware)
+        assert lo < est["tokens_per_s"] / case.n_gpus / measured < hi, kernel

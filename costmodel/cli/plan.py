@@ -17,8 +17,8 @@ from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
 from costmodel.units import fmt_bytes
 
-_TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention", "elementwise",
-               "dropout")  # fmt: skip
+_TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention",
+               "attention_kernel", "elementwise", "dropout")  # fmt: skip
 GIB = 2**30
 
 

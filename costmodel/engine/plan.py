@@ -176,7 +176,8 @@ def plan(
     fields = {k: cols[k] for k in LAYOUT if k not in ("micro_batch",)}
     values = sweep(model, hardware=hardware, quantities=QUANTITIES,
                    batch=train.batch, seq=train.seq, precision=train.precision,
-                   attention=train.attention, elementwise=train.elementwise,
+                   attention=train.attention, attention_kernel=train.attention_kernel,
+                   elementwise=train.elementwise,
                    optimizer=train.optimizer, optimizer_impl=train.optimizer_impl,
                    dropout=train.dropout, **fields)  # fmt: skip
     budget = options.memory_headroom * hardware.hbm_bytes

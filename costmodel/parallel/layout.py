@@ -23,6 +23,7 @@ from costmodel.symbols import (
     W_Y,
     C,
     C_attn,
+    C_attn_b,
     C_eff,
     N_cp,
     N_dp,
@@ -82,6 +83,28 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     return links
 
 
+def _attention_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
+    """Forward and backward fused-attention FLOP/s of the chosen kernel at the key length
+    of one call: the sequence over the context-parallel degree (ring attention passes
+    T/cp-key blocks)."""
+    dtype = PRECISIONS[train.precision].attention_peak_dtype
+    seq = np.asarray(train.seq) / np.asarray(par.cp)
+    # a sweep may hold arrays of kernel names: each name's rates where it is chosen
+    kernels = np.where(np.asarray(train.attention) == "flash", train.attention_kernel, "auto")
+    out = {}
+    for sym, phase in ((C_attn, "forward"), (C_attn_b, "backward")):
+        rate: Any = 0.0
+        for name in np.unique(kernels):
+            here = hw.attention_peak(dtype, str(name), phase, seq)
+            rate = np.where(kernels == name, here, rate)
+        out[sym] = _scalar(rate)
+    return out
+
+
+def _scalar(x: Any) -> Any:
+    return float(x) if np.ndim(x) == 0 else x
+
+
 def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
     """Every parallel and hardware symbol's value (``train`` and ``par`` may hold arrays)."""
     prec = PRECISIONS[train.precision]
@@ -96,7 +119,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         v: par.pp_interleave,
         C: hw.peak(dtype),
         C_eff: hw.matmul_flops(dtype),
-        C_attn: hw.attention_peak(prec.attention_peak_dtype),
+        **_attention_values(train, par, hw),
         W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,
         R_alloc: hw.allocator_reserve,

@@ -39,6 +39,7 @@ from costmodel.symbols import (
     B,
     C,
     C_attn,
+    C_attn_b,
     C_eff,
     D,
     F,
@@ -121,6 +122,17 @@ def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
     return sp.Integer(2)
 
 
+def _core_backward_time(ops: dict[str, dict[str, sp.Expr]], train: TrainSpec) -> sp.Expr | None:
+    """Seconds of the fused core's backward: its 5/2 x the forward's FLOPs at the kernel's
+    backward rate C_attn_b (FlashAttention-3, Fig. 5: backward kernels run at other rates
+    than forward ones); None for the naive core (two matmuls per forward one)."""
+    if "attn_core" not in ops or train.attention != "flash":
+        return None
+    core = ops["attn_core"]
+    factor = backward_factor("attn_core", train)
+    return factor * smax(core["flops"] / C_attn_b, core["bytes"] / W_hbm)
+
+
 def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
     """Per layer, the part of a per-op quantity (seconds or FLOPs) re-run in backward: the
     whole block (full), the core (selective), the matmuls and naive core op-level selective
@@ -138,19 +150,26 @@ def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr
 
 
 def _ops_per_phase(
-    model: ModelSpec, train: TrainSpec, par: ParallelSpec, per_op: dict[str, sp.Expr]
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    per_op: dict[str, sp.Expr],
+    core_backward: sp.Expr | None = None,
 ) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) of one micro-batch's matmuls and attention core on this stage, from
     a per-op, per-layer quantity (seconds or FLOPs; ``lm_head`` once per model): backward is
-    :func:`backward_factor` times the forward plus what recomputation re-runs."""
+    :func:`backward_factor` times the forward plus what recomputation re-runs; the core's
+    backward is ``core_backward`` where given (a kernel whose backward runs at another rate)."""
     layers = stage_layers(par)
     per_layer = {k: e for k, e in per_op.items() if k != "lm_head"}
     head = per_op.get("lm_head", sp.Integer(0))
     core = per_layer.get("attn_core", sp.Integer(0))
-    mm_bwd, core_bwd = backward_factor("matmul", train), backward_factor("attn_core", train)
+    mm_bwd = backward_factor("matmul", train)
+    if core_backward is None:
+        core_backward = backward_factor("attn_core", train) * core
     fwd = layers * sum(per_layer.values(), sp.Integer(0)) + head
     bwd = (
-        layers * (mm_bwd * (sum(per_layer.values(), sp.Integer(0)) - core) + core_bwd * core)
+        layers * (mm_bwd * (sum(per_layer.values(), sp.Integer(0)) - core) + core_backward)
         + mm_bwd * head
         + layers * _recomputed(model, train, per_layer)
     )
@@ -227,7 +246,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     ops = roofline(model, train)
     elementwise, elementwise_bwd = _elementwise_time(model, train, par)
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
-    fwd_ops, bwd_ops = _ops_per_phase(model, train, par, {k: e["time_s"] for k, e in ops.items()})
+    times = {k: e["time_s"] for k, e in ops.items()}
+    fwd_ops, bwd_ops = _ops_per_phase(model, train, par, times, _core_backward_time(ops, train))
     fwd_mb = fwd_ops + elementwise + extra_fwd / W_hbm
     bwd_mb = bwd_ops + elementwise_bwd + extra_bwd / W_hbm
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation

@@ -122,12 +122,18 @@ def attention_time(spec: AttentionSpec, hw: Hardware) -> dict[str, float]:
     """Roofline seconds of forward and backward on ``hw`` (Williams et al. 2009).
 
     Each pass takes max(executed FLOPs / rate, HBM bytes / bandwidth); the naive kernel's
-    matmuls run at the matmul rate, the fused kernel at the measured attention rate.
+    matmuls run at the matmul rate, the fused kernel at the device's default attention
+    kernel's rate for that pass and sequence length (``Hardware.attention_peak``).
     """
     est = attention_estimate(spec)
-    rate = hw.attention_peak(spec.dtype) if spec.kernel == "flash" else hw.matmul_flops(spec.dtype)
     bandwidth = hw.hbm_bandwidth()
-    return {
-        f"time_s.{p}": max(est[f"flops.{p}_executed"] / rate, est[f"hbm_bytes.{p}"] / bandwidth)
-        for p in ("forward", "backward")
-    }
+    out = {}
+    for p in ("forward", "backward"):
+        rate = (
+            hw.attention_peak(spec.dtype, "auto", p, spec.seq)
+            if spec.kernel == "flash"
+            else hw.matmul_flops(spec.dtype)
+        )
+        flops, nbytes = est[f"flops.{p}_executed"], est[f"hbm_bytes.{p}"]
+        out[f"time_s.{p}"] = max(flops / float(rate), nbytes / bandwidth)
+    return out

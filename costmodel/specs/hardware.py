@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+import numpy as np
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -17,6 +19,8 @@ DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network")
+KERNEL_FAMILIES = ("fa2", "fa3", "cudnn", "triton-2022")
+"""Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 _POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
 
 
@@ -53,6 +57,13 @@ class Hardware:
     """Measured fused-attention FLOP/s by dtype (causal work); overrides
     ``efficiency.attention`` for that dtype (a CPU's bf16 attention need not scale with
     its bf16 matmuls)."""
+    attention_kernels: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Fused-attention kernel families measured on this device, by name (``fa2``, ``fa3``,
+    ``cudnn``, ``triton-2022``): ``forward`` and ``backward`` efficiency (fractions of the
+    dense peak, causal work, at long sequences) and ``half_seq``, the key length per call at
+    which a kernel reaches half of that (0: no per-length data). The first is the device's
+    default (``attention_kernel = "auto"``); without a table ``efficiency.attention``
+    serves both passes at every length."""
     allocator_reserve: float = 1.0
     """Bytes the allocator reserves over the peak bytes allocated (PyTorch's caching
     allocator keeps freed blocks and rounds segments); ``memory_bytes_per_device.reserved``
@@ -89,12 +100,27 @@ class Hardware:
         for dtype, value in {**self.peak_flops, **self.attention_flops}.items():
             if value is not None:
                 checks.number(f"peak_flops.{dtype}", value)
+        self._check_kernels()
         for key in EFFICIENCY_KEYS:
             value = self.efficiency.get(key, 1.0)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise SpecError("efficiency", f"efficiency.{key} must be a number in (0, 1]")
             if not (math.isfinite(value) and 0 < value <= 1):
                 raise SpecError("efficiency", f"efficiency.{key} must be in (0, 1]")
+
+    def _check_kernels(self) -> None:
+        if not isinstance(self.attention_kernels, dict):
+            raise SpecError("attention_kernels", "attention_kernels must be an object of name: {}")
+        for name, entry in self.attention_kernels.items():
+            where = f"attention_kernels.{name}"
+            checks.choice(where, name, KERNEL_FAMILIES)
+            if not isinstance(entry, dict) or not {"forward", "backward"} <= set(entry):
+                raise SpecError(where, f"{where} needs forward and backward efficiencies")
+            for key, value in entry.items():
+                checks.choice(f"{where} key", key, ("forward", "backward", "half_seq"))
+                checks.number(f"{where}.{key}", value, allow_zero=key == "half_seq")
+                if key != "half_seq" and value > 1:
+                    raise SpecError(where, f"{where}.{key} must be in (0, 1] (got {value})")
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a precision's matmul dtype, with a clear error if unsupported."""
@@ -104,11 +130,32 @@ class Hardware:
             raise SpecError("precision", f"hardware {self.name} has no {dtype} peak (has {have})")
         return float(value)
 
-    def attention_peak(self, dtype: str) -> float:
-        """Achievable fused-attention FLOP/s in ``dtype``."""
-        if self.attention_flops.get(dtype):
-            return float(self.attention_flops[dtype])
-        return self.peak(dtype) * self.efficiency.get("attention", self.eff("matmul"))
+    def attention_peak(
+        self, dtype: str, kernel: str = "auto", phase: str = "forward", seq: Any = None
+    ) -> Any:
+        """Achieved fused-attention FLOP/s in ``dtype`` of ``kernel``'s ``phase`` (forward or
+        backward) at ``seq`` keys per call (a number or an array; None: the long-sequence
+        limit): peak x efficiency x seq / (seq + half_seq), the saturation FlashAttention-3's
+        per-length benchmarks follow within 2.4 % rms (Shah et al. 2024, Fig. 4-5)."""
+        if kernel == "auto" and self.attention_kernels:
+            kernel = next(iter(self.attention_kernels))
+        if kernel == "auto":
+            if self.attention_flops.get(dtype):
+                return float(self.attention_flops[dtype])
+            return self.peak(dtype) * self.efficiency.get("attention", self.eff("matmul"))
+        entry = self.attention_kernels.get(kernel)
+        if entry is None:
+            have = ", ".join(self.attention_kernels) or "none; use auto"
+            raise SpecError(
+                "attention_kernel",
+                f"hardware {self.name} has no efficiency for attention_kernel {kernel!r} "
+                f"(has: {have})",
+            )
+        achieved = self.peak(dtype) * entry[phase]
+        half = entry.get("half_seq", 0)
+        if seq is None or not half:
+            return achieved
+        return achieved * np.asarray(seq, dtype=float) / (np.asarray(seq, dtype=float) + half)
 
     def eff(self, key: str) -> float:
         return float(self.efficiency.get(key, 1.0))

@@ -28,6 +28,7 @@ OptimizerName = Literal["adamw", "adam", "sgd", "sgd-momentum", "none"]
 OptimizerImpl = Literal["foreach", "fused"]
 Elementwise = Literal["fused", "eager"]
 AttentionKernel = Literal["naive", "flash"]
+FlashFamily = Literal["auto", "fa2", "fa3", "cudnn", "triton-2022"]
 RecomputePolicy = Literal["none", "full", "selective", "selective-op"]
 
 FFN_KINDS: tuple[str, ...] = get_args(FfnKind)
@@ -162,6 +163,11 @@ class TrainSpec:
     torch's default on GPU) or ``fused`` (one kernel reads and writes each tensor once)."""
     attention: AttentionKernel = "flash"
     """``naive`` materialises the T x T probabilities; ``flash`` saves only O and logsumexp."""
+    attention_kernel: FlashFamily = "auto"
+    """Which fused kernel runs ``flash`` attention: ``auto`` (the device's default: what
+    torch's SDPA picks), ``fa2`` (FlashAttention-2), ``fa3`` (FlashAttention-3, Hopper),
+    ``cudnn`` (cuDNN's fused attention) or ``triton-2022`` (the 2022 Triton FlashAttention
+    MosaicML's MPT runs used); its speed is the hardware profile's ``attention_kernels``."""
     elementwise: Elementwise = "fused"
     """``fused`` (torch.compile or hand-fused kernels, as Megatron and Transformer Engine
     ship: one read and write of what the forward keeps) or ``eager`` (PyTorch eager: every

@@ -227,6 +227,10 @@ def _layout(
         compiled = run["group"].startswith("megatron")
         notes.append(f"torch.compile not stated: {'fused' if compiled else 'eager'} kernels")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
+    kernel = "auto"
+    if run["group"] == "mosaicml":  # submit_benchmarks.py: --attn_impl triton (its default)
+        kernel = "triton-2022"
+        notes.append("attention: the 2022 Triton FlashAttention (attn_impl: triton)")
     if run["group"].startswith("megatron"):
         notes.append("dropout 0.1 (Megatron's --hidden-dropout/--attention-dropout defaults)")
     train = TrainSpec(
@@ -236,6 +240,7 @@ def _layout(
         optimizer="adamw",
         optimizer_impl="fused" if run["group"].startswith("megatron") else "foreach",
         attention="naive" if old_megatron else "flash",
+        attention_kernel=kernel,
         elementwise="fused" if compiled else "eager",
         dropout=0.1 if run["group"].startswith("megatron") else 0.0,
         recompute=recompute,
