@@ -175,6 +175,9 @@ def build(
     parallel.check(spec, train)
     hardware = get_hardware(values["hardware"])
     hardware.peak(PRECISIONS[train.precision].peak_dtype)  # the device has the precision
+    if train.attention == "flash":  # ... and a rate for the attention kernel named
+        hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
+                                train.attention_kernel)  # fmt: skip
     return Setup(spec, train, parallel, hardware, budget, price if budget else None)
 
 

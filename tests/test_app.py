@@ -91,6 +91,15 @@ def test_bad_input_is_a_message_next_to_the_widget(changes, message):
     assert any(message in e.value for e in at.sidebar.error), "shown in the sidebar section"
 
 
+def test_an_attention_kernel_the_device_lacks_is_a_message_not_a_traceback():
+    at = _app()
+    at.selectbox(key="hardware").set_value("a100-80gb").run()
+    at.selectbox(key="attention_kernel").set_value("fa3").run()
+    assert not at.exception
+    said = "hardware a100-80gb has no efficiency for attention_kernel 'fa3' (has: fa2, triton-2022)"
+    assert any(said in e.value for e in at.sidebar.error)
+
+
 def test_bad_url_parameters_are_warnings_not_tracebacks():
     at = _app(batch="lots", precision="fp64", evil="__import__('os')")
     assert not at.exception
