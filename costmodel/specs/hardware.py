@@ -14,12 +14,13 @@ import numpy as np
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.model import FlashFamily
 
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network")
-KERNEL_FAMILIES = ("fa2", "fa3", "cudnn", "triton-2022")
+KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 _POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
 
