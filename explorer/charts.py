@@ -18,7 +18,7 @@ from costmodel.specs.model import TrainSpec, check_positions
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GIB
 
-MEMORY_PARTS = ("params", "master", "grads", "optimizer", "activations")
+MEMORY_PARTS = ("params", "master", "grads", "optimizer", "buffers", "activations")
 TIME_COLOURS = {"compute": COLOURS["compute"], "comm": COLOURS["exposed"]}
 """Compute blue, communication red: the timeline's colours."""
 

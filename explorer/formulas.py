@@ -18,7 +18,8 @@ from costmodel.symbols import DESCRIPTIONS
 from costmodel.units import fmt_quantity
 
 _MEM = "memory_bytes_per_device."
-_PARTS = ("params", "master", "grads", "optimizer", "activations", "peak_forward", "peak")
+_PARTS = ("params", "master", "grads", "optimizer", "buffers", "activations", "peak_forward",
+          "peak")  # fmt: skip
 _PHASES = ("compute_forward", "compute_backward", "comm", "bubble", "optimizer", "step")
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Parameters", ("params.total",)),

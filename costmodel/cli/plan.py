@@ -84,7 +84,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
 
 def breakdown(row: dict[str, Any]) -> str:
     """The best layout's memory by component and time by phase (communication by group)."""
-    parts = ("params", "master", "grads", "optimizer", "activations")
+    parts = ("params", "master", "grads", "optimizer", "buffers", "activations")
     mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts)
     steps = ("forward", "backward", "bubble", "optimizer")
     phases = " + ".join(f"{k} {row[f'time_s.{k}']:.3f}" for k in steps)

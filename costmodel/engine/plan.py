@@ -39,7 +39,7 @@ QUANTITIES = (
     "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
     "memory_bytes_per_device.params", "memory_bytes_per_device.master",
     "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
-    "memory_bytes_per_device.activations",
+    "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
 )  # fmt: skip
 FRAMEWORK_CHOICES = ("fsdp2", "megatron", "deepspeed", "reference")

@@ -116,7 +116,9 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     under ZeRO over X (Rajbhandari et al. 2020, Sec. 5). fsdp2: fp32 parameters, gradients
     (reduce-scattered in fp32, torchtitan's default reduce dtype) and optimizer state
     sharded over X (x cp); ``params`` are the unsharded low-precision weights of the layers
-    in flight: the one computing and the one prefetched (FSDP2 implicit prefetch). megatron:
+    in flight: the one computing and the one prefetched (FSDP2 implicit prefetch), or every
+    layer from its forward to its backward without ``reshard_after_forward`` (in fp32 too:
+    FSDP2 gathers into buffers of its own beside the shards). megatron:
     bf16 parameters, fp32 main gradients, fp32 master and optimizer state sharded over the
     data-parallel ranks (distributed optimizer; Megatron-LM docs, "Distributed Optimizer":
     6 + 12/d bytes per parameter). deepspeed: bf16 parameters and gradients, fp32 master and
@@ -124,7 +126,7 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     """
     n, n_mm = params_per_device(model, par)
     prec = PRECISIONS[train.precision]
-    if par.framework == "reference" or not prec.weight_copy:
+    if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
         head = None if model.ffn_only else V * D / Y
         kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
         shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
@@ -134,7 +136,8 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         s = shard_degree(par)
         if par.pp == 1:
             layer = n_mm / stage_layers(par)
-            return {"params": 2 * low * layer, "master": prec.param * n / s,
+            unsharded = 2 * layer if par.reshard_after_forward else n
+            return {"params": low * unsharded, "master": prec.param * n / s,
                     "grads": prec.grad * n / s, "optimizer": opt / s}  # fmt: skip
         # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
         # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
@@ -157,6 +160,22 @@ def accumulated_grads(train: TrainSpec, par: ParallelSpec) -> int:
     if par.framework != "fsdp2" or par.pp == 1 or not PRECISIONS[train.precision].weight_copy:
         return 0
     return 4 if par.grad_reduce_fp32 else PRECISIONS[train.precision].activation
+
+
+def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes of torch DDP's gradient buckets on a device: one flat copy of every gradient in
+    the gradient dtype, allocated when the model is wrapped and kept (``Reducer``; the
+    default ``gradient_as_bucket_view=False`` copies each gradient in before its bucket's
+    all-reduce and back after). The reference framework runs DDP over dp replicas when it
+    does not shard (fsdp 1), and under ZeRO-1 (a sharded optimizer over DDP's replicas);
+    FSDP (ZeRO-2/3), FSDP2, Megatron and DeepSpeed reduce without DDP's buckets."""
+    if par.framework != "reference":
+        return sp.Integer(0)
+    n, _ = params_per_device(model, par)
+    grads = PRECISIONS[train.precision].grad * n
+    if par.zero == 1:
+        return grads * sp.Min(N_dp * X - 1, 1, evaluate=False)
+    return grads * sp.Min(N_dp - 1, 1, evaluate=False) * (1 - sp.Min(X - 1, 1, evaluate=False))
 
 
 def sharded_activations(
@@ -188,15 +207,17 @@ def sharded_activations(
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Per-device memory by component and its peak (same estimate as one device, plus
-    ZeRO-3's two gathered layers in flight (one on a stage of one layer), and gradients held
-    through the step)."""
-    state = sharded_state(model, train, par)
+    ZeRO-3's two gathered layers in flight (one on a stage of one layer), gradients held
+    through the step, and DDP's gradient buckets as ``buffers``)."""
+    state = {**sharded_state(model, train, par), "buffers": ddp_buckets(model, train, par)}
     acts = sharded_activations(model, train, par)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
     # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
     held = accumulated_grads(train, par) * params_per_device(model, par)[0]
     persist = par.framework in ("megatron", "deepspeed") or bool(held) or None
+    if par.framework == "fsdp2" and not held:  # gathered layers, freed after backward
+        persist = False
     # Megatron's gradient buffer is allocated once and zeroed, never freed; elsewhere
     # gradients outlive a micro-batch when another follows (accumulation), except FSDP2's
     # shards under pipelining: reduce-scattered from the held gradients after the last one

@@ -210,7 +210,8 @@ def peak_memory(
     plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam);
     gradients are freed between steps (``zero_grad(set_to_none=True)``). Korthikanti et al.
     2022 count only what is saved.
-    ``state`` and ``acts`` replace the single-device ones (per-device sharded values);
+    ``state`` and ``acts`` replace the single-device ones (per-device sharded values; an
+    optional ``buffers`` entry is held throughout, as DDP's gradient buckets are);
     ``residual`` the residual-stream bytes; ``split`` divides what tensor parallelism
     shards: logits and their gradients (vocab-parallel loss), weights and their gradients;
     ``params_persist`` says whether ``state["params"]`` lives across steps (stored bf16
@@ -226,6 +227,7 @@ def peak_memory(
         stored, copies = state["params"] + state["master"], sp.Integer(0)
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
+    stored += state.get("buffers", 0)  # communication buffers kept across steps
     fwd, start, end = _transients(model, train, res, split)
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients

@@ -71,12 +71,18 @@ class ParallelSpec:
     """Tensor-parallel collectives overlapped with the matmuls they feed (async TP:
     torchtitan's micro-pipelined all-gather/reduce-scatter matmuls; Megatron's
     --tp-comm-overlap)."""
+    reshard_after_forward: bool = True
+    """FSDP2 frees each layer's gathered weights after its forward and gathers them again
+    for backward (``fully_shard(reshard_after_forward=True)``, the default); ``False``
+    keeps every gathered layer from its forward to its backward (one all-gather per layer
+    per step, the whole stage's weights unsharded at the end of forward)."""
     bucket_mb: float = 25.0
     """Gradient bucket size for DDP all-reduces (torch DDP default 25 MiB)."""
 
     def __post_init__(self) -> None:
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "mx", "my")
-        check_fields(self, integers, ("sequence_parallel", "async_tp", "grad_reduce_fp32"))
+        flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward")
+        check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
 
     @property
