@@ -143,13 +143,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        mine = []
-        for p in group["params"]:  # greedy by size: shards of nearly equal numel
+        # largest first, each to the least-loaded rank (LPT): shards of nearly equal numel
+        for p in sorted(group["params"], key=lambda p: -p.numel()):
             owner = min(range(self.world), key=lambda r: (self._loads[r], r))
             self._owner[id(p)] = owner
             self._loads[owner] += p.numel()
-            if owner == self.rank:
-                mine.append(p)
+        mine = [p for p in group["params"] if self._owner[id(p)] == self.rank]
         local_group = {**{k: v for k, v in group.items() if k != "params"}, "params": mine}
         if self._local is None:
             self._local = self._cls([local_group], **self._kwargs)

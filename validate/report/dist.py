@@ -43,7 +43,8 @@ def ddp_table(rows: list[dict[str, Any]]) -> Table | None:
 
 def parallel_table(rows: list[dict[str, Any]]) -> Table | None:
     """FSDP/TP rows: bytes per rank and the time inside collectives, with the calls counted."""
-    par = [r for r in rows if r["suite"] == "parallel" and r["status"] == "ok"]
+    par = [r for r in rows if r["suite"] == "parallel" and r["status"] == "ok"
+           and r["quantity"].startswith("comm_")]  # fmt: skip
     if not par:
         return None
     lines = []
@@ -53,6 +54,45 @@ def parallel_table(rows: list[dict[str, Any]]) -> Table | None:
         lines.append([case, r["quantity"], f"{r['predicted']:.6g}", f"{r['measured']:.6g}", calls])
     header = ["case", "quantity", "predicted", "measured", "collectives"]
     return Table("FSDP and TP communication", header, lines)
+
+
+def _layout_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["suite"] == "parallel" and r["status"] == "ok"
+            and r["quantity"].startswith("memory_bytes_per_device.") and "rank" in r]  # fmt: skip
+
+
+def layout_table(rows: list[dict[str, Any]]) -> Table | None:
+    """Per layout and quantity: costmodel's per-device bytes against each rank's."""
+    mem = _layout_rows(rows)
+    if not mem:
+        return None
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in mem:
+        by_key.setdefault((r["case"], r["quantity"]), []).append(r)
+    lines = []
+    for (case, quantity), rs in by_key.items():
+        rs = sorted(rs, key=lambda r: r["rank"])
+        worst = max(abs(r["rel_err"]) for r in rs if r.get("rel_err") is not None)
+        measured = " / ".join(f"{r['measured'] / 2**20:.3f}" for r in rs)
+        lines.append([case, quantity.split(".", 1)[1], f"{rs[0]['predicted'] / 2**20:.3f}",
+                      measured, f"{100 * worst:.1f} %"])  # fmt: skip
+    header = ["layout", "quantity", "predicted (MiB)", "measured per rank (MiB)", "worst error"]
+    note = ("Bytes one rank holds (validate.distributed.memory): state after backward, what the "
+            "forward pass added, and the peaks of the first step's forward and forward + "
+            "backward and of the second whole step.")  # fmt: skip
+    return Table("Per-rank memory by layout", header, lines, note)
+
+
+def _layout_chart(mem: list[dict[str, Any]]) -> alt.Chart:
+    data = [{"layout": r["case"], "quantity": r["quantity"].split(".", 1)[1],
+             "error %": 100 * r["rel_err"], "rank": r["rank"]}
+            for r in mem if r.get("rel_err") is not None]  # fmt: skip
+    return (
+        alt.Chart(alt.Data(values=data), title="Per-rank memory: predicted vs measured (error %)")
+        .mark_point(filled=True)
+        .encode(alt.X("error %:Q"), alt.Y("quantity:N"), alt.Color("layout:N"),
+                tooltip=["layout:N", "quantity:N", "rank:Q", "error %:Q"])
+    )  # fmt: skip
 
 
 def _collectives_chart(coll: list[dict[str, Any]]) -> alt.Chart:
@@ -87,8 +127,10 @@ def _bucket_chart(sweep: list[dict[str, Any]]) -> alt.Chart:
 
 
 def dist_charts(rows: list[dict[str, Any]]) -> list[alt.Chart]:
-    """Collective bandwidth against the fit, and the DDP bucket-size sweep."""
+    """Collective bandwidth against the fit, the DDP bucket-size sweep, per-rank memory."""
     ok = [r for r in rows if r["status"] == "ok"]
     coll = [r for r in ok if r["suite"] == "collectives"]
     sweep = [r for r in ok if r["suite"] == "ddp" and r["case"].startswith("bucketed/")]
-    return ([_collectives_chart(coll)] if coll else []) + ([_bucket_chart(sweep)] if sweep else [])
+    mem = _layout_rows(rows)
+    return (([_collectives_chart(coll)] if coll else []) + ([_bucket_chart(sweep)] if sweep else [])
+            + ([_layout_chart(mem)] if mem else []))  # fmt: skip

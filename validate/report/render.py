@@ -22,7 +22,7 @@ import altair as alt
 import vl_convert
 
 from validate.report.attention import attention_chart, attention_table
-from validate.report.dist import ddp_table, dist_charts, parallel_table
+from validate.report.dist import ddp_table, dist_charts, layout_table, parallel_table
 from validate.report.results import read_rows
 from validate.report.tables import STYLE, Table
 
@@ -33,11 +33,24 @@ MEMORY_QUANTITIES = (
     "memory_bytes.peak",
 )
 ATTENTION_MEMORY = ("memory_bytes.after_forward", "memory_bytes.peak")
+RANK_PEAKS = ("peak_forward", "peak_forward_backward", "peak")
 TARGETS = (  # (label, suite, quantities, bound on the median |rel_err|)
     ("exact counts: zero error", "accounting", None, 0.0),
     ("forward/backward/step time: median |error| <= 15 %", "model", TIME_QUANTITIES, 0.15),
     ("peak memory: median |error| <= 10 %", "model", MEMORY_QUANTITIES, 0.10),
     ("attention memory: median |error| <= 10 %", "attention", ATTENTION_MEMORY, 0.10),
+    (
+        "per-rank state bytes (params, grads, optimizer) over all ranks: zero error",
+        "parallel",
+        tuple(f"memory_bytes_per_device.{q}.all_ranks" for q in ("params", "grads", "optimizer")),
+        0.0,
+    ),
+    (
+        "per-rank peak memory: median |error| <= 5 %",
+        "parallel",
+        tuple(f"memory_bytes_per_device.{q}" for q in RANK_PEAKS),
+        0.05,
+    ),
     (
         "FSDP/TP communication bytes: zero error",
         "parallel",
@@ -129,7 +142,13 @@ def _rows_table(rows: list[dict[str, Any]]) -> Table:
 
 def tables(rows: list[dict[str, Any]]) -> tuple[list[Table], list[Table]]:
     """The report's tables: (targets and summary, the rest); both files show them in order."""
-    rest = [attention_table(rows), ddp_table(rows), parallel_table(rows), _failed_table(rows)]
+    rest = [
+        attention_table(rows),
+        ddp_table(rows),
+        parallel_table(rows),
+        layout_table(rows),
+        _failed_table(rows),
+    ]
     head = [_targets_table(rows), _summary_table(rows)]
     return head, [t for t in rest if t is not None] + [_rows_table(rows)]
 

@@ -24,11 +24,14 @@ from validate.distributed import collectives as coll
 from validate.distributed.checks import (
     FROZEN_PARAMS,
     ddp_params,
+    small_spec,
     spec_and_train,
     step,
     time_variant,
 )
 from validate.distributed.launch import backend_for, launch
+from validate.distributed.memory import LAYOUTS, MEASURED, LayoutCase, predicted
+from validate.distributed.memory import measure as measure_layout
 from validate.report.results import Row
 from validate.suites.runner import Case, Context
 
@@ -231,6 +234,44 @@ def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
     )
 
 
+def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
+    """Per rank: bytes held (``memory_bytes_per_device.*``) and step seconds against
+    costmodel's per-device prediction for the same layout and framework; the state bytes
+    also summed over the ranks (``.all_ranks``: exact even where whole-parameter ZeRO-1
+    shards differ by a few hundred bytes between ranks)."""
+    results = launch(
+        measure_layout,
+        case.world,
+        case,
+        backend=backend_for(ctx.device.type),
+        timeout_s=TIMEOUT_S,
+    )
+    est = estimate(small_spec(), case.train(), case.parallel(), _hardware(ctx))
+    pred = predicted(case, est.values)
+    config = {"layout": case.layout, "world": case.world, "batch": case.batch,
+              "seq": case.seq, "precision": case.precision}  # fmt: skip
+    for rank, r in enumerate(results):
+        extra = {"config": config, "rank": rank}
+        for q in MEASURED:
+            yield Row("parallel", case.name, f"memory_bytes_per_device.{q}", pred[q], r[q],
+                      ctx.label, "ok", "bytes", extra)  # fmt: skip
+        yield Row("parallel", case.name, "time_s.step.per_rank", est["time_s.step"],
+                  r["step_s"], ctx.label, "ok", "s", extra)  # fmt: skip
+    for q in ("params", "grads", "optimizer"):
+        yield Row("parallel", case.name, f"memory_bytes_per_device.{q}.all_ranks",
+                  pred[q] * case.world, sum(r[q] for r in results), ctx.label, "ok", "bytes",
+                  {"config": config})  # fmt: skip
+
+
+def layout_cases(ctx: Context) -> list[LayoutCase]:
+    """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4 (not
+    --quick)."""
+    cases = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")]
+    if not ctx.quick and max(_worlds(ctx)) >= 4:
+        cases.append(LayoutCase("fsdp2", world=4, batch=8))
+    return cases
+
+
 def collectives_cases(ctx: Context) -> list[Case]:
     return [Case("collectives", backend_for(ctx.device.type), collectives_case)]
 
@@ -249,6 +290,9 @@ def ddp_cases(ctx: Context) -> list[Case]:
 
 
 def parallel_cases(ctx: Context) -> list[Case]:
-    return [
+    cases = [
         Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in ("fsdp", "tp")
+    ]
+    return cases + [
+        Case("parallel", lc.name, lambda c, lc=lc: layout_case(lc, c)) for lc in layout_cases(ctx)
     ]

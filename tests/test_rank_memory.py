@@ -1,0 +1,143 @@
+"""Per-rank memory: what each gloo rank holds under DDP, ZeRO-1 and FSDP2, against
+costmodel's per-device prediction for the same layout and framework (issue 13, item 1)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from costmodel import ParallelSpec, TrainSpec, estimate, get_hardware
+from validate.distributed.checks import small_spec
+from validate.distributed.launch import launch
+from validate.distributed.memory import LAYOUTS, PEAKS, STATE, LayoutCase, measure, predicted
+from validate.probes.live import LiveBytes
+
+HW = get_hardware("cpu")
+N_PARAMS = estimate(small_spec(), TrainSpec(batch=4, seq=64)).values["params.total"]
+
+
+@functools.cache
+def run(case: LayoutCase) -> tuple[list[dict], dict[str, float]]:
+    """(each rank's measurement, costmodel's per-device prediction); launched once."""
+    results = launch(measure, case.world, case, backend="gloo", timeout_s=600)
+    est = estimate(small_spec(), case.train(), case.parallel(), HW)
+    return results, predicted(case, est.values)
+
+
+CASES = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")]
+# Not modelled yet: FSDP2 gathers a layer per forward and prefetches one in backward, but the
+# CPU forward's peak sits inside the last block with one layer gathered (costmodel charges
+# two); in bf16 the backward also holds fp32 reduce-scatter buffers of a layer (two copies).
+FSDP2_GAPS = {
+    ("fsdp2", "fp32", "peak_forward"),
+    ("fsdp2", "fp32", "peak_forward_backward"),
+    ("fsdp2", "bf16-mixed", "peak_forward"),
+    ("fsdp2", "bf16-mixed", "peak_forward_backward"),
+    ("fsdp2", "bf16-mixed", "peak"),
+    ("fsdp2-noreshard", "bf16-mixed", "peak_forward_backward"),
+    ("fsdp2-noreshard", "bf16-mixed", "peak"),
+}
+
+
+def _rel(pred: float, measured: float) -> float:
+    return abs(pred - measured) / measured
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_state_bytes_summed_over_ranks_are_exact(case: LayoutCase) -> None:
+    results, pred = run(case)
+    for q in STATE:
+        assert sum(r[q] for r in results) == pred[q] * case.world, q
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_bytes_kept_after_forward_within_half_a_percent(case: LayoutCase) -> None:
+    results, pred = run(case)
+    for r in results:
+        assert _rel(pred["after_forward"], r["after_forward"]) < 0.005
+
+
+PEAK_PARAMS = [
+    pytest.param(
+        case,
+        q,
+        id=f"{case.name}-{q}",
+        marks=[pytest.mark.xfail(strict=True, reason="FSDP2 transient not modelled")]
+        if (case.layout, case.precision, q) in FSDP2_GAPS
+        else [],
+    )
+    for case in CASES
+    for q in PEAKS
+]
+
+
+@pytest.mark.parametrize(("case", "quantity"), PEAK_PARAMS)
+def test_peaks_within_five_percent(case: LayoutCase, quantity: str) -> None:
+    results, pred = run(case)
+    for r in results:
+        assert _rel(pred[quantity], r[quantity]) <= 0.05, (pred[quantity], r[quantity])
+
+
+def test_fsdp2_on_four_ranks_holds_a_quarter() -> None:
+    case = LayoutCase("fsdp2", world=4, batch=8)
+    results, pred = run(case)
+    whole = 4 * N_PARAMS
+    for r in results:
+        assert r["params"] == r["grads"] == pred["params"] == whole // 4
+        assert r["optimizer"] == 2 * whole // 4
+
+
+def test_zero1_shards_are_balanced_largest_first() -> None:
+    results, _ = run(LayoutCase("zero1"))
+    shares = [r["optimizer"] for r in results]
+    assert max(shares) - min(shares) <= 2 * 4 * small_spec().d_model  # one norm's moments
+
+
+# closed forms behind the rows
+
+
+def test_ddp_buckets_are_one_gradient_copy_held_throughout() -> None:
+    train = TrainSpec(batch=4, seq=64)
+    grads = 4 * N_PARAMS
+    for par, buckets in [
+        (ParallelSpec(dp=2), grads),
+        (ParallelSpec(fsdp=2, zero=1), grads),
+        (ParallelSpec(), 0),
+        (ParallelSpec(fsdp=2), 0),
+        (ParallelSpec(dp=2, fsdp=2), 0),
+        (ParallelSpec(dp=2, framework="fsdp2"), 0),
+        (ParallelSpec(dp=2, framework="megatron"), 0),
+    ]:
+        values = estimate(small_spec(), train, par, HW).values
+        assert values["memory_bytes_per_device.buffers"] == buckets, par
+    # held through every phase: a replica's peaks rise by exactly the buckets
+    two = estimate(small_spec(), train, ParallelSpec(dp=2), HW).values
+    one = estimate(small_spec(), TrainSpec(batch=2, seq=64), ParallelSpec(), HW).values
+    for q in PEAKS:
+        key = f"memory_bytes_per_device.{q}"
+        assert two[key] - one[key] == grads, q
+
+
+def test_fsdp2_gathers_in_fp32_too_and_keeps_every_layer_without_resharding() -> None:
+    spec, train = small_spec(), TrainSpec(batch=4, seq=64, precision="fp32")
+    n = N_PARAMS
+    reshard = estimate(spec, train, ParallelSpec(fsdp=2, framework="fsdp2"), HW).values
+    keep = ParallelSpec(fsdp=2, framework="fsdp2", reshard_after_forward=False)
+    kept = estimate(spec, train, keep, HW).values
+    assert reshard["memory_bytes_per_device.master"] == 4 * n // 2
+    assert reshard["memory_bytes_per_device.params"] > 0
+    assert kept["memory_bytes_per_device.params"] == 4 * n
+
+
+def test_live_bytes_sees_a_storage_resized_to_nothing() -> None:
+    with LiveBytes(torch.device("cpu")) as mem:
+        x = torch.ones(1024)
+        assert mem.now() == 4096
+        x.untyped_storage().resize_(0)  # how FSDP2 frees a gathered parameter
+        assert mem.now() == 0
+        x.untyped_storage().resize_(4096)
+        y = x + 1  # an op after the re-allocation records the new high-water mark
+        assert mem.peak() >= 2 * 4096
+        del y

@@ -1,0 +1,167 @@
+"""Per-rank memory and time of real training steps under each layout costmodel predicts.
+
+Each rank builds the reference model (``checks.small_spec``), lays it out, trains two steps
+of AdamW (foreach) on its share of the global batch and reports what it held, measured by
+``validate.probes.live.LiveBytes`` (CUDA's allocator counters; on CPU every live storage):
+
+- ``params``, ``grads``, ``optimizer``: bytes of this rank's parameter storages, gradients
+  after backward and optimizer moments (a DTensor's local shard; Adam's scalar ``step``
+  counters, 4 bytes per parameter tensor, are not state costmodel counts);
+- ``after_forward``: live bytes the forward pass added (what backward keeps: activations,
+  and the working weights a layout holds from forward to backward);
+- ``peak_forward`` and ``peak_forward_backward``: high-water marks of the first step's
+  forward and forward + backward (no gradients or optimizer state yet), and ``peak``:
+  the second step's, optimizer step included; costmodel's definitions;
+- ``step_s``: the second step's seconds (CUDA synchronized around it).
+
+Layouts, each as the framework that runs it:
+
+- ``ddp``: torch ``DistributedDataParallel`` (gradient buckets of ``bucket_cap_mb``);
+- ``zero1``: the same with ``validate.distributed.ddp.ShardedOptimizer`` (ZeRO-1);
+- ``fsdp2`` / ``fsdp2-noreshard``: ``fully_shard`` on the embedding, every block, the final
+  norm, the head and the root, with ``reshard_after_forward`` on / off; under a mixed
+  precision a ``MixedPrecisionPolicy`` (compute dtype parameters, fp32 reduction);
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from costmodel import ParallelSpec, TrainSpec
+from costmodel.single.precision import PRECISIONS
+from validate.distributed.checks import small_spec
+from validate.distributed.ddp import ShardedOptimizer
+from validate.probes.live import LiveBytes, optimizer_state, state_bytes
+from validate.reference.model import TransformerLM, dtypes_for, make_batch
+
+LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard")
+STATE = ("params", "grads", "optimizer")
+PEAKS = ("peak_forward", "peak_forward_backward", "peak")
+MEASURED = (*STATE, "after_forward", *PEAKS)
+
+
+@dataclass(frozen=True)
+class LayoutCase:
+    layout: str
+    world: int = 2
+    batch: int = 4
+    seq: int = 64
+    precision: str = "fp32"
+
+    @property
+    def name(self) -> str:
+        return f"{self.layout}/world{self.world}/{self.precision}"
+
+    def train(self) -> TrainSpec:
+        return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision)
+
+    def parallel(self) -> ParallelSpec:
+        """The layout as costmodel names it."""
+        w = self.world
+        return {
+            "ddp": ParallelSpec(dp=w),
+            "zero1": ParallelSpec(fsdp=w, zero=1),
+            "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2"),
+            "fsdp2-noreshard": ParallelSpec(fsdp=w, framework="fsdp2", reshard_after_forward=False),
+        }[self.layout]
+
+    def local_batch(self) -> int:
+        return self.batch // self.world
+
+
+def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
+    mesh = init_device_mesh(next(model.parameters()).device.type, (world,))
+    kw: dict = {"mesh": mesh, "reshard_after_forward": reshard}
+    _, compute = dtypes_for(precision)
+    if compute != torch.float32:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    for module in [model.embed, *model.blocks, model.norm_f, model.lm_head]:
+        fully_shard(module, **kw)
+    fully_shard(model, **kw)
+
+
+def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, TransformerLM]:
+    """(what the step calls, the reference model inside it), laid out as ``case`` says."""
+    torch.manual_seed(0)
+    model = TransformerLM.for_training(small_spec(), case.train(), device)
+    if case.layout in ("ddp", "zero1"):
+        return DistributedDataParallel(model), model
+    _fsdp2(model, case.world, case.precision, reshard=case.layout == "fsdp2")
+    return model, model
+
+
+def _optimizer(case: LayoutCase, model: nn.Module) -> torch.optim.Optimizer:
+    params = list(model.parameters())
+    if case.layout == "zero1":
+        return ShardedOptimizer(params, torch.optim.AdamW, lr=1e-3, foreach=True)
+    return torch.optim.AdamW(params, lr=1e-3, foreach=True)
+
+
+def _moments(opt: torch.optim.Optimizer) -> int:
+    inner = opt._local if isinstance(opt, ShardedOptimizer) else opt
+    if inner is None:
+        return 0
+    return state_bytes(t for t in optimizer_state(inner) if t.dim() > 0)
+
+
+def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
+    """One rank's bytes and seconds (module docstring); runs inside ``launch``."""
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")  # fmt: skip
+    mem = LiveBytes(device)
+    out: dict[str, float] = {}
+    with mem:
+        step, model = build(case, device)
+        mem.hold([*step.parameters(), *step.buffers()])
+        opt = _optimizer(case, step)
+        g = torch.Generator(device=device).manual_seed(1 + rank)
+        for i in range(2):
+            data = make_batch(model, case.local_batch(), case.seq, device, g)
+            mem.reset_peak()
+            start, before = time.perf_counter(), mem.now()
+            loss = step(data)
+            gc.collect()  # FSDP2's finished all-gather records can sit in reference cycles
+            out["after_forward"] = mem.now() - before
+            if i == 0:
+                out["peak_forward"] = mem.peak()
+            loss.backward()
+            del loss
+            if i == 0:
+                out["peak_forward_backward"] = mem.peak()
+            out["grads"] = state_bytes(p.grad for p in step.parameters() if p.grad is not None)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            out["peak"] = mem.peak()
+            out["step_s"] = time.perf_counter() - start
+        out["params"] = state_bytes(step.parameters())
+        out["optimizer"] = _moments(opt)
+    return out
+
+
+def predicted(case: LayoutCase, values: dict[str, float]) -> dict[str, float]:
+    """costmodel's per-device numbers for what :func:`measure` reports: the rank's parameter
+    storages are costmodel's ``master`` where it keeps one apart from the working weights,
+    else its ``params``; after forward a rank holds the activations plus the working weights
+    it keeps until backward (autocast-style casts in the reference model, every gathered
+    layer under FSDP2 without ``reshard_after_forward``)."""
+    mem = {k.split(".", 1)[1]: v for k, v in values.items()
+           if k.startswith("memory_bytes_per_device.")}  # fmt: skip
+    par, weight_copy = case.parallel(), PRECISIONS[case.precision].weight_copy
+    kept = (par.framework == "reference" and weight_copy) or (
+        par.framework == "fsdp2" and not par.reshard_after_forward
+    )
+    return {
+        "params": mem["master"] if mem["master"] else mem["params"],
+        "grads": mem["grads"],
+        "optimizer": mem["optimizer"],
+        "after_forward": mem["activations"] + (mem["params"] if kept else 0),
+        **{k: mem[k] for k in PEAKS},
+    }
