@@ -106,10 +106,9 @@ def _optimizer(case: LayoutCase, model: nn.Module) -> torch.optim.Optimizer:
 
 
 def _moments(opt: torch.optim.Optimizer) -> int:
-    inner = opt._local if isinstance(opt, ShardedOptimizer) else opt
-    if inner is None:
-        return 0
-    return state_bytes(t for t in optimizer_state(inner) if t.dim() > 0)
+    if isinstance(opt, ShardedOptimizer):
+        return opt.state_bytes()
+    return state_bytes(t for t in optimizer_state(opt) if t.dim() > 0)
 
 
 def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
