@@ -22,13 +22,14 @@ from validate.report.results import read_rows
 ROOT = Path(__file__).parent.parent
 
 
-@pytest.mark.parametrize("kind", ["fsdp", "tp"])
+@pytest.mark.parametrize("kind", ["fsdp", "tp", "tp-sp"])
 def test_fsdp_and_tp_bytes_equal_costmodel(kind):
     batch, seq = 4, 32
     results = launch(step, 2, kind, batch, seq, "fp32", timeout_s=180)
     spec, train = spec_and_train(batch, seq, "fp32")
-    par = ParallelSpec(fsdp=2) if kind == "fsdp" else ParallelSpec(tp=2)
-    predicted = estimate(spec, train, par, get_hardware("cpu"))[f"comm_bytes.{kind}"]
+    sp = kind == "tp-sp"
+    par = ParallelSpec(fsdp=2) if kind == "fsdp" else ParallelSpec(tp=2, sequence_parallel=sp)
+    predicted = estimate(spec, train, par, get_hardware("cpu"))[f"comm_bytes.{kind.split('-')[0]}"]
     for r in results:
         assert r["ring_bytes"] == predicted
         # the time inside the counted collectives: part of the step, never negative
@@ -36,8 +37,13 @@ def test_fsdp_and_tp_bytes_equal_costmodel(kind):
     layers = spec.n_layers
     if kind == "fsdp":  # 2 + n_layers + 2 units, gathered in forward and again in backward
         assert results[0]["calls"] == {"all_gather": 2 * (layers + 3), "reduce_scatter": layers + 3}
-    else:  # Megatron: one all-reduce per half-block forward (g) and backward (f)
-        assert results[0]["calls"] == {"all_reduce": 4 * layers}
+    elif kind == "tp":  # Megatron: one all-reduce per half-block forward (g) and backward
+        # (f), the vocab-parallel embedding's forward and head's backward, and the loss's 3
+        assert results[0]["calls"] == {"all_reduce": 4 * layers + 2 + 3}
+    else:  # each all-reduce split into a reduce-scatter and an all-gather; the loss's stay
+        split = 4 * layers + 2
+        assert results[0]["calls"] == {"all_gather": split, "reduce_scatter": split,
+                                       "all_reduce": 3}  # fmt: skip
 
 
 def test_collectives_are_timed_and_fitted(tmp_path):

@@ -64,14 +64,22 @@ def test_fsdp_moves_gather_twice_and_reduce_scatter_once():
 
 
 def test_tp_all_reduces_per_layer():
-    # Megatron: 2 all-reduces per layer forward, 2 backward, of b·T·D bf16 activations each.
+    # Megatron: 2 all-reduces per layer forward, 2 backward, of b·T·D bf16 activations each;
+    # the vocab-parallel embedding's forward one (fp32 residual under autocast), the head
+    # input gradient's backward one (bf16) and the loss's three fp32 per-token scalars.
     b, t, d, layers = 16, 512, 768, 12
+    ring = 2 * 3 / 4  # all-reduce bytes per byte over 4 ranks
+    blocks = 4 * layers * ring * 2 * b * t * d
+    vocab = ring * (4 * b * t * d + 2 * b * t * d + 3 * 4 * b * t)
     v = est(tp=4)
-    assert v["comm_bytes.tp"] == pytest.approx(4 * layers * 2 * 3 / 4 * 2 * b * t * d)
+    assert v["comm_bytes.tp"] == pytest.approx(blocks + vocab)
+    sp = est(tp=4, sequence_parallel=True)  # reduce-scatter + all-gather: the same bytes
+    assert sp["comm_bytes.tp"] == pytest.approx(blocks + vocab)
 
 
 def test_tp_shards_activations_as_korthikanti_table2():
-    # Without SP the attention core, its output and the FFN hidden divide by t; with SP all.
+    # Without SP the attention core, its output and the FFN hidden divide by t; with SP all
+    # but the column-parallel matmul inputs, which torch's DTensor saves all-gathered.
     train = TrainSpec(batch=4, seq=512, attention="naive")
     single = estimate(get_model("cs336-small"), train).values
     by_op = {
@@ -81,9 +89,12 @@ def test_tp_shards_activations_as_korthikanti_table2():
     }
     sharded = ("attention", "attn_out_input", "ffn_hidden", "loss")
     constants = ("inputs", "rope", "attn_mask")
-    expected = sum(x / 4 if k in sharded else x for k, x in by_op.items())
+    gathered = ("attn_input", "ffn_input", "lm_head_input")  # DTensor saves them whole
+    embed = 4 * 4 * 512 * 768  # fp32 b·T·D: torch's vocab-parallel embedding buffers
+    expected = sum(x / 4 if k in sharded else x for k, x in by_op.items()) + 2 * embed
     assert est(train=train, tp=4)["memory_bytes_per_device.activations"] == pytest.approx(expected)
     expected_sp = sum(x if k in constants else x / 4 for k, x in by_op.items())
+    expected_sp += sum(x * 3 / 4 for k, x in by_op.items() if k in gathered) + 3 / 4 * embed
     got = est(train=train, tp=4, sequence_parallel=True)["memory_bytes_per_device.activations"]
     assert got == pytest.approx(expected_sp)
 

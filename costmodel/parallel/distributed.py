@@ -59,6 +59,10 @@ from costmodel.symbols import (
 _TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
 _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
 _CONSTANTS = ("inputs", "embedding", "rope", "attn_mask")
+# column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
+# the all-gathered input; Megatron saves its sequence shard and gathers again in backward
+_SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
+DTENSOR_FRAMEWORKS = ("reference", "fsdp2")  # tensor parallelism through torch's DTensor
 
 
 def device_batch() -> tuple[sp.Expr, sp.Expr]:
@@ -130,7 +134,9 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         head = None if model.ffn_only else V * D / Y
         kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
         shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
-        return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+        state = state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+        state["grads"] += replicated_embedding_grad(model, train) / shards[1]
+        return state
     low, opt = prec.activation, optimizer_state_bytes(train.optimizer, train.precision, n)
     if par.framework == "fsdp2":
         s = shard_degree(par)
@@ -152,6 +158,18 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     p_sh, g_sh = (X if par.zero == 3 else 1), (X if par.zero >= 2 else 1)
     return {"params": low * n / p_sh, "master": prec.param * n / X, "grads": low * n / g_sh,
             "optimizer": opt / X}  # fmt: skip
+
+
+def replicated_embedding_grad(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Bytes beyond its shard of the vocabulary-parallel embedding's gradient under torch's
+    tensor parallelism: DTensor's embedding backward yields the whole V x D gradient,
+    replicated on every tp rank, which ``.grad`` keeps until the optimizer slices it
+    (measured on torch 2.13, ``validate.run --suite parallel``, layouts tp and tp-sp).
+    The reference framework holds it; FSDP2 reduce-scatters it, Megatron's
+    VocabParallelEmbedding computes its own rows only."""
+    if model.ffn_only:
+        return sp.Integer(0)
+    return PRECISIONS[train.precision].grad * V * D * (1 - 1 / Y)
 
 
 def accumulated_grads(train: TrainSpec, par: ParallelSpec) -> int:
@@ -195,14 +213,34 @@ def sharded_activations(
     if par.pp > 1:  # the first stage holds at most the step's m micro-batches of L/pp layers
         interleave = sp.Min(interleave, m / N_pp, evaluate=False)
     share = interleave if in_flight else stage_layers(par) / L
+    dtensor = par.framework in DTENSOR_FRAMEWORKS
     for op, expr in parts.items():
         if op in _CONSTANTS:
             total += expr
             continue
-        sharded = op not in _TP_PARTIAL and (par.sequence_parallel or op in _TP_SHARDED)
+        sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
+        sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
         block = op not in ("final_norm", "lm_head_input", "loss")
         total += expr / (Y if sharded else 1) * (share if block else 1)
-    return total
+    # the embedding's buffers are per micro-batch: as many as the first stage has in flight
+    micro_batches = share * L / stage_layers(par)
+    return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes torch's vocabulary-parallel embedding (``RowwiseParallel`` on ``nn.Embedding``)
+    keeps per micro-batch from forward to backward beyond what autograd saves, in the
+    residual dtype:
+    the masked partial lookup and its all-reduced copy (2 x b·T·D), or under sequence
+    parallelism three b·T·D / tp sequence shards (the reduce-scatter's output and its
+    re-wrapped copies). Measured on torch 2.13 (``validate.run --suite parallel``, layouts
+    tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
+    if model.ffn_only or par.framework not in DTENSOR_FRAMEWORKS:
+        return sp.Integer(0)
+    copies = 3 / Y if par.sequence_parallel else 2
+    b_dev, t_dev = device_batch()
+    split = sp.Min(Y - 1, 1, evaluate=False)  # 0 without tensor parallelism
+    return split * copies * residual_bytes(train, par) * b_dev * t_dev * D
 
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
@@ -282,22 +320,9 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
     )
 
-    act = c * b_dev * t_dev * D
-    per_layer = 1 if model.ffn_only else 2
-    fwd_n = m * layers * per_layer
-    # recomputation re-runs a block's collectives; op-level selective AC all but the last,
-    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
-    last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
-    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
-    bwd_n = m * layers * (per_layer + again)
-    tp_one = bus_factor("all_reduce", Y) * act
-    groups["tp"] = _phases(
-        (fwd_n + bwd_n) * tp_one,
-        fwd_n * (tp_one / W_Y + ring_steps("all_reduce", Y) * a_Y),
-        bwd_n * (tp_one / W_Y + ring_steps("all_reduce", Y) * a_Y),
-        0,
-    )
+    groups["tp"] = tp_group(model, train, par)
 
+    act = c * b_dev * t_dev * D
     p2p = act / (Y if par.sequence_parallel else 1)
     sends = m * v * (N_pp - 1) / N_pp
     one = sends * (p2p / W_pp + a_pp)
@@ -312,6 +337,50 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
             3 * steps * kv, steps * (kv / W_cp + a_cp), 2 * steps * (kv / W_cp + a_cp), 0
         )
     return groups
+
+
+def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+    """Tensor-parallel bytes sent per device per step and their alpha-beta seconds.
+
+    Per layer and micro-batch (Megatron's f and g, Shoeybi et al. 2019, Sec. 3): one
+    all-reduce of the b·T·D block output in forward per sub-block, one of its input's
+    gradient in backward; recomputation re-runs a block's forward ones. Vocabulary-parallel
+    embedding and head (Megatron; torchtitan's plan): the embedding's partial rows are
+    summed in forward (in the residual dtype), the head input's gradient in backward (in
+    the compute dtype), and the vocab-parallel cross-entropy all-reduces three fp32 scalars
+    per token (the max, the target logit and the sum of exponentials). Under sequence
+    parallelism each all-reduce is a reduce-scatter plus an all-gather: the same bytes,
+    the vocabulary's split half in forward, half in backward. With pp > 1 the device with
+    the larger share: the embedding's (first stage) or the head and loss's (last).
+    """
+    b_dev, t_dev = device_batch()
+    per_token = b_dev * t_dev
+    act = PRECISIONS[train.precision].activation * per_token * D
+    per_layer = 1 if model.ffn_only else 2
+    layers = stage_layers(par)
+    # recomputation re-runs a block's collectives; op-level selective AC all but the last,
+    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
+    last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
+    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
+    ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
+    fwd_b, bwd_b = m * layers * per_layer * ar * act, m * layers * (per_layer + again) * ar * act
+    fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + again)
+    if not model.ffn_only:
+        embed = ar * residual_bytes(train, par) * per_token * D
+        head, loss = ar * act, 3 * ar * 4 * per_token
+        split = sp.Rational(1, 2) if par.sequence_parallel else 0
+        vocab_in = (embed * (1 - split), embed * split)  # (forward, backward) bytes
+        vocab_out = (head * split + loss, head * (1 - split))
+        if par.pp > 1:  # on different stages: the device with the larger share
+            vocab_in = (smax(vocab_in[0], vocab_out[0]), smax(vocab_in[1], vocab_out[1]))
+            vocab_out = (0, 0)
+        fwd_b += m * (vocab_in[0] + vocab_out[0])
+        bwd_b += m * (vocab_in[1] + vocab_out[1])
+        fwd_n += m * (4 if par.pp == 1 else 3)  # all-reduce equivalents (latency)
+        bwd_n += m
+    return _phases(
+        fwd_b + bwd_b, fwd_b / W_Y + fwd_n * steps * a_Y, bwd_b / W_Y + bwd_n * steps * a_Y, 0
+    )
 
 
 def _phases(total_bytes, forward, backward, optimizer) -> dict[str, sp.Expr]:

@@ -252,8 +252,9 @@ def peak_memory(
 def _transients(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:
     """Bytes alive beside the activations (forward, backward start, backward end).
 
-    Forward: the residual stream's two live copies, the logits and their fp32 copy (or the
-    naive scores before and after masking). Backward start: the fp32 gradients of the NLL
+    Forward: the residual stream's two live copies, the logits and their fp32 copy (plus
+    the shifted logits of a vocabulary-parallel loss), or the naive scores before and
+    after masking. Backward start: the fp32 gradients of the NLL
     loss and of the log-softmax (the low-precision cast comes after one is freed). End: with
     tied embeddings the head's gradient waits in autograd's input buffer until the
     embedding's arrives, and the two are summed (two extra V x D tensors).
@@ -266,6 +267,11 @@ def _transients(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tup
     end_transient = 2 * res * b * T * D
     if not model.ffn_only:
         fwd_transient += (act + (4 if act != 4 else 0)) * b * T * Vs
+        # a vocabulary-parallel cross-entropy (split > 1) subtracts the all-reduced max into
+        # a new fp32 tensor before its exp (torch's loss_parallel; Megatron's
+        # _VocabParallelCrossEntropy), where one device's fused log-softmax needs none
+        if split != 1:
+            fwd_transient += sp.Min(split - 1, 1, evaluate=False) * 4 * b * T * Vs
         start_transient += 8 * b * T * Vs
         if train.attention == "naive":
             fwd_transient = smax(fwd_transient, 2 * act * b * H * T * T)

@@ -9,27 +9,28 @@ training step per rank, with every collective counted (``validate.probes.comm_co
 FSDP: ``fully_shard`` on the embedding, each block, the final norm and the head, then the
 root (which then holds no parameters of its own: FSDP2 keeps a root's parameters gathered
 between forward and backward, which ZeRO-3 accounting does not assume). TP: Megatron's
-layout with torch's styles: the attention and FFN inputs are prepared once as replicated
-DTensors (Megatron's f: identity forward, one all-reduce backward), q/k/v and the FFN's
-up-projections column-parallel, the output projections row-parallel (g: one all-reduce
-forward); embedding and head replicated.
+layout with torch's styles, vocabulary-parallel embedding and head, with or without
+sequence parallelism (:func:`tp_plans`).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Replicate
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
     RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
     parallelize_module,
 )
 
@@ -144,16 +145,53 @@ def small_spec() -> ModelSpec:
     return get_model("cs336-small").replace(vocab=256, d_model=128, n_heads=4, n_layers=2, d_ff=256)
 
 
-def _prepared(layouts: int) -> PrepareModuleInput:
-    rest = (None,) * (layouts - 1)
-    return PrepareModuleInput(
-        input_layouts=(Replicate(), *rest),
-        desired_input_layouts=(Replicate(), *rest),
-        use_local_output=False,
-    )
+def tp_plans(sequence_parallel: bool) -> tuple[dict, dict]:
+    """(plan for each block, plan for the model's own modules): Megatron's tensor-parallel
+    layout in torch's styles, as torchtitan writes it. Blocks: the attention and FFN inputs
+    become replicated DTensors (Megatron's f: identity forward, all-reduce backward), q/k/v
+    and the FFN's up-projections column-parallel, the output projections row-parallel (g:
+    all-reduce forward). Vocabulary-parallel embedding (row-parallel: each rank looks up
+    its rows, an all-reduce sums them) and head (column-parallel, logits left sharded over
+    the vocabulary for ``loss_parallel``'s cross-entropy: three all-reduces of fp32
+    per-token scalars). Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): the
+    residual stream and the norms are sharded over the sequence, each all-reduce becomes a
+    reduce-scatter and an all-gather."""
+    seq = Shard(1) if sequence_parallel else Replicate()
+    rest = (None, None, None)  # rope tables and mask pass through untouched
+    block: dict = {
+        "attn": PrepareModuleInput(input_layouts=(seq, *rest),
+                                   desired_input_layouts=(Replicate(), *rest)),
+        "attn.q": ColwiseParallel(),
+        "attn.k": ColwiseParallel(),
+        "attn.v": ColwiseParallel(),
+        "attn.o": RowwiseParallel(output_layouts=seq),
+        "ffn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+        "ffn.w1": ColwiseParallel(),
+        "ffn.w3": ColwiseParallel(),
+        "ffn.w2": RowwiseParallel(output_layouts=seq),
+    }  # fmt: skip
+    top: dict = {
+        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
+        "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1),
+                                   use_local_output=False),
+    }  # fmt: skip
+    if sequence_parallel:
+        block |= {"norm1": SequenceParallel(), "norm2": SequenceParallel()}
+        top["norm_f"] = SequenceParallel()
+    return block, top
+
+
+def tensor_parallel(model: TransformerLM, mesh: DeviceMesh, sequence_parallel: bool) -> None:
+    """Lay ``model`` out over ``mesh`` with :func:`tp_plans`; run it under
+    ``loss_parallel()`` (its logits are sharded over the vocabulary)."""
+    block, top = tp_plans(sequence_parallel)
+    for b in model.blocks:
+        parallelize_module(b, mesh, block)
+    parallelize_module(model, mesh, top)
 
 
 def shard(model: TransformerLM, kind: str, world: int) -> None:
+    """``kind``: ``fsdp``, ``tp`` or ``tp-sp`` (tensor parallel with sequence parallelism)."""
     device = next(model.parameters()).device.type
     mesh = init_device_mesh(device, (world,))
     if kind == "fsdp":
@@ -161,19 +199,7 @@ def shard(model: TransformerLM, kind: str, world: int) -> None:
             fully_shard(module, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return
-    plan = {
-        "attn": _prepared(4),
-        "attn.q": ColwiseParallel(),
-        "attn.k": ColwiseParallel(),
-        "attn.v": ColwiseParallel(),
-        "attn.o": RowwiseParallel(),
-        "ffn": _prepared(1),
-        "ffn.w1": ColwiseParallel(),
-        "ffn.w3": ColwiseParallel(),
-        "ffn.w2": RowwiseParallel(),
-    }
-    for block in model.blocks:
-        parallelize_module(block, mesh, plan)
+    tensor_parallel(model, mesh, sequence_parallel=kind == "tp-sp")
 
 
 def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str) -> dict:
@@ -187,12 +213,13 @@ def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str)
     shard(model, kind, world)
     g = torch.Generator(device=device).manual_seed(1 + (rank if kind == "fsdp" else 0))
     data = make_batch(model, batch // world if kind == "fsdp" else batch, seq, device, g)
-    model(data).backward()  # warm-up
-    model.zero_grad()
-    counter = CollectiveCounter()
-    start = time.perf_counter()
-    with counter:
-        model(data).backward()
+    with loss_parallel() if kind != "fsdp" else nullcontext():
+        model(data).backward()  # warm-up
+        model.zero_grad()
+        counter = CollectiveCounter()
+        start = time.perf_counter()
+        with counter:
+            model(data).backward()
     seconds = time.perf_counter() - start
     return {
         "calls": dict(counter.calls),

@@ -21,28 +21,35 @@ Layouts, each as the framework that runs it:
 - ``fsdp2`` / ``fsdp2-noreshard``: ``fully_shard`` on the embedding, every block, the final
   norm, the head and the root, with ``reshard_after_forward`` on / off; under a mixed
   precision a ``MixedPrecisionPolicy`` (compute dtype parameters, fp32 reduction);
+- ``tp`` / ``tp-sp``: DTensor tensor parallelism (``checks.tp_plans``: vocabulary-parallel
+  embedding and head, the loss under ``loss_parallel``), without / with sequence
+  parallelism; every rank runs the whole batch.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
 
 from costmodel import ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
-from validate.distributed.checks import small_spec
+from validate.distributed.checks import small_spec, tensor_parallel
 from validate.distributed.ddp import ShardedOptimizer
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
 
-LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard")
+LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "tp", "tp-sp")
+TENSOR_PARALLEL = ("tp", "tp-sp")
 STATE = ("params", "grads", "optimizer")
 PEAKS = ("peak_forward", "peak_forward_backward", "peak")
 MEASURED = (*STATE, "after_forward", *PEAKS)
@@ -71,10 +78,13 @@ class LayoutCase:
             "zero1": ParallelSpec(fsdp=w, zero=1),
             "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2"),
             "fsdp2-noreshard": ParallelSpec(fsdp=w, framework="fsdp2", reshard_after_forward=False),
+            "tp": ParallelSpec(tp=w),
+            "tp-sp": ParallelSpec(tp=w, sequence_parallel=True),
         }[self.layout]
 
     def local_batch(self) -> int:
-        return self.batch // self.world
+        """Sequences each rank runs: its share of the batch, the whole batch under TP."""
+        return self.batch if self.layout in TENSOR_PARALLEL else self.batch // self.world
 
 
 def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
@@ -94,6 +104,10 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
     model = TransformerLM.for_training(small_spec(), case.train(), device)
     if case.layout in ("ddp", "zero1"):
         return DistributedDataParallel(model), model
+    if case.layout in TENSOR_PARALLEL:
+        mesh = init_device_mesh(device.type, (case.world,))
+        tensor_parallel(model, mesh, sequence_parallel=case.layout == "tp-sp")
+        return model, model
     _fsdp2(model, case.world, case.precision, reshard=case.layout == "fsdp2")
     return model, model
 
@@ -102,7 +116,10 @@ def _optimizer(case: LayoutCase, model: nn.Module) -> torch.optim.Optimizer:
     params = list(model.parameters())
     if case.layout == "zero1":
         return ShardedOptimizer(params, torch.optim.AdamW, lr=1e-3, foreach=True)
-    return torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    # foreach kernels take one kind of tensor per call: DTensors (TP's sharded matrices)
+    # and plain tensors (norms left replicated without sequence parallelism) in two groups
+    groups = [[p for p in params if isinstance(p, DTensor) == d] for d in (True, False)]
+    return torch.optim.AdamW([{"params": g} for g in groups if g], lr=1e-3, foreach=True)
 
 
 def _moments(opt: torch.optim.Optimizer) -> int:
@@ -121,17 +138,20 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
         step, model = build(case, device)
         mem.hold([*step.parameters(), *step.buffers()])
         opt = _optimizer(case, step)
-        g = torch.Generator(device=device).manual_seed(1 + rank)
+        tp = case.layout in TENSOR_PARALLEL  # every TP rank runs the same sequences
+        g = torch.Generator(device=device).manual_seed(1 + (0 if tp else rank))
         for i in range(2):
             data = make_batch(model, case.local_batch(), case.seq, device, g)
             mem.reset_peak()
             start, before = time.perf_counter(), mem.now()
-            loss = step(data)
+            with loss_parallel() if tp else nullcontext():
+                loss = step(data)
             gc.collect()  # FSDP2's finished all-gather records can sit in reference cycles
             out["after_forward"] = mem.now() - before
             if i == 0:
                 out["peak_forward"] = mem.peak()
-            loss.backward()
+            with loss_parallel() if tp else nullcontext():
+                loss.backward()
             del loss
             if i == 0:
                 out["peak_forward_backward"] = mem.peak()

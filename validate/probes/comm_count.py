@@ -2,7 +2,10 @@
 
 ``CollectiveCounter`` is a TorchDispatchMode: c10d collectives (FSDP2's all-gather and
 reduce-scatter, DDP's all-reduce) and the functional collectives DTensor emits pass
-through the dispatcher as ops, so it sees each one with its tensors. Sizes are the full
+through the dispatcher as ops, so it sees each one with its tensors. An op on DTensors is
+handed back to DTensor first (``NotImplemented``, as torch's ``CommDebugMode`` does), so the
+collectives DTensor issues inside an op (loss parallelism's all-reduces, implicit
+redistributions) reach the counter too, not only those between ops. Sizes are the full
 tensor of each collective (all-gather: output; reduce-scatter, all-reduce: input), and
 ``ring_bytes`` converts them into the bytes one rank sends in a ring, the quantity
 ``costmodel``'s ``comm_bytes.*`` predict.
@@ -22,6 +25,7 @@ from typing import Any
 
 import torch
 from torch._C._distributed_c10d import Work
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -72,6 +76,8 @@ class CollectiveCounter(TorchDispatchMode):
         self.seconds = 0.0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # let DTensor desugar first: its collectives come back here
         name = str(func).rsplit(".", 1)[0]
         if name not in _OPS:
             return func(*args, **(kwargs or {}))

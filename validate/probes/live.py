@@ -5,7 +5,9 @@ CPU: a ``TorchDispatchMode`` records the storage of every op's output, plus the 
 that exist when it starts (parameters, buffers, optimizer state: :meth:`LiveBytes.hold`),
 and sums the *current* size of those alive after every op. Current, not creation-time:
 FSDP2 frees an unsharded parameter by resizing its storage to zero and re-allocates it
-the same way (``untyped_storage().resize_``), which no op reports. Bytes are storage
+the same way (``untyped_storage().resize_``), which no op reports. An op on DTensors is
+handed back to DTensor first, so its local ops, redistributions included, are seen
+one by one (not only the wrapped result). Bytes are storage
 bytes, as the CUDA counters count them before the allocator's 512-byte rounding.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -52,6 +55,8 @@ class _StorageMode(TorchDispatchMode):
         return total
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # DTensor runs first; its local ops come back here
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type != "meta":

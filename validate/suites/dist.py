@@ -198,7 +198,11 @@ def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
         timeout_s=TIMEOUT_S,
     )
     spec, train = spec_and_train(batch, seq, precision)
-    par = ParallelSpec(fsdp=world) if kind == "fsdp" else ParallelSpec(tp=world)
+    par = (
+        ParallelSpec(fsdp=world)
+        if kind == "fsdp"
+        else ParallelSpec(tp=world, sequence_parallel=kind == "tp-sp")
+    )
     est = estimate(spec, train, par, _hardware(ctx))
     config = {"kind": kind, "world": world, "batch": batch, "seq": seq, "precision": precision}
     for rank, r in enumerate(results):
@@ -290,9 +294,8 @@ def ddp_cases(ctx: Context) -> list[Case]:
 
 
 def parallel_cases(ctx: Context) -> list[Case]:
-    cases = [
-        Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in ("fsdp", "tp")
-    ]
+    kinds = ("fsdp", "tp", "tp-sp")
+    cases = [Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in kinds]
     return cases + [
         Case("parallel", lc.name, lambda c, lc=lc: layout_case(lc, c)) for lc in layout_cases(ctx)
     ]
