@@ -8,6 +8,8 @@ the micro-batch (``B`` divided by the gradient-accumulation steps).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 _INT = {"integer": True, "positive": True}
@@ -49,6 +51,12 @@ def smax(*args: sp.Expr) -> sp.Expr:
     symbolically to simplify, which made building a structure's expressions ~8x slower
     (0.7 s); evaluation (lambdify, subs) takes the numeric max all the same."""
     return sp.Max(*args, evaluate=False)
+
+
+def more_than_one(n: Any) -> sp.Expr:
+    """1 when the positive integer ``n`` (a degree, a micro-batch count) exceeds 1, else 0,
+    as an unevaluated expression: min(n - 1, 1)."""
+    return sp.Min(n - 1, 1, evaluate=False)
 
 
 def values_for(model, train=None) -> dict[sp.Symbol, int]:

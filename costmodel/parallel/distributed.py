@@ -52,6 +52,7 @@ from costmodel.symbols import (
     b,
     d_h,
     m,
+    more_than_one,
     smax,
     v,
 )
@@ -192,8 +193,8 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     n, _ = params_per_device(model, par)
     grads = PRECISIONS[train.precision].grad * n
     if par.zero == 1:
-        return grads * sp.Min(N_dp * X - 1, 1, evaluate=False)
-    return grads * sp.Min(N_dp - 1, 1, evaluate=False) * (1 - sp.Min(X - 1, 1, evaluate=False))
+        return grads * more_than_one(N_dp * X)
+    return grads * more_than_one(N_dp) * (1 - more_than_one(X))
 
 
 def sharded_activations(
@@ -230,17 +231,15 @@ def sharded_activations(
 def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
     """Bytes torch's vocabulary-parallel embedding (``RowwiseParallel`` on ``nn.Embedding``)
     keeps per micro-batch from forward to backward beyond what autograd saves, in the
-    residual dtype:
-    the masked partial lookup and its all-reduced copy (2 x b·T·D), or under sequence
-    parallelism three b·T·D / tp sequence shards (the reduce-scatter's output and its
-    re-wrapped copies). Measured on torch 2.13 (``validate.run --suite parallel``, layouts
-    tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
+    residual dtype: the masked partial lookup and its all-reduced copy (2 x b·T·D), or
+    under sequence parallelism three b·T·D / tp sequence shards (the reduce-scatter's
+    output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
+    parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
     if model.ffn_only or par.framework not in DTENSOR_FRAMEWORKS:
         return sp.Integer(0)
     copies = 3 / Y if par.sequence_parallel else 2
     b_dev, t_dev = device_batch()
-    split = sp.Min(Y - 1, 1, evaluate=False)  # 0 without tensor parallelism
-    return split * copies * residual_bytes(train, par) * b_dev * t_dev * D
+    return more_than_one(Y) * copies * residual_bytes(train, par) * b_dev * t_dev * D
 
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
@@ -259,7 +258,7 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     # Megatron's gradient buffer is allocated once and zeroed, never freed; elsewhere
     # gradients outlive a micro-batch when another follows (accumulation), except FSDP2's
     # shards under pipelining: reduce-scattered from the held gradients after the last one
-    live = sp.Min(m - 1, 1, evaluate=False)
+    live = more_than_one(m)
     live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
           "grads_live": live}  # fmt: skip

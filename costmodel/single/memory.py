@@ -26,7 +26,7 @@ import sympy as sp
 from costmodel.single.params import matmul_weight_params, op_level_saved, param_breakdown
 from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, F, H, K, L, T, V, b, d_h, smax
+from costmodel.symbols import B, D, F, H, K, L, T, V, b, d_h, more_than_one, smax
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
@@ -271,7 +271,7 @@ def _transients(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tup
         # a new fp32 tensor before its exp (torch's loss_parallel; Megatron's
         # _VocabParallelCrossEntropy), where one device's fused log-softmax needs none
         if split != 1:
-            fwd_transient += sp.Min(split - 1, 1, evaluate=False) * 4 * b * T * Vs
+            fwd_transient += more_than_one(split) * 4 * b * T * Vs
         start_transient += 8 * b * T * Vs
         if train.attention == "naive":
             fwd_transient = smax(fwd_transient, 2 * act * b * H * T * T)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -190,14 +191,20 @@ def tensor_parallel(model: TransformerLM, mesh: DeviceMesh, sequence_parallel: b
     parallelize_module(model, mesh, top)
 
 
+def fully_shard_model(model: TransformerLM, mesh: DeviceMesh, **options: Any) -> None:
+    """FSDP2 units: the embedding, each block, the final norm, the head, then the root
+    (``options``: ``fully_shard``'s, e.g. ``reshard_after_forward``, ``mp_policy``)."""
+    for module in [model.embed, *model.blocks, model.norm_f, model.lm_head]:
+        fully_shard(module, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
+
+
 def shard(model: TransformerLM, kind: str, world: int) -> None:
     """``kind``: ``fsdp``, ``tp`` or ``tp-sp`` (tensor parallel with sequence parallelism)."""
     device = next(model.parameters()).device.type
     mesh = init_device_mesh(device, (world,))
     if kind == "fsdp":
-        for module in [model.embed, *model.blocks, model.norm_f, model.lm_head]:
-            fully_shard(module, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        fully_shard_model(model, mesh)
         return
     tensor_parallel(model, mesh, sequence_parallel=kind == "tp-sp")
 

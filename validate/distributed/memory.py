@@ -36,14 +36,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
 
 from costmodel import ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
-from validate.distributed.checks import small_spec, tensor_parallel
+from validate.distributed.checks import fully_shard_model, small_spec, tensor_parallel
 from validate.distributed.ddp import ShardedOptimizer
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
@@ -89,13 +89,11 @@ class LayoutCase:
 
 def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
     mesh = init_device_mesh(next(model.parameters()).device.type, (world,))
-    kw: dict = {"mesh": mesh, "reshard_after_forward": reshard}
+    kw: dict = {"reshard_after_forward": reshard}
     _, compute = dtypes_for(precision)
     if compute != torch.float32:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
-    for module in [model.embed, *model.blocks, model.norm_f, model.lm_head]:
-        fully_shard(module, **kw)
-    fully_shard(model, **kw)
+    fully_shard_model(model, mesh, **kw)
 
 
 def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, TransformerLM]:
