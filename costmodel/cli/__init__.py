@@ -14,6 +14,7 @@ import sys
 from costmodel.cli.args import int_arg
 from costmodel.cli.attention import add_attention
 from costmodel.cli.estimate import add_estimate_and_presets
+from costmodel.cli.offload import add_offload, add_padding
 from costmodel.cli.plan import add_plan
 from costmodel.cli.solve import add_bounds_and_solve
 
@@ -25,6 +26,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_bounds_and_solve(sub)
     add_plan(sub)
     add_attention(sub, int_arg)
+    add_offload(sub)
+    add_padding(sub)
     return parser
 
 

@@ -1,0 +1,103 @@
+"""Sequence-length distributions: a file of lengths or a histogram, or a named synthetic one.
+
+Files: ``.npy`` (a 1-D integer array), or text with one length per line, or one
+``length count`` (or ``length,count``) pair per line, a histogram; blank lines and ``#``
+comments are skipped. Synthetic: ``name:key=value,...`` with ``lognormal`` (median,
+sigma), ``uniform`` (low, high), ``exponential`` (mean) or ``fixed`` (length), sampled
+with a seed, rounded to integers and clipped to [1, max_len]. Nothing is evaluated: values
+are parsed as numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.engine.padding import check_lengths
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+
+SYNTHETIC: dict[str, tuple[str, ...]] = {
+    "lognormal": ("median", "sigma"),
+    "uniform": ("low", "high"),
+    "exponential": ("mean",),
+    "fixed": ("length",),
+}
+
+
+def read_lengths(path: str | Path) -> np.ndarray:
+    """Lengths from a ``.npy`` file or a text list / histogram (see the module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("lengths", f"lengths file {str(p)!r} does not exist")
+    if p.suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except ValueError as err:
+            raise SpecError(
+                "lengths", f"lengths file {p.name}: not a numpy array ({err})"
+            ) from None
+        return check_lengths(arr, "lengths")
+    rows = []
+    for number, line in enumerate(p.read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].replace(",", " ").split()
+        if not text:
+            continue
+        try:
+            rows.append([int(x) for x in text])
+        except ValueError:
+            raise SpecError("lengths", f"lengths file {p.name}, line {number}: not an integer "
+                            f"({line.strip()!r})") from None  # fmt: skip
+        if len(rows[-1]) > 2 or len(rows[-1]) != len(rows[0]):
+            raise SpecError("lengths", f"lengths file {p.name}, line {number}: give a length "
+                            "or a 'length count' pair on every line")  # fmt: skip
+    if not rows:
+        raise SpecError("lengths", f"lengths file {p.name} holds no lengths")
+    arr = np.asarray(rows, dtype=np.int64)
+    if arr.shape[1] == 1:
+        return check_lengths(arr[:, 0], "lengths")
+    checks.integer("lengths (counts)", arr[:, 1], minimum=0)
+    return check_lengths(np.repeat(arr[:, 0], arr[:, 1]), "lengths")
+
+
+def synthetic_lengths(text: str, n: int, max_len: int, seed: int = 0) -> np.ndarray:
+    """``n`` lengths of a named distribution, e.g. ``lognormal:median=700,sigma=0.85``."""
+    checks.integer("samples", n)
+    name, _, rest = text.partition(":")
+    if name not in SYNTHETIC:
+        raise SpecError("distribution", f"distribution must be one of {', '.join(SYNTHETIC)} "
+                        f"(got {name!r})")  # fmt: skip
+    params = _params(name, rest)
+    rng = np.random.default_rng(seed)
+    if name == "lognormal":
+        draw = params["median"] * np.exp(params["sigma"] * rng.standard_normal(n))
+    elif name == "uniform":
+        draw = rng.uniform(params["low"], params["high"], n)
+    elif name == "exponential":
+        draw = rng.exponential(params["mean"], n)
+    else:
+        draw = np.full(n, params["length"])
+    return np.clip(np.round(draw), 1, max_len).astype(np.int64)
+
+
+def _params(name: str, text: str) -> dict[str, float]:
+    want = SYNTHETIC[name]
+    params: dict[str, float] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in want:
+            raise SpecError("distribution", f"{name} takes {', '.join(want)} (got {key!r})")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise SpecError("distribution", f"{name}: {key} must be a number "
+                            f"(got {value!r})") from None  # fmt: skip
+        checks.number(f"distribution {key}", params[key])
+    missing = [k for k in want if k not in params]
+    if missing:
+        raise SpecError("distribution", f"{name} needs {', '.join(missing)} (e.g. "
+                        f"{name}:{','.join(k + '=1' for k in want)})")  # fmt: skip
+    if name == "uniform" and params["low"] > params["high"]:
+        raise SpecError("distribution", "uniform: low must be <= high")
+    return params

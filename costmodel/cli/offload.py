@@ -1,0 +1,170 @@
+"""``offload`` (plans that stream from host memory) and ``padding`` (the cost of each way to
+batch variable-length sequences)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.lengths import read_lengths, synthetic_lengths
+from costmodel.cli.args import (
+    FRONT,
+    add_inputs,
+    add_layout_args,
+    add_model_args,
+    int_arg,
+    values_of,
+)
+from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain, plan_offload
+from costmodel.engine.padding import STRATEGIES, row_coefficients, strategy_costs
+from costmodel.inputs import BY_KEY, build
+from costmodel.specs.checks import SpecError
+from costmodel.specs.offload import PLAN_KEYS
+
+GB = 1e9
+
+
+def _plan_arg(text: str) -> dict[str, int]:
+    """``chunk=16384,seqs_per_round=2,...`` into a dict of integers (no evaluation)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in PLAN_KEYS:
+            raise argparse.ArgumentTypeError(
+                f"--plan keys are {', '.join(PLAN_KEYS)} (got {key!r})"
+            )
+        out[key] = int_arg(value)
+    missing = [k for k in PLAN_KEYS if k not in out]
+    if missing:
+        raise argparse.ArgumentTypeError(f"--plan needs {', '.join(missing)}")
+    return out
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(int_arg(t) for t in text.split(",") if t.strip())
+
+
+def offload_spec(args: argparse.Namespace) -> OffloadSpec:
+    link = args.link_gbps * GB if args.link_gbps is not None else LINKS[args.link][0]
+    return OffloadSpec(
+        device_budget=args.device_budget_gb * GB, host_budget=args.host_budget_gb * GB,
+        link_bw=link, overlap=args.overlap, host_memory_bw=args.host_memory_gbps * GB,
+        optimizer_state=args.optimizer_state, nvme_bw=args.nvme_gbps * GB,
+        loss_chunk=args.loss_chunk, chunks=args.chunks, seqs_per_round=args.seqs_per_round,
+    )  # fmt: skip
+
+
+def _cmd_offload(args: argparse.Namespace) -> int:
+    values = {k: v for k, v in values_of(args).items() if BY_KEY[k].section != "cluster"}
+    setup = build(values)
+    hw = get_hardware(args.hardware)
+    spec = offload_spec(args)
+    if args.plan is not None:
+        configs = [evaluate_plan(setup.model, setup.train, hw, spec, args.plan)]
+    else:
+        configs = plan_offload(setup.model, setup.train, hw, spec, top=args.top)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in configs], indent=2))
+        return 0
+    head = configs[0]
+    broken = [k.removesuffix("_ok") for k, ok in head.fits.items() if not ok]
+    title = "the plan given" if args.plan else "fastest plan"
+    print(title + (f" (does NOT fit the {' and '.join(broken)} budget)" if broken else ""))
+    print("\n".join("  " + line for line in explain(head, spec)))
+    if len(configs) > 1:
+        print(
+            f"\n{'step s':>8} {'tok/s':>8} {'chunk':>6} {'seq/rd':>6} {'rounds':>6} "
+            f"{'P pin':>5} {'G pin':>5} {'dev u':>5} {'full':>5} {'attn':>5} {'ctx':>5}"
+        )
+        for c in configs:
+            d, h = c.decisions, c.host_units
+            print(f"{c.time_s['step']:>8.2f} {c.tokens_per_s:>8,.0f} {d['chunk']:>6} "
+                  f"{d['seqs_per_round']:>6} {d['rounds']:>6} {d['pinned_params']:>5} "
+                  f"{d['pinned_grads']:>5} {d['device_units']:>5} {h['full']:>5} "
+                  f"{h['attn']:>5} {h['ctx']:>5}")  # fmt: skip
+    return 0
+
+
+def add_offload(sub) -> None:
+    p = sub.add_parser("offload", help="fastest plans that stream weights, gradients and "
+                       "activations from host memory (one device)")  # fmt: skip
+    add_model_args(p)
+    p.add_argument("--hardware", default="h100-sxm", help=FRONT["hardware"].help)
+    g = p.add_argument_group("budgets and links")
+    g.add_argument("--device-budget-gb", type=float, required=True, help="device memory (1e9 B)")
+    g.add_argument("--host-budget-gb", type=float, required=True, help="host memory (1e9 B)")
+    g.add_argument("--link", choices=tuple(LINKS), default="pcie5",
+                   help="; ".join(f"{k}: {v[1]}" for k, v in LINKS.items()))  # fmt: skip
+    g.add_argument("--link-gbps", type=float, help="achieved GB/s per direction (overrides --link)")
+    g.add_argument("--overlap", type=float, default=1.0, help="compute/transfer overlap, 0..1")
+    g.add_argument("--host-memory-gbps", type=float, default=100.0,
+                   help="host DRAM GB/s the CPU optimizer reaches")  # fmt: skip
+    g.add_argument("--optimizer-state", choices=("host", "nvme"), default="host")
+    g.add_argument("--nvme-gbps", type=float, default=6.0, help="with --optimizer-state nvme")
+    g.add_argument("--loss-chunk", type=int_arg, default=1024, help="tokens per head/loss chunk")
+    s = p.add_argument_group("search")
+    s.add_argument("--chunks", type=_int_list, default=(), help="chunk sizes, e.g. 4096,8192")
+    s.add_argument("--seqs-per-round", type=_int_list, default=(), help="e.g. 1,2,4")
+    s.add_argument("--top", type=int_arg, default=10, help="plans to list")
+    example = ",".join(f"{k}=N" for k in PLAN_KEYS)
+    s.add_argument("--plan", type=_plan_arg, help=f"evaluate one plan instead: {example}")
+    p.add_argument("--json", action="store_true", help="print the plans as JSON")
+    p.set_defaults(func=_cmd_offload)
+
+
+def _lengths(args: argparse.Namespace) -> Any:
+    if (args.lengths is None) == (args.distribution is None):
+        raise SpecError("lengths", "give either --lengths FILE or --distribution NAME:k=v,...")
+    if args.lengths is not None:
+        return read_lengths(args.lengths)
+    return synthetic_lengths(args.distribution, args.samples, args.seq or 1024, args.seed)
+
+
+def _cmd_padding(args: argparse.Namespace) -> int:
+    setup = build(values_of(args))
+    lengths = _lengths(args)
+    rows = strategy_costs(lengths, setup.train.seq, setup.train.batch, row_coefficients(setup),
+                          seed=args.seed)  # fmt: skip
+    budget, price, gpus = setup.token_budget, setup.price_per_hour, None
+    if setup.parallel is not None:
+        gpus = math.prod((setup.parallel.dp, setup.parallel.fsdp, setup.parallel.tp,
+                          setup.parallel.pp, setup.parallel.cp))  # fmt: skip
+    for row in rows.values():
+        if budget and row["tokens_per_s"] == row["tokens_per_s"]:
+            row["train_days"] = budget / row["tokens_per_s"] / 86400
+            if price is not None and gpus:
+                row["train_cost"] = row["train_days"] * 24 * gpus * price
+    if args.json:
+        print(json.dumps({"documents": len(lengths), "strategies": rows}, indent=2))
+        return 0
+    print(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens, rows of "
+          f"{setup.train.seq:,}, batch {setup.train.batch}")  # fmt: skip
+    print(f"{'strategy':<16}{'rows':>10}{'pad tokens':>12}{'wasted FLOPs':>14}{'tokens/s':>12}"
+          + ("  days" if budget else ""))  # fmt: skip
+    for name, r in rows.items():
+        tps = f"{r['tokens_per_s']:>12,.0f}" if r["seconds"] else f"{'-':>12}"
+        days = f"  {r['train_days']:,.2f}" if "train_days" in r else ""
+        print(f"{name:<16}{r['rows']:>10,}{r['pad_fraction']:>12.1%}"
+              f"{r['wasted_flops_fraction']:>14.1%}{tps}{days}")  # fmt: skip
+    return 0
+
+
+def add_padding(sub) -> None:
+    p = sub.add_parser("padding", help="wasted tokens, FLOPs and time of padding vs packing")
+    add_model_args(p)
+    add_layout_args(p)
+    add_inputs(p, "cost", (FRONT["token_budget"], FRONT["price_per_hour"]))
+    d = p.add_argument_group("lengths (--seq is the row length, --batch the rows per step)")
+    d.add_argument("--lengths", metavar="FILE", help=".npy, or text: lengths or 'length count'")
+    d.add_argument("--distribution", help="e.g. lognormal:median=721,sigma=0.85, "
+                   "uniform:low=1,high=4096, exponential:mean=900, fixed:length=512")  # fmt: skip
+    d.add_argument("--samples", type=int_arg, default=100_000, help="documents drawn")
+    d.add_argument("--seed", type=int_arg, default=0, help="shuffling and sampling seed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_padding)
+
+
+__all__ = ["STRATEGIES", "add_offload", "add_padding", "offload_spec"]

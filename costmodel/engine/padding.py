@@ -1,0 +1,151 @@
+"""What padding costs: wasted tokens, FLOPs and time of each way to batch variable-length
+sequences (``python -m costmodel padding``).
+
+Strategies, for a dataset of document lengths, rows of at most ``max_len`` tokens (longer
+documents are truncated) and ``batch`` rows per step:
+
+* ``pad-to-max``: every document padded to ``max_len``;
+* ``pad-to-longest``: shuffled batches, each padded to its longest document (a dynamic
+  collator, e.g. Hugging Face ``DataCollatorWithPadding``);
+* ``bucketing``: Hugging Face Trainer's ``group_by_length``: shuffled mega-batches of 50
+  batches, sorted by length, cut into batches, each padded to its longest;
+* ``packing`` / ``packing-masked``: documents packed first-fit-decreasing into rows of
+  ``max_len`` (none split), the row's tail padded; without a mask every token attends to
+  the whole row (cross-document attention is wasted work), with a document mask (varlen /
+  block-causal attention) each document attends only to itself.
+
+A row of n tokens costs step FLOPs ``a·n + c·s`` where ``s`` is n² (or Σ l² under a
+document mask): ``a`` and ``c`` are the coefficients of costmodel's step FLOPs per sequence
+(:func:`costmodel.single.flops.flop_totals`, attention counted dense), and time ``α·n + γ·s``
+is fitted to :func:`costmodel.engine.estimate.estimate`'s compute time at ``max_len`` and
+``max_len / 2`` (the same per-op roofline, attention kernel rates included); each step adds
+the estimate's optimizer and exposed-communication time. Useful work is Σ a·l + c·l² over
+the documents alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from costmodel.single.flops import flop_totals
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.symbols import T, values_for
+
+STRATEGIES = ("pad-to-max", "pad-to-longest", "bucketing", "packing", "packing-masked")
+MEGABATCH = 50
+"""Batches per sorted mega-batch (transformers ``LengthGroupedSampler``, mega_batch_mult)."""
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """Per-token and per-token² coefficients: FLOPs (a, c) and seconds (alpha, gamma), plus
+    seconds added per step."""
+
+    a: float
+    c: float
+    alpha: float
+    gamma: float
+    per_step_s: float = 0.0
+
+
+def row_coefficients(setup: Any) -> RowCosts:
+    """FLOP and time coefficients of one sequence from an ``inputs.Setup`` (with a layout
+    for time; without one, time is 0)."""
+    model, train = setup.model, setup.train
+    one = values_for(model, train.replace(batch=1, grad_accum=1))  # one sequence
+    step = flop_totals(model, train)["step"].subs({k: v for k, v in one.items() if k != T})
+    poly = sp.Poly(sp.expand(step), T)
+    a, c = (float(poly.coeff_monomial(T**k)) for k in (1, 2))
+    if setup.parallel is None:
+        return RowCosts(a, c, 0.0, 0.0)
+    seq = train.seq
+    half = setup.parallel.seq_step() * max(1, seq // 2 // setup.parallel.seq_step())
+    t1 = setup.estimate()
+    t2 = replace(setup, train=train.replace(seq=half)).estimate()
+    per_seq = [t1["time_s.compute"] / train.batch, t2["time_s.compute"] / train.batch]
+    alpha, gamma = np.linalg.solve([[seq, seq**2], [half, half**2]], per_seq)
+    return RowCosts(a, c, float(alpha), float(gamma), t1["time_s.step"] - t1["time_s.compute"])
+
+
+def _rows_padded(lengths: np.ndarray, batch: int, mega: int | None, seed: int) -> np.ndarray:
+    """Row length of each document when batches are padded to their longest."""
+    rng = np.random.default_rng(seed)
+    order = lengths[rng.permutation(len(lengths))]
+    if mega is not None:  # sort each mega-batch, longest first
+        size = mega * batch
+        order = np.concatenate([np.sort(order[i : i + size])[::-1]
+                                for i in range(0, len(order), size)])  # fmt: skip
+    rows = np.empty_like(order)
+    for i in range(0, len(order), batch):
+        rows[i : i + batch] = order[i : i + batch].max()
+    return rows
+
+
+def pack_rows(lengths: np.ndarray, max_len: int) -> list[list[int]]:
+    """First-fit decreasing into rows of ``max_len`` (Johnson 1973: at most 11/9 OPT + 1
+    rows); a row's free space is kept in a sorted list searched by bisection."""
+    import bisect
+
+    free: list[tuple[int, int]] = []  # (space left, row index), sorted
+    rows: list[list[int]] = []
+    for n in sorted(lengths.tolist(), reverse=True):
+        i = bisect.bisect_left(free, (n, -1))
+        if i == len(free):
+            rows.append([n])
+            bisect.insort(free, (max_len - n, len(rows) - 1))
+            continue
+        space, r = free.pop(i)
+        rows[r].append(n)
+        bisect.insort(free, (space - n, r))
+    return rows
+
+
+def strategy_costs(
+    lengths: np.ndarray, max_len: int, batch: int, coef: RowCosts, *, seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """Tokens, FLOPs and seconds of every strategy (see the module docstring)."""
+    docs = np.minimum(lengths, max_len).astype(np.float64)
+    useful = float(np.sum(coef.a * docs + coef.c * docs**2))
+    real = float(docs.sum())
+    out = {}
+    for name in STRATEGIES:
+        n_rows, slots, quad = _processed(name, docs, max_len, batch, seed)
+        flops = coef.a * slots + coef.c * quad
+        seconds = coef.alpha * slots + coef.gamma * quad + np.ceil(n_rows / batch) * coef.per_step_s
+        out[name] = {
+            "rows": n_rows, "slots": slots, "tokens": real, "pad_tokens": slots - real,
+            "pad_fraction": 1 - real / slots, "flops": flops, "useful_flops": useful,
+            "wasted_flops_fraction": 1 - useful / flops, "seconds": seconds,
+            "tokens_per_s": real / seconds if seconds else float("nan"),
+        }  # fmt: skip
+    return out
+
+
+def _processed(name: str, docs: np.ndarray, max_len: int, batch: int, seed: int) -> tuple:
+    """(rows, token slots computed, Σ of the attention's n² terms) of one strategy."""
+    if name == "pad-to-max":
+        return len(docs), len(docs) * max_len, len(docs) * float(max_len) ** 2
+    if name in ("pad-to-longest", "bucketing"):
+        rows = _rows_padded(docs, batch, MEGABATCH if name == "bucketing" else None, seed)
+        return len(rows), float(rows.sum()), float(np.sum(rows**2))
+    packed = pack_rows(docs.astype(np.int64), max_len)
+    quad = float(np.sum(docs**2)) if name == "packing-masked" else len(packed) * max_len**2
+    return len(packed), float(len(packed) * max_len), float(quad)
+
+
+def check_lengths(lengths: Any, field: str = "lengths") -> np.ndarray:
+    """A non-empty 1-D array of positive integer lengths, or a SpecError naming ``field``."""
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size == 0:
+        raise SpecError(field, f"{field} must be a non-empty list of sequence lengths")
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise SpecError(field, f"{field} must hold integers (got dtype {arr.dtype})")
+    checks.integer(field, arr.astype(np.int64), minimum=1)
+    return arr.astype(np.int64)

@@ -1,0 +1,146 @@
+"""The offload planner: per-block bytes and re-run FLOPs by hand, the phase-time rule by hand,
+monotonicity in budgets and bandwidth, the published Llama-3-8B plan, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.cli import main
+from costmodel.engine.estimate import estimate
+from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, plan_offload
+from costmodel.engine.offload_terms import block_terms
+from costmodel.single.offload import recompute_flops_per_token, saved_bytes_per_token
+from costmodel.specs.checks import SpecError
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import values_for
+
+H100 = get_hardware("h100-sxm")
+LLAMA = get_model("llama3-8b")
+PURE_BF16 = TrainSpec(batch=68, seq=8192, precision="bf16")
+PROFILE = OffloadSpec(device_budget=30e9, host_budget=70e9, link_bw=LINKS["pcie5"][0],
+                      optimizer_state="nvme")  # fmt: skip
+# The published plan (issue 17): 16,384-token chunks of 2 sequences, 34 rounds; 5 parameter
+# and 4 gradient blocks on the device (here 3 and 2 pinned plus two streaming buffers each),
+# 5 activation slots; on the host 6 blocks saved fully and 21 as input + context + attention.
+PUBLISHED = {"chunk": 16384, "seqs_per_round": 2, "pinned_params": 3, "pinned_grads": 2,
+             "device_units": 5, "full": 6, "attn": 21}  # fmt: skip
+
+
+def _per_token(exprs, train):
+    v = values_for(LLAMA, train)
+    return {k: int(e.subs(v)) for k, e in exprs.items()}
+
+
+def test_saved_bytes_per_token_by_hand():
+    # pure bf16, flash, Llama-3-8B (D 4096, F 14336, H 32, K 8, d_h 128), per block:
+    # two norm inputs 2D + 4 B rstd each, attention and FFN inputs 2D each, Q 2·H·d_h,
+    # K and V 2·2·K·d_h, O 2·H·d_h and fp32 logsumexp 4·H, SwiGLU hidden (3·2 + 2)·F.
+    full = 2 * (2 * 4096 + 4) + 2 * 2 * 4096 + (8192 + 4096 + 8192 + 128) + 8 * 14336
+    got = _per_token(saved_bytes_per_token(LLAMA, PURE_BF16), PURE_BF16)
+    assert got == {"full": full, "attn": 8192 + 4096 + 8192 + 128, "ctx": 8192 + 4096}
+    mixed = TrainSpec(seq=8192, precision="bf16-mixed")  # autocast: fp32 residual and norms
+    got = _per_token(saved_bytes_per_token(LLAMA, mixed), mixed)
+    assert got["full"] == full + 2 * 2 * 4096 and got["attn"] == 16384 + 4096 + 8192 + 128
+
+
+def test_recompute_flops_per_token_by_hand():
+    # Q and O projections 2·D·H·d_h each; gate and up of SwiGLU 2·D·F each; QK^T and PV
+    # over T = 8192 keys 2·H·T·d_h each (dense).
+    attn = 2 * 2 * 4096 * 4096 + 2 * 2 * 4096 * 14336
+    got = _per_token(recompute_flops_per_token(LLAMA, PURE_BF16), PURE_BF16)
+    assert got == {"full": 0, "attn": attn, "ctx": attn + 2 * 2 * 32 * 8192 * 128}
+
+
+def test_phase_time_rule_by_hand():
+    """Everything streamed and saved fully on the host: each phase is the longer of compute
+    and the busier link direction (overlap 1), or their sum (overlap 0)."""
+    for overlap in (1.0, 0.0):
+        spec = OffloadSpec(device_budget=1e12, host_budget=1e13, link_bw=20e9, overlap=overlap)
+        t = block_terms(LLAMA, PURE_BF16, H100, spec, 8192, 1)
+        v = t.evaluate(0, 0, t.units, 0, spec, G=0)
+        L, X = t.layers, t.unit["full"]
+        fwd_xfer = max(L * t.param_block, L * X) / 20e9
+        bwd_xfer = max(L * t.param_block + L * X, L * t.grad_block) / 20e9
+        combine = (lambda c, x: max(c, x)) if overlap else (lambda c, x: c + x)
+        assert v["forward"] == pytest.approx(combine(t.forward_s, fwd_xfer), rel=1e-12)
+        assert v["backward"] == pytest.approx(combine(t.backward_s, bwd_xfer), rel=1e-12)
+        flush = t.nonblock_link / 20e9
+        step = t.rounds * (v["forward"] + v["backward"]) + t.optimizer_s + flush
+        assert v["step"] == pytest.approx(step, rel=1e-12)
+
+
+def test_round_compute_is_estimates():
+    spec = PROFILE
+    t = block_terms(LLAMA, PURE_BF16, H100, spec, 16384, 2)
+    est = estimate(LLAMA, PURE_BF16.replace(batch=2), ParallelSpec(), H100)
+    assert t.forward_s == est["time_s.compute_forward"]
+    assert t.backward_s == est["time_s.compute_backward"]
+    assert (t.rounds, t.units) == (34, 32)
+
+
+def test_more_memory_or_bandwidth_never_slows_the_best_plan():
+    small = TrainSpec(batch=8, seq=2048, precision="bf16")
+    model = get_model("llama3-8b", n_layers=8)
+    base = dict(device_budget=12e9, host_budget=40e9, link_bw=25e9, optimizer_state="nvme")
+    best = plan_offload(model, small, H100, OffloadSpec(**base), top=1)[0].time_s["step"]
+    for change in ({"device_budget": 16e9}, {"host_budget": 60e9}, {"link_bw": 50e9}):
+        other = plan_offload(model, small, H100, OffloadSpec(**{**base, **change}), top=1)[0]
+        assert other.time_s["step"] <= best * (1 + 1e-9), change
+
+
+def test_plans_fit_their_budgets_and_are_ranked():
+    plans = plan_offload(LLAMA, PURE_BF16, H100, PROFILE, top=5)
+    steps = [p.time_s["step"] for p in plans]
+    assert steps == sorted(steps)
+    for p in plans:
+        assert all(p.fits.values())
+        assert sum(p.device_bytes.values()) <= PROFILE.device_budget
+        assert sum(p.host_bytes.values()) <= PROFILE.host_budget
+        assert p.decisions["rounds"] * p.decisions["seqs_per_round"] == 68
+
+
+def test_the_published_plan_fits_and_is_near_the_best():
+    published = evaluate_plan(LLAMA, PURE_BF16, H100, PROFILE, PUBLISHED)
+    assert published.fits == {"device_ok": True, "host_ok": True}
+    assert published.decisions["rounds"] == 34 and published.decisions["param_slots"] == 5
+    best = plan_offload(LLAMA, PURE_BF16, H100, PROFILE, top=1)[0]
+    assert best.time_s["step"] <= published.time_s["step"] < 1.05 * best.time_s["step"]
+    # fp32 Adam state on the host needs 16 B per parameter: 128 GB > 70 GB
+    with pytest.raises(SpecError, match="host_budget must be >= 1"):
+        plan_offload(LLAMA, PURE_BF16.replace(precision="bf16-mixed"), H100,
+                     OffloadSpec(device_budget=30e9, host_budget=70e9, link_bw=50e9))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"device_budget": 3e9}, "device_budget"), ({"host_budget": 1e9}, "host_budget"),
+     ({"link_bw": 0}, "link_bw"), ({"overlap": 1.5}, "overlap"), ({"link_bw": -1.0}, "link_bw"),
+     ({"seqs_per_round": (3,)}, "seqs_per_round"), ({"chunks": (3000,)}, "chunks")],
+)  # fmt: skip
+def test_bad_input_names_the_field(change, field):
+    base = dict(device_budget=30e9, host_budget=70e9, link_bw=50e9, optimizer_state="nvme")
+    with pytest.raises(SpecError) as err:
+        plan_offload(LLAMA, PURE_BF16, H100, OffloadSpec(**{**base, **change}))
+    assert err.value.field == field and field in str(err.value)
+
+
+def test_naive_attention_is_refused():
+    with pytest.raises(SpecError, match="attention=flash") as err:
+        plan_offload(LLAMA, PURE_BF16.replace(attention="naive"), H100, PROFILE)
+    assert err.value.field == "attention"
+
+
+def test_cli(capsys):
+    args = ["offload", "--model", "llama3-8b", "--seq", "8192", "--batch", "68", "--precision",
+            "bf16", "--device-budget-gb", "30", "--host-budget-gb", "70",
+            "--optimizer-state", "nvme"]  # fmt: skip
+    plan = ",".join(f"{k}={v}" for k, v in PUBLISHED.items())
+    assert main([*args, "--plan", plan]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the plan given\n") and "34 rounds of 2 sequence(s)" in out
+    assert main([*args[:-4], "--host-budget-gb", "5", "--device-budget-gb", "30"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "host_budget must be >=" in err

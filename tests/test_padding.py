@@ -1,0 +1,130 @@
+"""Padding and packing: hand-counted cases, the 75.6 % batch, coefficients equal to the
+estimate's, length files and distributions, bad input, and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel.catalog.lengths import read_lengths, synthetic_lengths
+from costmodel.cli import main
+from costmodel.engine.estimate import estimate
+from costmodel.engine.padding import RowCosts, pack_rows, row_coefficients, strategy_costs
+from costmodel.inputs import build
+from costmodel.specs.checks import SpecError
+
+BATCH32 = Path(__file__).parent.parent / "costmodel/catalog/data/lengths/finetune-batch32.txt"
+TOKENS = RowCosts(a=1.0, c=0.0, alpha=1.0, gamma=0.0)  # cost = tokens
+ATTENTION = RowCosts(a=0.0, c=1.0, alpha=0.0, gamma=1.0)  # cost = attention's n²
+
+
+def test_hand_counted_strategies():
+    lengths = np.array([1, 2, 3, 4])
+    rows = strategy_costs(lengths, 4, 2, TOKENS)
+    assert rows["pad-to-max"]["slots"] == 16 and rows["pad-to-max"]["pad_tokens"] == 6
+    # first-fit decreasing into rows of 4: [4], [3, 1], [2]
+    assert pack_rows(lengths, 4) == [[4], [3, 1], [2]]
+    assert rows["packing"]["rows"] == 3 and rows["packing"]["pad_fraction"] == pytest.approx(2 / 12)
+    attn = strategy_costs(lengths, 4, 2, ATTENTION)
+    assert attn["packing"]["flops"] == 3 * 16  # every row attends over all 4 positions
+    assert attn["packing-masked"]["flops"] == 1 + 4 + 9 + 16 == attn["packing"]["useful_flops"]
+    assert attn["packing-masked"]["wasted_flops_fraction"] == 0
+    # one batch of everything pads to its longest; batches of one pad nothing
+    whole = strategy_costs(lengths, 8, 4, TOKENS)
+    assert whole["pad-to-longest"]["slots"] == 16 and whole["pad-to-max"]["slots"] == 32
+    single = strategy_costs(lengths, 8, 1, TOKENS)
+    assert single["bucketing"]["pad_tokens"] == single["pad-to-longest"]["pad_tokens"] == 0
+
+
+def test_bucketing_never_pads_more_than_random_batches():
+    lengths = synthetic_lengths("exponential:mean=600", 20_000, 4096, seed=3)
+    rows = strategy_costs(lengths, 4096, 16, TOKENS, seed=3)
+    assert rows["bucketing"]["pad_tokens"] < rows["pad-to-longest"]["pad_tokens"]
+    assert rows["pad-to-longest"]["pad_tokens"] < rows["pad-to-max"]["pad_tokens"]
+
+
+def test_the_published_batch_is_75_6_percent_padding():
+    lengths = read_lengths(BATCH32)
+    rows = strategy_costs(lengths, 4096, 32, TOKENS)["pad-to-max"]
+    assert (len(lengths), rows["slots"], rows["pad_tokens"]) == (32, 131_072, 99_087)
+    assert round(100 * rows["pad_fraction"], 1) == 75.6
+    # a distribution with it: the log-normal the notebook uses, 100,000 documents
+    many = synthetic_lengths("lognormal:median=721,sigma=0.85", 100_000, 4096)
+    assert strategy_costs(many, 4096, 32, TOKENS)["pad-to-max"]["pad_fraction"] == pytest.approx(
+        0.756, abs=0.002
+    )
+
+
+def test_coefficients_reproduce_the_estimate():
+    setup = build({"model": "llama3-8b", "seq": 4096, "batch": 32, "hardware": "h100-sxm",
+                   "gpus": 8, "fsdp": 8})  # fmt: skip
+    coef = row_coefficients(setup)
+    est = setup.estimate()
+    per_seq = est["flops.step"] / 32
+    assert coef.a * 4096 + coef.c * 4096**2 == pytest.approx(per_seq, rel=1e-12)
+    seconds = coef.alpha * 4096 + coef.gamma * 4096**2
+    assert seconds == pytest.approx(est["time_s.compute"] / 32, rel=1e-9)
+    assert coef.per_step_s == pytest.approx(est["time_s.step"] - est["time_s.compute"])
+    # pad-to-max at the setup's own shape takes the estimate's step time per step
+    full = strategy_costs(np.full(64, 4096), 4096, 32, coef)["pad-to-max"]
+    assert full["seconds"] == pytest.approx(2 * est["time_s.step"], rel=1e-9)
+    one = estimate(setup.model, setup.train.replace(batch=1))
+    assert coef.a * 4096 + coef.c * 4096**2 == pytest.approx(one["flops.step"], rel=1e-12)
+
+
+def test_length_files(tmp_path):
+    hist = tmp_path / "hist.txt"
+    hist.write_text("# length count\n100 3\n200,1\n\n")
+    assert read_lengths(hist).tolist() == [100, 100, 100, 200]
+    npy = tmp_path / "l.npy"
+    np.save(npy, np.array([5, 6, 7]))
+    assert read_lengths(npy).tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("", "holds no lengths"), ("12\nabc\n", "line 2: not an integer"),
+     ("1 2\n3\n", "line 2: give a length"), ("0\n", r"in \[1, 2\^53\]"), ("5 -1\n", "counts")],
+)  # fmt: skip
+def test_bad_length_files(tmp_path, text, match):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=match) as err:
+        read_lengths(path)
+    assert err.value.field.startswith("lengths")
+
+
+def test_missing_or_malformed_npy(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        read_lengths(tmp_path / "none.txt")
+    npy = tmp_path / "empty.npy"
+    np.save(npy, np.array([], dtype=np.int64))
+    with pytest.raises(SpecError, match="non-empty"):
+        read_lengths(npy)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("gamma:k=1", "must be one of"), ("lognormal:median=700", "needs sigma"),
+     ("uniform:low=9,high=2", "low must be <= high"), ("fixed:length=abc", "must be a number"),
+     ("exponential:mean=-3", "> 0"), ("__import__('os').system('true')", "must be one of"),
+     ("fixed:length=1e999", "finite")],
+)  # fmt: skip
+def test_bad_distributions(text, match):
+    with pytest.raises(SpecError, match=match) as err:
+        synthetic_lengths(text, 10, 4096)
+    assert err.value.field.startswith("distribution")
+
+
+def test_cli(capsys):
+    args = ["padding", "--model", "llama3-8b", "--seq", "4096", "--batch", "32"]
+    assert main([*args, "--lengths", str(BATCH32)]) == 0
+    out = capsys.readouterr().out
+    assert "mean 999.5 tokens" in out and "pad-to-max" in out and "75.6%" in out
+    hw = ["--hardware", "h100-sxm", "--gpus", "8", "--fsdp", "8", "--token-budget", "1e9"]
+    assert main([*args, *hw, "--distribution", "fixed:length=4096", "--samples", "64"]) == 0
+    assert "days" in capsys.readouterr().out
+    assert main(args) == 2
+    assert "give either --lengths FILE or --distribution" in capsys.readouterr().err
