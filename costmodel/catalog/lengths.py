@@ -11,10 +11,10 @@ are parsed as numbers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from costmodel.engine.padding import check_lengths
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 
@@ -24,6 +24,19 @@ SYNTHETIC: dict[str, tuple[str, ...]] = {
     "exponential": ("mean",),
     "fixed": ("length",),
 }
+
+
+def check_lengths(lengths: Any, field: str = "lengths") -> np.ndarray:
+    """A non-empty 1-D array of positive integer lengths, or a SpecError naming ``field``."""
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size == 0:
+        raise SpecError(field, f"{field} must be a non-empty list of sequence lengths")
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise SpecError(field, f"{field} must hold integers (got dtype {arr.dtype})")
+    checks.integer(field, arr.astype(np.int64), minimum=1)
+    return arr.astype(np.int64)
 
 
 def read_lengths(path: str | Path) -> np.ndarray:

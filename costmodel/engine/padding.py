@@ -32,8 +32,6 @@ import numpy as np
 import sympy as sp
 
 from costmodel.single.flops import flop_totals
-from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
 from costmodel.symbols import T, values_for
 
 STRATEGIES = ("pad-to-max", "pad-to-longest", "bucketing", "packing", "packing-masked")
@@ -136,16 +134,3 @@ def _processed(name: str, docs: np.ndarray, max_len: int, batch: int, seed: int)
     packed = pack_rows(docs.astype(np.int64), max_len)
     quad = float(np.sum(docs**2)) if name == "packing-masked" else len(packed) * max_len**2
     return len(packed), float(len(packed) * max_len), float(quad)
-
-
-def check_lengths(lengths: Any, field: str = "lengths") -> np.ndarray:
-    """A non-empty 1-D array of positive integer lengths, or a SpecError naming ``field``."""
-    arr = np.asarray(lengths)
-    if arr.ndim != 1 or arr.size == 0:
-        raise SpecError(field, f"{field} must be a non-empty list of sequence lengths")
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise SpecError(field, f"{field} must hold integers (got dtype {arr.dtype})")
-    checks.integer(field, arr.astype(np.int64), minimum=1)
-    return arr.astype(np.int64)
