@@ -25,8 +25,10 @@ the head and loss run ``loss_chunk`` tokens at a time (a fused linear-cross-entr
 Time per phase: max(compute, transfer) + (1 - overlap) x min(...), the transfer being the
 busier direction of the full-duplex link; compute comes from :func:`estimate` of one round
 on the device (forward, backward), plus re-run FLOPs at forward's achieved rate. Bytes in
-B, times in s. Left out: the first block's load before compute starts, and reusing the
-last forward block's weights at the start of backward.
+B, times in s. The search is exhaustive over pinned parameter blocks and, for unit counts
+up to 32, over device units and host save modes; above 32 units those three are searched on
+33 evenly spaced counts. Left out: the first block's load before compute starts, reusing the
+last forward block's weights at the start of backward, and GEMM efficiency by chunk size.
 """
 
 from __future__ import annotations
