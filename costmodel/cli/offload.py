@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
@@ -18,6 +17,7 @@ from costmodel.cli.args import (
     int_arg,
     values_of,
 )
+from costmodel.cli.plan import budget_cost
 from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain, plan_offload
 from costmodel.engine.padding import STRATEGIES, row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
@@ -128,15 +128,10 @@ def _cmd_padding(args: argparse.Namespace) -> int:
     lengths = _lengths(args)
     rows = strategy_costs(lengths, setup.train.seq, setup.train.batch, row_coefficients(setup),
                           seed=args.seed)  # fmt: skip
-    budget, price, gpus = setup.token_budget, setup.price_per_hour, None
-    if setup.parallel is not None:
-        gpus = math.prod((setup.parallel.dp, setup.parallel.fsdp, setup.parallel.tp,
-                          setup.parallel.pp, setup.parallel.cp))  # fmt: skip
-    for row in rows.values():
-        if budget and row["tokens_per_s"] == row["tokens_per_s"]:
-            row["train_days"] = budget / row["tokens_per_s"] / 86400
-            if price is not None and gpus:
-                row["train_cost"] = row["train_days"] * 24 * gpus * price
+    budget = setup.token_budget
+    if budget is not None:  # a budget needs hardware, hence a layout
+        for row in rows.values():
+            row.update(budget_cost(row, setup.parallel.devices, budget, setup.price_per_hour))
     if args.json:
         print(json.dumps({"documents": len(lengths), "strategies": rows}, indent=2))
         return 0

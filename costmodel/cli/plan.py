@@ -47,7 +47,11 @@ def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
     sys.stderr.write("\n")
 
 
-def _cost(row: dict[str, Any], gpus: int, budget: float | None, price: float | None) -> dict:
+def budget_cost(
+    row: dict[str, Any], gpus: int, budget: float | None, price: float | None
+) -> dict[str, float]:
+    """Days (and, with a price per device-hour, cost) to train on ``budget`` tokens at the
+    row's tokens/s on ``gpus`` devices; nothing without a budget."""
     if budget is None:
         return {}
     days = budget / row["tokens_per_s"] / 86400
@@ -132,7 +136,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = plan(setup.model, setup.train, hw, args.gpus, options, progress=progress_bar)
     seconds = time.perf_counter() - start
-    rows = [r | _cost(r, args.gpus, args.token_budget, args.price_per_hour)
+    rows = [r | budget_cost(r, args.gpus, args.token_budget, args.price_per_hour)
             for r in result.top(args.top)]  # fmt: skip
     if args.timeline and len(result.order):
         best = int(result.order[0])

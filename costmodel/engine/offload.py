@@ -84,16 +84,18 @@ def plan_offload(
 def _why_nothing_fits(
     model: ModelSpec, train: TrainSpec, hw: Hardware, spec: OffloadSpec
 ) -> SpecError:
-    """The budget that rules out even the leanest plan (smallest chunk and round)."""
+    """The budget even the leanest use of it breaks, at the smallest chunk and round: on the
+    device, one block in flight with everything else streamed and every unit on the host as
+    input + context; on the host, the training state alone (every block kept on the device)."""
     chunk, seqs = min(chunk_candidates(train, spec), key=lambda p: p[0] * p[1])
     t = block_terms(model, train, hw, spec, chunk, seqs)
-    need_dev = sum(t.device_fixed.values()) + 2 * (t.param_block + t.grad_block + t.unit["full"])
-    need_host = sum(t.host_fixed.values()) + t.stream_copies * t.layers * t.param_block
-    need_host += t.units * t.unit["ctx"]
-    for name, need, have in (("device_budget", need_dev, spec.device_budget),
-                             ("host_budget", need_host, spec.host_budget)):  # fmt: skip
+    device = float(t.evaluate(0, 0, 0, 0, spec, G=0)["device"])
+    host = float(t.evaluate(t.layers, t.units, 0, 0, spec, G=t.layers)["host"])
+    lean = (("device_budget", device, spec.device_budget, "one block in flight"),
+            ("host_budget", host, spec.host_budget, "the training state alone"))  # fmt: skip
+    for name, need, have, what in lean:
         if need > have:
-            return SpecError(name, f"{name} must be >= {need / 1e9:.2f} GB for the leanest plan "
+            return SpecError(name, f"{name} must be >= {need / 1e9:.2f} GB for {what} "
                              f"(got {have / 1e9:.2f} GB)")  # fmt: skip
     return SpecError("device_budget", "device_budget and host_budget leave no plan together: "
                      "raise either")  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.engine.estimate import estimate
-from costmodel.single.memory import _transients
+from costmodel.single.memory import transient_bytes
 from costmodel.single.offload import SAVE_MODES, recompute_flops_per_token, saved_bytes_per_token
 from costmodel.single.params import param_breakdown
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes, optimizer_traffic
@@ -94,7 +94,9 @@ class Terms:
         out["device_ok"] = (G >= 0) & (fits >= G)
         out["host_ok"] = host <= spec.host_budget
         out["ok"] = (nc >= 0) & out["device_ok"] & out["host_ok"]
-        out["used"] = dev + out["activation_workspace"] + out["grad_blocks"] + host
+        out["device"] = dev + out["activation_workspace"] + out["grad_blocks"]
+        out["host"] = host
+        out["used"] = out["device"] + host
         self._times(out, P, G, na, nc, spec)
         return out
 
@@ -119,7 +121,7 @@ class Terms:
         out["flush"] = (
             G * self.grad_block + P * self.param_block + self.nonblock_link
         ) / spec.link_bw
-        out["optimizer"] = self.optimizer_s + 0 * P
+        out["optimizer"] = self.optimizer_s
         out["step"] = (
             self.rounds * (out["forward"] + out["backward"]) + out["optimizer"] + out["flush"]
         )
@@ -196,7 +198,7 @@ def _device_fixed(
     context for the round and its gradient."""
     prec = PRECISIONS[train.precision]
     v = values_for(model, train.replace(batch=1, seq=spec.loss_chunk))
-    fwd, start, end = _transients(model, train, prec.residual, 1)
+    fwd, start, end = transient_bytes(model, train, prec.residual, 1)
     loss = float(smax(fwd, smax(start, end)).subs(v))
     context = 0.0
     if chunk < train.seq:

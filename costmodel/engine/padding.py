@@ -25,6 +25,7 @@ the documents alone.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,8 +88,6 @@ def _rows_padded(lengths: np.ndarray, batch: int, mega: int | None, seed: int) -
 def pack_rows(lengths: np.ndarray, max_len: int) -> list[list[int]]:
     """First-fit decreasing into rows of ``max_len`` (Johnson 1973: at most 11/9 OPT + 1
     rows); a row's free space is kept in a sorted list searched by bisection."""
-    import bisect
-
     free: list[tuple[int, int]] = []  # (space left, row index), sorted
     rows: list[list[int]] = []
     for n in sorted(lengths.tolist(), reverse=True):

@@ -200,7 +200,7 @@ def peak_memory(
 
     Estimates of the live set at the worst moment, not exact counts (allocator rounding and
     the order of frees are not modelled). Forward: every weight, the activations, and the
-    transient of the reference model there (:func:`_transients`). Backward has two candidate
+    transient of the reference model there (:func:`transient_bytes`). Backward has two candidate
     peaks: its start, when every activation is alive next to two fp32 logit gradients; and
     its end, when every gradient exists and the low-precision weight casts are gone. A
     training step's forward is one more candidate, so a step never peaks below its forward.
@@ -228,7 +228,7 @@ def peak_memory(
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
     stored += state.get("buffers", 0)  # communication buffers kept across steps
-    fwd, start, end = _transients(model, train, res, split)
+    fwd, start, end = transient_bytes(model, train, res, split)
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
     # the forward's transient and backward start's, beside the same live set
@@ -249,7 +249,7 @@ def peak_memory(
     }
 
 
-def _transients(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:
+def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:
     """Bytes alive beside the activations (forward, backward start, backward end).
 
     Forward: the residual stream's two live copies, the logits and their fp32 copy (plus
