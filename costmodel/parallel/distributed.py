@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.parallel import fsdp2
 from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.single.memory import (
+    SHARED_PARTS,
     activation_memory,
     kept_weight_copies,
     peak_memory,
@@ -59,7 +61,6 @@ from costmodel.symbols import (
 
 _TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
 _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
-_CONSTANTS = ("inputs", "embedding", "rope", "attn_mask")
 # column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
 # the all-gathered input; Megatron saves its sequence shard and gathers again in backward
 _SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
@@ -120,10 +121,9 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     reference: torch.autocast's state (fp32 parameters, kept low-precision weight casts)
     under ZeRO over X (Rajbhandari et al. 2020, Sec. 5). fsdp2: fp32 parameters, gradients
     (reduce-scattered in fp32, torchtitan's default reduce dtype) and optimizer state
-    sharded over X (x cp); ``params`` are the unsharded low-precision weights of the layers
-    in flight: the one computing and the one prefetched (FSDP2 implicit prefetch), or every
-    layer from its forward to its backward without ``reshard_after_forward`` (in fp32 too:
-    FSDP2 gathers into buffers of its own beside the shards). megatron:
+    sharded over X (x cp); ``params`` are the most gathered weights in flight at once
+    (:func:`costmodel.parallel.fsdp2.in_flight`; in fp32 too: FSDP2 gathers into buffers of
+    its own beside the shards). megatron:
     bf16 parameters, fp32 main gradients, fp32 master and optimizer state sharded over the
     data-parallel ranks (distributed optimizer; Megatron-LM docs, "Distributed Optimizer":
     6 + 12/d bytes per parameter). deepspeed: bf16 parameters and gradients, fp32 master and
@@ -141,10 +141,9 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     low, opt = prec.activation, optimizer_state_bytes(train.optimizer, train.precision, n)
     if par.framework == "fsdp2":
         s = shard_degree(par)
-        if par.pp == 1:
-            layer = n_mm / stage_layers(par)
-            unsharded = 2 * layer if par.reshard_after_forward else n
-            return {"params": low * unsharded, "master": prec.param * n / s,
+        if par.pp == 1:  # the most gathered at once, at the blocks or at the head
+            unsharded = smax(*fsdp2.in_flight(model, train, par).values())
+            return {"params": unsharded, "master": prec.param * n / s,
                     "grads": prec.grad * n / s, "optimizer": opt / s}  # fmt: skip
         # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
         # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
@@ -198,7 +197,12 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
 
 
 def sharded_activations(
-    model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, in_flight: bool = True
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    *,
+    in_flight: bool = True,
+    only: tuple[str, ...] | None = None,
 ) -> sp.Expr:
     """Activations one device keeps, in terms of the global micro-batch b and T.
 
@@ -206,9 +210,13 @@ def sharded_activations(
     about L layers of one micro-batch, times the interleaving factor 1 + (pp-1)/(pp·v) of
     Narayanan et al. 2021, Sec. 2.2.2; never more than the step's m micro-batches, all of
     which are in flight when m·v is below the warm-up count); otherwise one
-    micro-batch through one stage's layers (what a forward pass writes on a device)."""
+    micro-batch through one stage's layers (what a forward pass writes on a device).
+    ``only``: the sum over these parts of ``activation_memory`` alone (the embedding's
+    DTensor buffers count with ``inputs``)."""
     parts = activation_memory(model, train, residual=residual_bytes(train, par))
     parts.pop("total")
+    if only is not None:
+        parts = {op: e for op, e in parts.items() if op in only}
     total = sp.Integer(0)
     interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else sp.Integer(1)
     if par.pp > 1:  # the first stage holds at most the step's m micro-batches of L/pp layers
@@ -216,7 +224,7 @@ def sharded_activations(
     share = interleave if in_flight else stage_layers(par) / L
     dtensor = par.framework in DTENSOR_FRAMEWORKS
     for op, expr in parts.items():
-        if op in _CONSTANTS:
+        if op in SHARED_PARTS:
             total += expr
             continue
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
@@ -225,6 +233,8 @@ def sharded_activations(
         total += expr / (Y if sharded else 1) * (share if block else 1)
     # the embedding's buffers are per micro-batch: as many as the first stage has in flight
     micro_batches = share * L / stage_layers(par)
+    if only is not None and "inputs" not in only:
+        return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
 
 
@@ -262,8 +272,19 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
     live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
           "grads_live": live}  # fmt: skip
+    positional = par.framework == "fsdp2" and par.pp == 1
+    at_head = {**state, "grads": state["grads"] - held}
+    if positional:  # the generic candidates are the head's; the blocks' are added below
+        gathered = fsdp2.in_flight(model, train, par)
+        at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
     with sp.evaluate(False):
-        peaks = peak_memory(model, train, {**state, "grads": state["grads"] - held}, acts, **kw)
+        peaks = peak_memory(model, train, at_head, acts, **kw)
+        if positional:
+            peaks = fsdp2.with_block_peaks(
+                model, train, par, peaks, state=state, live=live,
+                acts_of=lambda ops: sharded_activations(model, train, par, only=ops),
+                grad_shard=PRECISIONS[train.precision].grad / shard_degree(par),
+                residual=residual_bytes(train, par))  # fmt: skip
         peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
     gathered = zero3_gathered(model, train, par)
     peaks = {k: e + gathered for k, e in peaks.items()}

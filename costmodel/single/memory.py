@@ -111,6 +111,11 @@ def _ffn_hidden(model: ModelSpec, act: int, mm: int) -> sp.Expr:
     return act * b * T * F  # ReLU keeps its output, which is also W2's input
 
 
+SHARED_PARTS = ("inputs", "embedding", "rope", "attn_mask")
+"""Parts of :func:`activation_memory` that belong to no block: token ids, position
+tables and the mask, shared by all layers."""
+
+
 def activation_memory(
     model: ModelSpec, train: TrainSpec, *, residual: int | None = None
 ) -> dict[str, sp.Expr]:
@@ -195,6 +200,7 @@ def peak_memory(
     split: Any = 1,
     params_persist: bool | None = None,
     grads_live: sp.Expr | None = None,
+    backward_params: sp.Expr | None = None,
 ) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
@@ -217,6 +223,9 @@ def peak_memory(
     ``params_persist`` says whether ``state["params"]`` lives across steps (stored bf16
     weights, as Megatron and DeepSpeed keep) or only from forward to the end of backward
     (autocast's casts, FSDP's gathered layers); by default the latter under mixed precision.
+    ``backward_params`` replaces the working weights beside backward's start where they
+    differ from the forward's (FSDP2 gathers the head again, without the forward's flat
+    buffer).
     """
     prec = PRECISIONS[train.precision]
     res = prec.residual if residual is None else residual
@@ -232,7 +241,9 @@ def peak_memory(
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
     # the forward's transient and backward start's, beside the same live set
-    fwd_bwd = stored + smax(copies + acts + earlier + smax(start, fwd), state["grads"] + end)
+    again = copies if backward_params is None else backward_params
+    at_start = smax(copies + fwd, again + start)
+    fwd_bwd = stored + smax(acts + earlier + at_start, state["grads"] + end)
     states = OPTIMIZER_STATES[train.optimizer]
     # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
     # worth of what this device holds (its shard under ZeRO); fused needs no temporary

@@ -6,7 +6,7 @@ on its slice of the same global batch, so averaged gradients equal the single-pr
 
 FSDP and TP: the reference model under FSDP2 and under DTensor tensor parallelism, one
 training step per rank, with every collective counted (``validate.probes.comm_count``).
-FSDP: ``fully_shard`` on the embedding, each block, the final norm and the head, then the
+FSDP: ``fully_shard`` on the embedding, each block, the final norm with the head, then the
 root (which then holds no parameters of its own: FSDP2 keeps a root's parameters gathered
 between forward and backward, which ZeRO-3 accounting does not assume). TP: Megatron's
 layout with torch's styles, vocabulary-parallel embedding and head, with or without
@@ -192,9 +192,10 @@ def tensor_parallel(model: TransformerLM, mesh: DeviceMesh, sequence_parallel: b
 
 
 def fully_shard_model(model: TransformerLM, mesh: DeviceMesh, **options: Any) -> None:
-    """FSDP2 units: the embedding, each block, the final norm, the head, then the root
-    (``options``: ``fully_shard``'s, e.g. ``reshard_after_forward``, ``mp_policy``)."""
-    for module in [model.embed, *model.blocks, model.norm_f, model.lm_head]:
+    """FSDP2 units as torchtitan groups them: the embedding, each block, the final norm
+    with the head, then the root (``options``: ``fully_shard``'s, e.g.
+    ``reshard_after_forward``, ``mp_policy``)."""
+    for module in [model.embed, *model.blocks, [model.norm_f, model.lm_head]]:
         fully_shard(module, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)
 

@@ -34,9 +34,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
@@ -71,13 +73,16 @@ class LayoutCase:
         return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision)
 
     def parallel(self) -> ParallelSpec:
-        """The layout as costmodel names it."""
-        w = self.world
+        """The layout as costmodel names it (FSDP2 reduces in fp32 under a mixed precision,
+        as :func:`_fsdp2`'s ``MixedPrecisionPolicy`` says)."""
+        w, mixed = self.world, PRECISIONS[self.precision].weight_copy > 0
         return {
             "ddp": ParallelSpec(dp=w),
             "zero1": ParallelSpec(fsdp=w, zero=1),
-            "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2"),
-            "fsdp2-noreshard": ParallelSpec(fsdp=w, framework="fsdp2", reshard_after_forward=False),
+            "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed),
+            "fsdp2-noreshard": ParallelSpec(
+                fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed, reshard_after_forward=False
+            ),
             "tp": ParallelSpec(tp=w),
             "tp-sp": ParallelSpec(tp=w, sequence_parallel=True),
         }[self.layout]
@@ -87,13 +92,40 @@ class LayoutCase:
         return self.batch if self.layout in TENSOR_PARALLEL else self.batch // self.world
 
 
+class InPlaceReduceScatter(ReduceScatter):
+    """FSDP2's reduce-scatter as an in-place all-reduce of its own flat input buffer and a
+    copy of this rank's chunk, for gloo. Gloo has no native reduce-scatter: its emulation
+    reduces a private copy of the whole input, which its worker thread releases at a racy
+    moment (measured: one layer's fp32 gradients held into the next layer's all-gather on
+    1 rank in ~50), so peaks varied run to run. NCCL reduce-scatters without such a copy;
+    with this comm a gloo rank holds what an NCCL rank holds: FSDP2's own buffers. Sends
+    twice a reduce-scatter's bytes, so only the memory measurement uses it."""
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False) -> None:
+        if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            raise ValueError(f"InPlaceReduceScatter: op must be SUM or AVG, got {op}")
+        dist.all_reduce(input_tensor, group=group)
+        world = dist.get_world_size(group)
+        output_tensor.copy_(input_tensor.view(world, -1)[dist.get_rank(group)])
+        if op == dist.ReduceOp.AVG:
+            output_tensor.div_(world)
+
+
 def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
-    mesh = init_device_mesh(next(model.parameters()).device.type, (world,))
+    device = next(model.parameters()).device
+    mesh = init_device_mesh(device.type, (world,))
     kw: dict = {"reshard_after_forward": reshard}
     _, compute = dtypes_for(precision)
     if compute != torch.float32:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     fully_shard_model(model, mesh, **kw)
+    if device.type == "cpu":
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_custom_reduce_scatter(InPlaceReduceScatter())
 
 
 def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, TransformerLM]:
@@ -171,14 +203,16 @@ def predicted(case: LayoutCase, values: dict[str, float]) -> dict[str, float]:
     layer under FSDP2 without ``reshard_after_forward``)."""
     mem = {k.split(".", 1)[1]: v for k, v in values.items()
            if k.startswith("memory_bytes_per_device.")}  # fmt: skip
-    par, weight_copy = case.parallel(), PRECISIONS[case.precision].weight_copy
-    kept = (par.framework == "reference" and weight_copy) or (
-        par.framework == "fsdp2" and not par.reshard_after_forward
-    )
+    par, prec = case.parallel(), PRECISIONS[case.precision]
+    kept = mem["params"] if par.framework == "reference" and prec.weight_copy else 0
+    if par.framework == "fsdp2" and not par.reshard_after_forward:
+        # every unit stays unsharded: the rank's fp32 shards times the ranks, in the
+        # compute dtype (``params`` adds the flat all-gather buffer in flight)
+        kept = mem["master"] * case.world * prec.activation // prec.param
     return {
         "params": mem["master"] if mem["master"] else mem["params"],
         "grads": mem["grads"],
         "optimizer": mem["optimizer"],
-        "after_forward": mem["activations"] + (mem["params"] if kept else 0),
+        "after_forward": mem["activations"] + kept,
         **{k: mem[k] for k in PEAKS},
     }

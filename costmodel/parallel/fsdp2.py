@@ -1,0 +1,121 @@
+"""FSDP2's per-device memory by position in the step: which units are gathered where.
+
+FSDP2 (torch ``fully_shard``; torchtitan wraps the embedding, each block, and the final
+norm with the output projection) gathers a unit's parameters into a flat all-gather
+buffer, copies them out into the unsharded parameters and, in forward, keeps the flat
+buffer until the next unit's copy-out (``AllGatherState``, to overlap that copy-out with
+the next all-gather); in backward it prefetches the previous unit's all-gather while the
+current one computes. Either way two units' worth of gathered weights are in flight
+beside the computation: a block's inside the blocks, the head's at the loss. Backward
+keeps the last unit's reduce-scatter input (its whole gradient in the reduce dtype;
+``reduce_scatter_states``, one buffer by default) until the next unit reduces. Without
+``reshard_after_forward`` every unit stays unsharded from its forward to its backward.
+Source: torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``
+(``wait_for_unshard``, ``post_backward``, ``_backward_prefetch``); measured per rank by
+``validate.distributed.memory`` (layouts ``fsdp2``, ``fsdp2-noreshard``). Bytes per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy as sp
+
+from costmodel.single.memory import SHARED_PARTS, activation_memory
+from costmodel.single.params import param_breakdown
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import D, F, L, T, V, Y, b, smax
+
+HEAD_OPS = ("final_norm", "lm_head_input", "loss")
+"""Saved activations written after the last block: alive only from the head on."""
+
+
+def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """Parameters of one FSDP2 unit before tensor parallelism: (embedding, one block with
+    its two norms, head: the output projection and the final norm; a tied head uses the
+    embedding's V x D matrix, gathered again)."""
+    parts = param_breakdown(model)
+    block = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) / L
+    if model.ffn_only:
+        return sp.Integer(0), block, sp.Integer(0)
+    norm = parts["norms"] / (2 * L + 1)
+    embed = parts["embedding"] + parts["pos_embedding"]
+    return embed, block + 2 * norm, V * D + norm
+
+
+def in_flight(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+    """Gathered weight bytes per device at each position FSDP2's memory can peak.
+
+    Forward: ``blocks`` (the end of the last block), ``transition`` (the head's
+    all-gather, while the last block's flat buffer is still held) and ``head``; backward:
+    ``head_backward``, ``backward_top`` (the top block computing) and ``backward_next``
+    (the block below copying out); ``kept``: what stays gathered from forward to backward.
+    With ``reshard_after_forward`` two units: a unit's unsharded parameters and a flat
+    all-gather buffer (its own, or the next one's). Without: every unit gathered so far
+    plus the flat buffer of the one gathering; backward gathers nothing and frees each
+    unit after its backward. The flat buffers are freed at the end of forward."""
+    c = PRECISIONS[train.precision].activation
+    embed, block, head = (c * p / Y for p in unit_params(model))
+    if par.reshard_after_forward:
+        return {"blocks": 2 * block, "transition": block + head, "head": 2 * head,
+                "head_backward": smax(2 * head, head + block), "backward_top": 2 * block,
+                "backward_next": 2 * block, "kept": sp.Integer(0)}  # fmt: skip
+    through = embed + L * block  # every unit before the head
+    return {"blocks": through + block, "transition": through + block + head,
+            "head": through + 2 * head, "head_backward": through + head,
+            "backward_top": through, "backward_next": through - block,
+            "kept": through + head}  # fmt: skip
+
+
+def with_block_peaks(
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    peaks: dict[str, sp.Expr],
+    *,
+    state: dict[str, sp.Expr],
+    live: sp.Expr,
+    acts_of: Callable[[tuple[str, ...] | None], sp.Expr],
+    grad_shard: sp.Expr,
+    residual: int,
+) -> dict[str, sp.Expr]:
+    """``peaks`` (the generic candidates, at the head) with the candidates inside the
+    blocks, per micro-batch of b sequences of T tokens on this device. ``state``: the
+    per-device components; ``live``: 1 when an earlier micro-batch left gradient shards,
+    which later ones accumulate into; ``acts_of(ops)``: the saved bytes of those parts of
+    ``activation_memory``; ``grad_shard``: gradient shard bytes per parameter.
+
+    Forward at the end of the last block: the blocks' activations, the units in flight
+    and the residual stream's two live copies; at the head's all-gather the final norm's
+    input is saved too. Backward during the top block: every activation, the head's
+    gradient shard and reduce-scatter input, and the gradients flowing back (the residual
+    stream's and the FFN hidden state's). At the copy-out of the block below: one block's
+    and the head's activations are freed, the top block's gradient waits in its
+    reduce-scatter input (reduce dtype, the whole unit) and shard. The second step holds
+    the optimizer state throughout.
+    """
+    prec = PRECISIONS[train.precision]
+    gathered = in_flight(model, train, par)
+    reduce = 4 if par.grad_reduce_fp32 else prec.activation
+    _, block, head = (p / Y for p in unit_params(model))
+    acts, head_acts = acts_of(None), acts_of(HEAD_OPS)
+    skip = (*HEAD_OPS, *SHARED_PARTS, "total")
+    block_acts = acts_of(tuple(op for op in activation_memory(model, train) if op not in skip)) / L
+    earlier, fresh = live * state["grads"], (1 - live) * grad_shard  # shards held / made
+    stream = residual * b * T * D
+    stored = state["master"] + state["buffers"]
+    blocks = stored + acts - head_acts + 2 * stream
+    transition = blocks + acts_of(("final_norm",)) + gathered["transition"]
+    forward = smax(blocks + gathered["blocks"], transition)
+    top = (stored + acts + earlier + gathered["backward_top"] + reduce * head
+           + fresh * head + stream + prec.activation * b * T * F / Y)  # fmt: skip
+    below = (stored + acts - head_acts - block_acts + earlier + gathered["backward_next"]
+             + reduce * block + fresh * (head + block) + stream)  # fmt: skip
+    both = smax(forward + earlier, top, below)
+    return {
+        "peak_forward": smax(peaks["peak_forward"], forward),
+        "peak_forward_backward": smax(peaks["peak_forward_backward"], both),
+        "peak": smax(peaks["peak"], both + state["optimizer"]),
+    }
