@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.engine.estimate import estimate
 from costmodel.single.memory import transient_bytes
 from costmodel.single.offload import SAVE_MODES, recompute_flops_per_token, saved_bytes_per_token
-from costmodel.single.params import param_breakdown
+from costmodel.single.params import block_params, param_breakdown
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes, optimizer_traffic
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -156,8 +156,7 @@ def _per_param_bytes(model: ModelSpec, train: TrainSpec) -> tuple[int, dict[str,
     v = values_for(model, train)
     parts = {k: int(e.subs(v)) for k, e in param_breakdown(model).items()}
     L = model.n_layers
-    norm = parts["norms"] // (2 * L + 1)
-    block = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) // L + 2 * norm
+    block = int(block_params(model, norms=True).subs(v))
     return L, {"block": block, "rest": parts["total"] - L * block, "total": parts["total"]}
 
 

@@ -17,13 +17,14 @@ import sympy as sp
 from costmodel.parallel import fsdp2
 from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.single.memory import (
+    HEAD_PARTS,
     SHARED_PARTS,
     activation_memory,
     kept_weight_copies,
     peak_memory,
     state_memory,
 )
-from costmodel.single.params import matmul_weight_params, param_breakdown
+from costmodel.single.params import block_params, matmul_weight_params, param_breakdown
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -103,7 +104,7 @@ def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
     split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel);
     with pp > 1 the first stage has the embedding, the last the head: the larger counts."""
     parts = param_breakdown(model)
-    block = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) / L
+    block = block_params(model, norms=False)
     norm_total = parts["norms"]
     vocab_in = parts["embedding"] + parts["pos_embedding"]
     head = parts["lm_head"]
@@ -229,7 +230,7 @@ def sharded_activations(
             continue
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
-        block = op not in ("final_norm", "lm_head_input", "loss")
+        block = op not in HEAD_PARTS
         total += expr / (Y if sharded else 1) * (share if block else 1)
     # the embedding's buffers are per micro-batch: as many as the first stage has in flight
     micro_batches = share * L / stage_layers(par)

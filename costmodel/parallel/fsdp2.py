@@ -21,28 +21,24 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from costmodel.single.memory import SHARED_PARTS, activation_memory
-from costmodel.single.params import param_breakdown
+from costmodel.single.memory import HEAD_PARTS, SHARED_PARTS, activation_memory
+from costmodel.single.params import block_params, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import D, F, L, T, V, Y, b, smax
-
-HEAD_OPS = ("final_norm", "lm_head_input", "loss")
-"""Saved activations written after the last block: alive only from the head on."""
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """Parameters of one FSDP2 unit before tensor parallelism: (embedding, one block with
     its two norms, head: the output projection and the final norm; a tied head uses the
     embedding's V x D matrix, gathered again)."""
-    parts = param_breakdown(model)
-    block = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) / L
+    block = block_params(model, norms=True)
     if model.ffn_only:
         return sp.Integer(0), block, sp.Integer(0)
-    norm = parts["norms"] / (2 * L + 1)
+    parts = param_breakdown(model)
     embed = parts["embedding"] + parts["pos_embedding"]
-    return embed, block + 2 * norm, V * D + norm
+    return embed, block, V * D + parts["norms"] / (2 * L + 1)
 
 
 def in_flight(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
@@ -100,8 +96,8 @@ def with_block_peaks(
     gathered = in_flight(model, train, par)
     reduce = 4 if par.grad_reduce_fp32 else prec.activation
     _, block, head = (p / Y for p in unit_params(model))
-    acts, head_acts = acts_of(None), acts_of(HEAD_OPS)
-    skip = (*HEAD_OPS, *SHARED_PARTS, "total")
+    acts, head_acts = acts_of(None), acts_of(HEAD_PARTS)
+    skip = (*HEAD_PARTS, *SHARED_PARTS, "total")
     block_acts = acts_of(tuple(op for op in activation_memory(model, train) if op not in skip)) / L
     earlier, fresh = live * state["grads"], (1 - live) * grad_shard  # shards held / made
     stream = residual * b * T * D

@@ -114,6 +114,9 @@ def _ffn_hidden(model: ModelSpec, act: int, mm: int) -> sp.Expr:
 SHARED_PARTS = ("inputs", "embedding", "rope", "attn_mask")
 """Parts of :func:`activation_memory` that belong to no block: token ids, position
 tables and the mask, shared by all layers."""
+HEAD_PARTS = ("final_norm", "lm_head_input", "loss")
+"""Parts of :func:`activation_memory` written after the last block (once per stage
+holding the head, whatever the micro-batches in flight)."""
 
 
 def activation_memory(

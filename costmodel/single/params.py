@@ -99,6 +99,16 @@ def matmul_weight_params(model: ModelSpec) -> sp.Expr:
     return total
 
 
+def block_params(model: ModelSpec, *, norms: bool) -> sp.Expr:
+    """Parameters of one block: its attention and FFN matrices (biases included), plus its
+    two norms when ``norms`` (the unit FSDP wraps and an offload block moves)."""
+    parts = param_breakdown(model)
+    matrices = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) / L
+    if not norms or model.ffn_only:
+        return matrices
+    return matrices + 2 * _norm(model)
+
+
 def non_embedding_params(model: ModelSpec) -> sp.Expr:
     """Parameters excluding the vocabulary and position matrices (Kaplan et al. 2020, Sec. 2.1).
 
