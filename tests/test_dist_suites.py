@@ -14,7 +14,7 @@ import pytest
 from costmodel import ParallelSpec, estimate, get_hardware
 from costmodel.parallel.collectives import bus_factor, collective_time, ring_steps
 from validate import run as run_module
-from validate.distributed.checks import spec_and_train, step
+from validate.distributed.checks import parallel_spec, spec_and_train, step
 from validate.distributed.collectives import aggregate, bench, fit_alpha_beta, write_link_profile
 from validate.distributed.launch import launch
 from validate.report.results import read_rows
@@ -22,13 +22,12 @@ from validate.report.results import read_rows
 ROOT = Path(__file__).parent.parent
 
 
-@pytest.mark.parametrize("kind", ["fsdp", "tp", "tp-sp"])
+@pytest.mark.parametrize("kind", ["fsdp", "fsdp-by-hand", "tp", "tp-sp"])
 def test_fsdp_and_tp_bytes_equal_costmodel(kind):
     batch, seq = 4, 32
     results = launch(step, 2, kind, batch, seq, "fp32", timeout_s=180)
     spec, train = spec_and_train(batch, seq, "fp32")
-    sp = kind == "tp-sp"
-    par = ParallelSpec(fsdp=2) if kind == "fsdp" else ParallelSpec(tp=2, sequence_parallel=sp)
+    par = parallel_spec(kind, 2)
     predicted = estimate(spec, train, par, get_hardware("cpu"))[f"comm_bytes.{kind.split('-')[0]}"]
     for r in results:
         assert r["ring_bytes"] == predicted
@@ -37,6 +36,12 @@ def test_fsdp_and_tp_bytes_equal_costmodel(kind):
     layers = spec.n_layers
     if kind == "fsdp":  # embedding, blocks, final norm + head: gathered twice, reduced once
         assert results[0]["calls"] == {"all_gather": 2 * (layers + 2), "reduce_scatter": layers + 2}
+    elif kind == "fsdp-by-hand":  # each matrix gathered in forward, again in backward
+        # but the embedding's, reduced once; each norm's gradient all-reduced
+        matrices = 7 * layers + 2
+        assert results[0]["calls"] == {"all_gather": 2 * matrices - 1,
+                                       "reduce_scatter": matrices,
+                                       "all_reduce": 2 * layers + 1}  # fmt: skip
     elif kind == "tp":  # Megatron: one all-reduce per half-block forward (g) and backward
         # (f), the vocab-parallel embedding's forward and head's backward, and the loss's 3
         assert results[0]["calls"] == {"all_reduce": 4 * layers + 2 + 3}

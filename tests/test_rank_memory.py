@@ -27,6 +27,10 @@ def run(case: LayoutCase) -> tuple[list[dict], dict[str, float]]:
 
 
 CASES = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")]
+# the hand-written FSDP on 3 ranks (every shard padded) and on 4 (one sequence each: the
+# weight gradients' reduce-scatter outgrows the logits)
+CASES += [LayoutCase("fsdp-by-hand", world=3, batch=6),
+          LayoutCase("fsdp-by-hand", world=4, precision="bf16-mixed")]  # fmt: skip
 PEAK_PARAMS = [pytest.param(c, q, id=f"{c.name}-{q}") for c in CASES for q in PEAKS]
 
 
@@ -66,6 +70,24 @@ def test_fsdp2_peaks_by_position_are_within_a_thousandth(precision: str) -> None
     for r in results:
         for q in PEAKS:
             assert _rel(pred[q], r[q]) < 1e-3, (q, pred[q], r[q])
+
+
+HAND = [c for c in CASES if c.layout == "fsdp-by-hand"]
+
+
+@pytest.mark.parametrize("case", HAND, ids=lambda c: c.name)
+def test_fsdp_by_hand_peaks_by_position_are_within_a_gathered_matrix(case: LayoutCase) -> None:
+    """costmodel.parallel.handwritten's positions are exact to 0.2 %; a rank may hold one
+    gathered matrix more, when gloo's worker thread releases an all-gather's output after
+    the rank moved on (its release races the next op; NCCL holds no such reference)."""
+    results, pred = run(case)
+    matrix = estimate(small_spec(), case.train(), case.parallel(), HW).values[
+        "memory_bytes_per_device.params"
+    ]
+    for r in results:
+        for q in PEAKS:
+            extra = r[q] - pred[q]
+            assert -2e-3 * pred[q] <= extra <= 2e-3 * pred[q] + matrix, (q, pred[q], r[q])
 
 
 def _reduce_scatter_both_ways(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:

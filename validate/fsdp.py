@@ -14,6 +14,9 @@ module runs, forward or backward. A gathered weight's gradient (compute dtype) i
 fp32 and reduce-scattered (summed) into its shard's ``.grad``, then divided by the world
 size, so the optimizer steps the fp32 shards over the ranks' mean gradient.
 
+``all_gather`` and ``reduce_scatter`` replace torch.distributed's (``(output, input)``;
+``validate.distributed.memory`` passes gloo versions that settle before returning).
+
 Use: ``model = FSDP(module)``; ``model(x)`` ... ``loss.backward()``;
 ``model.finish_gradient_synchronization()``; ``optimizer.step()`` over
 ``model.parameters()`` (the shards and the replicated parameters);
@@ -24,37 +27,52 @@ Use: ``model = FSDP(module)``; ``model(x)`` ... ``loss.backward()``;
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+Collective = Callable[[torch.Tensor, torch.Tensor], Any]
+"""``(output, input)``: an all-gather of every rank's ``input`` into ``output``, or a
+reduce-scatter (the sum over the ranks of ``input``, this rank's chunk into ``output``)."""
+
+
+def all_gather(output: torch.Tensor, shard: torch.Tensor) -> None:
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(output, shard)
+
+
+class _Comms(NamedTuple):
+    all_gather: Collective
+    reduce_scatter: Collective
+
 
 class _Sharded:
     """One sharded parameter: its flat fp32 shard, full shape and owner."""
 
-    def __init__(self, name: str, param: nn.Parameter, rank: int, world: int) -> None:
+    def __init__(
+        self, name: str, param: nn.Parameter, rank: int, world: int, comms: _Comms
+    ) -> None:
         self.name, self.shape, self.numel = name, param.shape, param.numel()
+        self.comms = comms
         self.chunk = math.ceil(self.numel / world)
-        flat = torch.zeros(self.chunk * world, dtype=torch.float32)
+        flat = torch.zeros(self.chunk * world, dtype=torch.float32, device=param.device)
         flat[: self.numel] = param.detach().reshape(-1).float()
         self.shard = nn.Parameter(flat[rank * self.chunk : (rank + 1) * self.chunk].clone())
 
     def gather(self, dtype: torch.dtype) -> torch.Tensor:
         """The full weight in ``dtype`` (no autograd): all-gather of every rank's shard."""
-        flat = torch.empty(self.chunk * dist.get_world_size(), dtype=dtype)
-        _all_gather(flat, self.shard.detach().to(dtype))
+        flat = torch.empty(
+            self.chunk * dist.get_world_size(), dtype=dtype, device=self.shard.device
+        )
+        self.comms.all_gather(flat, self.shard.detach().to(dtype))
         return flat[: self.numel].view(self.shape)
 
 
 def _address(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
-
-
-def _all_gather(out: torch.Tensor, shard: torch.Tensor) -> None:
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(out, shard)
 
 
 class _Gather(torch.autograd.Function):
@@ -69,18 +87,25 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         owner, world = ctx.owner, dist.get_world_size()
-        flat = torch.zeros(owner.chunk * world, dtype=torch.float32)
+        flat = torch.zeros(owner.chunk * world, dtype=torch.float32, device=grad.device)
         flat[: owner.numel] = grad.reshape(-1).float()
-        out = torch.empty(owner.chunk, dtype=torch.float32)
-        dist.reduce_scatter_tensor(out, flat)
+        out = torch.empty(owner.chunk, dtype=torch.float32, device=grad.device)
+        owner.comms.reduce_scatter(out, flat)
         return out.div_(world), None, None
 
 
 class FSDP(nn.Module):
     """``module`` with its two-or-more-dimensional parameters sharded over the ranks."""
 
-    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        compute_dtype: torch.dtype | None = None,
+        all_gather: Collective = all_gather,
+        reduce_scatter: Collective = dist.reduce_scatter_tensor,
+    ) -> None:
         super().__init__()
+        comms = _Comms(all_gather, reduce_scatter)
         self.module, self.compute_dtype = module, compute_dtype
         rank, world = dist.get_rank(), dist.get_world_size()
         with torch.no_grad():  # one starting point: rank 0's weights
@@ -98,7 +123,7 @@ class FSDP(nn.Module):
                 name = names[id(p)]
                 del sub._parameters[attr]
                 if p.dim() >= 2:
-                    self.sharded[name] = _Sharded(name, p, rank, world)
+                    self.sharded[name] = _Sharded(name, p, rank, world, comms)
                 else:
                     self.replicated[name.replace(".", "/")] = p
                 self._owned.setdefault(sub, []).append((attr, name))

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel import fsdp2
+from costmodel.parallel import fsdp2, handwritten
 from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.single.memory import (
     HEAD_PARTS,
     SHARED_PARTS,
     activation_memory,
     kept_weight_copies,
+    optimizer_temp,
     peak_memory,
     state_memory,
 )
@@ -130,6 +131,8 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     6 + 12/d bytes per parameter). deepspeed: bf16 parameters and gradients, fp32 master and
     optimizer state, each sharded by its ZeRO stage over X.
     """
+    if par.framework == "handwritten":
+        return handwritten.state(model, train)
     n, n_mm = params_per_device(model, par)
     prec = PRECISIONS[train.precision]
     if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
@@ -279,7 +282,12 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
         gathered = fsdp2.in_flight(model, train, par)
         at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
     with sp.evaluate(False):
-        peaks = peak_memory(model, train, at_head, acts, **kw)
+        if par.framework == "handwritten":
+            temp = optimizer_temp(train, state["optimizer"])
+            head = sharded_activations(model, train, par, only=HEAD_PARTS)
+            peaks = handwritten.peaks(model, train, state, acts, head, live, temp)
+        else:
+            peaks = peak_memory(model, train, at_head, acts, **kw)
         if positional:
             peaks = fsdp2.with_block_peaks(
                 model, train, par, peaks, state=state, live=live,
@@ -341,6 +349,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
     )
 
+    if par.framework == "handwritten":
+        groups["fsdp"] = handwritten.fsdp_group(model, train)
     groups["tp"] = tp_group(model, train, par)
 
     act = c * b_dev * t_dev * D

@@ -257,6 +257,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     combine = smax if par.overlap == "max" else sp.Add
     phase = {}
     exposed = () if par.async_tp else ("tp",)  # TP collectives feed the next matmul
+    if par.framework == "handwritten":  # gathers and reduces in line, nothing prefetched
+        exposed += ("fsdp",)
     for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
         hidden = sum((g[name] for k, g in comm.items() if k not in exposed), sp.Integer(0))
         shown = sum((comm[k][name] for k in exposed), sp.Integer(0))

@@ -247,11 +247,7 @@ def peak_memory(
     again = copies if backward_params is None else backward_params
     at_start = smax(copies + fwd, again + start)
     fwd_bwd = stored + smax(acts + earlier + at_start, state["grads"] + end)
-    states = OPTIMIZER_STATES[train.optimizer]
-    # foreach Adam materialises sqrt(v) for every parameter it updates at once: one state's
-    # worth of what this device holds (its shard under ZeRO); fused needs no temporary
-    foreach_adam = states == 2 and train.optimizer_impl == "foreach"
-    temp = state["optimizer"] / states if foreach_adam else 0
+    temp = optimizer_temp(train, state["optimizer"])
     step = smax(
         fwd_bwd + state["optimizer"],
         stored + state["grads"] + state["optimizer"] + temp,
@@ -261,6 +257,15 @@ def peak_memory(
         "peak_forward_backward": fwd_bwd,
         "peak": step,
     }
+
+
+def optimizer_temp(train: TrainSpec, optimizer_bytes: Any) -> Any:
+    """Bytes of the optimizer step's temporary: foreach Adam materialises sqrt(v) for every
+    parameter it updates at once (torch.optim._multi_tensor_adam), one state's worth of
+    what this device holds (its shard under ZeRO); fused Adam and SGD need none."""
+    states = OPTIMIZER_STATES[train.optimizer]
+    foreach_adam = states == 2 and train.optimizer_impl == "foreach"
+    return optimizer_bytes / states if foreach_adam else 0
 
 
 def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:

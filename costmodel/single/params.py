@@ -99,6 +99,22 @@ def matmul_weight_params(model: ModelSpec) -> sp.Expr:
     return total
 
 
+def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
+    """Every parameter with two dimensions as (how many, elements each): the embedding
+    tables, each block's projections (biases excluded) and an untied head; what a
+    sharding rule that splits only matrices (``validate/fsdp.py``) shards."""
+    mats = ffn_matrices(model)
+    out: list[tuple[sp.Expr, sp.Expr]] = [(L * (mats - 1), D * F), (L, F * D)]
+    if model.ffn_only:
+        return out
+    out += [(L, D * H * d_h), (2 * L, D * K * d_h), (L, H * d_h * D), (sp.Integer(1), V * D)]
+    if model.pos == "learned":
+        out.append((sp.Integer(1), P * D))
+    if not model.tied:
+        out.append((sp.Integer(1), V * D))
+    return out
+
+
 def block_params(model: ModelSpec, *, norms: bool) -> sp.Expr:
     """Parameters of one block: its attention and FFN matrices (biases included), plus its
     two norms when ``norms`` (the unit FSDP wraps and an offload block moves)."""

@@ -20,7 +20,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec, check_fields
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
-Framework = Literal["reference", "fsdp2", "megatron", "deepspeed"]
+Framework = Literal["reference", "fsdp2", "megatron", "deepspeed", "handwritten"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
@@ -63,7 +63,10 @@ class ParallelSpec:
     fsdp x cp as torchtitan does); ``megatron`` (bf16 parameters, fp32 main gradients,
     distributed optimizer: fp32 master and Adam state sharded over the data-parallel group);
     ``deepspeed`` (ZeRO 1/2/3 over fsdp: bf16 parameters and gradients, fp32 master and
-    Adam state)."""
+    Adam state); ``handwritten`` (``validate/fsdp.py``, the ZeRO-3 people write by hand:
+    fp32 shards of every matrix padded to ceil(numel / fsdp), one-dimensional parameters
+    replicated, one module's matrices gathered at a time with no prefetch, gradients
+    reduce-scattered in fp32; fsdp only, no recomputation, untied embeddings)."""
     grad_reduce_fp32: bool = False
     """Gradients reduced in fp32 rather than the compute dtype (torchtitan's default
     ``mixed_precision_reduce = "float32"``; Megatron's --grad-reduce-in-fp32)."""
@@ -107,6 +110,8 @@ class ParallelSpec:
         """Divisibility against a model and a batch, with errors naming both sides."""
         layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
         cp_rule(self.cp, train.attention)
+        if self.framework == "handwritten":
+            handwritten_rule(self, model, train)
 
     def replace(self, **changes: Any) -> ParallelSpec:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -114,6 +119,24 @@ class ParallelSpec:
         if unknown:
             raise SpecError(unknown[0], f"unknown ParallelSpec field(s): {', '.join(unknown)}")
         return ParallelSpec(**{**values, **changes})
+
+
+def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> None:
+    """What ``validate/fsdp.py`` runs: ZeRO-3 over fsdp alone, parameters shared by no two
+    modules, every forward op saved (its gathers are modelled without recomputation)."""
+    others = [d for d in ("dp", "tp", "pp", "cp") if getattr(par, d) != 1]
+    if others:
+        raise SpecError(others[0], f"framework=handwritten shards over fsdp only: {others[0]} "
+                        f"must be 1 (got {getattr(par, others[0])})")  # fmt: skip
+    if par.zero != 3:
+        raise SpecError("zero", f"framework=handwritten is ZeRO-3: zero must be 3 (got {par.zero})")
+    if model.tied:
+        raise SpecError("tied", "framework=handwritten does not support a tied embedding and "
+                        "head (a parameter shared by two modules)")  # fmt: skip
+    if train.recompute != "none":
+        got = train.recompute
+        raise SpecError("recompute", "framework=handwritten is modelled without "
+                        f"recomputation: recompute must be none (got {got!r})")  # fmt: skip
 
 
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:

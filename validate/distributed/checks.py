@@ -35,8 +35,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from costmodel import ModelSpec, TrainSpec, get_model
+from costmodel import ModelSpec, ParallelSpec, TrainSpec, get_model
 from validate.distributed.ddp import BucketedDDP, FlatDDP, NaiveDDP, OverlapDDP, ShardedOptimizer
+from validate.fsdp import FSDP
 from validate.probes.comm_count import CollectiveCounter
 from validate.reference.model import TransformerLM, make_batch
 
@@ -200,14 +201,34 @@ def fully_shard_model(model: TransformerLM, mesh: DeviceMesh, **options: Any) ->
     fully_shard(model, mesh=mesh, **options)
 
 
-def shard(model: TransformerLM, kind: str, world: int) -> None:
-    """``kind``: ``fsdp``, ``tp`` or ``tp-sp`` (tensor parallel with sequence parallelism)."""
+def shard(model: TransformerLM, kind: str, world: int) -> nn.Module:
+    """``kind``: ``fsdp`` (FSDP2), ``fsdp-by-hand`` (``validate.fsdp.FSDP``), ``tp`` or
+    ``tp-sp`` (tensor parallel with sequence parallelism); returns what to call."""
+    if kind == "fsdp-by-hand":
+        return FSDP(model)
     device = next(model.parameters()).device.type
     mesh = init_device_mesh(device, (world,))
     if kind == "fsdp":
         fully_shard_model(model, mesh)
-        return
-    tensor_parallel(model, mesh, sequence_parallel=kind == "tp-sp")
+    else:
+        tensor_parallel(model, mesh, sequence_parallel=kind == "tp-sp")
+    return model
+
+
+def parallel_spec(kind: str, world: int) -> ParallelSpec:
+    """The layout :func:`shard` runs, as costmodel names it."""
+    return {
+        "fsdp": ParallelSpec(fsdp=world),
+        "fsdp-by-hand": ParallelSpec(fsdp=world, framework="handwritten"),
+        "tp": ParallelSpec(tp=world),
+        "tp-sp": ParallelSpec(tp=world, sequence_parallel=True),
+    }[kind]
+
+
+def _forward_backward(run: nn.Module, data: Any) -> None:
+    run(data).backward()
+    if isinstance(run, FSDP):  # the replicated parameters' gradients
+        run.finish_gradient_synchronization()
 
 
 def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str) -> dict:
@@ -218,16 +239,17 @@ def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str)
     spec, train = small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = TransformerLM.for_training(spec, train, device)
-    shard(model, kind, world)
-    g = torch.Generator(device=device).manual_seed(1 + (rank if kind == "fsdp" else 0))
-    data = make_batch(model, batch // world if kind == "fsdp" else batch, seq, device, g)
-    with loss_parallel() if kind != "fsdp" else nullcontext():
-        model(data).backward()  # warm-up
-        model.zero_grad()
+    run = shard(model, kind, world)
+    data_parallel = kind.startswith("fsdp")
+    g = torch.Generator(device=device).manual_seed(1 + (rank if data_parallel else 0))
+    data = make_batch(model, batch // world if data_parallel else batch, seq, device, g)
+    with loss_parallel() if not data_parallel else nullcontext():
+        _forward_backward(run, data)  # warm-up
+        run.zero_grad()
         counter = CollectiveCounter()
         start = time.perf_counter()
         with counter:
-            model(data).backward()
+            _forward_backward(run, data)
     seconds = time.perf_counter() - start
     return {
         "calls": dict(counter.calls),

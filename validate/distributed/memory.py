@@ -21,6 +21,10 @@ Layouts, each as the framework that runs it:
 - ``fsdp2`` / ``fsdp2-noreshard``: ``fully_shard`` on the embedding, every block, the final
   norm, the head and the root, with ``reshard_after_forward`` on / off; under a mixed
   precision a ``MixedPrecisionPolicy`` (compute dtype parameters, fp32 reduction);
+- ``fsdp-by-hand``: ``validate.fsdp.FSDP`` (one matrix gathered at a time, fp32 shards;
+  under a mixed precision gathered and computed in the compute dtype), costmodel's
+  ``framework="handwritten"``; on gloo its collectives return once gloo has released
+  their tensors (:func:`settled`);
 - ``tp`` / ``tp-sp``: DTensor tensor parallelism (``checks.tp_plans``: vocabulary-parallel
   embedding and head, the loss under ``loss_parallel``), without / with sequence
   parallelism; every rank runs the whole batch.
@@ -30,8 +34,10 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,10 +53,11 @@ from costmodel import ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
 from validate.distributed.checks import fully_shard_model, small_spec, tensor_parallel
 from validate.distributed.ddp import ShardedOptimizer
+from validate.fsdp import FSDP, all_gather
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
 
-LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "tp", "tp-sp")
+LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "fsdp-by-hand", "tp", "tp-sp")
 TENSOR_PARALLEL = ("tp", "tp-sp")
 STATE = ("params", "grads", "optimizer")
 PEAKS = ("peak_forward", "peak_forward_backward", "peak")
@@ -83,6 +90,7 @@ class LayoutCase:
             "fsdp2-noreshard": ParallelSpec(
                 fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed, reshard_after_forward=False
             ),
+            "fsdp-by-hand": ParallelSpec(fsdp=w, framework="handwritten", grad_reduce_fp32=True),
             "tp": ParallelSpec(tp=w),
             "tp-sp": ParallelSpec(tp=w, sequence_parallel=True),
         }[self.layout]
@@ -114,6 +122,33 @@ class InPlaceReduceScatter(ReduceScatter):
             output_tensor.div_(world)
 
 
+def _uses(t: torch.Tensor) -> int:
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+def settled(collective: Callable[..., Any]) -> Callable[..., None]:
+    """``collective(*tensors)`` that returns only once gloo's worker thread has dropped
+    its references to the tensors' storages. Gloo completes a collective before its worker
+    releases the work holding them, so a tensor the caller frees right after (the
+    hand-written FSDP's gathered weights and gradient buffers) can live on for a moment
+    that races the caller's next ops; the live-bytes count then varies run to run."""
+
+    def run(*tensors: torch.Tensor) -> None:
+        before = [_uses(t) for t in tensors]
+        collective(*tensors)
+        deadline = time.monotonic() + 60.0
+        while any(_uses(t) > n for t, n in zip(tensors, before, strict=True)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("gloo kept a collective's tensors for over 60 s")
+            time.sleep(0)
+
+    return run
+
+
+def _in_place_reduce_scatter(output: torch.Tensor, input_tensor: torch.Tensor) -> None:
+    InPlaceReduceScatter()(output, input_tensor, dist.group.WORLD, dist.ReduceOp.SUM)
+
+
 def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
     device = next(model.parameters()).device
     mesh = init_device_mesh(device.type, (world,))
@@ -134,6 +169,14 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
     model = TransformerLM.for_training(small_spec(), case.train(), device)
     if case.layout in ("ddp", "zero1"):
         return DistributedDataParallel(model), model
+    if case.layout == "fsdp-by-hand":
+        _, compute = dtypes_for(case.precision)
+        dtype = None if compute == torch.float32 else compute
+        if device.type != "cpu":
+            return FSDP(model, dtype), model
+        # gloo's reduce-scatter copies its input and frees the copy at a racy moment
+        gather, scatter = settled(all_gather), settled(_in_place_reduce_scatter)
+        return FSDP(model, dtype, all_gather=gather, reduce_scatter=scatter), model
     if case.layout in TENSOR_PARALLEL:
         mesh = init_device_mesh(device.type, (case.world,))
         tensor_parallel(model, mesh, sequence_parallel=case.layout == "tp-sp")
@@ -172,6 +215,7 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
         g = torch.Generator(device=device).manual_seed(1 + (0 if tp else rank))
         for i in range(2):
             data = make_batch(model, case.local_batch(), case.seq, device, g)
+            gc.collect()  # the last step's reference cycles, freed whenever gc next ran
             mem.reset_peak()
             start, before = time.perf_counter(), mem.now()
             with loss_parallel() if tp else nullcontext():
@@ -183,6 +227,8 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
             with loss_parallel() if tp else nullcontext():
                 loss.backward()
             del loss
+            if isinstance(step, FSDP):
+                step.finish_gradient_synchronization()
             if i == 0:
                 out["peak_forward_backward"] = mem.peak()
             out["grads"] = state_bytes(p.grad for p in step.parameters() if p.grad is not None)

@@ -5,8 +5,8 @@
         -m validate.distributed.torchrun tp
 
 Checks: ``collectives`` (timings per op and size), ``ddp`` (each variant's step and sync
-time), ``fsdp`` / ``tp`` (one step's collectives and bytes). Rank 0 prints one JSON object;
-the process group times out (bounded) if a rank dies or hangs.
+time), ``fsdp`` / ``fsdp-by-hand`` / ``tp`` (one step's collectives and bytes). Rank 0
+prints one JSON object; the process group times out (bounded) if a rank dies or hangs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ CHECKS = {
         v: time_variant(rank, world, v, 5, 256, 0.25) for v in DDP_VARIANTS
     },
     "fsdp": lambda rank, world: step(rank, world, "fsdp", 2 * world, 64, "fp32"),
+    "fsdp-by-hand": lambda rank, world: step(rank, world, "fsdp-by-hand", 2 * world, 64, "fp32"),
     "tp": lambda rank, world: step(rank, world, "tp", 2, 64, "fp32"),
 }
 

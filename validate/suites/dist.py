@@ -24,6 +24,7 @@ from validate.distributed import collectives as coll
 from validate.distributed.checks import (
     FROZEN_PARAMS,
     ddp_params,
+    parallel_spec,
     small_spec,
     spec_and_train,
     step,
@@ -198,20 +199,17 @@ def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
         timeout_s=TIMEOUT_S,
     )
     spec, train = spec_and_train(batch, seq, precision)
-    par = (
-        ParallelSpec(fsdp=world)
-        if kind == "fsdp"
-        else ParallelSpec(tp=world, sequence_parallel=kind == "tp-sp")
-    )
+    par = parallel_spec(kind, world)
     est = estimate(spec, train, par, _hardware(ctx))
+    group = kind.split("-")[0]
     config = {"kind": kind, "world": world, "batch": batch, "seq": seq, "precision": precision}
     for rank, r in enumerate(results):
         extra = {"config": config, "rank": rank, "calls": r["calls"], "sizes": r["sizes"]}
         yield Row(
             "parallel",
             f"{kind}/world{world}",
-            f"comm_bytes.{kind}",
-            est[f"comm_bytes.{kind}"],
+            f"comm_bytes.{group}",
+            est[f"comm_bytes.{group}"],
             r["ring_bytes"],
             ctx.label,
             "ok",
@@ -228,8 +226,8 @@ def parallel_case(kind: str, ctx: Context) -> Iterator[Row]:
     yield Row(
         "parallel",
         f"{kind}/world{world}",
-        f"comm_time_s.{kind}",
-        est[f"comm_time_s.{kind}"],
+        f"comm_time_s.{group}",
+        est[f"comm_time_s.{group}"],
         max(per_rank),
         ctx.label,
         "ok",
@@ -268,9 +266,11 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
 
 
 def layout_cases(ctx: Context) -> list[LayoutCase]:
-    """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4 (not
-    --quick)."""
-    cases = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")]
+    """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4. With
+    --quick (about 3 minutes on 2 cores) fp32 only for the FSDP layouts, whose state
+    dtypes differ from their compute dtype (tests/test_rank_memory.py runs them all)."""
+    cases = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")
+             if not ctx.quick or p != "fp32" or lay.startswith("fsdp")]  # fmt: skip
     if not ctx.quick and max(_worlds(ctx)) >= 4:
         cases.append(LayoutCase("fsdp2", world=4, batch=8))
     return cases
@@ -294,7 +294,7 @@ def ddp_cases(ctx: Context) -> list[Case]:
 
 
 def parallel_cases(ctx: Context) -> list[Case]:
-    kinds = ("fsdp", "tp", "tp-sp")
+    kinds = ("fsdp", "fsdp-by-hand", "tp", "tp-sp")
     cases = [Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in kinds]
     return cases + [
         Case("parallel", lc.name, lambda c, lc=lc: layout_case(lc, c)) for lc in layout_cases(ctx)
