@@ -56,7 +56,15 @@ def _split(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
 
 def _largest(model: ModelSpec) -> sp.Expr:
     """Padded elements of the largest matrix: what is gathered at the worst moment."""
-    return smax(*{padded(e) for _, e in weight_matrices(model)})
+    return smax(*dict.fromkeys(padded(e) for _, e in weight_matrices(model)))
+
+
+def _tables(model: ModelSpec) -> list[sp.Expr]:
+    """Elements of the embedding tables (token, and learned positions): looked up, not
+    multiplied, so backward does not gather them again."""
+    if model.ffn_only:
+        return []
+    return [V * D, *([P * D] if model.pos == "learned" else [])]
 
 
 def state(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
@@ -137,18 +145,17 @@ def fsdp_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     c = prec.activation
     sharded, replicated = _split(model)
     count = sum((n for n, _ in weight_matrices(model)), sp.Integer(0))
-    tables = 0 if model.ffn_only else padded(V * D) + (padded(P * D) if model.pos == "learned"
-                                                       else 0)  # fmt: skip
+    tables = _tables(model)
     gather, scatter = bus_factor("all_gather", X), bus_factor("reduce_scatter", X)
     fwd = m * gather * c * sharded
-    bwd = m * (gather * c * (sharded - tables) + scatter * SHARD_BYTES * sharded)
+    unsaved = sum((padded(e) for e in tables), sp.Integer(0))
+    bwd = m * (gather * c * (sharded - unsaved) + scatter * SHARD_BYTES * sharded)
     opt = bus_factor("all_reduce", X) * prec.grad * replicated
     steps = ring_steps("all_gather", X) * a_X
-    n_tables = 0 if model.ffn_only else (2 if model.pos == "learned" else 1)
     return {
         "bytes": fwd + bwd + opt,
         "forward": fwd / W_X + m * count * steps,
-        "backward": bwd / W_X + m * (2 * count - n_tables) * steps,
+        "backward": bwd / W_X + m * (2 * count - len(tables)) * steps,
         "optimizer": opt / W_X + replicated_tensors(model) * ring_steps("all_reduce", X) * a_X,
     }
 

@@ -51,7 +51,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from costmodel import ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
-from validate.distributed.checks import fully_shard_model, small_spec, tensor_parallel
+from validate.distributed.checks import (
+    fully_shard_model,
+    parallel_spec,
+    small_spec,
+    tensor_parallel,
+)
 from validate.distributed.ddp import ShardedOptimizer
 from validate.fsdp import FSDP, all_gather
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
@@ -81,7 +86,8 @@ class LayoutCase:
 
     def parallel(self) -> ParallelSpec:
         """The layout as costmodel names it (FSDP2 reduces in fp32 under a mixed precision,
-        as :func:`_fsdp2`'s ``MixedPrecisionPolicy`` says)."""
+        as :func:`_fsdp2`'s ``MixedPrecisionPolicy`` says; the hand-written FSDP and TP as
+        ``checks.parallel_spec`` names the suites' kinds)."""
         w, mixed = self.world, PRECISIONS[self.precision].weight_copy > 0
         return {
             "ddp": ParallelSpec(dp=w),
@@ -90,10 +96,7 @@ class LayoutCase:
             "fsdp2-noreshard": ParallelSpec(
                 fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed, reshard_after_forward=False
             ),
-            "fsdp-by-hand": ParallelSpec(fsdp=w, framework="handwritten", grad_reduce_fp32=True),
-            "tp": ParallelSpec(tp=w),
-            "tp-sp": ParallelSpec(tp=w, sequence_parallel=True),
-        }[self.layout]
+        }.get(self.layout) or parallel_spec(self.layout, w)
 
     def local_batch(self) -> int:
         """Sequences each rank runs: its share of the batch, the whole batch under TP."""
@@ -174,7 +177,7 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
         dtype = None if compute == torch.float32 else compute
         if device.type != "cpu":
             return FSDP(model, dtype), model
-        # gloo's reduce-scatter copies its input and frees the copy at a racy moment
+        # gloo's own reduce-scatter reduces a private copy of its input (FSDP2's case, above)
         gather, scatter = settled(all_gather), settled(_in_place_reduce_scatter)
         return FSDP(model, dtype, all_gather=gather, reduce_scatter=scatter), model
     if case.layout in TENSOR_PARALLEL:
