@@ -91,3 +91,17 @@ def test_a_tied_head_is_refused() -> None:
     par = ParallelSpec(fsdp=2, framework="handwritten")
     with pytest.raises(SpecError, match="tied"):
         estimate(small_spec().replace(tied=True), TrainSpec(batch=2, seq=64), par, HW)
+
+
+def test_gradient_preparation_is_charged_to_backward() -> None:
+    """fp32, so nothing else differs from the reference framework's ZeRO-3: backward's
+    compute grows by 12 bytes per weight element (zero fill: write 4; copy: read 4, write
+    4; no cast in fp32) over the device's achieved HBM bandwidth; forward does not."""
+    spec, train = small_spec(), TrainSpec(batch=2, seq=64, precision="fp32")
+    hand = estimate(spec, train, ParallelSpec(fsdp=2, framework="handwritten"), HW).values
+    zero3 = estimate(spec, train, ParallelSpec(fsdp=2), HW).values
+    d, f, v, L = spec.d_model, spec.d_ff, spec.vocab, spec.n_layers
+    elements = 2 * v * d + L * (4 * d * d + 3 * d * f)  # even sizes: no padding
+    extra = hand["time_s.compute_backward"] - zero3["time_s.compute_backward"]
+    assert extra == pytest.approx(12 * elements / HW.hbm_bandwidth(), rel=1e-9)
+    assert hand["time_s.compute_forward"] == pytest.approx(zero3["time_s.compute_forward"])

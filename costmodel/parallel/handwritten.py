@@ -134,6 +134,16 @@ def peaks(
     }
 
 
+def gradient_traffic(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """HBM bytes per micro-batch of preparing the weight gradients for their fp32
+    reduce-scatter: each is zero-filled into a padded fp32 buffer (write 4), cast to fp32
+    under mixed precision (read c, write 4) and copied in (read 4, write 4); memory-bound
+    work FSDP2 and Megatron do not do (they reduce in place)."""
+    c = PRECISIONS[train.precision].activation
+    per_element = SHARD_BYTES + (c + SHARD_BYTES if c != SHARD_BYTES else 0) + 2 * SHARD_BYTES
+    return per_element * _split(model)[0]
+
+
 def fsdp_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     """Bytes one device sends per step over the fsdp group and their alpha-beta seconds
     (ring collectives, ``costmodel.parallel.collectives``), by phase: per micro-batch

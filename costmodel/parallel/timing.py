@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.parallel import handwritten
 from costmodel.parallel.distributed import (
     communication,
     device_batch,
@@ -209,7 +210,9 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     Mixed precision under torch.autocast (the reference framework) casts each matmul weight
     to the compute dtype in forward (read the stored dtype, write the copy) and the copy's
     gradient back in backward (full recomputation casts again); FSDP2, Megatron and
-    DeepSpeed hold or gather the low-precision weights themselves. fp8 (tensorwise float8
+    DeepSpeed hold or gather the low-precision weights themselves; the hand-written FSDP
+    prepares each weight gradient for its fp32 reduce-scatter
+    (:func:`costmodel.parallel.handwritten.gradient_traffic`). fp8 (tensorwise float8
     training, torchao / Transformer Engine) scales every matmul operand: an amax read and a
     cast (read, write one byte) of the input and the weight in forward and of the output
     gradient in backward (5 bytes per bf16 element), plus fp8 transposes of the input and
@@ -225,6 +228,8 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
         bwd = (prec.weight_copy + prec.grad) * weights
         if checkpoints_blocks(train):  # the blocks' casts are made again
             bwd += fwd
+    if par.framework == "handwritten":
+        bwd += handwritten.gradient_traffic(model, train)
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
         n = b_dev * t_dev
