@@ -1,13 +1,10 @@
-"""Per-device memory and communication under DP, FSDP (ZeRO 1/2/3), TP (+SP), PP and CP.
+"""Per-device memory under DP, FSDP (ZeRO 1/2/3), TP (+SP), PP and CP, by framework.
 
 Sources: ZeRO stages (Rajbhandari et al. 2020, Sec. 5); tensor and sequence parallel
 activations (Korthikanti et al. 2022, Table 2: sbh(10 + 24/t + 5as/ht) without SP, all /t
-with SP); 1F1B keeps p micro-batches of L/p layers in flight on the first stage, and
-interleaving adds (1 + (p-1)/(p·v)) (ibid., Sec. 4.2.3; Narayanan et al. 2021);
-ring collectives move 2(N-1)/N of the buffer for an all-reduce and (N-1)/N for an
-all-gather or reduce-scatter, with (N-1) or 2(N-1) latency steps (Thakur et al. 2005;
-the alpha-beta model); ring attention passes K and V chunks N-1 times per layer forward
-and K, V, dK, dV backward (Liu et al. 2023). Bytes, per device, per optimizer step.
+with SP); what each pipeline rank holds (``costmodel.parallel.pipeline``: 1F1B keeps
+pp - r micro-batches on rank r, interleaving more; Narayanan et al. 2021). Communication
+is ``costmodel.parallel.communication``. Bytes, per device.
 """
 
 from __future__ import annotations
@@ -15,7 +12,16 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import fsdp2, handwritten
-from costmodel.parallel.collectives import bus_factor, ring_steps
+from costmodel.parallel.pipeline import (
+    PipelineRank,
+    boundary_tensors,
+    chunks_in_flight,
+    grads_at_fullest,
+    held_layers,
+    present,
+    rank_layers,
+    ranks,
+)
 from costmodel.single.memory import (
     HEAD_PARTS,
     SHARED_PARTS,
@@ -30,31 +36,18 @@ from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
-    W_X,
-    W_Y,
     D,
-    K,
     L,
     N_cp,
     N_dp,
     N_pp,
     R_alloc,
-    S_bucket,
     T,
     V,
-    W_cp,
-    W_dp,
-    W_pp,
     X,
     Y,
-    a_cp,
-    a_dp,
-    a_pp,
-    a_X,
-    a_Y,
     as_expr,
     b,
-    d_h,
     m,
     more_than_one,
     smax,
@@ -100,25 +93,39 @@ def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
     return prec.residual if par.framework == "reference" else prec.activation
 
 
-def params_per_device(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.Expr]:
+def params_per_device(
+    model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
+) -> tuple[sp.Expr, sp.Expr]:
     """(all, matmul-weight) parameters one device holds before ZeRO: blocks of one stage
-    split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel);
-    with pp > 1 the first stage has the embedding, the last the head: the larger counts."""
+    split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel).
+    ``rank``: that pipeline rank's exactly (its layers, the embedding on the first, the
+    final norm and head on the last); without it, with pp > 1, the busiest stage's layers
+    with the larger of the embedding and the head (an upper bound for every rank)."""
     parts = param_breakdown(model)
     block = block_params(model, norms=False)
     norm_total = parts["norms"]
     vocab_in = parts["embedding"] + parts["pos_embedding"]
     head = parts["lm_head"]
+    head_mm = 0 if model.ffn_only else V * D
+    block_mm = (matmul_weight_params(model) - head_mm) / L
+    if rank is not None:
+        layers = rank_layers(par, rank)
+        block_norms = block_params(model, norms=True) - block
+        final_norm = norm_total - L * block_norms
+        ends = (vocab_in if rank.first else 0) + (head if rank.last else 0)
+        total = layers * (block / Y + block_norms) + ends / Y + (final_norm if rank.last else 0)
+        return total, layers * block_mm / Y + (head_mm / Y if rank.last else 0)
     vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
     layers = stage_layers(par)
     total = layers * (block / Y) + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
-    head_mm = 0 if model.ffn_only else V * D
-    mm = layers * (matmul_weight_params(model) - head_mm) / L / Y + head_mm / Y
-    return total, mm
+    return total, layers * block_mm / Y + head_mm / Y
 
 
-def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """params (working weights), master, grads, optimizer per device, by framework.
+def sharded_state(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None = None
+) -> dict[str, sp.Expr]:
+    """params (working weights), master, grads, optimizer per device, by framework (on
+    pipeline rank ``rank``, see :func:`params_per_device`).
 
     reference: torch.autocast's state (fp32 parameters, kept low-precision weight casts)
     under ZeRO over X (Rajbhandari et al. 2020, Sec. 5). fsdp2: fp32 parameters, gradients
@@ -133,14 +140,17 @@ def sharded_state(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     """
     if par.framework == "handwritten":
         return handwritten.state(model, train)
-    n, n_mm = params_per_device(model, par)
+    n, n_mm = params_per_device(model, par, rank)
     prec = PRECISIONS[train.precision]
     if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
-        head = None if model.ffn_only else V * D / Y
+        head = None if model.ffn_only else V * D / Y * int(rank is None or rank.last)
         kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
+        if rank is not None and par.pp > 1:  # autocast casts again for each micro-batch,
+            kept *= chunks_in_flight(par, rank) / v  # and each keeps its casts to backward
         shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
         state = state_memory(model, train, params=n, kept_copies=kept, shards=shards)
-        state["grads"] += replicated_embedding_grad(model, train) / shards[1]
+        if rank is None or rank.first:
+            state["grads"] += replicated_embedding_grad(model, train) / shards[1]
         return state
     low, opt = prec.activation, optimizer_state_bytes(train.optimizer, train.precision, n)
     if par.framework == "fsdp2":
@@ -207,39 +217,58 @@ def sharded_activations(
     *,
     in_flight: bool = True,
     only: tuple[str, ...] | None = None,
+    rank: PipelineRank | None = None,
 ) -> sp.Expr:
     """Activations one device keeps, in terms of the global micro-batch b and T.
 
-    ``in_flight``: what 1F1B keeps on the first stage (pp micro-batches of its L/pp layers,
-    about L layers of one micro-batch, times the interleaving factor 1 + (pp-1)/(pp·v) of
-    Narayanan et al. 2021, Sec. 2.2.2; never more than the step's m micro-batches, all of
-    which are in flight when m·v is below the warm-up count); otherwise one
-    micro-batch through one stage's layers (what a forward pass writes on a device).
+    ``in_flight``: what pipeline ``rank`` keeps at its fullest
+    (:func:`costmodel.parallel.pipeline.held_layers`: its layers times the micro-batches
+    in flight; without ``rank`` the first stage's, about L layers of one micro-batch times
+    the interleaving factor 1 + (pp-1)/(pp·v) of Narayanan et al. 2021, Sec. 2.2.2, never
+    more than the step's m micro-batches), the head's parts on the last rank, and the
+    stage-boundary tensors a pipelining runtime keeps beyond them
+    (:func:`costmodel.parallel.pipeline.boundary_tensors`); otherwise one micro-batch
+    through one stage's layers (what a forward pass writes on a device).
     ``only``: the sum over these parts of ``activation_memory`` alone (the embedding's
     DTensor buffers count with ``inputs``)."""
-    parts = activation_memory(model, train, residual=residual_bytes(train, par))
+    res = residual_bytes(train, par)
+    parts = activation_memory(model, train, residual=res)
     parts.pop("total")
     if only is not None:
         parts = {op: e for op, e in parts.items() if op in only}
-    total = sp.Integer(0)
     interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else sp.Integer(1)
     if par.pp > 1:  # the first stage holds at most the step's m micro-batches of L/pp layers
         interleave = sp.Min(interleave, m / N_pp, evaluate=False)
-    share = interleave if in_flight else stage_layers(par) / L
+    if rank is not None:
+        layers = held_layers(par, rank) if in_flight else rank_layers(par, rank)
+        share, micro_batches = layers / L, chunks_in_flight(par, rank) / v * int(rank.first)
+    else:
+        share = interleave if in_flight else stage_layers(par) / L
+        micro_batches = share * L / stage_layers(par)
+    head = 1 if rank is None or rank.last else 0
+    total = sp.Integer(0)
     dtensor = par.framework in DTENSOR_FRAMEWORKS
     for op, expr in parts.items():
-        if op in SHARED_PARTS:
-            total += expr
+        if op in SHARED_PARTS:  # the reference model makes its tables in every forward
+            again = op in ("rope", "attn_mask") and rank is not None and in_flight
+            again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
+            total += expr * (chunks_in_flight(par, rank) if again else 1)
             continue
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
-        block = op not in HEAD_PARTS
-        total += expr / (Y if sharded else 1) * (share if block else 1)
-    # the embedding's buffers are per micro-batch: as many as the first stage has in flight
-    micro_batches = share * L / stage_layers(par)
+        scale = head if op in HEAD_PARTS else share
+        total += expr / (Y if sharded else 1) * scale
+    if rank is not None and in_flight and only is None:
+        total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
     if only is not None and "inputs" not in only:
         return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def stage_boundary(train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes of one micro-batch's activation between two pipeline stages (the residual
+    stream; a sequence shard of it under sequence parallelism), in terms of b and T."""
+    return residual_bytes(train, par) * b * T * D / (Y if par.sequence_parallel else 1)
 
 
 def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -257,25 +286,39 @@ def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelS
 
 
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """Per-device memory by component and its peak (same estimate as one device, plus
+    """Per-device memory by component and its peak: with pp > 1 each the maximum over the
+    pipeline ranks that bound every rank (:func:`costmodel.parallel.pipeline.ranks`)."""
+    if par.pp == 1:
+        return rank_memory(model, train, par)
+    per_rank = [(present(r), rank_memory(model, train, par, r)) for r in ranks(par)]
+    return {k: smax(*(w * d[k] for w, d in per_rank)) for k in per_rank[0][1]}
+
+
+def rank_memory(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None = None
+) -> dict[str, sp.Expr]:
+    """One device's memory by component and its peak (same estimate as one device, plus
     ZeRO-3's two gathered layers in flight (one on a stage of one layer), gradients held
-    through the step, and DDP's gradient buckets as ``buffers``)."""
-    state = {**sharded_state(model, train, par), "buffers": ddp_buckets(model, train, par)}
-    acts = sharded_activations(model, train, par)
+    through the step, and as ``buffers`` DDP's gradient buckets and a pipelining runtime's
+    receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
+    boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
+    state = {**sharded_state(model, train, par, rank),
+             "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
+    acts = sharded_activations(model, train, par, rank=rank)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
     # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
-    held = accumulated_grads(train, par) * params_per_device(model, par)[0]
+    held = accumulated_grads(train, par) * params_per_device(model, par, rank)[0]
     persist = par.framework in ("megatron", "deepspeed") or bool(held) or None
     if par.framework == "fsdp2" and not held:  # gathered layers, freed after backward
         persist = False
     # Megatron's gradient buffer is allocated once and zeroed, never freed; elsewhere
     # gradients outlive a micro-batch when another follows (accumulation), except FSDP2's
     # shards under pipelining: reduce-scattered from the held gradients after the last one
-    live = more_than_one(m)
+    live = more_than_one(m) if rank is None else grads_at_fullest(par, rank)
     live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
-          "grads_live": live}  # fmt: skip
+          "grads_live": live, "head": rank is None or rank.last}  # fmt: skip
     positional = par.framework == "fsdp2" and par.pp == 1
     at_head = {**state, "grads": state["grads"] - held}
     if positional:  # the generic candidates are the head's; the blocks' are added below
@@ -295,6 +338,7 @@ def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dic
                 grad_shard=PRECISIONS[train.precision].grad / shard_degree(par),
                 residual=residual_bytes(train, par))  # fmt: skip
         peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
+        state = {k: as_expr(e).xreplace(subs) for k, e in state.items()}
     gathered = zero3_gathered(model, train, par)
     peaks = {k: e + gathered for k, e in peaks.items()}
     reserved = peaks["peak"] * R_alloc
@@ -311,113 +355,3 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     layers = stage_layers(par)
     in_flight = sp.Min(2, layers, evaluate=False)
     return in_flight * PRECISIONS[train.precision].activation * n_mm / layers * (1 - 1 / X)
-
-
-def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:
-    """Per group: bytes sent per device per step and alpha-beta seconds, split by phase.
-
-    Returns ``{group: {"bytes": e, "forward": t, "backward": t, "optimizer": t}}``.
-    Gradients and gathered parameters travel in the compute dtype (bf16 under mixed
-    precision, as FSDP's MixedPrecisionPolicy and Megatron's bf16 reduce).
-    """
-    prec = PRECISIONS[train.precision]
-    c = prec.activation
-    n, _ = params_per_device(model, par)
-    layers = stage_layers(par)
-    b_dev, t_dev = device_batch()
-    shards = shard_degree(par)
-    groups: dict[str, dict] = {}
-
-    grad_bytes = 4 if par.grad_reduce_fp32 else c
-    dp_bytes = bus_factor("all_reduce", N_dp) * grad_bytes * n / shards
-    buckets = sp.ceiling(grad_bytes * n / shards / S_bucket)
-    groups["dp"] = _phases(
-        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", N_dp) * a_dp * buckets, 0
-    )
-
-    gather = bus_factor("all_gather", shards) * c * n
-    if par.zero == 3:
-        fwd, bwd, opt = gather, 2 * gather, 0
-    else:
-        fwd, bwd, opt = 0, gather, gather
-    steps = ring_steps("all_gather", shards)  # a reduce-scatter takes as many
-    lat = layers * steps * a_X
-    if par.grad_reduce_fp32:  # gradients reduce-scattered in fp32, not the compute dtype
-        scatter = bus_factor("reduce_scatter", shards) * 4 * n
-        bwd, opt = (gather + scatter, 0) if par.zero == 3 else (scatter, gather)
-    groups["fsdp"] = _phases(
-        fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
-    )
-
-    if par.framework == "handwritten":
-        groups["fsdp"] = handwritten.fsdp_group(model, train)
-    groups["tp"] = tp_group(model, train, par)
-
-    act = c * b_dev * t_dev * D
-    p2p = act / (Y if par.sequence_parallel else 1)
-    sends = m * v * (N_pp - 1) / N_pp
-    one = sends * (p2p / W_pp + a_pp)
-    groups["pp"] = _phases(2 * sends * p2p, one, one, 0)
-
-    if model.ffn_only:
-        groups["cp"] = _phases(0, 0, 0, 0)
-    else:
-        kv = 2 * c * b_dev * t_dev * K * d_h / Y
-        steps = m * layers * ring_steps("all_gather", N_cp)  # K/V passed round the ring
-        groups["cp"] = _phases(
-            3 * steps * kv, steps * (kv / W_cp + a_cp), 2 * steps * (kv / W_cp + a_cp), 0
-        )
-    return groups
-
-
-def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """Tensor-parallel bytes sent per device per step and their alpha-beta seconds.
-
-    Per layer and micro-batch (Megatron's f and g, Shoeybi et al. 2019, Sec. 3): one
-    all-reduce of the b·T·D block output in forward per sub-block, one of its input's
-    gradient in backward; recomputation re-runs a block's forward ones. Vocabulary-parallel
-    embedding and head (Megatron; torchtitan's plan): the embedding's partial rows are
-    summed in forward (in the residual dtype), the head input's gradient in backward (in
-    the compute dtype), and the vocab-parallel cross-entropy all-reduces three fp32 scalars
-    per token (the max, the target logit and the sum of exponentials). Under sequence
-    parallelism each all-reduce is a reduce-scatter plus an all-gather: the same bytes,
-    the vocabulary's split half in forward, half in backward. With pp > 1 the device with
-    the larger share: the embedding's (first stage) or the head and loss's (last).
-    """
-    b_dev, t_dev = device_batch()
-    per_token = b_dev * t_dev
-    act = PRECISIONS[train.precision].activation * per_token * D
-    per_layer = 1 if model.ffn_only else 2
-    layers = stage_layers(par)
-    # recomputation re-runs a block's collectives; op-level selective AC all but the last,
-    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
-    last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
-    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
-    ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
-    fwd_b, bwd_b = m * layers * per_layer * ar * act, m * layers * (per_layer + again) * ar * act
-    fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + again)
-    if not model.ffn_only:
-        embed = ar * residual_bytes(train, par) * per_token * D
-        head, loss = ar * act, 3 * ar * 4 * per_token
-        split = sp.Rational(1, 2) if par.sequence_parallel else 0
-        vocab_in = (embed * (1 - split), embed * split)  # (forward, backward) bytes
-        vocab_out = (head * split + loss, head * (1 - split))
-        if par.pp > 1:  # on different stages: the device with the larger share
-            vocab_in = (smax(vocab_in[0], vocab_out[0]), smax(vocab_in[1], vocab_out[1]))
-            vocab_out = (0, 0)
-        fwd_b += m * (vocab_in[0] + vocab_out[0])
-        bwd_b += m * (vocab_in[1] + vocab_out[1])
-        fwd_n += m * (4 if par.pp == 1 else 3)  # all-reduce equivalents (latency)
-        bwd_n += m
-    return _phases(
-        fwd_b + bwd_b, fwd_b / W_Y + fwd_n * steps * a_Y, bwd_b / W_Y + bwd_n * steps * a_Y, 0
-    )
-
-
-def _phases(total_bytes, forward, backward, optimizer) -> dict[str, sp.Expr]:
-    return {
-        "bytes": as_expr(total_bytes),
-        "forward": as_expr(forward),
-        "backward": as_expr(backward),
-        "optimizer": as_expr(optimizer),
-    }

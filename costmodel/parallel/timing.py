@@ -20,8 +20,8 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import handwritten
+from costmodel.parallel.communication import communication
 from costmodel.parallel.distributed import (
-    communication,
     device_batch,
     optimizer_shards,
     params_per_device,

@@ -204,6 +204,7 @@ def peak_memory(
     params_persist: bool | None = None,
     grads_live: sp.Expr | None = None,
     backward_params: sp.Expr | None = None,
+    head: bool = True,
 ) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
@@ -228,7 +229,8 @@ def peak_memory(
     (autocast's casts, FSDP's gathered layers); by default the latter under mixed precision.
     ``backward_params`` replaces the working weights beside backward's start where they
     differ from the forward's (FSDP2 gathers the head again, without the forward's flat
-    buffer).
+    buffer). ``head``: whether this device runs the head and loss (a pipeline stage
+    before the last does not: its transients are the blocks').
     """
     prec = PRECISIONS[train.precision]
     res = prec.residual if residual is None else residual
@@ -240,7 +242,7 @@ def peak_memory(
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
     stored += state.get("buffers", 0)  # communication buffers kept across steps
-    fwd, start, end = transient_bytes(model, train, res, split)
+    fwd, start, end = transient_bytes(model, train, res, split, head=head)
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
     # the forward's transient and backward start's, beside the same live set
@@ -268,7 +270,9 @@ def optimizer_temp(train: TrainSpec, optimizer_bytes: Any) -> Any:
     return optimizer_bytes / states if foreach_adam else 0
 
 
-def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) -> tuple:
+def transient_bytes(
+    model: ModelSpec, train: TrainSpec, res: int, split: Any, *, head: bool = True
+) -> tuple:
     """Bytes alive beside the activations (forward, backward start, backward end).
 
     Forward: the residual stream's two live copies, the logits and their fp32 copy (plus
@@ -276,7 +280,9 @@ def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) ->
     after masking. Backward start: the fp32 gradients of the NLL
     loss and of the log-softmax (the low-precision cast comes after one is freed). End: with
     tied embeddings the head's gradient waits in autograd's input buffer until the
-    embedding's arrives, and the two are summed (two extra V x D tensors).
+    embedding's arrives, and the two are summed (two extra V x D tensors). Without the
+    ``head`` (a pipeline stage before the last) backward starts at the top block's FFN:
+    the incoming gradient, the hidden's gradient and a fresh weight gradient.
     """
     prec = PRECISIONS[train.precision]
     act = prec.activation
@@ -285,18 +291,24 @@ def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) ->
     start_transient = 2 * res * b * T * D
     end_transient = 2 * res * b * T * D
     if not model.ffn_only:
-        fwd_transient += (act + (4 if act != 4 else 0)) * b * T * Vs
-        # a vocabulary-parallel cross-entropy (split > 1) subtracts the all-reduced max into
-        # a new fp32 tensor before its exp (torch's loss_parallel; Megatron's
-        # _VocabParallelCrossEntropy), where one device's fused log-softmax needs none
-        if split != 1:
-            fwd_transient += more_than_one(split) * 4 * b * T * Vs
-        start_transient += 8 * b * T * Vs
+        if head:
+            fwd_transient += (act + (4 if act != 4 else 0)) * b * T * Vs
+            # a vocabulary-parallel cross-entropy (split > 1) subtracts the all-reduced max
+            # into a new fp32 tensor before its exp (torch's loss_parallel; Megatron's
+            # _VocabParallelCrossEntropy), where one device's fused log-softmax needs none
+            if split != 1:
+                fwd_transient += more_than_one(split) * 4 * b * T * Vs
+            start_transient += 8 * b * T * Vs
+            if model.tied:
+                end_transient += 2 * prec.grad * Vs * D
+        else:  # the top block's FFN backward: the hidden's gradient and a fresh weight
+            # gradient (its low-precision one and the fp32 cast under mixed precision)
+            # beside the incoming gradient, before it is added into .grad
+            weight_grad = (prec.grad + prec.weight_copy) * D * Fs
+            start_transient += act * b * T * Fs + weight_grad - res * b * T * D
         if train.attention == "naive":
             fwd_transient = smax(fwd_transient, 2 * act * b * H * T * T)
             start_transient = smax(start_transient, 2 * act * b * H * T * T)
-        if model.tied:
-            end_transient += 2 * prec.grad * Vs * D
     else:
         fwd_transient += act * b * T * Fs
         start_transient += 2 * act * b * T * Fs
@@ -306,7 +318,7 @@ def transient_bytes(model: ModelSpec, train: TrainSpec, res: int, split: Any) ->
         # recomputation a block's casts are freed after each matmul in forward (nothing is
         # saved) but all kept while its recomputed backward runs, before its first matrix's
         # gradient exists.
-        if not model.ffn_only:
+        if not model.ffn_only and head:
             start_transient += prec.weight_copy * Vs * D
         end_transient += prec.weight_copy * D * Fs
         if checkpoints_blocks(train):

@@ -319,18 +319,25 @@ class TransformerLM(nn.Module):
         if self.spec.ffn_only:
             return self._run_blocks(batch, None, None, None).float().sum()
         ids, targets = batch
-        t = ids.shape[1]
-        x = self.embed(ids)
-        if self.spec.pos == "learned":
-            x = x + self.pos(torch.arange(t, device=ids.device))
-        cos = sin = mask = None
-        if self.spec.pos == "rope":
-            cos, sin = rope_tables(t, self.spec.head_dim, self.compute, ids.device)
-        if self.attention == "naive":
-            mask = torch.ones(t, t, dtype=torch.bool, device=ids.device).triu(1)
-        x = self._run_blocks(x, cos, sin, mask)
+        x = self._embed(ids)
+        x = self._run_blocks(x, *self._tables(ids.shape[1], ids.device))
         logits = self.lm_head(self.norm_f(x).to(self.compute))
         return F.cross_entropy(logits.float().view(-1, self.spec.vocab), targets.view(-1))
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        if self.spec.pos == "learned":
+            x = x + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        return x
+
+    def _tables(self, t: int, device) -> tuple:
+        """(cos, sin, mask) every block takes: RoPE tables, the naive kernel's causal mask."""
+        cos = sin = mask = None
+        if self.spec.pos == "rope":
+            cos, sin = rope_tables(t, self.spec.head_dim, self.compute, device)
+        if self.attention == "naive":
+            mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+        return cos, sin, mask
 
     def _run_blocks(self, x, cos, sin, mask):
         for block in self.blocks:

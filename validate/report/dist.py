@@ -74,12 +74,17 @@ def layout_table(rows: list[dict[str, Any]]) -> Table | None:
         rs = sorted(rs, key=lambda r: r["rank"])
         worst = max(abs(r["rel_err"]) for r in rs if r.get("rel_err") is not None)
         measured = " / ".join(f"{r['measured'] / 2**20:.3f}" for r in rs)
-        lines.append([case, quantity.split(".", 1)[1], f"{rs[0]['predicted'] / 2**20:.3f}",
+        predicted = [f"{r['predicted'] / 2**20:.3f}" for r in rs]
+        one = len(set(predicted)) == 1  # a pipeline's ranks each have their own prediction
+        lines.append([case, quantity.split(".", 1)[1],
+                      predicted[0] if one else " / ".join(predicted),
                       measured, f"{100 * worst:.1f} %"])  # fmt: skip
     header = ["layout", "quantity", "predicted (MiB)", "measured per rank (MiB)", "worst error"]
     note = ("Bytes one rank holds (validate.distributed.memory): state after backward, what the "
             "forward pass added, and the peaks of the first step's forward and forward + "
-            "backward and of the second whole step.")  # fmt: skip
+            "backward and of the second whole step. Pipelines (validate.distributed.pipeline): "
+            "each rank against its own prediction; buffers are the schedule's receive "
+            "buffers, kept across steps.")  # fmt: skip
     return Table("Per-rank memory by layout", header, lines, note)
 
 

@@ -21,6 +21,7 @@ from costmodel.parallel.layout import group_links
 from costmodel.single.precision import optimizer_state_bytes
 from costmodel.specs.hardware import Hardware
 from validate.distributed import collectives as coll
+from validate.distributed import pipeline
 from validate.distributed.checks import (
     FROZEN_PARAMS,
     ddp_params,
@@ -33,6 +34,7 @@ from validate.distributed.checks import (
 from validate.distributed.launch import backend_for, launch
 from validate.distributed.memory import LAYOUTS, MEASURED, LayoutCase, predicted
 from validate.distributed.memory import measure as measure_layout
+from validate.distributed.pipeline import PipelineCase
 from validate.report.results import Row
 from validate.suites.runner import Case, Context
 
@@ -265,6 +267,33 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
                   {"config": config})  # fmt: skip
 
 
+def pipeline_case(case: PipelineCase, ctx: Context) -> Iterator[Row]:
+    """Per rank: state, the schedule's receive buffers and the peaks under
+    torch.distributed.pipelining against costmodel's prediction for that rank
+    (``rank_memory``: each rank holds its own layers and micro-batches in flight)."""
+    results = launch(pipeline.measure, case.world, case, backend=backend_for(ctx.device.type),
+                     timeout_s=TIMEOUT_S)  # fmt: skip
+    config = {"layout": case.schedule, "world": case.world, "virtual": case.virtual,
+              "n_layers": case.n_layers, "micro_batches": case.micro_batches,
+              "batch": case.batch, "seq": case.seq, "precision": case.precision}  # fmt: skip
+    for rank, (r, pred) in enumerate(zip(results, pipeline.predicted(case), strict=True)):
+        for q in pipeline.PIPELINE_MEASURED:
+            yield Row("parallel", case.name, f"memory_bytes_per_device.{q}", pred[q], r[q],
+                      ctx.label, "ok", "bytes", {"config": config, "rank": rank})  # fmt: skip
+
+
+def pipeline_cases(ctx: Context) -> list[PipelineCase]:
+    """1F1B on 2 ranks (fp32; with --quick only this), in bf16 mixed precision, with an
+    uneven split and interleaved; on 4 ranks where the machine allows."""
+    if ctx.quick:
+        return [PipelineCase()]
+    cases = [PipelineCase(), PipelineCase(precision="bf16-mixed"), PipelineCase(n_layers=5),
+             PipelineCase(schedule="interleaved", virtual=2)]  # fmt: skip
+    if max(_worlds(ctx)) >= 4:
+        cases.append(PipelineCase(world=4))
+    return cases
+
+
 def layout_cases(ctx: Context) -> list[LayoutCase]:
     """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4. With
     --quick (about 3 minutes on 2 cores) fp32 only for the FSDP layouts, whose state
@@ -296,6 +325,10 @@ def ddp_cases(ctx: Context) -> list[Case]:
 def parallel_cases(ctx: Context) -> list[Case]:
     kinds = ("fsdp", "fsdp-by-hand", "tp", "tp-sp")
     cases = [Case("parallel", f"{k}/world2", lambda c, k=k: parallel_case(k, c)) for k in kinds]
-    return cases + [
+    cases += [
         Case("parallel", lc.name, lambda c, lc=lc: layout_case(lc, c)) for lc in layout_cases(ctx)
+    ]
+    return cases + [
+        Case("parallel", pc.name, lambda c, pc=pc: pipeline_case(pc, c))
+        for pc in pipeline_cases(ctx)
     ]

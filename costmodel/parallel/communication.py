@@ -1,0 +1,159 @@
+"""Communication per device per step under DP, FSDP (ZeRO), TP (+SP), PP and CP: bytes
+each device sends and their alpha-beta seconds, per phase.
+
+Sources: ring collectives move 2(N-1)/N of the buffer for an all-reduce and (N-1)/N for an
+all-gather or reduce-scatter, with (N-1) or 2(N-1) latency steps (Thakur et al. 2005; the
+alpha-beta model); Megatron's f and g (Shoeybi et al. 2019, Sec. 3); ring attention passes
+K and V chunks N-1 times per layer forward and K, V, dK, dV backward (Liu et al. 2023).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from costmodel.parallel import handwritten
+from costmodel.parallel.collectives import bus_factor, ring_steps
+from costmodel.parallel.distributed import (
+    device_batch,
+    params_per_device,
+    residual_bytes,
+    shard_degree,
+    stage_layers,
+)
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
+    W_X,
+    W_Y,
+    D,
+    K,
+    N_cp,
+    N_dp,
+    N_pp,
+    S_bucket,
+    W_cp,
+    W_dp,
+    W_pp,
+    Y,
+    a_cp,
+    a_dp,
+    a_pp,
+    a_X,
+    a_Y,
+    as_expr,
+    d_h,
+    m,
+    smax,
+    v,
+)
+
+
+def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:
+    """Per group: bytes sent per device per step and alpha-beta seconds, split by phase.
+
+    Returns ``{group: {"bytes": e, "forward": t, "backward": t, "optimizer": t}}``.
+    Gradients and gathered parameters travel in the compute dtype (bf16 under mixed
+    precision, as FSDP's MixedPrecisionPolicy and Megatron's bf16 reduce).
+    """
+    prec = PRECISIONS[train.precision]
+    c = prec.activation
+    n, _ = params_per_device(model, par)
+    layers = stage_layers(par)
+    b_dev, t_dev = device_batch()
+    shards = shard_degree(par)
+    groups: dict[str, dict] = {}
+
+    grad_bytes = 4 if par.grad_reduce_fp32 else c
+    dp_bytes = bus_factor("all_reduce", N_dp) * grad_bytes * n / shards
+    buckets = sp.ceiling(grad_bytes * n / shards / S_bucket)
+    groups["dp"] = _phases(
+        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", N_dp) * a_dp * buckets, 0
+    )
+
+    gather = bus_factor("all_gather", shards) * c * n
+    if par.zero == 3:
+        fwd, bwd, opt = gather, 2 * gather, 0
+    else:
+        fwd, bwd, opt = 0, gather, gather
+    steps = ring_steps("all_gather", shards)  # a reduce-scatter takes as many
+    lat = layers * steps * a_X
+    if par.grad_reduce_fp32:  # gradients reduce-scattered in fp32, not the compute dtype
+        scatter = bus_factor("reduce_scatter", shards) * 4 * n
+        bwd, opt = (gather + scatter, 0) if par.zero == 3 else (scatter, gather)
+    groups["fsdp"] = _phases(
+        fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
+    )
+
+    if par.framework == "handwritten":
+        groups["fsdp"] = handwritten.fsdp_group(model, train)
+    groups["tp"] = tp_group(model, train, par)
+
+    act = c * b_dev * t_dev * D
+    p2p = act / (Y if par.sequence_parallel else 1)
+    sends = m * v * (N_pp - 1) / N_pp
+    one = sends * (p2p / W_pp + a_pp)
+    groups["pp"] = _phases(2 * sends * p2p, one, one, 0)
+
+    if model.ffn_only:
+        groups["cp"] = _phases(0, 0, 0, 0)
+    else:
+        kv = 2 * c * b_dev * t_dev * K * d_h / Y
+        steps = m * layers * ring_steps("all_gather", N_cp)  # K/V passed round the ring
+        groups["cp"] = _phases(
+            3 * steps * kv, steps * (kv / W_cp + a_cp), 2 * steps * (kv / W_cp + a_cp), 0
+        )
+    return groups
+
+
+def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+    """Tensor-parallel bytes sent per device per step and their alpha-beta seconds.
+
+    Per layer and micro-batch (Megatron's f and g, Shoeybi et al. 2019, Sec. 3): one
+    all-reduce of the b·T·D block output in forward per sub-block, one of its input's
+    gradient in backward; recomputation re-runs a block's forward ones. Vocabulary-parallel
+    embedding and head (Megatron; torchtitan's plan): the embedding's partial rows are
+    summed in forward (in the residual dtype), the head input's gradient in backward (in
+    the compute dtype), and the vocab-parallel cross-entropy all-reduces three fp32 scalars
+    per token (the max, the target logit and the sum of exponentials). Under sequence
+    parallelism each all-reduce is a reduce-scatter plus an all-gather: the same bytes,
+    the vocabulary's split half in forward, half in backward. With pp > 1 the device with
+    the larger share: the embedding's (first stage) or the head and loss's (last).
+    """
+    b_dev, t_dev = device_batch()
+    per_token = b_dev * t_dev
+    act = PRECISIONS[train.precision].activation * per_token * D
+    per_layer = 1 if model.ffn_only else 2
+    layers = stage_layers(par)
+    # recomputation re-runs a block's collectives; op-level selective AC all but the last,
+    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
+    last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
+    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
+    ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
+    fwd_b, bwd_b = m * layers * per_layer * ar * act, m * layers * (per_layer + again) * ar * act
+    fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + again)
+    if not model.ffn_only:
+        embed = ar * residual_bytes(train, par) * per_token * D
+        head, loss = ar * act, 3 * ar * 4 * per_token
+        split = sp.Rational(1, 2) if par.sequence_parallel else 0
+        vocab_in = (embed * (1 - split), embed * split)  # (forward, backward) bytes
+        vocab_out = (head * split + loss, head * (1 - split))
+        if par.pp > 1:  # on different stages: the device with the larger share
+            vocab_in = (smax(vocab_in[0], vocab_out[0]), smax(vocab_in[1], vocab_out[1]))
+            vocab_out = (0, 0)
+        fwd_b += m * (vocab_in[0] + vocab_out[0])
+        bwd_b += m * (vocab_in[1] + vocab_out[1])
+        fwd_n += m * (4 if par.pp == 1 else 3)  # all-reduce equivalents (latency)
+        bwd_n += m
+    return _phases(
+        fwd_b + bwd_b, fwd_b / W_Y + fwd_n * steps * a_Y, bwd_b / W_Y + bwd_n * steps * a_Y, 0
+    )
+
+
+def _phases(total_bytes, forward, backward, optimizer) -> dict[str, sp.Expr]:
+    return {
+        "bytes": as_expr(total_bytes),
+        "forward": as_expr(forward),
+        "backward": as_expr(backward),
+        "optimizer": as_expr(optimizer),
+    }

@@ -1,0 +1,120 @@
+"""What one pipeline rank holds: its layers, the micro-batches it keeps in flight, and the
+buffers a pipelining runtime allocates for it.
+
+Stages: ``pp · v`` virtual stages, rank r holding stages r, r + pp, ... (interleaved 1F1B;
+Narayanan et al. 2021, Sec. 2.2), with the layers split as evenly as they go and the
+earlier stages taking the extra ones (torch.distributed.pipelining users and Megatron's
+uneven splits put the spare layers where they choose; this is the convention costmodel
+states). The first stage has the embedding, the last the final norm and the head.
+
+In flight: under 1F1B rank r runs pp - 1 - r warm-up forwards, then one forward before each
+backward, so it keeps min(pp - r, m) micro-batches; interleaved, (v - 1)·m_r + 2(pp - 1 - r)
+warm-up chunks plus one (m_r micro-batches per round; torch's ``_get_warmup_ops``, Megatron's
+``get_forward_backward_func``), at most m·v; the first rank's count is Narayanan et al.'s
+1 + (pp - 1)/(pp·v) stages' worth.
+
+Memory is reported for three ranks, whose maximum is every rank's: the first (most in flight
+and the embedding), the second (as many layers with one micro-batch less, but both kinds of
+receive buffer) and the last (the head, its logits and one micro-batch in flight). Ranks
+between have fewer layers or micro-batches in flight than the second, and the same buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import L, N_pp, m, v
+
+# Pipelining runtimes that keep per-micro-batch receive buffers and each stage's output
+# (torch.distributed.pipelining: torchtitan, and the reference model run by it); Megatron
+# receives into fresh tensors and frees a stage's output once sent (deallocate_output_tensor).
+TORCH_PIPELINING = ("reference", "fsdp2")
+
+
+@dataclass(frozen=True)
+class PipelineRank:
+    """One pipeline rank: its index (0, 1 or pp - 1) and whether it holds the first stage
+    (the embedding) and the last (the head)."""
+
+    index: sp.Expr
+    first: bool
+    last: bool
+
+    @property
+    def name(self) -> str:
+        return "first" if self.first else "last" if self.last else "second"
+
+
+def ranks(par: ParallelSpec) -> list[PipelineRank]:
+    """The ranks whose maximum is every rank's (module docstring; the second counts where
+    :func:`present`); one without pp."""
+    if par.pp == 1:
+        return [PipelineRank(sp.Integer(0), True, True)]
+    return [PipelineRank(sp.Integer(0), True, False), PipelineRank(sp.Integer(1), False, False),
+            PipelineRank(N_pp - 1, False, True)]  # fmt: skip
+
+
+def present(rank: PipelineRank) -> sp.Expr:
+    """1 where ``rank`` exists: the second rank is the last one when pp = 2 (expressions
+    are built once for every pp > 1, so this stays symbolic)."""
+    return sp.Integer(1) if rank.first or rank.last else sp.Min(N_pp - 2, 1)
+
+
+def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
+    """Blocks on ``rank``: v·floor(L/(pp·v)) plus one for each of its stages among the
+    first L mod (pp·v), which take the extra layers."""
+    if par.pp == 1:
+        return L
+    stages = N_pp * v
+    extra = sp.Mod(L, stages)
+    spare = sp.Min(v, sp.Max(0, sp.ceiling((extra - rank.index) / N_pp)))
+    return v * sp.floor(L / stages) + spare
+
+
+def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
+    """Stage-micro-batches ``rank`` keeps activations for at once (module docstring)."""
+    if par.pp == 1:
+        return sp.Integer(1)
+    if par.pp_interleave == 1:
+        return sp.Min(N_pp - rank.index, m)
+    per_round = m / sp.Max(1, sp.floor(m / N_pp))
+    warmup = (v - 1) * per_round + 2 * (N_pp - 1 - rank.index)
+    return sp.Min(warmup + 1, m * v)
+
+
+def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
+    """1 when ``rank`` holds gradients while it is at its fullest, else 0: only when a
+    steady state follows its warm-up (more stage-micro-batches, m·v, than it keeps in
+    flight); when warm-up runs every forward, its first backward starts with none."""
+    if par.pp == 1:
+        return sp.Min(m - 1, 1)
+    return sp.Min(1, sp.Max(0, m * v - chunks_in_flight(par, rank)))
+
+
+def held_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
+    """Layer-micro-batches of activations ``rank`` keeps at its fullest: the chunks in
+    flight times the layers of one of its stages."""
+    return chunks_in_flight(par, rank) * rank_layers(par, rank) / v if par.pp > 1 else L
+
+
+def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp.Expr]:
+    """(receive buffers kept across steps, boundary tensors kept beyond what autograd saves
+    while ``rank`` is at its fullest), in units of one micro-batch's stage-boundary
+    activation.
+
+    torch.distributed.pipelining allocates, per local stage and micro-batch, a buffer for
+    the activation it receives (every stage but the first) and one for the gradient
+    (every stage but the last), once, and keeps them (``_setup_forward_recv_info``,
+    ``_create_grad_recv_info``). It keeps each forward's output until that micro-batch's
+    backward (``fwd_cache``), where one device's autograd would keep it only as the next
+    layer's saved input; the received activation is that saved input, already a buffer.
+    Per chunk in flight: +1 on the first stage, -1 on the last, 0 between; interleaved, a
+    rank's chunks are its stages' in equal parts."""
+    if par.pp == 1 or par.framework not in TORCH_PIPELINING:
+        return sp.Integer(0), sp.Integer(0)
+    buffers = m * (2 * v - int(rank.first) - int(rank.last))
+    kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v
+    return buffers, kept
