@@ -16,6 +16,7 @@ from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.parallel.distributed import (
     device_batch,
     params_per_device,
+    replicas,
     residual_bytes,
     shard_degree,
     stage_layers,
@@ -29,7 +30,6 @@ from costmodel.symbols import (
     D,
     K,
     N_cp,
-    N_dp,
     N_pp,
     S_bucket,
     W_cp,
@@ -65,10 +65,11 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     groups: dict[str, dict] = {}
 
     grad_bytes = 4 if par.grad_reduce_fp32 else c
-    dp_bytes = bus_factor("all_reduce", N_dp) * grad_bytes * n / shards
+    dp = replicas(par)  # the cp ranks too where they are not FSDP shards
+    dp_bytes = bus_factor("all_reduce", dp) * grad_bytes * n / shards
     buckets = sp.ceiling(grad_bytes * n / shards / S_bucket)
     groups["dp"] = _phases(
-        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", N_dp) * a_dp * buckets, 0
+        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", dp) * a_dp * buckets, 0
     )
 
     gather = bus_factor("all_gather", shards) * c * n

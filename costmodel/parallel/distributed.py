@@ -13,6 +13,7 @@ import sympy as sp
 
 from costmodel.parallel import fsdp2, handwritten
 from costmodel.parallel.pipeline import (
+    TORCH_PIPELINING,
     PipelineRank,
     boundary_tensors,
     chunks_in_flight,
@@ -79,10 +80,18 @@ def shard_degree(par: ParallelSpec) -> sp.Expr:
     return X * N_cp if par.shards_over_cp else X
 
 
+def replicas(par: ParallelSpec) -> sp.Expr:
+    """Devices whose gradients of the same parameter shard the data-parallel all-reduce
+    sums: dp, times cp where the framework does not shard over the cp ranks (they hold
+    the same parameters and see different chunks of the sequences: Megatron reduces over
+    its dp x cp group, ``get_data_parallel_group(with_context_parallel=True)``)."""
+    return N_dp if par.shards_over_cp else N_dp * N_cp
+
+
 def optimizer_shards(par: ParallelSpec) -> sp.Expr:
     """Devices the optimizer state is split over: the ZeRO group (fsdp, x cp under FSDP2),
-    or every data-parallel rank under Megatron's distributed optimizer."""
-    return N_dp * X if par.framework == "megatron" else shard_degree(par)
+    or every data-parallel rank (x cp) under Megatron's distributed optimizer."""
+    return replicas(par) * X if par.framework == "megatron" else shard_degree(par)
 
 
 def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
@@ -206,8 +215,8 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     n, _ = params_per_device(model, par)
     grads = PRECISIONS[train.precision].grad * n
     if par.zero == 1:
-        return grads * more_than_one(N_dp * X)
-    return grads * more_than_one(N_dp) * (1 - more_than_one(X))
+        return grads * more_than_one(replicas(par) * X)
+    return grads * more_than_one(replicas(par)) * (1 - more_than_one(X))
 
 
 def sharded_activations(
@@ -260,6 +269,9 @@ def sharded_activations(
         total += expr / (Y if sharded else 1) * scale
     if rank is not None and in_flight and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
+        if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
+            # the last stage's output is the logits, kept to its backward like any other
+            total += PRECISIONS[train.precision].activation * b * T * V / Y
     if only is not None and "inputs" not in only:
         return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)

@@ -12,7 +12,8 @@ of AdamW (foreach) on its share of the global batch and reports what it held, me
 - ``peak_forward`` and ``peak_forward_backward``: high-water marks of the first step's
   forward and forward + backward (no gradients or optimizer state yet), and ``peak``:
   the second step's, optimizer step included; costmodel's definitions;
-- ``step_s``: the second step's seconds (CUDA synchronized around it).
+- ``step_s``: the median of three more steps' seconds, timed outside the memory probe
+  (CUDA synchronized around each).
 
 Layouts, each as the framework that runs it:
 
@@ -210,38 +211,66 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
         else torch.device("cpu")  # fmt: skip
     mem = LiveBytes(device)
     out: dict[str, float] = {}
+    tp = case.layout in TENSOR_PARALLEL  # every TP rank runs the same sequences
+    g = torch.Generator(device=device).manual_seed(1 + (0 if tp else rank))
     with mem:
         step, model = build(case, device)
         mem.hold([*step.parameters(), *step.buffers()])
         opt = _optimizer(case, step)
-        tp = case.layout in TENSOR_PARALLEL  # every TP rank runs the same sequences
-        g = torch.Generator(device=device).manual_seed(1 + (0 if tp else rank))
         for i in range(2):
             data = make_batch(model, case.local_batch(), case.seq, device, g)
             gc.collect()  # the last step's reference cycles, freed whenever gc next ran
             mem.reset_peak()
-            start, before = time.perf_counter(), mem.now()
+            before = mem.now()
             with loss_parallel() if tp else nullcontext():
                 loss = step(data)
             gc.collect()  # FSDP2's finished all-gather records can sit in reference cycles
             out["after_forward"] = mem.now() - before
             if i == 0:
                 out["peak_forward"] = mem.peak()
-            with loss_parallel() if tp else nullcontext():
-                loss.backward()
+            _backward(step, loss, tp)
             del loss
-            if isinstance(step, FSDP):
-                step.finish_gradient_synchronization()
             if i == 0:
                 out["peak_forward_backward"] = mem.peak()
             out["grads"] = state_bytes(p.grad for p in step.parameters() if p.grad is not None)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            _update(opt)
             out["peak"] = mem.peak()
-            out["step_s"] = time.perf_counter() - start
         out["params"] = state_bytes(step.parameters())
         out["optimizer"] = _moments(opt)
+    out["step_s"] = _step_seconds(case, step, model, opt, device, g)
     return out
+
+
+def _backward(step: nn.Module, loss: torch.Tensor, tp: bool) -> None:
+    with loss_parallel() if tp else nullcontext():
+        loss.backward()
+    if isinstance(step, FSDP):
+        step.finish_gradient_synchronization()
+
+
+def _update(opt: torch.optim.Optimizer) -> None:
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _step_seconds(case: LayoutCase, step: nn.Module, model: TransformerLM, opt, device, g,
+                  steps: int = 3) -> float:  # fmt: skip
+    """Median seconds of a whole training step, timed apart from the memory probe (on CPU
+    its dispatch mode inspects every op), CUDA synchronized around each."""
+    tp, times = case.layout in TENSOR_PARALLEL, []
+    for _ in range(steps):
+        data = make_batch(model, case.local_batch(), case.seq, device, g)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        with loss_parallel() if tp else nullcontext():
+            loss = step(data)
+        _backward(step, loss, tp)
+        _update(opt)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def predicted(case: LayoutCase, values: dict[str, float]) -> dict[str, float]:
