@@ -3,8 +3,8 @@ each device sends and their alpha-beta seconds, per phase.
 
 Sources: ring collectives move 2(N-1)/N of the buffer for an all-reduce and (N-1)/N for an
 all-gather or reduce-scatter, with (N-1) or 2(N-1) latency steps (Thakur et al. 2005; the
-alpha-beta model); Megatron's f and g (Shoeybi et al. 2019, Sec. 3); ring attention passes
-K and V chunks N-1 times per layer forward and K, V, dK, dV backward (Liu et al. 2023).
+alpha-beta model); Megatron's f and g (Shoeybi et al. 2019, Sec. 3); ring attention as
+torch's context_parallel runs it (:func:`cp_group`; Liu et al. 2023).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from costmodel.symbols import (
     as_expr,
     d_h,
     m,
+    more_than_one,
     smax,
     v,
 )
@@ -96,15 +97,29 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     one = sends * (p2p / W_pp + a_pp)
     groups["pp"] = _phases(2 * sends * p2p, one, one, 0)
 
-    if model.ffn_only:
-        groups["cp"] = _phases(0, 0, 0, 0)
-    else:
-        kv = 2 * c * b_dev * t_dev * K * d_h / Y
-        steps = m * layers * ring_steps("all_gather", N_cp)  # K/V passed round the ring
-        groups["cp"] = _phases(
-            3 * steps * kv, steps * (kv / W_cp + a_cp), 2 * steps * (kv / W_cp + a_cp), 0
-        )
+    groups["cp"] = cp_group(model, train, par)
     return groups
+
+
+def cp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+    """Ring attention's bytes sent per device per step and their alpha-beta seconds, as
+    torch's context_parallel runs it (``_templated_ring_attention`` and its backward,
+    torch 2.13; Liu et al. 2023): per layer and micro-batch the K/V chunk goes N - 1
+    hops in forward and again in backward, where fp32 accumulators of its gradient
+    (``convert_to_f32``) go N hops, the last bringing them home. Measured exactly by
+    ``validate.distributed.context`` (the same ring by hand on gloo ranks)."""
+    if model.ffn_only:
+        return _phases(0, 0, 0, 0)
+    c = PRECISIONS[train.precision].activation
+    b_dev, t_dev = device_batch()
+    kv = 2 * c * b_dev * t_dev * K * d_h / Y
+    kv_grad = kv * 4 / c
+    layers = stage_layers(par)
+    hops = m * layers * ring_steps("all_gather", N_cp)
+    grad_hops = m * layers * N_cp * more_than_one(N_cp)
+    forward = hops * (kv / W_cp + a_cp)
+    backward = forward + grad_hops * (kv_grad / W_cp + a_cp)
+    return _phases(2 * hops * kv + grad_hops * kv_grad, forward, backward, 0)
 
 
 def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:

@@ -38,6 +38,8 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     D,
+    H,
+    K,
     L,
     N_cp,
     N_dp,
@@ -49,6 +51,7 @@ from costmodel.symbols import (
     Y,
     as_expr,
     b,
+    d_h,
     m,
     more_than_one,
     smax,
@@ -230,14 +233,12 @@ def sharded_activations(
 ) -> sp.Expr:
     """Activations one device keeps, in terms of the global micro-batch b and T.
 
-    ``in_flight``: what pipeline ``rank`` keeps at its fullest
+    With pipeline ``rank`` and ``in_flight``: what that rank keeps at its fullest
     (:func:`costmodel.parallel.pipeline.held_layers`: its layers times the micro-batches
-    in flight; without ``rank`` the first stage's, about L layers of one micro-batch times
-    the interleaving factor 1 + (pp-1)/(pp·v) of Narayanan et al. 2021, Sec. 2.2.2, never
-    more than the step's m micro-batches), the head's parts on the last rank, and the
-    stage-boundary tensors a pipelining runtime keeps beyond them
-    (:func:`costmodel.parallel.pipeline.boundary_tensors`); otherwise one micro-batch
-    through one stage's layers (what a forward pass writes on a device).
+    in flight, the head's parts on the last rank, and the stage-boundary tensors a
+    pipelining runtime keeps beyond them,
+    :func:`costmodel.parallel.pipeline.boundary_tensors`). Otherwise one micro-batch through
+    the device's layers (without pp, all of them: what a forward pass writes).
     ``only``: the sum over these parts of ``activation_memory`` alone (the embedding's
     DTensor buffers count with ``inputs``)."""
     res = residual_bytes(train, par)
@@ -245,21 +246,18 @@ def sharded_activations(
     parts.pop("total")
     if only is not None:
         parts = {op: e for op, e in parts.items() if op in only}
-    interleave = 1 + (N_pp - 1) / (N_pp * v) if par.pp_interleave > 1 else sp.Integer(1)
-    if par.pp > 1:  # the first stage holds at most the step's m micro-batches of L/pp layers
-        interleave = sp.Min(interleave, m / N_pp, evaluate=False)
+    in_flight = in_flight and rank is not None
     if rank is not None:
         layers = held_layers(par, rank) if in_flight else rank_layers(par, rank)
         share, micro_batches = layers / L, chunks_in_flight(par, rank) / v * int(rank.first)
-    else:
-        share = interleave if in_flight else stage_layers(par) / L
-        micro_batches = share * L / stage_layers(par)
+    else:  # the busiest stage's layers, L without pp
+        share, micro_batches = stage_layers(par) / L, 1
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
     dtensor = par.framework in DTENSOR_FRAMEWORKS
     for op, expr in parts.items():
         if op in SHARED_PARTS:  # the reference model makes its tables in every forward
-            again = op in ("rope", "attn_mask") and rank is not None and in_flight
+            again = op in ("rope", "attn_mask") and in_flight
             again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
             total += expr * (chunks_in_flight(par, rank) if again else 1)
             continue
@@ -267,7 +265,7 @@ def sharded_activations(
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
         scale = head if op in HEAD_PARTS else share
         total += expr / (Y if sharded else 1) * scale
-    if rank is not None and in_flight and only is None:
+    if in_flight and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
         if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
             # the last stage's output is the logits, kept to its backward like any other
@@ -275,6 +273,20 @@ def sharded_activations(
     if only is not None and "inputs" not in only:
         return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Bytes ring attention holds in a layer's backward beside the activations, in terms of
+    b and T (0 without cp): the fp32 query-gradient accumulator, the fp32 K/V gradient
+    accumulators of the chunk in hand and of the one arriving, the K/V chunk arriving
+    and one block's gradients in the compute dtype (torch's context_parallel backward
+    allocates the same, plus its send buffers; measured on the hand-written ring,
+    ``validate.distributed.context``)."""
+    if model.ffn_only:
+        return sp.Integer(0)
+    c = PRECISIONS[train.precision].activation
+    per_token = (4 * H + 16 * K + 2 * c * K + c * (H + 2 * K)) * d_h / Y
+    return more_than_one(N_cp) * per_token * b * T
 
 
 def stage_boundary(train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -330,7 +342,8 @@ def rank_memory(
     live = more_than_one(m) if rank is None else grads_at_fullest(par, rank)
     live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
-          "grads_live": live, "head": rank is None or rank.last}  # fmt: skip
+          "grads_live": live, "head": rank is None or rank.last,
+          "backward_transient": ring_transient(model, train)}  # fmt: skip
     positional = par.framework == "fsdp2" and par.pp == 1
     at_head = {**state, "grads": state["grads"] - held}
     if positional:  # the generic candidates are the head's; the blocks' are added below

@@ -205,6 +205,7 @@ def peak_memory(
     grads_live: sp.Expr | None = None,
     backward_params: sp.Expr | None = None,
     head: bool = True,
+    backward_transient: Any = 0,
 ) -> dict[str, sp.Expr]:
     """Peak bytes for a forward pass, a forward + backward, and a whole training step.
 
@@ -229,7 +230,9 @@ def peak_memory(
     (autocast's casts, FSDP's gathered layers); by default the latter under mixed precision.
     ``backward_params`` replaces the working weights beside backward's start where they
     differ from the forward's (FSDP2 gathers the head again, without the forward's flat
-    buffer). ``head``: whether this device runs the head and loss (a pipeline stage
+    buffer). ``backward_transient``: a layout's own transient in backward beside the
+    activations (ring attention's buffers under context parallelism), a candidate beside
+    backward's start. ``head``: whether this device runs the head and loss (a pipeline stage
     before the last does not: its transients are the blocks').
     """
     prec = PRECISIONS[train.precision]
@@ -247,7 +250,7 @@ def peak_memory(
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
     # the forward's transient and backward start's, beside the same live set
     again = copies if backward_params is None else backward_params
-    at_start = smax(copies + fwd, again + start)
+    at_start = smax(copies + fwd, again + start, again + backward_transient)
     fwd_bwd = stored + smax(acts + earlier + at_start, state["grads"] + end)
     temp = optimizer_temp(train, state["optimizer"])
     step = smax(

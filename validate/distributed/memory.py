@@ -58,13 +58,15 @@ from validate.distributed.checks import (
     small_spec,
     tensor_parallel,
 )
+from validate.distributed.context import SENT, ContextParallelLM, local_chunk
 from validate.distributed.ddp import ShardedOptimizer
 from validate.fsdp import FSDP, all_gather
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
 
-LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "fsdp-by-hand", "tp", "tp-sp")
+LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "fsdp-by-hand", "tp", "tp-sp", "cp")
 TENSOR_PARALLEL = ("tp", "tp-sp")
+WHOLE_BATCH = (*TENSOR_PARALLEL, "cp")  # every rank runs every sequence (cp: its chunk)
 STATE = ("params", "grads", "optimizer")
 PEAKS = ("peak_forward", "peak_forward_backward", "peak")
 MEASURED = (*STATE, "after_forward", *PEAKS)
@@ -92,6 +94,7 @@ class LayoutCase:
         w, mixed = self.world, PRECISIONS[self.precision].weight_copy > 0
         return {
             "ddp": ParallelSpec(dp=w),
+            "cp": ParallelSpec(cp=w),
             "zero1": ParallelSpec(fsdp=w, zero=1),
             "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed),
             "fsdp2-noreshard": ParallelSpec(
@@ -100,8 +103,14 @@ class LayoutCase:
         }.get(self.layout) or parallel_spec(self.layout, w)
 
     def local_batch(self) -> int:
-        """Sequences each rank runs: its share of the batch, the whole batch under TP."""
-        return self.batch if self.layout in TENSOR_PARALLEL else self.batch // self.world
+        """Sequences each rank runs: its share of the batch, the whole batch under TP and
+        CP (a chunk of each sequence)."""
+        return self.batch if self.layout in WHOLE_BATCH else self.batch // self.world
+
+    def data(self, model: TransformerLM, device: torch.device, g: torch.Generator, rank: int):
+        """This rank's batch: ids and targets (b, T), under CP its chunk of the sequence."""
+        data = make_batch(model, self.local_batch(), self.seq, device, g)
+        return local_chunk(data, rank, self.world) if self.layout == "cp" else data
 
 
 class InPlaceReduceScatter(ReduceScatter):
@@ -181,6 +190,8 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
         # gloo's own reduce-scatter reduces a private copy of its input (FSDP2's case, above)
         gather, scatter = settled(all_gather), settled(_in_place_reduce_scatter)
         return FSDP(model, dtype, all_gather=gather, reduce_scatter=scatter), model
+    if case.layout == "cp":  # ring attention; DDP averages gradients over the cp ranks
+        return DistributedDataParallel(ContextParallelLM(model)), model
     if case.layout in TENSOR_PARALLEL:
         mesh = init_device_mesh(device.type, (case.world,))
         tensor_parallel(model, mesh, sequence_parallel=case.layout == "tp-sp")
@@ -211,14 +222,16 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
         else torch.device("cpu")  # fmt: skip
     mem = LiveBytes(device)
     out: dict[str, float] = {}
-    tp = case.layout in TENSOR_PARALLEL  # every TP rank runs the same sequences
-    g = torch.Generator(device=device).manual_seed(1 + (0 if tp else rank))
+    tp = case.layout in TENSOR_PARALLEL
+    same = case.layout in WHOLE_BATCH  # every rank draws the same sequences
+    g = torch.Generator(device=device).manual_seed(1 + (0 if same else rank))
     with mem:
         step, model = build(case, device)
         mem.hold([*step.parameters(), *step.buffers()])
         opt = _optimizer(case, step)
         for i in range(2):
-            data = make_batch(model, case.local_batch(), case.seq, device, g)
+            data = case.data(model, device, g, rank)
+            sent = SENT["bytes"]
             gc.collect()  # the last step's reference cycles, freed whenever gc next ran
             mem.reset_peak()
             before = mem.now()
@@ -235,9 +248,10 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
             out["grads"] = state_bytes(p.grad for p in step.parameters() if p.grad is not None)
             _update(opt)
             out["peak"] = mem.peak()
+            out["cp_bytes"] = SENT["bytes"] - sent
         out["params"] = state_bytes(step.parameters())
         out["optimizer"] = _moments(opt)
-    out["step_s"] = _step_seconds(case, step, model, opt, device, g)
+    out["step_s"] = _step_seconds(case, step, model, opt, device, g, rank)
     return out
 
 
@@ -254,12 +268,12 @@ def _update(opt: torch.optim.Optimizer) -> None:
 
 
 def _step_seconds(case: LayoutCase, step: nn.Module, model: TransformerLM, opt, device, g,
-                  steps: int = 3) -> float:  # fmt: skip
+                  rank: int, steps: int = 3) -> float:  # fmt: skip
     """Median seconds of a whole training step, timed apart from the memory probe (on CPU
     its dispatch mode inspects every op), CUDA synchronized around each."""
     tp, times = case.layout in TENSOR_PARALLEL, []
     for _ in range(steps):
-        data = make_batch(model, case.local_batch(), case.seq, device, g)
+        data = case.data(model, device, g, rank)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()

@@ -5,7 +5,8 @@
         -m validate.distributed.torchrun tp
 
 Checks: ``collectives`` (timings per op and size), ``ddp`` (each variant's step and sync
-time), ``fsdp`` / ``fsdp-by-hand`` / ``tp`` (one step's collectives and bytes). Rank 0
+time), ``fsdp`` / ``fsdp-by-hand`` / ``tp`` (one step's collectives and bytes), ``pipeline``
+(each rank's bytes under 1F1B over all ranks, measured and predicted). Rank 0
 prints one JSON object; the process group times out (bounded) if a rank dies or hangs.
 """
 
@@ -19,9 +20,11 @@ import sys
 import torch.distributed as dist
 
 from costmodel.parallel.collectives import DDP_VARIANTS
+from validate.distributed import pipeline
 from validate.distributed.checks import step, time_variant
 from validate.distributed.collectives import bench
 from validate.distributed.launch import run_distributed
+from validate.distributed.pipeline import PipelineCase
 
 CHECKS = {
     "collectives": lambda rank, world: bench(rank, world, [2**k for k in range(20, 27, 2)], 3),
@@ -31,7 +34,16 @@ CHECKS = {
     "fsdp": lambda rank, world: step(rank, world, "fsdp", 2 * world, 64, "fp32"),
     "fsdp-by-hand": lambda rank, world: step(rank, world, "fsdp-by-hand", 2 * world, 64, "fp32"),
     "tp": lambda rank, world: step(rank, world, "tp", 2, 64, "fp32"),
+    "pipeline": lambda rank, world: _pipeline(rank, world),
 }
+
+
+def _pipeline(rank: int, world: int) -> dict:
+    """1F1B over ``world`` stages: this rank's bytes, measured and as costmodel predicts."""
+    case = PipelineCase(world=world, n_layers=max(4, world), micro_batches=2 * world,
+                        batch=4 * world)  # fmt: skip
+    return {"measured": pipeline.measure(rank, world, case),
+            "predicted": pipeline.predicted(case)[rank]}  # fmt: skip
 
 
 def _check(rank: int, world: int, name: str) -> None:

@@ -120,10 +120,14 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight.to(self.compute), bias)
 
 
-def rope_tables(seq: int, dim: int, dtype: torch.dtype, device, base: float = 10000.0):
-    """cos and sin of shape (seq, dim) (Su et al. 2021, RoFormer, Eq. 34; rotate-half form)."""
+def rope_tables(
+    seq: int, dim: int, dtype: torch.dtype, device, base: float = 10000.0, start: int = 0
+):
+    """cos and sin of shape (seq, dim) for positions start.. (Su et al. 2021, RoFormer,
+    Eq. 34; rotate-half form)."""
     inv = 1.0 / base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
-    freqs = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv)
+    positions = torch.arange(start, start + seq, device=device, dtype=torch.float32)
+    freqs = torch.outer(positions, inv)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 

@@ -261,6 +261,11 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
                       ctx.label, "ok", "bytes", extra)  # fmt: skip
         yield Row("parallel", case.name, "time_s.step.per_rank", est["time_s.step"],
                   r["step_s"], ctx.label, "ok", "s", extra)  # fmt: skip
+    if case.layout == "cp":  # the ring's sends, counted by validate.distributed.context
+        for rank, r in enumerate(results):
+            extra = {"config": config, "rank": rank}
+            yield Row("parallel", case.name, "comm_bytes.cp", est["comm_bytes.cp"],
+                      r["cp_bytes"], ctx.label, "ok", "bytes", extra)  # fmt: skip
     for q in ("params", "grads", "optimizer"):
         yield Row("parallel", case.name, f"memory_bytes_per_device.{q}.all_ranks",
                   pred[q] * case.world, sum(r[q] for r in results), ctx.label, "ok", "bytes",
