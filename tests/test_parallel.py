@@ -431,21 +431,3 @@ def test_max_seq_says_when_it_stops_at_its_limit(capsys):
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
                  "--json"]) == 0  # fmt: skip
     assert "limited_by" not in json.loads(capsys.readouterr().out)
-
-
-@pytest.mark.parametrize("framework", ["reference", "megatron"])
-def test_context_parallel_ranks_reduce_their_gradients(framework: str) -> None:
-    """The cp ranks hold the same parameters and see different chunks of each sequence, so
-    the data-parallel all-reduce spans dp x cp (Megatron: the dp-cp group). Llama-3-8B with
-    dp 4 x cp 2 sends what dp 8 sends; with dp 1 x cp 2 the gradients are still summed over
-    the two ranks (2(N-1)/N = 1 x the gradient bytes), where it was once nothing."""
-    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
-    train = TrainSpec(batch=8, seq=8192, precision="bf16-mixed")
-
-    def dp_bytes(**degrees: int) -> float:
-        par = ParallelSpec(framework=framework, **degrees)
-        return estimate(model, train, par, hw)["comm_bytes.dp"]
-
-    assert dp_bytes(dp=4, cp=2) == pytest.approx(dp_bytes(dp=8))
-    grads = estimate(model, train.replace(batch=1), None)["params.total"] * 2  # bf16
-    assert dp_bytes(cp=2) == pytest.approx(grads)

@@ -227,13 +227,12 @@ def sharded_activations(
     train: TrainSpec,
     par: ParallelSpec,
     *,
-    in_flight: bool = True,
     only: tuple[str, ...] | None = None,
     rank: PipelineRank | None = None,
 ) -> sp.Expr:
     """Activations one device keeps, in terms of the global micro-batch b and T.
 
-    With pipeline ``rank`` and ``in_flight``: what that rank keeps at its fullest
+    With pipeline ``rank``: what that rank keeps at its fullest
     (:func:`costmodel.parallel.pipeline.held_layers`: its layers times the micro-batches
     in flight, the head's parts on the last rank, and the stage-boundary tensors a
     pipelining runtime keeps beyond them,
@@ -246,10 +245,9 @@ def sharded_activations(
     parts.pop("total")
     if only is not None:
         parts = {op: e for op, e in parts.items() if op in only}
-    in_flight = in_flight and rank is not None
     if rank is not None:
-        layers = held_layers(par, rank) if in_flight else rank_layers(par, rank)
-        share, micro_batches = layers / L, chunks_in_flight(par, rank) / v * int(rank.first)
+        share = held_layers(par, rank) / L
+        micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
     else:  # the busiest stage's layers, L without pp
         share, micro_batches = stage_layers(par) / L, 1
     head = 1 if rank is None or rank.last else 0
@@ -257,7 +255,7 @@ def sharded_activations(
     dtensor = par.framework in DTENSOR_FRAMEWORKS
     for op, expr in parts.items():
         if op in SHARED_PARTS:  # the reference model makes its tables in every forward
-            again = op in ("rope", "attn_mask") and in_flight
+            again = op in ("rope", "attn_mask") and rank is not None
             again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
             total += expr * (chunks_in_flight(par, rank) if again else 1)
             continue
@@ -265,7 +263,7 @@ def sharded_activations(
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
         scale = head if op in HEAD_PARTS else share
         total += expr / (Y if sharded else 1) * scale
-    if in_flight and only is None:
+    if rank is not None and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
         if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
             # the last stage's output is the logits, kept to its backward like any other

@@ -49,10 +49,8 @@ class PipelineRank:
 
 
 def ranks(par: ParallelSpec) -> list[PipelineRank]:
-    """The ranks whose maximum is every rank's (module docstring; the second counts where
-    :func:`present`); one without pp."""
-    if par.pp == 1:
-        return [PipelineRank(sp.Integer(0), True, True)]
+    """The ranks (pp > 1) whose maximum is every rank's (module docstring; the second
+    counts where :func:`present`)."""
     return [PipelineRank(sp.Integer(0), True, False), PipelineRank(sp.Integer(1), False, False),
             PipelineRank(N_pp - 1, False, True)]  # fmt: skip
 
@@ -66,8 +64,6 @@ def present(rank: PipelineRank) -> sp.Expr:
 def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Blocks on ``rank``: v·floor(L/(pp·v)) plus one for each of its stages among the
     first L mod (pp·v), which take the extra layers."""
-    if par.pp == 1:
-        return L
     stages = N_pp * v
     extra = sp.Mod(L, stages)
     spare = sp.Min(v, sp.Max(0, sp.ceiling((extra - rank.index) / N_pp)))
@@ -76,8 +72,6 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
 
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Stage-micro-batches ``rank`` keeps activations for at once (module docstring)."""
-    if par.pp == 1:
-        return sp.Integer(1)
     if par.pp_interleave == 1:
         return sp.Min(N_pp - rank.index, m)
     per_round = m / sp.Max(1, sp.floor(m / N_pp))
@@ -89,15 +83,13 @@ def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """1 when ``rank`` holds gradients while it is at its fullest, else 0: only when a
     steady state follows its warm-up (more stage-micro-batches, m·v, than it keeps in
     flight); when warm-up runs every forward, its first backward starts with none."""
-    if par.pp == 1:
-        return sp.Min(m - 1, 1)
     return sp.Min(1, sp.Max(0, m * v - chunks_in_flight(par, rank)))
 
 
 def held_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Layer-micro-batches of activations ``rank`` keeps at its fullest: the chunks in
     flight times the layers of one of its stages."""
-    return chunks_in_flight(par, rank) * rank_layers(par, rank) / v if par.pp > 1 else L
+    return chunks_in_flight(par, rank) * rank_layers(par, rank) / v
 
 
 def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp.Expr]:
@@ -113,7 +105,7 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     layer's saved input; the received activation is that saved input, already a buffer.
     Per chunk in flight: +1 on the first stage, -1 on the last, 0 between; interleaved, a
     rank's chunks are its stages' in equal parts."""
-    if par.pp == 1 or par.framework not in TORCH_PIPELINING:
+    if par.framework not in TORCH_PIPELINING:
         return sp.Integer(0), sp.Integer(0)
     buffers = m * (2 * v - int(rank.first) - int(rank.last))
     kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v

@@ -188,7 +188,7 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
     """
     b_dev, t_dev = device_batch()
     if train.elementwise == "fused":
-        written = sharded_activations(model, train, par, in_flight=False)
+        written = sharded_activations(model, train, par)
         fwd = 2 * written.xreplace(dict(zip((b, T), (b_dev, t_dev), strict=True))) / W_hbm
         return fwd, 2 * fwd
     prec = PRECISIONS[train.precision]

@@ -33,6 +33,7 @@ from costmodel import ModelSpec, ParallelSpec, TrainSpec, get_hardware
 from costmodel.engine.estimate import symbol_values
 from costmodel.parallel.distributed import rank_memory
 from costmodel.parallel.pipeline import PipelineRank
+from costmodel.symbols import as_expr
 from validate.distributed.checks import small_spec
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM
@@ -237,7 +238,7 @@ def predicted(case: PipelineCase) -> list[dict[str, float]]:
     out = []
     for r in range(case.world):
         rank = PipelineRank(sp.Integer(r), r == 0, r == case.world - 1)
-        mem = {k: float(sp.sympify(e).xreplace(values)) for k, e in
+        mem = {k: float(as_expr(e).xreplace(values)) for k, e in
                rank_memory(spec, train, par, rank).items()}  # fmt: skip
         # a rank's parameter storages are the fp32 master where autocast casts from it
         mem["params"] = mem["master"] or mem["params"]
