@@ -88,6 +88,8 @@ W_X, W_Y, W_dp, W_pp, W_cp = sp.symbols("W_X W_Y W_dp W_pp W_cp", **_POS)  # gro
 a_X, a_Y, a_dp, a_pp, a_cp = sp.symbols("alpha_X alpha_Y alpha_dp alpha_pp alpha_cp", **_POS)
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
+t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
+s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
 
 PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, m, v)
 HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
@@ -108,6 +110,8 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     a_cp,
     S_bucket,
     R_alloc,
+    t_op,
+    s_sync,
 )
 DESCRIPTIONS.update(
     {
@@ -132,6 +136,8 @@ DESCRIPTIONS.update(
         W_cp: "CP ring bandwidth",
         S_bucket: "DDP bucket bytes",
         R_alloc: "allocator's reserved over allocated bytes",
+        t_op: "host seconds per dispatched kernel",
+        s_sync: "1 where kernels run on the dispatching thread (CPU), 0 where asynchronous",
     }
 )
 

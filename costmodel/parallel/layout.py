@@ -42,6 +42,8 @@ from costmodel.symbols import (
     a_X,
     a_Y,
     m,
+    s_sync,
+    t_op,
     v,
 )
 
@@ -123,6 +125,8 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,
         R_alloc: hw.allocator_reserve,
+        t_op: hw.dispatch_s,
+        s_sync: float(hw.kind == "cpu"),
     }
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]

@@ -11,8 +11,11 @@ reading and writing what the forward keeps, twice that in backward (an estimate)
 time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
 fully, as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B
 bubble (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer
-step bound by memory traffic. MFU counts the causal model FLOPs (PaLM, App. B); HFU
-counts what runs, recomputation included.
+step bound by memory traffic. Each phase's kernels also cost host time
+(``costmodel.single.kernels`` counts them; ``Hardware.dispatch_s`` seconds each): a CPU adds
+it to the device's, an asynchronous accelerator takes the longer of the two (He 2022,
+"Making Deep Learning Go Brrrr", the overhead-bound regime). MFU counts the causal model
+FLOPs (PaLM, App. B); HFU counts what runs, recomputation included.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from costmodel.parallel.distributed import (
 )
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
+from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
 from costmodel.single.params import ffn_matrices, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
@@ -57,7 +61,9 @@ from costmodel.symbols import (
     b,
     d_h,
     m,
+    s_sync,
     smax,
+    t_op,
     v,
 )
 
@@ -246,6 +252,23 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     return (fwd, bwd)
 
 
+def _host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) host seconds of one micro-batch on this stage: the kernels it
+    dispatches (``costmodel.single.kernels``: its layers, and the embedding, head and loss,
+    an upper bound for a middle stage) times the host's seconds per kernel."""
+    residual = residual_bytes(train, par)
+    layer, outside = layer_kernels(model, train, residual), model_kernels(model, train, residual)
+    layers = stage_layers(par)
+    return tuple((layers * n + k) * t_op for n, k in zip(layer, outside, strict=True))
+
+
+def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
+    """A phase's seconds from its device and host seconds: where kernels run on the
+    dispatching thread (CPU, ``s_sync`` 1) they add; an asynchronous device overlaps them
+    and takes the longer (max + s_sync·min)."""
+    return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
+
+
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
     ops = roofline(model, train)
@@ -253,8 +276,9 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
     times = {k: e["time_s"] for k, e in ops.items()}
     fwd_ops, bwd_ops = _ops_per_phase(model, train, par, times, _core_backward_time(ops, train))
-    fwd_mb = fwd_ops + elementwise + extra_fwd / W_hbm
-    bwd_mb = bwd_ops + elementwise_bwd + extra_bwd / W_hbm
+    host_fwd, host_bwd = _host_seconds(model, train, par)
+    fwd_mb = _with_host(fwd_ops + elementwise + extra_fwd / W_hbm, host_fwd)
+    bwd_mb = _with_host(bwd_ops + elementwise_bwd + extra_bwd / W_hbm, host_bwd)
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     executed = sp.Add(*_ops_per_phase(model, train, par, {k: e["flops"] for k, e in ops.items()}))
@@ -288,6 +312,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.compute_forward": m * fwd_mb,
         "time_s.compute_backward": m * bwd_mb,
         "time_s.optimizer_update": update,
+        "time_s.host": m * (host_fwd + host_bwd),
         "time_s.comm": sum(
             (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
         ),

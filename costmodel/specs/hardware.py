@@ -69,6 +69,13 @@ class Hardware:
     """Bytes the allocator reserves over the peak bytes allocated (PyTorch's caching
     allocator keeps freed blocks and rounds segments); ``memory_bytes_per_device.reserved``
     is the peak times this, which is what ``torch.cuda.max_memory_reserved`` reports."""
+    dispatch_s: float = 0.0
+    """Host seconds per kernel an eager training step dispatches (Python, the autograd
+    record, ATen dispatch, allocation and launch; ``costmodel.single.kernels`` counts the
+    kernels). A CPU runs each kernel on the dispatching thread, so the two add; GPUs and
+    TPUs run them asynchronously, so a phase takes the longer of the device's time and the
+    host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
+    measures it on the machine it runs on."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -82,6 +89,7 @@ class Hardware:
         for name in _POSITIVE:
             checks.number(name, getattr(self, name))
         checks.number("allocator_reserve", self.allocator_reserve)
+        checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
         if self.allocator_reserve < 1:
             raise SpecError(
                 "allocator_reserve",

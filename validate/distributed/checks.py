@@ -236,7 +236,7 @@ def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str)
     bytes one rank sends), the seconds this rank spent inside them (``comm_s``) and the
     step's seconds."""
     torch.manual_seed(0)
-    spec, train = small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision)
+    spec, train = spec_and_train(batch, seq, precision)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = TransformerLM.for_training(spec, train, device)
     run = shard(model, kind, world)
@@ -261,4 +261,4 @@ def step(rank: int, world: int, kind: str, batch: int, seq: int, precision: str)
 
 
 def spec_and_train(batch: int, seq: int, precision: str) -> tuple[ModelSpec, TrainSpec]:
-    return small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision)
+    return small_spec(), TrainSpec(batch=batch, seq=seq, precision=precision, elementwise="eager")

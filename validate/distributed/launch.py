@@ -15,6 +15,7 @@ environment instead, so the same functions run across nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shutil
@@ -32,6 +33,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from costmodel.specs.hardware import Hardware
 
 STARTUP_S = 300.0
 """Seconds ranks may take to start and join the group (python, torch import, rendezvous)."""
@@ -73,11 +76,32 @@ def _unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
+def threads_per_rank(world: int) -> int:
+    """Intra-op threads each CPU rank runs: the machine's cores shared out."""
+    return max(1, (os.cpu_count() or 1) // world)
+
+
+def rank_hardware(hw: Hardware, world: int) -> Hardware:
+    """The profile one of ``world`` CPU ranks sees: a CPU profile measures the whole machine
+    (``validate.probes.calibrate`` runs on every core), and each rank computes on its
+    :func:`threads_per_rank` of them and shares the memory bandwidth alike. Accelerators
+    are one per rank: unchanged."""
+    if hw.kind != "cpu":
+        return hw
+    share = min(1.0, threads_per_rank(world) / (os.cpu_count() or 1))
+    return dataclasses.replace(
+        hw,
+        peak_flops={k: v and v * share for k, v in hw.peak_flops.items()},
+        attention_flops={k: v * share for k, v in hw.attention_flops.items()},
+        hbm_bw=hw.hbm_bw * share,
+    )
+
+
 def _worker_main(argv: list[str]) -> None:
     """One rank: ``python -m validate.distributed.launch JOB_DIR RANK WORLD BACKEND TIMEOUT``."""
     job, rank, world_size, backend, timeout_s = (
         Path(argv[0]), int(argv[1]), int(argv[2]), argv[3], float(argv[4]))  # fmt: skip
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     _watch_parent(job)
     try:
         fn, args = _unpack((job / "job.pt").read_bytes())

@@ -85,7 +85,8 @@ class LayoutCase:
         return f"{self.layout}/world{self.world}/{self.precision}"
 
     def train(self) -> TrainSpec:
-        return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision)
+        return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision,
+                         elementwise="eager")  # the reference model runs eager  # fmt: skip
 
     def parallel(self) -> ParallelSpec:
         """The layout as costmodel names it (FSDP2 reduces in fp32 under a mixed precision,

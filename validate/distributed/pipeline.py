@@ -176,7 +176,7 @@ class PipelineCase:
 
     def train(self) -> TrainSpec:
         return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision,
-                         grad_accum=self.micro_batches)  # fmt: skip
+                         grad_accum=self.micro_batches, elementwise="eager")  # fmt: skip
 
     def parallel(self) -> ParallelSpec:
         return ParallelSpec(pp=self.world, pp_interleave=self.virtual)

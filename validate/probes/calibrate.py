@@ -11,6 +11,9 @@ achieves here, so the profile's efficiencies are 1 (matmul, hbm) or measured (at
   and bf16, counted as costmodel's roofline runs a fused causal core (the unmasked half,
   2·b·H·T²·d_h); ``efficiency.attention`` is the bf16 (GPU) or fp32 (CPU) one over that
   dtype's matmul rate, for readers of the profile;
+- ``dispatch_s``: host seconds per kernel of an eager training step: forward and backward
+  of a reference model too small for its kernels' own work to matter (2 layers, d 32,
+  8 tokens), over the kernels ``costmodel.single.kernels`` counts for it;
 - ``hbm_bw``: bytes/s of a copy (STREAM's Copy: one read, one write), best of repeats;
   ``measured.add_bw`` is an out-of-place add for comparison. Both run under the caching
   allocator of ``validate.probes.cpu_env`` (jemalloc when installed): without it a fresh 256 MiB
@@ -116,6 +119,25 @@ def elementwise_bandwidth(device: torch.device, nbytes: int) -> tuple[float, flo
     return add, copy
 
 
+def dispatch_seconds(device: torch.device) -> float:
+    """Host seconds per dispatched kernel (module docstring)."""
+    from costmodel import ModelSpec, TrainSpec
+    from costmodel.single.kernels import layer_kernels, model_kernels
+    from validate.reference.model import TransformerLM, make_batch
+
+    spec = ModelSpec(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_positions=8)
+    train = TrainSpec(batch=1, seq=8, precision="fp32", elementwise="eager")
+    model = TransformerLM.for_training(spec, train, device=device)
+    batch = make_batch(model, 1, 8, device)
+
+    def step() -> None:
+        model(batch).backward()
+
+    kernels = sum(spec.n_layers * n + k for n, k in zip(
+        layer_kernels(spec, train, 4), model_kernels(spec, train, 4), strict=True))  # fmt: skip
+    return min(time_call(step, device) for _ in range(3)) / kernels
+
+
 def _machine(device: torch.device) -> tuple[str, int]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -134,13 +156,14 @@ def profile(device: torch.device, nbytes: int) -> dict:
     attention = {k: attention_flops(DTYPES[k], device) for k in ("fp32", "bf16")}
     attn_dtype = "bf16" if device.type == "cuda" else "fp32"
     add_bw, copy_bw = elementwise_bandwidth(device, nbytes)
+    dispatch = dispatch_seconds(device)
     name, capacity = _machine(device)
     return {
         "name": "measured",
         "kind": "gpu" if device.type == "cuda" else "cpu",
         "source": f"validate.probes.calibrate on {name}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; F.linear layer chains, "
-        f"causal SDPA, {nbytes / 2**20:.0f} MiB copy",
+        f"causal SDPA, {nbytes / 2**20:.0f} MiB copy, a tiny model's eager step per kernel",
         "peak_flops": {k: peaks.get(k) for k in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")},
         "hbm_bytes": capacity,
         "hbm_bw": copy_bw,
@@ -159,6 +182,7 @@ def profile(device: torch.device, nbytes: int) -> dict:
             "network": 1.0,
         },
         "attention_flops": attention,
+        "dispatch_s": dispatch,
         "measured": {"copy_bw": copy_bw, "add_bw": add_bw, "allocator": active_allocator()},
     }
 
@@ -175,7 +199,8 @@ def main() -> None:
     flops = {k: f"{v:.3e}" for k, v in result["peak_flops"].items() if v}
     print(
         f"peak_flops {flops} hbm_bw={result['hbm_bw']:.3e} B/s "
-        f"attention eff={result['efficiency']['attention']:.2f} -> {args.out}"
+        f"attention eff={result['efficiency']['attention']:.2f} "
+        f"dispatch={result['dispatch_s'] * 1e6:.1f} us/kernel -> {args.out}"
     )
 
 

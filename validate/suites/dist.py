@@ -31,7 +31,7 @@ from validate.distributed.checks import (
     step,
     time_variant,
 )
-from validate.distributed.launch import backend_for, launch
+from validate.distributed.launch import backend_for, launch, rank_hardware
 from validate.distributed.memory import LAYOUTS, MEASURED, LayoutCase, predicted
 from validate.distributed.memory import measure as measure_layout
 from validate.distributed.pipeline import PipelineCase
@@ -250,7 +250,8 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
         backend=backend_for(ctx.device.type),
         timeout_s=TIMEOUT_S,
     )
-    est = estimate(small_spec(), case.train(), case.parallel(), _hardware(ctx))
+    hw = rank_hardware(_hardware(ctx), case.world)
+    est = estimate(small_spec(), case.train(), case.parallel(), hw)
     pred = predicted(case, est.values)
     config = {"layout": case.layout, "world": case.world, "batch": case.batch,
               "seq": case.seq, "precision": case.precision}  # fmt: skip

@@ -1,0 +1,126 @@
+"""Kernels per micro-batch (costmodel.single.kernels) equal what the reference model
+dispatches, counted op by op on the meta device (validate.probes.dispatch), and the host
+seconds they cost enter the step time as the device runs them: added on a CPU, overlapped
+on an accelerator."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel import ParallelSpec, TrainSpec, estimate
+from costmodel.catalog.hardware import get_hardware
+from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.checks import SpecError
+from validate.distributed.checks import small_spec
+from validate.probes.dispatch import step_kernels
+from validate.reference.model import TransformerLM, make_batch
+
+BASE = small_spec()
+GQA = BASE.replace(n_kv_heads=2)
+XXL = BASE.replace(ffn_only=True, ffn="gelu", vocab=0)
+NAIVE = {"attention": "naive"}
+DROP = {"attention": "naive", "dropout": 0.1}  # CPU's flash kernel has no dropout
+VARIANTS = {
+    "fp32": (BASE, {"precision": "fp32"}),
+    "bf16-mixed": (BASE, {}),
+    "fp16-mixed": (BASE, {"precision": "fp16-mixed"}),
+    "bf16": (BASE, {"precision": "bf16"}),
+    "layernorm-bias-bf16": (BASE.replace(norm="layernorm", bias=True), {"precision": "bf16"}),
+    "layernorm": (BASE.replace(norm="layernorm"), {}),
+    "gelu": (BASE.replace(ffn="gelu"), {}),
+    "bias": (BASE.replace(bias=True), {}),
+    "qkv-bias": (BASE.replace(qkv_bias=True), {}),
+    "learned": (BASE.replace(pos="learned"), {}),
+    "tied": (BASE.replace(tied=True), {}),
+    "gqa": (GQA, {}),
+    "naive": (BASE, NAIVE),
+    "naive-gqa": (GQA, NAIVE),
+    "dropout": (BASE, DROP),
+    "full": (BASE, {"recompute": "full"}),
+    "full-fp32": (BASE, {"recompute": "full", "precision": "fp32"}),
+    "selective": (BASE, {"recompute": "selective"}),
+    "selective-naive": (BASE, {**NAIVE, "recompute": "selective"}),
+    "selective-dropout": (BASE, {**DROP, "recompute": "selective"}),
+    "selective-naive-gqa-bf16": (GQA, {**NAIVE, "recompute": "selective", "precision": "bf16"}),
+    "selective-op": (BASE, {"recompute": "selective-op"}),
+    "selective-op-naive": (BASE, {**NAIVE, "recompute": "selective-op"}),
+    "selective-op-dropout": (BASE, {**DROP, "recompute": "selective-op"}),
+    "full-dropout": (BASE, {**DROP, "recompute": "full"}),
+    "ffn-only": (XXL, {"precision": "fp32"}),
+    "ffn-only-bf16": (XXL, {}),
+}
+
+
+def _measured(spec, train) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(per block, outside the blocks) kernels, forward and backward, from models of one
+    and two blocks."""
+    counts = {}
+    for layers in (1, 2):
+        model = TransformerLM.for_training(spec.replace(n_layers=layers), train, device="meta")
+        fwd, bwd = step_kernels(model, make_batch(model, 2, 16, device="meta"))
+        counts[layers] = (fwd.n, bwd.n)
+    per = tuple(two - one for one, two in zip(counts[1], counts[2], strict=True))
+    return per, tuple(one - p for one, p in zip(counts[1], per, strict=True))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_kernel_counts_equal_the_reference_model(name):
+    spec, kw = VARIANTS[name]
+    train = TrainSpec(batch=2, seq=16, elementwise="eager", **kw)
+    residual = PRECISIONS[train.precision].residual
+    per_block, outside = _measured(spec, train)
+    assert layer_kernels(spec, train, residual) == per_block
+    assert model_kernels(spec, train, residual) == outside
+
+
+def test_fused_regions_are_fewer_kernels_than_eager():
+    for recompute in ("none", "full", "selective", "selective-op"):
+        eager = TrainSpec(elementwise="eager", recompute=recompute)
+        fused = eager.replace(elementwise="fused")
+        for a, b in zip(layer_kernels(BASE, fused, 2), layer_kernels(BASE, eager, 4), strict=True):
+            assert 0 < a < b
+
+
+CPU = get_hardware("cpu")
+H100 = get_hardware("h100-sxm")
+TINY = TrainSpec(batch=1, seq=16, precision="fp32", elementwise="eager")
+
+
+def _host_free(hw):
+    return dataclasses.replace(hw, dispatch_s=0.0)
+
+
+def test_cpu_adds_host_seconds_per_kernel():
+    """On a CPU the dispatching thread runs the kernels: the step grows by exactly the
+    host seconds of every kernel, micro-batches and blocks included."""
+    train = TINY.replace(batch=2, grad_accum=2)
+    with_host = estimate(BASE, train, ParallelSpec(), CPU)
+    without = estimate(BASE, train, ParallelSpec(), _host_free(CPU))
+    layer, outside = layer_kernels(BASE, train, 4), model_kernels(BASE, train, 4)
+    kernels = 2 * sum(BASE.n_layers * n + k for n, k in zip(layer, outside, strict=True))
+    assert with_host["time_s.host"] == pytest.approx(kernels * CPU.dispatch_s)
+    assert with_host["time_s.step"] - without["time_s.step"] == pytest.approx(
+        kernels * CPU.dispatch_s, rel=1e-9
+    )
+
+
+def test_accelerator_overlaps_host_seconds():
+    """A GPU queues kernels asynchronously: host time matters only where it exceeds the
+    device's (a tiny model), never for a large one."""
+    slow_host = dataclasses.replace(H100, dispatch_s=20e-6)
+    tiny = estimate(BASE, TINY, ParallelSpec(), slow_host)
+    assert tiny["time_s.step"] > estimate(BASE, TINY, ParallelSpec(), H100)["time_s.step"]
+    assert tiny["time_s.compute"] == pytest.approx(tiny["time_s.host"])
+    big = small_spec().replace(d_model=4096, n_heads=32, d_ff=14336, n_layers=4, vocab=32000)
+    train = TrainSpec(batch=8, seq=4096, elementwise="eager")
+    assert estimate(big, train, ParallelSpec(), slow_host)["time_s.step"] == pytest.approx(
+        estimate(big, train, ParallelSpec(), H100)["time_s.step"], rel=1e-12
+    )
+
+
+def test_negative_dispatch_seconds_are_refused():
+    with pytest.raises(SpecError, match="dispatch_s"):
+        dataclasses.replace(CPU, dispatch_s=-1e-6)
