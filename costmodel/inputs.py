@@ -23,7 +23,14 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, choices_of, field_docs
+from costmodel.specs.model import (
+    ModelSpec,
+    TrainSpec,
+    check_positions,
+    choices_of,
+    field_docs,
+    moe_train_rule,
+)
 from costmodel.specs.parallel import ParallelSpec, fill_dp
 
 SECTIONS = ("model", "training", "cluster", "cost")
@@ -153,6 +160,7 @@ def build(
     spec = build_model(values, model)
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
     check_positions(spec.pos, train.seq, spec.max_positions)
+    moe_train_rule(spec, train.recompute)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     for key, value in (("token_budget", budget), ("price_per_hour", price)):
         if value is not None:

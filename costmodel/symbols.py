@@ -17,8 +17,13 @@ _INT = {"integer": True, "positive": True}
 B, b, T = sp.symbols("B b T", **_INT)
 V, D, F, L, H, K, P = sp.symbols("V D F L H K P", **_INT)
 d_h = sp.Symbol("d_h", **_INT)
+# mixture of experts: routed experts, experts per token, shared experts, dense leading
+# layers (all 0 for a dense model) and one expert's width
+_COUNT = {"integer": True, "nonnegative": True}
+E_r, k_r, E_s, L_d = sp.symbols("E k E_s L_d", **_COUNT)
+F_e = sp.Symbol("F_e", **_INT)
 
-MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P)
+MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e)
 TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T)
 ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
@@ -31,6 +36,11 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     K: "key/value heads",
     d_h: "head width",
     P: "learned position table length",
+    E_r: "routed experts per MoE layer",
+    k_r: "routed experts per token",
+    E_s: "shared experts per MoE layer",
+    L_d: "dense leading layers of an MoE model",
+    F_e: "one expert's FFN width",
     B: "sequences per optimizer step",
     b: "sequences per micro-batch",
     T: "sequence length (tokens)",
@@ -70,6 +80,11 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         K: model.n_kv_heads,
         d_h: model.head_dim,
         P: model.max_positions,
+        E_r: model.n_experts,
+        k_r: model.experts_per_token,
+        E_s: model.n_shared_experts,
+        L_d: model.dense_layers,
+        F_e: model.d_ff_expert or model.d_ff,
     }
     if train is not None:
         values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq})

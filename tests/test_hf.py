@@ -115,7 +115,7 @@ from costmodel.catalog.hf import MAX_BYTES, model_from_hf_dict, parse_config  # 
     [
         ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false"),
         ({"num_key_value_heads": 0}, "num_key_value_heads must be an integer >= 1"),
-        ({"num_local_experts": 8}, "mixture-of-experts configs (num_local_experts=8)"),
+        ({"num_local_experts": 8}, "model_type 'llama' is not modelled (num_local_experts=8)"),
         ({"n_routed_experts": 256}, "mixture-of-experts"),
         ({"model_type": ["llama"]}, "model_type must be a string"),
         ({"hidden_act": {"a": 1}}, "hidden_act must be a string"),

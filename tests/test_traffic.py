@@ -13,17 +13,21 @@ import pytest
 from costmodel import PRESETS, get_model
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.precision import PRECISIONS
-from costmodel.symbols import D, F, H, K, d_h
+from costmodel.symbols import D, F, values_for
 from validate.probes.traffic import eager_traffic
 
 
 @pytest.mark.parametrize("name", PRESETS)
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
 def test_eager_bytes_equal_the_dispatched_bytes(name, precision):
+    """An MoE preset's blocks all as MoE blocks (its dense leading ones are a dense
+    model's): the meta device routes them balanced (validate/reference/moe.py)."""
     model, prec = get_model(name), PRECISIONS[precision]
-    sizes = {D: model.d_model, F: model.d_ff, H: model.n_heads, K: model.n_kv_heads,
-             d_h: model.head_dim}  # fmt: skip
-    predicted = [e.xreplace(sizes) for e in eager_bytes(model, prec.residual, prec.activation)]
+    if model.moe:
+        model = model.replace(dense_layers=0)
+    sizes = values_for(model)
+    predicted = [e.xreplace(sizes) for e in
+                 eager_bytes(model, prec.residual, prec.activation, moe=model.moe)]  # fmt: skip
     measured = eager_traffic(model, precision)
     assert predicted == [int(m) for m in measured]
     assert all(m == int(m) for m in measured)

@@ -29,6 +29,7 @@ import sympy as sp
 from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -104,6 +105,10 @@ def bounds_report(
     the precision's matmul dtype and W its link bandwidth as collectives see it
     (``Hardware.link_bandwidth``), unless ``peak_flops`` / ``bandwidth`` override them.
     """
+    if model.moe:
+        raise SpecError("n_experts", "the Scaling Book's compute/communication bounds here are "
+                        "for dense FFN stacks (n_experts must be 0); the full model covers "
+                        "mixture-of-experts models")  # fmt: skip
     peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
     link = hardware.link_bandwidth() if bandwidth is None else bandwidth
     checks.number("peak_flops", peak)

@@ -1,4 +1,5 @@
-"""Read a local Hugging Face ``config.json`` into a ModelSpec (llama, mistral, qwen2, gpt2)."""
+"""Read a local Hugging Face ``config.json`` into a ModelSpec (llama, mistral, qwen2, gpt2;
+mixtral and deepseek mixtures of experts)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
 
 MAX_BYTES = 16 * 2**20
 """A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
+_MOE_KINDS = ("mixtral", "deepseek")
+"""Mixture-of-experts architectures whose every parameter the ModelSpec fields describe
+(DeepSeek-V2/V3's latent attention and Qwen-MoE's shared-expert gate and QK norms are
+not ModelSpec fields yet)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
              "moe_intermediate_size")  # fmt: skip
 
@@ -92,10 +97,10 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
     if not isinstance(kind, str):
         raise ValueError(f"{path}: model_type must be a string (got {kind!r})")
     moe = [k for k in _MOE_KEYS if cfg.get(k)]
-    if moe:
-        raise ValueError(f"{path}: mixture-of-experts configs ({moe[0]}={cfg[moe[0]]!r}) are not "
-                         "modelled yet; costing one as a dense model would undercount its "
-                         "parameters")  # fmt: skip
+    if moe and kind not in _MOE_KINDS:
+        raise ValueError(f"{path}: mixture-of-experts model_type {kind!r} is not modelled "
+                         f"({moe[0]}={cfg[moe[0]]!r}); supported: {', '.join(_MOE_KINDS)}. "
+                         "Costing it as a dense model would undercount its parameters")  # fmt: skip
     name = cfg.get("_name_or_path") or path.parent.name or kind
     if not isinstance(name, str):
         raise ValueError(f"{path}: _name_or_path must be a string (got {name!r})")
@@ -115,24 +120,57 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
             pos="learned",
             max_positions=_count(cfg, "n_positions", path),
         )
-    if kind in _LLAMA_LIKE:
-        heads = _count(cfg, "num_attention_heads", path)
-        return ModelSpec(
-            name=name,
-            vocab=_count(cfg, "vocab_size", path),
-            d_model=_count(cfg, "hidden_size", path),
-            n_layers=_count(cfg, "num_hidden_layers", path),
-            n_heads=heads,
-            n_kv_heads=_count(cfg, "num_key_value_heads", path, default=heads),
-            head_dim=_count(cfg, "head_dim", path, default=None),
-            d_ff=_count(cfg, "intermediate_size", path),
-            ffn=_activation(cfg, "hidden_act", _GATED_ACT, path),
-            norm="rmsnorm",
-            qkv_bias=_flag(cfg, "attention_bias", False, path) or kind == "qwen2",
-            tied=_flag(cfg, "tie_word_embeddings", False, path),
-            pos="rope",
-            max_positions=_count(cfg, "max_position_embeddings", path, default=2048),
+    if kind in _LLAMA_LIKE or kind in _MOE_KINDS:
+        return ModelSpec(name=name, **_llama_like(cfg, kind, path), **_experts(cfg, kind, path))
+    kinds = ", ".join(sorted({*_LLAMA_LIKE, *_MOE_KINDS}))
+    raise ValueError(f"{path}: model_type must be one of gpt2, {kinds} (got {kind!r})")
+
+
+def _llama_like(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
+    """Pre-norm RMSNorm, RoPE, gated FFN decoders (Llama and what shares its blocks)."""
+    heads = _count(cfg, "num_attention_heads", path)
+    return {
+        "vocab": _count(cfg, "vocab_size", path),
+        "d_model": _count(cfg, "hidden_size", path),
+        "n_layers": _count(cfg, "num_hidden_layers", path),
+        "n_heads": heads,
+        "n_kv_heads": _count(cfg, "num_key_value_heads", path, default=heads),
+        "head_dim": _count(cfg, "head_dim", path, default=None),
+        "d_ff": _count(cfg, "intermediate_size", path),
+        "ffn": _activation(cfg, "hidden_act", _GATED_ACT, path),
+        "norm": "rmsnorm",
+        "qkv_bias": _flag(cfg, "attention_bias", False, path) or kind == "qwen2",
+        "tied": _flag(cfg, "tie_word_embeddings", False, path),
+        "pos": "rope",
+        "max_positions": _count(cfg, "max_position_embeddings", path, default=2048),
+    }
+
+
+def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
+    """Mixtral (every FFN E experts of width intermediate_size; Jiang et al. 2024) and
+    DeepSeekMoE (routed and shared experts of width moe_intermediate_size after
+    first_k_dense_replace dense blocks; Dai et al. 2024); {} for a dense model."""
+    if kind == "mixtral":
+        return {"n_experts": _count(cfg, "num_local_experts", path),
+                "experts_per_token": _count(cfg, "num_experts_per_tok", path),
+                "d_ff_expert": _count(cfg, "intermediate_size", path)}  # fmt: skip
+    if kind != "deepseek":
+        return {}
+    if _count(cfg, "moe_layer_freq", path, default=1) != 1:
+        raise ValueError(
+            f"{path}: moe_layer_freq must be 1 (every block after the dense ones "
+            "is an MoE block); interleaved dense blocks are not modelled"
         )
-    raise ValueError(
-        f"{path}: model_type must be one of gpt2, {', '.join(sorted(_LLAMA_LIKE))} (got {kind!r})"
-    )
+    return {"n_experts": _count(cfg, "n_routed_experts", path),
+            "experts_per_token": _count(cfg, "num_experts_per_tok", path),
+            "d_ff_expert": _count(cfg, "moe_intermediate_size", path),
+            "n_shared_experts": _none_or_more(cfg, "n_shared_experts", path),
+            "dense_layers": _none_or_more(cfg, "first_k_dense_replace", path)}  # fmt: skip
+
+
+def _none_or_more(cfg: dict[str, Any], key: str, path: Path) -> int:
+    """An integer >= 0 field, 0 when absent or null."""
+    value = cfg.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{path}: {key} must be an integer >= 0 (got {cfg.get(key)!r})")
+    return value

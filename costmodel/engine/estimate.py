@@ -18,7 +18,7 @@ from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     BUDGET_SYMBOLS,
@@ -114,6 +114,7 @@ def estimate(
     ``price_per_hour`` (per device-hour) ``train_cost``.
     """
     check_positions(model.pos, train.seq, model.max_positions)
+    moe_train_rule(model, train.recompute)
     if parallel is not None:
         parallel.check(model, train)
     if token_budget is not None and parallel is None:

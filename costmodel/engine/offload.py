@@ -71,6 +71,9 @@ def plan_offload(
     model: ModelSpec, train: TrainSpec, hw: Hardware, spec: OffloadSpec, *, top: int = 10
 ) -> list[OffloadConfig]:
     """The ``top`` fastest feasible plans (ties: the one using less memory first)."""
+    if model.moe:  # its blocks differ (dense leading ones) and its FFN op sequence too
+        raise SpecError("n_experts", "offload plans are not modelled for mixture-of-experts "
+                        "models yet (n_experts must be 0)")  # fmt: skip
     found: list[tuple[float, float, OffloadConfig]] = []
     for chunk, seqs in chunk_candidates(train, spec):
         terms = block_terms(model, train, hw, spec, chunk, seqs)

@@ -28,7 +28,7 @@ from costmodel.engine.sweep import factorize, sweep
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
 from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
@@ -289,6 +289,7 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
         layout_rules(_namespace(cols), model, seq=train.seq, batch=train.batch,
                      grad_accum=cols["grad_accum"])  # fmt: skip
         cp_rule(cols["cp"], train.attention)
+        moe_train_rule(model, cols["recompute"])
     n = len(cols["tp"])
     return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
 

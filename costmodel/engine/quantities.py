@@ -26,7 +26,7 @@ from costmodel.single.flops import (
     forward_flops_by_op,
 )
 from costmodel.single.memory import activation_memory, peak_memory, state_memory
-from costmodel.single.params import non_embedding_params, param_breakdown
+from costmodel.single.params import active_params, non_embedding_params, param_breakdown
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -63,6 +63,7 @@ BUDGET_KEYS = ("train_days", "train_cost")
 
 # Sizes do not change the expressions, so structures are built from these placeholders.
 _PLACEHOLDER_MODEL = {"vocab": 8, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 8}
+_PLACEHOLDER_MOE = {"n_experts": 2, "experts_per_token": 1}
 
 
 def _prefixed(prefix: str, parts: dict[str, sp.Expr]) -> dict[str, sp.Expr]:
@@ -79,6 +80,8 @@ def quantities(
     """
     out: dict[str, sp.Expr] = _prefixed("params", param_breakdown(model))
     out["params.non_embedding"] = non_embedding_params(model)
+    if model.moe:  # what one token runs: all but the routed experts it is not sent to
+        out["params.active"] = active_params(model)
     out.update(_prefixed("flops", flop_totals(model, train)))
     out.update(_prefixed("flops.forward_by_op", forward_flops_by_op(model)))
     out.update(_prefixed("flops.backward_by_op", backward_flops_by_op(model, train)))
@@ -104,9 +107,8 @@ def training_cost(tokens_per_s: sp.Expr) -> dict[str, sp.Expr]:
 
 def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None) -> tuple:
     """The part of the specs that changes expressions (everything but the sizes)."""
-    base = tuple(getattr(model, f) for f in MODEL_STRUCTURE) + tuple(
-        getattr(train, f) for f in TRAIN_STRUCTURE
-    )
+    kinds = (getattr(model, f) for f in MODEL_STRUCTURE)
+    base = (*kinds, model.moe, *(getattr(train, f) for f in TRAIN_STRUCTURE))
     if parallel is None:
         return (*base, None)
     return (*base, parallel_structure(parallel))
@@ -145,8 +147,11 @@ def compiled(structure: tuple) -> Compiled:
     """Build and lambdify the expressions of one structure (cached per process)."""
     n_model = len(MODEL_STRUCTURE)
     m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
-    t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model:-1], strict=True))
+    moe = structure[n_model]
+    t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 1 : -1], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
+    if moe:
+        sizes = {**sizes, **_PLACEHOLDER_MOE}
     parallel = None
     if structure[-1] is not None:
         feats = dict(zip(PARALLEL_STRUCTURE, structure[-1], strict=True))

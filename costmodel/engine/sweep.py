@@ -36,6 +36,8 @@ from costmodel.specs.model import (
     check_positions,
     derived_head_dim,
     model_rules,
+    moe_rules,
+    moe_train_rule,
     train_rules,
 )
 from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
@@ -43,6 +45,10 @@ from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
 _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
           "framework", "async_tp", "grad_reduce_fp32"}  # fmt: skip
+
+
+_MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers")
+"""Sizes a dense model leaves at 0 (ModelSpec's mixture-of-experts fields)."""
 
 
 def _is_array(value: Any) -> bool:
@@ -56,7 +62,7 @@ def _as_grid(name: str, value: Any) -> np.ndarray:
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)) and name != "bucket_mb":
         arr = arr.astype(np.int64)
     if name != "bucket_mb":
-        checks.integer(name, arr)
+        checks.integer(name, arr, minimum=0 if name in _MAY_BE_ZERO else 1)
     return arr
 
 
@@ -165,6 +171,8 @@ def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
     keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].size > 1]
     if layout:
         keys += [cols["pp"] > 1, cols["pp_interleave"] > 1]
+    if cols["n_experts"].size > 1:  # dense and mixture-of-experts FFNs differ in kind
+        keys.append(cols["n_experts"] > 0)
     codes = np.zeros(int(np.prod(shape)), dtype=np.int64)
     for key in keys:
         inverse, n = factorize(np.broadcast_to(key, shape).ravel())
@@ -220,6 +228,8 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     model_rules(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, head_dim=m.head_dim, pos=m.pos)
     train_rules(batch=t.batch, grad_accum=t.grad_accum)
     check_positions(m.pos, t.seq, m.max_positions)
+    moe_rules(m)
+    moe_train_rule(m, t.recompute)
     p = None
     if par is not None:
         p = SimpleNamespace(**{k: group[k] for k in _OWNERS[ParallelSpec]})

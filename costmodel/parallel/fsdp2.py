@@ -33,7 +33,7 @@ def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """Parameters of one FSDP2 unit before tensor parallelism: (embedding, one block with
     its two norms, head: the output projection and the final norm; a tied head uses the
     embedding's V x D matrix, gathered again)."""
-    block = block_params(model, norms=True)
+    block = block_params(model, norms=True, largest=True)
     if model.ffn_only:
         return sp.Integer(0), block, sp.Integer(0)
     parts = param_breakdown(model)

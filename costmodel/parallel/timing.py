@@ -36,7 +36,7 @@ from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
-from costmodel.single.params import ffn_matrices, op_level_recomputed
+from costmodel.single.params import ffn_matrices, moe_layers, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -47,9 +47,14 @@ from costmodel.symbols import (
     C_attn_b,
     C_eff,
     D,
+    E_r,
+    E_s,
     F,
+    F_e,
     H,
     K,
+    L,
+    L_d,
     N_cp,
     N_dp,
     N_pp,
@@ -60,6 +65,7 @@ from costmodel.symbols import (
     Y,
     b,
     d_h,
+    k_r,
     m,
     s_sync,
     smax,
@@ -89,15 +95,49 @@ def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
     return shapes
 
 
+def moe_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]]:
+    """An MoE block's matmuls as (rows per token, k, n2, how many): the router over every
+    token; each routed expert over the k/E share of the tokens routing sends it (balanced
+    routing: its weights are read once per step whatever it gets); the shared experts as
+    one FFN of their summed width (none when E_s is 0)."""
+    up = ffn_matrices(model) - 1
+    shared = sp.Min(E_s, 1, evaluate=False)
+    rows = k_r / E_r
+    return {
+        "router": [(sp.Integer(1), D, E_r, sp.Integer(1))],
+        "experts": [(rows, D, F_e, up * E_r), (rows, F_e, D, E_r)],
+        "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, 1)],
+    }
+
+
+def all_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]]:
+    """Every op's matmuls as (rows per token, k, n2, how many) on one device."""
+    gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in shapes]
+             for op, shapes in matmul_shapes(model).items()}  # fmt: skip
+    if model.moe:
+        gemms.update(moe_gemms(model))
+    return gemms
+
+
+def _layer_share(model: ModelSpec, op: str) -> sp.Expr:
+    """The fraction of blocks that run ``op``: an MoE model's FFN ops split its blocks."""
+    if not model.moe or op not in ("ffn", *moe_gemms(model)):
+        return sp.Integer(1)
+    return (L_d if op == "ffn" else L - L_d) / L
+
+
 def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]]:
-    """Per op, one micro-batch forward on one device: flops, bytes, intensity, seconds."""
+    """Per op, one micro-batch forward on one device: flops, bytes, intensity, seconds (an
+    MoE model's FFN ops averaged over its blocks: dense leading blocks and MoE ones)."""
     a = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
-    for op, shapes in matmul_shapes(model).items():
-        flops = sum((_matmul(n, k, n2, a)[0] for k, n2 in shapes), sp.Integer(0))
-        nbytes = sum((_matmul(n, k, n2, a)[1] for k, n2 in shapes), sp.Integer(0))
+    for op, shapes in all_gemms(model).items():
+        share = _layer_share(model, op)
+        each = [(count, _matmul(n * rows, k, n2, a)) for rows, k, n2, count in shapes]
+        flops = share * sum((c * fb[0] for c, fb in each), sp.Integer(0))
+        nbytes = share * sum((c * fb[1] for c, fb in each), sp.Integer(0))
         ops[op] = {"flops": flops, "bytes": nbytes}
     if not model.ffn_only:
         flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
@@ -112,7 +152,8 @@ def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]
     for op, entry in ops.items():
         fused = op == "attn_core" and train.attention == "flash"
         peak = C_attn if fused else C_eff
-        entry["intensity"] = entry["flops"] / entry["bytes"]
+        # an op that moves nothing (no shared experts, no dense blocks) has intensity 0
+        entry["intensity"] = entry["flops"] / sp.Max(entry["bytes"], 1, evaluate=False)
         if op == "attn_core" and not fused:  # separate kernels on one stream: they add up
             entry["time_s"] = entry["flops"] / peak + entry["bytes"] / W_hbm
         else:
@@ -198,7 +239,12 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
         fwd = 2 * written.xreplace(dict(zip((b, T), (b_dev, t_dev), strict=True))) / W_hbm
         return fwd, 2 * fwd
     prec = PRECISIONS[train.precision]
-    fwd, bwd = eager_bytes(model, residual_bytes(train, par), prec.activation, train.dropout > 0)
+    args = (model, residual_bytes(train, par), prec.activation, train.dropout > 0)
+    fwd, bwd = eager_bytes(*args)
+    if model.moe:  # the blocks' average: dense leading ones and MoE ones
+        moe_fwd, moe_bwd = eager_bytes(*args, moe=True)
+        share = moe_layers(model) / L
+        fwd, bwd = fwd + share * (moe_fwd - fwd), bwd + share * (moe_bwd - bwd)
     if checkpoints_blocks(train):
         bwd += fwd
     if par.sequence_parallel:
@@ -239,9 +285,11 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
         n = b_dev * t_dev
-        shapes = [kn for op, kns in matmul_shapes(model).items() if op != "lm_head" for kn in kns]
-        inputs = stage_layers(par) * sum((n * k for k, _ in shapes), sp.Integer(0))
-        outputs = stage_layers(par) * sum((n * n2 for _, n2 in shapes), sp.Integer(0))
+        shapes = [(_layer_share(model, op) * c * rows, k, n2)
+                  for op, gemms in all_gemms(model).items() if op != "lm_head"
+                  for rows, k, n2, c in gemms]  # fmt: skip
+        inputs = stage_layers(par) * sum((w * n * k for w, k, _ in shapes), sp.Integer(0))
+        outputs = stage_layers(par) * sum((w * n * n2 for w, _, n2 in shapes), sp.Integer(0))
         mats = weights - (0 if model.ffn_only else V * D / Y)
         fwd += 5 * (inputs + mats)
         bwd += 5 * outputs + 2 * (inputs + mats)
@@ -259,7 +307,11 @@ def _host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tupl
     residual = residual_bytes(train, par)
     layer, outside = layer_kernels(model, train, residual), model_kernels(model, train, residual)
     layers = stage_layers(par)
-    return tuple((layers * n + k) * t_op for n, k in zip(layer, outside, strict=True))
+    host = [layers * n + k for n, k in zip(layer, outside, strict=True)]
+    if model.moe:  # its MoE blocks' kernels over a dense block's (no pipelining: all blocks)
+        moe = layer_kernels(model, train, residual, moe=True)
+        host = [h + moe_layers(model) * (e - n) for h, e, n in zip(host, moe, layer, strict=True)]
+    return tuple(h * t_op for h in host)
 
 
 def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:

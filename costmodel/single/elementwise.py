@@ -19,7 +19,7 @@ import sympy as sp
 
 from costmodel.single.params import ffn_matrices
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, F, H, K, d_h
+from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, d_h, k_r, more_than_one
 
 STAT = 4  # norm statistics are fp32
 
@@ -62,18 +62,58 @@ def _ffn(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     return 2 * a * F, 3 * a * F
 
 
-def _bias(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
+def _bias(model: ModelSpec, a: int, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     """A biased projection adds its bias in forward only where ``addmm`` cannot (never
-    here) and sums its output gradient over tokens in backward (a per output)."""
+    here) and sums its output gradient over tokens in backward (a per output; an MoE
+    FFN's experts over the tokens routed to them)."""
     if not model.bias:
         return sp.Integer(0), sp.Integer(0)
-    outputs = D + (ffn_matrices(model) - 1) * F
+    up = ffn_matrices(model) - 1
+    outputs = D + up * F
+    if moe:
+        shared = sp.Min(E_s, 1, evaluate=False) * (D + up * E_s * F_e)
+        outputs = k_r * (D + up * F_e) + shared
     if not model.ffn_only:
         outputs += (H + 2 * K) * d_h + D
     return sp.Integer(0), a * outputs
 
 
-def eager_bytes(model: ModelSpec, r: int, a: int, dropout: bool = False) -> tuple[sp.Expr, sp.Expr]:
+def _moe(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
+    """An MoE FFN as the reference model runs it (``validate/reference/moe.py``), per token.
+
+    Router: the logits' fp32 cast, softmax (8E), top-k (reads 4E, writes k values and int64
+    indices), the renormalisation's sum and division, the weights' cast; backward the
+    softmax's (12E), top-k's scatter into zeros, the division's five ops and sum, and the
+    add of the two paths. Every expert reads whole per-token tensors each step: its mask
+    compares all the indices (9k), nonzero reads the mask (k), the gathers read all the
+    inputs (aD) and weights (ak), the out-of-place index_add reads and writes all the
+    outputs (2aD); backward the same for the gathers' scatters into zeros and the
+    index_add's gather. Per routed pair: the gathered rows and their int64 indices, the
+    expert's activation (as a dense FFN's), the weighting product and its gradients (the
+    weight's a product and a sum over D). The gradients of the input add up over the
+    E experts, the router and the shared FFN; the weights' over the experts.
+    """
+    c = _cast(a, STAT, sp.Integer(1))  # a + 4 where the compute dtype is not fp32
+    act_f, act_b = _ffn(model, a)
+    swiglu = 3 * a * D if model.ffn == "swiglu" else 0  # gate and up share their input
+    shared = sp.Min(E_s, 1, evaluate=False)
+    fwd = c * E_r + 8 * E_r + 4 * E_r + 12 * k_r + 4 * k_r + 4 + 8 * k_r + 4 + c * k_r
+    fwd += E_r * (9 * k_r + k_r + a * D + a * k_r + 2 * a * D)
+    pair = 16 + (8 + a * D) + (16 + a) + (2 * a * D + a) + (8 + a * D)
+    fwd += k_r * (pair + act_f.subs(F, F_e)) + shared * act_f.subs(F, E_s * F_e)
+    div = 48 * k_r + 16 - (4 * k_r + 4) * (1 - more_than_one(k_r))  # k = 1: no sum
+    bwd = c * E_r + 12 * E_r + 8 * E_r + 12 * k_r + div + 12 * k_r + c * k_r
+    bwd += E_r * (a * D + 2 * a * D + 2 * a * k_r) + (E_r + shared) * 3 * a * D
+    bwd += (E_r - 1) * 3 * a * k_r
+    pair = (8 + a * D) + (2 * a * D + a) + 3 * a * D + (a * D + a) + (8 + a * D) + (16 + a)
+    bwd += k_r * (pair + act_b.subs(F, F_e) + swiglu)
+    bwd += shared * (act_b.subs(F, E_s * F_e) + swiglu)
+    return fwd, bwd
+
+
+def eager_bytes(
+    model: ModelSpec, r: int, a: int, dropout: bool = False, *, moe: bool = False
+) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) bytes per token per layer of the elementwise ops in eager mode.
 
     Residual adds read the stream (r) and the branch (a) and write the stream (2r + a per
@@ -88,9 +128,9 @@ def eager_bytes(model: ModelSpec, r: int, a: int, dropout: bool = False) -> tupl
     if dropout:  # native_dropout: read, write, bool mask; its backward reads both back
         fwd += blocks * (2 * a + 1) * D
         bwd += blocks * (2 * a + 1) * D
-    consumers = (ffn_matrices(model) - 2) + (0 if model.ffn_only else 2)
+    consumers = (0 if moe else ffn_matrices(model) - 2) + (0 if model.ffn_only else 2)
     bwd += consumers * 3 * a * D
-    parts = [_ffn(model, a), _bias(model, a)]
+    parts = [_moe(model, a) if moe else _ffn(model, a), _bias(model, a, moe)]
     if model.ffn_only:
         parts.append((_cast(r, a, D), _cast(r, a, D)))
     else:

@@ -16,15 +16,19 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.single.params import (
+    active_params,
+    dense_ffn_layers,
     ffn_matrices,
+    moe_layers,
     non_embedding_params,
     op_level_recomputed,
     param_breakdown,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, F, H, K, L, T, V, d_h
+from costmodel.symbols import B, D, E_r, E_s, F, F_e, H, K, L, T, V, d_h, k_r
 
-BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn")
+MOE_OPS = ("router", "experts", "shared_experts")
+BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn", *MOE_OPS)
 CORE_OPS = ("attn_scores", "attn_values")
 
 
@@ -40,7 +44,13 @@ def forward_flops_by_op(model: ModelSpec) -> dict[str, sp.Expr]:
         ops["attn_scores"] = L * 2 * B * H * T * T * d_h
         ops["attn_values"] = L * 2 * B * H * T * T * d_h
         ops["attn_o"] = L * 2 * tokens * H * d_h * D
-    ops["ffn"] = L * ffn_matrices(model) * 2 * tokens * D * F
+    mats = ffn_matrices(model)
+    ops["ffn"] = dense_ffn_layers(model) * mats * 2 * tokens * D * F
+    if model.moe:  # each token: the router, its k routed experts and the shared ones
+        n = moe_layers(model)
+        ops["router"] = n * 2 * tokens * D * E_r
+        ops["experts"] = n * k_r * mats * 2 * tokens * D * F_e
+        ops["shared_experts"] = n * E_s * mats * 2 * tokens * D * F_e
     if not model.ffn_only:
         ops["lm_head"] = 2 * tokens * D * V
     return ops
@@ -67,7 +77,7 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
         if train.attention == "naive" and not model.ffn_only:
             ops.update({k: fwd[k] for k in CORE_OPS})
         return ops
-    if train.recompute == "full":
+    if train.recompute == "full":  # an MoE block's last matmul output is weighted: saved
         ops = {k: v for k, v in fwd.items() if k in BLOCK_OPS}
         if skip_last:
             ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
@@ -92,7 +102,8 @@ def backward_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Exp
 def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     """The formulas quoted in papers, for B·T tokens, side by side with the exact count.
 
-    - ``six_n``: 6·N·tokens, N all parameters (Hoffmann et al. 2022, Chinchilla, App. F).
+    - ``six_n``: 6·N·tokens, N all parameters (Hoffmann et al. 2022, Chinchilla, App. F);
+      an MoE model's active ones, those a token runs (as MoE papers quote it).
     - ``six_n_non_embedding``: Kaplan et al. 2020, Sec. 2.1, C = 6·N with N non-embedding.
     - ``palm``: (6·N + 12·L·H·d_h·T)·tokens (Chowdhery et al. 2022, PaLM, App. B).
     - ``megatron``: 72·B·T·L·D²·(1 + T/(6D) + V/(12·L·D)), or 96·…·(1 + T/(6D) + V/(16·L·D))
@@ -101,22 +112,28 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
       scaled to the causal lower triangle, T·(T+1)/2 of T² scores ("model FLOPs" for MFU).
     """
     tokens = B * T
-    n_total = param_breakdown(model)["total"]
+    n_total = active_params(model)  # an MoE token runs its active parameters
     conv = {
         "six_n": 6 * n_total * tokens,
-        "six_n_non_embedding": 6 * non_embedding_params(model) * tokens,
+        "six_n_non_embedding": 6
+        * (n_total - param_breakdown(model)["total"] + non_embedding_params(model))
+        * tokens,
     }
     fwd = forward_flops_by_op(model)
     dense = sum((v for k, v in fwd.items() if k not in CORE_OPS), sp.Integer(0))
     conv["useful"] = 3 * dense
     if not model.ffn_only:
         conv["palm"] = (6 * n_total + 12 * L * H * d_h * T) * tokens
-        if train.recompute == "full":
-            conv["megatron"] = 96 * B * T * L * D**2 * (1 + T / (6 * D) + V / (16 * L * D))
-        else:
-            conv["megatron"] = 72 * B * T * L * D**2 * (1 + T / (6 * D) + V / (12 * L * D))
+        if not model.moe:  # Narayanan et al.'s formula is for dense models
+            conv["megatron"] = _megatron(train)
         conv["useful"] += 3 * L * 2 * B * H * d_h * T * (T + 1)
     return conv
+
+
+def _megatron(train: TrainSpec) -> sp.Expr:
+    if train.recompute == "full":
+        return 96 * B * T * L * D**2 * (1 + T / (6 * D) + V / (16 * L * D))
+    return 72 * B * T * L * D**2 * (1 + T / (6 * D) + V / (12 * L * D))
 
 
 def flop_totals(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:

@@ -51,14 +51,6 @@ def _norm_ops(model: ModelSpec, prec: Precision, residual: int) -> tuple[int, in
     return fwd, bwd
 
 
-def _linears(model: ModelSpec) -> tuple[int, int]:
-    """(matmuls, biased ones) of a block."""
-    matmuls = block_matmuls(model)
-    if model.bias:
-        return len(matmuls), len(matmuls)
-    return len(matmuls), 0 if model.ffn_only or not model.qkv_bias else 3
-
-
 def _core(model: ModelSpec, train: TrainSpec) -> tuple[int, int]:
     """(forward, backward) of the attention core (its dropout included); the naive core
     sums the gradients of K and V repeated for grouped heads."""
@@ -69,29 +61,72 @@ def _core(model: ModelSpec, train: TrainSpec) -> tuple[int, int]:
     return _NAIVE_CORE[0] + drop, _NAIVE_CORE[1] + drop + grouped
 
 
-def layer_kernels(model: ModelSpec, train: TrainSpec, residual: int) -> tuple[int, int]:
+def _ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
+    """(forward, backward) of one FFN: its matmuls (backward: input and weight gradients,
+    bias sums), their weights' casts, the activation, and the sum of the gradients of the
+    input SwiGLU's gate and up projections share."""
+    mats = 3 if model.ffn == "swiglu" else 2
+    biased = mats if model.bias else 0
+    casts = (mats + biased) * _differ(prec.param, prec.activation)
+    act = (2, 4) if model.ffn == "swiglu" else (1, 1)
+    return mats + casts + act[0], 2 * mats + biased + casts + act[1]
+
+
+def _projections(model: ModelSpec, prec: Precision) -> tuple[int, int]:
+    """(forward, backward) of attention's Q, K, V and O matmuls: as an FFN's, and the sums of
+    the gradients of the input Q, K and V share."""
+    biased = 4 if model.bias else 3 if model.qkv_bias else 0
+    casts = (4 + biased) * _differ(prec.param, prec.activation)
+    return 4 + casts, 8 + biased + casts + 2
+
+
+def _moe_ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
+    """(forward, backward) of an MoE FFN (``validate/reference/moe.py``).
+
+    Router: its matmul and weight cast, the logits' fp32 cast, softmax, top-k, the sum and
+    division of the renormalisation, the weights' cast; backward the matmul's two
+    gradients, softmax's, top-k's scatter into zeros, and the division's (three divisions,
+    a negation, a product and, for k > 1, a sum to the denominator's shape). Shared
+    experts: one FFN (their gradient added into the input's), or the zeros the routed
+    outputs are added into. Each routed expert, every step: the mask, its nonzero, the
+    gathers of its tokens and weights, its FFN, the weighting product and the index_add;
+    backward the gathers' scatters into zeros, the index_add's gather, the product's two
+    gradients and the weight's sum over D, and the adds of its input and weight gradients
+    into the others'.
+    """
+    cast, wide = _differ(prec.param, prec.activation), 2 * _differ(prec.activation, STAT)
+    ffn = _ffn(model, prec)
+    fwd = 5 + cast + wide + (ffn[0] if model.n_shared_experts else 1)
+    single = int(model.experts_per_token == 1)  # nothing to sum for the denominator
+    bwd = 11 - single + cast + wide + (ffn[1] + 1 if model.n_shared_experts else 0)
+    return fwd + model.n_experts * (6 + ffn[0]), bwd + model.n_experts * (10 + ffn[1])
+
+
+def layer_kernels(
+    model: ModelSpec, train: TrainSpec, residual: int, *, moe: bool = False
+) -> tuple[int, int]:
     """(forward, backward) kernels of one block per micro-batch, recomputation included;
-    ``residual``: bytes per element of the residual stream (the framework's)."""
+    ``residual``: bytes per element of the residual stream (the framework's); ``moe``: a
+    block whose FFN is a mixture of experts."""
     if train.elementwise == "fused":
-        return _fused_layer(model, train)
+        return _fused_layer(model, train, moe)
     prec = PRECISIONS[train.precision]
-    a, casts = prec.activation, _differ(prec.param, prec.activation)
-    mm, biased = _linears(model)
+    a = prec.activation
+    mm = len(block_matmuls(model))
     branches = 1 if model.ffn_only else 2
     drop = branches * int(train.dropout > 0)
-    act = (2, 3) if model.ffn == "swiglu" else (1, 1)
-    fwd = mm + (mm + biased) * casts + act[0] + branches + drop
-    bwd = 2 * mm + biased + (mm + biased) * casts + act[1] + drop
-    bwd += branches * (1 + _differ(residual, a))  # the stream's two paths, the branch's cast
-    bwd += (1 if model.ffn == "swiglu" else 0) + (0 if model.ffn_only else 2)  # shared inputs
+    ffn = _moe_ffn(model, prec) if moe else _ffn(model, prec)
+    fwd = ffn[0] + branches + drop
+    bwd = ffn[1] + drop + branches * (1 + _differ(residual, a))  # stream paths, branch cast
     inputs = branches * _differ(residual, a)  # block inputs cast to the compute dtype
     fwd, bwd = fwd + inputs, bwd + inputs
     if not model.ffn_only:
+        proj = _projections(model, prec)
         norm = _norm_ops(model, prec, residual)
         core = _core(model, train)
         rope = _ROPE_OPS if model.pos == "rope" else 0
-        fwd += 2 * norm[0] + rope + core[0]
-        bwd += 2 * norm[1] + rope + core[1]
+        fwd += proj[0] + 2 * norm[0] + rope + core[0]
+        bwd += proj[1] + 2 * norm[1] + rope + core[1]
     return fwd, bwd + _recomputed(model, train, fwd, mm)
 
 
@@ -117,12 +152,20 @@ def _recomputed(model: ModelSpec, train: TrainSpec, fwd: int, mm: int) -> int:
     return 0
 
 
-def _fused_layer(model: ModelSpec, train: TrainSpec) -> tuple[int, int]:
-    """(forward, backward) kernels of a block with fused elementwise regions."""
-    mm, _ = _linears(model)
+def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, int]:
+    """(forward, backward) kernels of a block with fused elementwise regions. An MoE FFN
+    as grouped-GEMM frameworks run it (Megatron's GroupedMLP, torchtitan's grouped_mm): the
+    router's matmul and fused softmax/top-k, the tokens' permutation to their experts and
+    back, one grouped GEMM per expert matrix and one activation, and the shared experts."""
+    mm = len(block_matmuls(model))
     regions = 2 if model.ffn_only else 2 + 2 + (1 if model.pos == "rope" else 0)
     fwd = mm + regions + (0 if model.ffn_only else 1)
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
+    if moe:
+        mats = 3 if model.ffn == "swiglu" else 2
+        shared = int(model.n_shared_experts > 0)
+        fwd += 4 + shared * (mats + 1)
+        bwd += 2 + 4 + shared * (2 * mats + 1)
     again = {"full": fwd - 2, "selective": 0 if model.ffn_only else 1}.get(train.recompute, 0)
     if train.recompute == "selective-op":
         again = fwd - 2 - mm // 2

@@ -23,10 +23,33 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.single.params import matmul_weight_params, op_level_saved, param_breakdown
+from costmodel.single.params import (
+    dense_ffn_layers,
+    matmul_weight_params,
+    moe_layers,
+    op_level_saved,
+    param_breakdown,
+)
 from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, F, H, K, L, T, V, b, d_h, more_than_one, smax
+from costmodel.symbols import (
+    B,
+    D,
+    E_r,
+    E_s,
+    F,
+    F_e,
+    H,
+    K,
+    L,
+    T,
+    V,
+    b,
+    d_h,
+    k_r,
+    more_than_one,
+    smax,
+)
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
 STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
@@ -103,12 +126,27 @@ def _attention_core(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, s
     return {"attention": L * (q + kv + q + STAT_BYTES * b * H * T)}  # + O and logsumexp
 
 
-def _ffn_hidden(model: ModelSpec, act: int, mm: int) -> sp.Expr:
+def _ffn_hidden(model: ModelSpec, act: int, mm: int, width: sp.Expr = F) -> sp.Expr:
+    """Per token, what an FFN of hidden width ``width`` keeps between its matmuls."""
     if model.ffn == "swiglu":  # gate pre-activation, silu(gate), up; product into W2
-        return (3 * act + mm) * b * T * F
+        return (3 * act + mm) * width
     if model.ffn == "gelu":  # pre-activation into GELU; GELU output into W2
-        return (act + mm) * b * T * F
-    return act * b * T * F  # ReLU keeps its output, which is also W2's input
+        return (act + mm) * width
+    return act * width  # ReLU keeps its output, which is also W2's input
+
+
+def _moe_saved(model: ModelSpec, act: int, mm: int) -> sp.Expr:
+    """Per token, what one MoE FFN keeps besides its input (``validate/reference/moe.py``):
+    the fp32 router probabilities (softmax output), the top-k indices (int64) and the
+    top-k probabilities with their sum (the renormalisation's operands, fp32); the shared
+    experts' hidden activations; and per routed token-expert pair its token and slot
+    indices (int64), its gathered input (the expert's matmul input), the expert's hidden
+    activations, its output and its weight (the weighting product's operands) and the
+    weighted output (``index_add`` keeps its source, whose shape its backward names)."""
+    router = STAT_BYTES * E_r + INDEX_BYTES * k_r + STAT_BYTES * (k_r + 1)
+    shared = _ffn_hidden(model, act, mm, E_s * F_e)
+    routed = 2 * INDEX_BYTES + mm * D + _ffn_hidden(model, act, mm, F_e) + 2 * act * D + act
+    return router + shared + k_r * routed
 
 
 SHARED_PARTS = ("inputs", "embedding", "rope", "attn_mask")
@@ -168,7 +206,9 @@ def _block_activations(
     # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.
     first_is_input = model.ffn_only and act == res
     parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
-    parts["ffn_hidden"] = L * _ffn_hidden(model, act, mm)
+    parts["ffn_hidden"] = dense_ffn_layers(model) * b * T * _ffn_hidden(model, act, mm)
+    if model.moe:
+        parts["moe"] = moe_layers(model) * b * T * _moe_saved(model, act, mm)
     if train.dropout:  # a bool mask per residual branch
         parts["dropout_masks"] = (1 if model.ffn_only else 2) * L * b * T * D
     return parts

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, F, H, K, L, P, V, d_h
+from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, L, L_d, P, V, d_h, k_r
 
 
 def ffn_matrices(model: ModelSpec) -> int:
@@ -58,20 +58,49 @@ def _norm(model: ModelSpec) -> sp.Expr:
     return D if model.norm == "rmsnorm" else 2 * D
 
 
+def ffn_params(model: ModelSpec, width: sp.Expr) -> sp.Expr:
+    """One FFN of hidden width ``width``: its up (and gate) and down projections."""
+    return (ffn_matrices(model) - 1) * _linear(D, width, model.bias) + _linear(width, D, model.bias)
+
+
+def dense_ffn_layers(model: ModelSpec) -> sp.Expr:
+    """Blocks whose FFN is dense: all of them, or an MoE model's leading ``dense_layers``."""
+    return L_d if model.moe else L
+
+
+def moe_layers(model: ModelSpec) -> sp.Expr:
+    """Blocks whose FFN is a mixture of experts."""
+    return L - L_d if model.moe else sp.Integer(0)
+
+
+def moe_params(model: ModelSpec) -> dict[str, sp.Expr]:
+    """An MoE model's router (a bias-free D x E linear), routed experts (E FFNs of width
+    F_e) and shared experts (run as one FFN of width E_s·F_e), summed over its MoE blocks
+    (Shazeer et al. 2017; Jiang et al. 2024, Mixtral; Dai et al. 2024, DeepSeekMoE)."""
+    if not model.moe:
+        return {}
+    n = moe_layers(model)
+    return {
+        "router": n * D * E_r,
+        "experts": n * E_r * ffn_params(model, F_e),
+        "shared_experts": n * ffn_params(model, E_s * F_e) * sp.Min(E_s, 1, evaluate=False),
+    }
+
+
 def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     """Parameters per component; the parts add up to ``total``.
 
     Keys: embedding, pos_embedding, attn_q, attn_k, attn_v, attn_o, ffn, norms, lm_head,
-    total. Attention and FFN entries are summed over the L blocks.
+    (router, experts, shared_experts for an MoE model), total. Attention and FFN entries
+    are summed over the L blocks.
     """
     zero = sp.Integer(0)
     parts: dict[str, sp.Expr] = dict.fromkeys(
         ("embedding", "pos_embedding", "attn_q", "attn_k", "attn_v", "attn_o", "norms", "lm_head"),
         zero,
     )
-    mats = ffn_matrices(model)
-    up = (mats - 1) * _linear(D, F, model.bias)
-    parts["ffn"] = L * (up + _linear(F, D, model.bias))
+    parts["ffn"] = dense_ffn_layers(model) * ffn_params(model, F)
+    parts.update(moe_params(model))
     if not model.ffn_only:
         parts["embedding"] = V * D
         if model.pos == "learned":
@@ -87,13 +116,23 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     return parts
 
 
+def active_params(model: ModelSpec) -> sp.Expr:
+    """Parameters one token runs through: all but the routed experts it is not sent to."""
+    total = param_breakdown(model)["total"]
+    if not model.moe:
+        return total
+    return total - moe_layers(model) * (E_r - k_r) * ffn_params(model, F_e)
+
+
 def matmul_weight_params(model: ModelSpec) -> sp.Expr:
     """Weights that enter a matmul (every linear and the LM head, biases excluded).
 
     These are the tensors torch.autocast casts and keeps for backward under mixed precision.
     """
     mats = ffn_matrices(model)
-    total = L * mats * D * F
+    total = dense_ffn_layers(model) * mats * D * F
+    if model.moe:
+        total += moe_layers(model) * (D * E_r + mats * D * F_e * (E_r + E_s))
     if not model.ffn_only:
         total += L * (2 * D * H * d_h + 2 * D * K * d_h) + V * D
     return total
@@ -104,7 +143,12 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
     tables, each block's projections (biases excluded) and an untied head; what a
     sharding rule that splits only matrices (``validate/fsdp.py``) shards."""
     mats = ffn_matrices(model)
-    out: list[tuple[sp.Expr, sp.Expr]] = [(L * (mats - 1), D * F), (L, F * D)]
+    dense = dense_ffn_layers(model)
+    out: list[tuple[sp.Expr, sp.Expr]] = [(dense * (mats - 1), D * F), (dense, F * D)]
+    if model.moe:
+        n = moe_layers(model)
+        out += [(n, D * E_r), (n * E_r * (mats - 1), D * F_e), (n * E_r, F_e * D),
+                (n * (mats - 1), D * E_s * F_e), (n, E_s * F_e * D)]  # fmt: skip
     if model.ffn_only:
         return out
     out += [(L, D * H * d_h), (2 * L, D * K * d_h), (L, H * d_h * D), (sp.Integer(1), V * D)]
@@ -115,11 +159,17 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
     return out
 
 
-def block_params(model: ModelSpec, *, norms: bool) -> sp.Expr:
+def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.Expr:
     """Parameters of one block: its attention and FFN matrices (biases included), plus its
-    two norms when ``norms`` (the unit FSDP wraps and an offload block moves)."""
+    two norms when ``norms`` (the unit FSDP wraps and an offload block moves). An MoE
+    model's blocks differ: their average (what L blocks hold together), or with
+    ``largest`` an MoE block's (what FSDP gathers at once)."""
     parts = param_breakdown(model)
-    matrices = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn")) / L
+    keys = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", *moe_params(model))
+    matrices = sum(parts[k] for k in keys) / L
+    if largest and model.moe:
+        attention = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")) / L
+        matrices = attention + sum(parts[k] for k in moe_params(model)) / moe_layers(model)
     if not norms or model.ffn_only:
         return matrices
     return matrices + 2 * _norm(model)

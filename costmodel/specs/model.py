@@ -79,6 +79,37 @@ def model_rules(*, n_heads: Any, n_kv_heads: Any, head_dim: Any, pos: str) -> No
         raise SpecError("head_dim", f"head_dim must be even for rope (got {head_dim})")
 
 
+def moe_rules(model: Any) -> None:
+    """An MoE model's sizes (scalars or arrays; a dense point, n_experts 0, passes): top-k
+    within the experts, fewer dense leading blocks than blocks."""
+    moe = np.asarray(model.n_experts) > 0
+    k, e = np.asarray(model.experts_per_token), np.asarray(model.n_experts)
+    ok = ~moe | ((k >= 1) & (k <= e))
+
+    def top_k() -> str:
+        got, experts = checks._first_bad(ok, k, e)
+        return f"experts_per_token must be in 1..n_experts = {experts} (got {got})"
+
+    checks.require(ok, "experts_per_token", top_k)
+    dense, layers = np.asarray(model.dense_layers), np.asarray(model.n_layers)
+    ok = ~moe | (dense < layers)
+
+    def leading() -> str:
+        got, n = checks._first_bad(ok, dense, layers)
+        return f"dense_layers must be below n_layers = {n} (got {got})"
+
+    checks.require(ok, "dense_layers", leading)
+
+
+def moe_train_rule(model: Any, recompute: Any) -> None:
+    """Op-level selective recomputation saves every second matmul of a block in order; an
+    MoE block's matmuls run per expert, in an order routing decides: not modelled."""
+    moe = np.asarray(getattr(model, "n_experts", 0)) > 0
+    ok = ~moe | (np.asarray(recompute) != "selective-op")
+    checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
+                   "mixture-of-experts model (use none, selective or full)")  # fmt: skip
+
+
 def check_positions(pos: str, seq: Any, max_positions: Any) -> None:
     """A learned position table has ``max_positions`` rows: longer sequences cannot run."""
     if pos == "learned":
@@ -121,6 +152,19 @@ class ModelSpec:
     """Context length the model supports; sizes the learned position table."""
     ffn_only: bool = False
     """Blocks are the FFN alone: no attention, norms, embedding or LM head (Scaling Book XXL)."""
+    n_experts: int = 0
+    """Routed experts per mixture-of-experts layer; 0: every FFN is dense."""
+    experts_per_token: int = 0
+    """Routed experts each token runs (token-choice top-k, dropless); 1..n_experts."""
+    d_ff_expert: int | None = None
+    """Hidden width of one expert's FFN (same kind as ``ffn``); defaults to ``d_ff``; unused
+    by a dense model."""
+    n_shared_experts: int = 0
+    """Experts of width ``d_ff_expert`` every token runs besides the routed ones
+    (DeepSeekMoE's shared experts)."""
+    dense_layers: int = 0
+    """Leading blocks whose FFN is dense, of width ``d_ff`` (DeepSeek-V3's
+    ``first_k_dense_replace``)."""
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -134,10 +178,33 @@ class ModelSpec:
         model_rules(
             n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, pos=self.pos
         )
+        self._check_experts()
         if self.ffn_only and self.vocab != 0:
             raise SpecError("vocab", f"vocab must be 0 for an ffn_only model (got {self.vocab})")
         if not self.ffn_only and self.vocab == 0:
             raise SpecError("vocab", "vocab must be >= 1 (got 0)")
+
+    def _check_experts(self) -> None:
+        """Mixture-of-experts fields: all zero for a dense model; with routed experts,
+        top-k within the experts and the dense leading layers fewer than all."""
+        for name in ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers"):
+            checks.integer(name, getattr(self, name), minimum=0)
+        if not self.n_experts:
+            for name in ("experts_per_token", "n_shared_experts", "dense_layers"):
+                if getattr(self, name):
+                    raise SpecError(name, f"{name} needs n_experts >= 1 (got n_experts 0)")
+            return
+        if self.d_ff_expert is None:
+            object.__setattr__(self, "d_ff_expert", self.d_ff)
+        checks.integer("d_ff_expert", self.d_ff_expert)
+        moe_rules(self)
+        if self.ffn_only:
+            raise SpecError("n_experts", "mixture-of-experts blocks need attention (ffn_only)")
+
+    @property
+    def moe(self) -> bool:
+        """Whether some FFNs are mixtures of experts."""
+        return self.n_experts > 0
 
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with ``changes`` applied and validated again; unknown fields are an error."""
@@ -218,6 +285,10 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
         values["head_dim"] = None
     if "n_heads" in changes and "n_kv_heads" not in changes and spec.n_kv_heads == spec.n_heads:
         values["n_kv_heads"] = None
+    if "d_ff" in changes and "d_ff_expert" not in changes and spec.d_ff_expert == spec.d_ff:
+        values["d_ff_expert"] = None
+    if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
+        values["d_ff_expert"] = None
     values.update(changes)
     return type(spec)(**values)
 

@@ -173,6 +173,22 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
                        f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
+    moe_rule(par, model)
+
+
+def moe_rule(par: Any, model: Any) -> None:
+    """The layouts an MoE model is costed under so far: data, FSDP and context parallelism
+    (every rank holds every expert, or a shard of each); expert, tensor and pipeline
+    parallelism of experts are not modelled yet."""
+    moe = np.asarray(getattr(model, "n_experts", 0)) > 0
+    for degree in ("tp", "pp"):
+        ok = ~moe | (np.asarray(getattr(par, degree)) == 1)
+        checks.require(ok, degree, lambda d=degree: f"{d} must be 1 for a mixture-of-experts "
+                       "model (its experts under tensor or pipeline parallelism are not "
+                       "modelled yet; use fsdp, dp or cp)")  # fmt: skip
+    ok = ~moe | (np.asarray(getattr(par, "framework", "reference")) != "handwritten")
+    checks.require(ok, "framework", lambda: "framework=handwritten does not run "
+                   "mixture-of-experts models")  # fmt: skip
 
 
 def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:

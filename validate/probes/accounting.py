@@ -33,6 +33,9 @@ _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); fir
     (".attn.k.", "attn_k"),
     (".attn.v.", "attn_v"),
     (".attn.o.", "attn_o"),
+    (".ffn.router.", "router"),
+    (".ffn.experts.", "experts"),
+    (".ffn.shared.", "shared_experts"),
     (".ffn.", "ffn"),
     ("norm", "norms"),
     ("lm_head.", "lm_head"),
@@ -123,10 +126,19 @@ def count_params(model: torch.nn.Module) -> dict[str, int]:
     return dict(parts)
 
 
+def _op_group(module: str) -> str | None:
+    """costmodel's op for a module path (an MoE FFN's router, routed and shared experts)."""
+    for part, group in ((".ffn.router", "router"), (".ffn.experts.", "experts"),
+                        (".ffn.shared.", "shared_experts")):  # fmt: skip
+        if part in module and (group == "router" or module[-3:] in (".w1", ".w2", ".w3")):
+            return group
+    return next((g for suffix, g in _OP_GROUPS if module.endswith(suffix)), None)
+
+
 def _flops_by_op(counts: dict[str, dict]) -> dict[str, int]:
     ops: dict[str, int] = defaultdict(int)
     for module, per_op in counts.items():
-        group = next((g for suffix, g in _OP_GROUPS if module.endswith(suffix)), None)
+        group = _op_group(module)
         if group is not None:
             ops[group] += sum(per_op.values())
     ops["total"] = sum(counts.get("Global", {}).values())
@@ -178,7 +190,8 @@ def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta"
     )
 
 
-_FLOP_OPS = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", "lm_head")
+_FLOP_OPS = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", "router", "experts", "shared_experts",
+             "lm_head")  # fmt: skip
 
 
 def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dict]:

@@ -32,6 +32,7 @@ from torch.utils.flop_counter import (
 )
 
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from validate.reference.moe import MoE
 from validate.reference.norms import LayerNorm, RMSNorm
 
 DTYPES = {  # precision -> (parameter dtype, compute dtype)
@@ -224,13 +225,13 @@ class Attention(nn.Module):
 class FFN(nn.Module):
     """SwiGLU W2(silu(W1 x) ⊙ W3 x) (Shazeer 2020), or W2 σ(W1 x) with GELU / ReLU."""
 
-    def __init__(self, spec: ModelSpec, compute: torch.dtype, **fk):
+    def __init__(self, spec: ModelSpec, compute: torch.dtype, width: int | None = None, **fk):
         super().__init__()
-        self.kind = spec.ffn
-        self.w1 = Linear(spec.d_model, spec.d_ff, spec.bias, compute, **fk)
-        self.w2 = Linear(spec.d_ff, spec.d_model, spec.bias, compute, **fk)
+        self.kind, width = spec.ffn, width or spec.d_ff
+        self.w1 = Linear(spec.d_model, width, spec.bias, compute, **fk)
+        self.w2 = Linear(width, spec.d_model, spec.bias, compute, **fk)
         if spec.ffn == "swiglu":
-            self.w3 = Linear(spec.d_model, spec.d_ff, spec.bias, compute, **fk)
+            self.w3 = Linear(spec.d_model, width, spec.bias, compute, **fk)
 
     def forward(self, x):
         if self.kind == "swiglu":
@@ -245,14 +246,15 @@ def _norm(spec: ModelSpec, **fk) -> nn.Module:
 
 class Block(nn.Module):
     def __init__(
-        self, spec: ModelSpec, compute, kernel: str, selective: bool, dropout: float, **fk
-    ):
+        self, spec: ModelSpec, compute, kernel: str, selective: bool, dropout: float,
+        moe: bool = False, **fk,
+    ):  # fmt: skip
         super().__init__()
         self.compute, self.ffn_only, self.dropout = compute, spec.ffn_only, dropout
         if not spec.ffn_only:
             self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
             self.attn = Attention(spec, compute, kernel, selective, dropout, **fk)
-        self.ffn = FFN(spec, compute, **fk)
+        self.ffn = MoE(spec, compute, FFN, Linear, **fk) if moe else FFN(spec, compute, **fk)
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
         """Dropout on a residual branch's output (keeps a bool mask for backward)."""
@@ -294,9 +296,10 @@ class TransformerLM(nn.Module):
         self.dropout = dropout
         fk = {"device": device, "dtype": param_dtype}
         self.blocks = nn.ModuleList(
-            Block(spec, self.compute, attention, recompute == "selective", dropout, **fk)
-            for _ in range(spec.n_layers)
-        )
+            Block(spec, self.compute, attention, recompute == "selective", dropout,
+                  moe=spec.moe and i >= spec.dense_layers, **fk)
+            for i in range(spec.n_layers)
+        )  # fmt: skip
         if spec.ffn_only:
             return
         self.embed = nn.Embedding(spec.vocab, spec.d_model, **fk)
