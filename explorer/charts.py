@@ -191,7 +191,8 @@ def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]
     compute, bandwidth = _roof(setup)
     rows = []
     for key, intensity in values.items():
-        if key.startswith("roofline.") and key.endswith(".intensity"):
+        # an op the model does not run (no shared experts, no dense blocks) moves nothing
+        if key.startswith("roofline.") and key.endswith(".intensity") and intensity > 0:
             op = key.split(".")[1]
             rows.append(
                 {

@@ -264,3 +264,16 @@ def test_model_parallel_degrees_need_no_other_change():
         at.number_input(key=key).set_value(value).run()
         assert not at.error and "on 8 × h100-sxm" in at.success[0].value, key
     assert "(dp=1)" in at.success[0].value  # 2 x 2 x 2 = 8
+
+
+def test_a_mixture_of_experts_preset_renders_and_says_what_is_not_modelled():
+    """Mixtral: its parameter count, its sections, the book panel's reason instead of
+    numbers (its closed forms are for dense stacks), and a tensor-parallel layout refused
+    next to the widget, never a traceback."""
+    at = _app(model="mixtral-8x7b", gpus="8", fsdp="8", batch="8", seq="4096")
+    assert not at.exception
+    assert metric(at, "parameters") == "46.70 B"
+    assert any("dense FFN stacks" in i.value for i in at.info)
+    at = _app(model="mixtral-8x7b", gpus="8", tp="8", batch="8")
+    assert not at.exception
+    assert any("tp must be 1 for a mixture-of-experts model" in e.value for e in at.error)
