@@ -1,5 +1,6 @@
 """Per-rank memory: what each gloo rank holds under DDP, ZeRO-1 and FSDP2, against
-costmodel's per-device prediction for the same layout and framework (issue 13, item 1)."""
+costmodel's per-device prediction for the same layout and framework (issue 13, item 1),
+for the dense reference model and a mixture-of-experts one."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def run(case: LayoutCase) -> tuple[list[dict], dict[str, float]]:
     unsharded matrix)."""
     runs = [launch(measure, case.world, case, backend="gloo", timeout_s=600) for _ in range(2)]
     results = [{k: min(a[k], b[k]) for k in a} for a, b in zip(*runs, strict=True)]
-    est = estimate(small_spec(), case.train(), case.parallel(), HW)
+    est = estimate(case.spec(), case.train(), case.parallel(), HW)
     return results, predicted(case, est.values)
 
 
@@ -39,6 +40,9 @@ CASES = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16
 # weight gradients' reduce-scatter outgrows the logits)
 CASES += [LayoutCase("fsdp-by-hand", world=3, batch=6),
           LayoutCase("fsdp-by-hand", world=4, precision="bf16-mixed")]  # fmt: skip
+# a mixture-of-experts model (4 routed experts, top-2, one shared, a dense first block):
+# FSDP2 gathers an MoE block at a time, DDP holds every expert
+CASES += [LayoutCase("fsdp2", experts=4), LayoutCase("ddp", precision="bf16-mixed", experts=4)]
 PEAK_PARAMS = [pytest.param(c, q, id=f"{c.name}-{q}") for c in CASES for q in PEAKS]
 
 

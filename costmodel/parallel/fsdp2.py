@@ -22,11 +22,11 @@ from collections.abc import Callable
 import sympy as sp
 
 from costmodel.single.memory import HEAD_PARTS, SHARED_PARTS, activation_memory
-from costmodel.single.params import block_params, param_breakdown
+from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, F, L, T, V, Y, b, smax
+from costmodel.symbols import D, L, T, V, Y, b, smax
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
@@ -99,6 +99,10 @@ def with_block_peaks(
     acts, head_acts = acts_of(None), acts_of(HEAD_PARTS)
     skip = (*HEAD_PARTS, *SHARED_PARTS, "total")
     block_acts = acts_of(tuple(op for op in activation_memory(model, train) if op not in skip)) / L
+    if model.moe:  # the top block is an MoE block: its own FFN's activations, not the average
+        dense_ffn = ("ffn_hidden", "moe")
+        rest = tuple(op for op in activation_memory(model, train) if op not in (*skip, *dense_ffn))
+        block_acts = acts_of(rest) / L + acts_of(("moe",)) / moe_layers(model)
     earlier, fresh = live * state["grads"], (1 - live) * grad_shard  # shards held / made
     stream = residual * b * T * D
     stored = state["master"] + state["buffers"]
@@ -106,7 +110,8 @@ def with_block_peaks(
     transition = blocks + acts_of(("final_norm",)) + gathered["transition"]
     forward = smax(blocks + gathered["blocks"], transition)
     top = (stored + acts + earlier + gathered["backward_top"] + reduce * head
-           + fresh * head + stream + prec.activation * b * T * F / Y)  # fmt: skip
+           + fresh * head + stream + prec.activation * b * T * top_ffn_width(model) / Y
+           )  # fmt: skip
     below = (stored + acts - head_acts - block_acts + earlier + gathered["backward_next"]
              + reduce * block + fresh * (head + block) + stream)  # fmt: skip
     both = smax(forward + earlier, top, below)

@@ -73,6 +73,15 @@ def moe_layers(model: ModelSpec) -> sp.Expr:
     return L - L_d if model.moe else sp.Integer(0)
 
 
+def top_ffn_width(model: ModelSpec) -> sp.Expr:
+    """Hidden width per token of the top block's FFN backward, one FFN at a time: F, or an
+    MoE block's larger of its shared experts' (E_s·F_e over every token) and one routed
+    expert's (F_e over its k/E share of the tokens)."""
+    if not model.moe:
+        return F
+    return sp.Max(E_s * F_e, k_r * F_e / E_r, evaluate=False)
+
+
 def moe_params(model: ModelSpec) -> dict[str, sp.Expr]:
     """An MoE model's router (a bias-free D x E linear), routed experts (E FFNs of width
     F_e) and shared experts (run as one FFN of width E_s·F_e), summed over its MoE blocks

@@ -50,7 +50,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
 
-from costmodel import ParallelSpec, TrainSpec
+from costmodel import ModelSpec, ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
 from validate.distributed.checks import (
     fully_shard_model,
@@ -79,10 +79,21 @@ class LayoutCase:
     batch: int = 4
     seq: int = 64
     precision: str = "fp32"
+    experts: int = 0
+    """Routed experts (top-2, one shared; three blocks, the first dense); 0: the dense
+    model."""
 
     @property
     def name(self) -> str:
-        return f"{self.layout}/world{self.world}/{self.precision}"
+        moe = f"/moe{self.experts}" if self.experts else ""
+        return f"{self.layout}/world{self.world}/{self.precision}{moe}"
+
+    def spec(self) -> ModelSpec:
+        """``checks.small_spec``, or with ``experts`` its mixture-of-experts version."""
+        if not self.experts:
+            return small_spec()
+        return small_spec().replace(n_layers=3, n_experts=self.experts, experts_per_token=2,
+                                    d_ff_expert=64, n_shared_experts=1, dense_layers=1)  # fmt: skip
 
     def train(self) -> TrainSpec:
         return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision,
@@ -180,7 +191,7 @@ def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> N
 def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, TransformerLM]:
     """(what the step calls, the reference model inside it), laid out as ``case`` says."""
     torch.manual_seed(0)
-    model = TransformerLM.for_training(small_spec(), case.train(), device)
+    model = TransformerLM.for_training(case.spec(), case.train(), device)
     if case.layout in ("ddp", "zero1"):
         return DistributedDataParallel(model), model
     if case.layout == "fsdp-by-hand":

@@ -26,7 +26,6 @@ from validate.distributed.checks import (
     FROZEN_PARAMS,
     ddp_params,
     parallel_spec,
-    small_spec,
     spec_and_train,
     step,
     time_variant,
@@ -251,7 +250,7 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
         timeout_s=TIMEOUT_S,
     )
     hw = rank_hardware(_hardware(ctx), case.world)
-    est = estimate(small_spec(), case.train(), case.parallel(), hw)
+    est = estimate(case.spec(), case.train(), case.parallel(), hw)
     pred = predicted(case, est.values)
     config = {"layout": case.layout, "world": case.world, "batch": case.batch,
               "seq": case.seq, "precision": case.precision}  # fmt: skip
@@ -301,11 +300,14 @@ def pipeline_cases(ctx: Context) -> list[PipelineCase]:
 
 
 def layout_cases(ctx: Context) -> list[LayoutCase]:
-    """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4. With
-    --quick (about 3 minutes on 2 cores) fp32 only for the FSDP layouts, whose state
-    dtypes differ from their compute dtype (tests/test_rank_memory.py runs them all)."""
+    """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4 and with a
+    mixture-of-experts model. With --quick (about 3 minutes on 2 cores) fp32 only for the
+    FSDP layouts, whose state dtypes differ from their compute dtype
+    (tests/test_rank_memory.py runs them all)."""
     cases = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")
              if not ctx.quick or p != "fp32" or lay.startswith("fsdp")]  # fmt: skip
+    if not ctx.quick:
+        cases.append(LayoutCase("fsdp2", experts=4))
     if not ctx.quick and max(_worlds(ctx)) >= 4:
         cases.append(LayoutCase("fsdp2", world=4, batch=8))
     return cases
