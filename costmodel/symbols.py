@@ -63,6 +63,12 @@ def smax(*args: sp.Expr) -> sp.Expr:
     return sp.Max(*args, evaluate=False)
 
 
+def at_least_one(n: Any) -> sp.Expr:
+    """1 when the non-negative integer ``n`` (a count that may be 0, as shared experts) is
+    at least 1, else 0, as an unevaluated expression: min(n, 1)."""
+    return sp.Min(n, 1, evaluate=False)
+
+
 def more_than_one(n: Any) -> sp.Expr:
     """1 when the positive integer ``n`` (a degree, a micro-batch count) exceeds 1, else 0,
     as an unevaluated expression: min(n - 1, 1)."""

@@ -63,6 +63,7 @@ from costmodel.symbols import (
     W_hbm,
     X,
     Y,
+    at_least_one,
     b,
     d_h,
     k_r,
@@ -101,7 +102,7 @@ def moe_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Exp
     routing: its weights are read once per step whatever it gets); the shared experts as
     one FFN of their summed width (none when E_s is 0)."""
     up = ffn_matrices(model) - 1
-    shared = sp.Min(E_s, 1, evaluate=False)
+    shared = at_least_one(E_s)
     rows = k_r / E_r
     return {
         "router": [(sp.Integer(1), D, E_r, sp.Integer(1))],

@@ -19,7 +19,7 @@ import sympy as sp
 
 from costmodel.single.params import ffn_matrices
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, d_h, k_r, more_than_one
+from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, at_least_one, d_h, k_r, more_than_one
 
 STAT = 4  # norm statistics are fp32
 
@@ -71,7 +71,7 @@ def _bias(model: ModelSpec, a: int, moe: bool = False) -> tuple[sp.Expr, sp.Expr
     up = ffn_matrices(model) - 1
     outputs = D + up * F
     if moe:
-        shared = sp.Min(E_s, 1, evaluate=False) * (D + up * E_s * F_e)
+        shared = at_least_one(E_s) * (D + up * E_s * F_e)
         outputs = k_r * (D + up * F_e) + shared
     if not model.ffn_only:
         outputs += (H + 2 * K) * d_h + D
@@ -96,7 +96,7 @@ def _moe(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     c = _cast(a, STAT, sp.Integer(1))  # a + 4 where the compute dtype is not fp32
     act_f, act_b = _ffn(model, a)
     swiglu = 3 * a * D if model.ffn == "swiglu" else 0  # gate and up share their input
-    shared = sp.Min(E_s, 1, evaluate=False)
+    shared = at_least_one(E_s)
     fwd = c * E_r + 8 * E_r + 4 * E_r + 12 * k_r + 4 * k_r + 4 + 8 * k_r + 4 + c * k_r
     fwd += E_r * (9 * k_r + k_r + a * D + a * k_r + 2 * a * D)
     pair = 16 + (8 + a * D) + (16 + a) + (2 * a * D + a) + (8 + a * D)

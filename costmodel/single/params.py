@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, L, L_d, P, V, d_h, k_r
+from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, L, L_d, P, V, at_least_one, d_h, k_r
 
 
 def ffn_matrices(model: ModelSpec) -> int:
@@ -92,7 +92,7 @@ def moe_params(model: ModelSpec) -> dict[str, sp.Expr]:
     return {
         "router": n * D * E_r,
         "experts": n * E_r * ffn_params(model, F_e),
-        "shared_experts": n * ffn_params(model, E_s * F_e) * sp.Min(E_s, 1, evaluate=False),
+        "shared_experts": n * ffn_params(model, E_s * F_e) * at_least_one(E_s),
     }
 
 

@@ -96,8 +96,9 @@ class LayoutCase:
                                     d_ff_expert=64, n_shared_experts=1, dense_layers=1)  # fmt: skip
 
     def train(self) -> TrainSpec:
+        # the reference model runs eager
         return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision,
-                         elementwise="eager")  # the reference model runs eager  # fmt: skip
+                         elementwise="eager")  # fmt: skip
 
     def parallel(self) -> ParallelSpec:
         """The layout as costmodel names it (FSDP2 reduces in fp32 under a mixed precision,
