@@ -100,19 +100,23 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
 # Parallelism (Scaling Book: X FSDP, Y tensor; M_X, M_Y mesh axes) and hardware.
 X, Y = sp.symbols("X Y", **_INT)  # fsdp, tp degrees
 N_dp, N_pp, N_cp = sp.symbols("N_dp N_pp N_cp", **_INT)
+N_ep = sp.Symbol("N_ep", **_INT)  # expert-parallel degree
+rho_ep = sp.Symbol("rho_ep", positive=True)  # the busiest ep rank's routed tokens / mean
 m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
 M_X, M_Y = sp.symbols("M_X M_Y", **_INT)
 _POS = {"positive": True}
 C, C_eff, C_attn, W_hbm = sp.symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, HBM B/s
 C_attn_b = sp.Symbol("C_attn_b", **_POS)  # the fused attention backward's FLOP/s
-W_X, W_Y, W_dp, W_pp, W_cp = sp.symbols("W_X W_Y W_dp W_pp W_cp", **_POS)  # group B/s
-a_X, a_Y, a_dp, a_pp, a_cp = sp.symbols("alpha_X alpha_Y alpha_dp alpha_pp alpha_cp", **_POS)
+W_X, W_Y, W_dp, W_pp, W_cp, W_ep = sp.symbols("W_X W_Y W_dp W_pp W_cp W_ep", **_POS)  # B/s
+a_X, a_Y, a_dp, a_pp, a_cp, a_ep = sp.symbols(
+    "alpha_X alpha_Y alpha_dp alpha_pp alpha_cp alpha_ep", **_POS
+)
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
 t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
 s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
 
-PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, m, v)
+PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, rho_ep, m, v)
 HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     C,
     C_eff,
@@ -124,11 +128,13 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     W_dp,
     W_pp,
     W_cp,
+    W_ep,
     a_X,
     a_Y,
     a_dp,
     a_pp,
     a_cp,
+    a_ep,
     S_bucket,
     R_alloc,
     t_op,
@@ -141,6 +147,8 @@ DESCRIPTIONS.update(
         N_dp: "data-parallel replicas",
         N_pp: "pipeline stages",
         N_cp: "context-parallel degree",
+        N_ep: "expert-parallel degree",
+        rho_ep: "routed tokens the busiest expert-parallel rank receives over the mean",
         m: "micro-batches per step",
         v: "virtual pipeline stages per device",
         M_X: "mesh axes for X",
@@ -155,6 +163,7 @@ DESCRIPTIONS.update(
         W_dp: "DP group bandwidth",
         W_pp: "pipeline link bandwidth",
         W_cp: "CP ring bandwidth",
+        W_ep: "EP all-to-all bandwidth",
         S_bucket: "DDP bucket bytes",
         R_alloc: "allocator's reserved over allocated bytes",
         t_op: "host seconds per dispatched kernel",

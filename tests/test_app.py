@@ -277,3 +277,16 @@ def test_a_mixture_of_experts_preset_renders_and_says_what_is_not_modelled():
     at = _app(model="mixtral-8x7b", gpus="8", tp="8", batch="8")
     assert not at.exception
     assert any("tp must be 1 for a mixture-of-experts model" in e.value for e in at.error)
+
+
+def test_expert_parallelism_is_an_input_and_refused_for_a_dense_model():
+    at = _app(model="mixtral-8x7b", gpus="16", fsdp="16", ep="8", batch="16", seq="4096",
+              recompute="full")  # fmt: skip
+    assert not at.exception and not at.error
+    assert at.number_input(key="ep").value == 8
+    assert "Fits" in at.success[0].value and "on 16 × h100-sxm" in at.success[0].value
+    at = _app(model="mixtral-8x7b", gpus="8", fsdp="8", ep="3", batch="8")
+    assert any("ep must divide n_experts" in e.value for e in at.error)
+    at = _app(gpus="8", fsdp="8", ep="2", batch="8")
+    assert not at.exception
+    assert any("ep > 1 needs a mixture-of-experts model" in e.value for e in at.error)

@@ -92,7 +92,7 @@ def breakdown(row: dict[str, Any]) -> str:
     mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts)
     steps = ("forward", "backward", "bubble", "optimizer")
     phases = " + ".join(f"{k} {row[f'time_s.{k}']:.3f}" for k in steps)
-    groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp") if row[f"comm_time_s.{k}"] > 0]
+    groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp", "ep") if row[f"comm_time_s.{k}"] > 0]
     comm = ", ".join(f"{k} {row[f'comm_time_s.{k}']:.3f}" for k in groups) or "none"
     peak = row["memory_bytes_per_device.peak"] / GIB
     return "\n".join([

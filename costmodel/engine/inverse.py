@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from costmodel.engine.sweep import sweep
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import ParallelSpec, batch_step
+from costmodel.specs.parallel import ParallelSpec, batch_step, moe_rule
 
 SEARCH_LIMIT = 2**24
 """Largest batch or sequence length ``max_fitting`` tries (sequences or tokens)."""
@@ -93,7 +94,7 @@ def min_fsdp_fitting(
     grows with the degree: batch = dp · fsdp · micro-batch · grad_accum."""
     budget = _budget(hardware, budget_bytes)
     micro = train.batch // parallel.batch_step(train.grad_accum)
-    fsdp = np.arange(1, max_fsdp + 1)
+    fsdp = _allowed_fsdp(model, parallel, np.arange(1, max_fsdp + 1))
     fixed = {**_fields(train), **_fields(parallel)}
     fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
     key = "memory_bytes_per_device.peak"
@@ -106,6 +107,14 @@ def min_fsdp_fitting(
         "budget_bytes": budget,
         "micro_batch_per_device": micro,
     }
+
+
+def _allowed_fsdp(model: ModelSpec, parallel: ParallelSpec, fsdp: np.ndarray) -> np.ndarray:
+    """The degrees the layout's expert parallelism allows with its other degrees (ep
+    divides the data-parallel ranks and nests with the shard group; every degree without)."""
+    with checks.collect_masks() as masks:
+        moe_rule(SimpleNamespace(**{**_fields(parallel), "fsdp": fsdp}), model)
+    return fsdp[np.logical_and.reduce([np.broadcast_to(m, fsdp.shape) for m in masks])]
 
 
 def _fields(spec: object) -> dict:

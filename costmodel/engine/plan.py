@@ -32,7 +32,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_tra
 from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
-          "cp", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32")  # fmt: skip
+          "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32")  # fmt: skip
 QUANTITIES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
     "time_s.compute", "time_s.comm", "tokens_per_s", "mfu",
@@ -41,6 +41,7 @@ QUANTITIES = (
     "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
     "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
+    "comm_time_s.ep",
 )  # fmt: skip
 FRAMEWORK_CHOICES = ("fsdp2", "megatron", "deepspeed", "reference")
 
@@ -128,22 +129,25 @@ def layout_label(row: dict[str, Any]) -> str:
     sp = "+sp" if row["sequence_parallel"] else ""
     v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
     zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
+    ep = f" ep{row['ep']}" if row.get("ep", 1) > 1 else ""
     return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
-            f"pp{row['pp']}{v} cp{row['cp']} mb{row['micro_batch']} ga{row['grad_accum']} "
-            f"{row['recompute']}")  # fmt: skip
+            f"pp{row['pp']}{v} cp{row['cp']}{ep} mb{row['micro_batch']} "
+            f"ga{row['grad_accum']} {row['recompute']}")  # fmt: skip
 
 
 def limit_of(row: dict[str, Any], budget: float) -> str:
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
-    data-parallel (FSDP/DP) communication beyond the compute it overlaps, and the optimizer
-    step, when it exceeds 5 % of the step; else compute. Memory above 90 % of the budget is
-    named too (a layout that shards less would not fit)."""
-    step, tp = row["time_s.step"], row["comm_time_s.tp"]
+    the expert-parallel all-to-alls (exposed too), data-parallel (FSDP/DP) communication
+    beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step;
+    else compute. Memory above 90 % of the budget is named too (a layout that shards less
+    would not fit)."""
+    step, tp, ep = row["time_s.step"], row["comm_time_s.tp"], row.get("comm_time_s.ep", 0.0)
     phases = row["time_s.forward"] + row["time_s.backward"]
     parts = {
         "pipeline bubble": row["time_s.bubble"],
         "TP communication": tp,
-        "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp),
+        "expert all-to-all": ep,
+        "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp - ep),
         "optimizer step": row["time_s.optimizer"],
     }
     name, worst = max(parts.items(), key=lambda kv: kv[1])
@@ -225,7 +229,7 @@ def enumerate_layouts(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, gpus: int, options: PlanOptions
 ) -> dict[str, np.ndarray]:
     """Every combination of the searched fields (before the rules), as columns. Blocks of
-    (framework, sharding, tp, pp, cp) are listed in Python; the choices inside a block
+    (framework, sharding, tp, pp, cp, ep) are listed in Python; the choices inside a block
     (sp, interleave, micro-batch, recompute) are numpy products shared between blocks."""
     max_tp = options.max_tp or hardware.devices_per_node
     blocks, inner = [], []
@@ -237,10 +241,12 @@ def enumerate_layouts(
             if pp > model.n_layers or train.batch % replicas:
                 continue
             choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
-            for dp, fsdp, zero in _shardings(fw, replicas):
-                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, len(choices["recompute"])))
+            for (dp, fsdp, zero), ep in itertools.product(
+                _shardings(fw, replicas), _expert_degrees(model, replicas * cp)
+            ):
+                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, len(choices["recompute"])))
                 inner.append(choices)
-    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "count")
+    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "count")
     per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
     counts = np.array(per_block.get("count", ()), dtype=np.int64)
     cols = {n: np.repeat(np.array(per_block.get(n, ()), object if n in _KINDS else np.int64),
@@ -254,6 +260,15 @@ def enumerate_layouts(
 
 
 _KINDS = {"framework", "recompute"}
+
+
+def _expert_degrees(model: ModelSpec, data_ranks: int) -> list[int]:
+    """Expert-parallel degrees to try: 1, and for an MoE model every divisor of its routed
+    experts that divides the data-parallel ranks (the layout rules drop those that do
+    not nest with the shard group)."""
+    if not model.moe:
+        return [1]
+    return [d for d in _divisors(model.n_experts) if data_ranks % d == 0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -279,8 +294,9 @@ def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
 
 
 def _namespace(cols: dict[str, np.ndarray]) -> SimpleNamespace:
-    return SimpleNamespace(**{k: cols[k] for k in ("tp", "pp", "pp_interleave", "cp", "dp",
-                                                   "fsdp", "sequence_parallel")})  # fmt: skip
+    keys = ("tp", "pp", "pp_interleave", "cp", "ep", "dp", "fsdp", "sequence_parallel",
+            "framework")  # fmt: skip
+    return SimpleNamespace(**{k: cols[k] for k in keys})
 
 
 def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:

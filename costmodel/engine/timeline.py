@@ -2,7 +2,8 @@
 
 Built from an estimate's quantities, in the order the step runs them: forward (compute on
 one stream; FSDP/DP/CP/PP communication on another, overlapped under the ``max`` rule or
-after the compute under ``sum``; tensor-parallel collectives exposed unless async TP),
+after the compute under ``sum``; tensor-parallel collectives exposed unless async TP,
+expert-parallel all-to-alls always),
 the pipeline bubble (warm-up and drain, drawn as one idle block), backward, and the
 optimizer step (the update's memory traffic, then its communication: ZeRO-1/2's
 all-gather). What people otherwise read out of an Nsight Systems trace, predicted.
@@ -44,17 +45,18 @@ def segments(values: dict[str, Any], overlap: str = "max", async_tp: bool = Fals
         compute = values[f"time_s.compute_{phase}"]
         out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
         c = t if overlap == "max" else t + compute
-        hidden = (*GROUPS, "tp") if async_tp else GROUPS
-        for g in hidden:
+        exposed = ("ep",) if async_tp else ("tp", "ep")
+        for g in (g for g in (*GROUPS, "tp") if g not in exposed):
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
             if d > 0:
                 out.append(Segment(LANES[1], f"{g.upper()} {phase}", "comm", c, c + d))
                 c += d
         t = max(t + compute, c)
-        tp = 0.0 if async_tp else values.get(f"comm_phase_s.tp.{phase}", 0.0)
-        if tp > 0:
-            out.append(Segment(LANES[2], f"TP {phase}", "exposed", t, t + tp))
-            t += tp
+        for g in exposed:
+            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
+            if d > 0:
+                out.append(Segment(LANES[2], f"{g.upper()} {phase}", "exposed", t, t + d))
+                t += d
         bubble = values["time_s.bubble"]
         if phase == "forward" and bubble > 0:
             out.append(Segment(LANES[0], "pipeline bubble", "bubble", t, t + bubble))

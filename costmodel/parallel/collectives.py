@@ -3,8 +3,11 @@
 A ring collective runs ``steps`` rounds, each paying the latency α and moving
 ``bytes_per_rank`` over each rank's link of bandwidth β: T = steps·α + bytes_per_rank/β
 (Thakur, Rabenseifner & Gropp 2005, Sec. 4; Scaling Book ch. 3: an all-reduce costs an
-all-gather plus a reduce-scatter). Sizes are the full tensor (all-gather: the output;
-reduce-scatter and all-reduce: the input; broadcast: the buffer). Bus bandwidth is the
+all-gather plus a reduce-scatter). An all-to-all sends each of the other n - 1 ranks
+its 1/n of the buffer in n - 1 pairwise rounds (NCCL's, and MPI's pairwise exchange;
+Thakur et al. 2005, Sec. 3.4). Sizes are the full tensor (all-gather: the output;
+reduce-scatter and all-reduce: the input; all-to-all: one rank's input; broadcast: the
+buffer). Bus bandwidth is the
 algorithm bandwidth times the bytes a rank must move per byte of tensor (NCCL tests'
 convention), so it is comparable across collectives and rank counts.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
 def _check(op: str, n: Any) -> None:

@@ -1,4 +1,4 @@
-"""Communication per device per step under DP, FSDP (ZeRO), TP (+SP), PP and CP: bytes
+"""Communication per device per step under DP, FSDP (ZeRO), TP (+SP), PP, CP and EP: bytes
 each device sends and their alpha-beta seconds, per phase.
 
 Sources: ring collectives move 2(N-1)/N of the buffer for an all-reduce and (N-1)/N for an
@@ -21,6 +21,14 @@ from costmodel.parallel.distributed import (
     shard_degree,
     stage_layers,
 )
+from costmodel.parallel.experts import (
+    busiest_experts,
+    expert_replicas,
+    expert_shards,
+    local_experts,
+    sharded_params,
+)
+from costmodel.single.params import moe_layers
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -30,19 +38,23 @@ from costmodel.symbols import (
     D,
     K,
     N_cp,
+    N_ep,
     N_pp,
     S_bucket,
     W_cp,
     W_dp,
+    W_ep,
     W_pp,
     Y,
     a_cp,
     a_dp,
+    a_ep,
     a_pp,
     a_X,
     a_Y,
     as_expr,
     d_h,
+    k_r,
     m,
     more_than_one,
     smax,
@@ -67,13 +79,30 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
 
     grad_bytes = 4 if par.grad_reduce_fp32 else c
     dp = replicas(par)  # the cp ranks too where they are not FSDP shards
-    dp_bytes = bus_factor("all_reduce", dp) * grad_bytes * n / shards
-    buckets = sp.ceiling(grad_bytes * n / shards / S_bucket)
+    experts, _ = local_experts(model)
+    dense, e_shards = n - experts, expert_shards(shards)
+
+    def reduced() -> sp.Expr:
+        """Gradient elements a device all-reduces: the dense parameters' shard over the
+        replicas, a routed expert's over the replicas holding that expert."""
+        out = bus_factor("all_reduce", dp) * dense / shards
+        if model.moe:
+            out += bus_factor("all_reduce", expert_replicas(shards, dp)) * experts / e_shards
+        return out
+
+    def sharded(op: str) -> sp.Expr:
+        """Elements a device moves gathering or scattering its parameters over the shard
+        group (a routed expert's over its own, :func:`expert_shards`)."""
+        out = bus_factor(op, shards) * dense
+        return out + bus_factor(op, e_shards) * experts if model.moe else out
+
+    dp_bytes = grad_bytes * reduced()
+    buckets = sp.ceiling(grad_bytes * sharded_params(model, n, shards) / S_bucket)
     groups["dp"] = _phases(
         dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", dp) * a_dp * buckets, 0
     )
 
-    gather = bus_factor("all_gather", shards) * c * n
+    gather = c * sharded("all_gather")
     if par.zero == 3:
         fwd, bwd, opt = gather, 2 * gather, 0
     else:
@@ -81,7 +110,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     steps = ring_steps("all_gather", shards)  # a reduce-scatter takes as many
     lat = layers * steps * a_X
     if par.grad_reduce_fp32:  # gradients reduce-scattered in fp32, not the compute dtype
-        scatter = bus_factor("reduce_scatter", shards) * 4 * n
+        scatter = 4 * sharded("reduce_scatter")
         bwd, opt = (gather + scatter, 0) if par.zero == 3 else (scatter, gather)
     groups["fsdp"] = _phases(
         fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
@@ -98,7 +127,28 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     groups["pp"] = _phases(2 * sends * p2p, one, one, 0)
 
     groups["cp"] = cp_group(model, train, par)
+    groups["ep"] = ep_group(model, train)
     return groups
+
+
+def ep_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Expert parallelism's all-to-alls: bytes sent per device per step and their
+    alpha-beta seconds on the busiest rank (GShard, Lepikhin et al. 2020, Sec. 2.2;
+    torchtitan's and Megatron's token dispatchers). Per MoE block and micro-batch, forward
+    dispatches each token's k copies to the ranks holding its experts and combines the
+    outputs back; backward sends their gradients the other way: four all-to-alls of
+    b·T·k·D in the compute dtype, of which (ep - 1)/ep leave the rank under balanced
+    routing, ``ep_imbalance`` times that to and from the busiest rank. Full recomputation
+    dispatches and combines again. None for a dense model."""
+    if not model.moe:
+        return _phases(0, 0, 0, 0)
+    c = PRECISIONS[train.precision].activation
+    b_dev, t_dev = device_batch()
+    one = c * b_dev * t_dev * k_r * D * bus_factor("all_to_all", N_ep) * busiest_experts()
+    calls = m * moe_layers(model)
+    again = 2 if train.recompute == "full" else 0
+    each = one / W_ep + ring_steps("all_to_all", N_ep) * a_ep
+    return _phases(calls * (4 + again) * one, calls * 2 * each, calls * (2 + again) * each, 0)
 
 
 def cp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:

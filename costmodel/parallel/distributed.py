@@ -12,6 +12,15 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import fsdp2, handwritten
+from costmodel.parallel.experts import (
+    busiest_experts,
+    expert_replicas,
+    expert_shards,
+    local_experts,
+    routed_experts,
+    sharded_params,
+    split_state,
+)
 from costmodel.parallel.pipeline import (
     TORCH_PIPELINING,
     PipelineRank,
@@ -30,9 +39,13 @@ from costmodel.single.memory import (
     kept_weight_copies,
     optimizer_temp,
     peak_memory,
-    state_memory,
 )
-from costmodel.single.params import block_params, matmul_weight_params, param_breakdown
+from costmodel.single.params import (
+    block_params,
+    matmul_weight_params,
+    moe_layers,
+    param_breakdown,
+)
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -43,6 +56,7 @@ from costmodel.symbols import (
     L,
     N_cp,
     N_dp,
+    N_ep,
     N_pp,
     R_alloc,
     T,
@@ -130,7 +144,9 @@ def params_per_device(
     vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
     layers = stage_layers(par)
     total = layers * (block / Y) + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
-    return total, layers * block_mm / Y + head_mm / Y
+    # the routed experts other ep ranks hold (MoE models run without tp and pp)
+    others = [e * (1 - 1 / N_ep) for e in routed_experts(model)]
+    return total - others[0], layers * block_mm / Y + head_mm / Y - others[1]
 
 
 def sharded_state(
@@ -160,30 +176,37 @@ def sharded_state(
         if rank is not None and par.pp > 1:  # autocast casts again for each micro-batch,
             kept *= chunks_in_flight(par, rank) / v  # and each keeps its casts to backward
         shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
-        state = state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+        state = split_state(model, train, n, kept, shards)
         if rank is None or rank.first:
             state["grads"] += replicated_embedding_grad(model, train) / shards[1]
         return state
-    low, opt = prec.activation, optimizer_state_bytes(train.optimizer, train.precision, n)
+    low = prec.activation
+
+    def opt(shards: sp.Expr) -> sp.Expr:
+        return optimizer_state_bytes(train.optimizer, train.precision, per_shard(shards))
+
+    def per_shard(shards: sp.Expr) -> sp.Expr:
+        return sharded_params(model, n, shards)
+
     if par.framework == "fsdp2":
         s = shard_degree(par)
         if par.pp == 1:  # the most gathered at once, at the blocks or at the head
             unsharded = smax(*fsdp2.in_flight(model, train, par).values())
-            return {"params": unsharded, "master": prec.param * n / s,
-                    "grads": prec.grad * n / s, "optimizer": opt / s}  # fmt: skip
+            return {"params": unsharded, "master": prec.param * per_shard(s),
+                    "grads": prec.grad * per_shard(s), "optimizer": opt(s)}  # fmt: skip
         # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
         # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
         # the reduce dtype until the last backward reduce-scatters them.
         return {"params": low * n, "master": prec.param * n / s,
                 "grads": accumulated_grads(train, par) * n + prec.grad * n / s,
-                "optimizer": opt / s}  # fmt: skip
+                "optimizer": opt(s)}  # fmt: skip
     if par.framework == "megatron":
         dp = optimizer_shards(par)
-        return {"params": low * n, "master": prec.param * n / dp, "grads": prec.grad * n,
-                "optimizer": opt / dp}  # fmt: skip
+        return {"params": low * n, "master": prec.param * per_shard(dp), "grads": prec.grad * n,
+                "optimizer": opt(dp)}  # fmt: skip
     p_sh, g_sh = (X if par.zero == 3 else 1), (X if par.zero >= 2 else 1)
-    return {"params": low * n / p_sh, "master": prec.param * n / X, "grads": low * n / g_sh,
-            "optimizer": opt / X}  # fmt: skip
+    return {"params": low * per_shard(p_sh), "master": prec.param * per_shard(X),
+            "grads": low * per_shard(g_sh), "optimizer": opt(X)}  # fmt: skip
 
 
 def replicated_embedding_grad(model: ModelSpec, train: TrainSpec) -> sp.Expr:
@@ -212,14 +235,21 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     default ``gradient_as_bucket_view=False`` copies each gradient in before its bucket's
     all-reduce and back after). The reference framework runs DDP over dp replicas when it
     does not shard (fsdp 1), and under ZeRO-1 (a sharded optimizer over DDP's replicas);
-    FSDP (ZeRO-2/3), FSDP2, Megatron and DeepSpeed reduce without DDP's buckets."""
+    FSDP (ZeRO-2/3), FSDP2, Megatron and DeepSpeed reduce without DDP's buckets. Under
+    expert parallelism a routed expert's gradient is bucketed only where other ranks hold
+    the same expert (torch DDP leaves out the parameters it is told to ignore)."""
     if par.framework != "reference":
         return sp.Integer(0)
     n, _ = params_per_device(model, par)
-    grads = PRECISIONS[train.precision].grad * n
+    experts, _ = local_experts(model)
+    grad = PRECISIONS[train.precision].grad
     if par.zero == 1:
-        return grads * more_than_one(replicas(par) * X)
-    return grads * more_than_one(replicas(par)) * (1 - more_than_one(X))
+        return grad * n * more_than_one(replicas(par) * X)
+    # a routed expert's gradient is reduced only over the ranks holding that expert
+    reduced = (n - experts) * more_than_one(replicas(par))
+    if model.moe:
+        reduced += experts * more_than_one(expert_replicas(shard_degree(par), replicas(par)))
+    return grad * reduced * (1 - more_than_one(X))
 
 
 def sharded_activations(
@@ -262,6 +292,8 @@ def sharded_activations(
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
         scale = head if op in HEAD_PARTS else share
+        if op == "moe_experts":  # the pairs the busiest ep rank's experts run
+            scale *= busiest_experts()
         total += expr / (Y if sharded else 1) * scale
     if rank is not None and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
@@ -377,4 +409,9 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)
     in_flight = sp.Min(2, layers, evaluate=False)
-    return in_flight * PRECISIONS[train.precision].activation * n_mm / layers * (1 - 1 / X)
+    one_layer = n_mm / layers * (1 - 1 / X)
+    if model.moe:  # an MoE block: its routed experts gathered over their own shard group
+        _, experts = local_experts(model)
+        shards = expert_shards(X)
+        one_layer += experts * ((1 - 1 / shards) / moe_layers(model) - (1 - 1 / X) / layers)
+    return in_flight * PRECISIONS[train.precision].activation * one_layer

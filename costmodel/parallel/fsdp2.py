@@ -21,19 +21,23 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from costmodel.single.memory import HEAD_PARTS, SHARED_PARTS, activation_memory
+from costmodel.single.memory import HEAD_PARTS, MOE_PARTS, SHARED_PARTS, activation_memory
 from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, T, V, Y, b, smax
+from costmodel.symbols import D, L, N_ep, T, V, Y, b, smax
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """Parameters of one FSDP2 unit before tensor parallelism: (embedding, one block with
     its two norms, head: the output projection and the final norm; a tied head uses the
-    embedding's V x D matrix, gathered again)."""
+    embedding's V x D matrix, gathered again). An MoE block holds its ep rank's
+    n_experts / ep routed experts (torchtitan shards them over the dp_shard ranks its ep
+    group leaves)."""
     block = block_params(model, norms=True, largest=True)
+    if model.moe:  # the routed experts this rank's ep group leaves to the others
+        block -= param_breakdown(model)["experts"] / moe_layers(model) * (1 - 1 / N_ep)
     if model.ffn_only:
         return sp.Integer(0), block, sp.Integer(0)
     parts = param_breakdown(model)
@@ -100,9 +104,9 @@ def with_block_peaks(
     skip = (*HEAD_PARTS, *SHARED_PARTS, "total")
     block_acts = acts_of(tuple(op for op in activation_memory(model, train) if op not in skip)) / L
     if model.moe:  # the top block is an MoE block: its own FFN's activations, not the average
-        dense_ffn = ("ffn_hidden", "moe")
+        dense_ffn = ("ffn_hidden", *MOE_PARTS)
         rest = tuple(op for op in activation_memory(model, train) if op not in (*skip, *dense_ffn))
-        block_acts = acts_of(rest) / L + acts_of(("moe",)) / moe_layers(model)
+        block_acts = acts_of(rest) / L + acts_of(MOE_PARTS) / moe_layers(model)
     earlier, fresh = live * state["grads"], (1 - live) * grad_shard  # shards held / made
     stream = residual * b * T * D
     stored = state["master"] + state["buffers"]

@@ -2,7 +2,9 @@
 
 Placement order (innermost first): tp, cp, fsdp, dp, pp (Megatron-LM). On GPUs a group
 whose span fits in ``devices_per_node`` uses the one-way NVLink bandwidth (ring
-collectives run at it; NCCL's bus bandwidth), otherwise the per-device network share. On
+collectives run at it; NCCL's bus bandwidth), otherwise the per-device network share.
+Expert-parallel groups are data-parallel ranks next to tp (torchtitan's and Megatron's
+meshes): an ep group spans tp · ep devices. On
 TPUs every group is on ICI: a link's bidirectional bandwidth per mesh axis, times the axes
 given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
 """
@@ -27,21 +29,25 @@ from costmodel.symbols import (
     C_eff,
     N_cp,
     N_dp,
+    N_ep,
     N_pp,
     R_alloc,
     S_bucket,
     W_cp,
     W_dp,
+    W_ep,
     W_hbm,
     W_pp,
     X,
     Y,
     a_cp,
     a_dp,
+    a_ep,
     a_pp,
     a_X,
     a_Y,
     m,
+    rho_ep,
     s_sync,
     t_op,
     v,
@@ -54,6 +60,7 @@ _SYMBOLS = {
     "fsdp": (W_X, a_X),
     "dp": (W_dp, a_dp),
     "pp": (W_pp, a_pp),
+    "ep": (W_ep, a_ep),
 }
 
 
@@ -70,19 +77,22 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     stride: Any = 1
     for name in _ORDER:
         span = stride * degrees[name]
-        if hw.kind == "tpu":
-            axes = par.mx if name in ("fsdp", "dp") else par.my if name == "tp" else 1
-            links[name] = (hw.link_bandwidth() * axes * hw.eff("link"), hw.link_latency_s)
-        else:
-            inside = span <= hw.devices_per_node
-            links[name] = (
-                _where(
-                    inside, hw.link_bandwidth() * hw.eff("link"), hw.network_bw * hw.eff("network")
-                ),
-                _where(inside, hw.link_latency_s, hw.network_latency_s),
-            )
+        links[name] = _link(name, span, par, hw)
         stride = span
+    links["ep"] = _link("ep", par.tp * par.ep, par, hw)
     return links
+
+
+def _link(name: str, span: Any, par: ParallelSpec, hw: Hardware) -> tuple[Any, Any]:
+    """(bandwidth, latency) of a group spanning ``span`` consecutive devices."""
+    if hw.kind == "tpu":
+        axes = par.mx if name in ("fsdp", "dp", "ep") else par.my if name == "tp" else 1
+        return hw.link_bandwidth() * axes * hw.eff("link"), hw.link_latency_s
+    inside = span <= hw.devices_per_node
+    return (
+        _where(inside, hw.link_bandwidth() * hw.eff("link"), hw.network_bw * hw.eff("network")),
+        _where(inside, hw.link_latency_s, hw.network_latency_s),
+    )
 
 
 def _attention_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
@@ -117,6 +127,8 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         N_dp: par.dp,
         N_pp: par.pp,
         N_cp: par.cp,
+        N_ep: par.ep,
+        rho_ep: par.ep_imbalance,
         m: train.grad_accum,
         v: par.pp_interleave,
         C: hw.peak(dtype),

@@ -32,6 +32,7 @@ from costmodel.parallel.distributed import (
     sharded_activations,
     stage_layers,
 )
+from costmodel.parallel.experts import busiest_experts
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
@@ -57,6 +58,7 @@ from costmodel.symbols import (
     L_d,
     N_cp,
     N_dp,
+    N_ep,
     N_pp,
     T,
     V,
@@ -97,16 +99,17 @@ def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
 
 
 def moe_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]]:
-    """An MoE block's matmuls as (rows per token, k, n2, how many): the router over every
-    token; each routed expert over the k/E share of the tokens routing sends it (balanced
-    routing: its weights are read once per step whatever it gets); the shared experts as
-    one FFN of their summed width (none when E_s is 0)."""
+    """An MoE block's matmuls on one device as (rows per token, k, n2, how many): the router
+    over every token; each of the device's E/ep routed experts over the k·ep/E share of
+    its ep group's tokens routing sends it (balanced routing, times ``ep_imbalance`` on
+    the busiest rank; its weights are read once per step whatever it gets); the shared
+    experts as one FFN of their summed width (none when E_s is 0)."""
     up = ffn_matrices(model) - 1
     shared = at_least_one(E_s)
-    rows = k_r / E_r
+    rows, experts = k_r * N_ep / E_r * busiest_experts(), E_r / N_ep
     return {
         "router": [(sp.Integer(1), D, E_r, sp.Integer(1))],
-        "experts": [(rows, D, F_e, up * E_r), (rows, F_e, D, E_r)],
+        "experts": [(rows, D, F_e, up * experts), (rows, F_e, D, experts)],
         "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, 1)],
     }
 
@@ -338,7 +341,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     comm = communication(model, train, par)
     combine = smax if par.overlap == "max" else sp.Add
     phase = {}
-    exposed = () if par.async_tp else ("tp",)  # TP collectives feed the next matmul
+    # TP collectives feed the next matmul; the experts wait for their tokens' all-to-all
+    exposed = ("ep",) if par.async_tp else ("tp", "ep")
     if par.framework == "handwritten":  # gathers and reduces in line, nothing prefetched
         exposed += ("fsdp",)
     for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):

@@ -3,8 +3,10 @@
 Degrees multiply to the device count: ``dp · fsdp · tp · pp · cp``. Placement follows
 Megatron-LM's order (tp innermost, then cp, fsdp, dp, pp outermost; Narayanan et al. 2021,
 Sec. 3.3): a group whose span fits in one node talks over NVLink/ICI, otherwise over the
-inter-node network. On TPU meshes, ``mx``/``my`` are the ICI axes given to FSDP and TP
-(the Scaling Book's M_X, M_Y): each axis adds a link's bidirectional bandwidth.
+inter-node network. Expert parallelism ``ep`` adds no devices: its groups are carved from
+the data-parallel ranks (dp · fsdp · cp), next to tp, as torchtitan's and Megatron-LM's.
+On TPU meshes, ``mx``/``my`` are the ICI axes given to FSDP and TP (the Scaling Book's
+M_X, M_Y): each axis adds a link's bidirectional bandwidth.
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ class ParallelSpec:
     """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B)."""
     cp: int = 1
     """Context parallel degree (ring attention over the sequence)."""
+    ep: int = 1
+    """Expert-parallel degree: each rank of a group of ``ep`` data-parallel ranks holds
+    ``n_experts / ep`` of every MoE block's routed experts, and tokens travel to their
+    experts and back by all-to-all (GShard, Lepikhin et al. 2020; torchtitan's and
+    Megatron-LM's expert parallelism). The groups are carved from the data-parallel ranks,
+    from the ZeRO shard group first (torchtitan's dp_shard x cp), so the routed experts are
+    sharded over the shard group's ranks outside the ep group and replicated over the rest."""
+    ep_imbalance: float = 1.0
+    """Routed tokens the busiest expert-parallel rank receives over the mean (1: balanced
+    routing). A stated parameter, not a prediction: it scales that rank's expert matmuls,
+    their saved activations and its all-to-all traffic, which the step waits for."""
     mx: int = 1
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
@@ -83,10 +96,14 @@ class ParallelSpec:
     """Gradient bucket size for DDP all-reduces (torch DDP default 25 MiB)."""
 
     def __post_init__(self) -> None:
-        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "mx", "my")
+        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "mx", "my")
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward")
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
+        checks.number("ep_imbalance", self.ep_imbalance)
+        if self.ep_imbalance < 1:
+            raise SpecError("ep_imbalance", "ep_imbalance is the busiest rank's tokens over "
+                            f"the mean: it must be >= 1 (got {self.ep_imbalance})")  # fmt: skip
 
     @property
     def shards_over_cp(self) -> bool:
@@ -124,7 +141,7 @@ class ParallelSpec:
 def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> None:
     """What ``validate/fsdp.py`` runs: ZeRO-3 over fsdp alone, parameters shared by no two
     modules, every forward op saved (its gathers are modelled without recomputation)."""
-    others = [d for d in ("dp", "tp", "pp", "cp") if getattr(par, d) != 1]
+    others = [d for d in ("dp", "tp", "pp", "cp", "ep") if getattr(par, d) != 1]
     if others:
         raise SpecError(others[0], f"framework=handwritten shards over fsdp only: {others[0]} "
                         f"must be 1 (got {getattr(par, others[0])})")  # fmt: skip
@@ -177,10 +194,22 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
 
 
 def moe_rule(par: Any, model: Any) -> None:
-    """The layouts an MoE model is costed under so far: data, FSDP and context parallelism
-    (every rank holds every expert, or a shard of each); expert, tensor and pipeline
-    parallelism of experts are not modelled yet."""
-    moe = np.asarray(getattr(model, "n_experts", 0)) > 0
+    """The layouts an MoE model is costed under so far: data, FSDP, context and expert
+    parallelism; tensor and pipeline parallelism of experts are not modelled yet. ``ep``
+    divides the routed experts and the data-parallel ranks, and nests with the ZeRO shard
+    group (divides it or is a multiple of it: :func:`costmodel.parallel.distributed.
+    expert_shards`)."""
+    experts = np.asarray(getattr(model, "n_experts", 0))
+    moe, ep = experts > 0, np.asarray(getattr(par, "ep", 1))
+    checks.require(moe | (ep == 1), "ep", lambda: "ep > 1 needs a mixture-of-experts model "
+                   "(n_experts >= 1)")  # fmt: skip
+    checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
+    data = np.asarray(par.dp) * np.asarray(par.fsdp) * np.asarray(par.cp)
+    checks.divides("ep", ep, "dp * fsdp * cp", data)
+    shard = np.asarray(par.fsdp) * np.where(_shards_over_cp(par), np.asarray(par.cp), 1)
+    ok = (shard % ep == 0) | (ep % shard == 0)
+    checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
+                   f"of it (got {_pair(ok, ep, shard, 'ep', 'shard group')})")  # fmt: skip
     for degree in ("tp", "pp"):
         ok = ~moe | (np.asarray(getattr(par, degree)) == 1)
         checks.require(ok, degree, lambda d=degree: f"{d} must be 1 for a mixture-of-experts "
@@ -189,6 +218,11 @@ def moe_rule(par: Any, model: Any) -> None:
     ok = ~moe | (np.asarray(getattr(par, "framework", "reference")) != "handwritten")
     checks.require(ok, "framework", lambda: "framework=handwritten does not run "
                    "mixture-of-experts models")  # fmt: skip
+
+
+def _shards_over_cp(par: Any) -> Any:
+    """Whether the ZeRO group spans the cp ranks too (FSDP2; ``ParallelSpec.shards_over_cp``)."""
+    return np.asarray(getattr(par, "framework", "reference")) == "fsdp2"
 
 
 def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:

@@ -36,6 +36,9 @@ def _run(op: str, size: int, world: int, device: torch.device):
     if op == "reduce_scatter":
         x, out = torch.ones(n, device=device), torch.empty(n // world, device=device)
         return lambda: dist.reduce_scatter_tensor(out, x)
+    if op == "all_to_all":  # each rank's n elements, n / world to every rank
+        x, out = torch.ones(n, device=device), torch.empty(n, device=device)
+        return lambda: dist.all_to_all_single(out, x)
     x = torch.ones(n, device=device)
     return lambda: dist.broadcast(x, src=0)
 

@@ -28,7 +28,16 @@ Layouts, each as the framework that runs it:
   their tensors (:func:`settled`);
 - ``tp`` / ``tp-sp``: DTensor tensor parallelism (``checks.tp_plans``: vocabulary-parallel
   embedding and head, the loss under ``loss_parallel``), without / with sequence
-  parallelism; every rank runs the whole batch.
+  parallelism; every rank runs the whole batch;
+- ``cp``: ring attention (``validate.distributed.context``) under DDP;
+- ``ep`` (a mixture-of-experts model only): expert parallelism over every rank
+  (``validate.distributed.expert``, balanced routing) under DDP, which leaves the routed
+  experts alone (each rank's are different experts).
+
+``sent_bytes``: what the ring (``cp``) or the all-to-alls (``ep``) sent to other ranks in
+the second step, against ``comm_bytes.cp`` / ``comm_bytes.ep``; ``imbalance``: the
+routed pairs this rank's experts received in that step over those its own tokens made
+(1 under balanced routing; costmodel's ``ep_imbalance`` on the busiest rank).
 """
 
 from __future__ import annotations
@@ -52,19 +61,22 @@ from torch.nn.parallel import DistributedDataParallel
 
 from costmodel import ModelSpec, ParallelSpec, TrainSpec
 from costmodel.single.precision import PRECISIONS
+from validate.distributed import context, expert
 from validate.distributed.checks import (
     fully_shard_model,
     parallel_spec,
     small_spec,
     tensor_parallel,
 )
-from validate.distributed.context import SENT, ContextParallelLM, local_chunk
+from validate.distributed.context import ContextParallelLM, local_chunk
 from validate.distributed.ddp import ShardedOptimizer
 from validate.fsdp import FSDP, all_gather
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
 
 LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "fsdp-by-hand", "tp", "tp-sp", "cp")
+MOE_LAYOUTS = ("ep",)  # layouts only a mixture-of-experts model has
+SENDS = {"cp": context.SENT, "ep": expert.SENT}  # what the layout's own exchanges sent
 TENSOR_PARALLEL = ("tp", "tp-sp")
 WHOLE_BATCH = (*TENSOR_PARALLEL, "cp")  # every rank runs every sequence (cp: its chunk)
 STATE = ("params", "grads", "optimizer")
@@ -82,10 +94,13 @@ class LayoutCase:
     experts: int = 0
     """Routed experts (top-2, one shared; three blocks, the first dense); 0: the dense
     model."""
+    balanced: bool = True
+    """Under ``ep``: round-robin routing (every rank gets its share); False: top-k."""
 
     @property
     def name(self) -> str:
         moe = f"/moe{self.experts}" if self.experts else ""
+        moe += "" if self.balanced or self.layout not in MOE_LAYOUTS else "/topk"
         return f"{self.layout}/world{self.world}/{self.precision}{moe}"
 
     def spec(self) -> ModelSpec:
@@ -108,6 +123,7 @@ class LayoutCase:
         return {
             "ddp": ParallelSpec(dp=w),
             "cp": ParallelSpec(cp=w),
+            "ep": ParallelSpec(dp=w, ep=w),
             "zero1": ParallelSpec(fsdp=w, zero=1),
             "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed),
             "fsdp2-noreshard": ParallelSpec(
@@ -205,6 +221,10 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
         return FSDP(model, dtype, all_gather=gather, reduce_scatter=scatter), model
     if case.layout == "cp":  # ring attention; DDP averages gradients over the cp ranks
         return DistributedDataParallel(ContextParallelLM(model)), model
+    if case.layout == "ep":  # DDP averages the rest; each rank's experts are its own
+        routed = expert.expert_parallel(model, balanced=case.balanced)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, routed)
+        return DistributedDataParallel(model), model
     if case.layout in TENSOR_PARALLEL:
         mesh = init_device_mesh(device.type, (case.world,))
         tensor_parallel(model, mesh, sequence_parallel=case.layout == "tp-sp")
@@ -229,8 +249,9 @@ def _moments(opt: torch.optim.Optimizer) -> int:
     return state_bytes(t for t in optimizer_state(opt) if t.dim() > 0)
 
 
-def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
-    """One rank's bytes and seconds (module docstring); runs inside ``launch``."""
+def measure(rank: int, world: int, case: LayoutCase, timed: bool = True) -> dict[str, float]:
+    """One rank's bytes and seconds (module docstring; ``step_s`` only when ``timed``);
+    runs inside ``launch``."""
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")  # fmt: skip
     mem = LiveBytes(device)
@@ -244,7 +265,8 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
         opt = _optimizer(case, step)
         for i in range(2):
             data = case.data(model, device, g, rank)
-            sent = SENT["bytes"]
+            sends = SENDS.get(case.layout, {"bytes": 0})
+            sent, routed = sends["bytes"], dict(expert.ROUTED)
             gc.collect()  # the last step's reference cycles, freed whenever gc next ran
             mem.reset_peak()
             before = mem.now()
@@ -261,11 +283,23 @@ def measure(rank: int, world: int, case: LayoutCase) -> dict[str, float]:
             out["grads"] = state_bytes(p.grad for p in step.parameters() if p.grad is not None)
             _update(opt)
             out["peak"] = mem.peak()
-            out["cp_bytes"] = SENT["bytes"] - sent
+            out["sent_bytes"] = sends["bytes"] - sent
+            own = expert.ROUTED["own"] - routed["own"]  # this step's forward
+            out["imbalance"] = (expert.ROUTED["received"] - routed["received"]) / max(own, 1)
         out["params"] = state_bytes(step.parameters())
         out["optimizer"] = _moments(opt)
-    out["step_s"] = _step_seconds(case, step, model, opt, device, g, rank)
+    if timed:
+        out["step_s"] = _step_seconds(case, step, model, opt, device, g, rank)
     return out
+
+
+def measure_least(rank: int, world: int, case: LayoutCase, runs: int = 2) -> dict[str, float]:
+    """:func:`measure`'s bytes ``runs`` times over in this process (the layout built anew
+    each time), the smallest of each: gloo's worker threads sometimes release a
+    collective's tensors late, so a run now and then holds one more gathered matrix at a
+    peak (never one too few); NCCL holds no such reference. Untimed."""
+    results = [measure(rank, world, case, timed=False) for _ in range(runs)]
+    return {k: min(r[k] for r in results) for k in results[0]}
 
 
 def _backward(step: nn.Module, loss: torch.Tensor, tp: bool) -> None:

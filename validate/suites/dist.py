@@ -31,7 +31,7 @@ from validate.distributed.checks import (
     time_variant,
 )
 from validate.distributed.launch import backend_for, launch, rank_hardware
-from validate.distributed.memory import LAYOUTS, MEASURED, LayoutCase, predicted
+from validate.distributed.memory import LAYOUTS, MEASURED, SENDS, LayoutCase, predicted
 from validate.distributed.memory import measure as measure_layout
 from validate.distributed.pipeline import PipelineCase
 from validate.report.results import Row
@@ -261,11 +261,12 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
                       ctx.label, "ok", "bytes", extra)  # fmt: skip
         yield Row("parallel", case.name, "time_s.step.per_rank", est["time_s.step"],
                   r["step_s"], ctx.label, "ok", "s", extra)  # fmt: skip
-    if case.layout == "cp":  # the ring's sends, counted by validate.distributed.context
+    if case.layout in SENDS:  # the ring's or the all-to-alls' sends, counted as they go
+        key = f"comm_bytes.{case.layout}"
         for rank, r in enumerate(results):
             extra = {"config": config, "rank": rank}
-            yield Row("parallel", case.name, "comm_bytes.cp", est["comm_bytes.cp"],
-                      r["cp_bytes"], ctx.label, "ok", "bytes", extra)  # fmt: skip
+            yield Row("parallel", case.name, key, est[key], r["sent_bytes"], ctx.label, "ok",
+                      "bytes", extra)  # fmt: skip
     for q in ("params", "grads", "optimizer"):
         yield Row("parallel", case.name, f"memory_bytes_per_device.{q}.all_ranks",
                   pred[q] * case.world, sum(r[q] for r in results), ctx.label, "ok", "bytes",
@@ -301,11 +302,12 @@ def pipeline_cases(ctx: Context) -> list[PipelineCase]:
 
 def layout_cases(ctx: Context) -> list[LayoutCase]:
     """Every layout in fp32 and bf16 mixed precision on 2 ranks; FSDP2 also on 4 and with a
-    mixture-of-experts model. With --quick (about 3 minutes on 2 cores) fp32 only for the
-    FSDP layouts, whose state dtypes differ from their compute dtype
-    (tests/test_rank_memory.py runs them all)."""
+    mixture-of-experts model; expert parallelism of that model (also with --quick). With
+    --quick (about 3 minutes on 2 cores) fp32 only for the FSDP layouts, whose state
+    dtypes differ from their compute dtype (tests/test_rank_memory.py runs them all)."""
     cases = [LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")
              if not ctx.quick or p != "fp32" or lay.startswith("fsdp")]  # fmt: skip
+    cases.append(LayoutCase("ep", experts=4))  # expert parallelism: all-to-all bytes
     if not ctx.quick:
         cases.append(LayoutCase("fsdp2", experts=4))
     if not ctx.quick and max(_worlds(ctx)) >= 4:

@@ -1,0 +1,84 @@
+"""Expert parallelism's share of a device: which routed experts it holds, over how many
+devices their state is sharded and replicated, and how many routed pairs its experts run.
+
+Each rank of an ep group holds ``n_experts / ep`` of every MoE block's routed experts
+(GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2022, Sec. 2.2). The ep
+ranks are data-parallel ranks, taken from the ZeRO shard group first (torchtitan's ep
+mesh within dp_shard x cp; Megatron-LM's expert-data-parallel group within the
+data-parallel ranks), so a routed expert's state is sharded over the shard group's ranks
+outside its ep group and replicated over the replicas the ep group leaves. Parameters and
+bytes per device; a dense model has no routed experts (every term here is 0 or 1 then).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from costmodel.single.memory import kept_weight_copies, state_memory
+from costmodel.single.params import ffn_matrices, moe_layers, param_breakdown
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.symbols import D, E_r, F_e, N_ep, as_expr, more_than_one, rho_ep
+
+
+def routed_experts(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of every MoE block's routed experts (0 for a dense
+    model): what expert parallelism splits over its ranks."""
+    if not model.moe:
+        return sp.Integer(0), sp.Integer(0)
+    mats = moe_layers(model) * E_r * ffn_matrices(model) * D * F_e
+    return param_breakdown(model)["experts"], mats
+
+
+def local_experts(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of the routed experts one device holds before ZeRO:
+    n_experts / ep of each MoE block's."""
+    return tuple(e / N_ep for e in routed_experts(model))  # type: ignore[return-value]
+
+
+def expert_shards(shards: sp.Expr) -> sp.Expr:
+    """Devices a routed expert's share of some state is split over, where the dense
+    parameters' is split over ``shards`` devices: the ep ranks are taken from that group
+    first (torchtitan carves ep from dp_shard x cp, Megatron its expert-data-parallel
+    group from the data-parallel ranks), and those ranks hold other experts, not other
+    shards of these. ``min(ep, shards)`` of them are ep ranks (the layout rule makes ep
+    divide the group or be a multiple of it)."""
+    return shards / sp.Min(N_ep, shards, evaluate=False)
+
+
+def busiest_experts() -> sp.Expr:
+    """Routed token-expert pairs the busiest rank's experts run over the mean: the
+    stated ``ep_imbalance`` under expert parallelism; 1 without it (every rank runs its
+    own tokens' pairs, wherever they are routed)."""
+    return 1 + (rho_ep - 1) * more_than_one(N_ep)
+
+
+def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
+    """Devices holding the same shard of a routed expert, where a dense parameter's shard
+    is on ``replicas`` devices of ``shards``-device groups: the replicas the ep group does
+    not take (its ranks beyond the shard group come from the replicas)."""
+    return replicas * sp.Min(N_ep, shards, evaluate=False) / N_ep
+
+
+def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr) -> sp.Expr:
+    """Parameters per device of the ``n`` a device holds before ZeRO, their state split
+    over ``shards`` devices: the routed experts over :func:`expert_shards` of them."""
+    experts, _ = local_experts(model)
+    if not model.moe:
+        return n / shards
+    return (n - experts) / shards + experts / expert_shards(shards)
+
+
+def split_state(
+    model: ModelSpec, train: TrainSpec, n: sp.Expr, kept: sp.Expr, shards: tuple
+) -> dict[str, sp.Expr]:
+    """``state_memory`` of a device's ``n`` parameters (``kept`` weight casts) with the
+    dense ones' state split over ``shards`` and the routed experts' over theirs."""
+    if not model.moe:
+        return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
+    experts, experts_mm = local_experts(model)
+    experts_kept = kept_weight_copies(model, train, matmul=experts_mm, head=sp.Integer(0))
+    dense = state_memory(model, train, params=n - experts, kept_copies=kept - experts_kept,
+                         shards=shards)  # fmt: skip
+    routed = state_memory(model, train, params=experts, kept_copies=experts_kept,
+                          shards=tuple(expert_shards(as_expr(s)) for s in shards))  # fmt: skip
+    return {k: dense[k] + routed[k] for k in dense}
