@@ -1,8 +1,9 @@
 """Expert parallelism (issue 16): what a device holds, sends and runs when each rank of
-an ep group keeps n_experts / ep routed experts, in closed form; the hand-written expert
-parallelism (validate/distributed/expert.py) trains as the whole model does, and its
-busiest rank holds what costmodel says at the imbalance it measured. Per-rank bytes and
-all-to-all volume under balanced routing are in tests/test_rank_memory.py."""
+an ep group keeps n_experts / ep routed experts, in closed form, also under pipelining;
+the hand-written expert parallelism (validate/distributed/expert.py) trains as the whole
+model does, and its busiest rank holds what costmodel says at the imbalance it measured.
+Per-rank bytes and all-to-all volume under balanced routing are in
+tests/test_rank_memory.py; MoE pipeline stages in tests/test_pipeline_memory.py."""
 
 from __future__ import annotations
 
@@ -188,3 +189,50 @@ def test_the_planner_searches_expert_parallel_degrees():
     assert best["ep"] > 1 and f" ep{best['ep']} " in layout_label(best)
     dense = plan(get_model("mistral-7b"), TrainSpec(batch=32, seq=4096), H100, 16, options)
     assert set(dense.columns["ep"].tolist()) == {1}
+
+
+def _rank_values(model, train, par, index, first, last):
+    import sympy as sp
+
+    from costmodel.engine.estimate import symbol_values
+    from costmodel.parallel.distributed import rank_memory
+    from costmodel.parallel.pipeline import PipelineRank
+
+    values = symbol_values(model, train, par, H100)
+    rank = PipelineRank(sp.Integer(index), first, last)
+    return {k: float(e.xreplace(values)) for k, e in rank_memory(model, train, par, rank).items()}
+
+
+@pytest.mark.parametrize("ep", [1, 8])
+def test_pipeline_ranks_split_the_model_and_ep_its_experts(ep):
+    """Megatron, pp 4 over Mixtral's 32 blocks (8 a stage), ep 8 over its 8 data-parallel
+    ranks: the four ranks' bf16 weights add up to the model's, less the 7/8 of every
+    block's experts the other ep ranks hold (ranks 1 and 2 hold the same)."""
+    train, par = (
+        TrainSpec(batch=64, seq=4096, grad_accum=8),
+        ParallelSpec(dp=8, pp=4, ep=ep, framework="megatron"),
+    )
+    ranks = [_rank_values(MIXTRAL, train, par, i, i == 0, i == 3) for i in (0, 1, 3)]
+    held = ranks[0]["params"] + 2 * ranks[1]["params"] + ranks[2]["params"]
+    assert held == 2 * (N - EXPERTS * (ep - 1) // ep)
+
+
+def test_dense_leading_blocks_sit_on_the_first_stage():
+    """DeepSeekMoE-16B (its first block dense) over 4 stages of 7 blocks: the first rank
+    holds the dense block and 6 MoE blocks, the others 7 MoE blocks; more dense blocks
+    than a stage holds are refused, naming pp."""
+    model = get_model("deepseek-moe-16b")
+    train, par = (
+        TrainSpec(batch=64, seq=4096, grad_accum=8),
+        ParallelSpec(dp=8, pp=4, framework="megatron"),
+    )
+    sizes = values_for(model)
+    parts = {k: int(e.subs(sizes)) for k, e in param_breakdown(model).items()}
+    moe_block = (parts["router"] + parts["experts"] + parts["shared_experts"]) // 27
+    first, second = (_rank_values(model, train, par, i, i == 0, False) for i in (0, 1))
+    dense_ffn = parts["ffn"]  # the one dense block's FFN
+    embedding = parts["embedding"]
+    assert (first["params"] - second["params"]) / 2 == embedding + dense_ffn - moe_block
+    with pytest.raises(SpecError, match="dense leading blocks must fit on the first") as err:
+        estimate(model.replace(dense_layers=8), train, par, H100)
+    assert err.value.field == "pp"

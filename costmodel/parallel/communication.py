@@ -15,6 +15,8 @@ from costmodel.parallel import handwritten
 from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.parallel.distributed import (
     device_batch,
+    device_experts,
+    moe_blocks,
     params_per_device,
     replicas,
     residual_bytes,
@@ -25,10 +27,8 @@ from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
     expert_shards,
-    local_experts,
     sharded_params,
 )
-from costmodel.single.params import moe_layers
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -79,7 +79,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
 
     grad_bytes = 4 if par.grad_reduce_fp32 else c
     dp = replicas(par)  # the cp ranks too where they are not FSDP shards
-    experts, _ = local_experts(model)
+    experts, _ = device_experts(model, par)
     dense, e_shards = n - experts, expert_shards(shards)
 
     def reduced() -> sp.Expr:
@@ -97,7 +97,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         return out + bus_factor(op, e_shards) * experts if model.moe else out
 
     dp_bytes = grad_bytes * reduced()
-    buckets = sp.ceiling(grad_bytes * sharded_params(model, n, shards) / S_bucket)
+    buckets = sp.ceiling(grad_bytes * sharded_params(model, n, shards, experts) / S_bucket)
     groups["dp"] = _phases(
         dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", dp) * a_dp * buckets, 0
     )
@@ -127,11 +127,11 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     groups["pp"] = _phases(2 * sends * p2p, one, one, 0)
 
     groups["cp"] = cp_group(model, train, par)
-    groups["ep"] = ep_group(model, train)
+    groups["ep"] = ep_group(model, train, par)
     return groups
 
 
-def ep_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Expert parallelism's all-to-alls: bytes sent per device per step and their
     alpha-beta seconds on the busiest rank (GShard, Lepikhin et al. 2020, Sec. 2.2;
     torchtitan's and Megatron's token dispatchers). Per MoE block and micro-batch, forward
@@ -139,13 +139,14 @@ def ep_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     outputs back; backward sends their gradients the other way: four all-to-alls of
     b·T·k·D in the compute dtype, of which (ep - 1)/ep leave the rank under balanced
     routing, ``ep_imbalance`` times that to and from the busiest rank. Full recomputation
-    dispatches and combines again. None for a dense model."""
+    dispatches and combines again. The MoE blocks are the device's (its stage's under
+    pipelining). None for a dense model."""
     if not model.moe:
         return _phases(0, 0, 0, 0)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     one = c * b_dev * t_dev * k_r * D * bus_factor("all_to_all", N_ep) * busiest_experts()
-    calls = m * moe_layers(model)
+    calls = m * moe_blocks(model, par)
     again = 2 if train.recompute == "full" else 0
     each = one / W_ep + ring_steps("all_to_all", N_ep) * a_ep
     return _phases(calls * (4 + again) * one, calls * 2 * each, calls * (2 + again) * each, 0)

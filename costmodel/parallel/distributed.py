@@ -14,10 +14,10 @@ import sympy as sp
 from costmodel.parallel import fsdp2, handwritten
 from costmodel.parallel.experts import (
     busiest_experts,
+    expert_block,
     expert_replicas,
     expert_shards,
     local_experts,
-    routed_experts,
     sharded_params,
     split_state,
 )
@@ -34,6 +34,7 @@ from costmodel.parallel.pipeline import (
 )
 from costmodel.single.memory import (
     HEAD_PARTS,
+    MOE_PARTS,
     SHARED_PARTS,
     activation_memory,
     kept_weight_copies,
@@ -42,9 +43,9 @@ from costmodel.single.memory import (
 )
 from costmodel.single.params import (
     block_params,
-    matmul_weight_params,
     moe_layers,
     param_breakdown,
+    stacked_blocks,
 )
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -54,6 +55,7 @@ from costmodel.symbols import (
     H,
     K,
     L,
+    L_d,
     N_cp,
     N_dp,
     N_ep,
@@ -89,6 +91,24 @@ def stage_layers(par: ParallelSpec) -> sp.Expr:
     """Layers on the busiest pipeline stage: ceil(L / pp) (torchtitan and Megatron accept
     uneven splits, e.g. Llama-3 405B's 126 layers over 8 stages)."""
     return sp.ceiling(L / N_pp) if par.pp > 1 else L
+
+
+def moe_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None) -> sp.Expr:
+    """MoE blocks a device holds: all of them without pp; on pipeline ``rank`` its blocks
+    but the dense leading ones, which the first stage holds (a layout rule); without a
+    rank, with pp > 1, the busiest stage's blocks, all MoE blocks (an upper bound)."""
+    if not model.moe:
+        return sp.Integer(0)
+    if rank is not None:
+        return rank_layers(par, rank) - (L_d if rank.first else 0)
+    return stage_layers(par) if par.pp > 1 else moe_layers(model)
+
+
+def device_experts(
+    model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
+) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of the routed experts a device holds before ZeRO."""
+    return local_experts(model, moe_blocks(model, par, rank))
 
 
 def shard_degree(par: ParallelSpec) -> sp.Expr:
@@ -133,20 +153,20 @@ def params_per_device(
     vocab_in = parts["embedding"] + parts["pos_embedding"]
     head = parts["lm_head"]
     head_mm = 0 if model.ffn_only else V * D
-    block_mm = (matmul_weight_params(model) - head_mm) / L
+    layers = rank_layers(par, rank) if rank is not None else stage_layers(par)
+    blocks, blocks_mm = stacked_blocks(model, layers, moe_blocks(model, par, rank))
+    # the routed experts the other ep ranks hold (MoE models run without tp)
+    others = [e * (N_ep - 1) for e in device_experts(model, par, rank)]
+    blocks, blocks_mm = blocks - others[0], blocks_mm - others[1]
     if rank is not None:
-        layers = rank_layers(par, rank)
         block_norms = block_params(model, norms=True) - block
         final_norm = norm_total - L * block_norms
         ends = (vocab_in if rank.first else 0) + (head if rank.last else 0)
-        total = layers * (block / Y + block_norms) + ends / Y + (final_norm if rank.last else 0)
-        return total, layers * block_mm / Y + (head_mm / Y if rank.last else 0)
+        total = blocks / Y + layers * block_norms + ends / Y + (final_norm if rank.last else 0)
+        return total, blocks_mm / Y + (head_mm / Y if rank.last else 0)
     vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
-    layers = stage_layers(par)
-    total = layers * (block / Y) + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
-    # the routed experts other ep ranks hold (MoE models run without tp and pp)
-    others = [e * (1 - 1 / N_ep) for e in routed_experts(model)]
-    return total - others[0], layers * block_mm / Y + head_mm / Y - others[1]
+    total = blocks / Y + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
+    return total, blocks_mm / Y + head_mm / Y
 
 
 def sharded_state(
@@ -176,17 +196,19 @@ def sharded_state(
         if rank is not None and par.pp > 1:  # autocast casts again for each micro-batch,
             kept *= chunks_in_flight(par, rank) / v  # and each keeps its casts to backward
         shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
-        state = split_state(model, train, n, kept, shards)
+        state = split_state(model, train, n, kept, shards, device_experts(model, par, rank))
         if rank is None or rank.first:
             state["grads"] += replicated_embedding_grad(model, train) / shards[1]
         return state
     low = prec.activation
 
+    routed, _ = device_experts(model, par, rank)
+
+    def per_shard(shards: sp.Expr) -> sp.Expr:  # the routed experts over their own group
+        return sharded_params(model, n, shards, routed)
+
     def opt(shards: sp.Expr) -> sp.Expr:
         return optimizer_state_bytes(train.optimizer, train.precision, per_shard(shards))
-
-    def per_shard(shards: sp.Expr) -> sp.Expr:
-        return sharded_params(model, n, shards)
 
     if par.framework == "fsdp2":
         s = shard_degree(par)
@@ -197,8 +219,8 @@ def sharded_state(
         # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
         # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
         # the reduce dtype until the last backward reduce-scatters them.
-        return {"params": low * n, "master": prec.param * n / s,
-                "grads": accumulated_grads(train, par) * n + prec.grad * n / s,
+        return {"params": low * n, "master": prec.param * per_shard(s),
+                "grads": accumulated_grads(train, par) * n + prec.grad * per_shard(s),
                 "optimizer": opt(s)}  # fmt: skip
     if par.framework == "megatron":
         dp = optimizer_shards(par)
@@ -241,7 +263,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     if par.framework != "reference":
         return sp.Integer(0)
     n, _ = params_per_device(model, par)
-    experts, _ = local_experts(model)
+    experts, _ = device_experts(model, par)
     grad = PRECISIONS[train.precision].grad
     if par.zero == 1:
         return grad * n * more_than_one(replicas(par) * X)
@@ -276,10 +298,11 @@ def sharded_activations(
     if only is not None:
         parts = {op: e for op, e in parts.items() if op in only}
     if rank is not None:
-        share = held_layers(par, rank) / L
+        held, layers = held_layers(par, rank), rank_layers(par, rank)
         micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
     else:  # the busiest stage's layers, L without pp
-        share, micro_batches = stage_layers(par) / L, 1
+        held, layers, micro_batches = stage_layers(par), stage_layers(par), 1
+    shares = _layer_shares(model, held, held * moe_blocks(model, par, rank) / layers)
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
     dtensor = par.framework in DTENSOR_FRAMEWORKS
@@ -291,7 +314,7 @@ def sharded_activations(
             continue
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
-        scale = head if op in HEAD_PARTS else share
+        scale = head if op in HEAD_PARTS else shares.get(op, shares["all"])
         if op == "moe_experts":  # the pairs the busiest ep rank's experts run
             scale *= busiest_experts()
         total += expr / (Y if sharded else 1) * scale
@@ -303,6 +326,17 @@ def sharded_activations(
     if only is not None and "inputs" not in only:
         return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def _layer_shares(model: ModelSpec, held: sp.Expr, held_moe: sp.Expr) -> dict[str, sp.Expr]:
+    """Multipliers of ``activation_memory``'s parts (each summed over the blocks that have
+    it) for ``held`` layer-micro-batches of which ``held_moe`` are MoE blocks': ``all`` for
+    what every block keeps, the MoE parts and the dense FFN's over their own blocks."""
+    shares = {"all": held / L}
+    if model.moe:  # max(.., 1): a part over no blocks is 0 whatever multiplies it
+        shares.update(dict.fromkeys(MOE_PARTS, held_moe / moe_layers(model)))
+        shares["ffn_hidden"] = (held - held_moe) / sp.Max(L_d, 1)
+    return shares
 
 
 def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
@@ -410,8 +444,9 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     layers = stage_layers(par)
     in_flight = sp.Min(2, layers, evaluate=False)
     one_layer = n_mm / layers * (1 - 1 / X)
-    if model.moe:  # an MoE block: its routed experts gathered over their own shard group
-        _, experts = local_experts(model)
-        shards = expert_shards(X)
-        one_layer += experts * ((1 - 1 / shards) / moe_layers(model) - (1 - 1 / X) / layers)
+    if model.moe:  # an MoE block, its routed experts gathered over their own shard group
+        _, mm = stacked_blocks(model, sp.Integer(1), sp.Integer(1))
+        _, experts = local_experts(model, sp.Integer(1))
+        mm -= expert_block(model)[1] - experts
+        one_layer = (mm - experts) * (1 - 1 / X) + experts * (1 - 1 / expert_shards(X))
     return in_flight * PRECISIONS[train.precision].activation * one_layer

@@ -15,24 +15,23 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.single.memory import kept_weight_copies, state_memory
-from costmodel.single.params import ffn_matrices, moe_layers, param_breakdown
+from costmodel.single.params import ffn_matrices, ffn_params
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import D, E_r, F_e, N_ep, as_expr, more_than_one, rho_ep
 
 
-def routed_experts(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of every MoE block's routed experts (0 for a dense
+def expert_block(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of one MoE block's routed experts (0 for a dense
     model): what expert parallelism splits over its ranks."""
     if not model.moe:
         return sp.Integer(0), sp.Integer(0)
-    mats = moe_layers(model) * E_r * ffn_matrices(model) * D * F_e
-    return param_breakdown(model)["experts"], mats
+    return E_r * ffn_params(model, F_e), E_r * ffn_matrices(model) * D * F_e
 
 
-def local_experts(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of the routed experts one device holds before ZeRO:
-    n_experts / ep of each MoE block's."""
-    return tuple(e / N_ep for e in routed_experts(model))  # type: ignore[return-value]
+def local_experts(model: ModelSpec, blocks: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of the routed experts a device holding ``blocks`` MoE
+    blocks keeps before ZeRO: n_experts / ep of each block's."""
+    return tuple(blocks * e / N_ep for e in expert_block(model))  # type: ignore[return-value]
 
 
 def expert_shards(shards: sp.Expr) -> sp.Expr:
@@ -59,26 +58,32 @@ def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
     return replicas * sp.Min(N_ep, shards, evaluate=False) / N_ep
 
 
-def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr) -> sp.Expr:
-    """Parameters per device of the ``n`` a device holds before ZeRO, their state split
-    over ``shards`` devices: the routed experts over :func:`expert_shards` of them."""
-    experts, _ = local_experts(model)
+def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr, experts: sp.Expr) -> sp.Expr:
+    """Parameters per device of the ``n`` a device holds before ZeRO (``experts`` of them
+    routed experts), their state split over ``shards`` devices: the routed experts over
+    :func:`expert_shards` of them."""
     if not model.moe:
         return n / shards
     return (n - experts) / shards + experts / expert_shards(shards)
 
 
 def split_state(
-    model: ModelSpec, train: TrainSpec, n: sp.Expr, kept: sp.Expr, shards: tuple
+    model: ModelSpec,
+    train: TrainSpec,
+    n: sp.Expr,
+    kept: sp.Expr,
+    shards: tuple,
+    experts: tuple[sp.Expr, sp.Expr],
 ) -> dict[str, sp.Expr]:
     """``state_memory`` of a device's ``n`` parameters (``kept`` weight casts) with the
-    dense ones' state split over ``shards`` and the routed experts' over theirs."""
+    dense ones' state split over ``shards`` and the routed experts' (``experts``: their
+    parameters and matmul weights on the device) over theirs."""
     if not model.moe:
         return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
-    experts, experts_mm = local_experts(model)
-    experts_kept = kept_weight_copies(model, train, matmul=experts_mm, head=sp.Integer(0))
-    dense = state_memory(model, train, params=n - experts, kept_copies=kept - experts_kept,
+    routed, routed_mm = experts
+    routed_kept = kept_weight_copies(model, train, matmul=routed_mm, head=sp.Integer(0))
+    dense = state_memory(model, train, params=n - routed, kept_copies=kept - routed_kept,
                          shards=shards)  # fmt: skip
-    routed = state_memory(model, train, params=experts, kept_copies=experts_kept,
-                          shards=tuple(expert_shards(as_expr(s)) for s in shards))  # fmt: skip
-    return {k: dense[k] + routed[k] for k in dense}
+    mine = state_memory(model, train, params=routed, kept_copies=routed_kept,
+                        shards=tuple(expert_shards(as_expr(s)) for s in shards))  # fmt: skip
+    return {k: dense[k] + mine[k] for k in dense}

@@ -26,6 +26,7 @@ from costmodel.parallel import handwritten
 from costmodel.parallel.communication import communication
 from costmodel.parallel.distributed import (
     device_batch,
+    moe_blocks,
     optimizer_shards,
     params_per_device,
     residual_bytes,
@@ -37,7 +38,7 @@ from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
-from costmodel.single.params import ffn_matrices, moe_layers, op_level_recomputed
+from costmodel.single.params import ffn_matrices, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -54,8 +55,6 @@ from costmodel.symbols import (
     F_e,
     H,
     K,
-    L,
-    L_d,
     N_cp,
     N_dp,
     N_ep,
@@ -123,22 +122,33 @@ def all_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Exp
     return gemms
 
 
-def _layer_share(model: ModelSpec, op: str) -> sp.Expr:
-    """The fraction of blocks that run ``op``: an MoE model's FFN ops split its blocks."""
+def moe_share(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
+    """The fraction of the (busiest) stage's blocks that are MoE blocks (0 when dense)."""
+    return moe_blocks(model, par) / stage_layers(par)
+
+
+def _layer_share(model: ModelSpec, par: ParallelSpec, op: str) -> sp.Expr:
+    """The fraction of the stage's blocks that run ``op``: an MoE model's FFN ops split
+    them (dense leading blocks and MoE ones; under pipelining the busiest stage's are all
+    MoE blocks)."""
     if not model.moe or op not in ("ffn", *moe_gemms(model)):
         return sp.Integer(1)
-    return (L_d if op == "ffn" else L - L_d) / L
+    share = moe_share(model, par)
+    return 1 - share if op == "ffn" else share
 
 
-def roofline(model: ModelSpec, train: TrainSpec) -> dict[str, dict[str, sp.Expr]]:
+def roofline(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec
+) -> dict[str, dict[str, sp.Expr]]:
     """Per op, one micro-batch forward on one device: flops, bytes, intensity, seconds (an
-    MoE model's FFN ops averaged over its blocks: dense leading blocks and MoE ones)."""
+    MoE model's FFN ops averaged over the stage's blocks: dense leading blocks and MoE
+    ones)."""
     a = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
     for op, shapes in all_gemms(model).items():
-        share = _layer_share(model, op)
+        share = _layer_share(model, par, op)
         each = [(count, _matmul(n * rows, k, n2, a)) for rows, k, n2, count in shapes]
         flops = share * sum((c * fb[0] for c, fb in each), sp.Integer(0))
         nbytes = share * sum((c * fb[1] for c, fb in each), sp.Integer(0))
@@ -247,7 +257,7 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
     fwd, bwd = eager_bytes(*args)
     if model.moe:  # the blocks' average: dense leading ones and MoE ones
         moe_fwd, moe_bwd = eager_bytes(*args, moe=True)
-        share = moe_layers(model) / L
+        share = moe_share(model, par)
         fwd, bwd = fwd + share * (moe_fwd - fwd), bwd + share * (moe_bwd - bwd)
     if checkpoints_blocks(train):
         bwd += fwd
@@ -289,7 +299,7 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
         n = b_dev * t_dev
-        shapes = [(_layer_share(model, op) * c * rows, k, n2)
+        shapes = [(_layer_share(model, par, op) * c * rows, k, n2)
                   for op, gemms in all_gemms(model).items() if op != "lm_head"
                   for rows, k, n2, c in gemms]  # fmt: skip
         inputs = stage_layers(par) * sum((w * n * k for w, k, _ in shapes), sp.Integer(0))
@@ -312,9 +322,10 @@ def _host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tupl
     layer, outside = layer_kernels(model, train, residual), model_kernels(model, train, residual)
     layers = stage_layers(par)
     host = [layers * n + k for n, k in zip(layer, outside, strict=True)]
-    if model.moe:  # its MoE blocks' kernels over a dense block's (no pipelining: all blocks)
+    if model.moe:  # its MoE blocks' kernels over a dense block's
         moe = layer_kernels(model, train, residual, moe=True)
-        host = [h + moe_layers(model) * (e - n) for h, e, n in zip(host, moe, layer, strict=True)]
+        blocks = moe_blocks(model, par)
+        host = [h + blocks * (e - n) for h, e, n in zip(host, moe, layer, strict=True)]
     return tuple(h * t_op for h in host)
 
 
@@ -327,7 +338,7 @@ def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
 
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
-    ops = roofline(model, train)
+    ops = roofline(model, train, par)
     elementwise, elementwise_bwd = _elementwise_time(model, train, par)
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
     times = {k: e["time_s"] for k, e in ops.items()}

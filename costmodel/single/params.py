@@ -184,6 +184,27 @@ def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.
     return matrices + 2 * _norm(model)
 
 
+def stacked_blocks(model: ModelSpec, layers: sp.Expr, moe: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters without norms, matmul weights) of ``layers`` blocks of which ``moe`` are
+    MoE blocks (the rest dense): attention in every one, the FFN each kind has."""
+    if not model.moe:
+        return layers * block_params(model, norms=False), layers * _block_matmuls(model, F)
+    parts = param_breakdown(model)  # (each attention part is L times one block's)
+    attention = sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), sp.Integer(0))
+    attention = attention / L
+    mats = ffn_matrices(model)
+    moe_mm = D * E_r + mats * D * F_e * (E_r + E_s) + _block_matmuls(model, 0)
+    params = layers * attention + (layers - moe) * ffn_params(model, F)
+    params += moe * sum(moe_params(model).values()) / moe_layers(model)  # (L - L_d) per block
+    return params, (layers - moe) * _block_matmuls(model, F) + moe * moe_mm
+
+
+def _block_matmuls(model: ModelSpec, ffn_width: sp.Expr) -> sp.Expr:
+    """Matmul weights of one block with a dense FFN of width ``ffn_width`` (0: none)."""
+    attention = 0 if model.ffn_only else 2 * D * H * d_h + 2 * D * K * d_h
+    return attention + ffn_matrices(model) * D * ffn_width
+
+
 def non_embedding_params(model: ModelSpec) -> sp.Expr:
     """Parameters excluding the vocabulary and position matrices (Kaplan et al. 2020, Sec. 2.1).
 

@@ -194,8 +194,9 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
 
 
 def moe_rule(par: Any, model: Any) -> None:
-    """The layouts an MoE model is costed under so far: data, FSDP, context and expert
-    parallelism; tensor and pipeline parallelism of experts are not modelled yet. ``ep``
+    """The layouts an MoE model is costed under so far: data, FSDP, context, pipeline and
+    expert parallelism (under pipelining its dense leading blocks on the first stage);
+    tensor parallelism of experts is not modelled yet. ``ep``
     divides the routed experts and the data-parallel ranks, and nests with the ZeRO shard
     group (divides it or is a multiple of it: :func:`costmodel.parallel.distributed.
     expert_shards`)."""
@@ -210,11 +211,17 @@ def moe_rule(par: Any, model: Any) -> None:
     ok = (shard % ep == 0) | (ep % shard == 0)
     checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
                    f"of it (got {_pair(ok, ep, shard, 'ep', 'shard group')})")  # fmt: skip
-    for degree in ("tp", "pp"):
-        ok = ~moe | (np.asarray(getattr(par, degree)) == 1)
-        checks.require(ok, degree, lambda d=degree: f"{d} must be 1 for a mixture-of-experts "
-                       "model (its experts under tensor or pipeline parallelism are not "
-                       "modelled yet; use fsdp, dp or cp)")  # fmt: skip
+    ok = ~moe | (np.asarray(par.tp) == 1)
+    checks.require(ok, "tp", lambda: "tp must be 1 for a mixture-of-experts model (its "
+                   "experts under tensor parallelism are not modelled yet; use ep, fsdp, dp, "
+                   "cp or pp)")  # fmt: skip
+    first = np.asarray(model.n_layers) // (np.asarray(par.pp) * np.asarray(par.pp_interleave))
+    dense = np.asarray(getattr(model, "dense_layers", 0))
+    ok = ~moe | (np.asarray(par.pp) == 1) | (dense <= first)
+    got = lambda: _pair(ok, dense, first, "dense_layers", "n_layers // (pp * v)")  # noqa: E731
+    checks.require(ok, "pp", lambda: "the dense leading blocks must fit on the first "
+                   "pipeline stage: dense_layers <= n_layers // (pp * pp_interleave) "
+                   f"(got {got()})")  # fmt: skip
     ok = ~moe | (np.asarray(getattr(par, "framework", "reference")) != "handwritten")
     checks.require(ok, "framework", lambda: "framework=handwritten does not run "
                    "mixture-of-experts models")  # fmt: skip

@@ -164,15 +164,22 @@ class PipelineCase:
     batch: int = 8
     seq: int = 64
     precision: str = "fp32"
+    experts: int = 0
+    """Routed experts (top-2, one shared, the first block dense); 0: the dense model."""
 
     @property
     def name(self) -> str:
         v = f"x{self.virtual}" if self.schedule == "interleaved" else ""
         shape = f"pp{self.world}/L{self.n_layers}/m{self.micro_batches}"
-        return f"{self.schedule}{v}/{shape}/{self.precision}"
+        moe = f"/moe{self.experts}" if self.experts else ""
+        return f"{self.schedule}{v}/{shape}/{self.precision}{moe}"
 
     def spec(self) -> ModelSpec:
-        return small_spec().replace(n_layers=self.n_layers)
+        spec = small_spec().replace(n_layers=self.n_layers)
+        if not self.experts:
+            return spec
+        return spec.replace(n_experts=self.experts, experts_per_token=2, d_ff_expert=64,
+                            n_shared_experts=1, dense_layers=1)  # fmt: skip
 
     def train(self) -> TrainSpec:
         return TrainSpec(batch=self.batch, seq=self.seq, precision=self.precision,
