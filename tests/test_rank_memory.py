@@ -59,8 +59,9 @@ CASES += [LayoutCase("fsdp-by-hand", world=3, batch=6),
 # a mixture-of-experts model (4 routed experts, top-2, one shared, a dense first block):
 # FSDP2 gathers an MoE block at a time, DDP holds every expert
 CASES += [LayoutCase("fsdp2", experts=4), LayoutCase("ddp", precision="bf16-mixed", experts=4)]
-# expert parallelism over both ranks (balanced routing; DDP for the rest)
-CASES += [LayoutCase("ep", precision="bf16-mixed", experts=4)]
+# expert parallelism over both ranks (balanced routing): DDP for the rest, or FSDP2 as
+# torchtitan shards it (the dense parameters over both ranks, each rank's experts whole)
+CASES += [LayoutCase("ep", precision="bf16-mixed", experts=4), LayoutCase("ep-fsdp2", experts=4)]
 PEAK_PARAMS = [pytest.param(c, q, id=f"{c.name}-{q}") for c in CASES for q in PEAKS]
 
 

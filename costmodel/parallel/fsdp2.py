@@ -21,12 +21,13 @@ from collections.abc import Callable
 
 import sympy as sp
 
+from costmodel.parallel.experts import expert_shards, local_experts
 from costmodel.single.memory import HEAD_PARTS, MOE_PARTS, SHARED_PARTS, activation_memory
 from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, N_ep, T, V, Y, b, smax
+from costmodel.symbols import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
@@ -45,6 +46,19 @@ def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     return embed, block, V * D + parts["norms"] / (2 * L + 1)
 
 
+def _ungathered_experts(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Routed-expert parameters of an MoE block FSDP2 holds no gathered copy of: torchtitan
+    wraps a block's experts as a unit of their own over the shard ranks the ep group
+    leaves; where that is one rank (ep takes the whole shard group) the unit computes with
+    its shards, unless it casts them to the compute dtype (measured: 2 gloo ranks, fp32,
+    ``validate.run --suite parallel``, layout ep-fsdp2)."""
+    prec = PRECISIONS[train.precision]
+    if not model.moe or prec.param != prec.activation:
+        return sp.Integer(0)
+    experts, _ = local_experts(model, sp.Integer(1))
+    return experts * (1 - more_than_one(expert_shards(X * N_cp)))
+
+
 def in_flight(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Gathered weight bytes per device at each position FSDP2's memory can peak.
 
@@ -58,6 +72,7 @@ def in_flight(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     unit after its backward. The flat buffers are freed at the end of forward."""
     c = PRECISIONS[train.precision].activation
     embed, block, head = (c * p / Y for p in unit_params(model))
+    block -= c * _ungathered_experts(model, train)
     if par.reshard_after_forward:
         return {"blocks": 2 * block, "transition": block + head, "head": 2 * head,
                 "head_backward": smax(2 * head, head + block), "backward_top": 2 * block,

@@ -32,7 +32,9 @@ Layouts, each as the framework that runs it:
 - ``cp``: ring attention (``validate.distributed.context``) under DDP;
 - ``ep`` (a mixture-of-experts model only): expert parallelism over every rank
   (``validate.distributed.expert``, balanced routing) under DDP, which leaves the routed
-  experts alone (each rank's are different experts).
+  experts alone (each rank's are different experts); ``ep-fsdp2``: the same under FSDP2
+  as torchtitan applies it (each block's experts a unit of their own over the shard ranks
+  the ep group leaves, here one; the rest over every rank).
 
 ``sent_bytes``: what the ring (``cp``) or the all-to-alls (``ep``) sent to other ranks in
 the second step, against ``comm_bytes.cp`` / ``comm_bytes.ep``; ``imbalance``: the
@@ -53,7 +55,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
@@ -75,8 +77,8 @@ from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM, dtypes_for, make_batch
 
 LAYOUTS = ("ddp", "zero1", "fsdp2", "fsdp2-noreshard", "fsdp-by-hand", "tp", "tp-sp", "cp")
-MOE_LAYOUTS = ("ep",)  # layouts only a mixture-of-experts model has
-SENDS = {"cp": context.SENT, "ep": expert.SENT}  # what the layout's own exchanges sent
+MOE_LAYOUTS = ("ep", "ep-fsdp2")  # layouts only a mixture-of-experts model has
+SENDS = {"cp": context.SENT, "ep": expert.SENT, "ep-fsdp2": expert.SENT}
 TENSOR_PARALLEL = ("tp", "tp-sp")
 WHOLE_BATCH = (*TENSOR_PARALLEL, "cp")  # every rank runs every sequence (cp: its chunk)
 STATE = ("params", "grads", "optimizer")
@@ -124,6 +126,7 @@ class LayoutCase:
             "ddp": ParallelSpec(dp=w),
             "cp": ParallelSpec(cp=w),
             "ep": ParallelSpec(dp=w, ep=w),
+            "ep-fsdp2": ParallelSpec(fsdp=w, ep=w, framework="fsdp2", grad_reduce_fp32=mixed),
             "zero1": ParallelSpec(fsdp=w, zero=1),
             "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed),
             "fsdp2-noreshard": ParallelSpec(
@@ -191,14 +194,23 @@ def _in_place_reduce_scatter(output: torch.Tensor, input_tensor: torch.Tensor) -
     InPlaceReduceScatter()(output, input_tensor, dist.group.WORLD, dist.ReduceOp.SUM)
 
 
-def _fsdp2(model: TransformerLM, world: int, precision: str, reshard: bool) -> None:
+def _fsdp2(
+    model: TransformerLM, world: int, precision: str, reshard: bool, experts: bool = False
+) -> None:
+    """FSDP2 over ``world`` ranks; ``experts``: each MoE block's routed experts (split over
+    the ranks by expert parallelism) wrapped first over the shard ranks the ep group
+    leaves, one here (torchtitan's dp_shard_mod_ep mesh)."""
     device = next(model.parameters()).device
-    mesh = init_device_mesh(device.type, (world,))
+    mesh = init_device_mesh(device.type, (1, world), mesh_dim_names=("mod_ep", "in_ep"))
     kw: dict = {"reshard_after_forward": reshard}
     _, compute = dtypes_for(precision)
     if compute != torch.float32:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
-    fully_shard_model(model, mesh, **kw)
+    if experts:
+        for block in model.blocks:
+            if isinstance(block.ffn, expert.ExpertParallelMoE):
+                fully_shard(list(block.ffn.experts), mesh=mesh["mod_ep"], **kw)
+    fully_shard_model(model, mesh["in_ep"], **kw)
     if device.type == "cpu":
         for module in model.modules():
             if isinstance(module, FSDPModule):
@@ -221,6 +233,10 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
         return FSDP(model, dtype, all_gather=gather, reduce_scatter=scatter), model
     if case.layout == "cp":  # ring attention; DDP averages gradients over the cp ranks
         return DistributedDataParallel(ContextParallelLM(model)), model
+    if case.layout == "ep-fsdp2":  # torchtitan: experts over the shard ranks ep leaves
+        expert.expert_parallel(model, balanced=case.balanced)
+        _fsdp2(model, case.world, case.precision, reshard=True, experts=True)
+        return model, model
     if case.layout == "ep":  # DDP averages the rest; each rank's experts are its own
         routed = expert.expert_parallel(model, balanced=case.balanced)
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, routed)

@@ -52,9 +52,9 @@ TARGETS = (  # (label, suite, quantities, bound on the median |rel_err|)
         0.05,
     ),
     (
-        "FSDP/TP/CP communication bytes: zero error",
+        "FSDP/TP/CP/EP communication bytes: zero error",
         "parallel",
-        ("comm_bytes.fsdp", "comm_bytes.tp", "comm_bytes.cp"),
+        ("comm_bytes.fsdp", "comm_bytes.tp", "comm_bytes.cp", "comm_bytes.ep"),
         0.0,
     ),
 )

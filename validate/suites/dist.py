@@ -309,7 +309,7 @@ def layout_cases(ctx: Context) -> list[LayoutCase]:
              if not ctx.quick or p != "fp32" or lay.startswith("fsdp")]  # fmt: skip
     cases.append(LayoutCase("ep", experts=4))  # expert parallelism: all-to-all bytes
     if not ctx.quick:
-        cases.append(LayoutCase("fsdp2", experts=4))
+        cases += [LayoutCase("fsdp2", experts=4), LayoutCase("ep-fsdp2", experts=4)]
     if not ctx.quick and max(_worlds(ctx)) >= 4:
         cases.append(LayoutCase("fsdp2", world=4, batch=8))
     return cases
