@@ -196,10 +196,9 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
 def moe_rule(par: Any, model: Any) -> None:
     """The layouts an MoE model is costed under so far: data, FSDP, context, pipeline and
     expert parallelism (under pipelining its dense leading blocks on the first stage);
-    tensor parallelism of experts is not modelled yet. ``ep``
-    divides the routed experts and the data-parallel ranks, and nests with the ZeRO shard
-    group (divides it or is a multiple of it: :func:`costmodel.parallel.distributed.
-    expert_shards`)."""
+    tensor parallelism of experts is not modelled yet. ``ep`` divides the routed experts
+    and the data-parallel ranks, and nests with the ZeRO shard group, dividing it or being
+    a multiple of it (``costmodel.parallel.experts.expert_shards``)."""
     experts = np.asarray(getattr(model, "n_experts", 0))
     moe, ep = experts > 0, np.asarray(getattr(par, "ep", 1))
     checks.require(moe | (ep == 1), "ep", lambda: "ep > 1 needs a mixture-of-experts model "
