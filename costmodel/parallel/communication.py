@@ -13,21 +13,21 @@ import sympy as sp
 
 from costmodel.parallel import handwritten
 from costmodel.parallel.collectives import bus_factor, ring_steps
-from costmodel.parallel.distributed import (
-    device_batch,
-    device_experts,
-    moe_blocks,
-    params_per_device,
-    replicas,
-    residual_bytes,
-    shard_degree,
-    stage_layers,
-)
+from costmodel.parallel.distributed import params_per_device
 from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
     expert_shards,
     sharded_params,
+)
+from costmodel.parallel.shares import (
+    device_batch,
+    device_experts,
+    moe_blocks,
+    replicas,
+    residual_bytes,
+    shard_degree,
+    stage_layers,
 )
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec

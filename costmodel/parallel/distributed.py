@@ -1,10 +1,11 @@
-"""Per-device memory under DP, FSDP (ZeRO 1/2/3), TP (+SP), PP and CP, by framework.
+"""Per-device state and memory under DP, FSDP (ZeRO 1/2/3), TP (+SP), PP, CP and EP, by
+framework, and its peaks.
 
-Sources: ZeRO stages (Rajbhandari et al. 2020, Sec. 5); tensor and sequence parallel
-activations (Korthikanti et al. 2022, Table 2: sbh(10 + 24/t + 5as/ht) without SP, all /t
-with SP); what each pipeline rank holds (``costmodel.parallel.pipeline``: 1F1B keeps
-pp - r micro-batches on rank r, interleaving more; Narayanan et al. 2021). Communication
-is ``costmodel.parallel.communication``. Bytes, per device.
+Sources: ZeRO stages (Rajbhandari et al. 2020, Sec. 5); what each pipeline rank holds
+(``costmodel.parallel.pipeline``: 1F1B keeps pp - r micro-batches on rank r, interleaving
+more; Narayanan et al. 2021). A device's shares of the layout are
+``costmodel.parallel.shares``, its activations ``costmodel.parallel.activations``, its
+communication ``costmodel.parallel.communication``. Bytes, per device.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import fsdp2, handwritten
+from costmodel.parallel.activations import (
+    ring_transient,
+    sharded_activations,
+    stage_boundary,
+)
 from costmodel.parallel.experts import (
-    busiest_experts,
     expert_block,
     expert_replicas,
     expert_shards,
@@ -22,28 +27,32 @@ from costmodel.parallel.experts import (
     split_state,
 )
 from costmodel.parallel.pipeline import (
-    TORCH_PIPELINING,
     PipelineRank,
     boundary_tensors,
     chunks_in_flight,
     grads_at_fullest,
-    held_layers,
     present,
     rank_layers,
     ranks,
 )
+from costmodel.parallel.shares import (
+    device_batch,
+    device_experts,
+    moe_blocks,
+    optimizer_shards,
+    replicas,
+    residual_bytes,
+    shard_degree,
+    stage_layers,
+)
 from costmodel.single.memory import (
     HEAD_PARTS,
-    MOE_PARTS,
-    SHARED_PARTS,
-    activation_memory,
     kept_weight_copies,
     optimizer_temp,
     peak_memory,
 )
 from costmodel.single.params import (
     block_params,
-    moe_layers,
     param_breakdown,
     stacked_blocks,
 )
@@ -52,12 +61,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     D,
-    H,
-    K,
     L,
-    L_d,
-    N_cp,
-    N_dp,
     N_ep,
     N_pp,
     R_alloc,
@@ -67,76 +71,11 @@ from costmodel.symbols import (
     Y,
     as_expr,
     b,
-    d_h,
     m,
     more_than_one,
     smax,
     v,
 )
-
-_TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
-_TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
-# column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
-# the all-gathered input; Megatron saves its sequence shard and gathers again in backward
-_SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
-DTENSOR_FRAMEWORKS = ("reference", "fsdp2")  # tensor parallelism through torch's DTensor
-
-
-def device_batch() -> tuple[sp.Expr, sp.Expr]:
-    """(sequences, tokens per sequence) one device handles per micro-batch."""
-    return b / (N_dp * X), T / N_cp
-
-
-def stage_layers(par: ParallelSpec) -> sp.Expr:
-    """Layers on the busiest pipeline stage: ceil(L / pp) (torchtitan and Megatron accept
-    uneven splits, e.g. Llama-3 405B's 126 layers over 8 stages)."""
-    return sp.ceiling(L / N_pp) if par.pp > 1 else L
-
-
-def moe_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None) -> sp.Expr:
-    """MoE blocks a device holds: all of them without pp; on pipeline ``rank`` its blocks
-    but the dense leading ones, which the first stage holds (a layout rule); without a
-    rank, with pp > 1, the busiest stage's blocks, all MoE blocks (an upper bound)."""
-    if not model.moe:
-        return sp.Integer(0)
-    if rank is not None:
-        return rank_layers(par, rank) - (L_d if rank.first else 0)
-    return stage_layers(par) if par.pp > 1 else moe_layers(model)
-
-
-def device_experts(
-    model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
-) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of the routed experts a device holds before ZeRO."""
-    return local_experts(model, moe_blocks(model, par, rank))
-
-
-def shard_degree(par: ParallelSpec) -> sp.Expr:
-    """Devices one ZeRO/FSDP shard group spans: fsdp, times cp where the framework shards
-    over the context-parallel ranks too (FSDP2 in torchtitan: the dp_shard x cp mesh)."""
-    return X * N_cp if par.shards_over_cp else X
-
-
-def replicas(par: ParallelSpec) -> sp.Expr:
-    """Devices whose gradients of the same parameter shard the data-parallel all-reduce
-    sums: dp, times cp where the framework does not shard over the cp ranks (they hold
-    the same parameters and see different chunks of the sequences: Megatron reduces over
-    its dp x cp group, ``get_data_parallel_group(with_context_parallel=True)``)."""
-    return N_dp if par.shards_over_cp else N_dp * N_cp
-
-
-def optimizer_shards(par: ParallelSpec) -> sp.Expr:
-    """Devices the optimizer state is split over: the ZeRO group (fsdp, x cp under FSDP2),
-    or every data-parallel rank (x cp) under Megatron's distributed optimizer."""
-    return replicas(par) * X if par.framework == "megatron" else shard_degree(par)
-
-
-def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
-    """Residual stream and norm inputs: fp32 under torch.autocast (the reference model),
-    the compute dtype where the framework runs the model in it (FSDP2's param_dtype,
-    Megatron without --fp32-residual-connection, DeepSpeed's bf16 engine)."""
-    prec = PRECISIONS[train.precision]
-    return prec.residual if par.framework == "reference" else prec.activation
 
 
 def params_per_device(
@@ -274,105 +213,6 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     return grad * reduced * (1 - more_than_one(X))
 
 
-def sharded_activations(
-    model: ModelSpec,
-    train: TrainSpec,
-    par: ParallelSpec,
-    *,
-    only: tuple[str, ...] | None = None,
-    rank: PipelineRank | None = None,
-) -> sp.Expr:
-    """Activations one device keeps, in terms of the global micro-batch b and T.
-
-    With pipeline ``rank``: what that rank keeps at its fullest
-    (:func:`costmodel.parallel.pipeline.held_layers`: its layers times the micro-batches
-    in flight, the head's parts on the last rank, and the stage-boundary tensors a
-    pipelining runtime keeps beyond them,
-    :func:`costmodel.parallel.pipeline.boundary_tensors`). Otherwise one micro-batch through
-    the device's layers (without pp, all of them: what a forward pass writes).
-    ``only``: the sum over these parts of ``activation_memory`` alone (the embedding's
-    DTensor buffers count with ``inputs``)."""
-    res = residual_bytes(train, par)
-    parts = activation_memory(model, train, residual=res)
-    parts.pop("total")
-    if only is not None:
-        parts = {op: e for op, e in parts.items() if op in only}
-    if rank is not None:
-        held, layers = held_layers(par, rank), rank_layers(par, rank)
-        micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
-    else:  # the busiest stage's layers, L without pp
-        held, layers, micro_batches = stage_layers(par), stage_layers(par), 1
-    shares = _layer_shares(model, held, held * moe_blocks(model, par, rank) / layers)
-    head = 1 if rank is None or rank.last else 0
-    total = sp.Integer(0)
-    dtensor = par.framework in DTENSOR_FRAMEWORKS
-    for op, expr in parts.items():
-        if op in SHARED_PARTS:  # the reference model makes its tables in every forward
-            again = op in ("rope", "attn_mask") and rank is not None
-            again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
-            total += expr * (chunks_in_flight(par, rank) if again else 1)
-            continue
-        sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
-        sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
-        scale = head if op in HEAD_PARTS else shares.get(op, shares["all"])
-        if op == "moe_experts":  # the pairs the busiest ep rank's experts run
-            scale *= busiest_experts()
-        total += expr / (Y if sharded else 1) * scale
-    if rank is not None and only is None:
-        total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
-        if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
-            # the last stage's output is the logits, kept to its backward like any other
-            total += PRECISIONS[train.precision].activation * b * T * V / Y
-    if only is not None and "inputs" not in only:
-        return total
-    return total + micro_batches * dtensor_embedding_buffers(model, train, par)
-
-
-def _layer_shares(model: ModelSpec, held: sp.Expr, held_moe: sp.Expr) -> dict[str, sp.Expr]:
-    """Multipliers of ``activation_memory``'s parts (each summed over the blocks that have
-    it) for ``held`` layer-micro-batches of which ``held_moe`` are MoE blocks': ``all`` for
-    what every block keeps, the MoE parts and the dense FFN's over their own blocks."""
-    shares = {"all": held / L}
-    if model.moe:  # max(.., 1): a part over no blocks is 0 whatever multiplies it
-        shares.update(dict.fromkeys(MOE_PARTS, held_moe / moe_layers(model)))
-        shares["ffn_hidden"] = (held - held_moe) / sp.Max(L_d, 1)
-    return shares
-
-
-def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
-    """Bytes ring attention holds in a layer's backward beside the activations, in terms of
-    b and T (0 without cp): the fp32 query-gradient accumulator, the fp32 K/V gradient
-    accumulators of the chunk in hand and of the one arriving, the K/V chunk arriving
-    and one block's gradients in the compute dtype (torch's context_parallel backward
-    allocates the same, plus its send buffers; measured on the hand-written ring,
-    ``validate.distributed.context``)."""
-    if model.ffn_only:
-        return sp.Integer(0)
-    c = PRECISIONS[train.precision].activation
-    per_token = (4 * H + 16 * K + 2 * c * K + c * (H + 2 * K)) * d_h / Y
-    return more_than_one(N_cp) * per_token * b * T
-
-
-def stage_boundary(train: TrainSpec, par: ParallelSpec) -> sp.Expr:
-    """Bytes of one micro-batch's activation between two pipeline stages (the residual
-    stream; a sequence shard of it under sequence parallelism), in terms of b and T."""
-    return residual_bytes(train, par) * b * T * D / (Y if par.sequence_parallel else 1)
-
-
-def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
-    """Bytes torch's vocabulary-parallel embedding (``RowwiseParallel`` on ``nn.Embedding``)
-    keeps per micro-batch from forward to backward beyond what autograd saves, in the
-    residual dtype: the masked partial lookup and its all-reduced copy (2 x b·T·D), or
-    under sequence parallelism three b·T·D / tp sequence shards (the reduce-scatter's
-    output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
-    parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
-    if model.ffn_only or par.framework not in DTENSOR_FRAMEWORKS:
-        return sp.Integer(0)
-    copies = 3 / Y if par.sequence_parallel else 2
-    b_dev, t_dev = device_batch()
-    return more_than_one(Y) * copies * residual_bytes(train, par) * b_dev * t_dev * D
-
-
 def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """Per-device memory by component and its peak: with pp > 1 each the maximum over the
     pipeline ranks that bound every rank (:func:`costmodel.parallel.pipeline.ranks`)."""
@@ -445,8 +285,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     in_flight = sp.Min(2, layers, evaluate=False)
     one_layer = n_mm / layers * (1 - 1 / X)
     if model.moe:  # an MoE block, its routed experts gathered over their own shard group
-        _, mm = stacked_blocks(model, sp.Integer(1), sp.Integer(1))
+        dense = stacked_blocks(model, sp.Integer(1), sp.Integer(1))[1] - expert_block(model)[1]
         _, experts = local_experts(model, sp.Integer(1))
-        mm -= expert_block(model)[1] - experts
-        one_layer = (mm - experts) * (1 - 1 / X) + experts * (1 - 1 / expert_shards(X))
+        one_layer = dense * (1 - 1 / X) + experts * (1 - 1 / expert_shards(X))
     return in_flight * PRECISIONS[train.precision].activation * one_layer

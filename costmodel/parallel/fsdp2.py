@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from costmodel.parallel.experts import expert_shards, local_experts
+from costmodel.parallel.experts import expert_block, expert_shards, local_experts
 from costmodel.single.memory import HEAD_PARTS, MOE_PARTS, SHARED_PARTS, activation_memory
 from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
 from costmodel.single.precision import PRECISIONS
@@ -38,7 +38,7 @@ def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     group leaves)."""
     block = block_params(model, norms=True, largest=True)
     if model.moe:  # the routed experts this rank's ep group leaves to the others
-        block -= param_breakdown(model)["experts"] / moe_layers(model) * (1 - 1 / N_ep)
+        block -= expert_block(model)[0] * (1 - 1 / N_ep)
     if model.ffn_only:
         return sp.Integer(0), block, sp.Integer(0)
     parts = param_breakdown(model)

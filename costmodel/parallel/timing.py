@@ -23,17 +23,17 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import handwritten
+from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
-from costmodel.parallel.distributed import (
+from costmodel.parallel.distributed import params_per_device
+from costmodel.parallel.experts import busiest_experts
+from costmodel.parallel.shares import (
     device_batch,
     moe_blocks,
     optimizer_shards,
-    params_per_device,
     residual_bytes,
-    sharded_activations,
     stage_layers,
 )
-from costmodel.parallel.experts import busiest_experts
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels

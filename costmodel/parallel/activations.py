@@ -1,0 +1,157 @@
+"""Activations one device keeps under TP (+SP), PP, CP and EP, by framework: what each
+part of ``single.memory.activation_memory`` becomes on a device (split over tp where the
+layout shards it, per layer-micro-batch held under pipelining, the MoE and dense FFN parts
+over their own blocks), and the buffers frameworks keep beside it.
+
+Sources: tensor and sequence parallel activations (Korthikanti et al. 2022, Table 2:
+sbh(10 + 24/t + 5as/ht) without SP, all /t with SP); pipeline ranks
+(``costmodel.parallel.pipeline``). Bytes, in terms of the global micro-batch b and T.
+"""
+
+import sympy as sp
+
+from costmodel.parallel.experts import (
+    busiest_experts,
+)
+from costmodel.parallel.pipeline import (
+    TORCH_PIPELINING,
+    PipelineRank,
+    boundary_tensors,
+    chunks_in_flight,
+    held_layers,
+    rank_layers,
+)
+from costmodel.parallel.shares import device_batch, moe_blocks, residual_bytes, stage_layers
+from costmodel.single.memory import (
+    HEAD_PARTS,
+    MOE_PARTS,
+    SHARED_PARTS,
+    activation_memory,
+)
+from costmodel.single.params import (
+    moe_layers,
+)
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import (
+    D,
+    H,
+    K,
+    L,
+    L_d,
+    N_cp,
+    T,
+    V,
+    Y,
+    b,
+    d_h,
+    more_than_one,
+    v,
+)
+
+_TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
+_TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
+# column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
+# the all-gathered input; Megatron saves its sequence shard and gathers again in backward
+_SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
+DTENSOR_FRAMEWORKS = ("reference", "fsdp2")  # tensor parallelism through torch's DTensor
+
+
+def sharded_activations(
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    *,
+    only: tuple[str, ...] | None = None,
+    rank: PipelineRank | None = None,
+) -> sp.Expr:
+    """Activations one device keeps, in terms of the global micro-batch b and T.
+
+    With pipeline ``rank``: what that rank keeps at its fullest
+    (:func:`costmodel.parallel.pipeline.held_layers`: its layers times the micro-batches
+    in flight, the head's parts on the last rank, and the stage-boundary tensors a
+    pipelining runtime keeps beyond them,
+    :func:`costmodel.parallel.pipeline.boundary_tensors`). Otherwise one micro-batch through
+    the device's layers (without pp, all of them: what a forward pass writes).
+    ``only``: the sum over these parts of ``activation_memory`` alone (the embedding's
+    DTensor buffers count with ``inputs``)."""
+    res = residual_bytes(train, par)
+    parts = activation_memory(model, train, residual=res)
+    parts.pop("total")
+    if only is not None:
+        parts = {op: e for op, e in parts.items() if op in only}
+    if rank is not None:
+        held, layers = held_layers(par, rank), rank_layers(par, rank)
+        micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
+    else:  # the busiest stage's layers, L without pp
+        held, layers, micro_batches = stage_layers(par), stage_layers(par), 1
+    shares = _layer_shares(model, held, held * moe_blocks(model, par, rank) / layers)
+    head = 1 if rank is None or rank.last else 0
+    total = sp.Integer(0)
+    dtensor = par.framework in DTENSOR_FRAMEWORKS
+    for op, expr in parts.items():
+        if op in SHARED_PARTS:  # the reference model makes its tables in every forward
+            again = op in ("rope", "attn_mask") and rank is not None
+            again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
+            total += expr * (chunks_in_flight(par, rank) if again else 1)
+            continue
+        sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
+        sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
+        scale = head if op in HEAD_PARTS else shares.get(op, shares["all"])
+        if op == "moe_experts":  # the pairs the busiest ep rank's experts run
+            scale *= busiest_experts()
+        total += expr / (Y if sharded else 1) * scale
+    if rank is not None and only is None:
+        total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
+        if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
+            # the last stage's output is the logits, kept to its backward like any other
+            total += PRECISIONS[train.precision].activation * b * T * V / Y
+    if only is not None and "inputs" not in only:
+        return total
+    return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def _layer_shares(model: ModelSpec, held: sp.Expr, held_moe: sp.Expr) -> dict[str, sp.Expr]:
+    """Multipliers of ``activation_memory``'s parts (each summed over the blocks that have
+    it) for ``held`` layer-micro-batches of which ``held_moe`` are MoE blocks': ``all`` for
+    what every block keeps, the MoE parts and the dense FFN's over their own blocks."""
+    shares = {"all": held / L}
+    if model.moe:  # max(.., 1): a part over no blocks is 0 whatever multiplies it
+        shares.update(dict.fromkeys(MOE_PARTS, held_moe / moe_layers(model)))
+        shares["ffn_hidden"] = (held - held_moe) / sp.Max(L_d, 1)
+    return shares
+
+
+def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Bytes ring attention holds in a layer's backward beside the activations, in terms of
+    b and T (0 without cp): the fp32 query-gradient accumulator, the fp32 K/V gradient
+    accumulators of the chunk in hand and of the one arriving, the K/V chunk arriving
+    and one block's gradients in the compute dtype (torch's context_parallel backward
+    allocates the same, plus its send buffers; measured on the hand-written ring,
+    ``validate.distributed.context``)."""
+    if model.ffn_only:
+        return sp.Integer(0)
+    c = PRECISIONS[train.precision].activation
+    per_token = (4 * H + 16 * K + 2 * c * K + c * (H + 2 * K)) * d_h / Y
+    return more_than_one(N_cp) * per_token * b * T
+
+
+def stage_boundary(train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes of one micro-batch's activation between two pipeline stages (the residual
+    stream; a sequence shard of it under sequence parallelism), in terms of b and T."""
+    return residual_bytes(train, par) * b * T * D / (Y if par.sequence_parallel else 1)
+
+
+def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Bytes torch's vocabulary-parallel embedding (``RowwiseParallel`` on ``nn.Embedding``)
+    keeps per micro-batch from forward to backward beyond what autograd saves, in the
+    residual dtype: the masked partial lookup and its all-reduced copy (2 x b·T·D), or
+    under sequence parallelism three b·T·D / tp sequence shards (the reduce-scatter's
+    output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
+    parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
+    if model.ffn_only or par.framework not in DTENSOR_FRAMEWORKS:
+        return sp.Integer(0)
+    copies = 3 / Y if par.sequence_parallel else 2
+    b_dev, t_dev = device_batch()
+    return more_than_one(Y) * copies * residual_bytes(train, par) * b_dev * t_dev * D
