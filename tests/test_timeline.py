@@ -30,6 +30,7 @@ LAYOUTS = [
     ParallelSpec(framework="megatron", dp=2, tp=2, pp=2, pp_interleave=2, zero=1),
     ParallelSpec(framework="fsdp2", fsdp=2, tp=4, async_tp=True, cp=1),
     ParallelSpec(framework="reference", fsdp=8, zero=1),
+    ParallelSpec(framework="reference", dp=8),  # the all-reduce beside the last micro-batch
 ]
 
 

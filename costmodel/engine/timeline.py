@@ -46,8 +46,10 @@ def segments(values: dict[str, Any], overlap: str = "max", async_tp: bool = Fals
         out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
         c = t if overlap == "max" else t + compute
         exposed = ("ep",) if async_tp else ("tp", "ep")
-        for g in (g for g in (*GROUPS, "tp") if g not in exposed):
+        for g in (g for g in ("fsdp", "cp", "pp", "tp", "dp") if g not in exposed):
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
+            if g == "dp" and overlap == "max":  # beside the last micro-batch only
+                c = max(c, t + compute - values[f"time_s.microbatch_{phase}"])
             if d > 0:
                 out.append(Segment(LANES[1], f"{g.upper()} {phase}", "comm", c, c + d))
                 c += d

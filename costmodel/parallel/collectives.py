@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy as sp
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
@@ -30,6 +32,21 @@ def ring_steps(op: str, n: Any) -> Any:
     """Rounds of a ring (pipelined chain for broadcast); ``n`` an int or a sympy degree."""
     _check(op, n)
     return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
+def tree_steps(n: Any) -> Any:
+    """Latency rounds of NCCL's double-binary-tree all-reduce on n ranks: a reduce up and a
+    broadcast down a tree of depth ceil(log2 n), pipelined so that it still moves the ring's
+    2(n-1)/n bytes per rank (Sanders, Speck & Träff 2009, two-tree broadcast and reduction;
+    Jeaugey, "Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA 2019: full
+    bandwidth at logarithmic latency). ``n`` an int or a sympy degree."""
+    return 2 * sp.ceiling(sp.log(n, 2))
+
+
+def allreduce_steps(n: Any) -> Any:
+    """Latency rounds of an all-reduce as NCCL runs it across nodes: its tuner picks the
+    ring or the tree, whichever is faster; at equal bandwidth that is the fewer rounds."""
+    return sp.Min(ring_steps("all_reduce", n), tree_steps(n), evaluate=False)
 
 
 def bus_factor(op: str, n: Any) -> Any:

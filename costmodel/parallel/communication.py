@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel import handwritten
-from costmodel.parallel.collectives import bus_factor, ring_steps
+from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
 from costmodel.parallel.distributed import params_per_device
 from costmodel.parallel.experts import (
     busiest_experts,
@@ -82,12 +82,13 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     experts, _ = device_experts(model, par)
     dense, e_shards = n - experts, expert_shards(shards)
 
-    def reduced() -> sp.Expr:
-        """Gradient elements a device all-reduces: the dense parameters' shard over the
-        replicas, a routed expert's over the replicas holding that expert."""
-        out = bus_factor("all_reduce", dp) * dense / shards
+    def reduced(op: str = "all_reduce") -> sp.Expr:
+        """Gradient elements a device all-reduces (or reduce-scatters, or all-gathers) over
+        the replicas: the dense parameters' shard, a routed expert's over the replicas
+        holding that expert."""
+        out = bus_factor(op, dp) * dense / shards
         if model.moe:
-            out += bus_factor("all_reduce", expert_replicas(shards, dp)) * experts / e_shards
+            out += bus_factor(op, expert_replicas(shards, dp)) * experts / e_shards
         return out
 
     def sharded(op: str) -> sp.Expr:
@@ -96,11 +97,16 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         out = bus_factor(op, shards) * dense
         return out + bus_factor(op, e_shards) * experts if model.moe else out
 
-    dp_bytes = grad_bytes * reduced()
     buckets = sp.ceiling(grad_bytes * sharded_params(model, n, shards, experts) / S_bucket)
-    groups["dp"] = _phases(
-        dp_bytes, 0, dp_bytes / W_dp + ring_steps("all_reduce", dp) * a_dp * buckets, 0
-    )
+    if par.framework == "megatron":  # the distributed optimizer: scatter, step, gather
+        scatter, gather = grad_bytes * reduced("reduce_scatter"), c * reduced("all_gather")
+        buckets = sp.ceiling(sharded_params(model, n, shards, experts) / megatron_bucket(dp))
+        lat = ring_steps("all_gather", dp) * a_dp * buckets
+        groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
+    else:
+        dp_bytes = grad_bytes * reduced()
+        lat = allreduce_steps(dp) * a_dp * buckets
+        groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
 
     gather = c * sharded("all_gather")
     if par.zero == 3:
@@ -129,6 +135,13 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     groups["cp"] = cp_group(model, train, par)
     groups["ep"] = ep_group(model, train, par)
     return groups
+
+
+def megatron_bucket(dp: sp.Expr) -> sp.Expr:
+    """Parameters per gradient bucket in Megatron-Core's DDP: max(4e7, 1e6 x the dp x cp
+    ranks), "larger DP sizes need larger buckets to ensure collectives do not become
+    latency-bound" (``DistributedDataParallelConfig.bucket_size``)."""
+    return smax(40_000_000, 1_000_000 * dp)
 
 
 def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:

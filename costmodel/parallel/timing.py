@@ -336,6 +336,34 @@ def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
     return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
 
 
+def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
+    """Groups whose collectives the compute waits for: TP's feed the next matmul (unless
+    async TP), the experts wait for their tokens' all-to-all, the hand-written FSDP gathers
+    and reduces in line with nothing prefetched."""
+    exposed = ("ep",) if par.async_tp else ("tp", "ep")
+    return (*exposed, "fsdp") if par.framework == "handwritten" else exposed
+
+
+def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) -> sp.Expr:
+    """Seconds of one phase (forward or backward) of the m micro-batches.
+
+    Under ``max`` the overlapped groups run on a second stream beside the compute, and the
+    data-parallel gradient reduce last: DDP (``no_sync``) and Megatron-Core
+    (``overlap_grad_reduce``) reduce only in the last micro-batch's backward, and Megatron's
+    distributed optimizer gathers its parameters in the first one's forward
+    (``overlap_param_gather``), so that collective hides behind one micro-batch, not m
+    (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.4; Megatron-Core's
+    ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add.
+    """
+    exposed = exposed_groups(par)
+    hidden = sum((g[name] for k, g in comm.items() if k not in (*exposed, "dp")), sp.Integer(0))
+    shown = sum((comm[k][name] for k in exposed), sp.Integer(0))
+    compute, dp = m * per_mb, comm["dp"][name]
+    if par.overlap == "sum":
+        return compute + hidden + dp + shown
+    return smax(compute, smax(hidden, compute - per_mb) + dp) + shown
+
+
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
     """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
     ops = roofline(model, train, par)
@@ -350,16 +378,10 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     executed = sp.Add(*_ops_per_phase(model, train, par, {k: e["flops"] for k, e in ops.items()}))
     comm = communication(model, train, par)
-    combine = smax if par.overlap == "max" else sp.Add
-    phase = {}
-    # TP collectives feed the next matmul; the experts wait for their tokens' all-to-all
-    exposed = ("ep",) if par.async_tp else ("tp", "ep")
-    if par.framework == "handwritten":  # gathers and reduces in line, nothing prefetched
-        exposed += ("fsdp",)
-    for name, compute in (("forward", m * fwd_mb), ("backward", m * bwd_mb)):
-        hidden = sum((g[name] for k, g in comm.items() if k not in exposed), sp.Integer(0))
-        shown = sum((comm[k][name] for k in exposed), sp.Integer(0))
-        phase[name] = combine(compute, hidden) + shown
+    phase = {
+        "forward": _phase_seconds(comm, "forward", fwd_mb, par),
+        "backward": _phase_seconds(comm, "backward", bwd_mb, par),
+    }
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     # the optimizer updates the shard its device holds
     n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
@@ -379,6 +401,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.compute": m * (fwd_mb + bwd_mb),
         "time_s.compute_forward": m * fwd_mb,
         "time_s.compute_backward": m * bwd_mb,
+        "time_s.microbatch_forward": fwd_mb,
+        "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
         "time_s.comm": sum(

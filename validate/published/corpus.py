@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -256,8 +257,7 @@ def _layout(
     parallel = ParallelSpec(
         framework=framework,
         grad_reduce_fp32=run["group"] == "torchtitan",
-        async_tp="asynctp" in str(run.get("precision", "")).lower().replace(" ", "")
-        or "asynctp" in run["id"],
+        async_tp=_async_tp(run, tp, notes),
         dp=dp,
         fsdp=fsdp,
         tp=tp,
@@ -268,6 +268,19 @@ def _layout(
     )
     parallel.check(model, train)
     return train, parallel
+
+
+def _async_tp(run: dict[str, Any], tp: int, notes: list[str]) -> bool:
+    """Tensor-parallel collectives overlapped with their matmuls, where the source says so:
+    torchtitan's async TP rows, and Megatron-Core r0.8's "overlap of DP/TP/PP comm"
+    (Transformer Engine's --tp-comm-overlap)."""
+    if "asynctp" in str(run.get("precision", "")).lower().replace(" ", "") + run["id"]:
+        return True
+    stated = re.search(r"overlap of ([\w/]+) comm", run.get("notes", ""))
+    if tp > 1 and stated and "TP" in stated.group(1).split("/"):
+        notes.append(f"TP communication overlapped (source: {stated.group(0)!r})")
+        return True
+    return False
 
 
 def _hardware(run: dict[str, Any], notes: list[str]) -> Hardware:
