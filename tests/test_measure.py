@@ -44,7 +44,7 @@ def test_profile_attributes_every_matmul_component_in_both_passes(attention):
             assert measured[phase][comp] > 0, (phase, comp)
     assert measured["optimizer"]["optimizer"] > 0
     predicted = predicted_components(
-        spec, train, estimate(spec, train, ParallelSpec(), get_hardware("cpu"))
+        spec, estimate(spec, train, ParallelSpec(), get_hardware("cpu"))
     )
     assert set(predicted["forward"]) == set(measured["forward"]) <= set(COMPONENTS)
     # the breakdown adds up to costmodel's phase times

@@ -31,6 +31,7 @@ from costmodel.symbols import (
     N_dp,
     N_ep,
     N_pp,
+    N_sm,
     R_alloc,
     S_bucket,
     W_cp,
@@ -49,6 +50,8 @@ from costmodel.symbols import (
     m,
     rho_ep,
     s_sync,
+    t_m,
+    t_n,
     t_op,
     v,
 )
@@ -139,6 +142,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         R_alloc: hw.allocator_reserve,
         t_op: hw.dispatch_s,
         s_sync: float(hw.kind == "cpu"),
+        **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(), strict=True)),
     }
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]

@@ -26,7 +26,7 @@ from costmodel.parallel import handwritten
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
 from costmodel.parallel.distributed import params_per_device
-from costmodel.parallel.experts import busiest_experts
+from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
 from costmodel.parallel.shares import (
     device_batch,
     moe_blocks,
@@ -38,7 +38,7 @@ from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
-from costmodel.single.params import ffn_matrices, op_level_recomputed
+from costmodel.single.params import op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -49,77 +49,25 @@ from costmodel.symbols import (
     C_attn_b,
     C_eff,
     D,
-    E_r,
-    E_s,
     F,
-    F_e,
     H,
     K,
     N_cp,
     N_dp,
-    N_ep,
     N_pp,
     T,
     V,
     W_hbm,
     X,
     Y,
-    at_least_one,
     b,
     d_h,
-    k_r,
     m,
     s_sync,
     smax,
     t_op,
     v,
 )
-
-
-def _matmul(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple[sp.Expr, sp.Expr]:
-    return 2 * n * k * n2, nbytes * (n * k + k * n2 + n * n2)
-
-
-def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-    """Per-device (k, n2) of each op's matmuls under tensor parallelism Y."""
-    up = [(D, F / Y)] * (ffn_matrices(model) - 1)
-    shapes = {"ffn": [*up, (F / Y, D)]}
-    if not model.ffn_only:
-        shapes.update(
-            {
-                "attn_q": [(D, H * d_h / Y)],
-                "attn_k": [(D, K * d_h / Y)],
-                "attn_v": [(D, K * d_h / Y)],
-                "attn_o": [(H * d_h / Y, D)],
-                "lm_head": [(D, V / Y)],
-            }
-        )
-    return shapes
-
-
-def moe_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]]:
-    """An MoE block's matmuls on one device as (rows per token, k, n2, how many): the router
-    over every token; each of the device's E/ep routed experts over the k·ep/E share of
-    its ep group's tokens routing sends it (balanced routing, times ``ep_imbalance`` on
-    the busiest rank; its weights are read once per step whatever it gets); the shared
-    experts as one FFN of their summed width (none when E_s is 0)."""
-    up = ffn_matrices(model) - 1
-    shared = at_least_one(E_s)
-    rows, experts = k_r * N_ep / E_r * busiest_experts(), E_r / N_ep
-    return {
-        "router": [(sp.Integer(1), D, E_r, sp.Integer(1))],
-        "experts": [(rows, D, F_e, up * experts), (rows, F_e, D, experts)],
-        "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, 1)],
-    }
-
-
-def all_gemms(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]]:
-    """Every op's matmuls as (rows per token, k, n2, how many) on one device."""
-    gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in shapes]
-             for op, shapes in matmul_shapes(model).items()}  # fmt: skip
-    if model.moe:
-        gemms.update(moe_gemms(model))
-    return gemms
 
 
 def moe_share(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
@@ -140,39 +88,52 @@ def _layer_share(model: ModelSpec, par: ParallelSpec, op: str) -> sp.Expr:
 def roofline(
     model: ModelSpec, train: TrainSpec, par: ParallelSpec
 ) -> dict[str, dict[str, sp.Expr]]:
-    """Per op, one micro-batch forward on one device: flops, bytes, intensity, seconds (an
-    MoE model's FFN ops averaged over the stage's blocks: dense leading blocks and MoE
-    ones)."""
+    """Per op, one micro-batch on one device: forward flops, bytes, intensity, seconds, and
+    backward seconds (an MoE model's FFN ops averaged over the stage's blocks: dense
+    leading blocks and MoE ones). Matmuls as :mod:`costmodel.parallel.gemms` costs them."""
     a = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
     for op, shapes in all_gemms(model).items():
+        total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), sp.Integer(0))
+        for rows, k, n2, count in shapes:
+            cost = gemm_cost(n * rows, k, n2, a) + gemm_seconds(n * rows, k, n2, a)
+            for key, value in zip(total, cost, strict=True):
+                total[key] += count * value
         share = _layer_share(model, par, op)
-        each = [(count, _matmul(n * rows, k, n2, a)) for rows, k, n2, count in shapes]
-        flops = share * sum((c * fb[0] for c, fb in each), sp.Integer(0))
-        nbytes = share * sum((c * fb[1] for c, fb in each), sp.Integer(0))
-        ops[op] = {"flops": flops, "bytes": nbytes}
+        ops[op] = {key: share * value for key, value in total.items()}
     if not model.ffn_only:
-        flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
-        nbytes = a * n * (2 * H + 2 * K) * d_h / Y
-        if train.attention == "naive":  # scores, masked, probabilities: written and read
-            nbytes += 6 * a * b_dev * (H / Y) * T * T
-            if train.dropout:  # the probabilities' dropout: read, write, bool mask
-                nbytes += (2 * a + 1) * b_dev * (H / Y) * T * T
-        else:  # a causal fused kernel skips the masked tiles (FlashAttention-2, Sec. 3.1.1)
-            flops = flops / 2
-        ops["attn_core"] = {"flops": flops, "bytes": nbytes}
-    for op, entry in ops.items():
-        fused = op == "attn_core" and train.attention == "flash"
-        peak = C_attn if fused else C_eff
+        ops["attn_core"] = _attention_core(model, train, b_dev, t_dev)
+    for entry in ops.values():
         # an op that moves nothing (no shared experts, no dense blocks) has intensity 0
         entry["intensity"] = entry["flops"] / sp.Max(entry["bytes"], 1, evaluate=False)
-        if op == "attn_core" and not fused:  # separate kernels on one stream: they add up
-            entry["time_s"] = entry["flops"] / peak + entry["bytes"] / W_hbm
-        else:
-            entry["time_s"] = smax(entry["flops"] / peak, entry["bytes"] / W_hbm)
     return ops
+
+
+def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[str, sp.Expr]:
+    """The attention core of one micro-batch: a causal fused kernel skips the masked tiles
+    (FlashAttention-2, Sec. 3.1.1) and runs at the kernel's forward and backward rates
+    (its backward 5/2 x the forward's FLOPs, :func:`backward_factor`); the naive core
+    writes and reads the scores, masked scores and probabilities as separate kernels whose
+    times add, its backward twice its forward."""
+    a = PRECISIONS[train.precision].activation
+    flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
+    nbytes = a * b_dev * t_dev * (2 * H + 2 * K) * d_h / Y
+    if train.attention == "naive":
+        nbytes += 6 * a * b_dev * (H / Y) * T * T
+        if train.dropout:  # the probabilities' dropout: read, write, bool mask
+            nbytes += (2 * a + 1) * b_dev * (H / Y) * T * T
+        seconds = flops / C_eff + nbytes / W_hbm
+        return {"flops": flops, "bytes": nbytes, "time_s": seconds, "backward_s": 2 * seconds}
+    flops = flops / 2
+    backward = backward_factor("attn_core", train) * smax(flops / C_attn_b, nbytes / W_hbm)
+    return {
+        "flops": flops,
+        "bytes": nbytes,
+        "time_s": smax(flops / C_attn, nbytes / W_hbm),
+        "backward_s": backward,
+    }
 
 
 def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
@@ -182,17 +143,6 @@ def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
     if op == "attn_core" and train.attention == "flash":
         return sp.Rational(5, 2)
     return sp.Integer(2)
-
-
-def _core_backward_time(ops: dict[str, dict[str, sp.Expr]], train: TrainSpec) -> sp.Expr | None:
-    """Seconds of the fused core's backward: its 5/2 x the forward's FLOPs at the kernel's
-    backward rate C_attn_b (FlashAttention-3, Fig. 5: backward kernels run at other rates
-    than forward ones); None for the naive core (two matmuls per forward one)."""
-    if "attn_core" not in ops or train.attention != "flash":
-        return None
-    core = ops["attn_core"]
-    factor = backward_factor("attn_core", train)
-    return factor * smax(core["flops"] / C_attn_b, core["bytes"] / W_hbm)
 
 
 def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
@@ -215,27 +165,20 @@ def _ops_per_phase(
     model: ModelSpec,
     train: TrainSpec,
     par: ParallelSpec,
-    per_op: dict[str, sp.Expr],
-    core_backward: sp.Expr | None = None,
+    forward: dict[str, sp.Expr],
+    backward: dict[str, sp.Expr],
 ) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) of one micro-batch's matmuls and attention core on this stage, from
-    a per-op, per-layer quantity (seconds or FLOPs; ``lm_head`` once per model): backward is
-    :func:`backward_factor` times the forward plus what recomputation re-runs; the core's
-    backward is ``core_backward`` where given (a kernel whose backward runs at another rate)."""
+    per-op, per-layer quantities (seconds or FLOPs; ``lm_head`` once per model) of each
+    pass; backward adds what recomputation re-runs of the forward."""
     layers = stage_layers(par)
-    per_layer = {k: e for k, e in per_op.items() if k != "lm_head"}
-    head = per_op.get("lm_head", sp.Integer(0))
-    core = per_layer.get("attn_core", sp.Integer(0))
-    mm_bwd = backward_factor("matmul", train)
-    if core_backward is None:
-        core_backward = backward_factor("attn_core", train) * core
-    fwd = layers * sum(per_layer.values(), sp.Integer(0)) + head
-    bwd = (
-        layers * (mm_bwd * (sum(per_layer.values(), sp.Integer(0)) - core) + core_backward)
-        + mm_bwd * head
-        + layers * _recomputed(model, train, per_layer)
-    )
-    return fwd, bwd
+
+    def stage(per_op: dict[str, sp.Expr]) -> sp.Expr:
+        blocks = sum((e for k, e in per_op.items() if k != "lm_head"), sp.Integer(0))
+        return layers * blocks + per_op.get("lm_head", sp.Integer(0))
+
+    per_layer = {k: e for k, e in forward.items() if k != "lm_head"}
+    return stage(forward), stage(backward) + layers * _recomputed(model, train, per_layer)
 
 
 def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
@@ -369,14 +312,17 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     ops = roofline(model, train, par)
     elementwise, elementwise_bwd = _elementwise_time(model, train, par)
     extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
-    times = {k: e["time_s"] for k, e in ops.items()}
-    fwd_ops, bwd_ops = _ops_per_phase(model, train, par, times, _core_backward_time(ops, train))
+    fwd_ops, bwd_ops = _ops_per_phase(
+        model, train, par, *({k: e[q] for k, e in ops.items()} for q in ("time_s", "backward_s"))
+    )
     host_fwd, host_bwd = _host_seconds(model, train, par)
     fwd_mb = _with_host(fwd_ops + elementwise + extra_fwd / W_hbm, host_fwd)
     bwd_mb = _with_host(bwd_ops + elementwise_bwd + extra_bwd / W_hbm, host_bwd)
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
-    executed = sp.Add(*_ops_per_phase(model, train, par, {k: e["flops"] for k, e in ops.items()}))
+    flops = {k: e["flops"] for k, e in ops.items()}
+    backward_flops = {k: backward_factor(k, train) * e for k, e in flops.items()}
+    executed = sp.Add(*_ops_per_phase(model, train, par, flops, backward_flops))
     comm = communication(model, train, par)
     phase = {
         "forward": _phase_seconds(comm, "forward", fwd_mb, par),
@@ -412,7 +358,11 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "mfu": useful / (step * C * devices),
         "hfu": m * executed / (step * C),
         "tflops_per_device": useful / (step * devices) / 10**12,
-        **{f"roofline.{k}.{q}": e[q] for k, e in ops.items() for q in ("intensity", "time_s")},
+        **{
+            f"roofline.{k}.{q}": e[q]
+            for k, e in ops.items()
+            for q in ("intensity", "time_s", "backward_s")
+        },
         **{f"comm_bytes.{k}": g["bytes"] for k, g in comm.items()},
         **{
             f"comm_time_s.{k}": g["forward"] + g["backward"] + g["optimizer"]

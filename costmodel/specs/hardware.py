@@ -76,6 +76,13 @@ class Hardware:
     TPUs run them asynchronously, so a phase takes the longer of the device's time and the
     host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
     measures it on the machine it runs on."""
+    sm_count: int = 0
+    """Streaming multiprocessors: GEMM result tiles the device computes at once; 0 (CPUs,
+    TPUs, profiles that do not say) runs every GEMM shape at ``efficiency.matmul``
+    (:mod:`costmodel.parallel.gemms`: tile and wave quantization)."""
+    gemm_tile: tuple[int, int] = (256, 128)
+    """Rows and columns of the result tile one SM computes in a large cuBLAS GEMM (NVIDIA's
+    "Matrix Multiplication Background User's Guide" uses 256 x 128 on its GPUs)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -100,6 +107,12 @@ class Hardware:
             checks.number(name, getattr(self, name), allow_zero=True)
         for name in ("links_per_axis", "devices_per_node"):
             checks.integer(name, getattr(self, name))
+        checks.integer("sm_count", self.sm_count, minimum=0)
+        tile = self.gemm_tile
+        if not isinstance(tile, list | tuple) or len(tile) != 2:
+            raise SpecError("gemm_tile", f"gemm_tile must be [rows, cols] (got {tile!r})")
+        for value in tile:
+            checks.integer("gemm_tile", value)
         for table in ("peak_flops", "efficiency", "attention_flops"):
             if not isinstance(getattr(self, table), dict):
                 raise SpecError(table, f"{table} must be an object of dtype: number")
@@ -168,6 +181,13 @@ class Hardware:
 
     def eff(self, key: str) -> float:
         return float(self.efficiency.get(key, 1.0))
+
+    def gemm_tiling(self) -> tuple[int, int, int]:
+        """(SMs, tile rows, tile cols) for the GEMM quantization; (1, 1, 1), which charges
+        nothing for whole-number shapes, where the profile gives no SM count."""
+        if not self.sm_count:
+            return 1, 1, 1
+        return self.sm_count, int(self.gemm_tile[0]), int(self.gemm_tile[1])
 
     def link_bandwidth(self) -> float:
         """One link as a ring collective sees it, bytes/s: one-way NVLink per GPU inside a

@@ -19,7 +19,6 @@ import torch
 
 from costmodel import estimate, get_model
 from costmodel.engine.estimate import Estimate
-from costmodel.parallel.timing import backward_factor
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -179,20 +178,23 @@ def _memory_rows(spec, train, est: Estimate, ctx, row, compiled: bool) -> Iterat
         yield row(f"memory_bytes.{key}", est[f"memory_bytes.{key}"], peaks[key], "bytes")
 
 
-def predicted_components(spec: ModelSpec, train: TrainSpec, est: Estimate) -> dict:
+def predicted_components(spec: ModelSpec, est: Estimate) -> dict:
     """costmodel's seconds per component, forward and backward (per-op roofline times)."""
-    layers, ops = spec.n_layers, {}
-    for op in ("attn_q", "attn_k", "attn_v", "attn_o", "attn_core", "ffn", "lm_head"):
-        key = f"roofline.{op}.time_s"
-        ops[op] = est[key] * (1 if op == "lm_head" else layers) if key in est.values else 0.0
-    fwd = {
-        "attn_qkv": ops["attn_q"] + ops["attn_k"] + ops["attn_v"],
-        "attn_o": ops["attn_o"],
-        "attn_core": ops["attn_core"],
-        "ffn": ops["ffn"],
-        "lm_head": ops["lm_head"],
-    }
-    bwd = {k: float(backward_factor(k, train)) * v for k, v in fwd.items()}
+
+    def components(quantity: str) -> dict[str, float]:
+        ops = {}
+        for op in ("attn_q", "attn_k", "attn_v", "attn_o", "attn_core", "ffn", "lm_head"):
+            key, times = f"roofline.{op}.{quantity}", 1 if op == "lm_head" else spec.n_layers
+            ops[op] = est[key] * times if key in est.values else 0.0
+        return {
+            "attn_qkv": ops["attn_q"] + ops["attn_k"] + ops["attn_v"],
+            "attn_o": ops["attn_o"],
+            "attn_core": ops["attn_core"],
+            "ffn": ops["ffn"],
+            "lm_head": ops["lm_head"],
+        }
+
+    fwd, bwd = components("time_s"), components("backward_s")
     fwd["elementwise"] = est["time_s.forward"] - sum(fwd.values())
     bwd["elementwise"] = est["time_s.backward"] - sum(bwd.values())
     return {"forward": fwd, "backward": bwd, "optimizer": {"optimizer": est["time_s.optimizer"]}}
@@ -204,7 +206,7 @@ def _profile_rows(mc, spec, train, est: Estimate, ctx, row) -> Iterator[Row]:
     phases = train_step(runner, optimizer, batch)
     time_phases(phases, ctx.device, steps=1, warmup=1)
     measured = profile_components(model, phases, ctx.device)
-    predicted = predicted_components(spec, train, est)
+    predicted = predicted_components(spec, est)
     for phase, parts in predicted.items():
         for comp in COMPONENTS:
             if comp in parts:
