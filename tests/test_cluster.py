@@ -82,8 +82,8 @@ def test_fp8_attention_runs_in_bf16():
 def test_tp_collectives_are_exposed_unless_async():
     """TP all-reduces sit between dependent matmuls: under the ``max`` rule they still add
     to the step (Megatron without --tp-comm-overlap); async TP hides them."""
-    model, train = get_model("llama3-70b"), TrainSpec(batch=64, seq=4096, grad_accum=8)
-    sync, hidden = (estimate(model, train, ParallelSpec(tp=8, fsdp=8, async_tp=a), H100)
+    model, train = get_model("llama3-8b"), TrainSpec(batch=8, seq=4096)
+    sync, hidden = (estimate(model, train, ParallelSpec(tp=8, async_tp=a), H100)
                     for a in (False, True))  # fmt: skip
     tp_time = sync["comm_time_s.tp"]
     assert sync["time_s.step"] - hidden["time_s.step"] == pytest.approx(tp_time, rel=0.05)

@@ -72,7 +72,6 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     prec = PRECISIONS[train.precision]
     c = prec.activation
     n, _ = params_per_device(model, par)
-    layers = stage_layers(par)
     b_dev, t_dev = device_batch()
     shards = shard_degree(par)
     groups: dict[str, dict] = {}
@@ -108,19 +107,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         lat = allreduce_steps(dp) * a_dp * buckets
         groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
 
-    gather = c * sharded("all_gather")
-    if par.zero == 3:
-        fwd, bwd, opt = gather, 2 * gather, 0
-    else:
-        fwd, bwd, opt = 0, gather, gather
-    steps = ring_steps("all_gather", shards)  # a reduce-scatter takes as many
-    lat = layers * steps * a_X
-    if par.grad_reduce_fp32:  # gradients reduce-scattered in fp32, not the compute dtype
-        scatter = 4 * sharded("reduce_scatter")
-        bwd, opt = (gather + scatter, 0) if par.zero == 3 else (scatter, gather)
-    groups["fsdp"] = _phases(
-        fwd + bwd + opt, fwd / W_X + lat, bwd / W_X + 2 * lat, opt / W_X + steps * a_X
-    )
+    gather, scatter = c * sharded("all_gather"), grad_bytes * sharded("reduce_scatter")
+    groups["fsdp"] = fsdp_group(par, gather, scatter, ring_steps("all_gather", shards) * a_X)
 
     if par.framework == "handwritten":
         groups["fsdp"] = handwritten.fsdp_group(model, train)
@@ -135,6 +123,27 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     groups["cp"] = cp_group(model, train, par)
     groups["ep"] = ep_group(model, train, par)
     return groups
+
+
+def fsdp_group(par: ParallelSpec, gather: sp.Expr, scatter: sp.Expr, alpha: sp.Expr) -> dict:
+    """The ZeRO shard group's traffic per device per step, from the bytes of one pass of
+    parameter all-gathers (``gather``) and of gradient reduce-scatters (``scatter``), and
+    one collective's latency (``alpha``; one collective per layer and pass).
+
+    ZeRO-3 gathers in every micro-batch's forward, again in its backward where the layer
+    was resharded after forward, and reduce-scatters in every backward (FSDP1, FSDP2 and
+    DeepSpeed under gradient accumulation: each micro-batch frees what it gathered); under
+    pipelining the stage stays unsharded from its first micro-batch to its last and
+    reduce-scatters once (torchtitan). ZeRO-1/2 reduce-scatter in backward and gather the
+    updated parameters after the optimizer step, once per step.
+    """
+    lat = stage_layers(par) * alpha
+    if par.zero != 3:
+        return _phases(scatter + gather, 0, scatter / W_X + lat, gather / W_X + alpha)
+    passes = m if par.pp == 1 else 1
+    again = 1 if par.reshard_after_forward and par.pp == 1 else 0
+    fwd, bwd = passes * gather, passes * (again * gather + scatter)
+    return _phases(fwd + bwd, fwd / W_X + passes * lat, bwd / W_X + passes * (1 + again) * lat, 0)
 
 
 def megatron_bucket(dp: sp.Expr) -> sp.Expr:

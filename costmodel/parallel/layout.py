@@ -2,7 +2,8 @@
 
 Placement order (innermost first): tp, cp, fsdp, dp, pp (Megatron-LM). On GPUs a group
 whose span fits in ``devices_per_node`` uses the one-way NVLink bandwidth (ring
-collectives run at it; NCCL's bus bandwidth), otherwise the per-device network share.
+collectives run at it; NCCL's bus bandwidth), otherwise the network share of the NICs its
+members in one node drive together, at most NVLink's.
 Expert-parallel groups are data-parallel ranks next to tp (torchtitan's and Megatron's
 meshes): an ep group spans tp · ep devices. On
 TPUs every group is on ICI: a link's bidirectional bandwidth per mesh axis, times the axes
@@ -79,21 +80,37 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     links: dict[str, tuple[Any, Any]] = {}
     stride: Any = 1
     for name in _ORDER:
-        span = stride * degrees[name]
-        links[name] = _link(name, span, par, hw)
-        stride = span
-    links["ep"] = _link("ep", par.tp * par.ep, par, hw)
+        links[name] = _link(name, stride, degrees[name], par, hw)
+        stride = stride * degrees[name]
+    links["ep"] = _link("ep", par.tp, par.ep, par, hw)
     return links
 
 
-def _link(name: str, span: Any, par: ParallelSpec, hw: Hardware) -> tuple[Any, Any]:
-    """(bandwidth, latency) of a group spanning ``span`` consecutive devices."""
+def members_per_node(stride: Any, degree: Any, devices_per_node: int) -> Any:
+    """Members of a group of ``degree`` ranks ``stride`` devices apart that share a node
+    (at least 1, at most the degree); ints or numpy arrays."""
+    return np.clip(devices_per_node // np.asarray(stride), 1, degree)
+
+
+def _link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardware) -> tuple:
+    """(bandwidth, latency) of a group of ``degree`` ranks ``stride`` devices apart.
+
+    Inside a node: NVLink. Across nodes NCCL runs one ring (or tree) channel per NIC, each
+    crossing every node once, so the g members a node holds send through g NICs at once
+    and the group's per-rank bandwidth is min(NVLink, g x the device's network share)
+    (rail-optimized nodes, a NIC per GPU: DGX A100/H100; nccl-tests' inter-node bus
+    bandwidth is the node's NICs together). The node's other groups use its other NICs at
+    the same time, so a group with one member per node (dp after tp 8) gets one NIC.
+    """
     if hw.kind == "tpu":
         axes = par.mx if name in ("fsdp", "dp", "ep") else par.my if name == "tp" else 1
         return hw.link_bandwidth() * axes * hw.eff("link"), hw.link_latency_s
-    inside = span <= hw.devices_per_node
+    inside = stride * degree <= hw.devices_per_node
+    link = hw.link_bandwidth() * hw.eff("link")
+    g = members_per_node(stride, degree, hw.devices_per_node)
+    network = np.minimum(link, g * hw.network_bw * hw.eff("network"))
     return (
-        _where(inside, hw.link_bandwidth() * hw.eff("link"), hw.network_bw * hw.eff("network")),
+        _scalar(_where(inside, link, network)),
         _where(inside, hw.link_latency_s, hw.network_latency_s),
     )
 

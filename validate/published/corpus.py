@@ -21,6 +21,7 @@ Converting a quoted TFLOP/s or MFU back to tokens/s uses the source's own FLOP f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -228,7 +229,7 @@ def _layout(
         compiled = run["group"].startswith("megatron")
         notes.append(f"torch.compile not stated: {'fused' if compiled else 'eager'} kernels")
     old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
-    kernel = "auto"
+    kernel = run.get("attention_kernel", "auto")  # where the source states it
     if run["group"] == "mosaicml":  # submit_benchmarks.py: --attn_impl triton (its default)
         kernel = "triton-2022"
         notes.append("attention: the 2022 Triton FlashAttention (attn_impl: triton)")
@@ -284,7 +285,22 @@ def _async_tp(run: dict[str, Any], tp: int, notes: list[str]) -> bool:
 
 
 def _hardware(run: dict[str, Any], notes: list[str]) -> Hardware:
-    text = run["hardware"].lower()
+    """The catalog device a run names, with the inter-node line rate its source states
+    per node ("A100 80GB, 400Gbps", or its table's "1600Gbps RoCE") in place of the
+    catalog's (a DGX's NICs)."""
+    text = f"{run['hardware']} {run.get('source', {}).get('table', '')}".lower()
+    hw = _device(run, text)
+    stated = re.search(r"(\d+)\s*gbps", text)
+    if stated:
+        per_gpu = int(stated.group(1)) * 1e9 / 8 / hw.devices_per_node
+        if per_gpu != hw.network_bw:
+            notes.append(f"network {stated.group(1)} Gb/s per node as stated: "
+                         f"{per_gpu / 1e9:g} GB/s per GPU")  # fmt: skip
+            hw = dataclasses.replace(hw, network_bw=per_gpu)
+    return hw
+
+
+def _device(run: dict[str, Any], text: str) -> Hardware:
     if "96gb" in text:
         return get_hardware("h100-sxm-96gb")
     if "h100" in text:
