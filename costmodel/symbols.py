@@ -102,6 +102,7 @@ X, Y = sp.symbols("X Y", **_INT)  # fsdp, tp degrees
 N_dp, N_pp, N_cp = sp.symbols("N_dp N_pp N_cp", **_INT)
 N_ep = sp.Symbol("N_ep", **_INT)  # expert-parallel degree
 rho_ep = sp.Symbol("rho_ep", positive=True)  # the busiest ep rank's routed tokens / mean
+c_cap = sp.Symbol("c_cap", positive=True)  # an expert's capacity over the mean (inf: dropless)
 m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
 M_X, M_Y = sp.symbols("M_X M_Y", **_INT)
 _POS = {"positive": True}
@@ -117,7 +118,7 @@ t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
 s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 
-PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, rho_ep, m, v)
+PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, rho_ep, c_cap, m, v)
 HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     C,
     C_eff,
@@ -153,6 +154,7 @@ DESCRIPTIONS.update(
         N_cp: "context-parallel degree",
         N_ep: "expert-parallel degree",
         rho_ep: "routed tokens the busiest expert-parallel rank receives over the mean",
+        c_cap: "routed pairs an expert takes at most over the mean (capacity factor)",
         m: "micro-batches per step",
         v: "virtual pipeline stages per device",
         M_X: "mesh axes for X",

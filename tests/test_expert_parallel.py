@@ -100,6 +100,35 @@ def test_imbalance_scales_the_busiest_ranks_experts_and_traffic_only_under_ep():
     assert _values(one.replace(ep_imbalance=1.5)) == _values(one)
 
 
+def test_capacity_caps_what_the_busiest_rank_runs_and_receives():
+    """Pairs past an expert's capacity are dropped before dispatch (Switch Transformer,
+    Sec. 2.2; Megatron's --moe-expert-capacity-factor): at imbalance 1.5 and capacity 1.25
+    the busiest rank receives and runs 1.25x the mean, a sixth of its pairs dropped; a
+    capacity above the imbalance drops nothing, and 0 is dropless."""
+    base = ParallelSpec(fsdp=8, ep=8, framework="fsdp2", ep_imbalance=1.5)
+    even = _values(base.replace(ep_imbalance=1.0))
+    skewed, capped, roomy = (_values(base.replace(capacity_factor=c)) for c in (0.0, 1.25, 2.0))
+    assert capped["comm_bytes.ep"] == pytest.approx(1.25 * even["comm_bytes.ep"], rel=1e-12)
+    assert capped["moe.dropped_fraction"] == pytest.approx(1 - 1.25 / 1.5, rel=1e-12)
+    times = [v["roofline.experts.time_s"] for v in (even, capped, skewed)]
+    assert times[0] < times[1] < times[2]
+    assert roomy == skewed and skewed["moe.dropped_fraction"] == 0
+    # without expert parallelism every rank runs its own pairs: nothing to cap
+    one = ParallelSpec(fsdp=8, framework="fsdp2", capacity_factor=1.0)
+    assert _values(one)["moe.dropped_fraction"] == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "capacity", "message"),
+    [("mixtral-8x7b", 0.5, r"capacity_factor must be 0 \(dropless\) or >= 1 \(got 0.5\)"),
+     ("llama3-8b", 1.25, "capacity_factor needs a mixture-of-experts model")],
+)  # fmt: skip
+def test_bad_capacity_names_the_field(model, capacity, message):
+    with pytest.raises(SpecError, match=message) as err:
+        estimate(get_model(model), TRAIN, ParallelSpec(capacity_factor=capacity), H100)
+    assert err.value.field == "capacity_factor"
+
+
 def test_ddp_buckets_leave_out_experts_no_other_rank_holds():
     """The reference framework under DDP: a routed expert's gradient is bucketed only where
     another replica holds the same expert (dp 4, ep 2: two copies of each)."""

@@ -17,7 +17,7 @@ import sympy as sp
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.single.params import ffn_matrices, ffn_params
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import D, E_r, F_e, N_ep, as_expr, more_than_one, rho_ep
+from costmodel.symbols import D, E_r, F_e, N_ep, as_expr, c_cap, more_than_one, rho_ep
 
 
 def expert_block(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
@@ -44,11 +44,23 @@ def expert_shards(shards: sp.Expr) -> sp.Expr:
     return shards / sp.Min(N_ep, shards, evaluate=False)
 
 
-def busiest_experts() -> sp.Expr:
-    """Routed token-expert pairs the busiest rank's experts run over the mean: the
+def routed_to_busiest() -> sp.Expr:
+    """Routed token-expert pairs sent to the busiest rank's experts over the mean: the
     stated ``ep_imbalance`` under expert parallelism; 1 without it (every rank runs its
     own tokens' pairs, wherever they are routed)."""
     return 1 + (rho_ep - 1) * more_than_one(N_ep)
+
+
+def busiest_experts() -> sp.Expr:
+    """Routed pairs the busiest rank's experts run over the mean: what is sent to it, at
+    most the capacity factor (pairs past an expert's capacity are dropped before dispatch;
+    the rank's load spread over its experts)."""
+    return sp.Min(routed_to_busiest(), c_cap, evaluate=False)
+
+
+def dropped_fraction() -> sp.Expr:
+    """The fraction of the pairs routed to the busiest rank that its capacity drops."""
+    return 1 - busiest_experts() / routed_to_busiest()
 
 
 def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:

@@ -26,6 +26,7 @@ from costmodel.parallel import handwritten
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
 from costmodel.parallel.distributed import params_per_device
+from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
 from costmodel.parallel.shares import (
     device_batch,
@@ -351,6 +352,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
+        **({"moe.dropped_fraction": dropped_fraction()} if model.moe else {}),
         "time_s.comm": sum(
             (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
         ),

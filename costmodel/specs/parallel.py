@@ -60,6 +60,13 @@ class ParallelSpec:
     """Routed tokens the busiest expert-parallel rank receives over the mean (1: balanced
     routing). A stated parameter, not a prediction: it scales that rank's expert matmuls,
     their saved activations and its all-to-all traffic, which the step waits for."""
+    capacity_factor: float = 0.0
+    """Routed token-expert pairs an expert takes at most, over the mean (Switch
+    Transformer, Fedus et al. 2022, Sec. 2.2; Megatron-LM's ``--moe-expert-capacity-factor``):
+    pairs routed past it are dropped before dispatch, so the busiest expert-parallel rank
+    runs and receives at most ``capacity_factor`` times the mean; 0: dropless (every pair
+    runs). At least 1: below it even balanced routing drops pairs, which costmodel does not
+    model."""
     mx: int = 1
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
@@ -104,6 +111,11 @@ class ParallelSpec:
         if self.ep_imbalance < 1:
             raise SpecError("ep_imbalance", "ep_imbalance is the busiest rank's tokens over "
                             f"the mean: it must be >= 1 (got {self.ep_imbalance})")  # fmt: skip
+        checks.number("capacity_factor", self.capacity_factor, allow_zero=True)
+        if 0 < self.capacity_factor < 1:
+            raise SpecError("capacity_factor", "capacity_factor must be 0 (dropless) or >= 1 "
+                            f"(got {self.capacity_factor}): below 1 even balanced routing "
+                            "drops pairs, which costmodel does not model")  # fmt: skip
 
     @property
     def shards_over_cp(self) -> bool:
@@ -201,6 +213,9 @@ def moe_rule(par: Any, model: Any) -> None:
     a multiple of it (``costmodel.parallel.experts.expert_shards``)."""
     experts = np.asarray(getattr(model, "n_experts", 0))
     moe, ep = experts > 0, np.asarray(getattr(par, "ep", 1))
+    capacity = np.asarray(getattr(par, "capacity_factor", 0.0))
+    checks.require(moe | (capacity == 0), "capacity_factor", lambda: "capacity_factor needs a "
+                   "mixture-of-experts model (n_experts >= 1)")  # fmt: skip
     checks.require(moe | (ep == 1), "ep", lambda: "ep > 1 needs a mixture-of-experts model "
                    "(n_experts >= 1)")  # fmt: skip
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
