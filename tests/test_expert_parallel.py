@@ -187,13 +187,33 @@ def test_busiest_rank_holds_what_its_measured_imbalance_says():
     (the pairs it received over those its tokens made), costmodel's after-forward bytes
     of that rank are within 0.2 % (its experts' inputs and hidden activations scale;
     the rest of what it keeps does not)."""
-    case = LayoutCase("ep", experts=4, balanced=False)
+    case = LayoutCase("ep", experts=4, routing="topk")
     results = launch(measure, 2, case, backend="gloo", timeout_s=600)
     busiest = max(results, key=lambda r: r["imbalance"])
     assert busiest["imbalance"] > 1.0  # real routing is not balanced
     par = case.parallel().replace(ep_imbalance=busiest["imbalance"])
     pred = predicted(case, estimate(case.spec(), case.train(), par, get_hardware("cpu")).values)
     assert abs(pred["after_forward"] / busiest["after_forward"] - 1) < 2e-3
+
+
+def test_capacity_drops_what_the_busiest_rank_would_run_past_it():
+    """Every pair routed to the first rank's experts (ep_imbalance 2 on 2 ranks), each
+    source dropping an expert's pairs past capacity 1.5 before dispatch: that rank runs
+    exactly 1.5x the pairs its own tokens made, the other none, and costmodel's
+    after-forward bytes of the busiest rank at imbalance 2 and capacity 1.5 are within
+    0.2 % of what it holds (the uncapped prediction is 10x further off)."""
+    case = LayoutCase("ep", experts=4, routing="one-rank", capacity=1.5)
+    busiest, other = sorted(launch(measure, 2, case, backend="gloo", timeout_s=600),
+                            key=lambda r: -r["imbalance"])  # fmt: skip
+    assert busiest["imbalance"] == 1.5 and other["imbalance"] == 0
+    cpu = get_hardware("cpu")
+    par = case.parallel().replace(ep_imbalance=2.0)
+    pred = predicted(case, estimate(case.spec(), case.train(), par, cpu).values)
+    err = abs(pred["after_forward"] / busiest["after_forward"] - 1)
+    uncapped = predicted(case, estimate(case.spec(), case.train(),
+                                        par.replace(capacity_factor=0.0), cpu).values)  # fmt: skip
+    assert err < 2e-3
+    assert abs(uncapped["after_forward"] / busiest["after_forward"] - 1) > 10 * err
 
 
 def test_smallest_fsdp_degree_keeps_to_the_degrees_ep_allows():

@@ -12,6 +12,7 @@ import sympy as sp
 
 from costmodel.parallel.experts import (
     busiest_experts,
+    kept_fraction,
 )
 from costmodel.parallel.pipeline import (
     TORCH_PIPELINING,
@@ -101,6 +102,8 @@ def sharded_activations(
         scale = head if op in HEAD_PARTS else shares.get(op, shares["all"])
         if op == "moe_experts":  # the pairs the busiest ep rank's experts run
             scale *= busiest_experts()
+        if op == "moe_routed":  # its tokens' pairs its capacity keeps
+            scale *= kept_fraction()
         total += expr / (Y if sharded else 1) * scale
     if rank is not None and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)

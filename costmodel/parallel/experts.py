@@ -63,6 +63,12 @@ def dropped_fraction() -> sp.Expr:
     return 1 - busiest_experts() / routed_to_busiest()
 
 
+def kept_fraction() -> sp.Expr:
+    """The fraction of a rank's own pairs that capacity keeps: the busiest rank drops
+    (routed - capacity) x the mean, taken evenly from the ep ranks' tokens (1 dropless)."""
+    return 1 - (routed_to_busiest() - busiest_experts()) / N_ep
+
+
 def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
     """Devices holding the same shard of a routed expert, where a dense parameter's shard
     is on ``replicas`` devices of ``shards``-device groups: the replicas the ep group does

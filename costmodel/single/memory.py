@@ -135,29 +135,30 @@ def _ffn_hidden(model: ModelSpec, act: int, mm: int, width: sp.Expr = F) -> sp.E
     return act * width  # ReLU keeps its output, which is also W2's input
 
 
-def _moe_saved(model: ModelSpec, act: int, mm: int) -> tuple[sp.Expr, sp.Expr]:
+def _moe_saved(model: ModelSpec, act: int, mm: int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """Per token, what one MoE FFN keeps besides its input (``validate/reference/moe.py``),
-    as (beside the token, at its experts): beside the token, the fp32 router probabilities
-    (softmax output), the top-k indices (int64) and the top-k probabilities with their sum
-    (the renormalisation's operands, fp32), the shared experts' hidden activations, and per
-    routed token-expert pair its token and slot indices (int64), the expert's output and
-    its weight (the weighting product's operands) and the weighted output (``index_add``
-    keeps its source, whose shape its backward names); at the experts, per routed pair its
-    gathered input (the expert's matmul input) and the expert's hidden activations. Under
-    expert parallelism the second part is on the rank holding the expert."""
+    as (beside the token, beside its routed pairs, at its experts): beside the token, the
+    fp32 router probabilities (softmax output), the top-k indices (int64) and the top-k
+    probabilities with their sum (the renormalisation's operands, fp32) and the shared
+    experts' hidden activations; per routed token-expert pair its token and slot indices
+    (int64), the expert's output and its weight (the weighting product's operands) and the
+    weighted output (``index_add`` keeps its source, whose shape its backward names); at
+    the experts, per routed pair its gathered input (the expert's matmul input) and the
+    expert's hidden activations. Under expert parallelism the third part is on the rank
+    holding the expert, and a pair its capacity drops keeps neither of the last two."""
     router = STAT_BYTES * E_r + INDEX_BYTES * k_r + STAT_BYTES * (k_r + 1)
     shared = _ffn_hidden(model, act, mm, E_s * F_e)
     beside = 2 * INDEX_BYTES + 2 * act * D + act
     at_expert = mm * D + _ffn_hidden(model, act, mm, F_e)
-    return router + shared + k_r * beside, k_r * at_expert
+    return router + shared, k_r * beside, k_r * at_expert
 
 
 SHARED_PARTS = ("inputs", "embedding", "rope", "attn_mask")
 """Parts of :func:`activation_memory` that belong to no block: token ids, position
 tables and the mask, shared by all layers."""
-MOE_PARTS = ("moe", "moe_experts")
-"""Parts of :func:`activation_memory` an MoE block's FFN keeps (beside its tokens and at
-its experts)."""
+MOE_PARTS = ("moe", "moe_routed", "moe_experts")
+"""Parts of :func:`activation_memory` an MoE block's FFN keeps (beside its tokens, beside
+their routed pairs and at its experts)."""
 HEAD_PARTS = ("final_norm", "lm_head_input", "loss")
 """Parts of :func:`activation_memory` written after the last block (once per stage
 holding the head, whatever the micro-batches in flight)."""
@@ -214,9 +215,8 @@ def _block_activations(
     parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
     parts["ffn_hidden"] = dense_ffn_layers(model) * b * T * _ffn_hidden(model, act, mm)
     if model.moe:
-        beside, at_expert = _moe_saved(model, act, mm)
-        parts["moe"] = moe_layers(model) * b * T * beside
-        parts["moe_experts"] = moe_layers(model) * b * T * at_expert
+        for part, per_token in zip(MOE_PARTS, _moe_saved(model, act, mm), strict=True):
+            parts[part] = moe_layers(model) * b * T * per_token
     if train.dropout:  # a bool mask per residual branch
         parts["dropout_masks"] = (1 if model.ffn_only else 2) * L * b * T * D
     return parts

@@ -11,14 +11,22 @@ adds them, weighted, to its tokens. Backward sends the gradients the other way. 
 a rank's experts runs once, on its rows from every source concatenated (what a step
 keeps per routed pair is the reference MoE's: the concatenations keep nothing).
 
-``balanced`` routing replaces top-k by a fixed round robin (token i's j-th expert is
-(i·k + j) mod E, its weight gathered from the same probabilities): every rank sends and
-receives the same number of pairs, the case costmodel's all-to-all volume describes
-exactly (``ep_imbalance`` 1). The gather keeps the same int64 indices top-k keeps.
+``routing``: ``topk`` (the router's choice); ``balanced`` replaces top-k by a fixed round
+robin (token i's j-th expert is (i·k + j) mod E, its weight gathered from the same
+probabilities): every rank sends and receives the same number of pairs, the case
+costmodel's all-to-all volume describes exactly (``ep_imbalance`` 1); ``one-rank`` the
+same round robin over the first rank's experts only (every pair to rank 0:
+``ep_imbalance`` = ep). The gather keeps the same int64 indices top-k keeps.
+
+``capacity`` (0: dropless) drops, on each source rank, an expert's pairs past
+ceil(capacity · tokens · k / E) in token order before dispatch (Megatron-LM's
+``--moe-expert-capacity-factor`` with the position drop policy): the dropped pairs add
+nothing to their tokens.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -32,7 +40,8 @@ SENT: dict[str, int] = {"bytes": 0, "calls": 0}
 all-to-alls (the counts' exchange, E int64 per block and pass, is not counted)."""
 ROUTED: dict[str, int] = {"own": 0, "received": 0}
 """Routed token-expert pairs this process's tokens made and its experts received (every
-forward pass, itself included)."""
+forward pass, itself included; dropped pairs are not received)."""
+ROUTINGS = ("balanced", "topk", "one-rank")
 
 
 def _exchange(x: torch.Tensor, send: list[int], recv: list[int], group: Any) -> torch.Tensor:
@@ -68,17 +77,33 @@ def balanced_choice(tokens: int, k: int, experts: int, device: torch.device) -> 
     return ids % experts
 
 
+def within_capacity(chosen: torch.Tensor, experts: int, capacity: float) -> torch.Tensor:
+    """Positions of the flattened (token, slot) pairs an expert keeps: the first
+    ceil(capacity · pairs / E) of each expert's, in token order; all of them at 0."""
+    flat = chosen.reshape(-1)
+    if not capacity:
+        return torch.arange(flat.numel(), device=flat.device)
+    limit = math.ceil(capacity * flat.numel() / experts)
+    onehot = torch.nn.functional.one_hot(flat, experts)
+    place = (onehot.cumsum(0) * onehot).sum(1)  # 1-based place within its expert's pairs
+    return (place <= limit).nonzero().flatten()
+
+
 class ExpertParallelMoE(nn.Module):
     """An MoE block's FFN with this rank's share of its routed experts (module docstring)."""
 
-    def __init__(self, moe: MoE, group: Any = None, balanced: bool = False) -> None:
+    def __init__(
+        self, moe: MoE, group: Any = None, routing: str = "topk", capacity: float = 0.0
+    ) -> None:
         super().__init__()
         self.group = group or dist.group.WORLD
         ep, rank = dist.get_world_size(self.group), dist.get_rank(self.group)
         total = len(moe.experts)
         if total % ep:
             raise ValueError(f"ep must divide n_experts (got ep={ep}, n_experts={total})")
-        self.total, self.local, self.balanced = total, total // ep, balanced
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {', '.join(ROUTINGS)} (got {routing!r})")
+        self.total, self.local, self.routing, self.capacity = total, total // ep, routing, capacity
         self.k, self.router, self.shared = moe.k, moe.router, moe.shared
         mine = range(rank * self.local, (rank + 1) * self.local)
         self.experts = nn.ModuleList(moe.experts[i] for i in mine)
@@ -86,20 +111,23 @@ class ExpertParallelMoE(nn.Module):
     def _route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights renormalised over each token's k experts, (tokens, k) expert ids)."""
         probs = torch.softmax(self.router(flat).float(), dim=-1)
-        if self.balanced:
-            chosen = balanced_choice(flat.shape[0], self.k, self.total, flat.device)
-            weights = probs.gather(1, chosen)
-        else:
+        if self.routing == "topk":
             weights, chosen = probs.topk(self.k, dim=-1)
+        else:
+            over = self.total if self.routing == "balanced" else self.local
+            chosen = balanced_choice(flat.shape[0], self.k, over, flat.device)
+            weights = probs.gather(1, chosen)
         return (weights / weights.sum(-1, keepdim=True)).to(flat.dtype), chosen
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         weights, chosen = self._route(flat)
         out = self.shared(flat) if self.shared is not None else torch.zeros_like(flat)
-        order = chosen.reshape(-1).argsort(stable=True)  # pairs by expert, so by rank
+        kept = within_capacity(chosen, self.total, self.capacity)
+        experts_of = chosen.reshape(-1)[kept]
+        order = kept[experts_of.argsort(stable=True)]  # kept pairs by expert, so by rank
         token, slot = order // self.k, order % self.k
-        per_expert = torch.bincount(chosen.reshape(-1), minlength=self.total)
+        per_expert = torch.bincount(experts_of, minlength=self.total)
         incoming = torch.empty_like(per_expert)  # [source rank, my expert] pair counts
         dist.all_to_all_single(incoming, per_expert, group=self.group)
         ep = self.total // self.local
@@ -121,14 +149,16 @@ class ExpertParallelMoE(nn.Module):
         return out.index_add(0, token, back * weights[token, slot, None]).view_as(x)
 
 
-def expert_parallel(model: nn.Module, group: Any = None, balanced: bool = False) -> list[str]:
+def expert_parallel(
+    model: nn.Module, group: Any = None, routing: str = "topk", capacity: float = 0.0
+) -> list[str]:
     """Replace every MoE FFN of the reference ``model`` by this rank's
     :class:`ExpertParallelMoE` (the other ranks' experts are dropped); returns the names of
     the routed experts' parameters, which data parallelism must leave alone (each rank's
     are different experts)."""
     for block in getattr(model, "blocks", []):
         if isinstance(block.ffn, MoE):
-            block.ffn = ExpertParallelMoE(block.ffn, group, balanced)
+            block.ffn = ExpertParallelMoE(block.ffn, group, routing, capacity)
     return [name for name, _ in model.named_parameters() if ".ffn.experts." in name]
 
 

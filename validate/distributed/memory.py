@@ -96,13 +96,18 @@ class LayoutCase:
     experts: int = 0
     """Routed experts (top-2, one shared; three blocks, the first dense); 0: the dense
     model."""
-    balanced: bool = True
-    """Under ``ep``: round-robin routing (every rank gets its share); False: top-k."""
+    routing: str = "balanced"
+    """Under ``ep``: ``balanced`` (round robin: every rank gets its share), ``topk`` (the
+    router's choice) or ``one-rank`` (every pair to the first rank's experts)."""
+    capacity: float = 0.0
+    """Under ``ep``: an expert's capacity over the mean, pairs past it dropped; 0: dropless."""
 
     @property
     def name(self) -> str:
         moe = f"/moe{self.experts}" if self.experts else ""
-        moe += "" if self.balanced or self.layout not in MOE_LAYOUTS else "/topk"
+        if self.layout in MOE_LAYOUTS:
+            moe += "" if self.routing == "balanced" else f"/{self.routing}"
+            moe += f"/capacity{self.capacity:g}" if self.capacity else ""
         return f"{self.layout}/world{self.world}/{self.precision}{moe}"
 
     def spec(self) -> ModelSpec:
@@ -125,8 +130,14 @@ class LayoutCase:
         return {
             "ddp": ParallelSpec(dp=w),
             "cp": ParallelSpec(cp=w),
-            "ep": ParallelSpec(dp=w, ep=w),
-            "ep-fsdp2": ParallelSpec(fsdp=w, ep=w, framework="fsdp2", grad_reduce_fp32=mixed),
+            "ep": ParallelSpec(dp=w, ep=w, capacity_factor=self.capacity),
+            "ep-fsdp2": ParallelSpec(
+                fsdp=w,
+                ep=w,
+                framework="fsdp2",
+                grad_reduce_fp32=mixed,
+                capacity_factor=self.capacity,
+            ),
             "zero1": ParallelSpec(fsdp=w, zero=1),
             "fsdp2": ParallelSpec(fsdp=w, framework="fsdp2", grad_reduce_fp32=mixed),
             "fsdp2-noreshard": ParallelSpec(
@@ -234,11 +245,11 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
     if case.layout == "cp":  # ring attention; DDP averages gradients over the cp ranks
         return DistributedDataParallel(ContextParallelLM(model)), model
     if case.layout == "ep-fsdp2":  # torchtitan: experts over the shard ranks ep leaves
-        expert.expert_parallel(model, balanced=case.balanced)
+        expert.expert_parallel(model, routing=case.routing, capacity=case.capacity)
         _fsdp2(model, case.world, case.precision, reshard=True, experts=True)
         return model, model
     if case.layout == "ep":  # DDP averages the rest; each rank's experts are its own
-        routed = expert.expert_parallel(model, balanced=case.balanced)
+        routed = expert.expert_parallel(model, routing=case.routing, capacity=case.capacity)
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, routed)
         return DistributedDataParallel(model), model
     if case.layout in TENSOR_PARALLEL:
