@@ -118,6 +118,24 @@ def test_capacity_caps_what_the_busiest_rank_runs_and_receives():
     assert _values(one)["moe.dropped_fraction"] == 0
 
 
+def test_capacity_and_imbalance_sweep_as_real_numbers():
+    """A sweep over capacity and imbalance (real numbers, not rounded to integers) equals
+    the estimates point by point."""
+    grid = {
+        "capacity_factor": np.array([0.0, 1.0, 1.25]),
+        "ep_imbalance": np.array([1.5, 1.5, 1.2]),
+    }
+    fixed = {"ep": 8, "fsdp": 8, "framework": "fsdp2", "batch": 64, "seq": 4096}
+    keys = ("time_s.step", "moe.dropped_fraction", "comm_bytes.ep")
+    got = sweep(MIXTRAL, quantities=keys, hardware=H100, **grid, **fixed)
+    for i in range(3):
+        par = ParallelSpec(fsdp=8, ep=8, framework="fsdp2",
+                           **{k: float(v[i]) for k, v in grid.items()})  # fmt: skip
+        one = estimate(MIXTRAL, TrainSpec(batch=64, seq=4096), par, H100)
+        for key in keys:
+            assert got[key][i] == pytest.approx(float(one[key]), rel=1e-12), (i, key)
+
+
 @pytest.mark.parametrize(
     ("model", "capacity", "message"),
     [("mixtral-8x7b", 0.5, r"capacity_factor must be 0 \(dropless\) or >= 1 \(got 0.5\)"),

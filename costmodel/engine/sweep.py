@@ -55,14 +55,21 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, np.ndarray | list | tuple | range)
 
 
+_REAL = {name for owned in _OWNERS.values() for name, f in owned.items()
+         if str(f.type).startswith("float")} - _KINDS  # fmt: skip
+"""Fields that are real numbers (bucket sizes, imbalance, capacity): checked by their own
+rules, never rounded to integers."""
+
+
 def _as_grid(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
     if name in _KINDS:  # strings as Python objects; flags and stages stay numeric
         return arr.astype(object) if arr.dtype.kind in "USO" else arr
-    if arr.dtype.kind == "f" and np.all(arr == np.round(arr)) and name != "bucket_mb":
+    if name in _REAL:
+        return arr.astype(float)
+    if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
         arr = arr.astype(np.int64)
-    if name != "bucket_mb":
-        checks.integer(name, arr, minimum=0 if name in _MAY_BE_ZERO else 1)
+    checks.integer(name, arr, minimum=0 if name in _MAY_BE_ZERO else 1)
     return arr
 
 

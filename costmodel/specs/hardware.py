@@ -113,6 +113,7 @@ class Hardware:
             raise SpecError("gemm_tile", f"gemm_tile must be [rows, cols] (got {tile!r})")
         for value in tile:
             checks.integer("gemm_tile", value)
+        object.__setattr__(self, "gemm_tile", tuple(tile))  # a JSON profile gives a list
         for table in ("peak_flops", "efficiency", "attention_flops"):
             if not isinstance(getattr(self, table), dict):
                 raise SpecError(table, f"{table} must be an object of dtype: number")
