@@ -102,7 +102,7 @@ def _timeline(p: Plan, top: int) -> None:
     i = int(p.order[labels.index(pick)])
     par = p.parallel_spec(i)
     values = estimate(p.model, p.train_spec(i), par, p.hardware).values
-    segs = segments({k: float(v) for k, v in values.items()}, par.overlap, par.async_tp)
+    segs = segments({k: float(v) for k, v in values.items()}, par)
     st.vega_lite_chart(plan_charts.timeline_chart(segs).to_dict(validate=False), width="stretch")
 
 

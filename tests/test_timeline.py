@@ -31,13 +31,14 @@ LAYOUTS = [
     ParallelSpec(framework="fsdp2", fsdp=2, tp=4, async_tp=True, cp=1),
     ParallelSpec(framework="reference", fsdp=8, zero=1),
     ParallelSpec(framework="reference", dp=8),  # the all-reduce beside the last micro-batch
+    ParallelSpec(framework="handwritten", fsdp=8),  # gathers in line, exposed
 ]
 
 
 @pytest.mark.parametrize("par", LAYOUTS, ids=lambda p: f"{p.framework}-tp{p.tp}-pp{p.pp}")
 def test_segments_add_up_to_the_step(par):
     values = {k: float(v) for k, v in estimate(MODEL, TRAIN, par, H100).values.items()}
-    segs = segments(values, par.overlap, par.async_tp)
+    segs = segments(values, par)
     assert max(s.end for s in segs) == pytest.approx(values["time_s.step"], rel=1e-12)
     assert all(s.seconds >= 0 for s in segs)
     compute = sum(s.seconds for s in segs if s.kind == "compute")

@@ -72,7 +72,7 @@ def write_timeline(
     """Estimate one layout and write its timeline as ``.svg`` or ``.html``."""
     out = timeline_path(path)
     values = estimate(model, train, parallel, hw).values
-    segs = segments(values, parallel.overlap, parallel.async_tp)
+    segs = segments(values, parallel)
     title = (f"{model.name}, {parallel.devices} x {hw.name}: one step "
              f"{values['time_s.step']:.3f} s")  # fmt: skip
     text = svg(segs, title)

@@ -3,7 +3,7 @@
 Built from an estimate's quantities, in the order the step runs them: forward (compute on
 one stream; FSDP/DP/CP/PP communication on another, overlapped under the ``max`` rule or
 after the compute under ``sum``; tensor-parallel collectives exposed unless async TP,
-expert-parallel all-to-alls always),
+expert-parallel all-to-alls and the hand-written FSDP's collectives always),
 the pipeline bubble (warm-up and drain, drawn as one idle block), backward, and the
 optimizer step (the update's memory traffic, then its communication: ZeRO-1/2's
 all-gather). What people otherwise read out of an Nsight Systems trace, predicted.
@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from costmodel.parallel.timing import exposed_groups
+from costmodel.specs.parallel import ParallelSpec
 
 LANES = ("compute", "communication (overlapped)", "communication (exposed)")
 GROUPS = ("fsdp", "dp", "cp", "pp")
@@ -37,15 +40,17 @@ class Segment:
         return self.end - self.start
 
 
-def segments(values: dict[str, Any], overlap: str = "max", async_tp: bool = False) -> list:
-    """The step's segments from ``estimate`` values (a layout on hardware)."""
+def segments(values: dict[str, Any], par: ParallelSpec) -> list:
+    """The step's segments from ``estimate`` values of layout ``par`` on hardware (the
+    groups it exposes and its overlap rule as :func:`costmodel.parallel.timing.step_time`
+    combines them)."""
     out: list[Segment] = []
     t = 0.0
+    overlap, exposed = par.overlap, exposed_groups(par)
     for phase in ("forward", "backward"):
         compute = values[f"time_s.compute_{phase}"]
         out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
         c = t if overlap == "max" else t + compute
-        exposed = ("ep",) if async_tp else ("tp", "ep")
         for g in (g for g in ("fsdp", "cp", "pp", "tp", "dp") if g not in exposed):
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
             if g == "dp" and overlap == "max":  # beside the last micro-batch only
