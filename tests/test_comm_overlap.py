@@ -141,15 +141,16 @@ def test_the_corpus_takes_the_network_a_source_states():
     assert case_of(runs["mlm-h100-weak-32B"]).hardware.network_bw == H100.network_bw
 
 
-def test_held_out_maxtext_runs():
-    """Llama-2-70B on 64-2048 DGX H100 with MaxText (NVIDIA/dgxc-benchmarking
-    maxtext/README_70b.md), never used to calibrate: bf16 within 10 % (measured 5.4-8.1 %),
-    fp8 within 30 % (10.5-29.9 %, too fast: XLA's exposed collectives at scale are not
-    modelled). With one NIC per ring they were 33-58 % too slow: the FSDP gathers alone
-    took longer than the measured step."""
+def test_held_out_runs():
+    """Runs never used to calibrate (validate/published/data/holdout.json, from
+    NVIDIA/dgxc-benchmarking). MaxText Llama-2-70B, FSDP on 64-2048 DGX H100: bf16 within
+    10 % (measured 5.4-8.1 %), fp8 within 30 % (10.5-29.9 %, too fast: XLA's exposed
+    collectives at scale are not modelled); with one NIC per ring they were 33-58 % too
+    slow, the FSDP gathers alone longer than the measured step. NeMo Llama-3.1-70B, TP 4
+    PP 4 CP 2 VP 5 on 64-2048: within 10 % (2.5-7.2 % slow)."""
     path = Path(__file__).parents[1] / "validate" / "published" / "data" / "holdout.json"
     rows = [r for run in load_runs(path) for r in rows_for(run)]
-    assert len(rows) == 12 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 24 and all(r["status"] == "ok" for r in rows)
     for r in rows:
-        bound = 0.10 if "bf16" in r["case"] else 0.30
+        bound = 0.30 if r["case"].startswith("maxtext") and "fp8" in r["case"] else 0.10
         assert abs(r["rel_err"]) <= bound, (r["case"], r["rel_err"])

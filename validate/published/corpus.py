@@ -224,6 +224,10 @@ def _layout(
         notes.append('torchtitan selective AC: op-level (toml default selective_ac_option="op")')
     elif "every n blocks" in run.get("activation_recompute", ""):
         notes.append("selective every n blocks, n unstated: costed as the attention core's")
+    # the framework a run states (NeMo runs Megatron-Core), else its source's
+    framework = run.get("framework") or (
+        "megatron" if run["group"].startswith("megatron") else "fsdp2"
+    )
     compiled = run.get("torch_compile")
     if compiled is None:  # Megatron ships fused kernels; the others ran eager PyTorch
         compiled = run["group"].startswith("megatron")
@@ -240,7 +244,7 @@ def _layout(
         seq=run["model"]["seq"],
         precision=_by_prefix(run.get("precision", "bf16"), _PRECISION, "bf16-mixed"),
         optimizer="adamw",
-        optimizer_impl="fused" if run["group"].startswith("megatron") else "foreach",
+        optimizer_impl="fused" if framework == "megatron" else "foreach",
         attention="naive" if old_megatron else "flash",
         attention_kernel=kernel,
         elementwise="fused" if compiled else "eager",
@@ -252,7 +256,6 @@ def _layout(
     if "interleaved" in run["id"]:
         vpp = 2
         notes.append("interleaved 1F1B with 2 virtual stages per rank (not stated)")
-    framework = "megatron" if run["group"].startswith("megatron") else "fsdp2"
     if run["group"] in ("mosaicml", "ibm-pytorch"):
         notes.append("FSDP1 with a bf16 MixedPrecision policy: held as FSDP2 holds it")
     parallel = ParallelSpec(
