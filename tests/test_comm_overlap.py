@@ -146,11 +146,12 @@ def test_held_out_runs():
     NVIDIA/dgxc-benchmarking). MaxText Llama-2-70B, FSDP on 64-2048 DGX H100: bf16 within
     10 % (measured 5.4-8.1 %), fp8 within 30 % (10.5-29.9 %, too fast: XLA's exposed
     collectives at scale are not modelled); with one NIC per ring they were 33-58 % too
-    slow, the FSDP gathers alone longer than the measured step. NeMo Llama-3.1-70B, TP 4
-    PP 4 CP 2 VP 5 on 64-2048: within 10 % (2.5-7.2 % slow)."""
+    slow, the FSDP gathers alone longer than the measured step. NeMo Llama-3.1-70B (TP 4,
+    PP 4, CP 2, VP 5; 64-2048) and 405B (TP 8, PP 9, CP 2, VP 7; 576-2304), TP overlap on
+    as their launcher configs set it: within 10 % (|error| 3.7-7.4 %)."""
     path = Path(__file__).parents[1] / "validate" / "published" / "data" / "holdout.json"
     rows = [r for run in load_runs(path) for r in rows_for(run)]
-    assert len(rows) == 24 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 30 and all(r["status"] == "ok" for r in rows)
     for r in rows:
         bound = 0.30 if r["case"].startswith("maxtext") and "fp8" in r["case"] else 0.10
         assert abs(r["rel_err"]) <= bound, (r["case"], r["rel_err"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.parallel.timing import exposed_groups
+from costmodel.parallel.timing import exposed_groups, exposed_share
 from costmodel.specs.parallel import ParallelSpec
 
 LANES = ("compute", "communication (overlapped)", "communication (exposed)")
@@ -51,8 +51,10 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
         compute = values[f"time_s.compute_{phase}"]
         out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
         c = t if overlap == "max" else t + compute
-        for g in (g for g in ("fsdp", "cp", "pp", "tp", "dp") if g not in exposed):
+        for g in ("fsdp", "cp", "pp", "tp", "dp"):
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
+            if g in exposed:  # the share async TP hides
+                d *= 1 - exposed_share(g, par, par.tp)
             if g == "dp" and overlap == "max":  # beside the last micro-batch only
                 c = max(c, t + compute - values[f"time_s.microbatch_{phase}"])
             if d > 0:
@@ -60,7 +62,7 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
                 c += d
         t = max(t + compute, c)
         for g in exposed:
-            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
+            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) * exposed_share(g, par, par.tp)
             if d > 0:
                 out.append(Segment(LANES[2], f"{g.upper()} {phase}", "exposed", t, t + d))
                 t += d

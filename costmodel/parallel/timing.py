@@ -20,6 +20,8 @@ FLOPs (PaLM, App. B); HFU counts what runs, recomputation included.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from costmodel.parallel import handwritten
@@ -281,11 +283,21 @@ def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
 
 
 def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
-    """Groups whose collectives the compute waits for: TP's feed the next matmul (unless
-    async TP), the experts wait for their tokens' all-to-all, the hand-written FSDP gathers
-    and reduces in line with nothing prefetched."""
-    exposed = ("ep",) if par.async_tp else ("tp", "ep")
+    """Groups whose collectives the compute waits for: TP's feed the next matmul (async
+    TP hides all but a 1/tp share, :func:`exposed_share`), the experts wait for their
+    tokens' all-to-all, the hand-written FSDP gathers and reduces in line with nothing
+    prefetched."""
+    exposed = ("tp", "ep")
     return (*exposed, "fsdp") if par.framework == "handwritten" else exposed
+
+
+def exposed_share(group: str, par: ParallelSpec, tp: Any = Y) -> Any:
+    """The share of an exposed group's collectives the compute waits for: all of them, but
+    under async TP a tensor-parallel collective is cut into tp chunks that each overlap the
+    matmul of the chunk before (Wang et al. 2022, "Overlap Communication with Dependent
+    Computation via Decomposition"; Transformer Engine's userbuffer ring exchange;
+    torchtitan's async TP), so the first chunk's 1/tp stays exposed."""
+    return 1 / tp if group == "tp" and par.async_tp else 1
 
 
 def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) -> sp.Expr:
@@ -300,8 +312,9 @@ def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) ->
     ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add.
     """
     exposed = exposed_groups(par)
-    hidden = sum((g[name] for k, g in comm.items() if k not in (*exposed, "dp")), sp.Integer(0))
-    shown = sum((comm[k][name] for k in exposed), sp.Integer(0))
+    hidden = sum((g[name] * (1 - exposed_share(k, par)) if k in exposed else g[name]
+                  for k, g in comm.items() if k != "dp"), sp.Integer(0))  # fmt: skip
+    shown = sum((comm[k][name] * exposed_share(k, par) for k in exposed), sp.Integer(0))
     compute, dp = m * per_mb, comm["dp"][name]
     if par.overlap == "sum":
         return compute + hidden + dp + shown
