@@ -309,7 +309,8 @@ def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) ->
     distributed optimizer gathers its parameters in the first one's forward
     (``overlap_param_gather``), so that collective hides behind one micro-batch, not m
     (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.4; Megatron-Core's
-    ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add.
+    ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add, but
+    for the share :func:`exposed_share` lets async TP hide.
     """
     exposed = exposed_groups(par)
     hidden = sum((g[name] * (1 - exposed_share(k, par)) if k in exposed else g[name]
