@@ -19,7 +19,9 @@ from costmodel.parallel.timing import exposed_groups, exposed_share
 from costmodel.specs.parallel import ParallelSpec
 
 LANES = ("compute", "communication (overlapped)", "communication (exposed)")
-GROUPS = ("fsdp", "dp", "cp", "pp")
+GROUPS = ("fsdp", "cp", "pp", "tp", "dp")
+"""The collective groups in the order the second stream runs them (dp's reduce last: it
+waits for the last micro-batch)."""
 COLOURS = {"compute": "#4c78a8", "comm": "#f58518", "exposed": "#e45756",
            "bubble": "#bab0ac", "optimizer": "#54a24b"}  # fmt: skip
 LEGEND = {"compute": "compute", "comm": "overlapped comm", "exposed": "exposed comm",
@@ -51,7 +53,7 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
         compute = values[f"time_s.compute_{phase}"]
         out.append(Segment(LANES[0], f"{phase} compute", "compute", t, t + compute))
         c = t if overlap == "max" else t + compute
-        for g in ("fsdp", "cp", "pp", "tp", "dp"):
+        for g in GROUPS:
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
             if g in exposed:  # the share async TP hides
                 d *= 1 - exposed_share(g, par, par.tp)
@@ -73,7 +75,7 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
     update = values["time_s.optimizer_update"]
     out.append(Segment(LANES[0], "optimizer update", "optimizer", t, t + update))
     t += update
-    for g in (*GROUPS, "tp"):
+    for g in GROUPS:
         d = values.get(f"comm_phase_s.{g}.optimizer", 0.0)
         if d > 0:
             out.append(Segment(LANES[2], f"{g.upper()} optimizer", "exposed", t, t + d))

@@ -96,15 +96,14 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         out = bus_factor(op, shards) * dense
         return out + bus_factor(op, e_shards) * experts if model.moe else out
 
-    buckets = sp.ceiling(grad_bytes * sharded_params(model, n, shards, experts) / S_bucket)
+    per_device = sharded_params(model, n, shards, experts)
     if par.framework == "megatron":  # the distributed optimizer: scatter, step, gather
         scatter, gather = grad_bytes * reduced("reduce_scatter"), c * reduced("all_gather")
-        buckets = sp.ceiling(sharded_params(model, n, shards, experts) / megatron_bucket(dp))
-        lat = ring_steps("all_gather", dp) * a_dp * buckets
+        lat = ring_steps("all_gather", dp) * a_dp * sp.ceiling(per_device / megatron_bucket(dp))
         groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
-    else:
+    else:  # DDP's buckets of bucket_mb
         dp_bytes = grad_bytes * reduced()
-        lat = allreduce_steps(dp) * a_dp * buckets
+        lat = allreduce_steps(dp) * a_dp * sp.ceiling(grad_bytes * per_device / S_bucket)
         groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
 
     gather, scatter = c * sharded("all_gather"), grad_bytes * sharded("reduce_scatter")
