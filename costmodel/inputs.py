@@ -29,6 +29,7 @@ from costmodel.specs.model import (
     check_positions,
     choices_of,
     field_docs,
+    finetune_rules,
     moe_train_rule,
 )
 from costmodel.specs.parallel import ParallelSpec, fill_dp
@@ -161,6 +162,7 @@ def build(
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
     check_positions(spec.pos, train.seq, spec.max_positions)
     moe_train_rule(spec, train.recompute)
+    finetune_rules(spec, train)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     for key, value in (("token_budget", budget), ("price_per_hour", price)):
         if value is not None:

@@ -15,6 +15,7 @@ import sympy as sp
 _INT = {"integer": True, "positive": True}
 
 B, b, T = sp.symbols("B b T", **_INT)
+r_a = sp.Symbol("r", **_INT)  # a LoRA adapter's rank
 V, D, F, L, H, K, P = sp.symbols("V D F L H K P", **_INT)
 d_h = sp.Symbol("d_h", **_INT)
 # mixture of experts: routed experts, experts per token, shared experts, dense leading
@@ -24,7 +25,7 @@ E_r, k_r, E_s, L_d = sp.symbols("E k E_s L_d", **_COUNT)
 F_e = sp.Symbol("F_e", **_INT)
 
 MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e)
-TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T)
+TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a)
 ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
 DESCRIPTIONS: dict[sp.Symbol, str] = {
@@ -44,6 +45,7 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     B: "sequences per optimizer step",
     b: "sequences per micro-batch",
     T: "sequence length (tokens)",
+    r_a: "LoRA adapter rank",
 }
 
 
@@ -93,7 +95,8 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         F_e: model.d_ff_expert or model.d_ff,
     }
     if train is not None:
-        values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq})
+        values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq,
+                       r_a: train.lora_rank})  # fmt: skip
     return values
 
 

@@ -18,7 +18,13 @@ from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
+from costmodel.specs.model import (
+    ModelSpec,
+    TrainSpec,
+    check_positions,
+    finetune_rules,
+    moe_train_rule,
+)
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     BUDGET_SYMBOLS,
@@ -115,6 +121,7 @@ def estimate(
     """
     check_positions(model.pos, train.seq, model.max_positions)
     moe_train_rule(model, train.recompute)
+    finetune_rules(model, train)
     if parallel is not None:
         parallel.check(model, train)
     if token_budget is not None and parallel is None:

@@ -29,7 +29,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
-from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
+from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
           "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32")  # fmt: skip
@@ -306,6 +306,7 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
                      grad_accum=cols["grad_accum"])  # fmt: skip
         cp_rule(cols["cp"], train.attention)
         moe_train_rule(model, cols["recompute"])
+        finetune_rule(_namespace(cols), train.finetune)
     n = len(cols["tp"])
     return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
 

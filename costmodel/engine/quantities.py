@@ -19,6 +19,7 @@ import sympy as sp
 from costmodel.engine.diskcache import lambdify_numpy
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
+from costmodel.single.finetune import adapter_params, trainable_params, tunes
 from costmodel.single.flops import (
     backward_flops_by_op,
     flop_conventions,
@@ -46,6 +47,8 @@ from costmodel.symbols import (
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
 TRAIN_STRUCTURE = (
+    "finetune",
+    "lora_targets",
     "precision",
     "optimizer",
     "optimizer_impl",
@@ -82,8 +85,11 @@ def quantities(
     out["params.non_embedding"] = non_embedding_params(model)
     if model.moe:  # what one token runs: all but the routed experts it is not sent to
         out["params.active"] = active_params(model)
+    if tunes(train):
+        out["params.adapters"] = adapter_params(model, train)
+    out["params.trainable"] = trainable_params(model, train)
     out.update(_prefixed("flops", flop_totals(model, train)))
-    out.update(_prefixed("flops.forward_by_op", forward_flops_by_op(model)))
+    out.update(_prefixed("flops.forward_by_op", forward_flops_by_op(model, train)))
     out.update(_prefixed("flops.backward_by_op", backward_flops_by_op(model, train)))
     out.update(_prefixed("flops.conventions", flop_conventions(model, train)))
     acts = activation_memory(model, train)

@@ -35,12 +35,13 @@ from costmodel.specs.model import (
     TrainSpec,
     check_positions,
     derived_head_dim,
+    finetune_rules,
     model_rules,
     moe_rules,
     moe_train_rule,
     train_rules,
 )
-from costmodel.specs.parallel import ParallelSpec, cp_rule, layout_rules
+from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
 _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
@@ -237,11 +238,13 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     check_positions(m.pos, t.seq, m.max_positions)
     moe_rules(m)
     moe_train_rule(m, t.recompute)
+    finetune_rules(m, t)
     p = None
     if par is not None:
         p = SimpleNamespace(**{k: group[k] for k in _OWNERS[ParallelSpec]})
         layout_rules(p, m, seq=t.seq, batch=t.batch, grad_accum=t.grad_accum)
         cp_rule(p.cp, t.attention)
+        finetune_rule(p, train.finetune)
     return SimpleNamespace(model=m, train=t, parallel=p, structure=structure_of(model, train, par))
 
 

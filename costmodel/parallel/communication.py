@@ -29,6 +29,7 @@ from costmodel.parallel.shares import (
     shard_degree,
     stage_layers,
 )
+from costmodel.single import finetune
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -72,6 +73,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     prec = PRECISIONS[train.precision]
     c = prec.activation
     n, _ = params_per_device(model, par)
+    if finetune.tunes(train):  # only the adapters have gradients
+        n = finetune.trainable_params(model, train)
     b_dev, t_dev = device_batch()
     shards = shard_degree(par)
     groups: dict[str, dict] = {}

@@ -45,11 +45,13 @@ from costmodel.parallel.shares import (
     shard_degree,
     stage_layers,
 )
+from costmodel.single import finetune
 from costmodel.single.memory import (
     HEAD_PARTS,
     kept_weight_copies,
     optimizer_temp,
     peak_memory,
+    state_memory,
 )
 from costmodel.single.params import (
     block_params,
@@ -127,6 +129,8 @@ def sharded_state(
     """
     if par.framework == "handwritten":
         return handwritten.state(model, train)
+    if finetune.tunes(train):  # data parallelism alone (``finetune_rule``): all of it
+        return state_memory(model, train)
     n, n_mm = params_per_device(model, par, rank)
     prec = PRECISIONS[train.precision]
     if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
@@ -202,6 +206,8 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     if par.framework != "reference":
         return sp.Integer(0)
     n, _ = params_per_device(model, par)
+    if finetune.tunes(train):  # the adapters' gradients alone
+        n = finetune.trainable_params(model, train)
     experts, _ = device_experts(model, par)
     grad = PRECISIONS[train.precision].grad
     if par.zero == 1:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.parallel.experts import busiest_experts
+from costmodel.single.finetune import adapted, tunes
 from costmodel.single.params import ffn_matrices
-from costmodel.specs.model import ModelSpec
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import (
     C_eff,
     D,
@@ -39,6 +40,7 @@ from costmodel.symbols import (
     at_least_one,
     d_h,
     k_r,
+    r_a,
     smax,
     t_m,
     t_n,
@@ -81,12 +83,17 @@ def moe_gemms(model: ModelSpec) -> dict[str, list[Gemm]]:
     }
 
 
-def all_gemms(model: ModelSpec) -> dict[str, list[Gemm]]:
-    """Every op's matmuls as (rows per token, k, n2, how many) on one device."""
+def all_gemms(model: ModelSpec, train: TrainSpec | None = None) -> dict[str, list[Gemm]]:
+    """Every op's matmuls as (rows per token, k, n2, how many) on one device; with a
+    fine-tuning ``train``, its adapters' (x A: k = fan-in, n2 = r; then B: k = r)."""
     gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in shapes]
              for op, shapes in matmul_shapes(model).items()}  # fmt: skip
     if model.moe:
         gemms.update(moe_gemms(model))
+    if train is not None and tunes(train):
+        one = sp.Integer(1)
+        gemms["lora"] = [g for _, k, n2, c in adapted(model, train)
+                         for g in ((one, k, r_a, c), (one, r_a, n2, c))]  # fmt: skip
     return gemms
 
 
@@ -112,15 +119,17 @@ def gemm_cost(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple[sp.Expr
     return 2 * n * k * n2, nbytes * (n * k + k * n2 + n * n2)
 
 
-def gemm_seconds(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple:
+def gemm_seconds(
+    n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int, frozen: bool = False
+) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) seconds of one (n x k)(k x n2) matmul and of its dX (an n x k
-    result over n2) and dW (k x n2 over n): each the longer of the FLOPs its result's tiles
-    run, 2·depth·t_m·t_n per tile-time, at ``C_eff`` and its operands' bytes at the HBM
-    rate."""
+    result over n2) and dW (k x n2 over n; none for a ``frozen`` weight): each the longer
+    of the FLOPs its result's tiles run, 2·depth·t_m·t_n per tile-time, at ``C_eff`` and
+    its operands' bytes at the HBM rate."""
     moved = gemm_cost(n, k, n2, nbytes)[1]
 
     def one(rows: sp.Expr, cols: sp.Expr, depth: sp.Expr) -> sp.Expr:
         run = 2 * depth * t_m * t_n * tile_slots(rows, cols)
         return smax(run / C_eff, moved / W_hbm)
 
-    return one(n, n2, k), one(n, k, n2) + one(k, n2, n)
+    return one(n, n2, k), one(n, k, n2) + (0 if frozen else one(k, n2, n))

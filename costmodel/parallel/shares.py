@@ -14,6 +14,7 @@ from costmodel.parallel.pipeline import (
     PipelineRank,
     rank_layers,
 )
+from costmodel.single import finetune
 from costmodel.single.params import (
     moe_layers,
 )
@@ -86,4 +87,4 @@ def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
     the compute dtype where the framework runs the model in it (FSDP2's param_dtype,
     Megatron without --fp32-residual-connection, DeepSpeed's bf16 engine)."""
     prec = PRECISIONS[train.precision]
-    return prec.residual if par.framework == "reference" else prec.activation
+    return finetune.residual(train) if par.framework == "reference" else prec.activation

@@ -37,8 +37,9 @@ from costmodel.parallel.shares import (
     residual_bytes,
     stage_layers,
 )
+from costmodel.single import finetune
 from costmodel.single.elementwise import eager_bytes
-from costmodel.single.flops import flop_conventions
+from costmodel.single.flops import backward_factor, flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
 from costmodel.single.params import op_level_recomputed
@@ -98,10 +99,11 @@ def roofline(
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
-    for op, shapes in all_gemms(model).items():
+    for op, shapes in all_gemms(model, train).items():
         total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), sp.Integer(0))
+        frozen = backward_factor(op, train) == 1  # a frozen weight: dX alone
         for rows, k, n2, count in shapes:
-            cost = gemm_cost(n * rows, k, n2, a) + gemm_seconds(n * rows, k, n2, a)
+            cost = gemm_cost(n * rows, k, n2, a) + gemm_seconds(n * rows, k, n2, a, frozen)
             for key, value in zip(total, cost, strict=True):
                 total[key] += count * value
         share = _layer_share(model, par, op)
@@ -137,15 +139,6 @@ def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[st
         "time_s": smax(flops / C_attn, nbytes / W_hbm),
         "backward_s": backward,
     }
-
-
-def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
-    """Backward time over forward time of an op: a matmul's backward is two matmuls of its
-    size (dX and dW); the fused attention core's is 5/2 (FlashAttention-2 recomputes QKᵀ:
-    five T x T matmuls for the forward's two; Dao 2023, Alg. 2), the naive core's 2."""
-    if op == "attn_core" and train.attention == "flash":
-        return sp.Rational(5, 2)
-    return sp.Integer(2)
 
 
 def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
@@ -234,12 +227,16 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     """
     prec = PRECISIONS[train.precision]
     weights = params_per_device(model, par)[1]
-    fwd = bwd = sp.Integer(0)
-    if prec.weight_copy and par.framework == "reference":
-        fwd = (prec.param + prec.weight_copy) * weights
-        bwd = (prec.weight_copy + prec.grad) * weights
-        if checkpoints_blocks(train):  # the blocks' casts are made again
+    fwd, bwd = finetune.dequantize_traffic(model, train)
+    if finetune.tunes(train):  # the adapters are what autocast casts
+        weights = finetune.adapter_params(model, train)
+        if checkpoints_blocks(train):
             bwd += fwd
+    if prec.weight_copy and par.framework == "reference":
+        fwd += (prec.param + prec.weight_copy) * weights
+        bwd += (prec.weight_copy + prec.grad) * weights
+        if checkpoints_blocks(train):  # the blocks' casts are made again
+            bwd += (prec.param + prec.weight_copy) * weights
     if par.framework == "handwritten":
         bwd += handwritten.gradient_traffic(model, train)
     b_dev, t_dev = device_batch()
@@ -346,6 +343,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     # the optimizer updates the shard its device holds
     n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
+    if finetune.tunes(train):  # data parallelism alone: every device updates them all
+        n_dev_params = finetune.trainable_params(model, train)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
     update = traffic / W_hbm

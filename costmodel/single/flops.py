@@ -8,6 +8,8 @@ backward of a matmul is two matmuls (grad input and grad weight), so twice the f
 fused attention backward (``sdpa_backward_flop_count``) recomputes the scores: five T x T
 matmuls against two in the forward, where the naive backward has four. Recomputed forward
 ops run again inside backward and are counted there.
+Fine-tuning (``costmodel.single.finetune``): the adapters are an op, ``lora``, of two
+matmuls per adapted matrix (x A, then B); a frozen matmul's backward is its dX alone.
 All quantities are FLOPs for one optimizer step over B sequences of T tokens.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.single.finetune import adapter_params, adapts, tunes
 from costmodel.single.params import (
     active_params,
     dense_ffn_layers,
@@ -25,15 +28,16 @@ from costmodel.single.params import (
     param_breakdown,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, E_r, E_s, F, F_e, H, K, L, T, V, d_h, k_r
+from costmodel.symbols import B, D, E_r, E_s, F, F_e, H, K, L, T, V, d_h, k_r, r_a
 
 MOE_OPS = ("router", "experts", "shared_experts")
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn", *MOE_OPS)
 CORE_OPS = ("attn_scores", "attn_values")
 
 
-def forward_flops_by_op(model: ModelSpec) -> dict[str, sp.Expr]:
-    """Forward matmul FLOPs per op for B·T tokens (Kaplan et al. 2020, Table 1, per op)."""
+def forward_flops_by_op(model: ModelSpec, train: TrainSpec | None = None) -> dict[str, sp.Expr]:
+    """Forward matmul FLOPs per op for B·T tokens (Kaplan et al. 2020, Table 1, per op);
+    with a fine-tuning ``train``, its adapters' (2·r·(fan-in + fan-out) per token each)."""
     tokens = B * T
     ops: dict[str, sp.Expr] = {}
     if not model.ffn_only:
@@ -53,6 +57,8 @@ def forward_flops_by_op(model: ModelSpec) -> dict[str, sp.Expr]:
         ops["shared_experts"] = n * E_s * mats * 2 * tokens * D * F_e
     if not model.ffn_only:
         ops["lm_head"] = 2 * tokens * D * V
+    if train is not None and tunes(train):
+        ops["lora"] = 2 * tokens * adapter_params(model, train)
     return ops
 
 
@@ -69,7 +75,7 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
     policy) re-runs every second matmul but a block's last, and the naive core, whose
     batched matmuls it does not save; the fused kernel's outputs are saved.
     """
-    fwd = forward_flops_by_op(model)
+    fwd = forward_flops_by_op(model, train)
     skip_last = not train.dropout  # a branch dropout's mask comes after the last matmul
     if train.recompute == "selective-op":
         redo = op_level_recomputed(model, skip_last)
@@ -78,8 +84,10 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
             ops.update({k: fwd[k] for k in CORE_OPS})
         return ops
     if train.recompute == "full":  # an MoE block's last matmul output is weighted: saved
-        ops = {k: v for k, v in fwd.items() if k in BLOCK_OPS}
-        if skip_last:
+        ops = {k: v for k, v in fwd.items() if k in (*BLOCK_OPS, "lora")}
+        if skip_last and adapts(model, train, "ffn", down=True):  # the down adapter's B
+            ops["lora"] -= 2 * B * T * L * r_a * D
+        elif skip_last:
             ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
         return ops
     if train.recompute == "selective" and not model.ffn_only:
@@ -93,10 +101,19 @@ def backward_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Exp
     """Backward FLOPs per op, recomputation included (FlopCounterMode's convention)."""
     redo = recompute_flops_by_op(model, train)
     ops = {}
-    for name, flops in forward_flops_by_op(model).items():
-        factor = sp.Rational(5, 2) if train.attention == "flash" and name in CORE_OPS else 2
-        ops[name] = factor * flops + redo.get(name, 0)
+    for name, flops in forward_flops_by_op(model, train).items():
+        ops[name] = backward_factor(name, train) * flops + redo.get(name, 0)
     return ops
+
+
+def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
+    """Backward FLOPs (and time) over the forward's of an op: a matmul's backward is two
+    matmuls of its size (dX and dW), a frozen one's dX alone (fine-tuning); the fused
+    attention core's is 5/2 (FlashAttention-2 recomputes QKᵀ: five T x T matmuls for the
+    forward's two; Dao 2023, Alg. 2), the naive core's 2."""
+    if op in CORE_OPS or op == "attn_core":
+        return sp.Rational(5, 2) if train.attention == "flash" else sp.Integer(2)
+    return sp.Integer(1) if tunes(train) and op != "lora" else sp.Integer(2)
 
 
 def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
@@ -109,7 +126,8 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     - ``megatron``: 72·B·T·L·D²·(1 + T/(6D) + V/(12·L·D)), or 96·…·(1 + T/(6D) + V/(16·L·D))
       with full recomputation (Narayanan et al. 2021, Sec. 5.1, Eq. 3; assumes MHA, F = 4D).
     - ``useful``: the exact matmul count without recomputation, with the attention core
-      scaled to the causal lower triangle, T·(T+1)/2 of T² scores ("model FLOPs" for MFU).
+      scaled to the causal lower triangle, T·(T+1)/2 of T² scores ("model FLOPs" for MFU);
+      a frozen matrix's forward and dX only (fine-tuning).
     """
     tokens = B * T
     n_total = active_params(model)  # an MoE token runs its active parameters
@@ -119,9 +137,9 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
         * (n_total - param_breakdown(model)["total"] + non_embedding_params(model))
         * tokens,
     }
-    fwd = forward_flops_by_op(model)
-    dense = sum((v for k, v in fwd.items() if k not in CORE_OPS), sp.Integer(0))
-    conv["useful"] = 3 * dense
+    fwd = forward_flops_by_op(model, train)
+    dense = sum((backward_factor(k, train) + 1) * v for k, v in fwd.items() if k not in CORE_OPS)
+    conv["useful"] = dense
     if not model.ffn_only:
         conv["palm"] = (6 * n_total + 12 * L * H * d_h * T) * tokens
         if not model.moe:  # Narayanan et al.'s formula is for dense models
@@ -138,7 +156,7 @@ def _megatron(train: TrainSpec) -> sp.Expr:
 
 def flop_totals(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     """forward, backward and step (= forward + backward) FLOPs for one optimizer step."""
-    fwd = sp.Add(*forward_flops_by_op(model).values())
+    fwd = sp.Add(*forward_flops_by_op(model, train).values())
     bwd = sp.Add(*backward_flops_by_op(model, train).values())
     redo = sp.Add(*recompute_flops_by_op(model, train).values())
     return {"forward": fwd, "backward": bwd, "step": fwd + bwd, "recompute": redo}

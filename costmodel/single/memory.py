@@ -23,12 +23,12 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.single import finetune
 from costmodel.single.params import (
     dense_ffn_layers,
     matmul_weight_params,
     moe_layers,
     op_level_saved,
-    param_breakdown,
 )
 from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -65,6 +65,9 @@ def kept_weight_copies(
     whose policy does not save casts). ``matmul`` and ``head`` default to the whole
     model's matmul weights and LM head; a device of a layout passes its own share.
     """
+    if finetune.tunes(train):  # the adapters' casts; frozen weights are stored cast
+        casts = finetune.adapter_params(model, train)
+        return sp.Integer(0) if checkpoints_blocks(train) else casts
     if not checkpoints_blocks(train):
         return matmul_weight_params(model) if matmul is None else matmul
     if model.ffn_only:
@@ -87,24 +90,28 @@ def state_memory(
 ) -> dict[str, sp.Expr]:
     """Bytes of params (working weights), master, grads and optimizer state.
 
-    ``params`` and ``kept_copies`` default to the whole model's; ``shards`` divides
-    (parameters and master, gradients, optimizer state), as ZeRO-3, -2 and -1 do
-    (Rajbhandari et al. 2020, Sec. 5).
+    ``params`` and ``kept_copies`` default to the whole model's (the adapters' when
+    fine-tuning, whose frozen weights are ``frozen``: ``costmodel.single.finetune``);
+    ``shards`` divides (parameters and master, gradients, optimizer state), as ZeRO-3, -2
+    and -1 do (Rajbhandari et al. 2020, Sec. 5).
     """
     prec = PRECISIONS[train.precision]
-    n = param_breakdown(model)["total"] if params is None else params
+    n = finetune.trainable_params(model, train) if params is None else params
     kept = kept_weight_copies(model, train) if kept_copies is None else kept_copies
     p_shards, g_shards, o_shards = shards
     if prec.weight_copy:
         weights, master = prec.weight_copy * kept / p_shards, prec.param * n / p_shards
     else:
         weights, master = prec.param * n / p_shards, sp.Integer(0)
-    return {
+    state = {
         "params": weights,
         "master": master,
         "grads": prec.grad * n / g_shards,
         "optimizer": optimizer_state_bytes(train.optimizer, train.precision, n) / o_shards,
     }
+    if finetune.tunes(train):
+        state["frozen"] = finetune.frozen_bytes(model, train) / p_shards
+    return state
 
 
 def _norm_saved(model: ModelSpec, residual_bytes: int) -> sp.Expr:
@@ -172,7 +179,7 @@ def activation_memory(
     the whole model in bf16 keeps a bf16 residual stream, where torch.autocast keeps fp32)."""
     prec = PRECISIONS[train.precision]
     act, mm = prec.activation, prec.matmul_input
-    res = prec.residual if residual is None else residual
+    res = finetune.residual(train) if residual is None else residual
     parts: dict[str, sp.Expr] = {}
     if model.ffn_only:
         parts["inputs"] = res * b * T * D
@@ -195,6 +202,7 @@ def activation_memory(
         parts["final_norm"] = _norm_saved(model, res)
         parts["lm_head_input"] = mm * b * T * D
         parts["loss"] = 4 * b * T * V + 4  # fp32 log-softmax and the scalar total weight
+    finetune.adjust_activations(model, train, parts)
     parts["total"] = sp.Add(*parts.values())
     return parts
 
@@ -284,7 +292,7 @@ def peak_memory(
     before the last does not: its transients are the blocks').
     """
     prec = PRECISIONS[train.precision]
-    res = prec.residual if residual is None else residual
+    res = finetune.residual(train) if residual is None else residual
     state = state_memory(model, train) if state is None else state
     acts = activation_memory(model, train)["total"] if acts is None else acts
     persist = not prec.weight_copy if params_persist is None else params_persist
@@ -292,7 +300,8 @@ def peak_memory(
         stored, copies = state["params"] + state["master"], sp.Integer(0)
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
-    stored += state.get("buffers", 0)  # communication buffers kept across steps
+    # communication buffers and frozen weights (fine-tuning) kept across steps
+    stored += state.get("buffers", 0) + state.get("frozen", 0)
     fwd, start, end = transient_bytes(model, train, res, split, head=head)
     live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
@@ -333,10 +342,11 @@ def transient_bytes(
     tied embeddings the head's gradient waits in autograd's input buffer until the
     embedding's arrives, and the two are summed (two extra V x D tensors). Without the
     ``head`` (a pipeline stage before the last) backward starts at the top block's FFN:
-    the incoming gradient, the hidden's gradient and a fresh weight gradient.
+    the incoming gradient, the hidden's gradient and a fresh weight gradient. Fine-tuning
+    (``costmodel.single.finetune``) has no weight gradients but the adapters' (negligible).
     """
     prec = PRECISIONS[train.precision]
-    act = prec.activation
+    act, tuned = prec.activation, finetune.tunes(train)
     Vs, Fs = V / split, F / split
     fwd_transient = 2 * res * b * T * D
     start_transient = 2 * res * b * T * D
@@ -350,7 +360,7 @@ def transient_bytes(
             if split != 1:
                 fwd_transient += more_than_one(split) * 4 * b * T * Vs
             start_transient += 8 * b * T * Vs
-            if model.tied:
+            if model.tied and not tuned:
                 end_transient += 2 * prec.grad * Vs * D
         else:  # the top block's FFN backward: the hidden's gradient and a fresh weight
             # gradient (its low-precision one and the fp32 cast under mixed precision)
@@ -363,7 +373,10 @@ def transient_bytes(
     else:
         fwd_transient += act * b * T * Fs
         start_transient += 2 * act * b * T * Fs
-    if prec.weight_copy:
+    if tuned:  # the embedding output's gradient (it requires one), the matrix QLoRA
+        # dequantizes for the first block's dX; a frozen weight has no gradient
+        end_transient += res * b * T * D + finetune.dequantized(model, train, split)
+    elif prec.weight_copy:
         # A weight's low-precision gradient lives until its cast into the fp32 .grad: the
         # head's at the start of backward, a block matrix's at its end. Under full
         # recomputation a block's casts are freed after each matmul in forward (nothing is

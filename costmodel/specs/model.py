@@ -30,6 +30,8 @@ Elementwise = Literal["fused", "eager"]
 AttentionKernel = Literal["naive", "flash"]
 FlashFamily = Literal["auto", "fa2", "fa3", "cudnn", "triton-2022"]
 RecomputePolicy = Literal["none", "full", "selective", "selective-op"]
+Finetune = Literal["full", "lora", "qlora"]
+LoraTargets = Literal["all-linear", "attention", "qv"]
 
 FFN_KINDS: tuple[str, ...] = get_args(FfnKind)
 NORM_KINDS: tuple[str, ...] = get_args(NormKind)
@@ -39,6 +41,7 @@ OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
+FINETUNES: tuple[str, ...] = get_args(Finetune)
 
 
 def choices_of(cls: type, name: str) -> tuple[Any, ...] | None:
@@ -108,6 +111,59 @@ def moe_train_rule(model: Any, recompute: Any) -> None:
     ok = ~moe | (np.asarray(recompute) != "selective-op")
     checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
                    "mixture-of-experts model (use none, selective or full)")  # fmt: skip
+
+
+LORA_TARGETS: dict[str, tuple[str, ...]] = {
+    "qv": ("attn_q", "attn_v"),
+    "attention": ("attn_q", "attn_k", "attn_v", "attn_o"),
+    "all-linear": ("attn_q", "attn_k", "attn_v", "attn_o", "ffn"),
+}
+"""The ops (``costmodel.single.params.block_matmuls``) each ``lora_targets`` adapts."""
+
+
+def smallest_adapted_dim(model: Any, targets: str) -> Any:
+    """The smallest fan-in or fan-out of the matrices ``targets`` adapts (a LoRA rank's
+    bound; scalars or arrays)."""
+    ops = LORA_TARGETS[targets]
+    q = np.asarray(model.n_heads) * np.asarray(model.head_dim)
+    dims = [np.asarray(model.d_model), q]
+    if "attn_k" in ops:
+        dims.append(np.asarray(model.n_kv_heads) * np.asarray(model.head_dim))
+    if "ffn" in ops:
+        dims.append(np.asarray(model.d_ff))
+    return np.minimum.reduce(np.broadcast_arrays(*dims))
+
+
+def finetune_rules(model: Any, train: Any) -> None:
+    """What parameter-efficient fine-tuning is costed for: a language model with dense
+    FFNs (adapters on experts are not modelled), a precision the adapters train in
+    (not fp8), block-level or no recomputation (torchtitan's op-level policy counts the
+    adapters' matmuls among a block's), and a rank within every adapted matrix (LoRA's
+    r <= min(fan-in, fan-out), Hu et al. 2021, Sec. 4.1). Scalars or arrays of sizes."""
+    kind = _one(train.finetune)  # a kind: one value per structure (sweeps group by it)
+    if kind == "full":
+        return
+    for field, bad, why in (
+        ("ffn_only", np.any(model.ffn_only), "needs attention blocks and an embedding"),
+        ("n_experts", np.any(np.asarray(model.n_experts) > 0),
+         "is not modelled for a mixture-of-experts model (adapters on experts)"),
+        ("precision", np.any(np.asarray(train.precision) == "fp8"),
+         "is not modelled with fp8 matmuls"),
+        ("recompute", np.any(np.asarray(train.recompute) == "selective-op"),
+         "is not modelled with recompute=selective-op (use none, selective or full)"),
+    ):  # fmt: skip
+        if bad:
+            raise SpecError(field, f"finetune={kind} {why}")
+    targets = _one(train.lora_targets)
+    smallest = smallest_adapted_dim(model, targets)
+    checks.at_most("lora_rank", train.lora_rank, "the smallest adapted matrix side", smallest,
+                   f"(LoRA's rank is at most min(fan-in, fan-out) of the {targets} "
+                   "matrices)")  # fmt: skip
+
+
+def _one(value: Any) -> Any:
+    """A kind's value from a spec (a plain value) or a sweep's group (an array of one)."""
+    return np.asarray(value).flat[0].item() if isinstance(value, np.ndarray) else value
 
 
 def check_positions(pos: str, seq: Any, max_positions: Any) -> None:
@@ -251,9 +307,22 @@ class TrainSpec:
     inside the kernel (FlashAttention, Dao et al. 2022, Alg. 1)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; must divide ``batch``."""
+    finetune: Finetune = "full"
+    """``full`` trains every weight; ``lora`` freezes the model's weights, stored in the
+    compute dtype with no gradient or optimizer state, and trains a rank-``lora_rank``
+    adapter B·A beside each of the ``lora_targets`` matrices (Hu et al. 2021, LoRA, Sec.
+    4.1); ``qlora`` also stores the frozen block matrices in 4-bit NF4 with double-quantized
+    constants, dequantized to the compute dtype for each matmul (Dettmers et al. 2023,
+    QLoRA, Sec. 3)."""
+    lora_rank: int = 16
+    """Rank r of each LoRA adapter (A is r x fan-in, B fan-out x r); unused by ``full``."""
+    lora_targets: LoraTargets = "all-linear"
+    """The block matrices that get adapters: ``all-linear`` (Q, K, V, O and the FFN's, as
+    QLoRA and PEFT's ``target_modules="all-linear"``), ``attention`` (Q, K, V, O) or ``qv``
+    (Q and V, the LoRA paper's choice); unused by ``full``."""
 
     def __post_init__(self) -> None:
-        check_fields(self, ("batch", "seq", "grad_accum"))
+        check_fields(self, ("batch", "seq", "grad_accum", "lora_rank"))
         checks.number("dropout", self.dropout, allow_zero=True)
         if not self.dropout < 1:
             raise SpecError("dropout", f"dropout must be below 1 (got {self.dropout})")
@@ -309,4 +378,7 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ModelSpec", "SpecError", "TrainSpec", "check_positions", "field_docs", "model_rules"]
+__all__ = [
+    "ModelSpec", "SpecError", "TrainSpec", "check_positions", "field_docs", "finetune_rules",
+    "model_rules",
+]  # fmt: skip

@@ -139,6 +139,7 @@ class ParallelSpec:
         """Divisibility against a model and a batch, with errors naming both sides."""
         layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
         cp_rule(self.cp, train.attention)
+        finetune_rule(self, train.finetune)
         if self.framework == "handwritten":
             handwritten_rule(self, model, train)
 
@@ -166,6 +167,22 @@ def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> N
         got = train.recompute
         raise SpecError("recompute", "framework=handwritten is modelled without "
                         f"recomputation: recompute must be none (got {got!r})")  # fmt: skip
+
+
+def finetune_rule(par: Any, finetune: str) -> None:
+    """LoRA and QLoRA are costed on one device and under data parallelism (torch DDP over
+    the reference model, the adapters' gradients all-reduced): how FSDP, tensor, pipeline,
+    context and expert parallelism split frozen and quantized weights is not modelled."""
+    if finetune == "full":
+        return
+    for name in ("fsdp", "tp", "pp", "cp", "ep"):
+        degree = np.asarray(getattr(par, name, 1))
+        checks.require(degree == 1, name, lambda n=name, d=degree: f"finetune={finetune} is "
+                       "modelled on one device and under data parallelism (dp): "
+                       f"{n} must be 1 (got {np.max(d)})")  # fmt: skip
+    framework = np.asarray(getattr(par, "framework", "reference"))
+    checks.require(framework == "reference", "framework", lambda: f"finetune={finetune} is "
+                   "modelled for framework=reference (torch DDP)")  # fmt: skip
 
 
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:

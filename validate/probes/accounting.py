@@ -23,10 +23,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from costmodel.single.memory import INDEX_BYTES
 from costmodel.specs.model import ModelSpec, TrainSpec
+from validate.reference.lora import NF4Linear
 from validate.reference.model import TransformerLM, make_batch
 
 _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); first match wins
+    (".lora_", "adapters"),
     ("embed.", "embedding"),
     ("pos.", "pos_embedding"),
     (".attn.q.", "attn_q"),
@@ -114,15 +117,26 @@ class Counts:
     weight_copy_bytes: int
 
 
+def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The model's own tensors: parameters and buffers (QLoRA's NF4 codes and constants)."""
+    return [*model.parameters(), *model.buffers()]
+
+
 def count_params(model: torch.nn.Module) -> dict[str, int]:
-    """Parameters by costmodel component, plus ``total`` (shared parameters once)."""
+    """Parameters by costmodel component, plus ``total`` (shared parameters once; the
+    model's own, LoRA adapters apart) and ``trainable`` (those with a gradient). A matrix
+    QLoRA holds in NF4 counts its weights."""
     parts: dict[str, int] = defaultdict(int)
-    for name, p in model.named_parameters():
+    quantized = [
+        (f"{n}.weight", m.numel) for n, m in model.named_modules() if isinstance(m, NF4Linear)
+    ]
+    for name, numel in [(n, p.numel()) for n, p in model.named_parameters()] + quantized:
         group = next((g for sub, g in _PARAM_GROUPS if sub in f".{name}"), None)
         if group is None:
             raise KeyError(f"parameter {name} belongs to no costmodel component")
-        parts[group] += p.numel()
-    parts["total"] = sum(parts.values())
+        parts[group] += numel
+    parts["total"] = sum(n for g, n in parts.items() if g != "adapters")
+    parts["trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return dict(parts)
 
 
@@ -136,9 +150,15 @@ def _op_group(module: str) -> str | None:
 
 
 def _flops_by_op(counts: dict[str, dict]) -> dict[str, int]:
+    """FLOPs by costmodel op; a LoRA-wrapped matrix's own are its ``base``'s, its
+    adapters' the ``lora`` op's."""
     ops: dict[str, int] = defaultdict(int)
     for module, per_op in counts.items():
-        group = _op_group(module)
+        if f"{module}.base" in counts:
+            continue  # a LoRA wrapper: its base and adapters are counted apart
+        group = _op_group(module.removesuffix(".base"))
+        if module.endswith((".lora_a", ".lora_b")):
+            group = "lora"
         if group is not None:
             ops[group] += sum(per_op.values())
     ops["total"] = sum(counts.get("Global", {}).values())
@@ -158,7 +178,7 @@ def _minus(after: dict[str, dict], before: dict[str, dict]) -> dict[str, dict]:
 def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta") -> Counts:
     """Build the reference model on ``device``, run one forward and backward, count."""
     model = TransformerLM.for_training(spec, train, device)
-    params = {_key(p) for p in model.parameters()}
+    params = {_key(p) for p in _state_tensors(model)}
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -191,7 +211,7 @@ def count(spec: ModelSpec, train: TrainSpec, device: str | torch.device = "meta"
 
 
 _FLOP_OPS = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", "router", "experts", "shared_experts",
-             "lm_head")  # fmt: skip
+             "lm_head", "lora")  # fmt: skip
 
 
 def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dict]:
@@ -231,6 +251,8 @@ def compare(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> list[dic
         unsaved_input = (
             est["memory_bytes.activations_by_op.inputs"] if (spec.ffn_only and copies) else 0
         )
+        if train.finetune != "full":  # the caller's token ids: a frozen embedding keeps none
+            unsaved_input = INDEX_BYTES * train.micro_batch * train.seq
         rows.append(("memory_bytes.saved_for_backward", acts - unsaved_input, got.saved_bytes))
     return [{"quantity": q, "predicted": p, "measured": m} for q, p, m in rows]
 
@@ -244,7 +266,7 @@ def measure_peaks(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> di
     fragmentation-free allocator: ``torch.cuda.max_memory_allocated`` minus its rounding.
     """
     model = TransformerLM.for_training(spec, train, device)
-    params = {_key(p): p.untyped_storage().nbytes() for p in model.parameters()}
+    params = {_key(p): p.untyped_storage().nbytes() for p in _state_tensors(model)}
     static = sum(params.values())
     tracker = StorageTracker(set(params), track_peak=True)
     peaks: dict[str, int] = {}
@@ -252,7 +274,8 @@ def measure_peaks(spec: ModelSpec, train: TrainSpec, device: str = "meta") -> di
         _micro_steps(model, train, device, tracker, peaks)
         peaks["peak_forward_backward"] = tracker.peak_bytes
         model.zero_grad(set_to_none=True)
-        optimizer = make_optimizer(model.parameters(), train)
+        trained = (p for p in model.parameters() if p.requires_grad)
+        optimizer = make_optimizer(trained, train)
         for _ in range(2):
             tracker.reset_peak()
             _micro_steps(model, train, device, tracker, {})

@@ -32,6 +32,7 @@ from torch.utils.flop_counter import (
 )
 
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from validate.reference.lora import apply_finetuning
 from validate.reference.moe import MoE
 from validate.reference.norms import LayerNorm, RMSNorm
 
@@ -293,7 +294,7 @@ class TransformerLM(nn.Module):
             )
         param_dtype, self.compute = dtypes_for(precision)
         self.spec, self.attention, self.recompute = spec, attention, recompute
-        self.dropout = dropout
+        self.dropout, self.finetune = dropout, "full"
         fk = {"device": device, "dtype": param_dtype}
         self.blocks = nn.ModuleList(
             Block(spec, self.compute, attention, recompute == "selective", dropout,
@@ -312,8 +313,9 @@ class TransformerLM(nn.Module):
 
     @classmethod
     def for_training(cls, spec: ModelSpec, train: TrainSpec, device=None) -> TransformerLM:
-        """The model a TrainSpec describes (precision, attention kernel, recomputation)."""
-        return cls(
+        """The model a TrainSpec describes (precision, attention kernel, recomputation,
+        fine-tuning: frozen weights, adapters, NF4 block matrices)."""
+        model = cls(
             spec,
             precision=train.precision,
             attention=train.attention,
@@ -321,6 +323,10 @@ class TransformerLM(nn.Module):
             dropout=train.dropout,
             device=device,
         )
+        if train.finetune != "full":
+            apply_finetuning(model, train, Linear, model.compute)
+            model.finetune = train.finetune
+        return model
 
     def forward(self, batch) -> torch.Tensor:
         if self.spec.ffn_only:
@@ -335,6 +341,10 @@ class TransformerLM(nn.Module):
         x = self.embed(ids)
         if self.spec.pos == "learned":
             x = x + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        if self.finetune != "full" and torch.is_grad_enabled():
+            # frozen embeddings: the blocks' adapters still need their inputs' gradients
+            # (PEFT's enable_input_require_grads)
+            x.requires_grad_()
         return x
 
     def _tables(self, t: int, device) -> tuple:
