@@ -18,7 +18,8 @@ from costmodel.specs.model import TrainSpec, check_positions
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GIB
 
-MEMORY_PARTS = ("params", "master", "grads", "optimizer", "buffers", "activations")
+MEMORY_PARTS = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations")
+"""``frozen``: fine-tuning's frozen weights (0 when every weight trains)."""
 TIME_COLOURS = {"compute": COLOURS["compute"], "comm": COLOURS["exposed"]}
 """Compute blue, communication red: the timeline's colours."""
 

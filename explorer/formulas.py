@@ -18,11 +18,11 @@ from costmodel.symbols import DESCRIPTIONS
 from costmodel.units import fmt_quantity
 
 _MEM = "memory_bytes_per_device."
-_PARTS = ("params", "master", "grads", "optimizer", "buffers", "activations", "peak_forward",
-          "peak")  # fmt: skip
+_PARTS = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations",
+          "peak_forward", "peak")  # fmt: skip
 _PHASES = ("compute_forward", "compute_backward", "comm", "bubble", "optimizer", "step")
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Parameters", ("params.total",)),
+    ("Parameters", ("params.total", "params.trainable")),
     ("FLOPs per step", ("flops.forward", "flops.backward", "flops.step")),
     ("Memory per device: components, then the peaks", tuple(_MEM + p for p in _PARTS)),
     ("Step time: phases, then the step", tuple(f"time_s.{p}" for p in _PHASES)),

@@ -23,6 +23,9 @@ _LABELS = {
     "attention": "attention",
     "attention_kernel": "flash kernel (auto: the device's default)",
     "recompute": "recomputation",
+    "finetune": "fine-tuning (full: every weight trains)",
+    "lora_rank": "LoRA rank r",
+    "lora_targets": "matrices with adapters",
     "grad_accum": "gradient accumulation steps",
     "microbatch": "micro-batch per device (empty: from grad_accum)",
     "hardware": "device",
@@ -103,6 +106,10 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     _widget("recompute")
     _widget("grad_accum")
     _widget("microbatch")
+    _widget("finetune")
+    if st.session_state.get("finetune", "full") != "full":
+        _widget("lora_rank")
+        _widget("lora_targets")
     slots["training"] = st.empty()
     st.header("Cluster and layout")
     for key in ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",

@@ -22,6 +22,7 @@ from costmodel.specs.model import ModelSpec
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 TRAINING = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention")
 TRAINING += ("attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch")
+TRAINING += ("finetune", "lora_rank", "lora_targets")
 CLUSTER = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "sequence_parallel", "pp")
 CLUSTER += ("pp_interleave", "cp", "ep", "ep_imbalance", "capacity_factor", "overlap")
 CLUSTER += ("grad_reduce_fp32",)

@@ -18,7 +18,8 @@ from costmodel.specs import checks
 from costmodel.units import fmt_bytes
 
 _TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention",
-               "attention_kernel", "elementwise", "dropout")  # fmt: skip
+               "attention_kernel", "elementwise", "dropout", "finetune", "lora_rank",
+               "lora_targets")  # fmt: skip
 GIB = 2**30
 
 
@@ -88,8 +89,9 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
 
 def breakdown(row: dict[str, Any]) -> str:
     """The best layout's memory by component and time by phase (communication by group)."""
-    parts = ("params", "master", "grads", "optimizer", "buffers", "activations")
-    mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts)
+    parts = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations")
+    mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts
+                     if k != "frozen" or row[f"memory_bytes_per_device.{k}"])  # fmt: skip
     steps = ("forward", "backward", "bubble", "optimizer")
     phases = " + ".join(f"{k} {row[f'time_s.{k}']:.3f}" for k in steps)
     groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp", "ep") if row[f"comm_time_s.{k}"] > 0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,7 +28,13 @@ from costmodel.engine.sweep import factorize, sweep
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
+from costmodel.specs.model import (
+    ModelSpec,
+    TrainSpec,
+    check_positions,
+    finetune_rules,
+    moe_train_rule,
+)
 from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
@@ -40,6 +46,7 @@ QUANTITIES = (
     "memory_bytes_per_device.params", "memory_bytes_per_device.master",
     "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
     "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
+    "memory_bytes_per_device.frozen",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
     "comm_time_s.ep",
 )  # fmt: skip
@@ -183,7 +190,8 @@ def plan(
                    attention=train.attention, attention_kernel=train.attention_kernel,
                    elementwise=train.elementwise,
                    optimizer=train.optimizer, optimizer_impl=train.optimizer_impl,
-                   dropout=train.dropout, **fields)  # fmt: skip
+                   dropout=train.dropout, finetune=train.finetune, lora_rank=train.lora_rank,
+                   lora_targets=train.lora_targets, **fields)  # fmt: skip
     budget = options.memory_headroom * hardware.hbm_bytes
     fits = values["memory_bytes_per_device.peak"] <= budget
     order = rank(cols, values, np.flatnonzero(fits))
@@ -222,7 +230,8 @@ def _shardings(framework: str, replicas: int) -> list[tuple[int, int, int]]:
         return [(replicas // f, f, 3) for f in _divisors(replicas)]
     if framework == "megatron":  # distributed optimizer over the data-parallel ranks
         return [(replicas, 1, 1)]
-    return [(1, replicas, z) for z in (1, 2, 3)]  # ZeRO stages over every replica
+    zero = [(1, replicas, z) for z in (1, 2, 3)]  # ZeRO stages over every replica
+    return [*zero, (replicas, 1, 1)] if replicas > 1 and framework == "reference" else zero
 
 
 def enumerate_layouts(
@@ -306,6 +315,9 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
                      grad_accum=cols["grad_accum"])  # fmt: skip
         cp_rule(cols["cp"], train.attention)
         moe_train_rule(model, cols["recompute"])
+        per_candidate = {**{f.name: getattr(train, f.name) for f in fields(train)},
+                         "recompute": cols["recompute"]}  # fmt: skip
+        finetune_rules(model, SimpleNamespace(**per_candidate))
         finetune_rule(_namespace(cols), train.finetune)
     n = len(cols["tp"])
     return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
@@ -323,6 +335,7 @@ def no_layout_message(
         layout_rules(_namespace(first), model, seq=train.seq, batch=train.batch,
                      grad_accum=first["grad_accum"])  # fmt: skip
         cp_rule(first["cp"], train.attention)
+        finetune_rule(_namespace(first), train.finetune)
     except SpecError as err:
         return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
     return f"no valid layout of {gpus} GPUs for this model and batch"

@@ -236,7 +236,7 @@ def rank_memory(
     through the step, and as ``buffers`` DDP's gradient buckets and a pipelining runtime's
     receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
     boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
-    state = {**sharded_state(model, train, par, rank),
+    state = {"frozen": sp.Integer(0), **sharded_state(model, train, par, rank),
              "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
     acts = sharded_activations(model, train, par, rank=rank)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))

@@ -103,15 +103,13 @@ def state_memory(
         weights, master = prec.weight_copy * kept / p_shards, prec.param * n / p_shards
     else:
         weights, master = prec.param * n / p_shards, sp.Integer(0)
-    state = {
+    return {
         "params": weights,
         "master": master,
         "grads": prec.grad * n / g_shards,
         "optimizer": optimizer_state_bytes(train.optimizer, train.precision, n) / o_shards,
+        "frozen": finetune.frozen_bytes(model, train) / p_shards,
     }
-    if finetune.tunes(train):
-        state["frozen"] = finetune.frozen_bytes(model, train) / p_shards
-    return state
 
 
 def _norm_saved(model: ModelSpec, residual_bytes: int) -> sp.Expr:

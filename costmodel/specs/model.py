@@ -143,17 +143,15 @@ def finetune_rules(model: Any, train: Any) -> None:
     kind = _one(train.finetune)  # a kind: one value per structure (sweeps group by it)
     if kind == "full":
         return
-    for field, bad, why in (
-        ("ffn_only", np.any(model.ffn_only), "needs attention blocks and an embedding"),
-        ("n_experts", np.any(np.asarray(model.n_experts) > 0),
+    for field, ok, why in (
+        ("ffn_only", ~np.asarray(model.ffn_only, bool), "needs attention blocks and an embedding"),
+        ("n_experts", np.asarray(model.n_experts) == 0,
          "is not modelled for a mixture-of-experts model (adapters on experts)"),
-        ("precision", np.any(np.asarray(train.precision) == "fp8"),
-         "is not modelled with fp8 matmuls"),
-        ("recompute", np.any(np.asarray(train.recompute) == "selective-op"),
+        ("precision", np.asarray(train.precision) != "fp8", "is not modelled with fp8 matmuls"),
+        ("recompute", np.asarray(train.recompute) != "selective-op",
          "is not modelled with recompute=selective-op (use none, selective or full)"),
     ):  # fmt: skip
-        if bad:
-            raise SpecError(field, f"finetune={kind} {why}")
+        checks.require(ok, field, lambda why=why: f"finetune={kind} {why}")
     targets = _one(train.lora_targets)
     smallest = smallest_adapted_dim(model, targets)
     checks.at_most("lora_rank", train.lora_rank, "the smallest adapted matrix side", smallest,
