@@ -36,6 +36,8 @@ VARIANTS = {
     "learned": (BASE.replace(pos="learned"), {}),
     "tied": (BASE.replace(tied=True), {}),
     "gqa": (GQA, {}),
+    "qk-norm": (GQA.replace(qk_norm=True), {}),
+    "qk-norm-layernorm-fp32": (GQA.replace(qk_norm=True, norm="layernorm"), {"precision": "fp32"}),
     "naive": (BASE, NAIVE),
     "naive-gqa": (GQA, NAIVE),
     "dropout": (BASE, DROP),

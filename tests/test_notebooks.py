@@ -44,3 +44,8 @@ def test_notebook_runs(path):
         # 4 micro-batches x 32 MoE blocks x 4 all-to-alls of 4,096 x 2 x 4,096 bf16, 7/8 sent
         assert "28.00 GiB (by hand) = 28.00 GiB (costmodel)" in outputs
         assert "fp32 master + gradients + Adam over 8 GPUs: 87.0 GiB" in outputs
+    if path.name == "llama3_lora_qlora_24gb.ipynb":
+        # PEFT's count for r 16 on every linear; QLoRA's 4 + 0.127 bits (Sec. 3)
+        assert "trainable: 41,943,040 (by hand) = 41,943,040 (costmodel)" in outputs
+        assert "at 4.127 bits" in outputs
+        assert "QLoRA frozen weights: 5.31 GiB (by hand) = 5.31 GiB (costmodel)" in outputs

@@ -63,7 +63,7 @@ def test_breakdown_sums_to_total(name):
         k
         for k in values
         if k.startswith("params.")
-        and k not in ("params.total", "params.non_embedding", "params.active")
+        and k not in ("params.total", "params.non_embedding", "params.active", "params.trainable")
     ]
     assert sum(values[k] for k in parts) == values["params.total"]
 

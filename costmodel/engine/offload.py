@@ -67,13 +67,21 @@ def _counts(n: int, steps: int = 32) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, n, min(n, steps) + 1)).astype(np.int64))
 
 
+def offloadable(model: ModelSpec, train: TrainSpec) -> None:
+    """What offload plans are modelled for: dense models, every weight trained."""
+    if model.moe:  # its blocks differ (dense leading ones) and its FFN op sequence too
+        raise SpecError("n_experts", "offload plans are not modelled for mixture-of-experts "
+                        "models yet (n_experts must be 0)")  # fmt: skip
+    if train.finetune != "full":  # its state is per trained parameter, the adapters' apart
+        raise SpecError("finetune", "offload plans are modelled for full training "
+                        f"(finetune must be full, got {train.finetune})")  # fmt: skip
+
+
 def plan_offload(
     model: ModelSpec, train: TrainSpec, hw: Hardware, spec: OffloadSpec, *, top: int = 10
 ) -> list[OffloadConfig]:
     """The ``top`` fastest feasible plans (ties: the one using less memory first)."""
-    if model.moe:  # its blocks differ (dense leading ones) and its FFN op sequence too
-        raise SpecError("n_experts", "offload plans are not modelled for mixture-of-experts "
-                        "models yet (n_experts must be 0)")  # fmt: skip
+    offloadable(model, train)
     found: list[tuple[float, float, OffloadConfig]] = []
     for chunk, seqs in chunk_candidates(train, spec):
         terms = block_terms(model, train, hw, spec, chunk, seqs)
@@ -133,6 +141,7 @@ def evaluate_plan(
     """Memory and time of a plan given as ``chunk``, ``seqs_per_round``, ``pinned_params``,
     ``pinned_grads``, ``device_units``, ``full`` and ``attn`` (host units; the rest ``ctx``),
     e.g. one another tool chose; ``fits`` says which budget it breaks, if any."""
+    offloadable(model, train)
     keys = PLAN_KEYS
     for key in keys:
         checks.integer(key, decisions.get(key), minimum=0 if key not in keys[:2] else 1)

@@ -45,7 +45,7 @@ from costmodel.symbols import (
     price,
 )
 
-MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "tied", "pos", "ffn_only")
+MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "tied", "pos", "ffn_only")
 TRAIN_STRUCTURE = (
     "finetune",
     "lora_targets",

@@ -51,7 +51,7 @@ from costmodel.symbols import (
     v,
 )
 
-_TP_SHARDED = ("attention", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
+_TP_SHARDED = ("attention", "qk_norm", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
 _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
 # column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
 # the all-gathered input; Megatron saves its sequence shard and gathers again in backward

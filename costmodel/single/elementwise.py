@@ -29,21 +29,26 @@ def _cast(src: int, dst: int, n: sp.Expr) -> sp.Expr:
     return (src + dst) * n if src != dst else sp.Integer(0)
 
 
-def _norm(model: ModelSpec, r: int, a: int) -> tuple[sp.Expr, sp.Expr]:
-    """(forward, backward) of one norm, its output cast to the compute dtype included.
+def _norm(
+    model: ModelSpec, r: int, a: int, width: sp.Expr = D, rows: sp.Expr = 1
+) -> tuple[sp.Expr, sp.Expr]:
+    """(forward, backward) of one norm over ``rows`` vectors of ``width`` per token (the
+    block's: one of D; ``qk_norm``'s: a head's d_h, H or K of them), its output cast to
+    the compute dtype included.
 
     RMSNorm forward: pow, mean, +eps, rsqrt, x·rstd, ·w (8D+4D+8+8+8D+8D = 28D + 24 over
     fp32 D-vectors, plus the casts in and out); backward: x̂, g·w, (g·w)·x̂, mean, x̂·mean,
     subtract, ·rstd, g·x̂ and its sum for dw (76D). LayerNorm adds the mean subtraction
     (computed twice in forward and once in backward), the bias and the extra mean.
     """
-    casts = 2 * _cast(r, STAT, D)  # x to fp32 and the result back, in both passes
-    to_compute = _cast(r, a, D)  # the block feeds the matmuls in the compute dtype
+    casts = 2 * _cast(r, STAT, width)  # x to fp32 and the result back, in both passes
+    to_compute = _cast(r, a, width)  # the block feeds the matmuls in the compute dtype
     if model.norm == "rmsnorm":
-        fwd, bwd = 28 * D + 24, 76 * D + 16
+        fwd, bwd = 28 * width + 24, 76 * width + 16
     else:
-        fwd, bwd = 56 * D + 36, 100 * D + 28
-    return fwd + casts + to_compute, bwd + casts + _cast(r, STAT, D) + to_compute
+        fwd, bwd = 56 * width + 36, 100 * width + 28
+    fwd += casts + to_compute
+    return rows * fwd, rows * (bwd + casts + _cast(r, STAT, width) + to_compute)
 
 
 def _rope(a: int) -> tuple[sp.Expr, sp.Expr]:
@@ -135,6 +140,8 @@ def eager_bytes(
         parts.append((_cast(r, a, D), _cast(r, a, D)))
     else:
         parts += [_norm(model, r, a), _norm(model, r, a)]
+        if model.qk_norm:  # over each head's query and key, in the compute dtype
+            parts += [_norm(model, a, a, d_h, H), _norm(model, a, a, d_h, K)]
         if model.pos == "rope":
             parts.append(_rope(a))
     fwd += sum((p[0] for p in parts), sp.Integer(0))

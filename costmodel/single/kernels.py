@@ -127,6 +127,9 @@ def layer_kernels(
         rope = _ROPE_OPS if model.pos == "rope" else 0
         fwd += proj[0] + 2 * norm[0] + rope + core[0]
         bwd += proj[1] + 2 * norm[1] + rope + core[1]
+        if model.qk_norm:  # over the Q and K projections' outputs, in the compute dtype
+            qk = _norm_ops(model, prec, a)
+            fwd, bwd = fwd + 2 * qk[0], bwd + 2 * qk[1]
     return fwd, bwd + _recomputed(model, train, fwd, mm)
 
 
@@ -159,6 +162,7 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, in
     back, one grouped GEMM per expert matrix and one activation, and the shared experts."""
     mm = len(block_matmuls(model))
     regions = 2 if model.ffn_only else 2 + 2 + (1 if model.pos == "rope" else 0)
+    regions += 2 if model.qk_norm else 0
     fwd = mm + regions + (0 if model.ffn_only else 1)
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
     if moe:

@@ -212,6 +212,9 @@ def _block_activations(
     if not model.ffn_only:
         parts["attn_norm"] = L * _norm_saved(model, res)
         parts["attn_input"] = L * mm * b * T * D
+        if model.qk_norm:  # the Q and K projections' outputs and their rows' statistics
+            stats = 1 if model.norm == "rmsnorm" else 2
+            parts["qk_norm"] = L * b * T * (H + K) * (act * d_h + stats * STAT_BYTES)
         parts.update(_attention_core(model, train, act))
         if train.attention == "naive":  # flash's O is already the out-projection input
             parts["attn_out_input"] = L * mm * b * T * H * d_h

@@ -53,9 +53,15 @@ def _linear(fan_in: sp.Expr, fan_out: sp.Expr, bias: bool) -> sp.Expr:
     return fan_in * fan_out + (fan_out if bias else 0)
 
 
-def _norm(model: ModelSpec) -> sp.Expr:
+def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
     """RMSNorm has a gain vector; LayerNorm a gain and a bias (Zhang & Sennrich 2019)."""
-    return D if model.norm == "rmsnorm" else 2 * D
+    return width if model.norm == "rmsnorm" else 2 * width
+
+
+def block_norms(model: ModelSpec) -> sp.Expr:
+    """One block's norm parameters: before attention and before the FFN, and with
+    ``qk_norm`` the query's and the key's over d_h (shared by the heads)."""
+    return 2 * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0)
 
 
 def ffn_params(model: ModelSpec, width: sp.Expr) -> sp.Expr:
@@ -119,7 +125,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
         parts["attn_k"] = L * _linear(D, K * d_h, qkv_bias)
         parts["attn_v"] = L * _linear(D, K * d_h, qkv_bias)
         parts["attn_o"] = L * _linear(H * d_h, D, model.bias)
-        parts["norms"] = (2 * L + 1) * _norm(model)
+        parts["norms"] = L * block_norms(model) + _norm(model)
         parts["lm_head"] = zero if model.tied else V * D
     parts["total"] = sp.Add(*parts.values())
     return parts
@@ -181,7 +187,7 @@ def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.
         matrices = attention + sum(parts[k] for k in moe_params(model)) / moe_layers(model)
     if not norms or model.ffn_only:
         return matrices
-    return matrices + 2 * _norm(model)
+    return matrices + block_norms(model)
 
 
 def stacked_blocks(model: ModelSpec, layers: sp.Expr, moe: sp.Expr) -> tuple[sp.Expr, sp.Expr]:

@@ -198,6 +198,10 @@ class ModelSpec:
     """Biases on every linear layer (GPT-2/GPT-3 style)."""
     qkv_bias: bool = False
     """Biases on the q, k and v projections only (Qwen2 style); implied by ``bias``."""
+    qk_norm: bool = False
+    """A norm of kind ``norm`` over each head's query and key, before RoPE, with one d_h
+    gain (and bias) for each of the two shared by the heads (Qwen3; Dehghani et al. 2023,
+    "Scaling Vision Transformers to 22 Billion Parameters", Sec. 3.1)."""
     tied: bool = False
     """LM head shares the token-embedding matrix."""
     pos: PosKind = "rope"
@@ -224,7 +228,7 @@ class ModelSpec:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         sizes = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_positions")
-        check_fields(self, sizes, ("bias", "qkv_bias", "tied", "ffn_only"))
+        check_fields(self, sizes, ("bias", "qkv_bias", "qk_norm", "tied", "ffn_only"))
         checks.integer("vocab", self.vocab, minimum=0)
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", derived_head_dim(self.d_model, self.n_heads))
@@ -233,6 +237,8 @@ class ModelSpec:
             n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, pos=self.pos
         )
         self._check_experts()
+        if self.ffn_only and self.qk_norm:
+            raise SpecError("qk_norm", "qk_norm needs attention (ffn_only is set)")
         if self.ffn_only and self.vocab != 0:
             raise SpecError("vocab", f"vocab must be 0 for an ffn_only model (got {self.vocab})")
         if not self.ffn_only and self.vocab == 0:

@@ -60,6 +60,7 @@ class StageModule(nn.Module):
             raise ValueError("pipeline stages need an embedding and a head (ffn_only spec)")
         self.spec, self.compute, self.attention = model.spec, model.compute, model.attention
         self.recompute, self.dropout = model.recompute, model.dropout
+        self.finetune = model.finetune
         self.first, self.last = start == 0, stop == model.spec.n_layers
         self.blocks = nn.ModuleList(model.blocks[start:stop])
         self.embed = model.embed if self.first else None

@@ -204,6 +204,8 @@ class Attention(nn.Module):
         self.v = Linear(spec.d_model, spec.n_kv_heads * hd, qkv_bias, compute, **fk)
         self.o = Linear(spec.n_heads * hd, spec.d_model, spec.bias, compute, **fk)
         self.core = NaiveAttention(dropout) if kernel == "naive" else FlashAttention(dropout)
+        if spec.qk_norm:  # one gain over d_h for each, shared by the heads (Qwen3)
+            self.q_norm, self.k_norm = _norm(spec, hd, **fk), _norm(spec, hd, **fk)
 
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
@@ -211,6 +213,8 @@ class Attention(nn.Module):
         # -1 heads: under tensor parallelism each rank holds a slice of them
         q = self.q(x).view(b, t, -1, s.head_dim)
         k = self.k(x).view(b, t, -1, s.head_dim)
+        if s.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.v(x).view(b, t, -1, s.head_dim)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -241,8 +245,9 @@ class FFN(nn.Module):
         return self.w2(act(self.w1(x)))
 
 
-def _norm(spec: ModelSpec, **fk) -> nn.Module:
-    return RMSNorm(spec.d_model, **fk) if spec.norm == "rmsnorm" else LayerNorm(spec.d_model, **fk)
+def _norm(spec: ModelSpec, width: int | None = None, **fk) -> nn.Module:
+    width = width or spec.d_model
+    return RMSNorm(width, **fk) if spec.norm == "rmsnorm" else LayerNorm(width, **fk)
 
 
 class Block(nn.Module):
