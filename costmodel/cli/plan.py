@@ -109,7 +109,10 @@ def no_fit_text(p: Plan) -> str:
     """No layout fits: the smallest peak found and what would make it fit."""
     best = p.smallest_memory()
     need = best["memory_bytes_per_device.peak"]
-    hints = ["more GPUs (or more pp/tp to split the weights)"]
+    tuning = p.train.finetune != "full"  # fine-tuning shards over fsdp only
+    hints = ["more GPUs" + ("" if tuning else " (or more pp/tp to split the weights)")]
+    if tuning and p.train.finetune == "lora":
+        hints.append("--finetune qlora (4-bit frozen weights)")
     if best["recompute"] != "full" and "full" not in p.options.recompute:
         hints.insert(0, "allow --recompute full")
     if best["micro_batch"] > 1:

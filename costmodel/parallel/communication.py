@@ -110,6 +110,8 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
 
     gather, scatter = c * sharded("all_gather"), grad_bytes * sharded("reduce_scatter")
+    if finetune.tunes(train) and par.zero == 3:  # the frozen weights, as stored
+        gather += bus_factor("all_gather", shards) * finetune.frozen_bytes(model, train)
     groups["fsdp"] = fsdp_group(par, gather, scatter, ring_steps("all_gather", shards) * a_X)
 
     if par.framework == "handwritten":

@@ -129,8 +129,8 @@ def sharded_state(
     """
     if par.framework == "handwritten":
         return handwritten.state(model, train)
-    if finetune.tunes(train):  # data parallelism alone (``finetune_rule``): all of it
-        return state_memory(model, train)
+    if finetune.tunes(train):  # data parallelism and ZeRO alone (``finetune_rule``)
+        return state_memory(model, train, shards=zero_shards(par))
     n, n_mm = params_per_device(model, par, rank)
     prec = PRECISIONS[train.precision]
     if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
@@ -138,7 +138,7 @@ def sharded_state(
         kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
         if rank is not None and par.pp > 1:  # autocast casts again for each micro-batch,
             kept *= chunks_in_flight(par, rank) / v  # and each keeps its casts to backward
-        shards = (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
+        shards = zero_shards(par)
         state = split_state(model, train, n, kept, shards, device_experts(model, par, rank))
         if rank is None or rank.first:
             state["grads"] += replicated_embedding_grad(model, train) / shards[1]
@@ -172,6 +172,12 @@ def sharded_state(
     p_sh, g_sh = (X if par.zero == 3 else 1), (X if par.zero >= 2 else 1)
     return {"params": low * per_shard(p_sh), "master": prec.param * per_shard(X),
             "grads": low * per_shard(g_sh), "optimizer": opt(X)}  # fmt: skip
+
+
+def zero_shards(par: ParallelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+    """What ZeRO divides over the fsdp group X: (parameters, gradients, optimizer state),
+    by stage (Rajbhandari et al. 2020, Sec. 5)."""
+    return (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
 
 
 def replicated_embedding_grad(model: ModelSpec, train: TrainSpec) -> sp.Expr:
@@ -290,6 +296,11 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     layers = stage_layers(par)
     in_flight = sp.Min(2, layers, evaluate=False)
     one_layer = n_mm / layers * (1 - 1 / X)
+    if finetune.tunes(train):  # a block's frozen matrices as stored, and its adapters
+        act = PRECISIONS[train.precision].activation
+        block = finetune.frozen_block_bytes(model, train) + act * finetune.adapter_params(
+            model, train) / L  # fmt: skip
+        return in_flight * block * (1 - 1 / X)
     if model.moe:  # an MoE block, its routed experts gathered over their own shard group
         dense = stacked_blocks(model, sp.Integer(1), sp.Integer(1))[1] - expert_block(model)[1]
         _, experts = local_experts(model, sp.Integer(1))

@@ -343,8 +343,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     # the optimizer updates the shard its device holds
     n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
-    if finetune.tunes(train):  # data parallelism alone: every device updates them all
-        n_dev_params = finetune.trainable_params(model, train)
+    if finetune.tunes(train):  # the adapters' shard
+        n_dev_params = finetune.trainable_params(model, train) / optimizer_shards(par)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
     update = traffic / W_hbm

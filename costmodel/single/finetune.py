@@ -109,6 +109,14 @@ def frozen_bytes(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     return total
 
 
+def frozen_block_bytes(model: ModelSpec, train: TrainSpec) -> sp.Expr:
+    """Bytes of one block's frozen matrices as stored (what ZeRO-3 gathers for a block)."""
+    if train.finetune == "qlora":
+        return sum((c * nf4_bytes(n) for c, n in block_weights(model)), sp.Integer(0)) / L
+    act = PRECISIONS[train.precision].activation
+    return act * sum((c * n for c, n in block_weights(model)), sp.Integer(0)) / L
+
+
 def dequantized(model: ModelSpec, train: TrainSpec, split: Any = 1) -> sp.Expr:
     """Bytes of the largest block matrix dequantized to the compute dtype for its matmul
     (QLoRA; 0 otherwise), alive beside backward's end (the first block's dX)."""

@@ -170,19 +170,21 @@ def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> N
 
 
 def finetune_rule(par: Any, finetune: str) -> None:
-    """LoRA and QLoRA are costed on one device and under data parallelism (torch DDP over
-    the reference model, the adapters' gradients all-reduced): how FSDP, tensor, pipeline,
-    context and expert parallelism split frozen and quantized weights is not modelled."""
+    """LoRA and QLoRA are costed on one device and under data parallelism with ZeRO over
+    the reference model (DDP, or FSDP sharding frozen and trained weights alike: the
+    adapters' gradients reduced, the frozen weights gathered under ZeRO-3): how tensor,
+    pipeline, context and expert parallelism split frozen and quantized weights, and the
+    other frameworks' buffers, are not modelled."""
     if finetune == "full":
         return
-    for name in ("fsdp", "tp", "pp", "cp", "ep"):
+    for name in ("tp", "pp", "cp", "ep"):
         degree = np.asarray(getattr(par, name, 1))
         checks.require(degree == 1, name, lambda n=name, d=degree: f"finetune={finetune} is "
-                       "modelled on one device and under data parallelism (dp): "
+                       "modelled on one device and under data parallelism (dp, fsdp): "
                        f"{n} must be 1 (got {np.max(d)})")  # fmt: skip
     framework = np.asarray(getattr(par, "framework", "reference"))
     checks.require(framework == "reference", "framework", lambda: f"finetune={finetune} is "
-                   "modelled for framework=reference (torch DDP)")  # fmt: skip
+                   "modelled for framework=reference (torch DDP, or ZeRO over fsdp)")  # fmt: skip
 
 
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:
