@@ -11,7 +11,7 @@ import pytest
 
 from costmodel import ParallelSpec, TrainSpec, estimate
 from costmodel.catalog.hardware import get_hardware
-from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.kernels import counted, layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from validate.distributed.checks import small_spec
@@ -74,15 +74,18 @@ def test_kernel_counts_equal_the_reference_model(name):
     train = TrainSpec(batch=2, seq=16, elementwise="eager", **kw)
     residual = PRECISIONS[train.precision].residual
     per_block, outside = _measured(spec, train)
-    assert layer_kernels(spec, train, residual) == per_block
-    assert model_kernels(spec, train, residual) == outside
+    assert counted(layer_kernels(spec, train, residual), spec) == per_block
+    assert counted(model_kernels(spec, train, residual), spec) == outside
 
 
 def test_fused_regions_are_fewer_kernels_than_eager():
     for recompute in ("none", "full", "selective", "selective-op"):
         eager = TrainSpec(elementwise="eager", recompute=recompute)
         fused = eager.replace(elementwise="fused")
-        for a, b in zip(layer_kernels(BASE, fused, 2), layer_kernels(BASE, eager, 4), strict=True):
+        fewer, more = (
+            counted(layer_kernels(BASE, t, r), BASE) for t, r in ((fused, 2), (eager, 4))
+        )
+        for a, b in zip(fewer, more, strict=True):
             assert 0 < a < b
 
 
@@ -101,7 +104,7 @@ def test_cpu_adds_host_seconds_per_kernel():
     train = TINY.replace(batch=2, grad_accum=2)
     with_host = estimate(BASE, train, ParallelSpec(), CPU)
     without = estimate(BASE, train, ParallelSpec(), _host_free(CPU))
-    layer, outside = layer_kernels(BASE, train, 4), model_kernels(BASE, train, 4)
+    layer, outside = (counted(k(BASE, train, 4), BASE) for k in (layer_kernels, model_kernels))
     kernels = 2 * sum(BASE.n_layers * n + k for n, k in zip(layer, outside, strict=True))
     assert with_host["time_s.host"] == pytest.approx(kernels * CPU.dispatch_s)
     assert with_host["time_s.step"] - without["time_s.step"] == pytest.approx(
@@ -126,3 +129,18 @@ def test_accelerator_overlaps_host_seconds():
 def test_negative_dispatch_seconds_are_refused():
     with pytest.raises(SpecError, match="dispatch_s"):
         dataclasses.replace(CPU, dispatch_s=-1e-6)
+
+
+@pytest.mark.parametrize(("spec", "kw"), [
+    (GQA, NAIVE),  # the grouped heads' repeats
+    (BASE.replace(n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff_expert=32), {}),
+])  # fmt: skip
+def test_host_seconds_count_the_sizes_of_the_model_asked(spec, kw):
+    """The step's host seconds come from one compiled structure per kind of model; the
+    counts it holds follow each model's sizes (they were the structure's placeholder's: an
+    MoE block counted as 2 experts of top-1, grouped heads as none)."""
+    train = TINY.replace(**kw)
+    est = estimate(spec, train, ParallelSpec(), CPU)
+    block = counted(layer_kernels(spec, train, 4, moe=spec.moe), spec)
+    kernels = spec.n_layers * sum(block) + sum(counted(model_kernels(spec, train, 4), spec))
+    assert est["time_s.host"] == pytest.approx(kernels * CPU.dispatch_s, rel=1e-12)

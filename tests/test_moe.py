@@ -15,7 +15,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.hf import model_from_hf_dict
 from costmodel.engine.offload import plan_offload
 from costmodel.single.elementwise import eager_bytes
-from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.kernels import counted, layer_kernels, model_kernels
 from costmodel.single.params import active_params, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
@@ -72,8 +72,9 @@ def test_kernels_equal_the_reference_model(name):
     model = TransformerLM.for_training(spec, train)
     fwd, bwd = step_kernels(model, make_batch(model, 2, 16))
     res = PRECISIONS[train.precision].residual
-    dense, moe = layer_kernels(spec, train, res), layer_kernels(spec, train, res, moe=True)
-    outside = model_kernels(spec, train, res)
+    dense = counted(layer_kernels(spec, train, res), spec)
+    moe = counted(layer_kernels(spec, train, res, moe=True), spec)
+    outside = counted(model_kernels(spec, train, res), spec)
     n_moe = spec.n_layers - spec.dense_layers
     parts = zip(dense, moe, outside, strict=True)
     expected = [spec.dense_layers * d + n_moe * m + o for d, m, o in parts]

@@ -35,7 +35,7 @@ from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.single.params import ffn_matrices, param_breakdown, weight_matrices
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import W_X, D, F, P, T, V, X, a_X, b, m, smax
+from costmodel.symbols import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
 
 SHARD_BYTES = 4
 """The shards, their gradients and the reduce-scatter are fp32 whatever the precision."""
@@ -170,13 +170,15 @@ def fsdp_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     }
 
 
-def replicated_tensors(model: ModelSpec) -> int:
+def replicated_tensors(model: ModelSpec) -> sp.Expr:
     """One-dimensional parameters, each all-reduced on its own: norm gains (and LayerNorm
-    biases; FFN-only stacks have no norms) and every bias vector."""
+    biases; FFN-only stacks have no norms; QK-norm's two per block) and every bias vector
+    (over the L blocks as a symbol: one compiled structure serves every depth)."""
     ffn = ffn_matrices(model) if model.bias else 0
     if model.ffn_only:
-        return model.n_layers * ffn
-    norms = (2 * model.n_layers + 1) * (1 if model.norm == "rmsnorm" else 2)
+        return L * ffn
+    per_norm = 1 if model.norm == "rmsnorm" else 2
+    norms = (2 * L + 1) * per_norm + (2 * L * per_norm if model.qk_norm else 0)
     qkv = 3 if model.bias or model.qkv_bias else 0
     out = 1 if model.bias else 0
-    return norms + model.n_layers * (ffn + qkv + out)
+    return norms + L * (ffn + qkv + out)

@@ -14,9 +14,14 @@ residual adds (an estimate: compilers choose their regions). Units: kernels.
 
 from __future__ import annotations
 
+from typing import Any
+
+import sympy as sp
+
 from costmodel.single.params import block_matmuls, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, Precision
 from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.symbols import E_r, E_s, H, K, at_least_one, k_r, more_than_one, values_for
 
 STAT = 4  # norm statistics are fp32
 
@@ -32,6 +37,14 @@ _ROPE_OPS = 10
 # probabilities they take, the scale, the mask fill, the softmax; backward four batched
 # matmuls, the same copies, the softmax's and the mask's gradients, the scale
 _NAIVE_CORE = (9, 11)
+
+
+def counted(kernels: tuple[Any, Any], model: ModelSpec) -> tuple[int, int]:
+    """(forward, backward) kernel counts of ``model`` from :func:`layer_kernels`' or
+    :func:`model_kernels`' expressions (which hold the sizes they depend on as symbols, so
+    that a structure compiled once counts every size)."""
+    values = values_for(model)
+    return tuple(int(k.subs(values)) if isinstance(k, sp.Basic) else k for k in kernels)
 
 
 def _differ(a: int, b: int) -> int:
@@ -57,7 +70,7 @@ def _core(model: ModelSpec, train: TrainSpec) -> tuple[int, int]:
     if train.attention == "flash":
         return 1, 1
     drop = int(train.dropout > 0)
-    grouped = 2 * int(model.n_kv_heads != model.n_heads)
+    grouped = 2 * more_than_one(H / K)  # grouped query heads: K and V repeated
     return _NAIVE_CORE[0] + drop, _NAIVE_CORE[1] + drop + grouped
 
 
@@ -96,10 +109,11 @@ def _moe_ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
     """
     cast, wide = _differ(prec.param, prec.activation), 2 * _differ(prec.activation, STAT)
     ffn = _ffn(model, prec)
-    fwd = 5 + cast + wide + (ffn[0] if model.n_shared_experts else 1)
-    single = int(model.experts_per_token == 1)  # nothing to sum for the denominator
-    bwd = 11 - single + cast + wide + (ffn[1] + 1 if model.n_shared_experts else 0)
-    return fwd + model.n_experts * (6 + ffn[0]), bwd + model.n_experts * (10 + ffn[1])
+    shared = at_least_one(E_s)  # counts are sizes' symbols: one structure serves every size
+    fwd = 5 + cast + wide + shared * ffn[0] + (1 - shared)
+    single = 1 - more_than_one(k_r)  # k = 1: nothing to sum for the denominator
+    bwd = 11 - single + cast + wide + shared * (ffn[1] + 1)
+    return fwd + E_r * (6 + ffn[0]), bwd + E_r * (10 + ffn[1])
 
 
 def layer_kernels(
@@ -167,7 +181,7 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, in
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
     if moe:
         mats = 3 if model.ffn == "swiglu" else 2
-        shared = int(model.n_shared_experts > 0)
+        shared = at_least_one(E_s)
         fwd += 4 + shared * (mats + 1)
         bwd += 2 + 4 + shared * (2 * mats + 1)
     again = {"full": fwd - 2, "selective": 0 if model.ffn_only else 1}.get(train.recompute, 0)

@@ -122,7 +122,7 @@ def elementwise_bandwidth(device: torch.device, nbytes: int) -> tuple[float, flo
 def dispatch_seconds(device: torch.device) -> float:
     """Host seconds per dispatched kernel (module docstring)."""
     from costmodel import ModelSpec, TrainSpec
-    from costmodel.single.kernels import layer_kernels, model_kernels
+    from costmodel.single.kernels import counted, layer_kernels, model_kernels
     from validate.reference.model import TransformerLM, make_batch
 
     spec = ModelSpec(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_positions=8)
@@ -133,8 +133,8 @@ def dispatch_seconds(device: torch.device) -> float:
     def step() -> None:
         model(batch).backward()
 
-    kernels = sum(spec.n_layers * n + k for n, k in zip(
-        layer_kernels(spec, train, 4), model_kernels(spec, train, 4), strict=True))  # fmt: skip
+    layer, outside = (counted(k(spec, train, 4), spec) for k in (layer_kernels, model_kernels))
+    kernels = sum(spec.n_layers * n + k for n, k in zip(layer, outside, strict=True))
     return min(time_call(step, device) for _ in range(3)) / kernels
 
 
