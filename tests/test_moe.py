@@ -43,6 +43,12 @@ CASES = {
     "selective": (SMALL, {"recompute": "selective"}),
     "dropout": (SMALL, NAIVE_DROP),
     "dropout-full": (SMALL, {**NAIVE_DROP, "recompute": "full"}),
+    "qwen2-moe": (SMALL.replace(shared_expert_gate=True, moe_renormalize=False), {}),
+    "gated-top-1-fp32": (
+        SMALL.replace(shared_expert_gate=True, experts_per_token=1),
+        {"precision": "fp32"},
+    ),
+    "unnormalised-full": (SMALL.replace(moe_renormalize=False), {"recompute": "full"}),
 }
 
 
@@ -93,12 +99,17 @@ def _traffic(spec: ModelSpec, precision: str, seq: int) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16"])
-@pytest.mark.parametrize("moe", [SMALL, SMALL.replace(experts_per_token=1, ffn="gelu")])
+@pytest.mark.parametrize("moe", [
+    SMALL, SMALL.replace(experts_per_token=1, ffn="gelu"),
+    SMALL.replace(shared_expert_gate=True, moe_renormalize=False),
+    SMALL.replace(shared_expert_gate=True, experts_per_token=1),
+])  # fmt: skip
 def test_eager_bytes_of_an_moe_block(precision, moe):
     """Per token, an MoE block's elementwise bytes over a dense block's, from one-block
     models at two lengths (what the embedding, head and loss move cancels out)."""
     moe = moe.replace(n_layers=1, dense_layers=0)
-    dense = moe.replace(n_experts=0, experts_per_token=0, n_shared_experts=0)
+    dense = moe.replace(n_experts=0, experts_per_token=0, n_shared_experts=0,
+                        shared_expert_gate=False, moe_renormalize=True)  # fmt: skip
     counts = {(m.moe, t): _traffic(m, precision, t) for m in (moe, dense) for t in (32, 64)}
     measured = [((counts[True, 64][i] - counts[False, 64][i])
                  - (counts[True, 32][i] - counts[False, 32][i])) / 32 for i in (0, 1)]  # fmt: skip
@@ -144,8 +155,8 @@ def test_hf_configs_import_exactly():
     assert no_shared.n_shared_experts == 0
     with pytest.raises(ValueError, match="moe_layer_freq must be 1"):
         model_from_hf_dict({**deepseek, "moe_layer_freq": 2})
-    with pytest.raises(ValueError, match="'qwen2_moe' is not modelled"):
-        model_from_hf_dict({**mixtral, "model_type": "qwen2_moe"})
+    with pytest.raises(ValueError, match="'deepseek_v3' is not modelled"):  # latent attention
+        model_from_hf_dict({**mixtral, "model_type": "deepseek_v3"})
     with pytest.raises(SpecError, match=r"experts_per_token must be in 1\.\.n_experts = 8"):
         model_from_hf_dict({**mixtral, "num_experts_per_tok": 9})
 

@@ -1,5 +1,5 @@
 """Read a local Hugging Face ``config.json`` into a ModelSpec (llama, mistral, qwen2, qwen3,
-gpt2; mixtral, deepseek and qwen3_moe mixtures of experts)."""
+gpt2; mixtral, deepseek, qwen2_moe and qwen3_moe mixtures of experts)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
 
 MAX_BYTES = 16 * 2**20
 """A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
-_MOE_KINDS = ("mixtral", "deepseek", "qwen3_moe")
+_MOE_KINDS = ("mixtral", "deepseek", "qwen2_moe", "qwen3_moe")
 """Mixture-of-experts architectures whose every parameter the ModelSpec fields describe
-(DeepSeek-V2/V3's latent attention and Qwen2-MoE's shared-expert gate are not ModelSpec
-fields yet)."""
+(DeepSeek-V2/V3's latent attention is not a ModelSpec field yet)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
              "moe_intermediate_size")  # fmt: skip
 
@@ -140,7 +139,7 @@ def _llama_like(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
         "d_ff": _count(cfg, "intermediate_size", path),
         "ffn": _activation(cfg, "hidden_act", _GATED_ACT, path),
         "norm": "rmsnorm",
-        "qkv_bias": _flag(cfg, "attention_bias", False, path) or kind == "qwen2",
+        "qkv_bias": _flag(cfg, "attention_bias", False, path) or kind in ("qwen2", "qwen2_moe"),
         "qk_norm": kind in _QK_NORM,
         "tied": _flag(cfg, "tie_word_embeddings", False, path),
         "pos": "rope",
@@ -156,8 +155,8 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
         return {"n_experts": _count(cfg, "num_local_experts", path),
                 "experts_per_token": _count(cfg, "num_experts_per_tok", path),
                 "d_ff_expert": _count(cfg, "intermediate_size", path)}  # fmt: skip
-    if kind == "qwen3_moe":
-        return _qwen3_moe(cfg, path)
+    if kind in ("qwen2_moe", "qwen3_moe"):
+        return _qwen_moe(cfg, kind, path)
     if kind != "deepseek":
         return {}
     if _count(cfg, "moe_layer_freq", path, default=1) != 1:
@@ -172,18 +171,28 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
             "dense_layers": _none_or_more(cfg, "first_k_dense_replace", path)}  # fmt: skip
 
 
-def _qwen3_moe(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Qwen3-MoE: every block's FFN num_experts experts of width moe_intermediate_size,
-    top-k renormalised (Qwen Team 2025, Qwen3 Technical Report, Sec. 2); no shared ones."""
-    if not _flag(cfg, "norm_topk_prob", True, path):
-        raise ValueError(f"{path}: norm_topk_prob must be true (top-k weights renormalised to "
-                         "1); unnormalised weights are not modelled")  # fmt: skip
+def _qwen_moe(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
+    """Qwen-MoE: every block's FFN num_experts experts of width moe_intermediate_size, the
+    top-k weights renormalised where norm_topk_prob says (false by default, as the HF
+    config classes); Qwen2-MoE adds shared experts of shared_expert_intermediate_size,
+    scaled by a sigmoid gate (Qwen Team 2024, "Qwen1.5-MoE"; Qwen3 Technical Report, Sec. 2:
+    Qwen3-MoE has none)."""
     if _count(cfg, "decoder_sparse_step", path, default=1) != 1 or cfg.get("mlp_only_layers"):
         raise ValueError(f"{path}: every block must be an MoE block (decoder_sparse_step 1, "
                          "no mlp_only_layers); dense ones between are not modelled")  # fmt: skip
-    return {"n_experts": _count(cfg, "num_experts", path),
-            "experts_per_token": _count(cfg, "num_experts_per_tok", path),
-            "d_ff_expert": _count(cfg, "moe_intermediate_size", path)}  # fmt: skip
+    width = _count(cfg, "moe_intermediate_size", path)
+    out = {"n_experts": _count(cfg, "num_experts", path),
+           "experts_per_token": _count(cfg, "num_experts_per_tok", path),
+           "d_ff_expert": width,
+           "moe_renormalize": _flag(cfg, "norm_topk_prob", False, path)}  # fmt: skip
+    if kind == "qwen2_moe":
+        shared = _none_or_more(cfg, "shared_expert_intermediate_size", path)
+        if shared % width:
+            raise ValueError(f"{path}: shared_expert_intermediate_size ({shared}) must be a "
+                             f"multiple of moe_intermediate_size ({width}): the shared "
+                             "experts are costed as whole experts")  # fmt: skip
+        out.update(n_shared_experts=shared // width, shared_expert_gate=shared > 0)
+    return out
 
 
 def _none_or_more(cfg: dict[str, Any], key: str, path: Path) -> int:

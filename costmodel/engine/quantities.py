@@ -45,7 +45,8 @@ from costmodel.symbols import (
     price,
 )
 
-MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "tied", "pos", "ffn_only")
+MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "tied", "pos", "ffn_only",
+                   "shared_expert_gate", "moe_renormalize")  # fmt: skip
 TRAIN_STRUCTURE = (
     "finetune",
     "lora_targets",
@@ -157,7 +158,7 @@ def compiled(structure: tuple) -> Compiled:
     t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 1 : -1], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
     if moe:
-        sizes = {**sizes, **_PLACEHOLDER_MOE}
+        sizes = {**sizes, **_PLACEHOLDER_MOE, "n_shared_experts": int(m_kw["shared_expert_gate"])}
     parallel = None
     if structure[-1] is not None:
         feats = dict(zip(PARALLEL_STRUCTURE, structure[-1], strict=True))

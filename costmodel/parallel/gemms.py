@@ -76,8 +76,9 @@ def moe_gemms(model: ModelSpec) -> dict[str, list[Gemm]]:
     up = ffn_matrices(model) - 1
     shared = at_least_one(E_s)
     rows, experts = k_r * N_ep / E_r * busiest_experts(), E_r / N_ep
+    gate = [(sp.Integer(1), D, sp.Integer(1), sp.Integer(1))] if model.shared_expert_gate else []
     return {
-        "router": [(sp.Integer(1), D, E_r, sp.Integer(1))],
+        "router": [(sp.Integer(1), D, E_r, sp.Integer(1)), *gate],
         "experts": [(rows, D, F_e, up * experts), (rows, F_e, D, experts)],
         "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, 1)],
     }

@@ -87,7 +87,8 @@ def _moe(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     """An MoE FFN as the reference model runs it (``validate/reference/moe.py``), per token.
 
     Router: the logits' fp32 cast, softmax (8E), top-k (reads 4E, writes k values and int64
-    indices), the renormalisation's sum and division, the weights' cast; backward the
+    indices), the renormalisation's sum and division (where it renormalises), the weights'
+    cast; backward the
     softmax's (12E), top-k's scatter into zeros, the division's five ops and sum, and the
     add of the two paths. Every expert reads whole per-token tensors each step: its mask
     compares all the indices (9k), nonzero reads the mask (k), the gathers read all the
@@ -102,17 +103,23 @@ def _moe(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     act_f, act_b = _ffn(model, a)
     swiglu = 3 * a * D if model.ffn == "swiglu" else 0  # gate and up share their input
     shared = at_least_one(E_s)
-    fwd = c * E_r + 8 * E_r + 4 * E_r + 12 * k_r + 4 * k_r + 4 + 8 * k_r + 4 + c * k_r
+    renorm = int(model.moe_renormalize)
+    fwd = c * E_r + 8 * E_r + 4 * E_r + 12 * k_r + (4 * k_r + 4 + 8 * k_r + 4) * renorm + c * k_r
     fwd += E_r * (9 * k_r + k_r + a * D + a * k_r + 2 * a * D)
     pair = 16 + (8 + a * D) + (16 + a) + (2 * a * D + a) + (8 + a * D)
     fwd += k_r * (pair + act_f.subs(F, F_e)) + shared * act_f.subs(F, E_s * F_e)
     div = 48 * k_r + 16 - (4 * k_r + 4) * (1 - more_than_one(k_r))  # k = 1: no sum
-    bwd = c * E_r + 12 * E_r + 8 * E_r + 12 * k_r + div + 12 * k_r + c * k_r
+    bwd = c * E_r + 12 * E_r + 8 * E_r + 12 * k_r + (div + 12 * k_r) * renorm + c * k_r
     bwd += E_r * (a * D + 2 * a * D + 2 * a * k_r) + (E_r + shared) * 3 * a * D
     bwd += (E_r - 1) * 3 * a * k_r
     pair = (8 + a * D) + (2 * a * D + a) + 3 * a * D + (a * D + a) + (8 + a * D) + (16 + a)
     bwd += k_r * (pair + act_b.subs(F, F_e) + swiglu)
     bwd += shared * (act_b.subs(F, E_s * F_e) + swiglu)
+    if model.shared_expert_gate:  # sigmoid and the product (the gate's (n, 1) operand per
+        # token); backward the product's two gradients, the gate's sum over D, sigmoid's,
+        # and the add of the input's gradient from the gate's matmul
+        fwd += 2 * a + 2 * a * D + a
+        bwd += (2 * a * D + a) + 3 * a * D + (a * D + a) + 3 * a + 3 * a * D
     return fwd, bwd
 
 

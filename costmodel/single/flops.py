@@ -26,9 +26,10 @@ from costmodel.single.params import (
     non_embedding_params,
     op_level_recomputed,
     param_breakdown,
+    router_width,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, E_r, E_s, F, F_e, H, K, L, T, V, d_h, k_r, r_a
+from costmodel.symbols import B, D, E_s, F, F_e, H, K, L, T, V, d_h, k_r, r_a
 
 MOE_OPS = ("router", "experts", "shared_experts")
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn", *MOE_OPS)
@@ -52,7 +53,7 @@ def forward_flops_by_op(model: ModelSpec, train: TrainSpec | None = None) -> dic
     ops["ffn"] = dense_ffn_layers(model) * mats * 2 * tokens * D * F
     if model.moe:  # each token: the router, its k routed experts and the shared ones
         n = moe_layers(model)
-        ops["router"] = n * 2 * tokens * D * E_r
+        ops["router"] = n * 2 * tokens * D * router_width(model)
         ops["experts"] = n * k_r * mats * 2 * tokens * D * F_e
         ops["shared_experts"] = n * E_s * mats * 2 * tokens * D * F_e
     if not model.ffn_only:

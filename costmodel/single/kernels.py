@@ -97,9 +97,10 @@ def _moe_ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
     """(forward, backward) of an MoE FFN (``validate/reference/moe.py``).
 
     Router: its matmul and weight cast, the logits' fp32 cast, softmax, top-k, the sum and
-    division of the renormalisation, the weights' cast; backward the matmul's two
-    gradients, softmax's, top-k's scatter into zeros, and the division's (three divisions,
-    a negation, a product and, for k > 1, a sum to the denominator's shape). Shared
+    division of the renormalisation (where it renormalises), the weights' cast; backward
+    the matmul's two gradients, softmax's, top-k's scatter into zeros, and the division's
+    (three divisions, a negation, a product and, for k > 1, a sum to the denominator's
+    shape, and the add of its two paths). A shared gate (Qwen2-MoE) as its comment says. Shared
     experts: one FFN (their gradient added into the input's), or the zeros the routed
     outputs are added into. Each routed expert, every step: the mask, its nonzero, the
     gathers of its tokens and weights, its FFN, the weighting product and the index_add;
@@ -110,9 +111,13 @@ def _moe_ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
     cast, wide = _differ(prec.param, prec.activation), 2 * _differ(prec.activation, STAT)
     ffn = _ffn(model, prec)
     shared = at_least_one(E_s)  # counts are sizes' symbols: one structure serves every size
-    fwd = 5 + cast + wide + shared * ffn[0] + (1 - shared)
-    single = 1 - more_than_one(k_r)  # k = 1: nothing to sum for the denominator
-    bwd = 11 - single + cast + wide + shared * (ffn[1] + 1)
+    fwd = 3 + cast + wide + shared * ffn[0] + (1 - shared)
+    bwd = 4 + cast + wide + shared * (ffn[1] + 1)
+    if model.moe_renormalize:  # sum and division; backward the division's, for k = 1
+        fwd, bwd = fwd + 2, bwd + 6 + more_than_one(k_r)  # no sum, and the paths' add
+    if model.shared_expert_gate:  # its matmul, sigmoid and product; backward the matmul's
+        # two gradients, the product's two and a sum over D, the sigmoid's, the input's add
+        fwd, bwd = fwd + 3 + cast, bwd + 7 + cast
     return fwd + E_r * (6 + ffn[0]), bwd + E_r * (10 + ffn[1])
 
 

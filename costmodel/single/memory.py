@@ -144,15 +144,20 @@ def _moe_saved(model: ModelSpec, act: int, mm: int) -> tuple[sp.Expr, sp.Expr, s
     """Per token, what one MoE FFN keeps besides its input (``validate/reference/moe.py``),
     as (beside the token, beside its routed pairs, at its experts): beside the token, the
     fp32 router probabilities (softmax output), the top-k indices (int64) and the top-k
-    probabilities with their sum (the renormalisation's operands, fp32) and the shared
-    experts' hidden activations; per routed token-expert pair its token and slot indices
+    probabilities with their sum (the renormalisation's operands, fp32, where it
+    renormalises) and the shared experts' hidden activations (and, gated, the gate's
+    sigmoid and the output it scales); per routed token-expert pair its token and slot indices
     (int64), the expert's output and its weight (the weighting product's operands) and the
     weighted output (``index_add`` keeps its source, whose shape its backward names); at
     the experts, per routed pair its gathered input (the expert's matmul input) and the
     expert's hidden activations. Under expert parallelism the third part is on the rank
     holding the expert, and a pair its capacity drops keeps neither of the last two."""
-    router = STAT_BYTES * E_r + INDEX_BYTES * k_r + STAT_BYTES * (k_r + 1)
+    router = STAT_BYTES * E_r + INDEX_BYTES * k_r
+    if model.moe_renormalize:  # the division's operands: the top-k values and their sum
+        router += STAT_BYTES * (k_r + 1)
     shared = _ffn_hidden(model, act, mm, E_s * F_e)
+    if model.shared_expert_gate:  # the sigmoid's output and what it scales
+        shared += act + act * D
     beside = 2 * INDEX_BYTES + 2 * act * D + act
     at_expert = mm * D + _ffn_hidden(model, act, mm, F_e)
     return router + shared, k_r * beside, k_r * at_expert

@@ -88,15 +88,22 @@ def top_ffn_width(model: ModelSpec) -> sp.Expr:
     return sp.Max(E_s * F_e, k_r * F_e / E_r, evaluate=False)
 
 
+def router_width(model: ModelSpec) -> sp.Expr:
+    """Outputs of an MoE block's gating matmuls over D: the router's E scores, and the
+    shared experts' sigmoid gate (Qwen2-MoE)."""
+    return E_r + (1 if model.shared_expert_gate else 0)
+
+
 def moe_params(model: ModelSpec) -> dict[str, sp.Expr]:
-    """An MoE model's router (a bias-free D x E linear), routed experts (E FFNs of width
-    F_e) and shared experts (run as one FFN of width E_s·F_e), summed over its MoE blocks
-    (Shazeer et al. 2017; Jiang et al. 2024, Mixtral; Dai et al. 2024, DeepSeekMoE)."""
+    """An MoE model's router (a bias-free D x E linear, with the shared experts' D x 1 gate
+    where they have one), routed experts (E FFNs of width F_e) and shared experts (run as
+    one FFN of width E_s·F_e), summed over its MoE blocks (Shazeer et al. 2017; Jiang et
+    al. 2024, Mixtral; Dai et al. 2024, DeepSeekMoE; Qwen Team 2024, Qwen1.5-MoE)."""
     if not model.moe:
         return {}
     n = moe_layers(model)
     return {
-        "router": n * D * E_r,
+        "router": n * D * router_width(model),
         "experts": n * E_r * ffn_params(model, F_e),
         "shared_experts": n * ffn_params(model, E_s * F_e) * at_least_one(E_s),
     }
@@ -147,7 +154,7 @@ def matmul_weight_params(model: ModelSpec) -> sp.Expr:
     mats = ffn_matrices(model)
     total = dense_ffn_layers(model) * mats * D * F
     if model.moe:
-        total += moe_layers(model) * (D * E_r + mats * D * F_e * (E_r + E_s))
+        total += moe_layers(model) * (D * router_width(model) + mats * D * F_e * (E_r + E_s))
     if not model.ffn_only:
         total += L * (2 * D * H * d_h + 2 * D * K * d_h) + V * D
     return total
@@ -162,7 +169,7 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
     out: list[tuple[sp.Expr, sp.Expr]] = [(dense * (mats - 1), D * F), (dense, F * D)]
     if model.moe:
         n = moe_layers(model)
-        out += [(n, D * E_r), (n * E_r * (mats - 1), D * F_e), (n * E_r, F_e * D),
+        out += [(n, D * router_width(model)), (n * E_r * (mats - 1), D * F_e), (n * E_r, F_e * D),
                 (n * (mats - 1), D * E_s * F_e), (n, E_s * F_e * D)]  # fmt: skip
     if model.ffn_only:
         return out
@@ -199,7 +206,7 @@ def stacked_blocks(model: ModelSpec, layers: sp.Expr, moe: sp.Expr) -> tuple[sp.
     attention = sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), sp.Integer(0))
     attention = attention / L
     mats = ffn_matrices(model)
-    moe_mm = D * E_r + mats * D * F_e * (E_r + E_s) + _block_matmuls(model, 0)
+    moe_mm = D * router_width(model) + mats * D * F_e * (E_r + E_s) + _block_matmuls(model, 0)
     params = layers * attention + (layers - moe) * ffn_params(model, F)
     params += moe * sum(moe_params(model).values()) / moe_layers(model)  # (L - L_d) per block
     return params, (layers - moe) * _block_matmuls(model, F) + moe * moe_mm

@@ -223,6 +223,13 @@ class ModelSpec:
     dense_layers: int = 0
     """Leading blocks whose FFN is dense, of width ``d_ff`` (DeepSeek-V3's
     ``first_k_dense_replace``)."""
+    shared_expert_gate: bool = False
+    """The shared experts' output scaled per token by a sigmoid gate, a bias-free D -> 1
+    linear (Qwen2-MoE's ``shared_expert_gate``)."""
+    moe_renormalize: bool = True
+    """Each token's top-k router probabilities renormalised to sum to 1 (Mixtral,
+    DeepSeekMoE, Qwen3-MoE's ``norm_topk_prob``); false weights the experts by the
+    softmax's own values (Qwen2-MoE)."""
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -249,10 +256,16 @@ class ModelSpec:
         top-k within the experts and the dense leading layers fewer than all."""
         for name in ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers"):
             checks.integer(name, getattr(self, name), minimum=0)
+        checks.flag("shared_expert_gate", self.shared_expert_gate)
+        checks.flag("moe_renormalize", self.moe_renormalize)
+        if self.shared_expert_gate and not self.n_shared_experts:
+            raise SpecError("shared_expert_gate", "shared_expert_gate needs n_shared_experts >= 1")
         if not self.n_experts:
             for name in ("experts_per_token", "n_shared_experts", "dense_layers"):
                 if getattr(self, name):
                     raise SpecError(name, f"{name} needs n_experts >= 1 (got n_experts 0)")
+            if not self.moe_renormalize:
+                raise SpecError("moe_renormalize", "moe_renormalize=false needs n_experts >= 1")
             return
         if self.d_ff_expert is None:
             object.__setattr__(self, "d_ff_expert", self.d_ff)

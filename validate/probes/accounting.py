@@ -37,6 +37,7 @@ _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); fir
     (".attn.v.", "attn_v"),
     (".attn.o.", "attn_o"),
     (".ffn.router.", "router"),
+    (".ffn.shared_gate.", "router"),
     (".ffn.experts.", "experts"),
     (".ffn.shared.", "shared_experts"),
     (".ffn.", "ffn"),
@@ -142,7 +143,8 @@ def count_params(model: torch.nn.Module) -> dict[str, int]:
 
 def _op_group(module: str) -> str | None:
     """costmodel's op for a module path (an MoE FFN's router, routed and shared experts)."""
-    for part, group in ((".ffn.router", "router"), (".ffn.experts.", "experts"),
+    for part, group in ((".ffn.router", "router"), (".ffn.shared_gate", "router"),
+                        (".ffn.experts.", "experts"),
                         (".ffn.shared.", "shared_experts")):  # fmt: skip
         if part in module and (group == "router" or module[-3:] in (".w1", ".w2", ".w3")):
             return group

@@ -1,6 +1,8 @@
-"""Qwen3: QK-norm (``ModelSpec.qk_norm``), the dense and MoE presets against their published
-sizes, and their Hugging Face configs. Exactness against torch's counters runs in
-``test_accounting`` (every preset), ``test_kernels`` and ``test_traffic``."""
+"""Qwen: Qwen3's QK-norm (``ModelSpec.qk_norm``), Qwen2-MoE's gated shared experts and
+unnormalised top-k weights (``shared_expert_gate``, ``moe_renormalize``), the presets
+against their published sizes, and their Hugging Face configs. Exactness against torch's
+counters runs in ``test_accounting`` (every preset), ``test_moe`` (kernels, traffic, real
+routing), ``test_kernels`` and ``test_traffic``."""
 
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ QWEN3_30B_A3B = {
     "num_key_value_heads": 4, "intermediate_size": 6144, "num_experts": 128,
     "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True,
     "decoder_sparse_step": 1, "mlp_only_layers": [],
+}  # fmt: skip
+# Qwen/Qwen1.5-MoE-A2.7B config.json
+QWEN15_MOE = {
+    "model_type": "qwen2_moe", "vocab_size": 151936, "hidden_size": 2048,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "intermediate_size": 5632, "hidden_act": "silu", "tie_word_embeddings": False,
+    "max_position_embeddings": 8192, "num_experts": 60, "num_experts_per_tok": 4,
+    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
 }  # fmt: skip
 
 
@@ -63,20 +74,50 @@ def test_qk_norm_splits_over_tensor_parallel_heads():
 
 
 def test_hf_configs_equal_the_presets():
-    assert model_from_hf_dict(QWEN3_8B).replace(name="qwen3-8b") == get_model("qwen3-8b")
-    moe = model_from_hf_dict(QWEN3_30B_A3B).replace(name="qwen3-30b-a3b")
-    assert moe == get_model("qwen3-30b-a3b")
+    for cfg, name in ((QWEN3_8B, "qwen3-8b"), (QWEN3_30B_A3B, "qwen3-30b-a3b"),
+                      (QWEN15_MOE, "qwen1.5-moe-a2.7b")):  # fmt: skip
+        assert model_from_hf_dict(cfg).replace(name=name) == get_model(name)
+    unnormalised = model_from_hf_dict({**QWEN3_30B_A3B, "norm_topk_prob": False})
+    assert not unnormalised.moe_renormalize and not unnormalised.shared_expert_gate
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    ({"norm_topk_prob": False}, "norm_topk_prob must be true"),
-    ({"decoder_sparse_step": 2}, "every block must be an MoE block"),
-    ({"mlp_only_layers": [0]}, "every block must be an MoE block"),
-    ({"model_type": "qwen2_moe"}, "'qwen2_moe' is not modelled"),
+def test_qwen15_moe_published_sizes():
+    """Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated" (Qwen blog)."""
+    est = estimate(get_model("qwen1.5-moe-a2.7b"), TrainSpec())
+    assert round(est["params.total"] / 1e9, 1) == 14.3
+    assert round(est["params.active"] / 1e9, 1) == 2.7
+
+
+def test_shared_gate_and_unnormalised_weights_by_hand():
+    """The gate: a D-wide weight per MoE block, 2·D FLOPs per token, and kept for backward
+    its sigmoid and the shared output it scales (a + a·D bytes per token); unnormalised
+    top-k weights keep neither the k fp32 values nor their sum (4k + 4 bytes per token)."""
+    model = get_model("qwen1.5-moe-a2.7b")
+    plain = model.replace(shared_expert_gate=False, moe_renormalize=True)
+    train = TrainSpec(batch=2, seq=256)
+    qwen, other = estimate(model, train), estimate(plain, train)
+    tokens, D, k = 2 * 256, 2048, 4
+    assert qwen["params.router"] - other["params.router"] == 24 * D
+    assert qwen["flops.forward_by_op.router"] - other["flops.forward_by_op.router"] == (
+        24 * 2 * tokens * D)  # fmt: skip
+    gate, renorm = 24 * tokens * (2 + 2 * D), 24 * tokens * (4 * k + 4)
+    assert qwen["memory_bytes.activations"] - other["memory_bytes.activations"] == gate - renorm
+
+
+@pytest.mark.parametrize(("cfg", "change", "words"), [
+    (QWEN3_30B_A3B, {"decoder_sparse_step": 2}, "every block must be an MoE block"),
+    (QWEN3_30B_A3B, {"mlp_only_layers": [0]}, "every block must be an MoE block"),
+    (QWEN15_MOE, {"shared_expert_intermediate_size": 5000}, "must be a multiple of"),
 ])  # fmt: skip
-def test_qwen_moe_configs_not_modelled_are_refused(change, words):
+def test_qwen_moe_configs_not_modelled_are_refused(cfg, change, words):
     with pytest.raises(ValueError, match=words):
-        model_from_hf_dict({**QWEN3_30B_A3B, **change})
+        model_from_hf_dict({**cfg, **change})
+
+
+def test_shared_gate_needs_shared_experts():
+    with pytest.raises(SpecError, match="needs n_shared_experts") as err:
+        get_model("mixtral-8x7b", shared_expert_gate=True)
+    assert err.value.field == "shared_expert_gate"
 
 
 def test_qk_norm_needs_attention():
