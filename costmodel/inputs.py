@@ -161,7 +161,7 @@ def build(
     spec = build_model(values, model)
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
     check_positions(spec.pos, train.seq, spec.max_positions)
-    moe_train_rule(spec, train.recompute)
+    moe_train_rule(spec, train.recompute, train.elementwise)
     finetune_rules(spec, train)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     for key, value in (("token_budget", budget), ("price_per_hour", price)):

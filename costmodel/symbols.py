@@ -23,8 +23,13 @@ d_h = sp.Symbol("d_h", **_INT)
 _COUNT = {"integer": True, "nonnegative": True}
 E_r, k_r, E_s, L_d = sp.symbols("E k E_s L_d", **_COUNT)
 F_e = sp.Symbol("F_e", **_INT)
+# multi-head latent attention: the query's and the keys' and values' latent widths (0
+# without), each head's RoPE width (0 without) and value width
+r_q, r_kv, d_r = sp.symbols("r_q r_kv d_r", **_COUNT)
+d_v = sp.Symbol("d_v", **_INT)
 
-MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e)
+MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e,
+                                        r_q, r_kv, d_r, d_v)  # fmt: skip
 TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a)
 ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
@@ -42,6 +47,10 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     E_s: "shared experts per MoE layer",
     L_d: "dense leading layers of an MoE model",
     F_e: "one expert's FFN width",
+    r_q: "MLA query latent width (q_lora_rank)",
+    r_kv: "MLA key/value latent width (kv_lora_rank)",
+    d_r: "MLA RoPE width per head",
+    d_v: "value width per head",
     B: "sequences per optimizer step",
     b: "sequences per micro-batch",
     T: "sequence length (tokens)",
@@ -93,6 +102,10 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         E_s: model.n_shared_experts,
         L_d: model.dense_layers,
         F_e: model.d_ff_expert or model.d_ff,
+        r_q: model.q_lora_rank,
+        r_kv: model.kv_lora_rank,
+        d_r: model.rope_head_dim,
+        d_v: model.v_head_dim or model.head_dim,
     }
     if train is not None:
         values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq,

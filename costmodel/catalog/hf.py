@@ -1,5 +1,6 @@
 """Read a local Hugging Face ``config.json`` into a ModelSpec (llama, mistral, qwen2, qwen3,
-gpt2; mixtral, deepseek, qwen2_moe and qwen3_moe mixtures of experts)."""
+gpt2; mixtral, deepseek, deepseek_v2, deepseek_v3, qwen2_moe and qwen3_moe mixtures of
+experts)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
 
 MAX_BYTES = 16 * 2**20
 """A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
-_MOE_KINDS = ("mixtral", "deepseek", "qwen2_moe", "qwen3_moe")
-"""Mixture-of-experts architectures whose every parameter the ModelSpec fields describe
-(DeepSeek-V2/V3's latent attention is not a ModelSpec field yet)."""
+_MOE_KINDS = ("mixtral", "deepseek", "deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe")
+"""Mixture-of-experts architectures whose every parameter the ModelSpec fields describe."""
+_LATENT = ("deepseek_v2", "deepseek_v3")  # multi-head latent attention
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
              "moe_intermediate_size")  # fmt: skip
 
@@ -121,7 +122,10 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
             max_positions=_count(cfg, "n_positions", path),
         )
     if kind in _LLAMA_LIKE or kind in _MOE_KINDS:
-        return ModelSpec(name=name, **_llama_like(cfg, kind, path), **_experts(cfg, kind, path))
+        fields = {**_llama_like(cfg, kind, path), **_experts(cfg, kind, path)}
+        if kind in _LATENT:
+            fields.update(_latent(cfg, path))
+        return ModelSpec(name=name, **fields)
     kinds = ", ".join(sorted({*_LLAMA_LIKE, *_MOE_KINDS}))
     raise ValueError(f"{path}: model_type must be one of gpt2, {kinds} (got {kind!r})")
 
@@ -157,7 +161,7 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
                 "d_ff_expert": _count(cfg, "intermediate_size", path)}  # fmt: skip
     if kind in ("qwen2_moe", "qwen3_moe"):
         return _qwen_moe(cfg, kind, path)
-    if kind != "deepseek":
+    if kind not in ("deepseek", *_LATENT):
         return {}
     if _count(cfg, "moe_layer_freq", path, default=1) != 1:
         raise ValueError(
@@ -168,7 +172,23 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
             "experts_per_token": _count(cfg, "num_experts_per_tok", path),
             "d_ff_expert": _count(cfg, "moe_intermediate_size", path),
             "n_shared_experts": _none_or_more(cfg, "n_shared_experts", path),
-            "dense_layers": _none_or_more(cfg, "first_k_dense_replace", path)}  # fmt: skip
+            "dense_layers": _none_or_more(cfg, "first_k_dense_replace", path),
+            # renormalised top-k: DeepSeekMoE always; V2 and V3 where norm_topk_prob says
+            "moe_renormalize": kind == "deepseek" or _flag(
+                cfg, "norm_topk_prob", kind == "deepseek_v3", path)}  # fmt: skip
+
+
+def _latent(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """DeepSeek-V2/V3's multi-head latent attention (DeepSeek-V2, Sec. 2.1): head_dim is
+    qk_nope_head_dim; q_lora_rank null is a full-rank query. DeepSeek-V3's router scores
+    with a sigmoid over group-limited top-k (its Sec. 2.1.2); costmodel's router is a
+    softmax top-k of the same parameters and FLOPs, its per-token bytes a few scalars
+    apart. Its multi-token-prediction module (num_nextn_predict_layers) is not counted."""
+    return {"kv_lora_rank": _count(cfg, "kv_lora_rank", path),
+            "q_lora_rank": _none_or_more(cfg, "q_lora_rank", path),
+            "rope_head_dim": _count(cfg, "qk_rope_head_dim", path),
+            "head_dim": _count(cfg, "qk_nope_head_dim", path),
+            "v_head_dim": _count(cfg, "v_head_dim", path)}  # fmt: skip
 
 
 def _qwen_moe(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:

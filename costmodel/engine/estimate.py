@@ -120,7 +120,7 @@ def estimate(
     ``price_per_hour`` (per device-hour) ``train_cost``.
     """
     check_positions(model.pos, train.seq, model.max_positions)
-    moe_train_rule(model, train.recompute)
+    moe_train_rule(model, train.recompute, train.elementwise)
     finetune_rules(model, train)
     if parallel is not None:
         parallel.check(model, train)

@@ -72,6 +72,9 @@ def offloadable(model: ModelSpec, train: TrainSpec) -> None:
     if model.moe:  # its blocks differ (dense leading ones) and its FFN op sequence too
         raise SpecError("n_experts", "offload plans are not modelled for mixture-of-experts "
                         "models yet (n_experts must be 0)")  # fmt: skip
+    if model.mla:  # its block's op sequence (latents) is not the one planned
+        raise SpecError("kv_lora_rank", "offload plans are not modelled for MLA yet "
+                        "(kv_lora_rank must be 0)")  # fmt: skip
     if train.finetune != "full":  # its state is per trained parameter, the adapters' apart
         raise SpecError("finetune", "offload plans are modelled for full training "
                         f"(finetune must be full, got {train.finetune})")  # fmt: skip

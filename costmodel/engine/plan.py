@@ -314,7 +314,7 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
         layout_rules(_namespace(cols), model, seq=train.seq, batch=train.batch,
                      grad_accum=cols["grad_accum"])  # fmt: skip
         cp_rule(cols["cp"], train.attention)
-        moe_train_rule(model, cols["recompute"])
+        moe_train_rule(model, cols["recompute"], train.elementwise)
         per_candidate = {**{f.name: getattr(train, f.name) for f in fields(train)},
                          "recompute": cols["recompute"]}  # fmt: skip
         finetune_rules(model, SimpleNamespace(**per_candidate))

@@ -115,7 +115,8 @@ def training_cost(tokens_per_s: sp.Expr) -> dict[str, sp.Expr]:
 def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None) -> tuple:
     """The part of the specs that changes expressions (everything but the sizes)."""
     kinds = (getattr(model, f) for f in MODEL_STRUCTURE)
-    base = (*kinds, model.moe, *(getattr(train, f) for f in TRAIN_STRUCTURE))
+    blocks = (model.moe, model.mla, model.q_lora_rank > 0)  # which matrices a block has
+    base = (*kinds, blocks, *(getattr(train, f) for f in TRAIN_STRUCTURE))
     if parallel is None:
         return (*base, None)
     return (*base, parallel_structure(parallel))
@@ -154,11 +155,13 @@ def compiled(structure: tuple) -> Compiled:
     """Build and lambdify the expressions of one structure (cached per process)."""
     n_model = len(MODEL_STRUCTURE)
     m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
-    moe = structure[n_model]
+    moe, mla, q_lora = structure[n_model]
     t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 1 : -1], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
     if moe:
         sizes = {**sizes, **_PLACEHOLDER_MOE, "n_shared_experts": int(m_kw["shared_expert_gate"])}
+    if mla:
+        sizes = {**sizes, "kv_lora_rank": 4, "rope_head_dim": 2, "q_lora_rank": 4 * q_lora}
     parallel = None
     if structure[-1] is not None:
         feats = dict(zip(PARALLEL_STRUCTURE, structure[-1], strict=True))

@@ -179,8 +179,9 @@ def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
     keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].size > 1]
     if layout:
         keys += [cols["pp"] > 1, cols["pp_interleave"] > 1]
-    if cols["n_experts"].size > 1:  # dense and mixture-of-experts FFNs differ in kind
-        keys.append(cols["n_experts"] > 0)
+    for size in ("n_experts", "kv_lora_rank", "q_lora_rank"):  # a block's matrices differ
+        if cols[size].size > 1:  # in kind with and without experts, MLA, its query rank
+            keys.append(cols[size] > 0)
     codes = np.zeros(int(np.prod(shape)), dtype=np.int64)
     for key in keys:
         inverse, n = factorize(np.broadcast_to(key, shape).ravel())
@@ -237,7 +238,7 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     train_rules(batch=t.batch, grad_accum=t.grad_accum)
     check_positions(m.pos, t.seq, m.max_positions)
     moe_rules(m)
-    moe_train_rule(m, t.recompute)
+    moe_train_rule(m, t.recompute, t.elementwise)
     finetune_rules(m, t)
     p = None
     if par is not None:

@@ -21,7 +21,7 @@ import sympy as sp
 
 from costmodel.parallel.experts import busiest_experts
 from costmodel.single.finetune import adapted, tunes
-from costmodel.single.params import ffn_matrices
+from costmodel.single.params import attention_matrices, ffn_matrices
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import (
     C_eff,
@@ -54,7 +54,11 @@ def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
     """Per-device (k, n2) of each op's matmuls under tensor parallelism Y."""
     up = [(D, F / Y)] * (ffn_matrices(model) - 1)
     shapes = {"ffn": [*up, (F / Y, D)]}
-    if not model.ffn_only:
+    if model.mla:  # its latents (MLA runs without tensor parallelism)
+        for op, fan_in, fan_out in attention_matrices(model):
+            shapes.setdefault(op, []).append((fan_in, fan_out))
+        shapes["lm_head"] = [(D, V / Y)]
+    elif not model.ffn_only:
         shapes.update(
             {
                 "attn_q": [(D, H * d_h / Y)],

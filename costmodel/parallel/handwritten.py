@@ -172,13 +172,15 @@ def fsdp_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
 
 def replicated_tensors(model: ModelSpec) -> sp.Expr:
     """One-dimensional parameters, each all-reduced on its own: norm gains (and LayerNorm
-    biases; FFN-only stacks have no norms; QK-norm's two per block) and every bias vector
+    biases; FFN-only stacks have no norms; QK-norm's two per block, MLA's latents') and
+    every bias vector
     (over the L blocks as a symbol: one compiled structure serves every depth)."""
     ffn = ffn_matrices(model) if model.bias else 0
     if model.ffn_only:
         return L * ffn
     per_norm = 1 if model.norm == "rmsnorm" else 2
-    norms = (2 * L + 1) * per_norm + (2 * L * per_norm if model.qk_norm else 0)
+    per_block = 2 + (2 if model.qk_norm else 0) + (1 + (model.q_lora_rank > 0)) * model.mla
+    norms = (per_block * L + 1) * per_norm  # MLA's latents' norms too
     qkv = 3 if model.bias or model.qkv_bias else 0
     out = 1 if model.bias else 0
     return norms + L * (ffn + qkv + out)

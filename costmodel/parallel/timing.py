@@ -42,7 +42,7 @@ from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import backward_factor, flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
-from costmodel.single.params import op_level_recomputed
+from costmodel.single.params import head_widths, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -125,6 +125,10 @@ def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[st
     a = PRECISIONS[train.precision].activation
     flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
     nbytes = a * b_dev * t_dev * (2 * H + 2 * K) * d_h / Y
+    if model.mla:  # heads of query/key and value widths (the fused kernel's padded)
+        d_qk, d_val = head_widths(model, train.attention)
+        flops = 2 * b_dev * (H / Y) * t_dev * T * (d_qk + d_val)
+        nbytes = a * b_dev * t_dev * H * (2 * d_qk + 2 * d_val) / Y
     if train.attention == "naive":
         nbytes += 6 * a * b_dev * (H / Y) * T * T
         if train.dropout:  # the probabilities' dropout: read, write, bool mask

@@ -134,6 +134,8 @@ def eager_bytes(
     the up projection beside SwiGLU's gate), and casts the branch's gradient (r + a).
     ``dropout`` on each branch's output moves 2a + 1 bytes per element in each pass.
     """
+    if model.mla:  # refused by the spec layer (``moe_train_rule``): never a silent number
+        raise ValueError("eager elementwise bytes are not modelled for MLA")
     blocks = 1 if model.ffn_only else 2
     fwd = blocks * (2 * r + a) * D
     bwd = blocks * (3 * r * D + _cast(r, a, D))

@@ -20,8 +20,10 @@ import sympy as sp
 from costmodel.single.finetune import adapter_params, adapts, tunes
 from costmodel.single.params import (
     active_params,
+    attention_matrices,
     dense_ffn_layers,
     ffn_matrices,
+    head_widths,
     moe_layers,
     non_embedding_params,
     op_level_recomputed,
@@ -29,7 +31,7 @@ from costmodel.single.params import (
     router_width,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, E_s, F, F_e, H, K, L, T, V, d_h, k_r, r_a
+from costmodel.symbols import B, D, E_s, F, F_e, H, L, T, V, d_h, k_r, r_a
 
 MOE_OPS = ("router", "experts", "shared_experts")
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn", *MOE_OPS)
@@ -42,13 +44,14 @@ def forward_flops_by_op(model: ModelSpec, train: TrainSpec | None = None) -> dic
     tokens = B * T
     ops: dict[str, sp.Expr] = {}
     if not model.ffn_only:
-        ops["attn_q"] = L * 2 * tokens * D * H * d_h
-        ops["attn_k"] = L * 2 * tokens * D * K * d_h
-        ops["attn_v"] = L * 2 * tokens * D * K * d_h
-        # QK^T and PV per head: (T x d_h)(d_h x T) and (T x T)(T x d_h), counted dense.
-        ops["attn_scores"] = L * 2 * B * H * T * T * d_h
-        ops["attn_values"] = L * 2 * B * H * T * T * d_h
-        ops["attn_o"] = L * 2 * tokens * H * d_h * D
+        for op, fan_in, fan_out in attention_matrices(model):
+            ops[op] = ops.get(op, 0) + L * 2 * tokens * fan_in * fan_out
+        o_proj = ops.pop("attn_o")
+        # QK^T and PV per head: (T x d_qk)(d_qk x T) and (T x T)(T x d_v), counted dense.
+        d_qk, d_val = head_widths(model, train.attention if train else "naive")
+        ops["attn_scores"] = L * 2 * B * H * T * T * d_qk
+        ops["attn_values"] = L * 2 * B * H * T * T * d_val
+        ops["attn_o"] = o_proj
     mats = ffn_matrices(model)
     ops["ffn"] = dense_ffn_layers(model) * mats * 2 * tokens * D * F
     if model.moe:  # each token: the router, its k routed experts and the shared ones

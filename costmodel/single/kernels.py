@@ -129,6 +129,8 @@ def layer_kernels(
     block whose FFN is a mixture of experts."""
     if train.elementwise == "fused":
         return _fused_layer(model, train, moe)
+    if model.mla:  # refused by the spec layer (``moe_train_rule``): never a silent number
+        raise ValueError("eager kernel counts are not modelled for MLA")
     prec = PRECISIONS[train.precision]
     a = prec.activation
     mm = len(block_matmuls(model))
@@ -182,6 +184,8 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, in
     mm = len(block_matmuls(model))
     regions = 2 if model.ffn_only else 2 + 2 + (1 if model.pos == "rope" else 0)
     regions += 2 if model.qk_norm else 0
+    if model.mla:  # its latents' norms
+        regions += 2 if model.q_lora_rank else 1
     fwd = mm + regions + (0 if model.ffn_only else 1)
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
     if moe:

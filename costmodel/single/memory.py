@@ -23,7 +23,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.single import finetune
+from costmodel.single import finetune, latent
 from costmodel.single.params import (
     dense_ffn_layers,
     matmul_weight_params,
@@ -46,6 +46,7 @@ from costmodel.symbols import (
     V,
     b,
     d_h,
+    d_r,
     k_r,
     more_than_one,
     smax,
@@ -191,7 +192,8 @@ def activation_memory(
         if model.pos == "learned":
             parts["embedding"] = INDEX_BYTES * T
         else:
-            parts["rope"] = 2 * act * T * d_h  # cos and sin tables, shared by all layers
+            rope = d_r if model.mla else d_h  # cos and sin tables, shared by all layers
+            parts["rope"] = 2 * act * T * rope
         if train.attention == "naive":
             parts["attn_mask"] = T * T  # bool, shared by all layers
     if checkpoints_blocks(train):
@@ -220,8 +222,11 @@ def _block_activations(
         if model.qk_norm:  # the Q and K projections' outputs and their rows' statistics
             stats = 1 if model.norm == "rmsnorm" else 2
             parts["qk_norm"] = L * b * T * (H + K) * (act * d_h + stats * STAT_BYTES)
-        parts.update(_attention_core(model, train, act))
-        if train.attention == "naive":  # flash's O is already the out-projection input
+        if model.mla:  # its latents, core and out-projection input
+            parts.update(latent.saved(model, train, act, mm))
+        else:
+            parts.update(_attention_core(model, train, act))
+        if train.attention == "naive" and not model.mla:  # flash's O is already O's input
             parts["attn_out_input"] = L * mm * b * T * H * d_h
         parts["ffn_norm"] = L * _norm_saved(model, res)
     # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.

@@ -10,7 +10,59 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, L, L_d, P, V, at_least_one, d_h, k_r
+from costmodel.symbols import (
+    D,
+    E_r,
+    E_s,
+    F,
+    F_e,
+    H,
+    K,
+    L,
+    L_d,
+    P,
+    V,
+    at_least_one,
+    d_h,
+    d_r,
+    d_v,
+    k_r,
+    r_kv,
+    r_q,
+)
+
+
+def attention_matrices(model: ModelSpec) -> list[tuple[str, sp.Expr, sp.Expr]]:
+    """One block's attention matrices in forward order as (op, fan-in, fan-out).
+
+    Standard: Q, K, V and O. MLA (DeepSeek-V2, Sec. 2.1): the query (through its
+    ``r_q``-wide latent, or one projection), then ``attn_k`` the down-projection to the
+    key/value latent and the shared RoPE key (D -> r_kv + d_r), ``attn_v`` the per-head
+    up-projection of keys and values (r_kv -> H·(d_h + d_v)), and O; query and key heads
+    are d_h + d_r wide."""
+    if not model.mla:
+        return [("attn_q", D, H * d_h), ("attn_k", D, K * d_h), ("attn_v", D, K * d_h),
+                ("attn_o", H * d_h, D)]  # fmt: skip
+    q_heads = H * (d_h + d_r)
+    query = [("attn_q", D, r_q), ("attn_q", r_q, q_heads)] if model.q_lora_rank else [
+        ("attn_q", D, q_heads)]  # fmt: skip
+    return [*query, ("attn_k", D, r_kv + d_r), ("attn_v", r_kv, H * (d_h + d_v)),
+            ("attn_o", H * d_v, D)]  # fmt: skip
+
+
+def head_widths(model: ModelSpec, attention: str = "naive") -> tuple[sp.Expr, sp.Expr]:
+    """(query/key, value) width of a head in the attention core: d_h both; under MLA
+    d_h + d_r and d_v, the values zero-padded to the query's width for a fused kernel
+    (FlashAttention-2 takes one head width; Hugging Face's DeepSeek models pad them)."""
+    if not model.mla:
+        return d_h, d_h
+    qk = d_h + d_r
+    return qk, qk if attention == "flash" else d_v
+
+
+def _attention_weights(model: ModelSpec) -> sp.Expr:
+    """One block's attention matmul weights."""
+    return sum((m * n for _, m, n in attention_matrices(model)), sp.Integer(0))
 
 
 def ffn_matrices(model: ModelSpec) -> int:
@@ -29,8 +81,8 @@ def block_matmuls(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
     ffn = [("ffn", F, False)] * (ffn_matrices(model) - 1) + [("ffn", D, True)]
     if model.ffn_only:
         return ffn
-    attn = [("attn_q", H * d_h, False), ("attn_k", K * d_h, False), ("attn_v", K * d_h, False)]
-    return [*attn, ("attn_o", D, True), *ffn]
+    attn = [(op, n, op == "attn_o") for op, _, n in attention_matrices(model)]
+    return [*attn, *ffn]
 
 
 def op_level_saved(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
@@ -60,8 +112,11 @@ def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
 
 def block_norms(model: ModelSpec) -> sp.Expr:
     """One block's norm parameters: before attention and before the FFN, and with
-    ``qk_norm`` the query's and the key's over d_h (shared by the heads)."""
-    return 2 * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0)
+    ``qk_norm`` the query's and the key's over d_h (shared by the heads); under MLA its
+    latents' (the key/value one's, and the query's where it has one)."""
+    latents = (_norm(model, r_kv) + (_norm(model, r_q) if model.q_lora_rank else 0)
+               if model.mla else 0)  # fmt: skip
+    return 2 * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
 
 
 def ffn_params(model: ModelSpec, width: sp.Expr) -> sp.Expr:
@@ -128,10 +183,8 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
         if model.pos == "learned":
             parts["pos_embedding"] = P * D
         qkv_bias = model.bias or model.qkv_bias
-        parts["attn_q"] = L * _linear(D, H * d_h, qkv_bias)
-        parts["attn_k"] = L * _linear(D, K * d_h, qkv_bias)
-        parts["attn_v"] = L * _linear(D, K * d_h, qkv_bias)
-        parts["attn_o"] = L * _linear(H * d_h, D, model.bias)
+        for op, fan_in, fan_out in attention_matrices(model):
+            parts[op] += L * _linear(fan_in, fan_out, model.bias if op == "attn_o" else qkv_bias)
         parts["norms"] = L * block_norms(model) + _norm(model)
         parts["lm_head"] = zero if model.tied else V * D
     parts["total"] = sp.Add(*parts.values())
@@ -156,7 +209,7 @@ def matmul_weight_params(model: ModelSpec) -> sp.Expr:
     if model.moe:
         total += moe_layers(model) * (D * router_width(model) + mats * D * F_e * (E_r + E_s))
     if not model.ffn_only:
-        total += L * (2 * D * H * d_h + 2 * D * K * d_h) + V * D
+        total += L * _attention_weights(model) + V * D
     return total
 
 
@@ -173,7 +226,7 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
                 (n * (mats - 1), D * E_s * F_e), (n, E_s * F_e * D)]  # fmt: skip
     if model.ffn_only:
         return out
-    out += [(L, D * H * d_h), (2 * L, D * K * d_h), (L, H * d_h * D), (sp.Integer(1), V * D)]
+    out += [(L, m * n) for _, m, n in attention_matrices(model)] + [(sp.Integer(1), V * D)]
     if model.pos == "learned":
         out.append((sp.Integer(1), P * D))
     if not model.tied:
@@ -214,7 +267,7 @@ def stacked_blocks(model: ModelSpec, layers: sp.Expr, moe: sp.Expr) -> tuple[sp.
 
 def _block_matmuls(model: ModelSpec, ffn_width: sp.Expr) -> sp.Expr:
     """Matmul weights of one block with a dense FFN of width ``ffn_width`` (0: none)."""
-    attention = 0 if model.ffn_only else 2 * D * H * d_h + 2 * D * K * d_h
+    attention = 0 if model.ffn_only else _attention_weights(model)
     return attention + ffn_matrices(model) * D * ffn_width
 
 

@@ -104,13 +104,22 @@ def moe_rules(model: Any) -> None:
     checks.require(ok, "dense_layers", leading)
 
 
-def moe_train_rule(model: Any, recompute: Any) -> None:
+def moe_train_rule(model: Any, recompute: Any, elementwise: Any = "fused") -> None:
     """Op-level selective recomputation saves every second matmul of a block in order; an
-    MoE block's matmuls run per expert, in an order routing decides: not modelled."""
+    MoE block's matmuls run per expert, in an order routing decides, and MLA's latents add
+    matmuls the policy's count has not been checked on: not modelled. MLA's eager
+    elementwise ops (latent norms, splits, concatenations, padding) are not counted."""
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     ok = ~moe | (np.asarray(recompute) != "selective-op")
     checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
                    "mixture-of-experts model (use none, selective or full)")  # fmt: skip
+    mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
+    ok = ~mla | (np.asarray(recompute) != "selective-op")
+    checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for "
+                   "MLA (kv_lora_rank > 0; use none, selective or full)")  # fmt: skip
+    ok = ~mla | (np.asarray(elementwise) != "eager")
+    checks.require(ok, "elementwise", lambda: "elementwise=eager is not modelled for MLA "
+                   "(kv_lora_rank > 0): its op-by-op traffic is not counted")  # fmt: skip
 
 
 LORA_TARGETS: dict[str, tuple[str, ...]] = {
@@ -147,6 +156,8 @@ def finetune_rules(model: Any, train: Any) -> None:
         ("ffn_only", ~np.asarray(model.ffn_only, bool), "needs attention blocks and an embedding"),
         ("n_experts", np.asarray(model.n_experts) == 0,
          "is not modelled for a mixture-of-experts model (adapters on experts)"),
+        ("kv_lora_rank", np.asarray(getattr(model, "kv_lora_rank", 0)) == 0,
+         "is not modelled for MLA (adapters on its latent projections)"),
         ("precision", np.asarray(train.precision) != "fp8", "is not modelled with fp8 matmuls"),
         ("recompute", np.asarray(train.recompute) != "selective-op",
          "is not modelled with recompute=selective-op (use none, selective or full)"),
@@ -187,7 +198,8 @@ class ModelSpec:
     n_kv_heads: int | None = None
     """Key/value heads K (GQA; 1 is MQA). Defaults to ``n_heads`` (MHA)."""
     head_dim: int | None = None
-    """Per-head width; defaults to ``d_model // n_heads``."""
+    """Per-head width; defaults to ``d_model // n_heads``. Under MLA, the width of each
+    query and key head's part without position (DeepSeek's ``qk_nope_head_dim``)."""
     d_ff: int
     """FFN hidden width F."""
     ffn: FfnKind = "swiglu"
@@ -198,6 +210,19 @@ class ModelSpec:
     """Biases on every linear layer (GPT-2/GPT-3 style)."""
     qkv_bias: bool = False
     """Biases on the q, k and v projections only (Qwen2 style); implied by ``bias``."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (MLA; DeepSeek-AI 2024, DeepSeek-V2, Sec. 2.1): each
+    token's keys and values are up-projected per head from one latent of this width, shared
+    by the heads (normalised before the up-projection), beside a ``rope_head_dim``-wide
+    RoPE key shared by the heads; 0: standard attention."""
+    q_lora_rank: int = 0
+    """Under MLA, the width of the query's low-rank bottleneck (normalised; DeepSeek-V2,
+    Eq. 12); 0: one full-rank query projection."""
+    rope_head_dim: int = 0
+    """Under MLA, each query head's and the shared key's decoupled RoPE part (DeepSeek-V2,
+    Sec. 2.1.3): query and key heads are ``head_dim + rope_head_dim`` wide."""
+    v_head_dim: int | None = None
+    """Per-head value width; defaults to ``head_dim`` (only MLA sets another)."""
     qk_norm: bool = False
     """A norm of kind ``norm`` over each head's query and key, before RoPE, with one d_h
     gain (and bias) for each of the two shared by the heads (Qwen3; Dehghani et al. 2023,
@@ -240,6 +265,7 @@ class ModelSpec:
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", derived_head_dim(self.d_model, self.n_heads))
         checks.integer("head_dim", self.head_dim)
+        self._check_latent_attention()
         model_rules(
             n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, pos=self.pos
         )
@@ -250,6 +276,39 @@ class ModelSpec:
             raise SpecError("vocab", f"vocab must be 0 for an ffn_only model (got {self.vocab})")
         if not self.ffn_only and self.vocab == 0:
             raise SpecError("vocab", "vocab must be >= 1 (got 0)")
+
+    def _check_latent_attention(self) -> None:
+        """MLA's widths: all zero (and the value heads as wide as the others) without it;
+        with it, one key/value head per query head, RoPE, and no biases or QK-norm."""
+        for name in ("kv_lora_rank", "q_lora_rank", "rope_head_dim"):
+            checks.integer(name, getattr(self, name), minimum=0)
+        if self.v_head_dim is None:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        checks.integer("v_head_dim", self.v_head_dim)
+        if not self.mla:
+            for name in ("q_lora_rank", "rope_head_dim"):
+                if getattr(self, name):
+                    raise SpecError(name, f"{name} needs kv_lora_rank >= 1 (MLA)")
+            if self.v_head_dim != self.head_dim:
+                raise SpecError("v_head_dim", f"v_head_dim must equal head_dim = "
+                                f"{self.head_dim} without MLA (got {self.v_head_dim})")  # fmt: skip
+            return
+        for name, ok, why in (
+            ("n_kv_heads", self.n_kv_heads == self.n_heads, "must equal n_heads"),
+            ("rope_head_dim", self.rope_head_dim >= 2 and self.rope_head_dim % 2 == 0,
+             "must be even and >= 2"),
+            ("pos", self.pos == "rope", "must be rope"),
+            ("qkv_bias", not (self.bias or self.qkv_bias), "must be off (no biases)"),
+            ("qk_norm", not self.qk_norm, "must be off"),
+            ("ffn_only", not self.ffn_only, "must be off"),
+        ):  # fmt: skip
+            if not ok:
+                raise SpecError(name, f"under MLA (kv_lora_rank > 0), {name} {why}")
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention."""
+        return self.kv_lora_rank > 0
 
     def _check_experts(self) -> None:
         """Mixture-of-experts fields: all zero for a dense model; with routed experts,
@@ -375,6 +434,8 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
         values["d_ff_expert"] = None
     if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
         values["d_ff_expert"] = None
+    if "v_head_dim" not in changes and spec.v_head_dim == spec.head_dim:
+        values["v_head_dim"] = None  # follows head_dim
     values.update(changes)
     return type(spec)(**values)
 

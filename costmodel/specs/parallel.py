@@ -244,6 +244,12 @@ def moe_rule(par: Any, model: Any) -> None:
     ok = (shard % ep == 0) | (ep % shard == 0)
     checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
                    f"of it (got {_pair(ok, ep, shard, 'ep', 'shard group')})")  # fmt: skip
+    mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
+    for name in ("tp", "cp"):  # how MLA's latents split over them is not modelled yet
+        ok = ~mla | (np.asarray(getattr(par, name)) == 1)
+        checks.require(ok, name, lambda n=name: f"{n} must be 1 for MLA (kv_lora_rank > 0): "
+                       "its latents under tensor or context parallelism are not modelled "
+                       "yet; use dp, fsdp, pp or ep")  # fmt: skip
     ok = ~moe | (np.asarray(par.tp) == 1)
     checks.require(ok, "tp", lambda: "tp must be 1 for a mixture-of-experts model (its "
                    "experts under tensor parallelism are not modelled yet; use ep, fsdp, dp, "

@@ -33,6 +33,10 @@ _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); fir
     ("embed.", "embedding"),
     ("pos.", "pos_embedding"),
     (".attn.q.", "attn_q"),
+    (".attn.q_a.", "attn_q"),  # MLA: the query's latent and up-projection,
+    (".attn.q_b.", "attn_q"),
+    (".attn.kv_a.", "attn_k"),  # the key/value latent (and RoPE key),
+    (".attn.kv_b.", "attn_v"),  # their up-projection
     (".attn.k.", "attn_k"),
     (".attn.v.", "attn_v"),
     (".attn.o.", "attn_o"),
@@ -46,6 +50,10 @@ _PARAM_GROUPS = (  # (substring of the parameter name, costmodel component); fir
 )
 _OP_GROUPS = (  # module path suffix -> costmodel op; the attention core holds both T x T matmuls
     (".attn.q", "attn_q"),
+    (".attn.q_a", "attn_q"),
+    (".attn.q_b", "attn_q"),
+    (".attn.kv_a", "attn_k"),
+    (".attn.kv_b", "attn_v"),
     (".attn.k", "attn_k"),
     (".attn.v", "attn_v"),
     (".attn.o", "attn_o"),

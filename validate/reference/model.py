@@ -33,6 +33,7 @@ from torch.utils.flop_counter import (
 
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
 from validate.reference.lora import apply_finetuning
+from validate.reference.mla import MLAttention
 from validate.reference.moe import MoE
 from validate.reference.norms import LayerNorm, RMSNorm
 
@@ -179,17 +180,20 @@ class FlashAttention(nn.Module):
 
     def forward(self, q, k, v, mask):
         p = self.dropout if self.training else 0.0
+        width = v.shape[-1]  # narrower values (MLA) are padded to the kernel's one width
+        if width != q.shape[-1]:
+            v = F.pad(v, (0, q.shape[-1] - width))
         if q.device.type == "cuda":
             gqa = q.shape[1] != k.shape[1]
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=p, is_causal=True, enable_gqa=gqa
-            )
-        if p:
+            o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=gqa)
+        elif p:
             raise ValueError(
                 "attention dropout in the flash kernel runs on CUDA only "
                 "(use attention='naive' or dropout=0 on CPU)"
             )
-        return _CPU_FLASH(q, k, v, 0.0, True)[0]
+        else:
+            o = _CPU_FLASH(q, k, v, 0.0, True)[0]
+        return o[..., :width] if width != q.shape[-1] else o
 
 
 class Attention(nn.Module):
@@ -259,7 +263,12 @@ class Block(nn.Module):
         self.compute, self.ffn_only, self.dropout = compute, spec.ffn_only, dropout
         if not spec.ffn_only:
             self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
-            self.attn = Attention(spec, compute, kernel, selective, dropout, **fk)
+            if spec.mla:
+                core = NaiveAttention(dropout) if kernel == "naive" else FlashAttention(dropout)
+                self.attn = MLAttention(spec, compute, core, selective, Linear, _norm,
+                                        apply_rope, **fk)  # fmt: skip
+            else:
+                self.attn = Attention(spec, compute, kernel, selective, dropout, **fk)
         self.ffn = MoE(spec, compute, FFN, Linear, **fk) if moe else FFN(spec, compute, **fk)
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
@@ -355,8 +364,9 @@ class TransformerLM(nn.Module):
     def _tables(self, t: int, device) -> tuple:
         """(cos, sin, mask) every block takes: RoPE tables, the naive kernel's causal mask."""
         cos = sin = mask = None
-        if self.spec.pos == "rope":
-            cos, sin = rope_tables(t, self.spec.head_dim, self.compute, device)
+        if self.spec.pos == "rope":  # MLA rotates its decoupled part alone
+            width = self.spec.rope_head_dim if self.spec.mla else self.spec.head_dim
+            cos, sin = rope_tables(t, width, self.compute, device)
         if self.attention == "naive":
             mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
         return cos, sin, mask
