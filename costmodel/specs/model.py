@@ -434,7 +434,8 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
         values["d_ff_expert"] = None
     if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
         values["d_ff_expert"] = None
-    if "v_head_dim" not in changes and spec.v_head_dim == spec.head_dim:
+    follows = getattr(spec, "v_head_dim", None) == getattr(spec, "head_dim", 0)
+    if "v_head_dim" not in changes and follows:
         values["v_head_dim"] = None  # follows head_dim
     values.update(changes)
     return type(spec)(**values)
