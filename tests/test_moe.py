@@ -155,8 +155,8 @@ def test_hf_configs_import_exactly():
     assert no_shared.n_shared_experts == 0
     with pytest.raises(ValueError, match="moe_layer_freq must be 1"):
         model_from_hf_dict({**deepseek, "moe_layer_freq": 2})
-    with pytest.raises(ValueError, match="'deepseek_v3' is not modelled"):  # latent attention
-        model_from_hf_dict({**mixtral, "model_type": "deepseek_v3"})
+    with pytest.raises(ValueError, match="'dbrx' is not modelled"):
+        model_from_hf_dict({**mixtral, "model_type": "dbrx"})
     with pytest.raises(SpecError, match=r"experts_per_token must be in 1\.\.n_experts = 8"):
         model_from_hf_dict({**mixtral, "num_experts_per_tok": 9})
 

@@ -70,16 +70,18 @@ def _ffn(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
 def _bias(model: ModelSpec, a: int, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
     """A biased projection adds its bias in forward only where ``addmm`` cannot (never
     here) and sums its output gradient over tokens in backward (a per output; an MoE
-    FFN's experts over the tokens routed to them)."""
-    if not model.bias:
+    FFN's experts over the tokens routed to them; Q, K and V alone under ``qkv_bias``)."""
+    if not (model.bias or model.qkv_bias):
         return sp.Integer(0), sp.Integer(0)
-    up = ffn_matrices(model) - 1
-    outputs = D + up * F
-    if moe:
-        shared = at_least_one(E_s) * (D + up * E_s * F_e)
-        outputs = k_r * (D + up * F_e) + shared
-    if not model.ffn_only:
-        outputs += (H + 2 * K) * d_h + D
+    outputs = sp.Integer(0) if model.ffn_only else (H + 2 * K) * d_h  # Q, K and V's
+    if model.bias:  # O's and the FFN's
+        up = ffn_matrices(model) - 1
+        outputs += D + up * F
+        if moe:
+            shared = at_least_one(E_s) * (D + up * E_s * F_e)
+            outputs += k_r * (D + up * F_e) + shared - (D + up * F)
+        if not model.ffn_only:
+            outputs += D
     return sp.Integer(0), a * outputs
 
 
