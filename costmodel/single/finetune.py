@@ -26,7 +26,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.single.params import ffn_matrices, param_breakdown
+from costmodel.single.params import attention_matrices, ffn_matrices, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import LORA_TARGETS, ModelSpec, TrainSpec
 from costmodel.symbols import D, F, H, K, L, T, b, d_h, r_a
@@ -49,14 +49,12 @@ def residual(train: TrainSpec) -> int:
 
 def adapted(model: ModelSpec, train: TrainSpec) -> list[tuple[str, sp.Expr, sp.Expr, int]]:
     """One block's adapted matrices as (op, fan-in, fan-out, how many)."""
-    shapes = {"attn_q": (D, H * d_h), "attn_k": (D, K * d_h), "attn_v": (D, K * d_h),
-              "attn_o": (H * d_h, D)}  # fmt: skip
-    out: list[tuple[str, sp.Expr, sp.Expr, int]] = []
-    for op in LORA_TARGETS[train.lora_targets] if tunes(train) else ():
-        if op == "ffn":
-            out += [("ffn", D, F, ffn_matrices(model) - 1), ("ffn", F, D, 1)]
-        else:
-            out.append((op, *shapes[op], 1))
+    if not tunes(train):
+        return []
+    targets = LORA_TARGETS[train.lora_targets]
+    out = [(op, m, n, 1) for op, m, n in attention_matrices(model) if op in targets]
+    if "ffn" in targets:
+        out += [("ffn", D, F, ffn_matrices(model) - 1), ("ffn", F, D, 1)]
     return out
 
 
