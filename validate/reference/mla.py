@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from costmodel.specs.model import ModelSpec
+from validate.reference.core import attend
 
 
 class MLAttention(nn.Module):
@@ -49,10 +49,4 @@ class MLAttention(nn.Module):
         k_pe = self.rope(k_pe.view(b, t, 1, pe), cos, sin)
         q = torch.cat((q_nope, self.rope(q_pe, cos, sin)), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(-1, -1, k_nope.shape[2], -1)), dim=-1)
-        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        if self.selective:
-            rng = self.core.dropout > 0  # the recomputed mask must be the forward's
-            o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=rng)
-        else:
-            o = self.core(q, k, v, mask)
-        return self.o(o.transpose(1, 2).reshape(b, t, -1))
+        return attend(self.core, self.selective, q, k, v, mask, self.o)

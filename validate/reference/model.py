@@ -32,6 +32,7 @@ from torch.utils.flop_counter import (
 )
 
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from validate.reference.core import attend
 from validate.reference.lora import apply_finetuning
 from validate.reference.mla import MLAttention
 from validate.reference.moe import MoE
@@ -222,13 +223,7 @@ class Attention(nn.Module):
         v = self.v(x).view(b, t, -1, s.head_dim)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        if self.selective:
-            rng = self.core.dropout > 0  # the recomputed mask must be the forward's
-            o = checkpoint(self.core, q, k, v, mask, use_reentrant=False, preserve_rng_state=rng)
-        else:
-            o = self.core(q, k, v, mask)
-        return self.o(o.transpose(1, 2).reshape(b, t, -1))
+        return attend(self.core, self.selective, q, k, v, mask, self.o)
 
 
 class FFN(nn.Module):
