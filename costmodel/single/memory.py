@@ -15,7 +15,9 @@ V (expanded to H heads), the probabilities and a T x T causal mask; flash keeps 
 and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets;
 the fp32 log-softmax of the logits. Recomputation: ``full`` keeps each block's input;
 ``selective-op`` (torchtitan's op-level policy) also the fused attention outputs and every
-second matmul output (``costmodel.single.params.op_level_saved``)."""
+second matmul output (``costmodel.single.params.op_level_saved``). MLA's attention is
+``costmodel.single.latent``'s; fine-tuning's frozen weights and adapters adjust the parts
+(``costmodel.single.finetune``)."""
 
 from __future__ import annotations
 
