@@ -58,9 +58,14 @@ def test_other_families_two_layers(name, finetune):
         exact(get_model(name, n_layers=2), train)
 
 
-@pytest.mark.parametrize("finetune", ["lora", "qlora"])
-def test_llama3_8b_full_depth(finetune):
-    exact(get_model("llama3-8b"), TrainSpec(batch=1, seq=512, finetune=finetune))
+def test_llama3_8b_full_depth():
+    exact(get_model("llama3-8b"), TrainSpec(batch=1, seq=512, finetune="lora"))
+
+
+@pytest.mark.slow
+def test_llama3_8b_full_depth_qlora():
+    """Its reference dequantizes 224 NF4 matrices chunk by chunk: 26 s on 2 cores."""
+    exact(get_model("llama3-8b"), TrainSpec(batch=1, seq=512, finetune="qlora"))
 
 
 def test_peft_trainable_counts():
