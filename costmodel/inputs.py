@@ -22,6 +22,7 @@ from costmodel.engine.estimate import Estimate, estimate
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,
@@ -29,7 +30,6 @@ from costmodel.specs.model import (
     check_positions,
     choices_of,
     field_docs,
-    finetune_rules,
     moe_train_rule,
 )
 from costmodel.specs.parallel import ParallelSpec, fill_dp

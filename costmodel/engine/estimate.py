@@ -17,14 +17,9 @@ from costmodel.engine.quantities import BUDGET_KEYS, EVAL_SYMBOLS, compiled, nes
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import (
-    ModelSpec,
-    TrainSpec,
-    check_positions,
-    finetune_rules,
-    moe_train_rule,
-)
+from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     BUDGET_SYMBOLS,

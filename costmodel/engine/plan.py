@@ -27,12 +27,12 @@ from costmodel.engine.quantities import compiled_subset, structure_of
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,
     TrainSpec,
     check_positions,
-    finetune_rules,
     moe_train_rule,
 )
 from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules

@@ -29,13 +29,13 @@ from costmodel.engine.quantities import (
 )
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,
     TrainSpec,
     check_positions,
     derived_head_dim,
-    finetune_rules,
     model_rules,
     moe_rules,
     moe_train_rule,

@@ -28,7 +28,8 @@ import sympy as sp
 
 from costmodel.single.params import attention_matrices, ffn_matrices, param_breakdown
 from costmodel.single.precision import PRECISIONS
-from costmodel.specs.model import LORA_TARGETS, ModelSpec, TrainSpec
+from costmodel.specs.finetune import LORA_TARGETS
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import D, F, H, K, L, T, b, d_h, r_a
 
 NF4_BLOCK = 64  # weights per absmax (QLoRA, Sec. 3; bitsandbytes' default blocksize)

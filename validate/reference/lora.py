@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from costmodel.specs.finetune import LORA_TARGETS
+
 # the 16 NF4 levels: quantiles of N(0, 1) scaled to [-1, 1] with an exact 0 (QLoRA, Sec. 3,
 # Eq. 4; the values bitsandbytes ships in ``get_4bit_type("nf4")``)
 NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
@@ -125,8 +127,6 @@ def apply_finetuning(model: nn.Module, train, linear: type, compute: torch.dtype
     """Freeze ``model``'s parameters in the compute dtype, quantize its block matrices
     (QLoRA) and wrap the ``train.lora_targets`` matrices of every block with adapters of
     rank ``train.lora_rank`` in the parameter dtype the model was built with."""
-    from costmodel.specs.model import LORA_TARGETS
-
     param_dtype = next(model.parameters()).dtype
     for p in model.parameters():
         p.requires_grad_(False)
