@@ -20,19 +20,19 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.single.params import head_widths
+from costmodel.single.precision import STAT_BYTES, norm_kept
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import H, L, T, b, d_h, d_r, d_v, r_kv, r_q
-
-STAT_BYTES = 4  # a norm's statistics are fp32
 
 
 def saved(model: ModelSpec, train: TrainSpec, act: int, mm: int) -> dict[str, sp.Expr]:
     """An MLA block's parts of ``activation_memory`` beside its norms and input: the
     latents, the attention core and the out-projection's input, over the L blocks."""
-    stats = STAT_BYTES * (1 if model.norm == "rmsnorm" else 2)
-    latents = act * (r_kv + d_r) + stats + mm * r_kv  # the RoPE key shares the storage
+    # each latent as its norm keeps it (the key/value one in the storage it shares with
+    # the RoPE key) and normed, as its up-projection keeps it
+    latents = norm_kept(model.norm, act, r_kv + d_r) + mm * r_kv
     if model.q_lora_rank:
-        latents += act * r_q + stats + mm * r_q
+        latents += norm_kept(model.norm, act, r_q) + mm * r_q
     d_qk = head_widths(model, train.attention)[0]
     q = act * H * d_qk
     if train.recompute == "selective":  # the checkpointed core keeps its inputs: query,

@@ -32,7 +32,13 @@ from costmodel.single.params import (
     moe_layers,
     op_level_saved,
 )
-from costmodel.single.precision import OPTIMIZER_STATES, PRECISIONS, optimizer_state_bytes
+from costmodel.single.precision import (
+    OPTIMIZER_STATES,
+    PRECISIONS,
+    STAT_BYTES,
+    norm_kept,
+    optimizer_state_bytes,
+)
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import (
     B,
@@ -55,7 +61,6 @@ from costmodel.symbols import (
 )
 
 INDEX_BYTES = 8  # int64 token ids, targets and positions
-STAT_BYTES = 4  # norm statistics and the logsumexp are fp32 in every kernel here
 
 
 def kept_weight_copies(
@@ -117,8 +122,7 @@ def state_memory(
 
 def _norm_saved(model: ModelSpec, residual_bytes: int) -> sp.Expr:
     """Norm input plus fp32 rstd (and mean for LayerNorm), as fused kernels keep them."""
-    stats = 1 if model.norm == "rmsnorm" else 2
-    return residual_bytes * b * T * D + stats * STAT_BYTES * b * T
+    return b * T * norm_kept(model.norm, residual_bytes, D)
 
 
 def _attention_core(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, sp.Expr]:
@@ -222,8 +226,7 @@ def _block_activations(
         parts["attn_norm"] = L * _norm_saved(model, res)
         parts["attn_input"] = L * mm * b * T * D
         if model.qk_norm:  # the Q and K projections' outputs and their rows' statistics
-            stats = 1 if model.norm == "rmsnorm" else 2
-            parts["qk_norm"] = L * b * T * (H + K) * (act * d_h + stats * STAT_BYTES)
+            parts["qk_norm"] = L * b * T * (H + K) * norm_kept(model.norm, act, d_h)
         if model.mla:  # its latents, core and out-projection input
             parts.update(latent.saved(model, train, act, mm))
         else:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.single.flops import forward_flops_by_op
-from costmodel.single.memory import STAT_BYTES, activation_memory
+from costmodel.single.memory import activation_memory
 from costmodel.single.params import ffn_matrices
-from costmodel.single.precision import PRECISIONS
+from costmodel.single.precision import PRECISIONS, STAT_BYTES
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import B, D, H, K, L, T, b, d_h

@@ -142,3 +142,13 @@ def optimizer_state_bytes(optimizer: str, precision: str, params: Any) -> Any:
     """Bytes of optimizer state for ``params`` parameters (ZeRO, Sec. 3.1: Adam keeps two
     states per parameter, momentum SGD one), in the precision's state dtype."""
     return OPTIMIZER_STATES[optimizer] * PRECISIONS[precision].optimizer_state * params
+
+
+STAT_BYTES = 4
+"""Norm statistics and the attention logsumexp are fp32 in every kernel here."""
+
+
+def norm_kept(norm: str, nbytes: int, width: Any) -> Any:
+    """Bytes a fused norm keeps for backward per normalised row: its input (``width``
+    elements of ``nbytes``) and its fp32 statistics, rstd (and the mean for LayerNorm)."""
+    return nbytes * width + STAT_BYTES * (1 if norm == "rmsnorm" else 2)
