@@ -13,7 +13,7 @@ import sympy as sp
 
 from costmodel.parallel import handwritten
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
-from costmodel.parallel.distributed import params_per_device
+from costmodel.parallel.distributed import trained_per_device
 from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
@@ -72,9 +72,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     """
     prec = PRECISIONS[train.precision]
     c = prec.activation
-    n, _ = params_per_device(model, par)
-    if finetune.tunes(train):  # only the adapters have gradients
-        n = finetune.trainable_params(model, train)
+    n = trained_per_device(model, train, par)
     b_dev, t_dev = device_batch()
     shards = shard_degree(par)
     groups: dict[str, dict] = {}

@@ -174,6 +174,15 @@ def sharded_state(
             "grads": low * per_shard(g_sh), "optimizer": opt(X)}  # fmt: skip
 
 
+def trained_per_device(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """Parameters with gradients and optimizer state one device holds before ZeRO: its
+    share of the model (:func:`params_per_device`), or when fine-tuning the adapters (data
+    parallelism and ZeRO alone, ``finetune_rule``: every device holds them all)."""
+    if finetune.tunes(train):
+        return finetune.trainable_params(model, train)
+    return params_per_device(model, par)[0]
+
+
 def zero_shards(par: ParallelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     """What ZeRO divides over the fsdp group X: (parameters, gradients, optimizer state),
     by stage (Rajbhandari et al. 2020, Sec. 5)."""
@@ -211,9 +220,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     the same expert (torch DDP leaves out the parameters it is told to ignore)."""
     if par.framework != "reference":
         return sp.Integer(0)
-    n, _ = params_per_device(model, par)
-    if finetune.tunes(train):  # the adapters' gradients alone
-        n = finetune.trainable_params(model, train)
+    n = trained_per_device(model, train, par)
     experts, _ = device_experts(model, par)
     grad = PRECISIONS[train.precision].grad
     if par.zero == 1:

@@ -27,7 +27,7 @@ import sympy as sp
 from costmodel.parallel import handwritten
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
-from costmodel.parallel.distributed import params_per_device
+from costmodel.parallel.distributed import params_per_device, trained_per_device
 from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
 from costmodel.parallel.shares import (
@@ -346,9 +346,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     }
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     # the optimizer updates the shard its device holds
-    n_dev_params = params_per_device(model, par)[0] / optimizer_shards(par)
-    if finetune.tunes(train):  # the adapters' shard
-        n_dev_params = finetune.trainable_params(model, train) / optimizer_shards(par)
+    n_dev_params = trained_per_device(model, train, par) / optimizer_shards(par)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
     update = traffic / W_hbm
