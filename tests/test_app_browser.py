@@ -33,26 +33,42 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.port", str(port), "--server.address", "127.0.0.1",
            "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    # The server's log goes to a file: an unread pipe fills up and blocks the server.
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                break
+                return
         except OSError:
             time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
-    yield url
+    pytest.fail(f"streamlit did not start: {log.read_text(errors='replace')[-2000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL: a loaded machine may take longer than any fixed wait to shut
+    Streamlit down gracefully, and how fast it exits is not what this test checks."""
     proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _metric(page, label: str) -> str:
