@@ -113,8 +113,8 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     slots["training"] = st.empty()
     st.header("Cluster and layout")
     for key in ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
-                "cp", "ep", "ep_imbalance", "capacity_factor", "sequence_parallel",
-                "grad_reduce_fp32"):  # fmt: skip
+                "cp", "ep", "ep_imbalance", "capacity_factor", "ep_overlap",
+                "sequence_parallel", "grad_reduce_fp32"):  # fmt: skip
         _widget(key)
     _widget("overlap")
     st.caption("dp fills the devices the other degrees leave.")

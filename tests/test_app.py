@@ -290,3 +290,20 @@ def test_expert_parallelism_is_an_input_and_refused_for_a_dense_model():
     at = _app(gpus="8", fsdp="8", ep="2", batch="8")
     assert not at.exception
     assert any("ep > 1 needs a mixture-of-experts model" in e.value for e in at.error)
+
+
+def test_combined_1f1b_is_an_input_and_what_megatron_refuses_is_a_message():
+    """The all-to-all overlap toggle shortens the step of an expert-parallel Megatron run;
+    turned on for a layout Megatron refuses it with, it is one line in the sidebar."""
+    query = {"model": "mixtral-8x7b", "gpus": "16", "framework": "megatron", "ep": "8",
+             "batch": "64", "grad_accum": "4", "seq": "4096"}  # fmt: skip
+    at = _app(**query)
+    assert not at.exception and not any("ep_overlap" in e.value for e in at.error)
+    before = float(metric(at, "step time (s)"))
+    at.checkbox(key="ep_overlap").check().run()
+    assert not at.exception and not any("ep_overlap" in e.value for e in at.error)
+    assert at.query_params["ep_overlap"] in ("1", ["1"])
+    assert float(metric(at, "step time (s)")) < before
+    at = _app(**{**query, "ep": "1", "ep_overlap": "1"})
+    assert not at.exception
+    assert any("ep_overlap hides expert-parallel" in e.value for e in at.sidebar.error)

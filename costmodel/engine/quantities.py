@@ -60,7 +60,7 @@ TRAIN_STRUCTURE = (
 )
 PARALLEL_STRUCTURE = (
     "zero", "sequence_parallel", "pipelined", "interleaved", "overlap", "framework", "async_tp",
-    "grad_reduce_fp32", "reshard_after_forward",
+    "grad_reduce_fp32", "reshard_after_forward", "ep_overlap",
 )  # fmt: skip
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
 BUDGET_KEYS = ("train_days", "train_cost")
@@ -125,10 +125,11 @@ def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | No
 def parallel_structure(par: Any) -> tuple:
     """The layout features that change expressions (``PARALLEL_STRUCTURE``): ZeRO stage, SP,
     pipelining (pp > 1), interleaving (more than one virtual stage), the overlap rule, the
-    framework, async TP, the reduce dtype and FSDP2's resharding after forward."""
+    framework, async TP, the reduce dtype, FSDP2's resharding after forward and combined
+    1F1B's all-to-all overlap."""
     return (par.zero, par.sequence_parallel, par.pp > 1, par.pp_interleave > 1, par.overlap,
             par.framework, par.async_tp, par.grad_reduce_fp32,
-            par.reshard_after_forward)  # fmt: skip
+            par.reshard_after_forward, par.ep_overlap)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,17 @@ from costmodel.specs.model import (
     moe_train_rule,
     train_rules,
 )
-from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules
+from costmodel.specs.parallel import (
+    ParallelSpec,
+    cp_rule,
+    ep_overlap_rule,
+    finetune_rule,
+    layout_rules,
+)
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
 _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
-          "framework", "async_tp", "grad_reduce_fp32"}  # fmt: skip
+          "framework", "async_tp", "grad_reduce_fp32", "ep_overlap"}  # fmt: skip
 
 
 _MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers")
@@ -246,6 +252,7 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
         layout_rules(p, m, seq=t.seq, batch=t.batch, grad_accum=t.grad_accum)
         cp_rule(p.cp, t.attention)
         finetune_rule(p, train.finetune)
+        ep_overlap_rule(p, train.recompute)
     return SimpleNamespace(model=m, train=t, parallel=p, structure=structure_of(model, train, par))
 
 

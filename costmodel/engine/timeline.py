@@ -3,7 +3,7 @@
 Built from an estimate's quantities, in the order the step runs them: forward (compute on
 one stream; FSDP/DP/CP/PP communication on another, overlapped under the ``max`` rule or
 after the compute under ``sum``; tensor-parallel collectives exposed unless async TP,
-expert-parallel all-to-alls and the hand-written FSDP's collectives always),
+expert-parallel all-to-alls unless combined 1F1B, the hand-written FSDP's always),
 the pipeline bubble (warm-up and drain, drawn as one idle block), backward, and the
 optimizer step (the update's memory traffic, then its communication: ZeRO-1/2's
 all-gather). What people otherwise read out of an Nsight Systems trace, predicted.
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.parallel.timing import exposed_groups, exposed_share
+from costmodel.parallel.exposure import exposed_groups
 from costmodel.specs.parallel import ParallelSpec
 
 LANES = ("compute", "communication (overlapped)", "communication (exposed)")
-GROUPS = ("fsdp", "cp", "pp", "tp", "dp")
+GROUPS = ("fsdp", "cp", "pp", "tp", "ep", "dp")
 """The collective groups in the order the second stream runs them (dp's reduce last: it
 waits for the last micro-batch)."""
 COLOURS = {"compute": "#4c78a8", "comm": "#f58518", "exposed": "#e45756",
@@ -55,8 +55,8 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
         c = t if overlap == "max" else t + compute
         for g in GROUPS:
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
-            if g in exposed:  # the share async TP hides
-                d *= 1 - exposed_share(g, par, par.tp)
+            if g in exposed:  # the share async TP or combined 1F1B hides
+                d *= 1 - values[f"comm_exposed_share.{g}"]
             if g == "dp" and overlap == "max":  # beside the last micro-batch only
                 c = max(c, t + compute - values[f"time_s.microbatch_{phase}"])
             if d > 0:
@@ -64,7 +64,7 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
                 c += d
         t = max(t + compute, c)
         for g in exposed:
-            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) * exposed_share(g, par, par.tp)
+            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) * values[f"comm_exposed_share.{g}"]
             if d > 0:
                 out.append(Segment(LANES[2], f"{g.upper()} {phase}", "exposed", t, t + d))
                 t += d

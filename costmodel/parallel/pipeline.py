@@ -71,12 +71,31 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
 
 
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
-    """Stage-micro-batches ``rank`` keeps activations for at once (module docstring)."""
+    """Stage-micro-batches ``rank`` keeps activations for at once (module docstring); under
+    combined 1F1B (``ep_overlap``) one more, its extra warm-up forward."""
     if par.pp_interleave == 1:
         return sp.Min(N_pp - rank.index, m)
+    return sp.Min(_interleaved_warmup(rank) + 1 + int(par.ep_overlap), m * v)
+
+
+def _interleaved_warmup(rank: PipelineRank) -> sp.Expr:
+    """Forwards ``rank`` runs before its first backward under interleaved 1F1B (module
+    docstring), uncapped."""
     per_round = m / sp.Max(1, sp.floor(m / N_pp))
-    warmup = (v - 1) * per_round + 2 * (N_pp - 1 - rank.index)
-    return sp.Min(warmup + 1, m * v)
+    return (v - 1) * per_round + 2 * (N_pp - 1 - rank.index)
+
+
+def combined_alone(par: ParallelSpec) -> sp.Expr:
+    """The share of its stage-micro-batches whose forward, and as many whose backward, the
+    first pipeline rank runs alone under combined 1F1B (``ep_overlap``), where no other
+    micro-batch's pass hides their all-to-alls: without pipelining the first forward and the
+    last backward (Megatron-Core's ``combined_1f1b_schedule_for_no_pipelining``: m - 1
+    combined steps), interleaved its warm-up forwards, one more than interleaved 1F1B's,
+    and its cool-down backwards. The first rank has the most warm-up: an upper bound."""
+    if par.pp == 1:
+        return 1 / m
+    first = PipelineRank(sp.Integer(0), True, False)
+    return sp.Min(_interleaved_warmup(first) + 1, m * v) / (m * v)
 
 
 def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:

@@ -20,8 +20,6 @@ FLOPs (PaLM, App. B); HFU counts what runs, recomputation included.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sympy as sp
 
 from costmodel.parallel import handwritten
@@ -29,6 +27,7 @@ from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
 from costmodel.parallel.distributed import params_per_device, trained_per_device
 from costmodel.parallel.experts import dropped_fraction
+from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
 from costmodel.parallel.shares import (
     device_batch,
@@ -283,24 +282,6 @@ def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
     return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
 
 
-def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
-    """Groups whose collectives the compute waits for: TP's feed the next matmul (async
-    TP hides all but a 1/tp share, :func:`exposed_share`), the experts wait for their
-    tokens' all-to-all, the hand-written FSDP gathers and reduces in line with nothing
-    prefetched."""
-    exposed = ("tp", "ep")
-    return (*exposed, "fsdp") if par.framework == "handwritten" else exposed
-
-
-def exposed_share(group: str, par: ParallelSpec, tp: Any = Y) -> Any:
-    """The share of an exposed group's collectives the compute waits for: all of them, but
-    under async TP a tensor-parallel collective is cut into tp chunks that each overlap the
-    matmul of the chunk before (Wang et al. 2022, "Overlap Communication with Dependent
-    Computation via Decomposition"; Transformer Engine's userbuffer ring exchange;
-    torchtitan's async TP), so the first chunk's 1/tp stays exposed."""
-    return 1 / tp if group == "tp" and par.async_tp else 1
-
-
 def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) -> sp.Expr:
     """Seconds of one phase (forward or backward) of the m micro-batches.
 
@@ -311,7 +292,7 @@ def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) ->
     (``overlap_param_gather``), so that collective hides behind one micro-batch, not m
     (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.4; Megatron-Core's
     ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add, but
-    for the share :func:`exposed_share` lets async TP hide.
+    for the share :func:`exposed_share` lets async TP or combined 1F1B hide.
     """
     exposed = exposed_groups(par)
     hidden = sum((g[name] * (1 - exposed_share(k, par)) if k in exposed else g[name]
@@ -381,6 +362,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
             for q in ("intensity", "time_s", "backward_s")
         },
         **{f"comm_bytes.{k}": g["bytes"] for k, g in comm.items()},
+        **{f"comm_exposed_share.{k}": exposed_share(k, par) for k in exposed_groups(par)},
         **{
             f"comm_time_s.{k}": g["forward"] + g["backward"] + g["optimizer"]
             for k, g in comm.items()

@@ -67,6 +67,13 @@ class ParallelSpec:
     runs and receives at most ``capacity_factor`` times the mean; 0: dropless (every pair
     runs). At least 1: below it even balanced routing drops pairs, which costmodel does not
     model."""
+    ep_overlap: bool = False
+    """Expert-parallel all-to-alls hidden behind another micro-batch's compute: Megatron-Core's
+    combined 1F1B (``--overlap-moe-expert-parallel-comm``) runs one micro-batch's forward
+    beside another's backward, layer by layer, the dispatch and combine of each on a second
+    stream; only the warm-up forwards and cool-down backwards run alone (DeepSeek-V3's
+    DualPipe hides them likewise, Sec. 3.2.1). Megatron runs it with pp = 1 or interleaved
+    pipelining, one warm-up forward more, and no full recomputation."""
     mx: int = 1
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
@@ -104,7 +111,8 @@ class ParallelSpec:
 
     def __post_init__(self) -> None:
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "mx", "my")
-        flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward")
+        flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
+                 "ep_overlap")  # fmt: skip
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
         checks.number("ep_imbalance", self.ep_imbalance)
@@ -140,6 +148,7 @@ class ParallelSpec:
         layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
         cp_rule(self.cp, train.attention)
         finetune_rule(self, train.finetune)
+        ep_overlap_rule(self, train.recompute)
         if self.framework == "handwritten":
             handwritten_rule(self, model, train)
 
@@ -185,6 +194,27 @@ def finetune_rule(par: Any, finetune: str) -> None:
     framework = np.asarray(getattr(par, "framework", "reference"))
     checks.require(framework == "reference", "framework", lambda: f"finetune={finetune} is "
                    "modelled for framework=reference (torch DDP, or ZeRO over fsdp)")  # fmt: skip
+
+
+def ep_overlap_rule(par: Any, recompute: Any) -> None:
+    """What Megatron-Core runs combined 1F1B with (its ``TransformerConfig`` checks): expert
+    parallelism to hide, its own framework, pp = 1 or interleaved pipelining (plain 1F1B has
+    no schedule for it) and no full recomputation (a checkpointed block cannot be split
+    into the nodes the two streams interleave)."""
+    if not np.any(np.asarray(getattr(par, "ep_overlap", False))):
+        return
+    ep = np.asarray(par.ep)
+    checks.require(ep > 1, "ep_overlap", lambda: "ep_overlap hides expert-parallel "
+                   f"all-to-alls: it needs ep > 1 (got ep={np.min(ep)})")  # fmt: skip
+    framework = np.asarray(getattr(par, "framework", "reference"))
+    checks.require(framework == "megatron", "ep_overlap", lambda: "ep_overlap is "
+                   "Megatron-Core's combined 1F1B: it needs framework=megatron")  # fmt: skip
+    ok = (np.asarray(par.pp) == 1) | (np.asarray(par.pp_interleave) > 1)
+    checks.require(ok, "ep_overlap", lambda: "ep_overlap needs pp = 1 or interleaved "
+                   "pipelining (pp_interleave > 1): 1F1B has no combined schedule")  # fmt: skip
+    ok = np.asarray(recompute) != "full"
+    checks.require(ok, "recompute", lambda: "ep_overlap (combined 1F1B) does not run with "
+                   "recompute=full: use none or selective")  # fmt: skip
 
 
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:

@@ -1,0 +1,40 @@
+"""Which collectives the compute waits for, and how much of them: the groups a step
+exposes and the share of each that no overlap hides. Shared by step time
+(``costmodel.parallel.timing``) and the timeline (``costmodel.engine.timeline``).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from costmodel.parallel.pipeline import combined_alone
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import Y
+
+
+def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
+    """Groups whose collectives the compute waits for: TP's feed the next matmul (async
+    TP hides all but a 1/tp share, :func:`exposed_share`), the experts wait for their
+    tokens' all-to-all (combined 1F1B hides most, :func:`exposed_share`), the hand-written
+    FSDP gathers and reduces in line with nothing prefetched."""
+    exposed = ("tp", "ep")
+    return (*exposed, "fsdp") if par.framework == "handwritten" else exposed
+
+
+def exposed_share(group: str, par: ParallelSpec) -> sp.Expr:
+    """The share of an exposed group's collectives the compute waits for: all of them, but
+
+    - under async TP a tensor-parallel collective is cut into tp chunks that each overlap
+      the matmul of the chunk before (Wang et al. 2022, "Overlap Communication with
+      Dependent Computation via Decomposition"; Transformer Engine's userbuffer ring
+      exchange; torchtitan's async TP), so the first chunk's 1/tp stays exposed;
+    - under combined 1F1B (``ep_overlap``) one micro-batch's all-to-alls run beside another
+      micro-batch's compute, but for the passes that run alone
+      (:func:`costmodel.parallel.pipeline.combined_alone`); the rest is overlapped like
+      the other groups' collectives.
+    """
+    if group == "tp" and par.async_tp:
+        return 1 / Y
+    if group == "ep" and par.ep_overlap:
+        return combined_alone(par)
+    return sp.Integer(1)
