@@ -75,6 +75,14 @@ def test_cli_and_app_build_the_same_setup(argv):
         ({"price_per_hour": math.nan}, "price_per_hour", "cost", "must be finite"),
         ({"precision": "fp8", "hardware": "a100-80gb"}, "precision", "training", "no fp8 peak"),
         ({"colour": 3}, "colour", "cluster", "unknown input"),
+        ({"hardware": 3}, "hardware", "cluster", "hardware must be a catalog name"),
+        ({"ep": 2}, "ep", "cluster", "ep > 1 needs a mixture-of-experts model"),
+        (
+            {"model": "mixtral-8x7b", "gpus": 8, "batch": 8, "ep": 8, "ep_overlap": True},
+            "ep_overlap",
+            "cluster",
+            "framework=megatron",
+        ),
     ],
 )
 def test_every_error_names_its_field_and_section(values, field, section, message):

@@ -39,6 +39,9 @@ def hardware_from_dict(name: str, data: dict[str, Any]) -> Hardware:
 
 def get_hardware(name_or_path: str) -> Hardware:
     """A catalog entry by name, or a JSON profile by path."""
+    if not isinstance(name_or_path, str | Path):
+        raise SpecError("hardware", "hardware must be a catalog name or a .json path "
+                        f"(got {name_or_path!r})")  # fmt: skip
     if name_or_path in HARDWARE:
         return hardware_from_dict(name_or_path, HARDWARE[name_or_path])
     path = Path(name_or_path)
