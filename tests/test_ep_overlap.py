@@ -115,3 +115,26 @@ def test_what_megatron_refuses_names_the_field(layout, recompute, field, message
     with pytest.raises(SpecError, match=message):
         sweep(MIXTRAL, hardware=H100, batch=np.array([64, 128]), seq=4096, grad_accum=8,
               recompute=recompute, **layout, ep_overlap=True)  # fmt: skip
+
+
+def test_the_planner_tries_each_megatron_layout_with_and_without_it():
+    """Every Megatron candidate Megatron could run combined 1F1B with is searched twice;
+    with it, the step is never longer (the same work, fewer exposed all-to-alls), and the
+    label and the spec the planner hands back carry it."""
+    from costmodel.engine.plan import PlanOptions, layout_label, plan
+
+    options = PlanOptions(frameworks=("megatron",), recompute=("selective", "full"),
+                          micro_batches=(1,), interleave=(1, 2))  # fmt: skip
+    found = plan(MIXTRAL, TrainSpec(batch=32, seq=4096), H100, 16, options)
+    cols, step = found.columns, found.values["time_s.step"]
+    overlap = cols["ep_overlap"]
+    assert overlap.any() and (~overlap).any()
+    eligible = (cols["ep"] > 1) & (cols["recompute"] != "full")
+    eligible &= (cols["pp"] == 1) | (cols["pp_interleave"] > 1)
+    assert not (overlap & ~eligible).any()
+    keys = ("dp", "tp", "pp", "pp_interleave", "cp", "ep", "micro_batch", "recompute")
+    without = {tuple(cols[k][i] for k in keys): step[i] for i in np.flatnonzero(~overlap)}
+    for i in np.flatnonzero(overlap):
+        assert step[i] <= without[tuple(cols[k][i] for k in keys)]
+    i = int(np.flatnonzero(overlap)[0])
+    assert found.parallel_spec(i).ep_overlap and "+a2a-overlap" in layout_label(found.row(i))

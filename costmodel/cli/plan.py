@@ -64,6 +64,7 @@ def budget_cost(
 
 def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
     hw = p.hardware
+    width = max([58, *(len(layout_label(r)) for r in rows)])
     head = [
         f"{p.model.name} on {p.gpus} x {hw.name}: batch {p.train.batch} x seq {p.train.seq}, "
         f"{p.train.precision}",
@@ -71,7 +72,8 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
         f"searched in {seconds:.2f} s",
         "",
-        f"{'#':>3}  {'layout':<58} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",
+        f"{'#':>3}  {'layout':<{width}} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} "
+        f"{'peak GiB':>9}  limit",
     ]
     for i, r in enumerate(rows, 1):
         extra = ""
@@ -80,7 +82,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
             if "train_cost" in r:
                 extra += f", ${r['train_cost']:,.0f}"
         head.append(
-            f"{i:>3}  {layout_label(r):<58} {r['time_s.step']:>8.3f}s "
+            f"{i:>3}  {layout_label(r):<{width}} {r['time_s.step']:>8.3f}s "
             f"{r['tokens_per_s'] / p.gpus:>10,.0f} {r['mfu']:>6.1%} "
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )

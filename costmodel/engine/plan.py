@@ -35,10 +35,17 @@ from costmodel.specs.model import (
     check_positions,
     moe_train_rule,
 )
-from costmodel.specs.parallel import ParallelSpec, cp_rule, finetune_rule, layout_rules
+from costmodel.specs.parallel import (
+    ParallelSpec,
+    cp_rule,
+    ep_overlap_rule,
+    finetune_rule,
+    layout_rules,
+)
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
-          "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32")  # fmt: skip
+          "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32",
+          "ep_overlap")  # fmt: skip
 QUANTITIES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
     "time_s.compute", "time_s.comm", "tokens_per_s", "mfu",
@@ -48,7 +55,7 @@ QUANTITIES = (
     "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
     "memory_bytes_per_device.frozen",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
-    "comm_time_s.ep",
+    "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep",
 )  # fmt: skip
 FRAMEWORK_CHOICES = ("fsdp2", "megatron", "deepspeed", "reference")
 
@@ -137,6 +144,7 @@ def layout_label(row: dict[str, Any]) -> str:
     v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
     zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
     ep = f" ep{row['ep']}" if row.get("ep", 1) > 1 else ""
+    ep += "+a2a-overlap" if row.get("ep_overlap") else ""
     return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
             f"pp{row['pp']}{v} cp{row['cp']}{ep} mb{row['micro_batch']} "
             f"ga{row['grad_accum']} {row['recompute']}")  # fmt: skip
@@ -148,7 +156,9 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step;
     else compute. Memory above 90 % of the budget is named too (a layout that shards less
     would not fit)."""
-    step, tp, ep = row["time_s.step"], row["comm_time_s.tp"], row.get("comm_time_s.ep", 0.0)
+    step = row["time_s.step"]
+    tp = row["comm_time_s.tp"] * row.get("comm_exposed_share.tp", 1.0)
+    ep = row.get("comm_time_s.ep", 0.0) * row.get("comm_exposed_share.ep", 1.0)
     phases = row["time_s.forward"] + row["time_s.backward"]
     parts = {
         "pipeline bubble": row["time_s.bubble"],
@@ -265,7 +275,19 @@ def enumerate_layouts(
     cols["sequence_parallel"] = cols["sequence_parallel"].astype(bool)
     cols["grad_accum"] = train.batch // (cols["dp"] * cols["fsdp"] * cols["micro_batch"])
     cols["grad_reduce_fp32"] = cols["framework"] == "fsdp2"  # torchtitan reduces in fp32
-    return cols
+    return _with_ep_overlap(cols)
+
+
+def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each Megatron candidate that could run combined 1F1B (``ep_overlap``) once more with
+    it: it hides all-to-alls but keeps one chunk more in flight under interleaving, so
+    either may be the fastest that fits."""
+    cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
+    again = (cols["framework"] == "megatron") & (cols["ep"] > 1) & (cols["recompute"] != "full")
+    again &= (cols["pp"] == 1) | (cols["pp_interleave"] > 1)
+    twin = {k: v[again] for k, v in cols.items()}
+    twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
+    return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
 
 
 _KINDS = {"framework", "recompute"}
@@ -304,7 +326,7 @@ def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
 
 def _namespace(cols: dict[str, np.ndarray]) -> SimpleNamespace:
     keys = ("tp", "pp", "pp_interleave", "cp", "ep", "dp", "fsdp", "sequence_parallel",
-            "framework")  # fmt: skip
+            "framework", "ep_overlap")  # fmt: skip
     return SimpleNamespace(**{k: cols[k] for k in keys})
 
 
@@ -319,6 +341,7 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
                          "recompute": cols["recompute"]}  # fmt: skip
         finetune_rules(model, SimpleNamespace(**per_candidate))
         finetune_rule(_namespace(cols), train.finetune)
+        ep_overlap_rule(_namespace(cols), cols["recompute"])
     n = len(cols["tp"])
     return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
 
@@ -343,17 +366,17 @@ def no_layout_message(
 
 def _warm(model, train, hardware, cols, progress) -> int:
     """Compile each structure's expressions once, with progress (the slow part, cold)."""
-    keys = ("framework", "recompute", "sequence_parallel", "grad_reduce_fp32", "zero")
+    keys = ("framework", "recompute", "sequence_parallel", "grad_reduce_fp32", "zero", "ep_overlap")
     pipelined = cols["pp"] > 1
     interleaved = cols["pp_interleave"] > 1
     combos = {(*(_plain(cols[k][i]) for k in keys), bool(pipelined[i]), bool(interleaved[i]))
               for i in _first_of_each(cols, keys, pipelined, interleaved)}  # fmt: skip
     items = sorted(combos, key=str)
     loop = progress(items, len(items)) if progress else items
-    for fw, rc, sp_, fp32, zero, piped, inter in loop:
+    for fw, rc, sp_, fp32, zero, overlap, piped, inter in loop:
         par = ParallelSpec(framework=fw, sequence_parallel=sp_, grad_reduce_fp32=fp32,
                            zero=zero, pp=2 if piped else 1, pp_interleave=2 if inter else 1,
-                           tp=2 if sp_ else 1)  # fmt: skip
+                           tp=2 if sp_ else 1, ep_overlap=overlap)  # fmt: skip
         compiled_subset(structure_of(model, train.replace(recompute=rc), par), QUANTITIES)
     return len(items)
 

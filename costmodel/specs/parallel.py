@@ -201,18 +201,19 @@ def ep_overlap_rule(par: Any, recompute: Any) -> None:
     parallelism to hide, its own framework, pp = 1 or interleaved pipelining (plain 1F1B has
     no schedule for it) and no full recomputation (a checkpointed block cannot be split
     into the nodes the two streams interleave)."""
-    if not np.any(np.asarray(getattr(par, "ep_overlap", False))):
+    off = ~np.asarray(getattr(par, "ep_overlap", False), dtype=bool)
+    if np.all(off):
         return
     ep = np.asarray(par.ep)
-    checks.require(ep > 1, "ep_overlap", lambda: "ep_overlap hides expert-parallel "
+    checks.require(off | (ep > 1), "ep_overlap", lambda: "ep_overlap hides expert-parallel "
                    f"all-to-alls: it needs ep > 1 (got ep={np.min(ep)})")  # fmt: skip
     framework = np.asarray(getattr(par, "framework", "reference"))
-    checks.require(framework == "megatron", "ep_overlap", lambda: "ep_overlap is "
+    checks.require(off | (framework == "megatron"), "ep_overlap", lambda: "ep_overlap is "
                    "Megatron-Core's combined 1F1B: it needs framework=megatron")  # fmt: skip
-    ok = (np.asarray(par.pp) == 1) | (np.asarray(par.pp_interleave) > 1)
+    ok = off | (np.asarray(par.pp) == 1) | (np.asarray(par.pp_interleave) > 1)
     checks.require(ok, "ep_overlap", lambda: "ep_overlap needs pp = 1 or interleaved "
                    "pipelining (pp_interleave > 1): 1F1B has no combined schedule")  # fmt: skip
-    ok = np.asarray(recompute) != "full"
+    ok = off | (np.asarray(recompute) != "full")
     checks.require(ok, "recompute", lambda: "ep_overlap (combined 1F1B) does not run with "
                    "recompute=full: use none or selective")  # fmt: skip
 
