@@ -6,6 +6,8 @@ is refused, naming the field."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl, urlparse
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -16,6 +18,8 @@ from costmodel.engine.timeline import segments
 from costmodel.parallel.pipeline import PipelineRank, chunks_in_flight
 from costmodel.specs.checks import SpecError
 from costmodel.symbols import N_pp, m, v
+from explorer.plan_charts import estimate_link
+from explorer.state import from_query, setup_of
 
 H100 = get_hardware("h100-sxm")
 MIXTRAL = get_model("mixtral-8x7b")
@@ -138,3 +142,9 @@ def test_the_planner_tries_each_megatron_layout_with_and_without_it():
         assert step[i] <= without[tuple(cols[k][i] for k in keys)]
     i = int(np.flatnonzero(overlap)[0])
     assert found.parallel_spec(i).ep_overlap and "+a2a-overlap" in layout_label(found.row(i))
+    # the plan page's link opens the Estimate page on the same layout, overlap included
+    link = estimate_link(found, i, "mixtral-8x7b")
+    values, problems = from_query(dict(parse_qsl(urlparse(link).query)))
+    setup, errors = setup_of(values)
+    assert not problems and not errors and setup.parallel.ep_overlap
+    assert setup.estimate().values["time_s.step"] == pytest.approx(step[i], rel=1e-12)
