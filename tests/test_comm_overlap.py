@@ -155,3 +155,24 @@ def test_held_out_runs():
     for r in rows:
         bound = 0.30 if r["case"].startswith("maxtext") and "fp8" in r["case"] else 0.10
         assert abs(r["rel_err"]) <= bound, (r["case"], r["rel_err"])
+
+
+def test_moe_held_out_runs_map_to_their_stated_layouts():
+    """NVIDIA's published Megatron-Bridge MoE runs (validate/published/data/holdout_moe.json;
+    never calibrated on): each maps to its preset, device and stated degrees, ep included,
+    and is predicted. costmodel is too fast on all ten (+11 to +210 %: fine-grained
+    Qwen3-30B-A3B on B200 worst), a known gap the closing note of issue 16 records; this
+    test pins the mapping, not the error."""
+    path = Path(__file__).parents[1] / "validate" / "published" / "data" / "holdout_moe.json"
+    runs = load_runs(path)
+    rows = [r for run in runs for r in rows_for(run)]
+    assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
+    for run in runs:
+        case = case_of(run)
+        stated = run["parallelism"]
+        assert case.model.name == run["model"]["preset"] and case.model.moe
+        assert case.hardware.name.split("-")[0] in run["hardware"].lower()
+        assert (case.parallel.pp, case.parallel.ep) == (stated["pp"], stated["ep"])
+        assert case.parallel.devices == run["n_gpus"] and case.parallel.framework == "megatron"
+        per_device = case.train.micro_batch // case.parallel.batch_step(1)
+        assert case.train.precision == "fp8" and per_device == run["micro_batch"]

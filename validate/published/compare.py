@@ -77,6 +77,7 @@ def _layout_text(case: Case) -> str:
     p, t = case.parallel, case.train
     degrees = " ".join(f"{k}{getattr(p, k)}" for k in ("dp", "fsdp", "tp", "pp", "cp"))
     extra = f" v{p.pp_interleave}" if p.pp_interleave > 1 else ""
+    extra += f" ep{p.ep}" if p.ep > 1 else ""
     return (
         f"{degrees}{extra} mb{t.micro_batch // p.batch_step(1)} ga{t.grad_accum} "
         f"T{t.seq} {t.precision} rc:{t.recompute} {t.attention}"

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from costmodel import Hardware, ModelSpec, ParallelSpec, TrainSpec, get_hardware
+from costmodel import Hardware, ModelSpec, ParallelSpec, TrainSpec, get_hardware, get_model
 
 GiB = 2**30
 PEAK_BF16 = {"a100": 312e12, "h100": 989.4e12}
@@ -166,6 +166,9 @@ def _fill_unstated(run: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 def _model(run: dict[str, Any], notes: list[str]) -> ModelSpec:
     m = run["model"]
+    if m.get("preset"):  # an architecture costmodel ships (from its config.json)
+        notes.append(f"architecture: costmodel's {m['preset']} preset")
+        return get_model(m["preset"])
     ffn_text = str(m.get("ffn", "gelu")).lower()
     llama = "swiglu" in ffn_text
     mpt = run["group"] == "mosaicml"
@@ -267,6 +270,7 @@ def _layout(
         tp=tp,
         pp=pp,
         cp=cp,
+        ep=par.get("ep") or 1,
         pp_interleave=vpp,
         sequence_parallel=tp > 1 and run["group"] != "megatron-lm-2021",
     )
@@ -304,6 +308,9 @@ def _hardware(run: dict[str, Any], notes: list[str]) -> Hardware:
 
 
 def _device(run: dict[str, Any], text: str) -> Hardware:
+    for name in ("gb200", "b200"):
+        if name in text:
+            return get_hardware(name)
     if "96gb" in text:
         return get_hardware("h100-sxm-96gb")
     if "h100" in text:
