@@ -35,13 +35,7 @@ from costmodel.specs.model import (
     check_positions,
     moe_train_rule,
 )
-from costmodel.specs.parallel import (
-    ParallelSpec,
-    cp_rule,
-    ep_overlap_rule,
-    finetune_rule,
-    layout_rules,
-)
+from costmodel.specs.parallel import ParallelSpec, layout_rules, training_rules
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
           "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32",
@@ -279,12 +273,12 @@ def enumerate_layouts(
 
 
 def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each Megatron candidate that could run combined 1F1B (``ep_overlap``) once more with
-    it: it hides all-to-alls but keeps one chunk more in flight under interleaving, so
-    either may be the fastest that fits."""
+    """Each Megatron expert-parallel candidate once more with combined 1F1B
+    (``ep_overlap``; the rules drop the twins Megatron would not run): it hides all-to-alls
+    but keeps one chunk more in flight under interleaving, so either may be the fastest
+    that fits."""
     cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    again = (cols["framework"] == "megatron") & (cols["ep"] > 1) & (cols["recompute"] != "full")
-    again &= (cols["pp"] == 1) | (cols["pp_interleave"] > 1)
+    again = (cols["framework"] == "megatron") & (cols["ep"] > 1)
     twin = {k: v[again] for k, v in cols.items()}
     twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
     return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
@@ -335,15 +329,18 @@ def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> n
     with checks.collect_masks() as masks:
         layout_rules(_namespace(cols), model, seq=train.seq, batch=train.batch,
                      grad_accum=cols["grad_accum"])  # fmt: skip
-        cp_rule(cols["cp"], train.attention)
         moe_train_rule(model, cols["recompute"], train.elementwise)
-        per_candidate = {**{f.name: getattr(train, f.name) for f in fields(train)},
-                         "recompute": cols["recompute"]}  # fmt: skip
-        finetune_rules(model, SimpleNamespace(**per_candidate))
-        finetune_rule(_namespace(cols), train.finetune)
-        ep_overlap_rule(_namespace(cols), cols["recompute"])
+        per_candidate = _per_candidate(train, cols)
+        finetune_rules(model, per_candidate)
+        training_rules(_namespace(cols), per_candidate)
     n = len(cols["tp"])
     return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
+
+
+def _per_candidate(train: TrainSpec, cols: dict[str, np.ndarray]) -> SimpleNamespace:
+    """``train``'s fields, with the recompute policy each candidate searches."""
+    given = {f.name: getattr(train, f.name) for f in fields(train)}
+    return SimpleNamespace(**{**given, "recompute": cols["recompute"]})
 
 
 def no_layout_message(
@@ -357,8 +354,7 @@ def no_layout_message(
     try:
         layout_rules(_namespace(first), model, seq=train.seq, batch=train.batch,
                      grad_accum=first["grad_accum"])  # fmt: skip
-        cp_rule(first["cp"], train.attention)
-        finetune_rule(_namespace(first), train.finetune)
+        training_rules(_namespace(first), _per_candidate(train, first))
     except SpecError as err:
         return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
     return f"no valid layout of {gpus} GPUs for this model and batch"

@@ -41,13 +41,7 @@ from costmodel.specs.model import (
     moe_train_rule,
     train_rules,
 )
-from costmodel.specs.parallel import (
-    ParallelSpec,
-    cp_rule,
-    ep_overlap_rule,
-    finetune_rule,
-    layout_rules,
-)
+from costmodel.specs.parallel import ParallelSpec, layout_rules, training_rules
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
 _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
@@ -250,9 +244,7 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     if par is not None:
         p = SimpleNamespace(**{k: group[k] for k in _OWNERS[ParallelSpec]})
         layout_rules(p, m, seq=t.seq, batch=t.batch, grad_accum=t.grad_accum)
-        cp_rule(p.cp, t.attention)
-        finetune_rule(p, train.finetune)
-        ep_overlap_rule(p, train.recompute)
+        training_rules(p, t)
     return SimpleNamespace(model=m, train=t, parallel=p, structure=structure_of(model, train, par))
 
 

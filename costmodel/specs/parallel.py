@@ -146,9 +146,7 @@ class ParallelSpec:
     def check(self, model: ModelSpec, train: TrainSpec) -> None:
         """Divisibility against a model and a batch, with errors naming both sides."""
         layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
-        cp_rule(self.cp, train.attention)
-        finetune_rule(self, train.finetune)
-        ep_overlap_rule(self, train.recompute)
+        training_rules(self, train)
         if self.framework == "handwritten":
             handwritten_rule(self, model, train)
 
@@ -158,6 +156,15 @@ class ParallelSpec:
         if unknown:
             raise SpecError(unknown[0], f"unknown ParallelSpec field(s): {', '.join(unknown)}")
         return ParallelSpec(**{**values, **changes})
+
+
+def training_rules(par: Any, train: Any) -> None:
+    """What a layout needs of the training it runs (scalars or arrays, one place for the
+    spec, the sweep and the planner): ring attention a fused kernel, fine-tuning data
+    parallelism alone, combined 1F1B what Megatron runs it with."""
+    cp_rule(par.cp, train.attention)
+    finetune_rule(par, train.finetune)
+    ep_overlap_rule(par, train.recompute)
 
 
 def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> None:
