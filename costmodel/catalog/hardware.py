@@ -2,11 +2,14 @@
 
 ``get_hardware("h100-sxm")`` or ``get_hardware("path/to/profile.json")`` (a file written by
 ``validate.probes.calibrate``, same fields). Units: FLOP/s, bytes, bytes/s, seconds.
+``resolve_device("H100 SXM5 96GB")`` names the catalog entry a device written as a source
+writes it is (each entry's ``aliases``; the rules in the catalog's ``_aliases`` note).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING, fields
 from importlib import resources
 from pathlib import Path
@@ -57,3 +60,59 @@ def get_hardware(name_or_path: str) -> Hardware:
         "hardware",
         f"hardware must be one of {', '.join(HARDWARE)} or a .json path (got {name_or_path!r})",
     )
+
+
+IGNORED_WORDS = frozenset({
+    "nvidia", "amd", "google", "tesla", "instinct", "geforce", "sxm", "sxm2", "sxm4", "sxm5",
+    "hbm2", "hbm2e", "hbm3", "hbm3e", "dgx", "hgx", "gpu", "gpus",
+})  # fmt: skip
+"""Vendor, form-factor and system words that do not tell two catalog devices apart."""
+
+
+def device_words(text: str) -> frozenset[str]:
+    """The words that name a device in ``text``: lower case, parenthesised notes and what
+    follows a comma or semicolon dropped, memory sizes joined ("80 GB" -> "80gb"), split
+    at punctuation, :data:`IGNORED_WORDS` and counts ("8x") left out."""
+    text = text.lower()
+    while re.search(r"\([^()]*\)|\[[^\[\]]*\]", text):
+        text = re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", text)
+    text = re.split(r"[,;]", text, maxsplit=1)[0]
+    text = re.sub(r"(\d+)\s*gi?b\b", r"\1gb", text)
+    words = re.split(r"[^a-z0-9]+", text)
+    return frozenset(
+        w for w in words if w and w not in IGNORED_WORDS and not re.fullmatch(r"\d+x", w)
+    )
+
+
+def _alias_table() -> dict[frozenset[str], str]:
+    """Words -> catalog name, from every entry's name and ``aliases``; two entries that
+    claim the same words are an error in the catalog, caught here."""
+    table: dict[frozenset[str], str] = {}
+    for name, entry in HARDWARE.items():
+        for text in (name, *entry.get("aliases", ())):
+            words = device_words(text)
+            if table.setdefault(words, name) != name:
+                raise ValueError(
+                    f"hardware.json: alias {text!r} of {name} is also {table[words]}'s"
+                )
+    return table
+
+
+ALIASES: dict[frozenset[str], str] = _alias_table()
+
+
+def resolve_device(text: str) -> str:
+    """The catalog name of a device written as a source writes it: ``"H200 141GB"`` ->
+    ``h200``, ``"V100 (DGX-2)"`` -> ``v100-sxm2-32gb``, ``"TPU v6e (Trillium)"`` ->
+    ``tpu-v6e``. SpecError naming the text when no entry's name or alias matches."""
+    if not isinstance(text, str):
+        raise SpecError("hardware", f"hardware must be a device name (got {text!r})")
+    name = ALIASES.get(device_words(text))
+    if name is None:
+        known = ", ".join(sorted(HARDWARE))
+        raise SpecError(
+            "hardware",
+            f"no catalog device for {text!r} (read as {' '.join(sorted(device_words(text)))!r});"
+            f" known: {known}, or add an alias in costmodel/catalog/data/hardware.json",
+        )
+    return name

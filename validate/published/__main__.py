@@ -10,7 +10,7 @@ import json
 import sys
 
 from validate.published.compare import rows_for, summarize
-from validate.published.corpus import CorpusError, corpus_parser, open_corpus
+from validate.published.corpus import CorpusError, corpus_parser, open_corpus, run_label
 from validate.published.report import html_page, markdown
 from validate.report.render import _pct
 
@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(json.dumps(row, allow_nan=False) + "\n")
             f.flush()
             rows += new
-            errs = " ".join(_pct(r["rel_err"]) if r["status"] == "ok" else "error" for r in new)
-            print(f"[{i}/{len(runs)}] {run.get('id', '?')}: {errs}", file=sys.stderr)
+            errs = " ".join(_pct(r["rel_err"]) if r["status"] == "ok"
+                            else f"not predicted ({r['error']})" for r in new)  # fmt: skip
+            print(f"[{i}/{len(runs)}] {run_label(run)[0]}: {errs}", file=sys.stderr)
     (out / "report.md").write_text(markdown(rows))
     (out / "report.html").write_text(html_page(rows))
     head = ("quantity", "source", "n", "median", "p90", "bias", "worst")

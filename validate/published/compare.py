@@ -13,8 +13,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from costmodel import estimate
-from validate.published.corpus import Case, CorpusError, case_of
+from costmodel import SpecError, estimate
+from validate.published.corpus import Case, CorpusError, case_of, run_label
 from validate.report.results import rel_err
 
 BREAKDOWN = (
@@ -46,13 +46,15 @@ def predict(case: Case) -> dict[str, Any]:
 
 
 def rows_for(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of one run: one per measured quantity, or one error row."""
-    base = {"case": run.get("id", "?"), "group": run.get("group", "?")}
+    """The rows of one run: one per measured quantity, or one error row saying which
+    field stops it (a run's field for the mapping, a spec field for the estimate)."""
+    rid, group = run_label(run)
+    base = {"case": rid, "group": group}
     try:
         case = case_of(run)
         pred = predict(case)
-    except (CorpusError, ValueError, KeyError) as err:
-        return [{**base, "quantity": None, "status": "error", "error": str(err)}]
+    except (CorpusError, SpecError, ValueError, KeyError) as err:
+        return [{**base, "quantity": None, "status": "error", "error": _why(rid, err)}]
     rows = []
     for quantity, measured in case.measured.items():
         rows.append(
@@ -73,6 +75,15 @@ def rows_for(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _why(rid: str, err: Exception) -> str:
+    """One line naming the run and the field (the mapping's CorpusError already does)."""
+    if isinstance(err, CorpusError):
+        return str(err)
+    if isinstance(err, SpecError):
+        return f"{rid}: {err.field}: {err.message}"
+    return f"{rid}: {err}"
+
+
 def _layout_text(case: Case) -> str:
     p, t = case.parallel, case.train
     degrees = " ".join(f"{k}{getattr(p, k)}" for k in ("dp", "fsdp", "tp", "pp", "cp"))
@@ -85,20 +96,21 @@ def _layout_text(case: Case) -> str:
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (quantity, source) and per quantity over all sources: n, median and p90
-    |error|, bias (median signed error), worst |error|."""
-    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    """Per (quantity, source) and per quantity over all sources (``group`` "all",
+    ``overall`` true): n, median and p90 |error|, bias (median signed error), worst |error|."""
+    groups: dict[tuple[str, str, bool], list[float]] = defaultdict(list)
     for r in rows:
         if r["status"] == "ok" and r["rel_err"] is not None:
-            groups[(r["quantity"], r["group"])].append(r["rel_err"])
-            groups[(r["quantity"], "all")].append(r["rel_err"])
+            groups[(r["quantity"], r["group"], False)].append(r["rel_err"])
+            groups[(r["quantity"], "all", True)].append(r["rel_err"])
     out = []
-    for (quantity, group), errs in sorted(groups.items()):
+    for (quantity, group, overall), errs in sorted(groups.items()):
         mags = sorted(abs(e) for e in errs)
         out.append(
             {
                 "quantity": quantity,
                 "group": group,
+                "overall": overall,
                 "n": len(errs),
                 "median_abs": statistics.median(mags),
                 "p90_abs": mags[min(len(mags) - 1, round(0.9 * (len(mags) - 1)))],

@@ -1,20 +1,23 @@
 """Published training runs as costmodel specs, and what each run measured, per GPU.
 
-``data/runs.json`` is a copy of ``shared/published-runs/runs.json`` (66 runs, 6 sources;
-fields and conventions in that folder's README). :func:`case_of` maps one run to a
-ModelSpec, TrainSpec, ParallelSpec and Hardware, and its measurement to tokens/s per GPU
-and memory per GPU (bytes). What a run leaves unstated is filled by a rule per source that
-cites where the value comes from (never a number fitted to the run) and is listed in the
-case's ``assumptions``. Torch-free.
+``data/runs.json`` is ``shared/published-runs/runs.json`` (66 runs, 6 sources; fields and
+conventions in that folder's README) with the fields of :mod:`validate.published.fields`
+added: what each source states in costmodel's terms (framework, kernels, recomputation,
+dropout, the FLOP convention and peak behind a quoted TFLOP/s or MFU, the line rate it
+states), each value the source leaves unstated filled from the paper or repository the
+run comes from and cited in the run's ``assumptions``, never a number fitted to the run.
+``holdout.json`` and ``holdout_moe.json`` carry the same fields. :func:`case_of` maps one
+run to a ModelSpec, TrainSpec, ParallelSpec and Hardware and its measurement to tokens/s
+per GPU and memory per GPU (bytes); it reads fields only, so a runs file from anywhere in
+the same schema maps the same way, with generic defaults where it is silent. Torch-free.
 
-Converting a quoted TFLOP/s or MFU back to tokens/s uses the source's own FLOP formula
-(the README's first convention):
+Converting a quoted TFLOP/s or MFU back to tokens/s uses the FLOPs the source counts
+(``flops_convention``; the README's first convention):
 
-- Megatron-Core (``megatron-lm``) and Korthikanti et al. 2022 (``megatron-lm-2022``): model
-  FLOPs per sequence ``12·s·l·h²·((1 + g/a + s/h)·q/h + gate·F/h + V/(2·l·h))``
-  (``num_floating_point_operations``, megatron/training/training.py, 2024; equal to
-  ``72·s·l·h²·(1 + s/(6h) + V/(12·l·h))`` for GPT; Korthikanti et al. 2022, Sec. 6.3).
-- Narayanan et al. 2021, Sec. 5.1 (``megatron-lm-2021``): ``96·s·l·h²·(1 + s/(6h) +
+- ``model``: Megatron-Core's ``num_floating_point_operations`` (megatron/training/
+  training.py, 2024), ``12·s·l·h²·((1 + g/a + s/h)·q/h + gate·F/h + V/(2·l·h))``, equal to
+  ``72·s·l·h²·(1 + s/(6h) + V/(12·l·h))`` for GPT (Korthikanti et al. 2022, Sec. 6.3);
+- ``narayanan-2021``: Narayanan et al. 2021, Sec. 5.1, ``96·s·l·h²·(1 + s/(6h) +
   V/(16·l·h))``, which counts the recomputed forward.
 """
 
@@ -23,21 +26,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from costmodel import Hardware, ModelSpec, ParallelSpec, TrainSpec, get_hardware, get_model
+from costmodel import (
+    Hardware,
+    ModelSpec,
+    ParallelSpec,
+    SpecError,
+    TrainSpec,
+    get_hardware,
+    get_model,
+)
+from costmodel.catalog.hardware import resolve_device
+from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
+
+__all__ = ["Case", "CorpusError", "case_of", "flops_per_sequence", "load_runs", "run_label"]
 
 GiB = 2**30
-PEAK_BF16 = {"a100": 312e12, "h100": 989.4e12}
-"""The peak the sources divide by for MFU (A100 and H100 SXM dense bf16/fp16)."""
-
-
-class CorpusError(ValueError):
-    """A run that cannot be mapped: the message says which field and why."""
+ARCHITECTURE = ("ffn", "norm", "bias", "tied", "pos", "qkv_bias", "qk_norm")
+"""The ModelSpec keywords ``model.architecture`` may set (the first five said in every
+shipped run)."""
+_RECOMPUTE = (("full", "full"), ("selective", "selective"))
+_PRECISION = (("fp8", "fp8"), ("fp16", "fp16-mixed"))
+_PARALLEL_PATHS = {k: f"parallelism.{k}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep")}
+_PARALLEL_PATHS["pp_interleave"] = "parallelism.vpp"
 
 
 @dataclass(frozen=True)
@@ -64,16 +80,23 @@ def default_runs_path() -> Path:
     return Path(str(resources.files("validate.published").joinpath("data/runs.json")))
 
 
-def load_runs(path: str | Path | None = None) -> list[dict[str, Any]]:
+def load_runs(path: str | Path | None = None) -> list[Any]:
     """The runs of a corpus file (``{"runs": [...]}`` or a list)."""
     try:
         data = json.loads(Path(path or default_runs_path()).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise CorpusError(f"runs: cannot read {path}: {err}") from err
-    runs = data["runs"] if isinstance(data, dict) else data
+    runs = data.get("runs") if isinstance(data, dict) else data
     if not isinstance(runs, list):
         raise CorpusError("runs: expected a list of runs or an object with 'runs'")
     return runs
+
+
+def run_label(run: Any) -> tuple[str, str]:
+    """A run's id and group as a report shows them ("?" where absent or not text)."""
+    fields = run if isinstance(run, dict) else {}
+    rid, group = fields.get("id"), fields.get("group")
+    return (rid if isinstance(rid, str) else "?"), (group if isinstance(group, str) else "?")
 
 
 def corpus_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -85,7 +108,7 @@ def corpus_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def open_corpus(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path]:
+def open_corpus(args: argparse.Namespace) -> tuple[list[Any], Path]:
     """The runs of ``--runs`` and the ``--out`` folder, created (CorpusError if either fails)."""
     runs = load_runs(args.runs)
     out = Path(args.out)
@@ -96,105 +119,109 @@ def open_corpus(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path]:
     return runs, out
 
 
-# Korthikanti et al. 2022, Table 3 (values recalled from the paper; the corpus notes that
-# its stored text lacks them): hidden, layers, heads, TP, PP, global batch; micro-batch 1.
-_KORTHIKANTI = {
-    "22B": (6144, 48, 64, 8, 1, 4),
-    "175B": (12288, 96, 96, 8, 8, 64),
-    "530B": (20480, 105, 128, 8, 35, 280),
-    "1T": (25600, 128, 160, 8, 64, 512),
-}
-
-
-def case_of(run: dict[str, Any]) -> Case:
-    """The specs of one run and its measurement per GPU (CorpusError if unmappable)."""
+def case_of(run: Any) -> Case:
+    """The specs of one run and its measurement per GPU; CorpusError naming the run and
+    the field when a needed field is missing or bad."""
     notes: list[str] = []
-    run = _fill_unstated(run, notes)
-    model = _model(run, notes)
-    train, parallel = _layout(run, model, notes)
-    hardware = _hardware(run, notes)
-    measured = _measured(run, model, train, parallel, notes)
-    src = run.get("source", {})
-    source = " ".join(str(src.get(k)) for k in ("repo", "path", "table") if src.get(k))
+    f = RunFields(run, notes)
+    notes.extend(f.texts("assumptions"))
+    hardware = _hardware(f)
+    model = _model(f)
+    train, parallel = _layout(f, model)
+    measured = _measured(f, model, train, hardware)
     return Case(
-        id=run["id"],
-        group=run["group"],
+        id=f.id,
+        group=run_label(run)[1],
         model=model,
         train=train,
         parallel=parallel,
         hardware=hardware,
         measured=measured,
         assumptions=tuple(notes),
-        source=source,
+        source=_source(run.get("source")),
     )
 
 
-def _fill_unstated(run: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """Sizes a source leaves out, from the paper the run comes from."""
-    run = json.loads(json.dumps(run))  # a deep copy
-    if run["group"] == "megatron-lm-2022":
-        size = run["id"].split("-")[2]
-        h, layers, heads, tp, pp, batch = _KORTHIKANTI[size]
-        m = run["model"]
-        m.setdefault("d_model", h)
-        m.setdefault("n_layers", layers)
-        m.setdefault("n_heads", heads)
-        m.setdefault("d_ff", 4 * m["d_model"])
-        par = run["parallelism"]
-        dp = par.get("dp") or 1
-        run["n_gpus"] = run.get("n_gpus") or dp * tp * pp
-        run["global_batch"] = run.get("global_batch") or batch * dp
-        run["micro_batch"] = run.get("micro_batch") or 1
-        notes.append(
-            f"Korthikanti et al. 2022 Table 3: h={h}, l={layers}, a={heads}, tp={tp}, "
-            f"pp={pp}, batch {batch} per replica, micro-batch 1"
-        )
-    if run.get("micro_batch") is None:
-        local = run.get("local_batch_per_dp_rank")
-        pp = run["parallelism"].get("pp") or 1
-        if run["group"] == "torchtitan" and pp > 1:
-            # torchtitan's pipeline default: as many micro-batches as stages
-            dp_ranks = run["n_gpus"] // (run["parallelism"]["tp"] * pp * run["parallelism"]["cp"])
-            local = local or run["global_batch"] // dp_ranks
-            run["micro_batch"] = max(local // pp, 1)
-            notes.append(f"micro-batch {run['micro_batch']}: local batch {local} over {pp} stages")
-        else:
-            run["micro_batch"] = 1
-            notes.append("micro-batch 1 (Megatron-LM's example scripts for GPT at scale)")
-    return run
+def _source(src: Any) -> str:
+    if isinstance(src, dict):
+        return " ".join(str(src[k]) for k in ("repo", "path", "table") if src.get(k))
+    return src if isinstance(src, str) else ""
 
 
-def _model(run: dict[str, Any], notes: list[str]) -> ModelSpec:
-    m = run["model"]
-    if m.get("preset"):  # an architecture costmodel ships (from its config.json)
-        notes.append(f"architecture: costmodel's {m['preset']} preset")
-        return get_model(m["preset"])
-    ffn_text = str(m.get("ffn", "gelu")).lower()
-    llama = "swiglu" in ffn_text
-    mpt = run["group"] == "mosaicml"
-    gpt = not llama and not mpt
-    kwargs = {
-        "name": m.get("name", run["id"]),
-        "vocab": m["vocab"],
-        "d_model": m["d_model"],
-        "n_layers": m["n_layers"],
-        "n_heads": m["n_heads"],
-        "n_kv_heads": m.get("n_kv_heads") or m["n_heads"],
-        "d_ff": m.get("d_ff") or 4 * m["d_model"],
-        "ffn": "swiglu" if llama else "gelu",
-        "norm": "rmsnorm" if llama else "layernorm",
-        "bias": gpt,
-        "tied": not llama,
-        "pos": "learned" if gpt else "rope",
-        "max_positions": m["seq"],
-    }
-    if mpt:
-        notes.append("MPT: ALiBi (no position parameters), no biases, tied embeddings")
-    return ModelSpec(**kwargs)
+def _spec(f: RunFields, build: Callable[..., Any], paths: dict[str, str], **kwargs: Any) -> Any:
+    """A spec built from run fields; its SpecError names the run field it came from."""
+    try:
+        return build(**kwargs)
+    except SpecError as err:
+        f.fail(paths.get(err.field, err.field), err.message)
+    except (TypeError, ValueError) as err:  # a check that names no field
+        f.fail(paths.get("", build.__name__), str(err))
 
 
-_RECOMPUTE = (("full", "full"), ("selective", "selective"))
-_PRECISION = (("fp8", "fp8"), ("fp16", "fp16-mixed"))
+def _hardware(f: RunFields) -> Hardware:
+    """The catalog device the run's ``hardware`` names, with the inter-node line rate it
+    states per node (``network_gbps_per_node``) in place of the catalog's (a DGX's NICs)."""
+    text = f.text("hardware")
+    try:
+        hw = get_hardware(resolve_device(text))
+    except SpecError as err:
+        f.fail("hardware", err.message)
+    if f.has("network_gbps_per_node"):
+        gbps = f.number("network_gbps_per_node")
+        per_gpu = gbps * 1e9 / 8 / hw.devices_per_node
+        if per_gpu != hw.network_bw:
+            f.notes.append(f"network {gbps:g} Gb/s per node as stated: "
+                           f"{per_gpu / 1e9:g} GB/s per GPU")  # fmt: skip
+            hw = dataclasses.replace(hw, network_bw=per_gpu)
+    return hw
+
+
+def _model(f: RunFields) -> ModelSpec:
+    if f.has("model.preset"):  # an architecture costmodel ships (from its config.json)
+        name = f.text("model.preset")
+        try:
+            model = get_model(name)
+        except ValueError as err:
+            f.fail("model.preset", str(err))
+        f.notes.append(f"architecture: costmodel's {name} preset")
+        return model
+    d, heads = f.count("model.d_model"), f.count("model.n_heads")
+    name = f.raw("model.name")
+    paths = {k: f"model.architecture.{k}" for k in ARCHITECTURE}
+    return _spec(
+        f,
+        ModelSpec,
+        {**paths, "max_positions": "model.seq"},
+        name=name if isinstance(name, str) else f.id,
+        vocab=f.count("model.vocab"),
+        d_model=d,
+        n_layers=f.count("model.n_layers"),
+        n_heads=heads,
+        n_kv_heads=f.count("model.n_kv_heads", heads),
+        d_ff=f.count("model.d_ff", 4 * d),
+        max_positions=f.count("model.seq"),
+        **_architecture(f),
+    )
+
+
+def _architecture(f: RunFields) -> dict[str, Any]:
+    """``model.architecture`` as ModelSpec keywords; those left out take ModelSpec's
+    defaults (the reference model), said once in the notes."""
+    arch = f.raw("model.architecture")
+    if arch is None:
+        f.default("model.architecture", "SwiGLU, RMSNorm, no biases, untied, RoPE",
+                  "costmodel's reference model")  # fmt: skip
+        return {}
+    if not isinstance(arch, dict):
+        f.fail("model.architecture", f"expected an object (got {arch!r})")
+    unknown = sorted(set(arch) - set(ARCHITECTURE))
+    if unknown:
+        f.fail(f"model.architecture.{unknown[0]}", f"not one of {', '.join(ARCHITECTURE)}")
+    left = [k for k in ARCHITECTURE[:5] if k not in arch]
+    if left:
+        f.default(f"model.architecture.{'/'.join(left)}", "ModelSpec's defaults",
+                  "costmodel's reference model")  # fmt: skip
+    return dict(arch)
 
 
 def _by_prefix(text: str, table: tuple[tuple[str, str], ...], default: str) -> str:
@@ -203,151 +230,119 @@ def _by_prefix(text: str, table: tuple[tuple[str, str], ...], default: str) -> s
     return next((value for prefix, value in table if text.startswith(prefix)), default)
 
 
-def _layout(
-    run: dict[str, Any], model: ModelSpec, notes: list[str]
-) -> tuple[TrainSpec, ParallelSpec]:
-    par = run["parallelism"]
-    tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
-    fsdp = par.get("fsdp") or 1
-    n = run["n_gpus"]
+def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
+    tp, pp, cp, fsdp, ep = (f.degree(k) for k in ("tp", "pp", "cp", "fsdp", "ep"))
+    n = f.count("n_gpus")
     if n % (tp * pp * cp * fsdp):
-        raise CorpusError(f"{run['id']}: n_gpus={n} is not a multiple of fsdp*tp*pp*cp")
+        f.fail("n_gpus", f"{n} is not a multiple of fsdp*tp*pp*cp = {tp * pp * cp * fsdp}")
     dp = n // (tp * pp * cp * fsdp)
-    if par.get("dp") not in (None, dp):
-        raise CorpusError(f"{run['id']}: parallelism.dp={par['dp']} but n_gpus gives {dp}")
-    micro, batch = run["micro_batch"], run["global_batch"]
-    replicas = dp * fsdp
-    if batch % (micro * replicas):
-        raise CorpusError(f"{run['id']}: global_batch={batch} not a multiple of micro*dp*fsdp")
-    recompute = _by_prefix(run.get("activation_recompute", ""), _RECOMPUTE, "none")
-    if run.get("activation_recompute") == "not stated":
-        notes.append("recomputation not stated: none (Megatron-Core's default)")
-    if recompute == "selective" and run["group"] == "torchtitan":
-        recompute = "selective-op"
-        notes.append('torchtitan selective AC: op-level (toml default selective_ac_option="op")')
-    elif "every n blocks" in run.get("activation_recompute", ""):
-        notes.append("selective every n blocks, n unstated: costed as the attention core's")
-    # the framework a run states (NeMo runs Megatron-Core), else its source's
-    framework = run.get("framework") or (
-        "megatron" if run["group"].startswith("megatron") else "fsdp2"
-    )
-    compiled = run.get("torch_compile")
-    if compiled is None:  # Megatron ships fused kernels; the others ran eager PyTorch
-        compiled = run["group"].startswith("megatron")
-        notes.append(f"torch.compile not stated: {'fused' if compiled else 'eager'} kernels")
-    old_megatron = run["group"] in ("megatron-lm-2021", "megatron-lm-2022")
-    kernel = run.get("attention_kernel", "auto")  # where the source states it
-    if run["group"] == "mosaicml":  # submit_benchmarks.py: --attn_impl triton (its default)
-        kernel = "triton-2022"
-        notes.append("attention: the 2022 Triton FlashAttention (attn_impl: triton)")
-    if run["group"].startswith("megatron"):
-        notes.append("dropout 0.1 (Megatron's --hidden-dropout/--attention-dropout defaults)")
-    train = TrainSpec(
-        batch=batch,
-        seq=run["model"]["seq"],
-        precision=_by_prefix(run.get("precision", "bf16"), _PRECISION, "bf16-mixed"),
-        optimizer="adamw",
-        optimizer_impl="fused" if framework == "megatron" else "foreach",
-        attention="naive" if old_megatron else "flash",
-        attention_kernel=kernel,
-        elementwise="fused" if compiled else "eager",
-        dropout=0.1 if run["group"].startswith("megatron") else 0.0,
-        recompute=recompute,
-        grad_accum=batch // (micro * replicas),
-    )
-    vpp = par.get("vpp") or 1
-    if "interleaved" in run["id"]:
-        vpp = 2
-        notes.append("interleaved 1F1B with 2 virtual stages per rank (not stated)")
-    if run["group"] in ("mosaicml", "ibm-pytorch"):
-        notes.append("FSDP1 with a bf16 MixedPrecision policy: held as FSDP2 holds it")
-    parallel = ParallelSpec(
-        framework=framework,
-        grad_reduce_fp32=run["group"] == "torchtitan",
-        async_tp=_async_tp(run, tp, notes),
+    if f.has("parallelism.dp") and f.count("parallelism.dp") != dp:
+        f.fail("parallelism.dp", f"{f.raw('parallelism.dp')} but n_gpus gives {dp}")
+    micro, batch = f.count("micro_batch"), f.count("global_batch")
+    if batch % (micro * dp * fsdp):
+        f.fail("global_batch", f"{batch} is not a multiple of micro_batch*dp*fsdp = "
+               f"{micro * dp * fsdp}")  # fmt: skip
+    train = _train(f, batch, grad_accum=batch // (micro * dp * fsdp))
+    parallel = _spec(
+        f,
+        ParallelSpec,
+        _PARALLEL_PATHS,
+        framework=f.text("framework"),
+        grad_reduce_fp32=f.flag("grad_reduce_fp32"),
+        async_tp=f.flag("async_tp"),
         dp=dp,
         fsdp=fsdp,
         tp=tp,
         pp=pp,
         cp=cp,
-        ep=par.get("ep") or 1,
-        pp_interleave=vpp,
-        sequence_parallel=tp > 1 and run["group"] != "megatron-lm-2021",
+        ep=ep,
+        pp_interleave=f.degree("vpp"),
+        sequence_parallel=f.flag("sequence_parallel", tp > 1),
     )
-    parallel.check(model, train)
     return train, parallel
 
 
-def _async_tp(run: dict[str, Any], tp: int, notes: list[str]) -> bool:
-    """Tensor-parallel collectives overlapped with their matmuls, where the source says so:
-    torchtitan's async TP rows, and Megatron-Core r0.8's "overlap of DP/TP/PP comm"
-    (Transformer Engine's --tp-comm-overlap)."""
-    if "asynctp" in str(run.get("precision", "")).lower().replace(" ", "") + run["id"]:
-        return True
-    stated = re.search(r"overlap of ([\w/]+) comm", run.get("notes", ""))
-    if tp > 1 and stated and "TP" in stated.group(1).split("/"):
-        notes.append(f"TP communication overlapped (source: {stated.group(0)!r})")
-        return True
-    return False
+def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
+    stated = f.raw("activation_recompute")
+    if f.has("recompute") or not isinstance(stated, str):
+        recompute = f.text("recompute", "none")
+    else:
+        recompute = f.default("recompute", _by_prefix(stated, _RECOMPUTE, "none"),
+                              f"from activation_recompute {stated!r}")  # fmt: skip
+    if f.has("elementwise") or not f.has("torch_compile"):
+        elementwise = f.text("elementwise", "eager")
+    else:
+        elementwise = "fused" if f.flag("torch_compile") else "eager"
+    return _spec(
+        f,
+        TrainSpec,
+        {"batch": "global_batch", "seq": "model.seq", "precision": "precision"},
+        batch=batch,
+        seq=f.count("model.seq"),
+        precision=_by_prefix(f.text("precision", "bf16"), _PRECISION, "bf16-mixed"),
+        optimizer="adamw",
+        optimizer_impl=f.text("optimizer_impl"),
+        attention=f.text("attention"),
+        attention_kernel=f.text("attention_kernel"),
+        elementwise=elementwise,
+        dropout=f.number("dropout", zero=True),
+        recompute=recompute,
+        grad_accum=grad_accum,
+    )
 
 
-def _hardware(run: dict[str, Any], notes: list[str]) -> Hardware:
-    """The catalog device a run names, with the inter-node line rate its source states
-    per node ("A100 80GB, 400Gbps", or its table's "1600Gbps RoCE") in place of the
-    catalog's (a DGX's NICs)."""
-    text = f"{run['hardware']} {run.get('source', {}).get('table', '')}".lower()
-    hw = _device(run, text)
-    stated = re.search(r"(\d+)\s*gbps", text)
-    if stated:
-        per_gpu = int(stated.group(1)) * 1e9 / 8 / hw.devices_per_node
-        if per_gpu != hw.network_bw:
-            notes.append(f"network {stated.group(1)} Gb/s per node as stated: "
-                         f"{per_gpu / 1e9:g} GB/s per GPU")  # fmt: skip
-            hw = dataclasses.replace(hw, network_bw=per_gpu)
-    return hw
-
-
-def _device(run: dict[str, Any], text: str) -> Hardware:
-    for name in ("gb200", "b200"):
-        if name in text:
-            return get_hardware(name)
-    if "96gb" in text:
-        return get_hardware("h100-sxm-96gb")
-    if "h100" in text:
-        return get_hardware("h100-sxm")
-    if "40gb" in text:
-        return get_hardware("a100-40gb")
-    if "a100" in text:
-        return get_hardware("a100-80gb")
-    raise CorpusError(f"{run['id']}: no catalog device for hardware {run['hardware']!r}")
-
-
-def source_flops_per_sequence(group: str, model: ModelSpec, seq: int) -> float:
-    """FLOPs the source counts per sequence per step (see the module docstring)."""
+def _model_flops(model: ModelSpec, seq: int) -> float:
     s, h, L, V = seq, model.d_model, model.n_layers, model.vocab
-    if group == "megatron-lm-2021":
-        return 96 * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
     q = model.n_heads * model.head_dim / h
     gate = 1.5 if model.ffn == "swiglu" else 1.0
     attn = (1 + model.n_kv_heads / model.n_heads + s / h) * q
     return 12 * s * L * h**2 * (attn + gate * model.d_ff / h + V / (2 * L * h))
 
 
-def _measured(
-    run: dict[str, Any], model: ModelSpec, train: TrainSpec, par: ParallelSpec, notes: list[str]
-) -> dict[str, float]:
-    got = run["measured"]
+def _narayanan_flops(model: ModelSpec, seq: int) -> float:
+    s, h, L, V = seq, model.d_model, model.n_layers, model.vocab
+    return 96 * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+FLOP_CONVENTIONS: dict[str, Callable[[ModelSpec, int], float]] = {
+    "model": _model_flops,
+    "narayanan-2021": _narayanan_flops,
+}
+"""FLOPs per sequence per step by ``flops_convention`` (see the module docstring)."""
+
+
+def flops_per_sequence(convention: str, model: ModelSpec, seq: int) -> float:
+    """FLOPs a source counts per sequence per step under its convention."""
+    return FLOP_CONVENTIONS[convention](model, seq)
+
+
+def _measured(f: RunFields, model: ModelSpec, train: TrainSpec, hw: Hardware) -> dict[str, float]:
     out: dict[str, float] = {}
-    if "tokens_per_s_per_gpu" in got:
-        out["tokens_per_s_per_gpu"] = float(got["tokens_per_s_per_gpu"])
+    rate = next((k for k in MEASURED_RATES if f.has(f"measured.{k}")), None)
+    if rate is None:
+        f.fail("measured", f"no measured rate (needs one of {', '.join(MEASURED_RATES)})")
+    if rate == "tokens_per_s_per_gpu":
+        out[rate] = f.number("measured.tokens_per_s_per_gpu")
     else:
-        tflops = got.get("tflops_per_gpu")
+        tflops = f.number("measured.tflops_per_gpu") if rate == "tflops_per_gpu" else None
         if tflops is None:
-            peak = PEAK_BF16["h100" if "h100" in run["hardware"].lower() else "a100"]
-            tflops = got["mfu"] * peak / 1e12
-            notes.append(f"tokens/s from MFU {got['mfu']} x {peak / 1e12:.0f} TFLOP/s")
-        per_seq = source_flops_per_sequence(run["group"], model, train.seq)
+            mfu = f.number("measured.mfu")
+            peak = _mfu_peak(f, hw)
+            tflops = mfu * peak / 1e12
+            f.notes.append(f"tokens/s from MFU {mfu} x {peak / 1e12:.0f} TFLOP/s")
+        convention = f.choice("flops_convention", tuple(FLOP_CONVENTIONS))
+        per_seq = flops_per_sequence(convention, model, train.seq)
         out["tokens_per_s_per_gpu"] = tflops * 1e12 / per_seq * train.seq
-    if "memory_GiB" in got:
-        out["memory_bytes_per_gpu"] = float(got["memory_GiB"]) * GiB
+    if f.has("measured.memory_GiB"):
+        out["memory_bytes_per_gpu"] = f.number("measured.memory_GiB") * GiB
     return out
+
+
+def _mfu_peak(f: RunFields, hw: Hardware) -> float:
+    """The FLOP/s a quoted MFU divides by: stated, else the device's dense 16-bit peak."""
+    if f.has("mfu_peak_flops"):
+        return f.number("mfu_peak_flops")
+    peak = hw.peak_flops.get("bf16") or hw.peak_flops.get("fp16")
+    if not peak:
+        f.fail("mfu_peak_flops", f"missing, and {hw.name} has no 16-bit peak to default to")
+    return f.default("mfu_peak_flops", peak, f"{hw.name}'s dense 16-bit peak")

@@ -24,7 +24,14 @@ import numpy as np
 
 from costmodel import estimate
 from costmodel.engine.plan import TIE, PlanOptions, layout_label, plan
-from validate.published.corpus import Case, CorpusError, case_of, corpus_parser, open_corpus
+from validate.published.corpus import (
+    Case,
+    CorpusError,
+    case_of,
+    corpus_parser,
+    open_corpus,
+    run_label,
+)
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
 
@@ -141,21 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         if f.tell() and not path.read_bytes().endswith(b"\n"):
             f.write("\n")  # after a line an interrupt cut short
         for i, run in enumerate(runs, 1):
-            rid = run.get("id", "?")
+            rid, group = run_label(run)
             if rid in done:
                 continue
             try:
                 row = practice_row(case_of(run))
             except (CorpusError, ValueError, KeyError) as err:
-                row = {"case": rid, "group": run.get("group", "?"), "status": "error",
-                       "error": str(err)}  # fmt: skip
+                row = {"case": rid, "group": group, "status": "error", "error": str(err)}
             f.write(json.dumps(row, allow_nan=False) + "\n")
             f.flush()
             done[rid] = row
             gap = f"rank {row['rank']}/{row['fitting']}, gap {row['gap']:+.1%}" if (
                 row["status"] == "ok") else row["status"]  # fmt: skip
             print(f"[{i}/{len(runs)}] {rid}: {gap}", file=sys.stderr)
-    rows = [done[r.get("id", "?")] for r in runs if r.get("id", "?") in done]
+    rows = [done[rid] for rid in (run_label(r)[0] for r in runs) if rid in done]
     text = markdown(rows)
     (out / "practice.md").write_text(text)
     print(text.split("\n| run")[0].strip())

@@ -25,7 +25,7 @@ WORST_SHOWN = 10
 def targets(rows: list[dict[str, Any]]) -> list[list[str]]:
     lines = []
     for s in summarize(rows):
-        if s["group"] != "all":
+        if not s["overall"]:
             continue
         ok = s["median_abs"] <= TARGET_MEDIAN and s["worst_abs"] <= TARGET_WORST
         lines.append([s["quantity"], str(s["n"]), _pct(s["median_abs"]), _pct(s["worst_abs"]),
