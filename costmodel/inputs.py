@@ -18,21 +18,19 @@ from typing import Any
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,
     TrainSpec,
-    check_positions,
     choices_of,
     field_docs,
-    moe_train_rule,
 )
-from costmodel.specs.parallel import ParallelSpec, fill_dp
+from costmodel.specs.parallel import ParallelSpec, fill_dp, grad_accum_of
 
 SECTIONS = ("model", "training", "cluster", "cost")
 
@@ -160,9 +158,6 @@ def build(
         raise SpecError(unknown[0], f"unknown input(s): {', '.join(unknown)}")
     spec = build_model(values, model)
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
-    check_positions(spec.pos, train.seq, spec.max_positions)
-    moe_train_rule(spec, train.recompute, train.elementwise)
-    finetune_rules(spec, train)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     for key, value in (("token_budget", budget), ("price_per_hour", price)):
         if value is not None:
@@ -173,6 +168,7 @@ def build(
         asked = [*layout, *(k for k in ("gpus", "microbatch", "token_budget") if values.get(k))]
         if asked:
             raise SpecError("hardware", f"hardware is required with {', '.join(asked)}")
+        check(spec, train)
         return Setup(spec, train)
     parallel = _parallel(layout, values.get("gpus"))
     if solving == "batch":
@@ -182,7 +178,7 @@ def build(
         train = train.replace(seq=parallel.seq_step())
     accum_given = values.get("grad_accum") not in (None, BY_KEY["grad_accum"].default)
     train = _micro_batch(train, parallel, values.get("microbatch"), accum_given)
-    parallel.check(spec, train)
+    check(spec, train, parallel)
     hardware = get_hardware(values["hardware"])
     hardware.peak(PRECISIONS[train.precision].peak_dtype)  # the device has the precision
     if train.attention == "flash":  # ... and a rate for the attention kernel named
@@ -213,14 +209,7 @@ def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_g
     if micro is None:
         return train
     checks.integer("microbatch", micro)
-    per_step = par.batch_step(1) * micro
-    if train.batch % per_step:
-        raise SpecError(
-            "microbatch",
-            f"microbatch * dp * fsdp must divide batch (got microbatch={micro}, "
-            f"dp*fsdp={par.batch_step(1)}, batch={train.batch})",
-        )
-    accum = train.batch // per_step
+    accum = grad_accum_of(train.batch, par.dp, par.fsdp, micro, field="microbatch")
     if accum_given and accum != train.grad_accum:
         raise SpecError(
             "microbatch",

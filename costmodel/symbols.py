@@ -101,11 +101,11 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         k_r: model.experts_per_token,
         E_s: model.n_shared_experts,
         L_d: model.dense_layers,
-        F_e: model.d_ff_expert or model.d_ff,
+        F_e: model.d_ff if model.d_ff_expert is None else model.d_ff_expert,
         r_q: model.q_lora_rank,
         r_kv: model.kv_lora_rank,
         d_r: model.rope_head_dim,
-        d_v: model.v_head_dim or model.head_dim,
+        d_v: model.head_dim if model.v_head_dim is None else model.v_head_dim,
     }
     if train is not None:
         values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq,

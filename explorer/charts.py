@@ -10,11 +10,12 @@ from typing import Any
 import altair as alt
 import numpy as np
 
+from costmodel.config import check
 from costmodel.engine.sweep import sweep
 from costmodel.engine.timeline import COLOURS
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
-from costmodel.specs.model import TrainSpec, check_positions
+from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GIB
 
@@ -31,8 +32,7 @@ def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
     for value in values:
         try:
             train = setup.train.replace(**{field: value})
-            setup.parallel.check(setup.model, train)
-            check_positions(setup.model.pos, train.seq, setup.model.max_positions)
+            check(setup.model, train, setup.parallel)
         except ValueError:
             continue  # not divisible by the layout at this value
         kept.append(value)

@@ -92,7 +92,7 @@ def test_peaks_within_five_percent(case: LayoutCase, quantity: str) -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 def test_fsdp2_peaks_by_position_are_within_a_thousandth(precision: str) -> None:
-    """FSDP2's schedule (costmodel.parallel.fsdp2): two units in flight at the last block
+    """FSDP2's schedule (costmodel.frameworks.fsdp2): two units in flight at the last block
     and at the head, the head's reduce-scatter input held into the top block's backward,
     the top block's into the next block's copy-out; what is left is a few bytes of
     scalars."""
@@ -108,7 +108,7 @@ HAND = [c for c in CASES if c.layout == "fsdp-by-hand"]
 
 @pytest.mark.parametrize("case", HAND, ids=lambda c: c.name)
 def test_fsdp_by_hand_peaks_by_position_are_within_a_gathered_matrix(case: LayoutCase) -> None:
-    """costmodel.parallel.handwritten's positions are exact to 0.2 %; a rank may hold one
+    """costmodel.frameworks.handwritten's positions are exact to 0.2 %; a rank may hold one
     gathered matrix more, when gloo's worker thread releases an all-gather's output after
     the rank moved on (its release races the next op; NCCL holds no such reference)."""
     results, pred = run(case)

@@ -13,13 +13,13 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.config import check
 from costmodel.engine.quantities import BUDGET_KEYS, EVAL_SYMBOLS, compiled, nest, structure_of
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions, moe_train_rule
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     BUDGET_SYMBOLS,
@@ -114,11 +114,7 @@ def estimate(
     With ``token_budget`` (tokens; needs a layout) adds ``train_days``, and with
     ``price_per_hour`` (per device-hour) ``train_cost``.
     """
-    check_positions(model.pos, train.seq, model.max_positions)
-    moe_train_rule(model, train.recompute, train.elementwise)
-    finetune_rules(model, train)
-    if parallel is not None:
-        parallel.check(model, train)
+    check(model, train, parallel)
     if token_budget is not None and parallel is None:
         raise SpecError("token_budget", "token_budget needs a layout and hardware (a step time)")
     comp = compiled(structure_of(model, train, parallel))

@@ -18,6 +18,7 @@ import numpy as np
 
 from costmodel.engine.estimate import estimate
 from costmodel.engine.sweep import sweep
+from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -113,8 +114,12 @@ def _allowed_fsdp(model: ModelSpec, parallel: ParallelSpec, fsdp: np.ndarray) ->
     """The degrees the layout's expert parallelism allows with its other degrees (ep
     divides the data-parallel ranks and nests with the shard group; every degree without)."""
     with checks.collect_masks() as masks:
-        moe_rule(SimpleNamespace(**{**_fields(parallel), "fsdp": fsdp}), model)
-    return fsdp[np.logical_and.reduce([np.broadcast_to(m, fsdp.shape) for m in masks])]
+        moe_rule(
+            SimpleNamespace(**{**_fields(parallel), "fsdp": fsdp}),
+            model,
+            trait(parallel.framework, "shards_over_cp"),
+        )
+    return fsdp[checks.passing(masks, len(fsdp))]
 
 
 def _fields(spec: object) -> dict:

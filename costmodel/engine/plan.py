@@ -23,19 +23,19 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.config import check
 from costmodel.engine.quantities import compiled_subset, structure_of
 from costmodel.engine.sweep import factorize, sweep
+from costmodel.frameworks.registry import framework_of, trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,
     TrainSpec,
     check_positions,
-    moe_train_rule,
 )
-from costmodel.specs.parallel import ParallelSpec, layout_rules, training_rules
+from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, grad_accum_of
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
           "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32",
@@ -51,7 +51,7 @@ QUANTITIES = (
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
     "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep",
 )  # fmt: skip
-FRAMEWORK_CHOICES = ("fsdp2", "megatron", "deepspeed", "reference")
+FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def layout_label(row: dict[str, Any]) -> str:
     """A layout in one line, e.g. ``fsdp2 dp2 fsdp64 tp2+sp pp1 cp4 mb1 ga8 none``."""
     sp = "+sp" if row["sequence_parallel"] else ""
     v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
-    zero = f" zero{row['zero']}" if row["framework"] in ("deepspeed", "reference") else ""
+    zero = f" zero{row['zero']}" if trait(row["framework"], "zero_stages") else ""
     ep = f" ep{row['ep']}" if row.get("ep", 1) > 1 else ""
     ep += "+a2a-overlap" if row.get("ep_overlap") else ""
     return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
@@ -188,19 +188,42 @@ def plan(
         raise SpecError("gpus", no_layout_message(cols, model, train, gpus))
     cols = {k: v[ok] for k, v in cols.items()}
     structures = _warm(model, train, hardware, cols, progress)
-    fields = {k: cols[k] for k in LAYOUT if k not in ("micro_batch",)}
-    values = sweep(model, hardware=hardware, quantities=QUANTITIES,
-                   batch=train.batch, seq=train.seq, precision=train.precision,
-                   attention=train.attention, attention_kernel=train.attention_kernel,
-                   elementwise=train.elementwise,
-                   optimizer=train.optimizer, optimizer_impl=train.optimizer_impl,
-                   dropout=train.dropout, finetune=train.finetune, lora_rank=train.lora_rank,
-                   lora_targets=train.lora_targets, **fields)  # fmt: skip
+    values = evaluate(model, train, hardware, cols)
     budget = options.memory_headroom * hardware.hbm_bytes
     fits = values["memory_bytes_per_device.peak"] <= budget
     order = rank(cols, values, np.flatnonzero(fits))
     return Plan(model, train, hardware, gpus, options, cols, values, fits, order, enumerated,
                 budget, structures)  # fmt: skip
+
+
+def evaluate(
+    model: ModelSpec, train: TrainSpec, hardware: Hardware, cols: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The planner's ``QUANTITIES`` of candidate layouts: one ``sweep`` over the columns
+    (ParallelSpec fields, ``grad_accum`` and ``recompute``; other layout fields at their
+    defaults), every other training field as ``train`` has it."""
+    searched = {k: v for k, v in cols.items() if k in _SEARCHED}
+    given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
+    return sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **searched)
+
+
+def evaluate_layout(
+    model: ModelSpec, train: TrainSpec, parallel: ParallelSpec, hardware: Hardware
+) -> dict[str, float]:
+    """One layout as the planner evaluates a candidate: refused by the rules that filter
+    the candidates (a SpecError naming the field), else its ``QUANTITIES``."""
+    cols = {f.name: np.array([getattr(parallel, f.name)]) for f in fields(parallel)}
+    cols.update(recompute=np.array([train.recompute], dtype=object),
+                grad_accum=np.array([train.grad_accum]))  # fmt: skip
+    cols["framework"] = cols["framework"].astype(object)
+    cols["overlap"] = cols["overlap"].astype(object)
+    par, per_candidate = _candidates(cols, train)
+    with checks.collect_masks() as masks:
+        check(model, per_candidate, par)
+    refused = checks.refusal(masks, 0)
+    if refused is not None:
+        raise refused
+    return {k: float(v[0]) for k, v in evaluate(model, train, hardware, cols).items()}
 
 
 TIE = 0.005
@@ -228,16 +251,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _shardings(framework: str, replicas: int) -> list[tuple[int, int, int]]:
-    """(dp, fsdp, zero) of ``replicas`` data-parallel devices under a framework."""
-    if framework == "fsdp2":  # HSDP: fsdp shards, dp replicas of the shards
-        return [(replicas // f, f, 3) for f in _divisors(replicas)]
-    if framework == "megatron":  # distributed optimizer over the data-parallel ranks
-        return [(replicas, 1, 1)]
-    zero = [(1, replicas, z) for z in (1, 2, 3)]  # ZeRO stages over every replica
-    return [*zero, (replicas, 1, 1)] if replicas > 1 and framework == "reference" else zero
-
-
 def enumerate_layouts(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, gpus: int, options: PlanOptions
 ) -> dict[str, np.ndarray]:
@@ -255,7 +268,7 @@ def enumerate_layouts(
                 continue
             choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
             for (dp, fsdp, zero), ep in itertools.product(
-                _shardings(fw, replicas), _expert_degrees(model, replicas * cp)
+                framework_of(fw).shardings(replicas), _expert_degrees(model, replicas * cp)
             ):
                 blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, len(choices["recompute"])))
                 inner.append(choices)
@@ -267,8 +280,10 @@ def enumerate_layouts(
     for n in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
         cols[n] = np.concatenate([c[n] for c in inner] or [np.zeros(0, np.int64)])
     cols["sequence_parallel"] = cols["sequence_parallel"].astype(bool)
-    cols["grad_accum"] = train.batch // (cols["dp"] * cols["fsdp"] * cols["micro_batch"])
-    cols["grad_reduce_fp32"] = cols["framework"] == "fsdp2"  # torchtitan reduces in fp32
+    cols["grad_accum"] = grad_accum_of(
+        train.batch, cols["dp"], cols["fsdp"], cols["micro_batch"], field="micro_batch"
+    )
+    cols["grad_reduce_fp32"] = trait(cols["framework"], "reduce_fp32_default")
     return _with_ep_overlap(cols)
 
 
@@ -278,13 +293,15 @@ def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     but keeps one chunk more in flight under interleaving, so either may be the fastest
     that fits."""
     cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    again = (cols["framework"] == "megatron") & (cols["ep"] > 1)
+    again = trait(cols["framework"], "combined_1f1b") & (cols["ep"] > 1)
     twin = {k: v[again] for k, v in cols.items()}
     twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
     return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
 
 
 _KINDS = {"framework", "recompute"}
+_SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute"}
+"""Columns a candidate sets; the rest of the training is the question's."""
 
 
 def _expert_degrees(model: ModelSpec, data_ranks: int) -> list[int]:
@@ -318,29 +335,24 @@ def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
     return [mb for mb in allowed if per_replica % mb == 0]
 
 
-def _namespace(cols: dict[str, np.ndarray]) -> SimpleNamespace:
-    keys = ("tp", "pp", "pp_interleave", "cp", "ep", "dp", "fsdp", "sequence_parallel",
-            "framework", "ep_overlap")  # fmt: skip
-    return SimpleNamespace(**{k: cols[k] for k in keys})
+def _candidates(
+    cols: dict[str, np.ndarray], train: TrainSpec
+) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """(layout, training) of every candidate: the layout's fields from the columns (the
+    rest at ParallelSpec's defaults), ``train``'s with the searched recompute policy and
+    gradient accumulation."""
+    par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
+    given = {f.name: getattr(train, f.name) for f in fields(train)}
+    searched = {"recompute": cols["recompute"], "grad_accum": cols["grad_accum"]}
+    return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})
 
 
 def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:
-    """The candidates every layout rule accepts (the same rules as a single input)."""
+    """The candidates every rule accepts (``costmodel.config.check``, as for one input)."""
+    par, per_candidate = _candidates(cols, train)
     with checks.collect_masks() as masks:
-        layout_rules(_namespace(cols), model, seq=train.seq, batch=train.batch,
-                     grad_accum=cols["grad_accum"])  # fmt: skip
-        moe_train_rule(model, cols["recompute"], train.elementwise)
-        per_candidate = _per_candidate(train, cols)
-        finetune_rules(model, per_candidate)
-        training_rules(_namespace(cols), per_candidate)
-    n = len(cols["tp"])
-    return np.logical_and.reduce([np.broadcast_to(m, (n,)) for m in masks] or [np.ones(n, bool)])
-
-
-def _per_candidate(train: TrainSpec, cols: dict[str, np.ndarray]) -> SimpleNamespace:
-    """``train``'s fields, with the recompute policy each candidate searches."""
-    given = {f.name: getattr(train, f.name) for f in fields(train)}
-    return SimpleNamespace(**{**given, "recompute": cols["recompute"]})
+        check(model, per_candidate, par)
+    return checks.passing(masks, len(cols["tp"]))
 
 
 def no_layout_message(
@@ -352,9 +364,8 @@ def no_layout_message(
                 "be a multiple of the data-parallel degree of some layout")  # fmt: skip
     first = {k: v[:1] for k, v in cols.items()}
     try:
-        layout_rules(_namespace(first), model, seq=train.seq, batch=train.batch,
-                     grad_accum=first["grad_accum"])  # fmt: skip
-        training_rules(_namespace(first), _per_candidate(train, first))
+        par, per_candidate = _candidates(first, train)
+        check(model, per_candidate, par)
     except SpecError as err:
         return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
     return f"no valid layout of {gpus} GPUs for this model and batch"

@@ -2,8 +2,8 @@
 
 Any ModelSpec, TrainSpec or ParallelSpec field may be an array; arrays broadcast together.
 Grid points are grouped by *structure* (the kinds, flags and parallel features that change
-the expressions), each group is checked by the specs' own rules
-(:mod:`costmodel.specs`) and evaluated in one numpy call of that structure's compiled
+the expressions), each group is checked by the one rule table (:func:`costmodel.config.check`)
+and evaluated in one numpy call of that structure's compiled
 expressions, with symbol values from the same function ``estimate`` uses.
 """
 
@@ -18,10 +18,12 @@ import numpy as np
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.presets import get_model
+from costmodel.config import check
 from costmodel.engine.estimate import symbol_values
 from costmodel.engine.quantities import (
     EVAL_SYMBOLS,
     MODEL_STRUCTURE,
+    PARALLEL_STRUCTURE,
     TRAIN_STRUCTURE,
     compiled,
     compiled_subset,
@@ -29,23 +31,14 @@ from costmodel.engine.quantities import (
 )
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import (
-    ModelSpec,
-    TrainSpec,
-    check_positions,
-    derived_head_dim,
-    model_rules,
-    moe_rules,
-    moe_train_rule,
-    train_rules,
-)
-from costmodel.specs.parallel import ParallelSpec, layout_rules, training_rules
+from costmodel.specs.model import ModelSpec, TrainSpec, following
+from costmodel.specs.parallel import ParallelSpec, grad_accum_of
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
-_KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, "zero", "sequence_parallel", "overlap",
-          "framework", "async_tp", "grad_reduce_fp32", "ep_overlap"}  # fmt: skip
+_KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, *PARALLEL_STRUCTURE} - {"pipelined", "interleaved"}
+"""Fields whose value changes the expressions: one value per structure group (pipelining
+and interleaving are the degrees pp > 1 and pp_interleave > 1, grouped apart)."""
 
 
 _MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers")
@@ -135,10 +128,8 @@ def _micro_batch_to_grad_accum(overrides: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("micro_batch", "give micro_batch or grad_accum, not both")
     mb = _as_grid("micro_batch", overrides.pop("micro_batch"))
     batch = np.asarray(overrides.get("batch", TrainSpec().batch))
-    replicas = np.asarray(overrides.get("dp", 1)) * np.asarray(overrides.get("fsdp", 1))
-    per_step = replicas * mb
-    checks.divides("micro_batch * dp * fsdp", per_step, "batch", batch, field="micro_batch")
-    overrides["grad_accum"] = batch // np.maximum(per_step, 1)
+    dp, fsdp = overrides.get("dp", 1), overrides.get("fsdp", 1)
+    overrides["grad_accum"] = np.asarray(grad_accum_of(batch, dp, fsdp, mb, field="micro_batch"))
     return overrides
 
 
@@ -159,17 +150,9 @@ def _columns(
             # choices spelled as strings are kept as Python objects; flags and stages
             # (bool, int) stay numeric, which groups them far faster
             cols[name] = value.astype(object) if value.dtype.kind in "US" else value
-    _derive_heads(base, overrides, cols)
+    given = {k: grid.get(k, v) for k, v in overrides.items()}
+    cols.update({k: np.asarray(v) for k, v in following(base, given).items()})
     return cols
-
-
-def _derive_heads(base: ModelSpec, overrides: dict[str, Any], cols: dict[str, np.ndarray]):
-    """Derived defaults follow what they derive from, as ``ModelSpec.replace`` does."""
-    if "head_dim" not in overrides and {"d_model", "n_heads"} & set(overrides):
-        cols["head_dim"] = derived_head_dim(cols["d_model"], cols["n_heads"])
-    mha = base.n_kv_heads == base.n_heads
-    if "n_kv_heads" not in overrides and "n_heads" in overrides and mha:
-        cols["n_kv_heads"] = cols["n_heads"]
 
 
 def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
@@ -234,17 +217,10 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     par = ParallelSpec(**owned[ParallelSpec]) if ParallelSpec in owned else None
     m = SimpleNamespace(**{k: group[k] for k in _OWNERS[ModelSpec]})
     t = SimpleNamespace(**{k: group[k] for k in _OWNERS[TrainSpec]})
-    model_rules(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, head_dim=m.head_dim, pos=m.pos)
-    train_rules(batch=t.batch, grad_accum=t.grad_accum)
-    check_positions(m.pos, t.seq, m.max_positions)
-    moe_rules(m)
-    moe_train_rule(m, t.recompute, t.elementwise)
-    finetune_rules(m, t)
     p = None
     if par is not None:
         p = SimpleNamespace(**{k: group[k] for k in _OWNERS[ParallelSpec]})
-        layout_rules(p, m, seq=t.seq, batch=t.batch, grad_accum=t.grad_accum)
-        training_rules(p, t)
+    check(m, t, p)
     return SimpleNamespace(model=m, train=t, parallel=p, structure=structure_of(model, train, par))
 
 

@@ -10,12 +10,12 @@ sbh(10 + 24/t + 5as/ht) without SP, all /t with SP); pipeline ranks
 
 import sympy as sp
 
+from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.experts import (
     busiest_experts,
     kept_fraction,
 )
 from costmodel.parallel.pipeline import (
-    TORCH_PIPELINING,
     PipelineRank,
     boundary_tensors,
     chunks_in_flight,
@@ -56,7 +56,6 @@ _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on ever
 # column-parallel matmul inputs: under sequence parallelism DTensor (torch's TP styles) saves
 # the all-gathered input; Megatron saves its sequence shard and gathers again in backward
 _SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
-DTENSOR_FRAMEWORKS = ("reference", "fsdp2")  # tensor parallelism through torch's DTensor
 
 
 def sharded_activations(
@@ -90,11 +89,12 @@ def sharded_activations(
     shares = _layer_shares(model, held, held * moe_blocks(model, par, rank) / layers)
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
-    dtensor = par.framework in DTENSOR_FRAMEWORKS
+    framework = framework_of(par)
+    dtensor = framework.dtensor_tp
     for op, expr in parts.items():
         if op in SHARED_PARTS:  # the reference model makes its tables in every forward
             again = op in ("rope", "attn_mask") and rank is not None
-            again = again and par.framework == "reference"  # (torchtitan keeps freqs_cis)
+            again = again and framework.rebuilds_tables  # (torchtitan keeps freqs_cis)
             total += expr * (chunks_in_flight(par, rank) if again else 1)
             continue
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
@@ -107,7 +107,7 @@ def sharded_activations(
         total += expr / (Y if sharded else 1) * scale
     if rank is not None and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
-        if rank.last and not model.ffn_only and par.framework in TORCH_PIPELINING:
+        if rank.last and not model.ffn_only and framework.torch_pipelining:
             # the last stage's output is the logits, kept to its backward like any other
             total += PRECISIONS[train.precision].activation * b * T * V / Y
     if only is not None and "inputs" not in only:
@@ -153,7 +153,7 @@ def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelS
     under sequence parallelism three b·T·D / tp sequence shards (the reduce-scatter's
     output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
     parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
-    if model.ffn_only or par.framework not in DTENSOR_FRAMEWORKS:
+    if model.ffn_only or not framework_of(par).dtensor_tp:
         return sp.Integer(0)
     copies = 3 / Y if par.sequence_parallel else 2
     b_dev, t_dev = device_batch()

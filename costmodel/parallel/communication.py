@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel import handwritten
+from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
-from costmodel.parallel.distributed import trained_per_device
 from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
@@ -29,6 +28,7 @@ from costmodel.parallel.shares import (
     shard_degree,
     stage_layers,
 )
+from costmodel.parallel.state import trained_per_device
 from costmodel.single import finetune
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -98,7 +98,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         return out + bus_factor(op, e_shards) * experts if model.moe else out
 
     per_device = sharded_params(model, n, shards, experts)
-    if par.framework == "megatron":  # the distributed optimizer: scatter, step, gather
+    if framework_of(par).distributed_optimizer:  # scatter, step, gather
         scatter, gather = grad_bytes * reduced("reduce_scatter"), c * reduced("all_gather")
         lat = ring_steps("all_gather", dp) * a_dp * sp.ceiling(per_device / megatron_bucket(dp))
         groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
@@ -112,8 +112,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         gather += bus_factor("all_gather", shards) * finetune.frozen_bytes(model, train)
     groups["fsdp"] = fsdp_group(par, gather, scatter, ring_steps("all_gather", shards) * a_X)
 
-    if par.framework == "handwritten":
-        groups["fsdp"] = handwritten.fsdp_group(model, train)
+    groups["fsdp"] = framework_of(par).fsdp_group(model, train) or groups["fsdp"]
     groups["tp"] = tp_group(model, train, par)
 
     act = c * b_dev * t_dev * D

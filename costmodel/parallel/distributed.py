@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel import fsdp2, handwritten
+from costmodel.frameworks.registry import Framework, framework_of
 from costmodel.parallel.activations import (
     ring_transient,
     sharded_activations,
@@ -23,52 +23,38 @@ from costmodel.parallel.experts import (
     expert_replicas,
     expert_shards,
     local_experts,
-    sharded_params,
-    split_state,
 )
 from costmodel.parallel.pipeline import (
     PipelineRank,
     boundary_tensors,
-    chunks_in_flight,
     grads_at_fullest,
     present,
-    rank_layers,
     ranks,
 )
 from costmodel.parallel.shares import (
     device_batch,
     device_experts,
-    moe_blocks,
-    optimizer_shards,
     replicas,
     residual_bytes,
     shard_degree,
     stage_layers,
 )
+from costmodel.parallel.state import params_per_device, trained_per_device, zero_shards
 from costmodel.single import finetune
 from costmodel.single.memory import (
-    HEAD_PARTS,
-    kept_weight_copies,
-    optimizer_temp,
     peak_memory,
     state_memory,
 )
 from costmodel.single.params import (
-    block_params,
-    param_breakdown,
     stacked_blocks,
 )
-from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
+from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
-    D,
     L,
-    N_ep,
-    N_pp,
     R_alloc,
     T,
-    V,
     X,
     Y,
     as_expr,
@@ -76,137 +62,19 @@ from costmodel.symbols import (
     m,
     more_than_one,
     smax,
-    v,
 )
-
-
-def params_per_device(
-    model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
-) -> tuple[sp.Expr, sp.Expr]:
-    """(all, matmul-weight) parameters one device holds before ZeRO: blocks of one stage
-    split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel).
-    ``rank``: that pipeline rank's exactly (its layers, the embedding on the first, the
-    final norm and head on the last); without it, with pp > 1, the busiest stage's layers
-    with the larger of the embedding and the head (an upper bound for every rank)."""
-    parts = param_breakdown(model)
-    block = block_params(model, norms=False)
-    norm_total = parts["norms"]
-    vocab_in = parts["embedding"] + parts["pos_embedding"]
-    head = parts["lm_head"]
-    head_mm = 0 if model.ffn_only else V * D
-    layers = rank_layers(par, rank) if rank is not None else stage_layers(par)
-    blocks, blocks_mm = stacked_blocks(model, layers, moe_blocks(model, par, rank))
-    # the routed experts the other ep ranks hold (MoE models run without tp)
-    others = [e * (N_ep - 1) for e in device_experts(model, par, rank)]
-    blocks, blocks_mm = blocks - others[0], blocks_mm - others[1]
-    if rank is not None:
-        block_norms = block_params(model, norms=True) - block
-        final_norm = norm_total - L * block_norms
-        ends = (vocab_in if rank.first else 0) + (head if rank.last else 0)
-        total = blocks / Y + layers * block_norms + ends / Y + (final_norm if rank.last else 0)
-        return total, blocks_mm / Y + (head_mm / Y if rank.last else 0)
-    vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
-    total = blocks / Y + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
-    return total, blocks_mm / Y + head_mm / Y
 
 
 def sharded_state(
     model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> dict[str, sp.Expr]:
-    """params (working weights), master, grads, optimizer per device, by framework (on
-    pipeline rank ``rank``, see :func:`params_per_device`).
-
-    reference: torch.autocast's state (fp32 parameters, kept low-precision weight casts)
-    under ZeRO over X (Rajbhandari et al. 2020, Sec. 5). fsdp2: fp32 parameters, gradients
-    (reduce-scattered in fp32, torchtitan's default reduce dtype) and optimizer state
-    sharded over X (x cp); ``params`` are the most gathered weights in flight at once
-    (:func:`costmodel.parallel.fsdp2.in_flight`; in fp32 too: FSDP2 gathers into buffers of
-    its own beside the shards). megatron:
-    bf16 parameters, fp32 main gradients, fp32 master and optimizer state sharded over the
-    data-parallel ranks (distributed optimizer; Megatron-LM docs, "Distributed Optimizer":
-    6 + 12/d bytes per parameter). deepspeed: bf16 parameters and gradients, fp32 master and
-    optimizer state, each sharded by its ZeRO stage over X.
-    """
-    if par.framework == "handwritten":
-        return handwritten.state(model, train)
-    if finetune.tunes(train):  # data parallelism and ZeRO alone (``finetune_rule``)
-        return state_memory(model, train, shards=zero_shards(par))
-    n, n_mm = params_per_device(model, par, rank)
-    prec = PRECISIONS[train.precision]
-    if par.framework == "reference" or (not prec.weight_copy and par.framework != "fsdp2"):
-        head = None if model.ffn_only else V * D / Y * int(rank is None or rank.last)
-        kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
-        if rank is not None and par.pp > 1:  # autocast casts again for each micro-batch,
-            kept *= chunks_in_flight(par, rank) / v  # and each keeps its casts to backward
-        shards = zero_shards(par)
-        state = split_state(model, train, n, kept, shards, device_experts(model, par, rank))
-        if rank is None or rank.first:
-            state["grads"] += replicated_embedding_grad(model, train) / shards[1]
-        return state
-    low = prec.activation
-
-    routed, _ = device_experts(model, par, rank)
-
-    def per_shard(shards: sp.Expr) -> sp.Expr:  # the routed experts over their own group
-        return sharded_params(model, n, shards, routed)
-
-    def opt(shards: sp.Expr) -> sp.Expr:
-        return optimizer_state_bytes(train.optimizer, train.precision, per_shard(shards))
-
-    if par.framework == "fsdp2":
-        s = shard_degree(par)
-        if par.pp == 1:  # the most gathered at once, at the blocks or at the head
-            unsharded = smax(*fsdp2.in_flight(model, train, par).values())
-            return {"params": unsharded, "master": prec.param * per_shard(s),
-                    "grads": prec.grad * per_shard(s), "optimizer": opt(s)}  # fmt: skip
-        # Under pipelining torchtitan keeps the stage unsharded from its first micro-batch
-        # to its last (reshard_after_forward=False) and accumulates unsharded gradients in
-        # the reduce dtype until the last backward reduce-scatters them.
-        return {"params": low * n, "master": prec.param * per_shard(s),
-                "grads": accumulated_grads(train, par) * n + prec.grad * per_shard(s),
-                "optimizer": opt(s)}  # fmt: skip
-    if par.framework == "megatron":
-        dp = optimizer_shards(par)
-        return {"params": low * n, "master": prec.param * per_shard(dp), "grads": prec.grad * n,
-                "optimizer": opt(dp)}  # fmt: skip
-    p_sh, g_sh = (X if par.zero == 3 else 1), (X if par.zero >= 2 else 1)
-    return {"params": low * per_shard(p_sh), "master": prec.param * per_shard(X),
-            "grads": low * per_shard(g_sh), "optimizer": opt(X)}  # fmt: skip
-
-
-def trained_per_device(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
-    """Parameters with gradients and optimizer state one device holds before ZeRO: its
-    share of the model (:func:`params_per_device`), or when fine-tuning the adapters (data
-    parallelism and ZeRO alone, ``finetune_rule``: every device holds them all)."""
+    """params (working weights), master, grads, optimizer per device (on pipeline rank
+    ``rank``, see :func:`~costmodel.parallel.state.params_per_device`): what the framework
+    holds (``Framework.state``), or when fine-tuning the adapters' state under ZeRO (data
+    parallelism and ZeRO alone, the reference model: ``costmodel.config``'s rules)."""
     if finetune.tunes(train):
-        return finetune.trainable_params(model, train)
-    return params_per_device(model, par)[0]
-
-
-def zero_shards(par: ParallelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
-    """What ZeRO divides over the fsdp group X: (parameters, gradients, optimizer state),
-    by stage (Rajbhandari et al. 2020, Sec. 5)."""
-    return (X if par.zero == 3 else 1, X if par.zero >= 2 else 1, X)
-
-
-def replicated_embedding_grad(model: ModelSpec, train: TrainSpec) -> sp.Expr:
-    """Bytes beyond its shard of the vocabulary-parallel embedding's gradient under torch's
-    tensor parallelism: DTensor's embedding backward yields the whole V x D gradient,
-    replicated on every tp rank, which ``.grad`` keeps until the optimizer slices it
-    (measured on torch 2.13, ``validate.run --suite parallel``, layouts tp and tp-sp).
-    The reference framework holds it; FSDP2 reduce-scatters it, Megatron's
-    VocabParallelEmbedding computes its own rows only."""
-    if model.ffn_only:
-        return sp.Integer(0)
-    return PRECISIONS[train.precision].grad * V * D * (1 - 1 / Y)
-
-
-def accumulated_grads(train: TrainSpec, par: ParallelSpec) -> int:
-    """Bytes per parameter of unsharded gradients held through the whole step (FSDP2 under
-    pipelining, in the reduce dtype); 0 elsewhere."""
-    if par.framework != "fsdp2" or par.pp == 1 or not PRECISIONS[train.precision].weight_copy:
-        return 0
-    return 4 if par.grad_reduce_fp32 else PRECISIONS[train.precision].activation
+        return state_memory(model, train, shards=zero_shards(par))
+    return framework_of(par).state(model, train, par, rank)
 
 
 def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -218,7 +86,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     FSDP (ZeRO-2/3), FSDP2, Megatron and DeepSpeed reduce without DDP's buckets. Under
     expert parallelism a routed expert's gradient is bucketed only where other ranks hold
     the same expert (torch DDP leaves out the parameters it is told to ignore)."""
-    if par.framework != "reference":
+    if not framework_of(par).ddp_buckets:
         return sp.Integer(0)
     n = trained_per_device(model, train, par)
     experts, _ = device_experts(model, par)
@@ -248,43 +116,19 @@ def rank_memory(
     ZeRO-3's two gathered layers in flight (one on a stage of one layer), gradients held
     through the step, and as ``buffers`` DDP's gradient buckets and a pipelining runtime's
     receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
+    framework = framework_of(par)
     boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
     state = {"frozen": sp.Integer(0), **sharded_state(model, train, par, rank),
              "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
     acts = sharded_activations(model, train, par, rank=rank)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
-    # a plain symbol swap; unevaluated so the peaks' Max terms are not re-simplified
-    held = accumulated_grads(train, par) * params_per_device(model, par, rank)[0]
-    persist = par.framework in ("megatron", "deepspeed") or bool(held) or None
-    if par.framework == "fsdp2" and not held:  # gathered layers, freed after backward
-        persist = False
-    # Megatron's gradient buffer is allocated once and zeroed, never freed; elsewhere
-    # gradients outlive a micro-batch when another follows (accumulation), except FSDP2's
-    # shards under pipelining: reduce-scattered from the held gradients after the last one
-    live = more_than_one(m) if rank is None else grads_at_fullest(par, rank)
-    live = sp.Integer(1) if par.framework == "megatron" else sp.Integer(0) if held else live
-    kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
-          "grads_live": live, "head": rank is None or rank.last,
-          "backward_transient": ring_transient(model, train)}  # fmt: skip
-    positional = par.framework == "fsdp2" and par.pp == 1
-    at_head = {**state, "grads": state["grads"] - held}
-    if positional:  # the generic candidates are the head's; the blocks' are added below
-        gathered = fsdp2.in_flight(model, train, par)
-        at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
-    with sp.evaluate(False):
-        if par.framework == "handwritten":
-            temp = optimizer_temp(train, state["optimizer"])
-            head = sharded_activations(model, train, par, only=HEAD_PARTS)
-            peaks = handwritten.peaks(model, train, state, acts, head, live, temp)
-        else:
-            peaks = peak_memory(model, train, at_head, acts, **kw)
-        if positional:
-            peaks = fsdp2.with_block_peaks(
-                model, train, par, peaks, state=state, live=live,
-                acts_of=lambda ops: sharded_activations(model, train, par, only=ops),
-                grad_shard=PRECISIONS[train.precision].grad / shard_degree(par),
-                residual=residual_bytes(train, par))  # fmt: skip
+    held = framework.accumulated_grad_bytes(train, par) * params_per_device(model, par, rank)[0]
+    live = _grads_live(framework, par, rank, held)
+    with sp.evaluate(False):  # unevaluated so the peaks' Max terms are not re-simplified
+        peaks = framework.own_peaks(model, train, par, state, acts, live)
+        if peaks is None:
+            peaks = _live_set_peaks(model, train, par, rank, state, acts, live, held)
         peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
         state = {k: as_expr(e).xreplace(subs) for k, e in state.items()}
     gathered = zero3_gathered(model, train, par)
@@ -293,11 +137,44 @@ def rank_memory(
     return {**state, "activations": acts.xreplace(subs), **peaks, "reserved": reserved}
 
 
+def _grads_live(framework: Framework, par: ParallelSpec, rank: PipelineRank | None, held):
+    """1 when gradients outlive a micro-batch: when another follows (accumulation), always
+    for a buffer allocated once and never freed (Megatron's), never for FSDP2's shards
+    under pipelining (reduce-scattered from the held gradients after the last one)."""
+    if framework.grads_always_live:
+        return sp.Integer(1)
+    if held:
+        return sp.Integer(0)
+    return more_than_one(m) if rank is None else grads_at_fullest(par, rank)
+
+
+def _live_set_peaks(model, train, par, rank, state, acts, live, held) -> dict[str, sp.Expr]:
+    """The generic peaks (``single.memory.peak_memory``) of this device's state; where the
+    framework models them by position (``Framework.gathered``), the head's candidates
+    with its gathered weights, and the blocks' added (``Framework.block_peaks``)."""
+    framework = framework_of(par)
+    persist = True if framework.params_persist or held else framework.params_persist
+    kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
+          "grads_live": live, "head": rank is None or rank.last,
+          "backward_transient": ring_transient(model, train)}  # fmt: skip
+    at_head = {**state, "grads": state["grads"] - held}
+    gathered = framework.gathered(model, train, par)
+    if gathered is None:
+        return peak_memory(model, train, at_head, acts, **kw)
+    at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
+    peaks = peak_memory(model, train, at_head, acts, **kw)
+    return framework.block_peaks(
+        model, train, par, peaks, state=state, live=live,
+        acts_of=lambda ops: sharded_activations(model, train, par, only=ops),
+        grad_shard=PRECISIONS[train.precision].grad / shard_degree(par),
+        residual=residual_bytes(train, par))  # fmt: skip
+
+
 def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
     """Bytes of the layers ZeRO-3 has gathered beyond this device's shard (reference model
     and DeepSpeed): the layer running and the next, prefetched; one on a one-layer stage.
     FSDP2's gathered layers are its ``params`` (what it gathers is not stored)."""
-    if par.zero != 3 or par.framework not in ("reference", "deepspeed"):
+    if par.zero != 3 or not framework_of(par).zero3_prefetch:
         return sp.Integer(0)
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)

@@ -25,13 +25,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from costmodel.frameworks.registry import framework_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import L, N_pp, m, v
-
-# Pipelining runtimes that keep per-micro-batch receive buffers and each stage's output
-# (torch.distributed.pipelining: torchtitan, and the reference model run by it); Megatron
-# receives into fresh tensors and frees a stage's output once sent (deallocate_output_tensor).
-TORCH_PIPELINING = ("reference", "fsdp2")
 
 
 @dataclass(frozen=True)
@@ -124,7 +120,8 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     layer's saved input; the received activation is that saved input, already a buffer.
     Per chunk in flight: +1 on the first stage, -1 on the last, 0 between; interleaved, a
     rank's chunks are its stages' in equal parts."""
-    if par.framework not in TORCH_PIPELINING:
+    if not framework_of(par).torch_pipelining:  # Megatron receives into fresh tensors and
+        # frees a stage's output once sent (deallocate_output_tensor)
         return sp.Integer(0), sp.Integer(0)
     buffers = m * (2 * v - int(rank.first) - int(rank.last))
     kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v

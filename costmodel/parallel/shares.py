@@ -7,6 +7,7 @@ communication and timing.
 
 import sympy as sp
 
+from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.experts import (
     local_experts,
 )
@@ -65,7 +66,7 @@ def device_experts(
 def shard_degree(par: ParallelSpec) -> sp.Expr:
     """Devices one ZeRO/FSDP shard group spans: fsdp, times cp where the framework shards
     over the context-parallel ranks too (FSDP2 in torchtitan: the dp_shard x cp mesh)."""
-    return X * N_cp if par.shards_over_cp else X
+    return X * N_cp if framework_of(par).shards_over_cp else X
 
 
 def replicas(par: ParallelSpec) -> sp.Expr:
@@ -73,13 +74,13 @@ def replicas(par: ParallelSpec) -> sp.Expr:
     sums: dp, times cp where the framework does not shard over the cp ranks (they hold
     the same parameters and see different chunks of the sequences: Megatron reduces over
     its dp x cp group, ``get_data_parallel_group(with_context_parallel=True)``)."""
-    return N_dp if par.shards_over_cp else N_dp * N_cp
+    return N_dp if framework_of(par).shards_over_cp else N_dp * N_cp
 
 
 def optimizer_shards(par: ParallelSpec) -> sp.Expr:
     """Devices the optimizer state is split over: the ZeRO group (fsdp, x cp under FSDP2),
     or every data-parallel rank (x cp) under Megatron's distributed optimizer."""
-    return replicas(par) * X if par.framework == "megatron" else shard_degree(par)
+    return replicas(par) * X if framework_of(par).distributed_optimizer else shard_degree(par)
 
 
 def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
@@ -87,4 +88,4 @@ def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
     the compute dtype where the framework runs the model in it (FSDP2's param_dtype,
     Megatron without --fp32-residual-connection, DeepSpeed's bf16 engine)."""
     prec = PRECISIONS[train.precision]
-    return finetune.residual(train) if par.framework == "reference" else prec.activation
+    return finetune.residual(train) if framework_of(par).autocast else prec.activation

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel import handwritten
+from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
-from costmodel.parallel.distributed import params_per_device, trained_per_device
 from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
@@ -36,6 +35,7 @@ from costmodel.parallel.shares import (
     residual_bytes,
     stage_layers,
 )
+from costmodel.parallel.state import params_per_device, trained_per_device
 from costmodel.single import finetune
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import backward_factor, flop_conventions
@@ -220,7 +220,7 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     gradient back in backward (full recomputation casts again); FSDP2, Megatron and
     DeepSpeed hold or gather the low-precision weights themselves; the hand-written FSDP
     prepares each weight gradient for its fp32 reduce-scatter
-    (:func:`costmodel.parallel.handwritten.gradient_traffic`). fp8 (tensorwise float8
+    (``Framework.backward_traffic``). fp8 (tensorwise float8
     training, torchao / Transformer Engine) scales every matmul operand: an amax read and a
     cast (read, write one byte) of the input and the weight in forward and of the output
     gradient in backward (5 bytes per bf16 element), plus fp8 transposes of the input and
@@ -235,13 +235,12 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
         weights = finetune.adapter_params(model, train)
         if checkpoints_blocks(train):
             bwd += fwd
-    if prec.weight_copy and par.framework == "reference":
+    if prec.weight_copy and framework_of(par).autocast:
         fwd += (prec.param + prec.weight_copy) * weights
         bwd += (prec.weight_copy + prec.grad) * weights
         if checkpoints_blocks(train):  # the blocks' casts are made again
             bwd += (prec.param + prec.weight_copy) * weights
-    if par.framework == "handwritten":
-        bwd += handwritten.gradient_traffic(model, train)
+    bwd += framework_of(par).backward_traffic(model, train)
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
         n = b_dev * t_dev

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -35,14 +35,24 @@ class SpecError(ValueError):
         return str(self.args[0])
 
 
-_MASKS: ContextVar[list[np.ndarray] | None] = ContextVar("masks", default=None)
+class Mask(NamedTuple):
+    """One grid rule's verdict: the field it names, which points pass, and its sentence
+    (quoting the first point that fails)."""
+
+    field: str
+    ok: np.ndarray
+    message: Callable[[], str]
+
+
+_MASKS: ContextVar[list[Mask] | None] = ContextVar("masks", default=None)
 
 
 @contextmanager
-def collect_masks() -> Iterator[list[np.ndarray]]:
-    """Within this block, grid rules append their pass/fail arrays to the yielded list
-    instead of raising (``np.logical_and.reduce`` of them: the points that pass all)."""
-    found: list[np.ndarray] = []
+def collect_masks() -> Iterator[list[Mask]]:
+    """Within this block, grid rules append their verdicts to the yielded list instead of
+    raising (:func:`passing`: the points that pass all; :func:`refusal`: the first rule
+    a point breaks)."""
+    found: list[Mask] = []
     token = _MASKS.set(found)
     try:
         yield found
@@ -55,9 +65,24 @@ def require(ok: Any, field: str, message: Callable[[], str]) -> None:
     ``collect_masks()``, ``ok`` recorded)."""
     masks = _MASKS.get()
     if masks is not None:
-        masks.append(np.asarray(ok, dtype=bool))
+        masks.append(Mask(field, np.asarray(ok, dtype=bool), message))
     elif not np.all(ok):
         raise SpecError(field, message())
+
+
+def passing(masks: list[Mask], n: int) -> np.ndarray:
+    """Which of ``n`` points pass every collected rule."""
+    return np.logical_and.reduce([np.broadcast_to(m.ok, (n,)) for m in masks] or [np.ones(n, bool)])
+
+
+def refusal(masks: list[Mask], i: int) -> SpecError | None:
+    """The error point ``i`` gets from the first collected rule it breaks (None: none),
+    the same field and sentence as checking that point alone (its sentence quotes it)."""
+    for mask in masks:
+        ok = np.broadcast_to(mask.ok, np.broadcast_shapes(mask.ok.shape, (i + 1,)))
+        if not ok[i]:
+            return SpecError(mask.field, mask.message())
+    return None
 
 
 def _first_bad(ok: Any, *values: Any) -> tuple[Any, ...]:
@@ -135,6 +160,7 @@ def at_most(
 
 __all__ = [
     "MAX_INT",
+    "Mask",
     "SpecError",
     "at_most",
     "choice",
@@ -143,5 +169,7 @@ __all__ = [
     "flag",
     "integer",
     "number",
+    "passing",
+    "refusal",
     "require",
 ]

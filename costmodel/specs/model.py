@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
@@ -372,20 +373,57 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
     if unknown:
         raise SpecError(unknown[0], f"unknown {type(spec).__name__} field(s): {', '.join(unknown)}")
     values = {f.name: getattr(spec, f.name) for f in fields(spec)}
-    # Derived defaults follow the fields they derive from unless set explicitly.
-    if ("n_heads" in changes or "d_model" in changes) and "head_dim" not in changes:
-        values["head_dim"] = None
-    if "n_heads" in changes and "n_kv_heads" not in changes and spec.n_kv_heads == spec.n_heads:
-        values["n_kv_heads"] = None
-    if "d_ff" in changes and "d_ff_expert" not in changes and spec.d_ff_expert == spec.d_ff:
-        values["d_ff_expert"] = None
-    if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
-        values["d_ff_expert"] = None
-    follows = getattr(spec, "v_head_dim", None) == getattr(spec, "head_dim", 0)
-    if "v_head_dim" not in changes and follows:
-        values["v_head_dim"] = None  # follows head_dim
+    if isinstance(spec, ModelSpec):
+        values.update(dict.fromkeys(followers(spec, changes)))  # derived when built
+        if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
+            values["d_ff_expert"] = None  # a dense model has no expert width
     values.update(changes)
     return type(spec)(**values)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+DERIVED: tuple[tuple[str, tuple[str, ...], Any], ...] = (
+    ("head_dim", ("d_model", "n_heads"), derived_head_dim),
+    ("n_kv_heads", ("n_heads",), _same),
+    ("v_head_dim", ("head_dim",), _same),
+    ("d_ff_expert", ("d_ff",), _same),
+)
+"""Derived defaults, in order: (field, the fields it derives from, how). A field left
+unset is derived when the spec is built; a field that a base spec derived follows what it
+derives from when that changes, unless given too (``ModelSpec.replace``, ``sweep``)."""
+
+
+def _derives_to(base: ModelSpec, name: str, sources: tuple[str, ...], rule: Any) -> bool:
+    try:
+        return getattr(base, name) == rule(*(getattr(base, s) for s in sources))
+    except SpecError:  # e.g. n_heads does not divide d_model: head_dim was set explicitly
+        return False
+
+
+def followers(base: ModelSpec, given: Mapping[str, Any]) -> list[str]:
+    """The derived fields of ``base`` that follow the ``given`` changes, in ``DERIVED``'s
+    order: each one not given whose sources changed (or follow) and whose value in
+    ``base`` is what it derives to there (a value set explicitly, e.g. Qwen3's head_dim,
+    stays)."""
+    out: list[str] = []
+    for name, sources, rule in DERIVED:
+        changed = any(s in given or s in out for s in sources)
+        if name not in given and changed and _derives_to(base, name, sources, rule):
+            out.append(name)
+    return out
+
+
+def following(base: ModelSpec, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of :func:`followers` derived from ``given`` (scalars or numpy arrays)."""
+    out: dict[str, Any] = {}
+    rules = {name: (sources, rule) for name, sources, rule in DERIVED}
+    for name in followers(base, given):
+        sources, rule = rules[name]
+        out[name] = rule(*(out.get(s, given.get(s, getattr(base, s))) for s in sources))
+    return out
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.model import ModelSpec, TrainSpec, check_fields
+from costmodel.specs.model import check_fields
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
@@ -126,11 +126,6 @@ class ParallelSpec:
                             "drops pairs, which costmodel does not model")  # fmt: skip
 
     @property
-    def shards_over_cp(self) -> bool:
-        """FSDP2 shards over the fsdp x cp ranks (torchtitan's dp_shard_cp mesh)."""
-        return self.framework == "fsdp2"
-
-    @property
     def devices(self) -> int:
         return self.dp * self.fsdp * self.tp * self.pp * self.cp
 
@@ -143,13 +138,6 @@ class ParallelSpec:
         under sequence parallelism."""
         return self.cp * (self.tp if self.sequence_parallel else 1)
 
-    def check(self, model: ModelSpec, train: TrainSpec) -> None:
-        """Divisibility against a model and a batch, with errors naming both sides."""
-        layout_rules(self, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum)
-        training_rules(self, train)
-        if self.framework == "handwritten":
-            handwritten_rule(self, model, train)
-
     def replace(self, **changes: Any) -> ParallelSpec:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         unknown = sorted(set(changes) - set(values))
@@ -158,77 +146,20 @@ class ParallelSpec:
         return ParallelSpec(**{**values, **changes})
 
 
-def training_rules(par: Any, train: Any) -> None:
-    """What a layout needs of the training it runs (scalars or arrays, one place for the
-    spec, the sweep and the planner): ring attention a fused kernel, fine-tuning data
-    parallelism alone, combined 1F1B what Megatron runs it with."""
-    cp_rule(par.cp, train.attention)
-    finetune_rule(par, train.finetune)
-    ep_overlap_rule(par, train.recompute)
-
-
-def handwritten_rule(par: ParallelSpec, model: ModelSpec, train: TrainSpec) -> None:
-    """What ``validate/fsdp.py`` runs: ZeRO-3 over fsdp alone, parameters shared by no two
-    modules, every forward op saved (its gathers are modelled without recomputation)."""
-    others = [d for d in ("dp", "tp", "pp", "cp", "ep") if getattr(par, d) != 1]
-    if others:
-        raise SpecError(others[0], f"framework=handwritten shards over fsdp only: {others[0]} "
-                        f"must be 1 (got {getattr(par, others[0])})")  # fmt: skip
-    if par.zero != 3:
-        raise SpecError("zero", f"framework=handwritten is ZeRO-3: zero must be 3 (got {par.zero})")
-    if model.tied:
-        raise SpecError("tied", "framework=handwritten does not support a tied embedding and "
-                        "head (a parameter shared by two modules)")  # fmt: skip
-    if train.recompute != "none":
-        got = train.recompute
-        raise SpecError("recompute", "framework=handwritten is modelled without "
-                        f"recomputation: recompute must be none (got {got!r})")  # fmt: skip
-
-
-def finetune_rule(par: Any, finetune: str) -> None:
-    """LoRA and QLoRA are costed on one device and under data parallelism with ZeRO over
-    the reference model (DDP, or FSDP sharding frozen and trained weights alike: the
-    adapters' gradients reduced, the frozen weights gathered under ZeRO-3): how tensor,
-    pipeline, context and expert parallelism split frozen and quantized weights, and the
-    other frameworks' buffers, are not modelled."""
-    if finetune == "full":
-        return
-    for name in ("tp", "pp", "cp", "ep"):
-        degree = np.asarray(getattr(par, name, 1))
-        checks.require(degree == 1, name, lambda n=name, d=degree: f"finetune={finetune} is "
-                       "modelled on one device and under data parallelism (dp, fsdp): "
-                       f"{n} must be 1 (got {np.max(d)})")  # fmt: skip
-    framework = np.asarray(getattr(par, "framework", "reference"))
-    checks.require(framework == "reference", "framework", lambda: f"finetune={finetune} is "
-                   "modelled for framework=reference (torch DDP, or ZeRO over fsdp)")  # fmt: skip
-
-
-def ep_overlap_rule(par: Any, recompute: Any) -> None:
-    """What Megatron-Core runs combined 1F1B with (its ``TransformerConfig`` checks): expert
-    parallelism to hide, its own framework, pp = 1 or interleaved pipelining (plain 1F1B has
-    no schedule for it) and no full recomputation (a checkpointed block cannot be split
-    into the nodes the two streams interleave)."""
-    off = ~np.asarray(getattr(par, "ep_overlap", False), dtype=bool)
-    if np.all(off):
-        return
-    ep = np.asarray(par.ep)
-    checks.require(off | (ep > 1), "ep_overlap", lambda: "ep_overlap hides expert-parallel "
-                   f"all-to-alls: it needs ep > 1 (got ep={np.min(ep)})")  # fmt: skip
-    framework = np.asarray(getattr(par, "framework", "reference"))
-    checks.require(off | (framework == "megatron"), "ep_overlap", lambda: "ep_overlap is "
-                   "Megatron-Core's combined 1F1B: it needs framework=megatron")  # fmt: skip
-    ok = off | (np.asarray(par.pp) == 1) | (np.asarray(par.pp_interleave) > 1)
-    checks.require(ok, "ep_overlap", lambda: "ep_overlap needs pp = 1 or interleaved "
-                   "pipelining (pp_interleave > 1): 1F1B has no combined schedule")  # fmt: skip
-    ok = off | (np.asarray(recompute) != "full")
-    checks.require(ok, "recompute", lambda: "ep_overlap (combined 1F1B) does not run with "
-                   "recompute=full: use none or selective")  # fmt: skip
-
-
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:
     """dp·fsdp·grad_accum: each of the dp·fsdp replicas runs ``grad_accum`` micro-batches of
     at least one sequence, so the global batch must be a multiple of this."""
     return dp * fsdp * grad_accum
+
+
+def grad_accum_of(batch: Any, dp: Any, fsdp: Any, micro_batch: Any, *, field: str) -> Any:
+    """Micro-batches per step: ``batch = dp · fsdp · micro_batch · grad_accum``, so
+    ``micro_batch · dp · fsdp`` must divide the batch (scalars or arrays; ``field`` names
+    the micro-batch input: ``microbatch`` in the CLI and app, ``micro_batch`` in a sweep)."""
+    per_step = np.asarray(dp) * np.asarray(fsdp) * np.asarray(micro_batch)
+    checks.divides(f"{field} * dp * fsdp", per_step, "batch", batch, field=field)
+    accum = np.asarray(batch) // np.maximum(per_step, 1)
+    return int(accum) if np.ndim(accum) == 0 else accum
 
 
 def cp_rule(cp: Any, attention: str) -> None:
@@ -237,8 +168,11 @@ def cp_rule(cp: Any, attention: str) -> None:
     checks.require(ok, "cp", lambda: "cp > 1 needs attention=flash (ring attention)")
 
 
-def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any) -> None:
-    """Divisibility of the model and the batch by the degrees (scalars or arrays)."""
+def layout_rules(
+    par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any, shards_over_cp: Any = False
+) -> None:
+    """Divisibility of the model and the batch by the degrees (scalars or arrays);
+    ``shards_over_cp``: whether the framework's ZeRO group spans the cp ranks."""
     pp_total = par.pp * par.pp_interleave
     checks.at_most("pp * pp_interleave", pp_total, "n_layers", model.n_layers,
                    "(a stage holds at least one layer)", field="pp")  # fmt: skip
@@ -259,10 +193,10 @@ def layout_rules(par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any)
                        f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
-    moe_rule(par, model)
+    moe_rule(par, model, shards_over_cp)
 
 
-def moe_rule(par: Any, model: Any) -> None:
+def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     """The layouts an MoE model is costed under so far: data, FSDP, context, pipeline and
     expert parallelism (under pipelining its dense leading blocks on the first stage);
     tensor parallelism of experts is not modelled yet. ``ep`` divides the routed experts
@@ -278,7 +212,7 @@ def moe_rule(par: Any, model: Any) -> None:
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
     data = np.asarray(par.dp) * np.asarray(par.fsdp) * np.asarray(par.cp)
     checks.divides("ep", ep, "dp * fsdp * cp", data)
-    shard = np.asarray(par.fsdp) * np.where(_shards_over_cp(par), np.asarray(par.cp), 1)
+    shard = np.asarray(par.fsdp) * np.where(shards_over_cp, np.asarray(par.cp), 1)
     ok = (shard % ep == 0) | (ep % shard == 0)
     checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
                    f"of it (got {_pair(ok, ep, shard, 'ep', 'shard group')})")  # fmt: skip
@@ -299,14 +233,6 @@ def moe_rule(par: Any, model: Any) -> None:
     checks.require(ok, "pp", lambda: "the dense leading blocks must fit on the first "
                    "pipeline stage: dense_layers <= n_layers // (pp * pp_interleave) "
                    f"(got {got()})")  # fmt: skip
-    ok = ~moe | (np.asarray(getattr(par, "framework", "reference")) != "handwritten")
-    checks.require(ok, "framework", lambda: "framework=handwritten does not run "
-                   "mixture-of-experts models")  # fmt: skip
-
-
-def _shards_over_cp(par: Any) -> Any:
-    """Whether the ZeRO group spans the cp ranks too (FSDP2; ``ParallelSpec.shards_over_cp``)."""
-    return np.asarray(getattr(par, "framework", "reference")) == "fsdp2"
 
 
 def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:

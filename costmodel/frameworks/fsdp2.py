@@ -21,7 +21,11 @@ from collections.abc import Callable
 
 import sympy as sp
 
+from costmodel.frameworks.registry import Framework
 from costmodel.parallel.experts import expert_block, expert_shards, local_experts
+from costmodel.parallel.pipeline import PipelineRank
+from costmodel.parallel.shares import shard_degree
+from costmodel.parallel.state import shard_of
 from costmodel.single.memory import HEAD_PARTS, MOE_PARTS, SHARED_PARTS, activation_memory
 from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
 from costmodel.single.precision import PRECISIONS
@@ -139,3 +143,57 @@ def with_block_peaks(
         "peak_forward_backward": smax(peaks["peak_forward_backward"], both),
         "peak": smax(peaks["peak"], both + state["optimizer"]),
     }
+
+
+class FSDP2(Framework):
+    """FSDP2 (``fully_shard``) with a bf16 MixedPrecisionPolicy, as torchtitan applies it:
+    fp32 sharded parameters, gradients and optimizer state over fsdp x cp, bf16 compute
+    and residual, unsharded weights only for the units in flight."""
+
+    name = "fsdp2"
+    dtensor_tp = True
+    torch_pipelining = True
+    shards_over_cp = True
+    params_persist = False
+    reduce_fp32_default = True
+
+    def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
+        """HSDP: fsdp shards times dp replicas of the shards, every split."""
+        return [(replicas // f, f, 3) for f in range(1, replicas + 1) if replicas % f == 0]
+
+    def state(
+        self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None
+    ) -> dict[str, sp.Expr]:
+        """fp32 master, gradients (reduce-scattered in fp32) and optimizer state over the
+        shard group; ``params`` the most gathered weights in flight at once
+        (:func:`in_flight`, in their own buffers beside the shards). Under pipelining
+        torchtitan keeps the stage unsharded from its first micro-batch to its last
+        (reshard_after_forward=False) and accumulates unsharded gradients in the reduce
+        dtype until the last backward reduce-scatters them."""
+        prec = PRECISIONS[train.precision]
+        n, per_shard, opt = shard_of(model, train, par, rank)
+        s = shard_degree(par)
+        shards = {"master": prec.param * per_shard(s), "optimizer": opt(s)}
+        if par.pp == 1:  # the most gathered at once, at the blocks or at the head
+            unsharded = smax(*in_flight(model, train, par).values())
+            return {"params": unsharded, **shards, "grads": prec.grad * per_shard(s)}
+        held = self.accumulated_grad_bytes(train, par) * n
+        return {"params": prec.activation * n, **shards, "grads": held + prec.grad * per_shard(s)}
+
+    def accumulated_grad_bytes(self, train: TrainSpec, par: ParallelSpec) -> int:
+        """Under pipelining with a weight copy, unsharded gradients in the reduce dtype."""
+        prec = PRECISIONS[train.precision]
+        if par.pp == 1 or not prec.weight_copy:
+            return 0
+        return 4 if par.grad_reduce_fp32 else prec.activation
+
+    def gathered(self, model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict | None:
+        """Without pipelining the peaks are modelled by position (:func:`in_flight`)."""
+        return in_flight(model, train, par) if par.pp == 1 else None
+
+    def block_peaks(self, model, train, par, peaks, **kw) -> dict[str, sp.Expr]:
+        """The peaks inside the blocks (:func:`with_block_peaks`)."""
+        return with_block_peaks(model, train, par, peaks, **kw)
+
+
+FRAMEWORK = FSDP2()

@@ -29,12 +29,21 @@ them).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import sympy as sp
 
+from costmodel.frameworks.registry import Framework
+from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.collectives import bus_factor, ring_steps
+from costmodel.parallel.pipeline import PipelineRank
+from costmodel.single.memory import HEAD_PARTS, optimizer_temp
 from costmodel.single.params import ffn_matrices, param_breakdown, weight_matrices
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
+from costmodel.specs import checks
 from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
 
 SHARD_BYTES = 4
@@ -184,3 +193,57 @@ def replicated_tensors(model: ModelSpec) -> sp.Expr:
     qkv = 3 if model.bias or model.qkv_bias else 0
     out = 1 if model.bias else 0
     return norms + L * (ffn + qkv + out)
+
+
+class Handwritten(Framework):
+    """``validate/fsdp.py``: ZeRO-3 over fsdp alone, nothing prefetched or overlapped."""
+
+    name = "handwritten"
+    exposes_fsdp = True
+    runs_moe = False
+    planned = False
+
+    def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
+        """What ``validate/fsdp.py`` runs: ZeRO-3 over fsdp alone, parameters shared by no
+        two modules, every forward op saved (its gathers are modelled without
+        recomputation)."""
+        off = ~np.asarray(on, dtype=bool)
+        for name in ("dp", "tp", "pp", "cp", "ep"):
+            degree = np.asarray(getattr(par, name, 1))
+            ok = off | (degree == 1)
+            checks.require(ok, name, lambda n=name, d=degree, ok=ok: "framework=handwritten "
+                           f"shards over fsdp only: {n} must be 1 (got "
+                           f"{checks._first_bad(ok, d)[0]})")  # fmt: skip
+        zero = np.asarray(par.zero)
+        ok = off | (zero == 3)
+        checks.require(ok, "zero", lambda: "framework=handwritten is ZeRO-3: zero must be 3 "
+                       f"(got {checks._first_bad(ok, zero)[0]})")  # fmt: skip
+        checks.require(off | ~np.asarray(model.tied, dtype=bool), "tied", lambda: "framework="
+                       "handwritten does not support a tied embedding and head (a parameter "
+                       "shared by two modules)")  # fmt: skip
+        recompute = np.asarray(train.recompute, dtype=object)
+        ok = off | (recompute == "none")
+        checks.require(ok, "recompute", lambda: "framework=handwritten is modelled without "
+                       "recomputation: recompute must be none (got "
+                       f"{checks._first_bad(ok, recompute)[0]!r})")  # fmt: skip
+
+    def state(
+        self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None
+    ) -> dict[str, sp.Expr]:
+        return state(model, train)
+
+    def own_peaks(self, model, train, par, state, acts, live) -> dict[str, sp.Expr]:
+        """The positions :func:`peaks` names, with the head's activations and the
+        optimizer's transient."""
+        head = sharded_activations(model, train, par, only=HEAD_PARTS)
+        temp = optimizer_temp(train, state["optimizer"])
+        return peaks(model, train, state, acts, head, live, temp)
+
+    def fsdp_group(self, model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+        return fsdp_group(model, train)
+
+    def backward_traffic(self, model: ModelSpec, train: TrainSpec) -> sp.Expr:
+        return gradient_traffic(model, train)
+
+
+FRAMEWORK = Handwritten()

@@ -1,0 +1,163 @@
+"""The framework protocol and its registry: what a framework is, and how a name finds one.
+
+A framework says what each device holds, which collectives run when and what they
+overlap, and which layouts it refuses. Each one is a module of this package defining a
+:class:`Framework` subclass and exporting one instance as ``FRAMEWORK``; the formulas
+(``costmodel.parallel``) and the rules (``costmodel.config``) ask the registered object,
+never a framework's name. This module imports no formula, so every layer may import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from costmodel.specs.checks import SpecError
+from costmodel.specs.parallel import FRAMEWORKS
+
+if TYPE_CHECKING:
+    import sympy as sp
+
+    from costmodel.parallel.pipeline import PipelineRank
+    from costmodel.specs.model import ModelSpec, TrainSpec
+    from costmodel.specs.parallel import ParallelSpec
+
+
+class Framework:
+    """One training framework's behaviour. Traits are class attributes (plain data, also
+    read on arrays of names by :func:`trait`); behaviour that differs beyond a trait is a
+    method, whose default here is what most frameworks do."""
+
+    name: ClassVar[str]
+    autocast: ClassVar[bool] = False
+    """torch.autocast over fp32 parameters (the reference model): an fp32 residual stream,
+    low-precision weight casts kept from forward to backward and their cast traffic."""
+    ddp_buckets: ClassVar[bool] = False
+    """Gradients reduced by torch DDP's flat buckets (kept for the whole run)."""
+    rebuilds_tables: ClassVar[bool] = False
+    """RoPE and mask tables made again in every forward (kept per micro-batch in flight)."""
+    dtensor_tp: ClassVar[bool] = False
+    """Tensor parallelism through torch's DTensor (``parallelize_module``): a vocabulary-
+    parallel embedding that keeps extra buffers, sequence-parallel inputs gathered again."""
+    torch_pipelining: ClassVar[bool] = False
+    """Pipelines through ``torch.distributed.pipelining`` (its receive buffers and caches)."""
+    shards_over_cp: ClassVar[bool] = False
+    """The ZeRO group spans the cp ranks too (torchtitan's dp_shard_cp mesh)."""
+    distributed_optimizer: ClassVar[bool] = False
+    """Megatron's distributed optimizer: optimizer state over every data-parallel rank,
+    gradients reduce-scattered and updated parameters all-gathered in buckets."""
+    zero3_prefetch: ClassVar[bool] = False
+    """Under ZeRO-3, the running layer and the prefetched next one are gathered beside the
+    shard (DeepSpeed, the reference model's ZeRO-3)."""
+    params_persist: ClassVar[bool | None] = None
+    """Working weights held through the step (True), freed after backward (False), or as
+    the generic peak rule decides (None)."""
+    grads_always_live: ClassVar[bool] = False
+    """The gradient buffer is allocated once and never freed (Megatron's grad buffer)."""
+    exposes_fsdp: ClassVar[bool] = False
+    """Gathers and reduce-scatters run in line with the compute, nothing prefetched."""
+    finetunes: ClassVar[bool] = False
+    """LoRA and QLoRA are costed under this framework."""
+    runs_moe: ClassVar[bool] = True
+    """Mixture-of-experts models are costed under this framework."""
+    combined_1f1b: ClassVar[bool] = False
+    """Runs Megatron-Core's combined 1F1B (expert all-to-alls beside another micro-batch)."""
+    planned: ClassVar[bool] = True
+    """The planner may choose this framework."""
+    zero_stages: ClassVar[bool] = False
+    """The user picks the ZeRO stage (a layout label names it)."""
+    reduce_fp32_default: ClassVar[bool] = False
+    """Gradients are reduced in fp32 unless told otherwise (torchtitan's
+    ``mixed_precision_reduce = "float32"``); the planner's candidates follow it."""
+
+    def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
+        """Layouts this framework refuses beyond the shared rules, at the points ``on``
+        (a bool or bool array; the fields may be arrays); nothing by default."""
+
+    def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
+        """(dp, fsdp, zero) of ``replicas`` data-parallel devices the planner tries: ZeRO
+        1/2/3 over every replica."""
+        return [(1, replicas, z) for z in (1, 2, 3)]
+
+    def state(
+        self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None
+    ) -> dict[str, sp.Expr]:
+        """Bytes per device of params (working weights), master, grads and optimizer
+        state; by default torch.autocast's state under ZeRO over X."""
+        from costmodel.parallel.state import autocast_state
+
+        return autocast_state(model, train, par, rank)
+
+    def accumulated_grad_bytes(self, train: TrainSpec, par: ParallelSpec) -> int:
+        """Bytes per parameter of unsharded gradients held through the whole step; 0."""
+        return 0
+
+    def gathered(self, model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict | None:
+        """Gathered weight bytes at each position in the step where the framework models
+        its peaks by position (``head``, ``head_backward`` and what ``block_peaks`` reads);
+        None: the generic live-set peaks."""
+        return None
+
+    def block_peaks(self, model, train, par, peaks, **kw) -> dict[str, sp.Expr]:
+        """``peaks`` with the candidates inside the blocks, where ``gathered`` models them."""
+        return peaks
+
+    def own_peaks(
+        self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, state: dict, acts: Any,
+        live: Any,
+    ) -> dict[str, sp.Expr] | None:  # fmt: skip
+        """Peaks the framework models itself (None: the generic live-set peaks)."""
+        return None
+
+    def fsdp_group(self, model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr] | None:
+        """The shard group's traffic when the framework schedules it itself (None: ZeRO's)."""
+        return None
+
+    def backward_traffic(self, model: ModelSpec, train: TrainSpec) -> sp.Expr | int:
+        """HBM bytes the framework's own gradient handling moves in backward; 0."""
+        return 0
+
+
+@functools.cache
+def registry() -> dict[str, Framework]:
+    """Name -> framework: the module ``costmodel.frameworks.<name>``'s ``FRAMEWORK`` for
+    each choice of ``ParallelSpec.framework`` (imported on first use, so that the formulas
+    the modules build on may import this one)."""
+    found = {}
+    for name in FRAMEWORKS:
+        framework = importlib.import_module(f"costmodel.frameworks.{name}").FRAMEWORK
+        if framework.name != name:
+            raise RuntimeError(f"costmodel.frameworks.{name} registers {framework.name!r}")
+        found[name] = framework
+    return found
+
+
+def framework_of(par: Any) -> Framework:
+    """The registered framework a layout names (``par.framework``, or a name)."""
+    name = par if isinstance(par, str) else par.framework
+    try:
+        return registry()[name]
+    except (KeyError, TypeError):
+        shown = ", ".join(FRAMEWORKS)
+        raise SpecError("framework", f"framework must be one of {shown} (got {name!r})") from None
+
+
+def trait(framework: Any, name: str) -> Any:
+    """A trait of the framework(s) named: a value for a name, a bool array for an array."""
+    if isinstance(framework, str):
+        return getattr(framework_of(framework), name)
+    names = np.asarray(framework, dtype=object)
+    values = {n: getattr(framework_of(n), name) for n in set(names.ravel().tolist())}
+    return np.vectorize(values.__getitem__, otypes=[bool])(names) if names.size else names
+
+
+def each(framework: Any) -> list[tuple[Framework, Any]]:
+    """(framework, where) for each framework named: ``where`` is True for a name, else
+    the bool array of the points that name it."""
+    if isinstance(framework, str):
+        return [(framework_of(framework), True)]
+    names = np.asarray(framework, dtype=object)
+    return [(framework_of(n), names == n) for n in dict.fromkeys(names.ravel().tolist())]
