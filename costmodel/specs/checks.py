@@ -90,7 +90,8 @@ def _first_bad(ok: Any, *values: Any) -> tuple[Any, ...]:
     if np.ndim(ok) == 0:
         return values
     index = np.unravel_index(int(np.argmin(np.asarray(ok))), np.shape(ok))
-    return tuple(np.broadcast_to(v, np.shape(ok))[index].item() for v in values)
+    picked = (np.broadcast_to(v, np.shape(ok))[index] for v in values)
+    return tuple(p.item() if isinstance(p, np.generic | np.ndarray) else p for p in picked)
 
 
 def integer(field: str, value: Any, *, minimum: int = 1) -> None:
