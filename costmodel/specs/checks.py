@@ -87,8 +87,8 @@ def refusal(masks: list[Mask], i: int) -> SpecError | None:
 
 def _first_bad(ok: Any, *values: Any) -> tuple[Any, ...]:
     """The values at the first failing element (scalars are returned as they are)."""
-    if np.ndim(ok) == 0:
-        return values
+    if np.ndim(ok) == 0:  # numpy scalars and 0-d arrays as the plain values they hold
+        return tuple(v.item() if isinstance(v, np.generic | np.ndarray) else v for v in values)
     index = np.unravel_index(int(np.argmin(np.asarray(ok))), np.shape(ok))
     picked = (np.broadcast_to(v, np.shape(ok))[index] for v in values)
     return tuple(p.item() if isinstance(p, np.generic | np.ndarray) else p for p in picked)
