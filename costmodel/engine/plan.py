@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from costmodel.config import check
-from costmodel.engine.quantities import compiled_subset, structure_of
+from costmodel.engine.quantities import (
+    PARALLEL_STRUCTURE,
+    TRAIN_STRUCTURE,
+    compiled_subset,
+    structure_of,
+)
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.frameworks.registry import framework_of, trait
 from costmodel.specs import checks
@@ -372,25 +377,26 @@ def no_layout_message(
 
 
 def _warm(model, train, hardware, cols, progress) -> int:
-    """Compile each structure's expressions once, with progress (the slow part, cold)."""
-    keys = ("framework", "recompute", "sequence_parallel", "grad_reduce_fp32", "zero", "ep_overlap")
-    pipelined = cols["pp"] > 1
-    interleaved = cols["pp_interleave"] > 1
-    combos = {(*(_plain(cols[k][i]) for k in keys), bool(pipelined[i]), bool(interleaved[i]))
-              for i in _first_of_each(cols, keys, pipelined, interleaved)}  # fmt: skip
-    items = sorted(combos, key=str)
+    """Compile each structure's expressions once, with progress (the slow part, cold): one
+    per distinct value of the columns that are structure fields, pipelining and
+    interleaving (``quantities.structure_of``'s keys; the other fields as ``train``)."""
+    keys = [k for k in (*TRAIN_STRUCTURE, *PARALLEL_STRUCTURE) if k in cols]
+    flags = [np.asarray(cols[k]) for k in keys] + [cols["pp"] > 1, cols["pp_interleave"] > 1]
+    items = sorted({tuple(_plain(f[i]) for f in flags) for i in _first_of_each(flags)}, key=str)
     loop = progress(items, len(items)) if progress else items
-    for fw, rc, sp_, fp32, zero, overlap, piped, inter in loop:
-        par = ParallelSpec(framework=fw, sequence_parallel=sp_, grad_reduce_fp32=fp32,
-                           zero=zero, pp=2 if piped else 1, pp_interleave=2 if inter else 1,
-                           tp=2 if sp_ else 1, ep_overlap=overlap)  # fmt: skip
-        compiled_subset(structure_of(model, train.replace(recompute=rc), par), QUANTITIES)
+    for *values, piped, interleaved in loop:
+        given = dict(zip(keys, values, strict=True))
+        trains = {k: v for k, v in given.items() if k in TRAIN_STRUCTURE}
+        layout = {k: v for k, v in given.items() if k not in TRAIN_STRUCTURE}
+        par = ParallelSpec(**layout, pp=2 if piped else 1, pp_interleave=2 if interleaved else 1)
+        compiled_subset(structure_of(model, train.replace(**trains), par), QUANTITIES)
     return len(items)
 
 
-def _first_of_each(cols, keys, pipelined, interleaved) -> list[int]:
-    code = np.zeros(len(pipelined), dtype=np.int64)
-    for key in [np.asarray(cols[k]) for k in keys] + [pipelined, interleaved]:
+def _first_of_each(flags: list[np.ndarray]) -> list[int]:
+    """The first index of each distinct combination of the arrays' values."""
+    code = np.zeros(len(flags[0]), dtype=np.int64)
+    for key in flags:
         inverse, n = factorize(key)
         code = code * n + inverse
     _, first = np.unique(code, return_index=True)
