@@ -17,6 +17,7 @@ import numpy as np
 
 from costmodel.frameworks.registry import each, trait
 from costmodel.specs import checks
+from costmodel.specs.attention import window_rules
 from costmodel.specs.finetune import finetune_rules
 from costmodel.specs.model import (
     check_positions,
@@ -38,6 +39,7 @@ def check(model: Any, train: Any, par: Any = None) -> None:
     check_positions(model.pos, train.seq, model.max_positions)
     moe_train_rule(model, train.recompute, train.elementwise)
     finetune_rules(model, train)
+    window_rules(model, par)
     if par is None:
         return
     layout_rules(par, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum,

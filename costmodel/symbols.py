@@ -27,9 +27,12 @@ F_e = sp.Symbol("F_e", **_INT)
 # without), each head's RoPE width (0 without) and value width
 r_q, r_kv, d_r = sp.symbols("r_q r_kv d_r", **_COUNT)
 d_v = sp.Symbol("d_v", **_INT)
+# sliding-window attention: the keys a local layer's query sees (0 without) and the number
+# of local layers (costmodel.kinds.attention)
+W_sw, L_loc = sp.symbols("W_sw L_loc", **_COUNT)
 
 MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e,
-                                        r_q, r_kv, d_r, d_v)  # fmt: skip
+                                        r_q, r_kv, d_r, d_v, W_sw, L_loc)  # fmt: skip
 TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a)
 ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
@@ -51,6 +54,8 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     r_kv: "MLA key/value latent width (kv_lora_rank)",
     d_r: "MLA RoPE width per head",
     d_v: "value width per head",
+    W_sw: "sliding window: keys a local layer's query sees",
+    L_loc: "local (sliding-window) layers",
     B: "sequences per optimizer step",
     b: "sequences per micro-batch",
     T: "sequence length (tokens)",
@@ -86,6 +91,14 @@ def more_than_one(n: Any) -> sp.Expr:
     return sp.Min(n - 1, 1, evaluate=False)
 
 
+def local_layers(n_layers: Any, sliding_window: Any, global_every: Any) -> Any:
+    """Layers with a sliding window (scalars stay Python ints, or numpy arrays): all of
+    them but every ``global_every``-th (``ModelSpec.is_local``); none without a window."""
+    every = global_every + (global_every == 0)  # 1 where there is no pattern
+    global_layers = n_layers // every * (global_every > 0)
+    return (n_layers - global_layers) * (sliding_window > 0)
+
+
 def values_for(model, train=None) -> dict[sp.Symbol, int]:
     """Symbol -> integer value for a ModelSpec (and optionally a TrainSpec)."""
     values = {
@@ -106,6 +119,8 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         r_kv: model.kv_lora_rank,
         d_r: model.rope_head_dim,
         d_v: model.head_dim if model.v_head_dim is None else model.v_head_dim,
+        W_sw: model.sliding_window,
+        L_loc: local_layers(model.n_layers, model.sliding_window, model.global_every),
     }
     if train is not None:
         values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq,

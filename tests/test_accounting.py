@@ -146,3 +146,42 @@ def test_dropout_two_layers(name, recompute):
                 dropout=0.1,
             ),
         )
+
+
+WINDOWED = {
+    "all-local": {"sliding_window": 24},  # Mistral-7B v0.1's pattern
+    "mixed": {"sliding_window": 24, "global_every": 2},  # Gemma 2's, gpt-oss's
+    "mixed-every-3": {"sliding_window": 7, "global_every": 3},  # Gemma 3's, shorter
+}
+
+
+@pytest.mark.parametrize("pattern", WINDOWED)
+@pytest.mark.parametrize(("precision", "attention", "recompute"), MATRIX)
+def test_sliding_window_two_and_three_layers(pattern, precision, attention, recompute):
+    """Local layers: the naive kernel's bool band mask, the CPU flash kernel's additive one
+    (kept by its backward), one for all local layers beside the global layers' causal mask;
+    FLOPs counted dense. Windows shorter than the sequence."""
+    model = get_model("llama3-8b").replace(n_layers=3, **WINDOWED[pattern])
+    train = TrainSpec(batch=2, seq=80, precision=precision, attention=attention,
+                      recompute=recompute)  # fmt: skip
+    assert_exact(model, train)
+
+
+@pytest.mark.parametrize("attention", KERNELS)
+def test_sliding_window_under_mla_and_dropout(attention):
+    """The window is the core's: MLA's core takes the same masks; attention dropout (naive
+    on CPU) drops the band's probabilities."""
+    mla = _two_layers("deepseek-v2-lite").replace(sliding_window=16, global_every=2)
+    assert_exact(_few_experts(mla), TrainSpec(batch=2, seq=64, attention=attention))
+    dense = get_model("llama3-8b").replace(n_layers=2, sliding_window=16, global_every=2)
+    assert_exact(dense, TrainSpec(batch=2, seq=48, attention="naive", dropout=0.1))
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "gemma-3-4b"])
+@pytest.mark.parametrize("attention", KERNELS)
+def test_windowed_presets_full_scale(name, attention):
+    """Full depth, sequences past the window (gpt-oss: 128; Gemma 3's window cut to 64)."""
+    model = get_model(name)
+    if model.sliding_window > 128:
+        model = model.replace(sliding_window=64)
+    assert_exact(model, TrainSpec(batch=1, seq=256, precision="bf16-mixed", attention=attention))

@@ -171,3 +171,107 @@ def test_any_json_value_in_any_field_is_a_spec_or_a_value_error(base, data):
     value = data.draw(JSON, label="value")
     with contextlib.suppress(ValueError):  # SpecError is one: a sentence, never a TypeError
         model_from_hf_dict({**base, key: value})
+
+
+# Sliding windows (issue 34, item 3): configs as published (Hugging Face config.json).
+GEMMA2_2B = {
+    "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "intermediate_size": 9216, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+    "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+}  # fmt: skip
+GEMMA3_4B = {  # the multimodal wrapper: its text decoder, the pattern by sliding_window_pattern
+    "model_type": "gemma3",
+    "text_config": {
+        "model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+        "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 256, "intermediate_size": 10240, "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131072, "sliding_window": 1024, "sliding_window_pattern": 6,
+    },
+    "vision_config": {"model_type": "siglip_vision_model"},
+}  # fmt: skip
+GPT_OSS_20B = {
+    "model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880, "num_hidden_layers": 24,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+    "intermediate_size": 2880, "hidden_act": "silu", "num_local_experts": 32,
+    "num_experts_per_tok": 4, "experts_per_token": 4, "attention_bias": True,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12, "swiglu_limit": 7.0,
+}  # fmt: skip
+MISTRAL_7B_V01 = {**LLAMA3_8B, "model_type": "mistral", "vocab_size": 32000,
+                  "max_position_embeddings": 32768, "sliding_window": 4096}  # fmt: skip
+
+
+def _as_preset(spec, name):
+    return spec.replace(name=name) == get_model(name)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "preset"),
+    [
+        (GEMMA2_2B, "gemma-2-2b"),  # Gemma 2: every other layer global, implicitly
+        (GEMMA3_4B, "gemma-3-4b"),
+        (GPT_OSS_20B, "gpt-oss-20b"),
+        ({**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128,
+          "layer_types": ["sliding_attention", "full_attention"] * 18}, "gpt-oss-120b"),
+        (MISTRAL_7B_V01, "mistral-7b-v0.1"),  # every layer local
+        ({**MISTRAL_7B_V01, "sliding_window": None}, "mistral-7b"),  # v0.2 on
+    ],
+)  # fmt: skip
+def test_windowed_configs_equal_the_presets(cfg, preset):
+    assert _as_preset(model_from_hf_dict(cfg), preset)
+
+
+def test_gemma3_layer_types_give_the_same_pattern():
+    text = {k: v for k, v in GEMMA3_4B["text_config"].items() if k != "sliding_window_pattern"}
+    types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(34)]
+    spec = model_from_hf_dict({**text, "layer_types": types})
+    assert _as_preset(spec, "gemma-3-4b")
+
+
+@pytest.mark.parametrize(
+    ("change", "window"),
+    [
+        ({"sliding_window": 4096, "use_sliding_window": False}, (0, 0)),  # Qwen2's
+        ({"sliding_window": 4096}, (0, 0)),  # Qwen's default: use_sliding_window false
+        ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 0}, (4096, 0)),
+        ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 24}, (0, 0)),
+        ({"sliding_window": 512, "use_sliding_window": True,
+          "layer_types": ["sliding_attention", "full_attention"] * 12}, (512, 2)),
+    ],
+)  # fmt: skip
+def test_qwen_windows_follow_use_sliding_window(change, window):
+    spec = model_from_hf_dict({**QWEN2_0_5B, **change})
+    assert (spec.sliding_window, spec.global_every) == window
+
+
+def test_all_full_layer_types_are_no_window():
+    spec = model_from_hf_dict({**GPT_OSS_20B, "layer_types": ["full_attention"] * 24})
+    assert (spec.sliding_window, spec.global_every) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"layer_types": ["sliding_attention", "full_attention", "full_attention"] * 8},
+         "layer_types must make every n-th layer full_attention"),
+        ({"layer_types": ["full_attention", "sliding_attention"] * 12},
+         "layer_types must make every n-th layer full_attention"),
+        ({"layer_types": ["sliding_attention"] * 23}, "layer_types must name"),
+        ({"layer_types": ["local"] * 24}, "layer_types must name"),
+        ({"layer_types": [{"a": 1}] * 24}, "layer_types must name"),
+        ({"sliding_window": None}, "sliding_window must be an integer >= 1"),
+        ({"sliding_window": -3}, "sliding_window must be an integer >= 0"),
+        ({"attention_bias": False}, "attention_bias must be true for gpt_oss"),
+    ],
+)  # fmt: skip
+def test_unmodelled_window_patterns_are_refused_naming_the_field(change, words):
+    with pytest.raises(ValueError, match=words):
+        model_from_hf_dict({**GPT_OSS_20B, **change})
+
+
+def test_qwen_windows_on_the_last_layers_only_are_refused():
+    change = {"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 21}
+    with pytest.raises(ValueError, match="max_window_layers"):
+        model_from_hf_dict({**QWEN2_0_5B, **change})

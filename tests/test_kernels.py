@@ -51,6 +51,8 @@ VARIANTS = {
     "selective-op-naive": (BASE, {**NAIVE, "recompute": "selective-op"}),
     "selective-op-dropout": (BASE, {**DROP, "recompute": "selective-op"}),
     "full-dropout": (BASE, {**DROP, "recompute": "full"}),
+    "window": (BASE.replace(sliding_window=5), {}),  # the additive band mask
+    "window-naive": (GQA.replace(sliding_window=5), NAIVE),  # the bool band mask
     "ffn-only": (XXL, {"precision": "fp32"}),
     "ffn-only-bf16": (XXL, {}),
 }

@@ -1,6 +1,6 @@
 """Read a local Hugging Face ``config.json`` into a ModelSpec (llama, mistral, qwen2, qwen3,
-gpt2; mixtral, deepseek, deepseek_v2, deepseek_v3, qwen2_moe and qwen3_moe mixtures of
-experts)."""
+gpt2, gemma2, gemma3 (its text decoder); mixtral, deepseek, deepseek_v2, deepseek_v3,
+qwen2_moe, qwen3_moe and gpt_oss mixtures of experts), sliding windows included."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ from costmodel.specs.model import ModelSpec
 
 # Architectures whose every parameter the ModelSpec fields describe exactly.
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
-_QK_NORM = {"qwen3", "qwen3_moe"}  # RMSNorm over each head's query and key
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3_text"}  # RMSNorm over each head's query and key
+_GEMMA = {"gemma2", "gemma3_text"}  # GeGLU costed as the 3-matrix gated FFN, tied
 _GPT2_ACT = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
+_GEGLU_ACT = {"gelu_pytorch_tanh": "swiglu", "gelu": "swiglu"}  # Gemma's gated GELU
 
 
 MAX_BYTES = 16 * 2**20
 """A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
-_MOE_KINDS = ("mixtral", "deepseek", "deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe")
+_MOE_KINDS = ("mixtral", "deepseek", "deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe",
+              "gpt_oss")  # fmt: skip
 """Mixture-of-experts architectures whose every parameter the ModelSpec fields describe."""
 _LATENT = ("deepseek_v2", "deepseek_v3")  # multi-head latent attention
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
@@ -103,6 +106,10 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
                          f"({moe[0]}={cfg[moe[0]]!r}); supported: {', '.join(_MOE_KINDS)}. "
                          "Costing it as a dense model would undercount its parameters")  # fmt: skip
     name = cfg.get("_name_or_path") or path.parent.name or kind
+    if kind == "gemma3":  # the multimodal wrapper: its text decoder (no vision encoder)
+        cfg, kind = cfg.get("text_config"), "gemma3_text"
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path}: a gemma3 config needs a text_config object")
     if not isinstance(name, str):
         raise ValueError(f"{path}: _name_or_path must be a string (got {name!r})")
     if kind == "gpt2":
@@ -121,12 +128,13 @@ def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpe
             pos="learned",
             max_positions=_count(cfg, "n_positions", path),
         )
-    if kind in _LLAMA_LIKE or kind in _MOE_KINDS:
+    if kind in _LLAMA_LIKE or kind in _MOE_KINDS or kind in _GEMMA:
         fields = {**_llama_like(cfg, kind, path), **_experts(cfg, kind, path)}
         if kind in _LATENT:
             fields.update(_latent(cfg, path))
+        fields.update(_window(cfg, kind, fields["n_layers"], path))
         return ModelSpec(name=name, **fields)
-    kinds = ", ".join(sorted({*_LLAMA_LIKE, *_MOE_KINDS}))
+    kinds = ", ".join(sorted({*_LLAMA_LIKE, *_MOE_KINDS, *_GEMMA, "gemma3"}))
     raise ValueError(f"{path}: model_type must be one of gpt2, {kinds} (got {kind!r})")
 
 
@@ -141,11 +149,11 @@ def _llama_like(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
         "n_kv_heads": _count(cfg, "num_key_value_heads", path, default=heads),
         "head_dim": _count(cfg, "head_dim", path, default=None),
         "d_ff": _count(cfg, "intermediate_size", path),
-        "ffn": _activation(cfg, "hidden_act", _GATED_ACT, path),
+        "ffn": _ffn(cfg, kind, path),
         "norm": "rmsnorm",
         "qkv_bias": _flag(cfg, "attention_bias", False, path) or kind in ("qwen2", "qwen2_moe"),
         "qk_norm": kind in _QK_NORM,
-        "tied": _flag(cfg, "tie_word_embeddings", False, path),
+        "tied": _flag(cfg, "tie_word_embeddings", kind in _GEMMA, path),
         "pos": "rope",
         "max_positions": _count(cfg, "max_position_embeddings", path, default=2048),
     }
@@ -161,6 +169,8 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
                 "d_ff_expert": _count(cfg, "intermediate_size", path)}  # fmt: skip
     if kind in ("qwen2_moe", "qwen3_moe"):
         return _qwen_moe(cfg, kind, path)
+    if kind == "gpt_oss":
+        return _gpt_oss(cfg, path)
     if kind not in ("deepseek", *_LATENT):
         return {}
     if _count(cfg, "moe_layer_freq", path, default=1) != 1:
@@ -176,6 +186,72 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
             # renormalised top-k: DeepSeekMoE always; V2 and V3 where norm_topk_prob says
             "moe_renormalize": kind == "deepseek" or _flag(
                 cfg, "norm_topk_prob", kind == "deepseek_v3", path)}  # fmt: skip
+
+
+def _gpt_oss(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """gpt-oss (OpenAI 2025, model card): every block's FFN num_local_experts SwiGLU experts
+    of width intermediate_size, top num_experts_per_tok, with biases on every expert matrix
+    and attention projection (``bias``, which implies the q, k, v ones); its router's bias
+    and attention sinks are not counted."""
+    if not _flag(cfg, "attention_bias", True, path):
+        raise ValueError(f"{path}: attention_bias must be true for gpt_oss (the experts' "
+                         "biases are costed with the attention's, as bias)")  # fmt: skip
+    return {"n_experts": _count(cfg, "num_local_experts", path),
+            "experts_per_token": _count(cfg, "num_experts_per_tok", path),
+            "d_ff_expert": _count(cfg, "intermediate_size", path),
+            "bias": True, "qkv_bias": False}  # fmt: skip
+
+
+def _ffn(cfg: dict[str, Any], kind: str, path: Path) -> str:
+    """The gated FFN: SwiGLU, or Gemma's GeGLU (hidden_activation), costed alike."""
+    if kind in _GEMMA and "hidden_activation" in cfg:
+        return _activation(cfg, "hidden_activation", _GEGLU_ACT, path)
+    return _activation(cfg, "hidden_act", _GEGLU_ACT if kind in _GEMMA else _GATED_ACT, path)
+
+
+def _window(cfg: dict[str, Any], kind: str, layers: int, path: Path) -> dict[str, int]:
+    """Sliding-window attention: ``sliding_window`` (ignored where ``use_sliding_window`` is
+    false, as Qwen2 configs set), on the layers ``layer_types`` names sliding, else on every
+    layer but each ``sliding_window_pattern``-th (Gemma 3) or each second (Gemma 2), else on
+    every layer (Mistral-7B v0.1); Qwen's first ``max_window_layers`` without a window."""
+    if not _flag(cfg, "use_sliding_window", not kind.startswith("qwen"), path):
+        return {}  # Qwen's configs carry a sliding_window they do not use by default
+    window = _none_or_more(cfg, "sliding_window", path)
+    if cfg.get("layer_types") is not None:
+        every = _global_every(cfg["layer_types"], layers, path)
+        if every is not None and not window:
+            raise ValueError(f"{path}: sliding_window must be an integer >= 1 where "
+                             "layer_types names sliding_attention layers")  # fmt: skip
+    elif not window:
+        return {}
+    elif kind == "gemma2":
+        every = 2
+    elif kind.startswith("qwen") and cfg.get("max_window_layers", 0):
+        if _count(cfg, "max_window_layers", path) < layers:
+            raise ValueError(f"{path}: max_window_layers must be 0 or >= num_hidden_layers: "
+                             "a window on the last layers only is not modelled")  # fmt: skip
+        every = None
+    else:
+        every = _none_or_more(cfg, "sliding_window_pattern", path)
+    return {} if every is None else {"sliding_window": window, "global_every": every}
+
+
+def _global_every(types: Any, layers: int, path: Path) -> int | None:
+    """``global_every`` of a ``layer_types`` list: 0 where every layer slides, n where
+    every n-th layer is full attention and the others slide; None where none slides."""
+    kinds = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
+        raise ValueError(f"{path}: layer_types must name {' or '.join(kinds)} for each of "
+                         f"the {layers} layers")  # fmt: skip
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if not full or len(full) == layers:
+        return None if full else 0
+    every = full[0] + 1
+    if full != list(range(every - 1, layers, every)):
+        raise ValueError(f"{path}: layer_types must make every n-th layer full_attention and "
+                         f"the others sliding_attention (got full_attention at {full}); other "
+                         "patterns are not modelled")  # fmt: skip
+    return every
 
 
 def _latent(cfg: dict[str, Any], path: Path) -> dict[str, Any]:

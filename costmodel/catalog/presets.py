@@ -1,4 +1,5 @@
-"""Named models, loaded from ``data/models.json`` (sources listed there)."""
+"""Named models, loaded from ``data/models.json`` (sources listed there, under ``_sources``;
+what a preset leaves out of the real architecture under ``_notes``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 from costmodel.specs.model import ModelSpec
 
 
-def _load() -> dict[str, dict[str, Any]]:
+def _load() -> dict[str, Any]:
     text = resources.files("costmodel.catalog").joinpath("data/models.json").read_text()
-    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+    return json.loads(text)
 
 
-PRESETS: dict[str, dict[str, Any]] = _load()
+_DATA = _load()
+PRESETS: dict[str, dict[str, Any]] = {k: v for k, v in _DATA.items() if not k.startswith("_")}
+NOTES: dict[str, str] = _DATA["_notes"]
+"""Preset -> what it does not model of the real architecture (or how it differs)."""
 
 
 def get_model(name: str, **overrides: Any) -> ModelSpec:

@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import sympy as sp
 
-from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.catalog.presets import NOTES, PRESETS, get_model
 from costmodel.cli.args import FRONT, add_inputs, add_layout_args, add_model_args, build_setup
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.specs.model import TrainSpec
@@ -107,12 +107,18 @@ def _cmd_presets(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    width = max(map(len, rows))
     for name, m in rows.items():
         n = estimate(m, TrainSpec())["params.total"]
+        window = f" window {m.sliding_window}" if m.sliding_window else ""
+        if m.global_every:
+            window += f" (1 global in {m.global_every})"
         print(
-            f"{name:<14} D={m.d_model:<6} L={m.n_layers:<4} H={m.n_heads:<4} K={m.n_kv_heads:<4} "
-            f"F={m.d_ff:<6} V={m.vocab:<7} {m.ffn:<7} params {n:,}"
+            f"{name:<{width}} D={m.d_model:<6} L={m.n_layers:<4} H={m.n_heads:<4} "
+            f"K={m.n_kv_heads:<4} F={m.d_ff:<6} V={m.vocab:<7} {m.ffn:<7} params {n:,}{window}"
         )
+        if name in NOTES:
+            print(f"{'':<{width + 1}}{NOTES[name]}")
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.engine.diskcache import lambdify_numpy
+from costmodel.kinds import attention
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
 from costmodel.single.finetune import adapter_params, trainable_params, tunes
@@ -113,10 +114,13 @@ def training_cost(tokens_per_s: sp.Expr) -> dict[str, sp.Expr]:
 
 
 def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | None = None) -> tuple:
-    """The part of the specs that changes expressions (everything but the sizes)."""
+    """The part of the specs that changes expressions (everything but the sizes): the
+    model's kinds and flags, which matrices a block has, its layers' attention kinds
+    (windowed or not, mixed or not: ``kinds.attention.structure``), the training's."""
     kinds = (getattr(model, f) for f in MODEL_STRUCTURE)
     blocks = (model.moe, model.mla, model.q_lora_rank > 0)  # which matrices a block has
-    base = (*kinds, blocks, *(getattr(train, f) for f in TRAIN_STRUCTURE))
+    cores = attention.structure(model)
+    base = (*kinds, blocks, cores, *(getattr(train, f) for f in TRAIN_STRUCTURE))
     if parallel is None:
         return (*base, None)
     return (*base, parallel_structure(parallel))
@@ -157,7 +161,8 @@ def compiled(structure: tuple) -> Compiled:
     n_model = len(MODEL_STRUCTURE)
     m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
     moe, mla, q_lora = structure[n_model]
-    t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 1 : -1], strict=True))
+    m_kw.update(attention.placeholder(structure[n_model + 1]))
+    t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 2 : -1], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
     if moe:
         sizes = {**sizes, **_PLACEHOLDER_MOE, "n_shared_experts": int(m_kw["shared_expert_gate"])}

@@ -41,8 +41,9 @@ _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, *PARALLEL_STRUCTURE} - {"pipelined
 and interleaving are the degrees pp > 1 and pp_interleave > 1, grouped apart)."""
 
 
-_MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers")
-"""Sizes a dense model leaves at 0 (ModelSpec's mixture-of-experts fields)."""
+_MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers",
+                "sliding_window", "global_every")  # fmt: skip
+"""Sizes a dense model leaves at 0 (ModelSpec's mixture-of-experts and window fields)."""
 
 
 def _is_array(value: Any) -> bool:
@@ -162,9 +163,9 @@ def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
     keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].size > 1]
     if layout:
         keys += [cols["pp"] > 1, cols["pp_interleave"] > 1]
-    for size in ("n_experts", "kv_lora_rank", "q_lora_rank"):  # a block's matrices differ
-        if cols[size].size > 1:  # in kind with and without experts, MLA, its query rank
-            keys.append(cols[size] > 0)
+    for size in ("n_experts", "kv_lora_rank", "q_lora_rank", "sliding_window", "global_every"):
+        if cols[size].size > 1:  # blocks differ with and without experts, MLA, its query
+            keys.append(cols[size] > 0)  # rank, a window, a pattern of windows
     codes = np.zeros(int(np.prod(shape)), dtype=np.int64)
     for key in keys:
         inverse, n = factorize(np.broadcast_to(key, shape).ravel())

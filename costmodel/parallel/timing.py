@@ -4,8 +4,9 @@ Each matmul on a device is (n x k)(k x n2) with n tokens per micro-batch: time =
 max(2·n·k·n2 / C_eff, bytes / W_hbm), bytes = the operands and the result in the compute
 dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against
 C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core,
-which runs the causal half of the T x T work (the naive core runs all of it, as separate
-kernels whose times add: two batched matmuls and the memory-bound mask and softmax).
+which runs its kind's pairs: the causal half of the T x T work, or a sliding window's band
+(the naive core runs all of it, as separate kernels whose times add: two batched matmuls
+and the memory-bound mask and softmax).
 Elementwise work (norms, activations, rotary, residuals, softmax, loss) is memory-bound:
 reading and writing what the forward keeps, twice that in backward (an estimate). Step
 time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
@@ -14,8 +15,8 @@ bubble (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an opt
 step bound by memory traffic. Each phase's kernels also cost host time
 (``costmodel.single.kernels`` counts them; ``Hardware.dispatch_s`` seconds each): a CPU adds
 it to the device's, an asynchronous accelerator takes the longer of the two (He 2022,
-"Making Deep Learning Go Brrrr", the overhead-bound regime). MFU counts the causal model
-FLOPs (PaLM, App. B); HFU counts what runs, recomputation included.
+"Making Deep Learning Go Brrrr", the overhead-bound regime). MFU counts the model FLOPs
+(PaLM, App. B; unmasked pairs only); HFU counts what runs, recomputation included.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
+from costmodel.kinds import attention
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
 from costmodel.parallel.experts import dropped_fraction
@@ -116,31 +118,38 @@ def roofline(
 
 
 def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[str, sp.Expr]:
-    """The attention core of one micro-batch: a causal fused kernel skips the masked tiles
-    (FlashAttention-2, Sec. 3.1.1) and runs at the kernel's forward and backward rates
-    (its backward 5/2 x the forward's FLOPs, :func:`backward_factor`); the naive core
-    writes and reads the scores, masked scores and probabilities as separate kernels whose
-    times add, its backward twice its forward."""
+    """The attention core of one micro-batch, a mean over the layers' kinds
+    (``costmodel.kinds.attention``): a fused kernel computes its kind's pairs at tile
+    granularity (causal: half of T x T, FlashAttention-2 skipping the masked tiles, Sec.
+    3.1.1; a sliding window: its band) at the kernel's forward and backward rates (its
+    backward 5/2 x the forward's FLOPs, :func:`backward_factor`); the naive core computes
+    every pair, writing and reading the scores, masked scores and probabilities as separate
+    kernels whose times add, its backward twice its forward."""
     a = PRECISIONS[train.precision].activation
-    flops = 4 * b_dev * (H / Y) * t_dev * T * d_h
+    per_pair = 4 * b_dev * (H / Y) * d_h * t_dev / T  # QKᵀ and PV, 2 FLOPs a multiply-add
     nbytes = a * b_dev * t_dev * (2 * H + 2 * K) * d_h / Y
     if model.mla:  # heads of query/key and value widths (the fused kernel's padded)
         d_qk, d_val = head_widths(model, train.attention)
-        flops = 2 * b_dev * (H / Y) * t_dev * T * (d_qk + d_val)
+        per_pair = 2 * b_dev * (H / Y) * (d_qk + d_val) * t_dev / T
         nbytes = a * b_dev * t_dev * H * (2 * d_qk + 2 * d_val) / Y
     if train.attention == "naive":
+        flops = attention.per_layer(model, lambda kind: per_pair * kind.naive_pairs())
         nbytes += 6 * a * b_dev * (H / Y) * T * T
         if train.dropout:  # the probabilities' dropout: read, write, bool mask
             nbytes += (2 * a + 1) * b_dev * (H / Y) * T * T
         seconds = flops / C_eff + nbytes / W_hbm
         return {"flops": flops, "bytes": nbytes, "time_s": seconds, "backward_s": 2 * seconds}
-    flops = flops / 2
-    backward = backward_factor("attn_core", train) * smax(flops / C_attn_b, nbytes / W_hbm)
+
+    def fused(rate: sp.Symbol) -> sp.Expr:
+        return attention.per_layer(
+            model, lambda kind: smax(per_pair * kind.fused_pairs() / rate, nbytes / W_hbm)
+        )
+
     return {
-        "flops": flops,
+        "flops": attention.per_layer(model, lambda kind: per_pair * kind.fused_pairs()),
         "bytes": nbytes,
-        "time_s": smax(flops / C_attn, nbytes / W_hbm),
-        "backward_s": backward,
+        "time_s": fused(C_attn),
+        "backward_s": backward_factor("attn_core", train) * fused(C_attn_b),
     }
 
 

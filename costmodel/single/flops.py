@@ -7,7 +7,9 @@ elementwise ops count zero; attention's T x T products count dense even when cau
 backward of a matmul is two matmuls (grad input and grad weight), so twice the forward. The
 fused attention backward (``sdpa_backward_flop_count``) recomputes the scores: five T x T
 matmuls against two in the forward, where the naive backward has four. Recomputed forward
-ops run again inside backward and are counted there.
+ops run again inside backward and are counted there. A sliding window changes none of
+these counts: torch counts SDPA with a mask densely, and the naive kernel computes every
+score (``costmodel.kinds.attention``); ``useful`` counts only the unmasked pairs.
 Fine-tuning (``costmodel.single.finetune``): the adapters are an op, ``lora``, of two
 matmuls per adapted matrix (x A, then B); a frozen matmul's backward is its dX alone.
 All quantities are FLOPs for one optimizer step over B sequences of T tokens.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.kinds import attention
 from costmodel.single.finetune import adapter_params, adapts, tunes
 from costmodel.single.params import (
     active_params,
@@ -130,8 +133,9 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     - ``megatron``: 72·B·T·L·D²·(1 + T/(6D) + V/(12·L·D)), or 96·…·(1 + T/(6D) + V/(16·L·D))
       with full recomputation (Narayanan et al. 2021, Sec. 5.1, Eq. 3; assumes MHA, F = 4D).
     - ``useful``: the exact matmul count without recomputation, with the attention core
-      scaled to the causal lower triangle, T·(T+1)/2 of T² scores ("model FLOPs" for MFU);
-      a frozen matrix's forward and dX only (fine-tuning).
+      scaled to the unmasked pairs of each layer's kind ("model FLOPs" for MFU): causal
+      T·(T+1)/2 of T² scores, a sliding window's band (``costmodel.kinds.attention``); a
+      frozen matrix's forward and dX only (fine-tuning).
     """
     tokens = B * T
     n_total = active_params(model)  # an MoE token runs its active parameters
@@ -148,7 +152,9 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
         conv["palm"] = (6 * n_total + 12 * L * H * d_h * T) * tokens
         if not model.moe:  # Narayanan et al.'s formula is for dense models
             conv["megatron"] = _megatron(train)
-        conv["useful"] += 3 * L * 2 * B * H * d_h * T * (T + 1)
+        # QKᵀ and PV, 2·d_h FLOPs per pair each, forward and a backward of twice that
+        pairs = attention.total(model, lambda kind: kind.useful_pairs())
+        conv["useful"] += sp.expand(3 * 2 * 2 * B * H * d_h * pairs)  # integer coefficients
     return conv
 
 

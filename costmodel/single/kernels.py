@@ -18,6 +18,7 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.kinds import attention
 from costmodel.single.params import block_matmuls, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, Precision
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -201,8 +202,9 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, in
 
 def model_kernels(model: ModelSpec, train: TrainSpec, residual: int) -> tuple[int, int]:
     """(forward, backward) kernels outside the blocks per micro-batch: the embedding (and
-    learned positions), the RoPE tables and the naive kernel's causal mask, the final norm,
-    the head, and the loss (fp32 cast, log-softmax, NLL; backward their gradients)."""
+    learned positions), the RoPE tables and the attention masks of the layers' kinds
+    (``costmodel.kinds.attention``), the final norm, the head, and the loss (fp32 cast,
+    log-softmax, NLL; backward their gradients)."""
     prec = PRECISIONS[train.precision]
     a = prec.activation
     if model.ffn_only:  # the output cast to fp32 and summed
@@ -218,8 +220,7 @@ def model_kernels(model: ModelSpec, train: TrainSpec, residual: int) -> tuple[in
         fwd += 10 + 2 * _differ(a, STAT)
     else:  # positions: arange, lookup, add; backward the lookup's and the broadcast sum
         fwd, bwd = fwd + 3, bwd + 2
-    if train.attention == "naive":
-        fwd += 2  # ones, triu
+    fwd += attention.mask_kernels(model, train.attention)  # e.g. naive causal: ones, triu
     if model.tied:
         bwd += 1  # the shared table's two gradients added
     return fwd, bwd

@@ -11,8 +11,10 @@ Recomputation", Sec. 4.1, per-layer sbh(34 + 5as/h)) but count what the referenc
 ``validate/reference/model.py`` really keeps, tensor by tensor, so
 ``validate/probes/accounting.py`` can check them exactly: norms keep their input and fp32
 statistics; QKV and FFN inputs are kept once (shared storage); naive attention keeps Q, K,
-V (expanded to H heads), the probabilities and a T x T causal mask; flash keeps Q, K, V, O
-and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2); int64 token ids and targets;
+V (expanded to H heads), the probabilities and the masks of its layers' kinds (a T x T bool
+causal mask, a sliding window's band; ``costmodel.kinds.attention``); flash keeps Q, K, V, O
+and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2), and a local layer's additive
+band mask; int64 token ids and targets;
 the fp32 log-softmax of the logits. Recomputation: ``full`` keeps each block's input;
 ``selective-op`` (torchtitan's op-level policy) also the fused attention outputs and every
 second matmul output (``costmodel.single.params.op_level_saved``). MLA's attention is
@@ -25,6 +27,7 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.kinds import attention
 from costmodel.single import finetune, latent
 from costmodel.single.params import (
     dense_ffn_layers,
@@ -200,8 +203,9 @@ def activation_memory(
         else:
             rope = d_r if model.mla else d_h  # cos and sin tables, shared by all layers
             parts["rope"] = 2 * act * T * rope
-        if train.attention == "naive":
-            parts["attn_mask"] = T * T  # bool, shared by all layers
+        mask = attention.mask_bytes(model, train.attention, act)  # shared by all layers
+        if mask != 0:
+            parts["attn_mask"] = mask
     if checkpoints_blocks(train):
         inputs_kept = L - 1 if model.ffn_only else L
         parts["block_inputs"] = inputs_kept * res * b * T * D

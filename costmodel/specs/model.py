@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from costmodel.specs import checks
+from costmodel.specs.attention import is_local, window_rules
 from costmodel.specs.checks import SpecError
 
 FfnKind = Literal["swiglu", "gelu", "relu"]
@@ -203,6 +204,12 @@ class ModelSpec:
     """Each token's top-k router probabilities renormalised to sum to 1 (Mixtral,
     DeepSeekMoE, Qwen3-MoE's ``norm_topk_prob``); false weights the experts by the
     softmax's own values (Qwen2-MoE)."""
+    sliding_window: int = 0
+    """Keys each query sees in a local layer, itself included (keys j with i - W < j <= i;
+    Mistral 7B, Jiang et al. 2023, Sec. 2); 0: every layer is global (full causal)."""
+    global_every: int = 0
+    """With a window, every ``global_every``-th layer (1-based) is global and the rest local
+    (Gemma 2 and gpt-oss: 2; Gemma 3: 6); 0: every layer local (Mistral-7B v0.1)."""
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
@@ -218,6 +225,9 @@ class ModelSpec:
             n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, pos=self.pos
         )
         self._check_experts()
+        checks.integer("sliding_window", self.sliding_window, minimum=0)
+        checks.integer("global_every", self.global_every, minimum=0)
+        window_rules(self)
         if self.ffn_only and self.qk_norm:
             raise SpecError("qk_norm", "qk_norm needs attention (ffn_only is set)")
         if self.ffn_only and self.vocab != 0:
@@ -285,6 +295,10 @@ class ModelSpec:
     def moe(self) -> bool:
         """Whether some FFNs are mixtures of experts."""
         return self.n_experts > 0
+
+    def is_local(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) attends through the sliding window."""
+        return is_local(layer, self.sliding_window, self.global_every)
 
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with ``changes`` applied and validated again; unknown fields are an error."""
@@ -377,6 +391,8 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
         values.update(dict.fromkeys(followers(spec, changes)))  # derived when built
         if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
             values["d_ff_expert"] = None  # a dense model has no expert width
+        if changes.get("sliding_window") == 0 and "global_every" not in changes:
+            values["global_every"] = 0  # no window, no pattern of windowed layers
     values.update(changes)
     return type(spec)(**values)
 

@@ -2,7 +2,8 @@
 
 Pre-norm decoder LM: token embedding (+ learned positions), L blocks of
 ``x + attn(norm(x))`` and ``x + ffn(norm(x))``, final norm, LM head (tied or untied),
-cross-entropy in fp32. Causal attention with H query and K key/value heads and RoPE.
+cross-entropy in fp32. Causal attention with H query and K key/value heads and RoPE; with a
+sliding window, local blocks see only the window's keys (``ModelSpec.is_local``).
 FFN-only specs (the Scaling Book's XXL) keep only ``x + W2 σ(W1 x)`` per block.
 
 Mixed precision is explicit rather than ``torch.autocast``: parameters keep their dtype,
@@ -32,7 +33,7 @@ from torch.utils.flop_counter import (
 )
 
 from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
-from validate.reference.core import attend
+from validate.reference.core import attend, attention_masks
 from validate.reference.lora import apply_finetuning
 from validate.reference.mla import MLAttention
 from validate.reference.moe import MoE
@@ -168,7 +169,8 @@ class NaiveAttention(nn.Module):
 
 
 class FlashAttention(nn.Module):
-    """Fused causal attention: keeps Q, K, V, O and the logsumexp (Dao 2023).
+    """Fused causal attention: keeps Q, K, V, O and the logsumexp (Dao 2023); given a local
+    layer's additive band ``mask`` instead, that mask too.
 
     CUDA takes SDPA's dispatch (FlashAttention-2 or memory-efficient kernels), which draws
     the dropout mask inside the kernel; CPU and meta call the CPU flash kernel directly,
@@ -186,14 +188,15 @@ class FlashAttention(nn.Module):
             v = F.pad(v, (0, q.shape[-1] - width))
         if q.device.type == "cuda":
             gqa = q.shape[1] != k.shape[1]
-            o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=mask is None, enable_gqa=gqa)  # fmt: skip
         elif p:
             raise ValueError(
                 "attention dropout in the flash kernel runs on CUDA only "
                 "(use attention='naive' or dropout=0 on CPU)"
             )
         else:
-            o = _CPU_FLASH(q, k, v, 0.0, True)[0]
+            o = _CPU_FLASH(q, k, v, 0.0, mask is None, attn_mask=mask)[0]
         return o[..., :width] if width != q.shape[-1] else o
 
 
@@ -252,10 +255,11 @@ def _norm(spec: ModelSpec, width: int | None = None, **fk) -> nn.Module:
 class Block(nn.Module):
     def __init__(
         self, spec: ModelSpec, compute, kernel: str, selective: bool, dropout: float,
-        moe: bool = False, **fk,
+        moe: bool = False, local: bool = False, **fk,
     ):  # fmt: skip
         super().__init__()
         self.compute, self.ffn_only, self.dropout = compute, spec.ffn_only, dropout
+        self.local = local  # a sliding-window block (``ModelSpec.is_local``)
         if not spec.ffn_only:
             self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
             if spec.mla:
@@ -307,7 +311,7 @@ class TransformerLM(nn.Module):
         fk = {"device": device, "dtype": param_dtype}
         self.blocks = nn.ModuleList(
             Block(spec, self.compute, attention, recompute == "selective", dropout,
-                  moe=spec.moe and i >= spec.dense_layers, **fk)
+                  moe=spec.moe and i >= spec.dense_layers, local=spec.is_local(i), **fk)
             for i in range(spec.n_layers)
         )  # fmt: skip
         if spec.ffn_only:
@@ -357,17 +361,17 @@ class TransformerLM(nn.Module):
         return x
 
     def _tables(self, t: int, device) -> tuple:
-        """(cos, sin, mask) every block takes: RoPE tables, the naive kernel's causal mask."""
-        cos = sin = mask = None
+        """(cos, sin, masks) the blocks take: RoPE tables, the global and local layers' masks."""
+        cos = sin = None
         if self.spec.pos == "rope":  # MLA rotates its decoupled part alone
             width = self.spec.rope_head_dim if self.spec.mla else self.spec.head_dim
             cos, sin = rope_tables(t, width, self.compute, device)
-        if self.attention == "naive":
-            mask = torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
-        return cos, sin, mask
+        local, window = [block.local for block in self.blocks], self.spec.sliding_window
+        return cos, sin, attention_masks(self.attention, local, window, t, self.compute, device)
 
-    def _run_blocks(self, x, cos, sin, mask):
+    def _run_blocks(self, x, cos, sin, masks):
         for block in self.blocks:
+            mask = None if masks is None else masks[block.local]
             if self.recompute in ("full", "selective-op"):
                 context = {"context_fn": op_level_contexts} if self.recompute != "full" else {}
                 x = checkpoint(

@@ -1,0 +1,37 @@
+"""Full causal attention (MHA, GQA, MQA, and MLA's core): query i sees keys j <= i.
+
+A fused kernel skips the key tiles wholly above the diagonal (FlashAttention-2, Dao 2023,
+Sec. 3.1.1), costed as half of the T x T pairs (the diagonal tiles' masked halves left out);
+the naive kernel computes every score and masks with one T x T bool mask, shared by all
+layers (``validate/reference/model.py``: ``ones``, ``triu``); the fused one needs none.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from costmodel.symbols import T
+
+
+class Causal:
+    """The causal core: T(T+1)/2 useful pairs of T x T."""
+
+    name = "causal"
+
+    def fused_pairs(self) -> sp.Expr:
+        return T * T / 2
+
+    def naive_pairs(self) -> sp.Expr:
+        return T * T
+
+    def useful_pairs(self) -> sp.Expr:
+        return T * (T + 1) / 2
+
+    def mask_bytes(self, kernel: str, act: int) -> sp.Expr:
+        return T * T if kernel == "naive" else sp.Integer(0)
+
+    def mask_kernels(self, kernel: str) -> int:
+        return 2 if kernel == "naive" else 0
+
+
+CAUSAL = Causal()
