@@ -1,9 +1,9 @@
 """Every entry point agrees on one configuration (issue 34, item 6).
 
 Seeded random configurations — dense (MHA, GQA, learned positions, GELU, LayerNorm,
-biases), mixture-of-experts and MLA models, every framework, every layout degree — go
-through ``estimate``, a one-row ``sweep``, the planner's evaluation of that layout
-(``plan.evaluate_layout``) and the CLI's ``estimate --json``. A valid one gets the same
+biases, sliding-window layers), mixture-of-experts and MLA models, every framework, every
+layout degree — go through ``estimate``, a one-row ``sweep``, the planner's evaluation of
+that layout (``plan.evaluate_layout``) and the CLI's ``estimate --json``. A valid one gets the same
 number for every output key from all four (to float64 rounding: the sweep evaluates in
 numpy floats, ``estimate`` in exact Python integers where it can); an invalid one is
 refused by all four with the same sentence, which names the same field. The structures
@@ -33,7 +33,7 @@ HARDWARE = "h100-sxm"
 RTOL = 1e-12
 """float64 rounding: numpy and Python's math evaluate the same expressions."""
 
-MODEL_KINDS = ("mha", "gqa", "gpt", "moe", "mla")
+MODEL_KINDS = ("mha", "gqa", "gpt", "moe", "mla", "window")
 FLAGS = ("zero", "sequence_parallel", "grad_reduce_fp32", "async_tp", "reshard_after_forward",
          "ep_overlap")  # fmt: skip
 
@@ -84,6 +84,9 @@ def _model(kind: str, rng: np.random.Generator) -> dict[str, Any]:
                    d_ff_expert=int(rng.choice([32, 64])),
                    n_shared_experts=int(rng.choice([0, 1])),
                    dense_layers=int(rng.choice([0, 1])))  # fmt: skip
+    if kind == "window":  # sliding-window layers, all local or every k-th one global
+        out.update(n_kv_heads=heads // 2, sliding_window=int(rng.choice([16, 64, 512])),
+                   global_every=int(rng.choice([0, 2, 3])))  # fmt: skip
     if kind == "mla":
         out.update(kv_lora_rank=32, rope_head_dim=8, q_lora_rank=int(rng.choice([0, 48])),
                    head_dim=16, v_head_dim=16)  # fmt: skip
@@ -233,6 +236,7 @@ def test_the_configurations_cover_every_kind(configs):
     assert len(valid) == N_VALID and len(invalid) == N_INVALID
     assert {c["framework"] for c in valid} == set(FRAMEWORKS)
     assert any(c.get("n_experts") for c in valid) and any(c.get("kv_lora_rank") for c in valid)
+    assert any(c.get("sliding_window") for c in valid)
     assert any(c["pp"] > 1 for c in valid) and any(c["tp"] > 1 for c in valid)
     assert any(c["cp"] > 1 for c in valid) and any(c["ep"] > 1 for c in valid)
     fields = {err.field for _, err in invalid}
