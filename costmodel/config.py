@@ -19,14 +19,14 @@ from costmodel.frameworks.registry import each, trait
 from costmodel.specs import checks
 from costmodel.specs.attention import window_rules
 from costmodel.specs.finetune import finetune_rules
-from costmodel.specs.model import (
+from costmodel.specs.parallel import cp_rule, layout_rules
+from costmodel.specs.rules import (
     check_positions,
     model_rules,
     moe_rules,
     moe_train_rule,
     train_rules,
 )
-from costmodel.specs.parallel import cp_rule, layout_rules
 
 
 def check(model: Any, train: Any, par: Any = None) -> None:

@@ -35,12 +35,9 @@ from costmodel.frameworks.registry import framework_of, trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import (
-    ModelSpec,
-    TrainSpec,
-    check_positions,
-)
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, grad_accum_of
+from costmodel.specs.rules import check_positions
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
           "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32",

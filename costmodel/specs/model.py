@@ -3,8 +3,9 @@
 Every field is documented where it is declared; choices are ``Literal`` types (the CLI's
 flags and the app's widgets read them from here). Validation raises
 :class:`~costmodel.specs.checks.SpecError` naming the field and the constraint, so a CLI or
-app can show it verbatim. The rules are functions of plain values (``model_rules``,
-``check_positions``) so that ``sweep`` applies the same ones to numpy grids.
+app can show it verbatim. The rules between fields are functions of plain values
+(:mod:`costmodel.specs.rules`) so that ``costmodel.config.check`` applies the same ones to
+numpy grids.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
-import numpy as np
-
 from costmodel.specs import checks
 from costmodel.specs.attention import is_local, window_rules
 from costmodel.specs.checks import SpecError
+from costmodel.specs.rules import (
+    derived_head_dim,
+    model_rules,
+    moe_rules,
+    train_rules,
+)
 
 FfnKind = Literal["swiglu", "gelu", "relu"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -69,65 +74,6 @@ def check_fields(spec: Any, integers: tuple[str, ...] = (), flags: tuple[str, ..
         checks.flag(name, getattr(spec, name))
     for name, options in _literal_fields(type(spec)).items():
         checks.choice(name, getattr(spec, name), options)
-
-
-def derived_head_dim(d_model: Any, n_heads: Any) -> Any:
-    """d_model / n_heads, which must divide (scalars or arrays)."""
-    checks.divides("n_heads", n_heads, "d_model", d_model, field="n_heads")
-    return d_model // n_heads
-
-
-def model_rules(*, n_heads: Any, n_kv_heads: Any, head_dim: Any, pos: str) -> None:
-    """Rules between ModelSpec sizes (scalars or arrays of them)."""
-    checks.divides("n_kv_heads", n_kv_heads, "n_heads", n_heads)
-    if pos == "rope" and not np.all(np.asarray(head_dim) % 2 == 0):
-        raise SpecError("head_dim", f"head_dim must be even for rope (got {head_dim})")
-
-
-def moe_rules(model: Any) -> None:
-    """An MoE model's sizes (scalars or arrays; a dense point, n_experts 0, passes): top-k
-    within the experts, fewer dense leading blocks than blocks."""
-    moe = np.asarray(model.n_experts) > 0
-    k, e = np.asarray(model.experts_per_token), np.asarray(model.n_experts)
-    ok = ~moe | ((k >= 1) & (k <= e))
-
-    def top_k() -> str:
-        got, experts = checks._first_bad(ok, k, e)
-        return f"experts_per_token must be in 1..n_experts = {experts} (got {got})"
-
-    checks.require(ok, "experts_per_token", top_k)
-    dense, layers = np.asarray(model.dense_layers), np.asarray(model.n_layers)
-    ok = ~moe | (dense < layers)
-
-    def leading() -> str:
-        got, n = checks._first_bad(ok, dense, layers)
-        return f"dense_layers must be below n_layers = {n} (got {got})"
-
-    checks.require(ok, "dense_layers", leading)
-
-
-def moe_train_rule(model: Any, recompute: Any, elementwise: Any = "fused") -> None:
-    """Op-level selective recomputation saves every second matmul of a block in order; an
-    MoE block's matmuls run per expert, in an order routing decides, and MLA's latents add
-    matmuls the policy's count has not been checked on: not modelled. MLA's eager
-    elementwise ops (latent norms, splits, concatenations, padding) are not counted."""
-    moe = np.asarray(getattr(model, "n_experts", 0)) > 0
-    ok = ~moe | (np.asarray(recompute) != "selective-op")
-    checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
-                   "mixture-of-experts model (use none, selective or full)")  # fmt: skip
-    mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
-    ok = ~mla | (np.asarray(recompute) != "selective-op")
-    checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for "
-                   "MLA (kv_lora_rank > 0; use none, selective or full)")  # fmt: skip
-    ok = ~mla | (np.asarray(elementwise) != "eager")
-    checks.require(ok, "elementwise", lambda: "elementwise=eager is not modelled for MLA "
-                   "(kv_lora_rank > 0): its op-by-op traffic is not counted")  # fmt: skip
-
-
-def check_positions(pos: str, seq: Any, max_positions: Any) -> None:
-    """A learned position table has ``max_positions`` rows: longer sequences cannot run."""
-    if pos == "learned":
-        checks.at_most("seq", seq, "max_positions", max_positions, "for learned positions")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,11 +322,6 @@ class TrainSpec:
         return _replace(self, changes)
 
 
-def train_rules(*, batch: Any, grad_accum: Any) -> None:
-    """Rules between TrainSpec sizes (scalars or arrays of them)."""
-    checks.divides("grad_accum", grad_accum, "batch", batch)
-
-
 def _replace(spec: Any, changes: dict[str, Any]) -> Any:
     known = {f.name for f in fields(spec)}
     unknown = sorted(set(changes) - known)
@@ -458,4 +399,4 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ModelSpec", "SpecError", "TrainSpec", "check_positions", "field_docs", "model_rules"]
+__all__ = ["ModelSpec", "SpecError", "TrainSpec", "field_docs"]

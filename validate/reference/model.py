@@ -32,7 +32,8 @@ from torch.utils.flop_counter import (
     sdpa_flop,
 )
 
-from costmodel.specs.model import ModelSpec, TrainSpec, check_positions
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.rules import check_positions
 from validate.reference.core import attend, attention_masks
 from validate.reference.lora import apply_finetuning
 from validate.reference.mla import MLAttention
