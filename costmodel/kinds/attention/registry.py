@@ -20,7 +20,7 @@ import sympy as sp
 
 from costmodel.kinds.attention.causal import CAUSAL
 from costmodel.kinds.attention.window import WINDOW
-from costmodel.symbols import L, L_loc, at_least_one
+from costmodel.symbols import L, L_loc, as_expr, at_least_one
 
 
 class AttentionCore(Protocol):
@@ -92,7 +92,7 @@ def _shared(model: Any, quantity: Callable[[AttentionCore], Any]) -> sp.Expr:
     """A table every layer of a kind shares, once per kind that has layers."""
     counts = layer_counts(model)
     if len(counts) == 1:
-        return sp.sympify(quantity(counts[0][0]))
+        return as_expr(quantity(counts[0][0]))
     return sp.Add(*(at_least_one(count) * quantity(kind) for kind, count in counts))
 
 
