@@ -11,6 +11,7 @@ import streamlit as st
 
 from costmodel.book.bounds import LABEL, bounds_report
 from costmodel.book.fsdp import min_fsdp
+from costmodel.engine.fit import budget_bytes
 from costmodel.engine.inverse import min_fsdp_fitting
 from costmodel.inputs import Setup
 from costmodel.specs.checks import SpecError
@@ -38,7 +39,8 @@ def inverse_tab(setup: Setup) -> None:
     budget = st.number_input(
         "memory budget (GB = 1e9 bytes)",
         min_value=0.1,
-        value=round(setup.hardware.hbm_bytes / GB, 1),
+        value=round(budget_bytes(setup.hardware) / GB, 1),
+        help="default: the fit rule's headroom x device memory (peak and reserved bytes)",
         key="budget_gb",
     )
     full, book = st.columns(2)

@@ -10,6 +10,7 @@ import streamlit as st
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine.estimate import estimate
+from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.engine.timeline import segments
 from costmodel.inputs import BY_KEY
@@ -45,9 +46,10 @@ def _inputs() -> dict[str, Any]:
             "memory headroom",
             0.5,
             1.0,
-            0.9,
+            DEFAULT_HEADROOM,
             0.01,
-            help="a layout fits when its peak is at most this share of HBM",
+            help="a layout fits when its peak and reserved bytes are at most this share of "
+            "device memory (the rule estimate and solve use too)",
         )
         top = c[3].number_input("top", min_value=1, max_value=100, value=10)
         st.form_submit_button("Search", type="primary")

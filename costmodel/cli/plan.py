@@ -12,6 +12,7 @@ from typing import Any
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, int_arg, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
+from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
@@ -206,8 +207,9 @@ def add_plan(sub) -> None:
     g.add_argument(
         "--memory-headroom",
         type=float,
-        default=0.9,
-        help="a layout fits when its peak is at most this share of HBM (default 0.9)",
+        default=DEFAULT_HEADROOM,
+        help="a layout fits when its peak and reserved bytes are at most this share of "
+        f"device memory (default {DEFAULT_HEADROOM}; the rule estimate and solve use too)",
     )
     g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
     g.add_argument("--json", action="store_true", help="print one JSON object")

@@ -14,6 +14,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.config import check
+from costmodel.engine.fit import Fit, judge
 from costmodel.engine.quantities import BUDGET_KEYS, EVAL_SYMBOLS, compiled, nest, structure_of
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
@@ -51,6 +52,14 @@ class Estimate:
             return comp.exprs[comp.keys.index(key)]
         except ValueError:
             raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
+
+    def fit(self, headroom: float | None = None, budget: float | None = None) -> Fit:
+        """Whether this layout fits its devices: the one rule of
+        :func:`costmodel.engine.fit.judge` (peak and reserved bytes within headroom x device
+        memory, default :data:`costmodel.engine.fit.DEFAULT_HEADROOM`, or ``budget`` bytes)."""
+        if self.hardware is None or self.parallel is None:
+            raise SpecError("hardware", "a fit verdict needs hardware (and a layout)")
+        return judge(self.values, self.hardware, headroom, budget)
 
     def to_dict(self) -> dict[str, Any]:
         """Nested dict for JSON: specs plus every quantity."""

@@ -1,9 +1,12 @@
 """Inverse questions answered by the full model (the engine's per-device peak).
 
-- ``max_fitting``: the largest batch or sequence whose per-device peak fits, by bisection
-  over ``estimate`` (peak memory is monotone in both).
-- ``min_fsdp_fitting``: the smallest FSDP degree whose per-device peak fits, keeping each
-  device's micro-batch, by one ``sweep`` over every degree.
+- ``max_fitting``: the largest batch or sequence that fits, by bisection over ``estimate``
+  (peak and reserved memory are monotone in both).
+- ``min_fsdp_fitting``: the smallest FSDP degree that fits, keeping each device's
+  micro-batch, by one ``sweep`` over every degree.
+
+"Fits" is the one rule of :mod:`costmodel.engine.fit` (peak and reserved bytes within
+headroom x device memory, or within an explicit budget in bytes).
 
 The Scaling Book's closed forms for the same questions are in :mod:`costmodel.book`.
 """
@@ -17,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from costmodel.engine.estimate import estimate
+from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, fits
 from costmodel.engine.sweep import sweep
 from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
@@ -48,25 +52,27 @@ def max_fitting(
     parallel: ParallelSpec,
     hardware: Hardware,
     field: str,
-    budget_bytes: float | None = None,
+    budget: float | None = None,
+    headroom: float | None = None,
 ) -> dict:
-    """Largest ``batch`` or ``seq`` whose per-device peak fits (default: HBM capacity).
+    """Largest ``batch`` or ``seq`` that fits ``budget`` bytes per device (default: the
+    fit rule's headroom x device memory, :func:`costmodel.engine.fit.budget_bytes`).
 
     The search stops at :data:`SEARCH_LIMIT` (or the model's learned positions); when the
     answer is that bound, ``limited_by`` says so: the budget did not set it."""
     checks.choice("field", field, ("batch", "seq"))
-    budget = _budget(hardware, budget_bytes)
+    allowed = budget_bytes(hardware, headroom, budget)
     step = parallel.batch_step(train.grad_accum) if field == "batch" else parallel.seq_step()
 
-    def fits(value: int) -> bool:
+    def fitting(value: int) -> bool:
         est = estimate(model, train.replace(**{field: value}), parallel, hardware)
-        return est["memory_bytes_per_device.peak"] <= budget
+        return fits(est.values, allowed)
 
     learned = field == "seq" and model.pos == "learned"
     limit = model.max_positions if learned else SEARCH_LIMIT
     top = max(step, limit - limit % step)
-    best = largest_fitting(fits, step, top, step)
-    out: dict = {field: best, "budget_bytes": budget}
+    best = largest_fitting(fitting, step, top, step)
+    out: dict = {field: best, "budget_bytes": allowed}
     if best == top:
         bound = (
             f"the model's {limit:,} learned positions" if learned else f"the search limit, {top:,}"
@@ -75,37 +81,32 @@ def max_fitting(
     return out
 
 
-def _budget(hardware: Hardware, budget_bytes: float | None) -> float:
-    if budget_bytes is None:
-        return hardware.hbm_bytes
-    checks.number("budget", budget_bytes)
-    return budget_bytes
-
-
 def min_fsdp_fitting(
     model: ModelSpec,
     train: TrainSpec,
     parallel: ParallelSpec,
     hardware: Hardware,
-    budget_bytes: float | None = None,
+    budget: float | None = None,
     max_fsdp: int = 2**16,
+    headroom: float | None = None,
 ) -> dict:
-    """Smallest FSDP degree (1..max_fsdp) whose per-device peak fits the budget (default:
-    HBM capacity). Each device keeps its micro-batch of sequences, so the global batch
-    grows with the degree: batch = dp · fsdp · micro-batch · grad_accum."""
-    budget = _budget(hardware, budget_bytes)
+    """Smallest FSDP degree (1..max_fsdp) that fits ``budget`` bytes per device (default:
+    the fit rule's headroom x device memory). Each device keeps its micro-batch of
+    sequences, so the global batch grows with the degree:
+    batch = dp · fsdp · micro-batch · grad_accum."""
+    allowed = budget_bytes(hardware, headroom, budget)
     micro = train.batch // parallel.batch_step(train.grad_accum)
     fsdp = _allowed_fsdp(model, parallel, np.arange(1, max_fsdp + 1))
     fixed = {**_fields(train), **_fields(parallel)}
     fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
-    key = "memory_bytes_per_device.peak"
-    peak = sweep(model, hardware=hardware, quantities=[key], **fixed)[key]
-    fitting = np.flatnonzero(peak <= budget)
-    found = int(fsdp[fitting[0]]) if fitting.size else None
+    values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
+    fitting = np.flatnonzero(fits(values, allowed))
+    at = int(fitting[0]) if fitting.size else int(np.argmin(values[RESERVED]))
     return {
-        "fsdp": found,
-        "per_device_bytes": float(peak[fitting[0]]) if fitting.size else float(peak.min()),
-        "budget_bytes": budget,
+        "fsdp": int(fsdp[at]) if fitting.size else None,
+        "per_device_bytes": float(values[PEAK][at]),
+        "reserved_bytes": float(values[RESERVED][at]),
+        "budget_bytes": allowed,
         "micro_batch_per_device": micro,
     }
 

@@ -8,8 +8,9 @@ parallelism within a node (with and without sequence parallelism), pipeline para
 micro-batch per device and the recompute policy. The spec layer's own rules filter the
 candidates (``checks.collect_masks``: the rules that reject a bad input), ``sweep``
 evaluates per-device memory and step time with the same compiled expressions as
-``estimate`` (one set per structure), layouts whose peak exceeds the memory headroom
-are dropped, and the rest are ranked by step time. Units: seconds, bytes.
+``estimate`` (one set per structure), layouts that break the fit rule
+(:mod:`costmodel.engine.fit`: peak and reserved bytes within the memory headroom) are
+dropped, and the rest are ranked by step time. Units: seconds, bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.config import check
+from costmodel.engine.fit import DEFAULT_HEADROOM, budget_bytes, check_headroom, fits
 from costmodel.engine.quantities import (
     PARALLEL_STRUCTURE,
     TRAIN_STRUCTURE,
@@ -67,8 +69,9 @@ class PlanOptions:
     interleave: tuple[int, ...] = (1, 2)
     max_tp: int | None = None
     """Largest tensor-parallel degree; default the devices of one node (NVLink domain)."""
-    memory_headroom: float = 0.9
-    """A layout fits when its peak allocated bytes are at most this share of HBM."""
+    memory_headroom: float = DEFAULT_HEADROOM
+    """A layout fits when its peak and reserved bytes are at most this share of device
+    memory (:mod:`costmodel.engine.fit`)."""
 
     def __post_init__(self) -> None:
         for name in ("frameworks", "recompute", "micro_batches", "interleave"):
@@ -84,10 +87,7 @@ class PlanOptions:
             checks.choice("recompute", rc, ("none", "selective", "selective-op", "full"))
         for mb in self.micro_batches or ():
             checks.integer("micro_batches", mb)
-        checks.number("memory_headroom", self.memory_headroom)
-        if self.memory_headroom > 1:
-            raise SpecError("memory_headroom", f"memory_headroom must be <= 1 "
-                            f"(got {self.memory_headroom})")  # fmt: skip
+        check_headroom(self.memory_headroom)
 
 
 @dataclass
@@ -191,10 +191,10 @@ def plan(
     cols = {k: v[ok] for k, v in cols.items()}
     structures = _warm(model, train, hardware, cols, progress)
     values = evaluate(model, train, hardware, cols)
-    budget = options.memory_headroom * hardware.hbm_bytes
-    fits = values["memory_bytes_per_device.peak"] <= budget
-    order = rank(cols, values, np.flatnonzero(fits))
-    return Plan(model, train, hardware, gpus, options, cols, values, fits, order, enumerated,
+    budget = budget_bytes(hardware, options.memory_headroom)
+    fitting = fits(values, budget)
+    order = rank(cols, values, np.flatnonzero(fitting))
+    return Plan(model, train, hardware, gpus, options, cols, values, fitting, order, enumerated,
                 budget, structures)  # fmt: skip
 
 
