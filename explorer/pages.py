@@ -11,6 +11,8 @@ from typing import Any
 
 import streamlit as st
 
+from costmodel.engine.fit import judge
+from costmodel.engine.verdict import layout_line, peak_named
 from costmodel.inputs import Setup
 from costmodel.units import GIB, fmt_count, fmt_quantity
 from explorer import charts
@@ -21,37 +23,39 @@ from explorer.state import failing_field, nearest_valid, setup_of
 
 
 def _headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
+    """The verdict first, by the one fit rule (``engine.fit.judge``, default headroom), with
+    the layout as costed and its assumptions beside it."""
     assert setup.parallel is not None and setup.hardware is not None
     cols = st.columns(6)
-    capacity, peak = setup.hardware.hbm_bytes, v["memory_bytes_per_device.peak"]
-    fits = peak <= capacity
+    fit = judge(v, setup.hardware)
     devices = setup.parallel.devices
     off = {"delta_color": "off", "delta_arrow": "off"}
     cols[0].metric("parameters", fmt_count(v["params.total"]).split(" (")[-1].rstrip(")"))
-    cols[1].metric("memory per device (GiB)", f"{peak / GIB:,.2f}",
-                   f"of {capacity / GIB:,.0f} GiB", **off)  # fmt: skip
+    cols[1].metric("memory per device (GiB)", f"{fit.peak_bytes / GIB:,.2f}",
+                   f"budget {fit.budget_bytes / GIB:,.1f} GiB ({fit.headroom:g} of "
+                   f"{fit.capacity()})", **off)  # fmt: skip
     cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
     cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
-    if not fits:  # a layout that cannot run has no utilisation, duration or cost
+    if not fit.fits:  # a layout that cannot run has no utilisation, duration or cost
         cols[4].metric("MFU", "–", "does not fit", **off)
         cols[5].metric("days to train", "–", "does not fit", **off)
     else:
-        cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %")
+        named, _ = peak_named(setup.train, setup.hardware)
+        cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)
         if "train_days" in v:
             cost = f"${v['train_cost']:,.0f}" if "train_cost" in v else "set a price"
             cols[5].metric("days to train", f"{v['train_days']:,.2f}", cost, **off)
         else:
             cols[5].metric("days to train", "–", "set a token budget", **off)
     where = f"on {devices} × {setup.hardware.name} (dp={setup.parallel.dp})"
+    said = fit.sentence().split(": ", 1)[1]
     if stale:  # no green "Fits" for inputs that are not the current ones
-        st.info(f"Last valid inputs: {peak / GIB:,.2f} GiB per device {where}.")
-    elif fits:
-        st.success(f"Fits: {peak / GIB:,.2f} GiB of {capacity / GIB:,.0f} GiB per device {where}.")
+        st.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
+    elif fit.fits:
+        st.success(f"Fits: {said} per device {where}.")
     else:
-        st.error(
-            f"Does not fit: {peak / GIB:,.2f} GiB needed, {capacity / GIB:,.0f} GiB per "
-            f"device {where}. Try the inverse questions below."
-        )
+        st.error(f"Does not fit: {said} per device {where}. Try the inverse questions below.")
+    st.caption(f"Layout: {layout_line(setup.train, setup.parallel, setup.hardware)}")
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.inputs import (
     BY_KEY,
     FRONT,
@@ -67,6 +68,18 @@ def add_layout_args(parser: argparse.ArgumentParser, hardware_default: str | Non
     parser.add_argument("--hardware", default=hardware_default, help=FRONT["hardware"].help)
     add_inputs(parser, "cluster", (FRONT["gpus"], FRONT["microbatch"]))
     add_inputs(parser, "ParallelSpec fields", PARALLEL_INPUTS)
+
+
+def add_headroom(parser: argparse.ArgumentParser, default: float | None = None) -> None:
+    """--memory-headroom: the fit rule's share of device memory (costmodel.engine.fit)."""
+    parser.add_argument(
+        "--memory-headroom",
+        type=float,
+        default=default,
+        help="a layout fits when its peak and reserved bytes are at most this share of "
+        f"device memory (default {DEFAULT_HEADROOM}: room for the CUDA context, NCCL "
+        "buffers and fragmentation)",
+    )
 
 
 def values_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -5,30 +5,77 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import fields
+from typing import Any
 
 import sympy as sp
 
 from costmodel.catalog.presets import NOTES, PRESETS, get_model
-from costmodel.cli.args import FRONT, add_inputs, add_layout_args, add_model_args, build_setup
+from costmodel.cli.args import (
+    FRONT,
+    add_headroom,
+    add_inputs,
+    add_layout_args,
+    add_model_args,
+    build_setup,
+    values_of,
+)
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.nearest import MAX_FSDP
+from costmodel.engine.verdict import verdict
+from costmodel.inputs import BY_KEY
+from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.units import fmt_bytes, fmt_count
+from costmodel.units import GIB, fmt_bytes, fmt_count
 
 
-def _table(est: Estimate) -> str:
+def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
+    """The verdict first: fits or not, then speed and its peak, or the nearest change that
+    fits; the layout and every assumption."""
+    rows = [("verdict", answer["summary"])]
+    if answer["fits"]:
+        rows.append(("step", f"{_fmt_seconds(answer['step_s'])}, "
+                     f"{answer['tokens_per_s_per_device']:,.0f} tokens/s per device, "
+                     f"MFU {answer['mfu']:.1%} of {answer['mfu_peak']}"))  # fmt: skip
+        rows.append(("limited by", answer["limited_by"]))
+        if "train_days" in answer:
+            cost = (
+                f", {_EXTRA['train_cost'](answer['train_cost'])}" if "train_cost" in answer else ""
+            )
+            rows.append(("training", _EXTRA["train_days"](answer["train_days"]) + cost))
+    elif "nearest_fit" in answer:
+        rows.append(("nearest fit", _nearest_text(answer["nearest_fit"])))
+        if "more_devices" in answer:
+            rows.append(("more devices", _more_text(answer["more_devices"])))
+    rows += [("layout", answer["layout"]), ("assumptions", answer["assumptions"])]
+    return rows
+
+
+def _nearest_text(near: dict[str, Any] | None) -> str:
+    if near is None:
+        return ("none on these devices (tried recompute full, micro-batch 1, sharding over "
+                "every data-parallel rank)")  # fmt: skip
+    return (f"{near['change']}: peak {near['peak_bytes'] / GIB:,.1f} GiB, reserved "
+            f"{near['reserved_bytes'] / GIB:,.1f} GiB, step {_fmt_seconds(near['step_s'])} "
+            f"({near['flags']})")  # fmt: skip
+
+
+def _more_text(more: dict[str, Any] | None) -> str:
+    if more is None:
+        return (f"none up to fsdp {MAX_FSDP:,} with recompute full and micro-batch 1: a "
+                "shorter sequence, a smaller model or a device with more memory")  # fmt: skip
+    return (f"{more['devices']:,} devices (fsdp {more['fsdp']}, global batch {more['batch']:,}"
+            f"): peak {more['peak_bytes'] / GIB:,.1f} GiB, reserved "
+            f"{more['reserved_bytes'] / GIB:,.1f} GiB ({more['flags']})")  # fmt: skip
+
+
+_UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
+"""Quantities that are no answer for a layout that does not fit."""
+
+
+def _table(est: Estimate, answer: dict[str, Any] | None = None) -> str:
     v = est.values
     rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train, est.parallel))]
-    if est.parallel is not None:
-        p = est.parallel
-        rows.append(
-            (
-                "layout",
-                f"{p.devices} x {est.hardware.name}: dp {p.dp}, fsdp {p.fsdp} "
-                f"(ZeRO-{p.zero}), tp {p.tp}, pp {p.pp}, cp {p.cp}, "
-                f"overlap {p.overlap}",
-            )
-        )
     sections = (
         ("params.", fmt_count),
         ("flops.", _fmt_flops),
@@ -49,9 +96,18 @@ def _table(est: Estimate) -> str:
         for k in ("tokens_per_s", "tflops_per_device", *ratios, "train_days", "train_cost")
         if k in v
     ]
+    if answer is not None and not answer["fits"]:
+        extra = [k for k in extra if k not in _UNFIT]
+        rows += [("", ""), ("mfu, days, cost", "none: the layout does not fit")]
     if extra:
         rows.append(("", ""))
         rows.extend((k, _EXTRA[k](v[k])) for k in extra)
+    head = f"{format_rows(verdict_rows(answer))}\n\n" if answer is not None else ""
+    return head + format_rows(rows)
+
+
+def format_rows(rows: list[tuple[str, str]]) -> str:
+    """``key  value`` lines, keys padded to the longest; an empty key is a blank line."""
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {val}" if k else "" for k, val in rows)
 
@@ -94,7 +150,17 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
         print(f"\nvalue: {est[args.formula]}")
         return 0
-    print(est.to_json(indent=2) if args.json else _table(est))
+    answer = None
+    if est.parallel is not None:
+        defaulted = set(BY_KEY) - set(values_of(args))
+        answer = verdict(est, args.memory_headroom, defaulted=defaulted)
+    elif args.memory_headroom is not None:
+        raise SpecError("memory_headroom", "memory_headroom needs --hardware (a device)")
+    if args.json:
+        out = est.to_dict()
+        print(json.dumps({"verdict": answer, **out} if answer else out, indent=2, allow_nan=False))
+    else:
+        print(_table(est, answer))
     return 0
 
 
@@ -130,6 +196,7 @@ def add_estimate_and_presets(sub) -> None:
         "--formula", metavar="QUANTITY", help="print the expression, e.g. flops.forward"
     )
     add_layout_args(est)
+    add_headroom(est)
     add_inputs(est, "cost (adds train_days and train_cost)",
                (FRONT["token_budget"], FRONT["price_per_hour"]))  # fmt: skip
     est.set_defaults(func=_cmd_estimate)

@@ -11,13 +11,18 @@ from costmodel.book.fsdp import min_fsdp
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import (
     PARALLEL_INPUTS,
+    add_headroom,
     add_layout_args,
     add_model_args,
     build_model_only,
     values_of,
 )
+from costmodel.cli.estimate import format_rows, verdict_rows
+from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.fit import budget_bytes
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
-from costmodel.inputs import build
+from costmodel.engine.verdict import verdict
+from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GB, GIB, fmt_bytes
@@ -38,7 +43,7 @@ def _print(result: dict, as_json: bool) -> None:
         print(json.dumps(result, indent=2, default=str, allow_nan=False))
         return
     for key, value in result.items():
-        if key == "latex":
+        if key in ("latex", "verdict"):
             continue
         if isinstance(value, dict):
             _print({f"{key}.{k}": v for k, v in value.items()}, False)
@@ -88,28 +93,45 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         setup = build(values_of(args), solving=field)
         if setup.parallel is None or setup.hardware is None:
             raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
-        result = max_fitting(
-            setup.model, setup.train, setup.parallel, setup.hardware, field, _budget(args)
-        )
+        result = max_fitting(setup.model, setup.train, setup.parallel, setup.hardware, field,
+                             _budget(args), args.memory_headroom)  # fmt: skip
+        if result[field] is not None:
+            train = setup.train.replace(**{field: result[field]})
+            at = estimate(setup.model, train, setup.parallel, setup.hardware)
+            result["verdict"] = _verdict(at, args)
     _print(result, args.json)
+    if not args.json and "verdict" in result:
+        print(f"\nat that answer:\n{format_rows(verdict_rows(result['verdict']))}")
     return 0
+
+
+def _verdict(est: Estimate, args: argparse.Namespace) -> dict[str, Any]:
+    """The fit rule's verdict at an answer, with the budget the question used."""
+    defaulted = set(BY_KEY) - set(values_of(args))
+    return verdict(est, args.memory_headroom, _budget(args), defaulted=defaulted, nearest=False)
 
 
 def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     """The Scaling Book's closed form, and with --hardware the full model's answer."""
     budget = _budget(args)
     model, train = build_model_only(args)
-    if budget is None:
-        raise SpecError("budget", "min-fsdp needs --budget-gb or --budget-gib")
+    if budget is None and args.hardware is None:
+        raise SpecError("budget", "min-fsdp needs --hardware or --budget-gb / --budget-gib")
+    if budget is None:  # the fit rule's: headroom x the device's memory
+        budget = budget_bytes(get_hardware(args.hardware), args.memory_headroom)
     tokens = train.seq if args.batch_tokens is None else args.batch_tokens
     result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction)
     if args.hardware is not None:  # the same question: one device's tokens, fsdp varied
         given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
         setup = build({**given, "batch": max(1, tokens // train.seq)})
         assert setup.parallel is not None and setup.hardware is not None
-        result["full_model"] = min_fsdp_fitting(
-            setup.model, setup.train, setup.parallel, setup.hardware, budget
-        )
+        full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
+        result["full_model"] = full
+        if full["fsdp"] is not None:
+            par = setup.parallel.replace(fsdp=full["fsdp"])
+            batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
+            at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
+            result["verdict"] = _verdict(at, args)
     return result
 
 
@@ -131,6 +153,7 @@ def add_bounds_and_solve(sub: Any) -> None:
     add_layout_args(sol)
     sol.add_argument("--budget-gb", type=float, help="memory budget in GB (1e9 bytes)")
     sol.add_argument("--budget-gib", type=float, help="memory budget in GiB (2^30 bytes)")
+    add_headroom(sol)
     sol.add_argument(
         "--batch-tokens",
         type=int,

@@ -1,0 +1,147 @@
+"""What an estimate answers first: does the layout fit, how fast is it, against which peak,
+what limits it, and what it assumed.
+
+- :func:`layout_line` says the layout as it is costed: the framework, the sharding in
+  effect (DDP when nothing is sharded, ZeRO-1/2/3 over the shard group, FSDP, Megatron's
+  distributed optimizer), the degrees with SP, interleaving and ep, recompute and the
+  dtype gradients are reduced in. It reads the framework's traits
+  (:mod:`costmodel.frameworks.registry`), never its name.
+- :func:`verdict` is the rule of :mod:`costmodel.engine.fit` on one estimate with step
+  time, tokens/s per device, MFU and its peak (``Hardware.peak`` of the precision's matmul
+  dtype), what limits the step (:func:`costmodel.engine.plan.limit_of`) and the
+  assumptions. A layout that does not fit gets no MFU, days or cost, and the nearest
+  change that fits (:func:`costmodel.engine.nearest.nearest_fit`). Units: bytes, seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from costmodel.engine.estimate import Estimate
+from costmodel.engine.nearest import more_devices, nearest_fit
+from costmodel.engine.plan import FRAMEWORK_CHOICES, limit_of
+from costmodel.frameworks.registry import framework_of
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+
+_DTYPE_OF_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
+
+
+def reduce_dtype(train: TrainSpec, par: ParallelSpec) -> str:
+    """The dtype data-parallel gradients travel in (``parallel.communication``): fp32 with
+    ``grad_reduce_fp32``, else the compute dtype."""
+    if par.grad_reduce_fp32:
+        return "fp32"
+    name = _DTYPE_OF_BYTES[PRECISIONS[train.precision].activation]
+    return "fp16" if name == "bf16" and train.precision.startswith("fp16") else name
+
+
+def sharding(par: ParallelSpec) -> str:
+    """The sharding in effect, from the framework's traits: Megatron's distributed optimizer
+    over every data-parallel rank, a ZeRO stage over fsdp, FSDP over fsdp (x cp where the
+    framework shards over the cp ranks), or DDP when nothing is sharded."""
+    fw = framework_of(par)
+    replicas = f", replicated over dp {par.dp} (HSDP)" if par.dp > 1 else ""
+    if fw.distributed_optimizer:
+        ranks = par.dp * par.fsdp * par.cp
+        if ranks > 1:
+            return f"distributed optimizer over {ranks} data-parallel ranks"
+    elif fw.zero_stages and par.fsdp > 1:
+        return f"ZeRO-{par.zero} over fsdp {par.fsdp}{replicas}"
+    elif not fw.zero_stages:
+        shards = par.fsdp * (par.cp if fw.shards_over_cp else 1)
+        if shards > 1:
+            over = f"fsdp {par.fsdp} x cp {par.cp}" if shards != par.fsdp else f"{shards}"
+            return f"FSDP over {over}{replicas}"
+    ranks = par.dp * (1 if fw.shards_over_cp else par.cp)
+    return f"DDP over {ranks} replicas, nothing sharded" if ranks > 1 else "nothing sharded"
+
+
+def degrees(par: ParallelSpec) -> str:
+    """``dp 4, fsdp 1, tp 8 + SP, pp 2 (interleaved: 2 virtual stages), cp 1, ep 8``."""
+    tp = f"tp {par.tp}" + (" + SP" if par.sequence_parallel else "")
+    tp += " (async TP)" if par.async_tp else ""
+    pp = f"pp {par.pp}"
+    if par.pp_interleave > 1:
+        pp += f" (interleaved: {par.pp_interleave} virtual stages)"
+    out = f"dp {par.dp}, fsdp {par.fsdp}, {tp}, {pp}, cp {par.cp}"
+    if par.ep > 1:
+        out += f", ep {par.ep}" + (" (combined 1F1B)" if par.ep_overlap else "")
+    return out
+
+
+def layout_line(train: TrainSpec, par: ParallelSpec, hardware: Hardware) -> str:
+    """The layout as it is costed, in one line."""
+    return (
+        f"{par.devices} x {hardware.name}: {par.framework}, {sharding(par)}; {degrees(par)}; "
+        f"recompute {train.recompute}; gradients reduced in {reduce_dtype(train, par)}; "
+        f"overlap {par.overlap}"
+    )
+
+
+def framework_words(par: ParallelSpec, defaulted: Collection[str] = ()) -> str:
+    """``framework reference (the default: this project's own model ...; --framework picks
+    one of ...)`` when the framework was not given, else ``framework megatron``."""
+    shown = f"framework {par.framework}"
+    if "framework" not in defaulted:
+        return shown
+    doc = (type(framework_of(par)).__doc__ or "").strip().split("\n")[0].replace("``", "")
+    doc = doc[:1].lower() + doc[1:].rstrip(".")
+    if framework_of(par).autocast:
+        doc += " under torch.autocast: fp32 parameters and residual stream"
+    return f"{shown} (the default: {doc}; --framework picks one of {', '.join(FRAMEWORK_CHOICES)})"
+
+
+def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
+    """Every choice behind the numbers in one line; ``defaulted`` names the inputs that
+    were not given (their defaults are said to be defaults)."""
+    t, p = est.train, est.parallel
+    assert p is not None
+    micro = t.batch // p.batch_step(t.grad_accum)
+    return (
+        f"{framework_words(p, defaulted)}; {degrees(p)}; micro-batch {micro} per device x "
+        f"grad-accum {t.grad_accum}; recompute {t.recompute}; {t.precision}; "
+        f"attention {t.attention} (kernel {t.attention_kernel}); {t.optimizer}"
+    )
+
+
+def peak_named(train: TrainSpec, hardware: Hardware) -> tuple[str, float]:
+    """The peak MFU is against, named: (``bf16 dense peak 989 TFLOP/s``, FLOP/s)."""
+    dtype = PRECISIONS[train.precision].peak_dtype
+    flops = hardware.peak(dtype)
+    return f"{dtype} dense peak {flops / 1e12:,.0f} TFLOP/s", flops
+
+
+def verdict(
+    est: Estimate,
+    headroom: float | None = None,
+    budget: float | None = None,
+    *,
+    defaulted: Collection[str] = (),
+    nearest: bool = True,
+) -> dict[str, Any]:
+    """The answer first, as a JSON-ready dict: ``fits``, ``memory`` (the rule's numbers),
+    ``summary``; when it fits, step time, tokens/s per device, MFU with its peak, what
+    limits the step and (when asked) days and cost; when not, ``nearest_fit`` (or None);
+    then ``layout`` and ``assumptions``."""
+    fit = est.fit(headroom, budget)
+    assert est.parallel is not None and est.hardware is not None
+    v = est.values
+    out: dict[str, Any] = {"fits": fit.fits, "summary": fit.sentence(), "memory": fit.to_dict()}
+    if fit.fits:
+        named, flops = peak_named(est.train, est.hardware)
+        out.update(step_s=v["time_s.step"],
+                   tokens_per_s_per_device=v["tokens_per_s"] / est.parallel.devices,
+                   mfu=v["mfu"], mfu_peak=named, mfu_peak_flops=flops,
+                   limited_by=limit_of(v, fit.budget_bytes))  # fmt: skip
+        out.update({k: v[k] for k in ("train_days", "train_cost") if k in v})
+    elif nearest:
+        out["nearest_fit"] = nearest_fit(est, headroom, budget)
+        if out["nearest_fit"] is None:
+            out["more_devices"] = more_devices(est, headroom, budget)
+    out["layout"] = layout_line(est.train, est.parallel, est.hardware)
+    out["assumptions"] = assumptions(est, defaulted)
+    return out

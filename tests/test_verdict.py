@@ -1,0 +1,229 @@
+"""The verdict first: one fit rule (``costmodel.engine.fit``) shared by estimate, solve, plan
+and the app; ``estimate`` and ``solve`` lead with it; the layout line says the sharding in
+effect. The examples are issue 35's (a newcomer's first answers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.cli import main
+from costmodel.engine.estimate import estimate
+from costmodel.engine.fit import DEFAULT_HEADROOM, budget_bytes, fits, judge
+from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
+from costmodel.engine.plan import PlanOptions, plan
+from costmodel.engine.verdict import layout_line, sharding
+from costmodel.inputs import build
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+
+H100 = get_hardware("h100-sxm")
+GIB = 2**30
+APP = str(Path(__file__).parent.parent / "app.py")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def row(out: str, key: str) -> str:
+    """The value of a ``key  value`` line of the CLI's text."""
+    return next(line[len(key) :].strip() for line in out.splitlines() if line.startswith(key))
+
+
+# --- one rule --------------------------------------------------------------------------
+
+
+def test_the_rule_judges_peak_and_reserved_against_headroom_times_capacity():
+    """Both numbers count: reserved (peak x allocator_reserve, 1.2 on GPUs) can break the
+    budget while the peak is inside it."""
+    budget = DEFAULT_HEADROOM * H100.hbm_bytes
+    assert budget_bytes(H100) == budget == 0.9 * 80 * GIB
+    peak = budget / 1.1  # reserved = 1.2 x peak > budget
+    values = {"memory_bytes_per_device.peak": peak, "memory_bytes_per_device.reserved": 1.2 * peak}
+    fit = judge(values, H100)
+    assert not fit.fits and fit.sentence().startswith("does not fit: reserved")
+    assert fits({**values, "memory_bytes_per_device.reserved": budget}, budget)  # <= is in
+    assert judge(values, H100, headroom=1.0).fits  # the user's headroom overrides
+
+
+def test_bad_headroom_names_its_field(capsys):
+    code, _, err = run(capsys, "estimate", "--model", "gpt2", "--hardware", "h100-sxm",
+                       "--memory-headroom", "1.5")  # fmt: skip
+    assert code == 2 and "memory_headroom must be <= 1 (got 1.5)" in err
+    code, _, err = run(capsys, "estimate", "--model", "gpt2", "--memory-headroom", "0.8")
+    assert code == 2 and "memory_headroom needs --hardware" in err
+
+
+@pytest.fixture(scope="module")
+def boundary() -> tuple[TrainSpec, int]:
+    """GPT-2 at seq 1024 on one H100 under the default framework: the largest batch that
+    fits by the rule (solve's answer), one more sequence does not."""
+    model, par = get_model("gpt2"), ParallelSpec()
+    found = max_fitting(model, TrainSpec(seq=1024), par, H100, "batch")
+    assert found["budget_bytes"] == budget_bytes(H100)
+    return TrainSpec(seq=1024), found["batch"]
+
+
+def test_estimate_solve_plan_and_app_agree_at_the_boundary(boundary):
+    train, largest = boundary
+    model = get_model("gpt2")
+    for batch, want in ((largest, True), (largest + 1, False)):
+        at = train.replace(batch=batch)
+        est = estimate(model, at, ParallelSpec(), H100)
+        assert est.fit().fits is want, batch  # estimate (and the CLI's verdict)
+        options = PlanOptions(frameworks=("reference",), recompute=("none",),
+                              micro_batches=(batch,))  # fmt: skip
+        found = plan(model, at, H100, 1, options)  # ZeRO-1/2/3 of one replica: the same
+        assert found.valid == 3 and found.fits.tolist() == [want] * 3, batch  # plan
+        app = AppTest.from_file(APP, default_timeout=120)
+        app.query_params.update(model="gpt2", seq="1024", batch=str(batch))
+        app.run()
+        shown = (app.success if want else app.error)[0].value  # the app
+        assert shown.startswith("Fits" if want else "Does not fit"), shown
+
+
+def test_solve_answers_with_the_rules_budget(capsys, boundary):
+    _, largest = boundary
+    code, out, _ = run(capsys, "solve", "max-batch", "--model", "gpt2", "--seq", "1024",
+                       "--hardware", "h100-sxm", "--json")  # fmt: skip
+    answer = json.loads(out)
+    assert code == 0 and answer["batch"] == largest
+    assert answer["budget_bytes"] == budget_bytes(H100)
+    assert answer["verdict"]["fits"] and answer["verdict"]["memory"]["headroom"] == 0.9
+    code, out, _ = run(capsys, "solve", "max-batch", "--model", "gpt2", "--seq", "1024",
+                       "--hardware", "h100-sxm", "--memory-headroom", "0.5", "--json")  # fmt: skip
+    half = json.loads(out)
+    assert half["budget_bytes"] == 0.5 * H100.hbm_bytes and half["batch"] < largest
+
+
+def test_min_fsdp_defaults_to_the_rules_budget_and_judges_reserved_bytes(capsys):
+    code, out, _ = run(capsys, "solve", "min-fsdp", "--model", "llama3-8b", "--seq", "8192",
+                       "--hardware", "h100-sxm", "--recompute", "full", "--json")  # fmt: skip
+    answer = json.loads(out)
+    full = answer["full_model"]
+    assert code == 0 and answer["budget_bytes"] == full["budget_bytes"] == budget_bytes(H100)
+    assert full["reserved_bytes"] <= full["budget_bytes"] and answer["verdict"]["fits"]
+    train = TrainSpec(seq=8192, batch=1, recompute="full")
+    one_less = min_fsdp_fitting(get_model("llama3-8b"), train, ParallelSpec(), H100,
+                                max_fsdp=full["fsdp"] - 1)  # fmt: skip
+    assert one_less["fsdp"] is None
+
+
+# --- the verdict in estimate -------------------------------------------------------------
+
+LLAMA70_64 = ("estimate", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64",
+              "--tp", "8", "--pp", "2", "--seq", "8192", "--batch", "64")  # fmt: skip
+
+
+def test_llama3_70b_on_64_h100_does_not_fit_and_names_a_change_that_does(capsys):
+    """Issue 35: 762 GiB per device on an 80 GiB GPU was printed with MFU 22.9 %, days and
+    dollars."""
+    code, out, _ = run(capsys, *LLAMA70_64, "--token-budget", "1e12", "--price-per-hour", "2")
+    assert code == 0
+    assert out.splitlines()[0].split(None, 1)[1] == (
+        "does not fit: peak 761.9 GiB > 72.0 GiB (headroom 0.9 of 80 GiB)")  # fmt: skip
+    for key in ("mfu ", "hfu ", "train_days", "train_cost", "step "):
+        assert not any(line.startswith(key) for line in out.splitlines()), key
+    assert "mfu, days, cost" in out and "$" not in out
+    near = row(out, "nearest fit")
+    flags = near[near.rindex("(") + 1 : -1].split()
+    assert "--recompute" in flags or "--microbatch" in flags or "--fsdp" in flags
+    code, again, _ = run(capsys, *LLAMA70_64, *flags)  # the change it names does fit
+    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+
+
+def test_llama3_70b_json_has_the_verdict_and_no_mfu_in_it(capsys):
+    code, out, _ = run(capsys, *LLAMA70_64, "--json")
+    data = json.loads(out)
+    v = data["verdict"]
+    assert code == 0 and v["fits"] is False and next(iter(data)) == "verdict"
+    assert v["memory"]["peak_bytes"] == data["memory_bytes_per_device"]["peak"]
+    assert v["memory"]["reserved_bytes"] == data["memory_bytes_per_device"]["reserved"]
+    assert v["memory"]["capacity_bytes"] == H100.hbm_bytes and v["memory"]["headroom"] == 0.9
+    assert not {"mfu", "step_s", "train_days", "train_cost"} & set(v)
+    assert v["nearest_fit"]["flags"] and "framework reference (the default" in v["assumptions"]
+    assert "mfu" in data  # the quantity stays, for whoever asks for it by name
+
+
+def test_llama3_8b_on_one_h100_does_not_fit_and_says_how_many_devices_would(capsys):
+    code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                       "--seq", "8192", "--batch", "4")  # fmt: skip
+    assert code == 0 and row(out, "verdict").startswith("does not fit: peak")
+    assert row(out, "nearest fit").startswith("none on these devices")
+    more = row(out, "more devices")
+    assert more.startswith("3 devices (fsdp 3") and "--recompute full --microbatch 1" in more
+
+
+def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):
+    """16 GB (1e9 bytes) of HBM, no caching allocator (reserved = peak)."""
+    code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "tpu-v5e",
+                       "--seq", "8192", "--batch", "4", "--json")  # fmt: skip
+    v = json.loads(out)["verdict"]
+    assert code == 0 and not v["fits"] and v["summary"].endswith("(headroom 0.9 of 16 GB)")
+    assert v["memory"]["budget_bytes"] == pytest.approx(0.9 * 16e9)
+
+
+def test_a_layout_that_fits_leads_with_speed_its_peak_and_its_limit(capsys):
+    code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                       "--gpus", "8", "--fsdp", "8", "--framework", "fsdp2", "--seq", "8192",
+                       "--batch", "32", "--microbatch", "1", "--recompute", "full",
+                       "--token-budget", "1e12", "--price-per-hour", "2")  # fmt: skip
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split(None, 1)[1].startswith("fits: peak")
+    assert "tokens/s per device, MFU" in row(out, "step")
+    assert row(out, "step").endswith("of bf16 dense peak 989 TFLOP/s")
+    assert row(out, "limited by") and "days" in row(out, "training") and "$" in row(out, "training")
+    assumptions = row(out, "assumptions")
+    assert assumptions.startswith("framework fsdp2;") and "(the default" not in assumptions
+    assert "micro-batch 1 per device x grad-accum 4; recompute full; bf16-mixed" in assumptions
+
+
+# --- the layout line -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layout", "says", "never"),
+    [
+        ({"dp": 4, "fsdp": 1, "zero": 3}, "reference, DDP over 4 replicas, nothing sharded",
+         "ZeRO"),
+        ({"fsdp": 8, "zero": 2}, "reference, ZeRO-2 over fsdp 8;", "DDP"),
+        ({"dp": 2, "fsdp": 4, "framework": "deepspeed", "zero": 1},
+         "deepspeed, ZeRO-1 over fsdp 4, replicated over dp 2 (HSDP)", "FSDP"),
+        ({"fsdp": 4, "cp": 2, "framework": "fsdp2"}, "fsdp2, FSDP over fsdp 4 x cp 2;", "ZeRO"),
+        ({"dp": 8, "framework": "fsdp2"}, "fsdp2, DDP over 8 replicas, nothing sharded", "ZeRO"),
+        ({"dp": 2, "tp": 2, "sequence_parallel": True, "pp": 2, "pp_interleave": 2,
+          "framework": "megatron", "grad_reduce_fp32": True},
+         "megatron, distributed optimizer over 2 data-parallel ranks; dp 2, fsdp 1, tp 2 + SP, "
+         "pp 2 (interleaved: 2 virtual stages), cp 1; recompute none; gradients reduced in fp32",
+         "ZeRO"),
+        ({}, "1 x h100-sxm: reference, nothing sharded;", "ZeRO"),
+    ],
+)  # fmt: skip
+def test_the_layout_line_says_the_sharding_in_effect(layout, says, never):
+    par = ParallelSpec(**layout)
+    line = layout_line(TrainSpec(), par, H100)
+    assert says in line and never not in line, line
+
+
+def test_expert_parallelism_and_its_overlap_are_named():
+    par = ParallelSpec(dp=8, ep=8, framework="megatron", ep_overlap=True)
+    assert "ep 8 (combined 1F1B)" in layout_line(TrainSpec(), par, H100)
+    assert sharding(par) == "distributed optimizer over 8 data-parallel ranks"
+
+
+def test_the_cli_layout_line_no_longer_says_zero3_when_nothing_is_sharded(capsys):
+    """Issue 35: ``dp 4, fsdp 1 (ZeRO-3)`` was printed for plain data parallelism."""
+    code, out, _ = run(capsys, *LLAMA70_64)
+    layout = row(out, "layout")
+    assert code == 0 and "ZeRO" not in layout and "DDP over 4 replicas" in layout
+    setup = build({"model": "llama3-70b", "hardware": "h100-sxm", "gpus": 64, "tp": 8,
+                   "pp": 2, "seq": 8192, "batch": 64})  # fmt: skip
+    assert layout == layout_line(setup.train, setup.parallel, setup.hardware)
