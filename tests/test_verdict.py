@@ -171,6 +171,20 @@ def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):
     assert v["memory"]["budget_bytes"] == pytest.approx(0.9 * 16e9)
 
 
+def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):
+    """Issue 35: 28.8 GiB on a 24 GiB card was printed with its MFU."""
+    argv = ("estimate", "--model", "llama3-8b", "--finetune", "lora", "--hardware", "rtx-4090",
+            "--batch", "2", "--seq", "1024")  # fmt: skip
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert row(out, "verdict") == "does not fit: peak 28.8 GiB > 21.6 GiB (headroom 0.9 of 24 GiB)"
+    near = row(out, "nearest fit")
+    assert near.startswith("recompute full") and near.endswith("--microbatch 1)")
+    code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
+    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+    assert "gradients reduced" not in row(out, "layout")  # one device reduces nothing
+
+
 def test_a_layout_that_fits_leads_with_speed_its_peak_and_its_limit(capsys):
     code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
                        "--gpus", "8", "--fsdp", "8", "--framework", "fsdp2", "--seq", "8192",

@@ -74,11 +74,14 @@ def degrees(par: ParallelSpec) -> str:
 
 
 def layout_line(train: TrainSpec, par: ParallelSpec, hardware: Hardware) -> str:
-    """The layout as it is costed, in one line."""
+    """The layout as it is costed, in one line (the gradient reduce's dtype where more than
+    one data-parallel rank reduces)."""
+    reduce = ""
+    if par.dp * par.fsdp * par.cp > 1:
+        reduce = f"gradients reduced in {reduce_dtype(train, par)}; "
     return (
         f"{par.devices} x {hardware.name}: {par.framework}, {sharding(par)}; {degrees(par)}; "
-        f"recompute {train.recompute}; gradients reduced in {reduce_dtype(train, par)}; "
-        f"overlap {par.overlap}"
+        f"recompute {train.recompute}; {reduce}overlap {par.overlap}"
     )
 
 
