@@ -42,7 +42,7 @@ ALLOWED = {
     "single": {"single", "kinds", "specs", "symbols"},
     REGISTRY: {REGISTRY, "specs"},
     "parallel": {"parallel", REGISTRY, "kinds", "single", "specs", "symbols"},
-    "frameworks": {"frameworks", REGISTRY, "parallel", "single", "specs", "symbols"},
+    "frameworks": {"frameworks", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
     "config": {"config", REGISTRY, "specs"},
     "engine": {
         "engine",
@@ -55,7 +55,7 @@ ALLOWED = {
         "symbols",
         "catalog",
     },
-    "book": {"book", "engine", "single", "specs", "symbols"},
+    "book": {"book", "engine", "kinds", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", "catalog", "engine", "single", "specs"},
     "cli": {"cli", "inputs", "engine", "book", "catalog", "single", "specs", "units"},
 }
@@ -348,3 +348,43 @@ def test_no_framework_name_is_compared_outside_the_framework_modules():
         for line in framework_comparisons(path.read_text())
     ]
     assert not found, f"framework comparisons outside costmodel/frameworks/: {found}"
+
+
+KIND_FLAGS = ("moe", "mla")
+"""ModelSpec properties that name a model kind (an FFN kind, an attention projection kind)."""
+KIND_FIELDS = ("ffn",)
+"""ModelSpec fields whose value is a kind (the FFN's activation)."""
+KIND_OWNERS = ("costmodel.kinds", "costmodel.specs", "costmodel.catalog", "costmodel.config")
+"""Where a kind may be named: the kinds themselves, the specs that define the fields and
+their rules, the catalog that maps configs onto them, and the rule table."""
+
+
+def kind_branches(source: str) -> list[int]:
+    """Lines reading a kind flag (``x.moe``, ``x.mla``) or comparing a kind field
+    (``x.ffn == 'swiglu'``): what a kind module answers instead."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in KIND_FLAGS:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = (node.left, *node.comparators)
+            if any(isinstance(s, ast.Attribute) and s.attr in KIND_FIELDS for s in sides):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_kind_check_finds_branches():
+    found = kind_branches("if model.moe:\n    pass\na = m.ffn == 'swiglu'\nb = m.mla\nc = m.ffn\n")
+    assert found == [1, 3, 4]
+
+
+def test_no_model_kind_is_branched_on_outside_the_kind_modules():
+    """What differs between FFN kinds (dense, MoE) and attention projection kinds
+    (standard, MLA) is asked of their modules (``costmodel.kinds``), never branched on."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in _modules().items()
+        if name.startswith("costmodel.") and not name.startswith(KIND_OWNERS)
+        for line in kind_branches(path.read_text())
+    ]
+    assert not found, f"kind branches outside costmodel/kinds/: {found}"

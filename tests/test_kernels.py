@@ -11,6 +11,7 @@ import pytest
 
 from costmodel import ParallelSpec, TrainSpec, estimate
 from costmodel.catalog.hardware import get_hardware
+from costmodel.kinds import ffn
 from costmodel.single.kernels import counted, layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
@@ -143,6 +144,6 @@ def test_host_seconds_count_the_sizes_of_the_model_asked(spec, kw):
     MoE block counted as 2 experts of top-1, grouped heads as none)."""
     train = TINY.replace(**kw)
     est = estimate(spec, train, ParallelSpec(), CPU)
-    block = counted(layer_kernels(spec, train, 4, moe=spec.moe), spec)
+    block = counted(layer_kernels(spec, train, 4, block=ffn.top(spec).name), spec)
     kernels = spec.n_layers * sum(block) + sum(counted(model_kernels(spec, train, 4), spec))
     assert est["time_s.host"] == pytest.approx(kernels * CPU.dispatch_s, rel=1e-12)

@@ -79,7 +79,7 @@ def test_kernels_equal_the_reference_model(name):
     fwd, bwd = step_kernels(model, make_batch(model, 2, 16))
     res = PRECISIONS[train.precision].residual
     dense = counted(layer_kernels(spec, train, res), spec)
-    moe = counted(layer_kernels(spec, train, res, moe=True), spec)
+    moe = counted(layer_kernels(spec, train, res, block="moe"), spec)
     outside = counted(model_kernels(spec, train, res), spec)
     n_moe = spec.n_layers - spec.dense_layers
     parts = zip(dense, moe, outside, strict=True)
@@ -114,7 +114,7 @@ def test_eager_bytes_of_an_moe_block(precision, moe):
     measured = [((counts[True, 64][i] - counts[False, 64][i])
                  - (counts[True, 32][i] - counts[False, 32][i])) / 32 for i in (0, 1)]  # fmt: skip
     prec, v = PRECISIONS[precision], values_for(moe)
-    with_experts = eager_bytes(moe, prec.residual, prec.activation, moe=True)
+    with_experts = eager_bytes(moe, prec.residual, prec.activation, block="moe")
     without = eager_bytes(dense, prec.residual, prec.activation)
     assert [int((a - b).subs(v)) for a, b in zip(with_experts, without, strict=True)] == measured
 

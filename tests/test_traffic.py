@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel import PRESETS, get_model
+from costmodel.kinds import ffn
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.precision import PRECISIONS
 from costmodel.symbols import D, F, values_for
@@ -29,8 +30,9 @@ def test_eager_bytes_equal_the_dispatched_bytes(name, precision):
     if model.moe:
         model = model.replace(dense_layers=0)
     sizes = values_for(model)
+    block = ffn.top(model).name
     predicted = [e.xreplace(sizes) for e in
-                 eager_bytes(model, prec.residual, prec.activation, moe=model.moe)]  # fmt: skip
+                 eager_bytes(model, prec.residual, prec.activation, block=block)]  # fmt: skip
     measured = eager_traffic(model, precision)
     assert predicted == [int(m) for m in measured]
     assert all(m == int(m) for m in measured)

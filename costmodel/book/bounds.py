@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.kinds import ffn
 from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
@@ -105,7 +106,7 @@ def bounds_report(
     the precision's matmul dtype and W its link bandwidth as collectives see it
     (``Hardware.link_bandwidth``), unless ``peak_flops`` / ``bandwidth`` override them.
     """
-    if model.moe:
+    if ffn.routes(model):
         raise SpecError("n_experts", "the Scaling Book's compute/communication bounds here are "
                         "for dense FFN stacks (n_experts must be 0); the full model covers "
                         "mixture-of-experts models")  # fmt: skip

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.engine.offload_terms import OffloadConfig, Terms, block_terms
+from costmodel.kinds import attention, ffn
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -69,12 +70,11 @@ def _counts(n: int, steps: int = 32) -> np.ndarray:
 
 def offloadable(model: ModelSpec, train: TrainSpec) -> None:
     """What offload plans are modelled for: dense models, every weight trained."""
-    if model.moe:  # its blocks differ (dense leading ones) and its FFN op sequence too
-        raise SpecError("n_experts", "offload plans are not modelled for mixture-of-experts "
-                        "models yet (n_experts must be 0)")  # fmt: skip
-    if model.mla:  # its block's op sequence (latents) is not the one planned
-        raise SpecError("kv_lora_rank", "offload plans are not modelled for MLA yet "
-                        "(kv_lora_rank must be 0)")  # fmt: skip
+    kinds = [*(kind for kind, _ in ffn.blocks(model)), attention.projections(model)]
+    for kind in kinds:  # a block's op sequence is the planned one (dense, standard) or not
+        if not kind.offload:
+            raise SpecError(kind.field, f"offload plans are not modelled for {kind.title} "
+                            f"yet ({kind.field} must be 0)")  # fmt: skip
     if train.finetune != "full":  # its state is per trained parameter, the adapters' apart
         raise SpecError("finetune", "offload plans are modelled for full training "
                         f"(finetune must be full, got {train.finetune})")  # fmt: skip

@@ -34,6 +34,7 @@ from costmodel.engine.quantities import (
 )
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.frameworks.registry import framework_of, trait
+from costmodel.kinds import ffn
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -310,7 +311,7 @@ def _expert_degrees(model: ModelSpec, data_ranks: int) -> list[int]:
     """Expert-parallel degrees to try: 1, and for an MoE model every divisor of its routed
     experts that divides the data-parallel ranks (the layout rules drop those that do
     not nest with the shard group)."""
-    if not model.moe:
+    if not ffn.routes(model):
         return [1]
     return [d for d in _divisors(model.n_experts) if data_ranks % d == 0]
 

@@ -17,7 +17,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.engine.diskcache import lambdify_numpy
-from costmodel.kinds import attention
+from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
 from costmodel.single.finetune import adapter_params, trainable_params, tunes
@@ -68,7 +68,6 @@ BUDGET_KEYS = ("train_days", "train_cost")
 
 # Sizes do not change the expressions, so structures are built from these placeholders.
 _PLACEHOLDER_MODEL = {"vocab": 8, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 8}
-_PLACEHOLDER_MOE = {"n_experts": 2, "experts_per_token": 1}
 
 
 def _prefixed(prefix: str, parts: dict[str, sp.Expr]) -> dict[str, sp.Expr]:
@@ -85,7 +84,7 @@ def quantities(
     """
     out: dict[str, sp.Expr] = _prefixed("params", param_breakdown(model))
     out["params.non_embedding"] = non_embedding_params(model)
-    if model.moe:  # what one token runs: all but the routed experts it is not sent to
+    if ffn.routes(model):  # what one token runs: all but the routed experts it is not sent to
         out["params.active"] = active_params(model)
     if tunes(train):
         out["params.adapters"] = adapter_params(model, train)
@@ -118,7 +117,7 @@ def structure_of(model: ModelSpec, train: TrainSpec, parallel: ParallelSpec | No
     model's kinds and flags, which matrices a block has, its layers' attention kinds
     (windowed or not, mixed or not: ``kinds.attention.structure``), the training's."""
     kinds = (getattr(model, f) for f in MODEL_STRUCTURE)
-    blocks = (model.moe, model.mla, model.q_lora_rank > 0)  # which matrices a block has
+    blocks = (ffn.structure(model), attention.projections(model).name, model.q_lora_rank > 0)
     cores = attention.structure(model)
     base = (*kinds, blocks, cores, *(getattr(train, f) for f in TRAIN_STRUCTURE))
     if parallel is None:
@@ -160,14 +159,12 @@ def compiled(structure: tuple) -> Compiled:
     """Build and lambdify the expressions of one structure (cached per process)."""
     n_model = len(MODEL_STRUCTURE)
     m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
-    moe, mla, q_lora = structure[n_model]
+    ffns, projections, q_lora = structure[n_model]
     m_kw.update(attention.placeholder(structure[n_model + 1]))
     t_kw = dict(zip(TRAIN_STRUCTURE, structure[n_model + 2 : -1], strict=True))
     sizes = dict(_PLACEHOLDER_MODEL, vocab=0) if m_kw["ffn_only"] else _PLACEHOLDER_MODEL
-    if moe:
-        sizes = {**sizes, **_PLACEHOLDER_MOE, "n_shared_experts": int(m_kw["shared_expert_gate"])}
-    if mla:
-        sizes = {**sizes, "kv_lora_rank": 4, "rope_head_dim": 2, "q_lora_rank": 4 * q_lora}
+    sizes = {**sizes, **ffn.placeholder(ffns, m_kw)}
+    sizes = {**sizes, **attention.projections_placeholder(projections, q_lora)}
     parallel = None
     if structure[-1] is not None:
         feats = dict(zip(PARALLEL_STRUCTURE, structure[-1], strict=True))

@@ -22,12 +22,13 @@ from collections.abc import Callable
 import sympy as sp
 
 from costmodel.frameworks.registry import Framework
+from costmodel.kinds import ffn
 from costmodel.parallel.experts import expert_block, expert_shards, local_experts
 from costmodel.parallel.pipeline import PipelineRank
 from costmodel.parallel.shares import shard_degree
 from costmodel.parallel.state import shard_of
-from costmodel.single.memory import HEAD_PARTS, MOE_PARTS, SHARED_PARTS, activation_memory
-from costmodel.single.params import block_params, moe_layers, param_breakdown, top_ffn_width
+from costmodel.single.memory import HEAD_PARTS, SHARED_PARTS, activation_memory
+from costmodel.single.params import block_params, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -41,8 +42,7 @@ def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     n_experts / ep routed experts (torchtitan shards them over the dp_shard ranks its ep
     group leaves)."""
     block = block_params(model, norms=True, largest=True)
-    if model.moe:  # the routed experts this rank's ep group leaves to the others
-        block -= expert_block(model)[0] * (1 - 1 / N_ep)
+    block -= expert_block(model)[0] * (1 - 1 / N_ep)  # those the ep group's others hold
     if model.ffn_only:
         return sp.Integer(0), block, sp.Integer(0)
     parts = param_breakdown(model)
@@ -57,9 +57,9 @@ def _ungathered_experts(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     its shards, unless it casts them to the compute dtype (measured: 2 gloo ranks, fp32,
     ``validate.run --suite parallel``, layout ep-fsdp2)."""
     prec = PRECISIONS[train.precision]
-    if not model.moe or prec.param != prec.activation:
+    if prec.param != prec.activation:
         return sp.Integer(0)
-    experts, _ = local_experts(model, sp.Integer(1))
+    experts, _ = local_experts(model, [(ffn.top(model), sp.Integer(1))])  # 0 if none
     return experts * (1 - more_than_one(expert_shards(X * N_cp)))
 
 
@@ -122,19 +122,21 @@ def with_block_peaks(
     acts, head_acts = acts_of(None), acts_of(HEAD_PARTS)
     skip = (*HEAD_PARTS, *SHARED_PARTS, "total")
     block_acts = acts_of(tuple(op for op in activation_memory(model, train) if op not in skip)) / L
-    if model.moe:  # the top block is an MoE block: its own FFN's activations, not the average
-        dense_ffn = ("ffn_hidden", *MOE_PARTS)
-        rest = tuple(op for op in activation_memory(model, train) if op not in (*skip, *dense_ffn))
-        block_acts = acts_of(rest) / L + acts_of(MOE_PARTS) / moe_layers(model)
+    mix = ffn.blocks(model)
+    if len(mix) > 1:  # the top block (an MoE one): its own FFN's activations, not the average
+        top_kind, top_blocks = mix[-1]
+        skip = (*skip, *(part for kind, _ in mix for part in kind.kept_parts))
+        rest = tuple(op for op in activation_memory(model, train) if op not in skip)
+        block_acts = acts_of(rest) / L + acts_of(top_kind.kept_parts) / top_blocks
     earlier, fresh = live * state["grads"], (1 - live) * grad_shard  # shards held / made
     stream = residual * b * T * D
     stored = state["master"] + state["buffers"]
     blocks = stored + acts - head_acts + 2 * stream
     transition = blocks + acts_of(("final_norm",)) + gathered["transition"]
     forward = smax(blocks + gathered["blocks"], transition)
+    hidden = prec.activation * b * T * ffn.top(model).hidden_width(model) / Y
     top = (stored + acts + earlier + gathered["backward_top"] + reduce * head
-           + fresh * head + stream + prec.activation * b * T * top_ffn_width(model) / Y
-           )  # fmt: skip
+           + fresh * head + stream + hidden)  # fmt: skip
     below = (stored + acts - head_acts - block_acts + earlier + gathered["backward_next"]
              + reduce * block + fresh * (head + block) + stream)  # fmt: skip
     both = smax(forward + earlier, top, below)

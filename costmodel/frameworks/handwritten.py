@@ -35,6 +35,7 @@ import numpy as np
 import sympy as sp
 
 from costmodel.frameworks.registry import Framework
+from costmodel.kinds import attention
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.collectives import bus_factor, ring_steps
 from costmodel.parallel.pipeline import PipelineRank
@@ -188,7 +189,8 @@ def replicated_tensors(model: ModelSpec) -> sp.Expr:
     if model.ffn_only:
         return L * ffn
     per_norm = 1 if model.norm == "rmsnorm" else 2
-    per_block = 2 + (2 if model.qk_norm else 0) + (1 + (model.q_lora_rank > 0)) * model.mla
+    latents = len(attention.projections(model).norm_widths(model))  # MLA's
+    per_block = 2 + (2 if model.qk_norm else 0) + latents
     norms = (per_block * L + 1) * per_norm  # MLA's latents' norms too
     qkv = 3 if model.bias or model.qkv_bias else 0
     out = 1 if model.bias else 0

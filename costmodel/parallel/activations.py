@@ -8,29 +8,23 @@ sbh(10 + 24/t + 5as/ht) without SP, all /t with SP); pipeline ranks
 (``costmodel.parallel.pipeline``). Bytes, in terms of the global micro-batch b and T.
 """
 
+from typing import Any
+
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
-from costmodel.parallel.experts import (
-    busiest_experts,
-    kept_fraction,
-)
+from costmodel.kinds import ffn
 from costmodel.parallel.pipeline import (
     PipelineRank,
     boundary_tensors,
     chunks_in_flight,
     held_layers,
-    rank_layers,
 )
-from costmodel.parallel.shares import device_batch, moe_blocks, residual_bytes, stage_layers
+from costmodel.parallel.shares import device_batch, device_blocks, residual_bytes, stage_layers
 from costmodel.single.memory import (
     HEAD_PARTS,
-    MOE_PARTS,
     SHARED_PARTS,
     activation_memory,
-)
-from costmodel.single.params import (
-    moe_layers,
 )
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -40,7 +34,6 @@ from costmodel.symbols import (
     H,
     K,
     L,
-    L_d,
     N_cp,
     T,
     V,
@@ -82,11 +75,12 @@ def sharded_activations(
     if only is not None:
         parts = {op: e for op, e in parts.items() if op in only}
     if rank is not None:
-        held, layers = held_layers(par, rank), rank_layers(par, rank)
+        held = held_layers(par, rank)
         micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
     else:  # the busiest stage's layers, L without pp
-        held, layers, micro_batches = stage_layers(par), stage_layers(par), 1
-    shares = _layer_shares(model, held, held * moe_blocks(model, par, rank) / layers)
+        held, micro_batches = stage_layers(par), 1
+    shares = _layer_shares(model, held, device_blocks(model, par, rank))
+    ep_scales = {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales().items()}
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
     framework = framework_of(par)
@@ -100,10 +94,8 @@ def sharded_activations(
         sequence = par.sequence_parallel and not (dtensor and op in _SP_GATHERED)
         sharded = op not in _TP_PARTIAL and (sequence or op in _TP_SHARDED)
         scale = head if op in HEAD_PARTS else shares.get(op, shares["all"])
-        if op == "moe_experts":  # the pairs the busiest ep rank's experts run
-            scale *= busiest_experts()
-        if op == "moe_routed":  # its tokens' pairs its capacity keeps
-            scale *= kept_fraction()
+        if op in ep_scales:  # an FFN kind's parts on the busiest ep rank
+            scale *= ep_scales[op]
         total += expr / (Y if sharded else 1) * scale
     if rank is not None and only is None:
         total += boundary_tensors(par, rank)[1] * stage_boundary(train, par)
@@ -115,14 +107,19 @@ def sharded_activations(
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
 
 
-def _layer_shares(model: ModelSpec, held: sp.Expr, held_moe: sp.Expr) -> dict[str, sp.Expr]:
+def _layer_shares(
+    model: ModelSpec, held: sp.Expr, device: list[tuple[Any, sp.Expr]]
+) -> dict[str, sp.Expr]:
     """Multipliers of ``activation_memory``'s parts (each summed over the blocks that have
-    it) for ``held`` layer-micro-batches of which ``held_moe`` are MoE blocks': ``all`` for
-    what every block keeps, the MoE parts and the dense FFN's over their own blocks."""
+    it) for ``held`` layer-micro-batches of the ``device``'s blocks (FFN kind, how many):
+    ``all`` for what every block keeps, each FFN kind's parts over its own blocks (max(..,
+    1): a part over no blocks is 0 whatever multiplies it)."""
     shares = {"all": held / L}
-    if model.moe:  # max(.., 1): a part over no blocks is 0 whatever multiplies it
-        shares.update(dict.fromkeys(MOE_PARTS, held_moe / moe_layers(model)))
-        shares["ffn_hidden"] = (held - held_moe) / sp.Max(L_d, 1)
+    if len(device) == 1:  # one kind: its parts are in every block
+        return shares
+    layers = sp.Add(*(n for _, n in device))
+    for (kind, count), (_, mine) in zip(ffn.blocks(model), device, strict=True):
+        shares.update(dict.fromkeys(kind.kept_parts, held * mine / layers / sp.Max(count, 1)))
     return shares
 
 

@@ -22,9 +22,9 @@ from costmodel.parallel.experts import (
 from costmodel.parallel.shares import (
     device_batch,
     device_experts,
-    moe_blocks,
     replicas,
     residual_bytes,
+    routed_blocks,
     shard_degree,
     stage_layers,
 )
@@ -86,16 +86,13 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         """Gradient elements a device all-reduces (or reduce-scatters, or all-gathers) over
         the replicas: the dense parameters' shard, a routed expert's over the replicas
         holding that expert."""
-        out = bus_factor(op, dp) * dense / shards
-        if model.moe:
-            out += bus_factor(op, expert_replicas(shards, dp)) * experts / e_shards
-        return out
+        return (bus_factor(op, dp) * dense / shards
+                + bus_factor(op, expert_replicas(shards, dp)) * experts / e_shards)  # fmt: skip
 
     def sharded(op: str) -> sp.Expr:
         """Elements a device moves gathering or scattering its parameters over the shard
         group (a routed expert's over its own, :func:`expert_shards`)."""
-        out = bus_factor(op, shards) * dense
-        return out + bus_factor(op, e_shards) * experts if model.moe else out
+        return bus_factor(op, shards) * dense + bus_factor(op, e_shards) * experts
 
     per_device = sharded_params(model, n, shards, experts)
     if framework_of(par).distributed_optimizer:  # scatter, step, gather
@@ -164,12 +161,12 @@ def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     routing, ``ep_imbalance`` times that to and from the busiest rank. Full recomputation
     dispatches and combines again. The MoE blocks are the device's (its stage's under
     pipelining). None for a dense model."""
-    if not model.moe:
+    calls = m * routed_blocks(model, par)
+    if calls == 0:  # no block routes its tokens
         return _phases(0, 0, 0, 0)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     one = c * b_dev * t_dev * k_r * D * bus_factor("all_to_all", N_ep) * busiest_experts()
-    calls = m * moe_blocks(model, par)
     again = 2 if train.recompute == "full" else 0
     each = one / W_ep + ring_steps("all_to_all", N_ep) * a_ep
     return _phases(calls * (4 + again) * one, calls * 2 * each, calls * (2 + again) * each, 0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.frameworks.registry import Framework, framework_of
+from costmodel.kinds import ffn
 from costmodel.parallel.activations import (
     ring_transient,
     sharded_activations,
@@ -95,8 +96,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
         return grad * n * more_than_one(replicas(par) * X)
     # a routed expert's gradient is reduced only over the ranks holding that expert
     reduced = (n - experts) * more_than_one(replicas(par))
-    if model.moe:
-        reduced += experts * more_than_one(expert_replicas(shard_degree(par), replicas(par)))
+    reduced += experts * more_than_one(expert_replicas(shard_degree(par), replicas(par)))
     return grad * reduced * (1 - more_than_one(X))
 
 
@@ -185,8 +185,9 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
         block = finetune.frozen_block_bytes(model, train) + act * finetune.adapter_params(
             model, train) / L  # fmt: skip
         return in_flight * block * (1 - 1 / X)
-    if model.moe:  # an MoE block, its routed experts gathered over their own shard group
-        dense = stacked_blocks(model, sp.Integer(1), sp.Integer(1))[1] - expert_block(model)[1]
-        _, experts = local_experts(model, sp.Integer(1))
+    if ffn.routes(model):  # the top block, its routed experts gathered over their own group
+        top = [(ffn.top(model), sp.Integer(1))]
+        dense = stacked_blocks(model, top)[1] - expert_block(model)[1]
+        _, experts = local_experts(model, top)
         one_layer = dense * (1 - 1 / X) + experts * (1 - 1 / expert_shards(X))
     return in_flight * PRECISIONS[train.precision].activation * one_layer

@@ -12,26 +12,32 @@ bytes per device; a dense model has no routed experts (every term here is 0 or 1
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
+from costmodel.kinds import ffn
+from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_fraction
 from costmodel.single.memory import kept_weight_copies, state_memory
-from costmodel.single.params import ffn_matrices, ffn_params
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import D, E_r, F_e, N_ep, as_expr, c_cap, more_than_one, rho_ep
+from costmodel.symbols import N_ep, as_expr
+
+__all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_replicas",
+           "expert_shards", "kept_fraction", "local_experts", "sharded_params",
+           "split_state"]  # fmt: skip
 
 
 def expert_block(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of one MoE block's routed experts (0 for a dense
+    """(parameters, matmul weights) of the top block's routed experts (0 for a dense
     model): what expert parallelism splits over its ranks."""
-    if not model.moe:
-        return sp.Integer(0), sp.Integer(0)
-    return E_r * ffn_params(model, F_e), E_r * ffn_matrices(model) * D * F_e
+    return ffn.top(model).routed(model)
 
 
-def local_experts(model: ModelSpec, blocks: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of the routed experts a device holding ``blocks`` MoE
-    blocks keeps before ZeRO: n_experts / ep of each block's."""
-    return tuple(blocks * e / N_ep for e in expert_block(model))  # type: ignore[return-value]
+def local_experts(model: ModelSpec, blocks: list[tuple[Any, sp.Expr]]) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters, matmul weights) of the routed experts a device holding ``blocks`` (FFN
+    kind, how many) keeps before ZeRO: n_experts / ep of each routed block's."""
+    routed = [[n * e / N_ep for e in kind.routed(model)] for kind, n in blocks]
+    return sp.Add(*(r[0] for r in routed)), sp.Add(*(r[1] for r in routed))
 
 
 def expert_shards(shards: sp.Expr) -> sp.Expr:
@@ -42,31 +48,6 @@ def expert_shards(shards: sp.Expr) -> sp.Expr:
     shards of these. ``min(ep, shards)`` of them are ep ranks (the layout rule makes ep
     divide the group or be a multiple of it)."""
     return shards / sp.Min(N_ep, shards, evaluate=False)
-
-
-def routed_to_busiest() -> sp.Expr:
-    """Routed token-expert pairs sent to the busiest rank's experts over the mean: the
-    stated ``ep_imbalance`` under expert parallelism; 1 without it (every rank runs its
-    own tokens' pairs, wherever they are routed)."""
-    return 1 + (rho_ep - 1) * more_than_one(N_ep)
-
-
-def busiest_experts() -> sp.Expr:
-    """Routed pairs the busiest rank's experts run over the mean: what is sent to it, at
-    most the capacity factor (pairs past an expert's capacity are dropped before dispatch;
-    the rank's load spread over its experts)."""
-    return sp.Min(routed_to_busiest(), c_cap, evaluate=False)
-
-
-def dropped_fraction() -> sp.Expr:
-    """The fraction of the pairs routed to the busiest rank that its capacity drops."""
-    return 1 - busiest_experts() / routed_to_busiest()
-
-
-def kept_fraction() -> sp.Expr:
-    """The fraction of a rank's own pairs that capacity keeps: the busiest rank drops
-    (routed - capacity) x the mean, taken evenly from the ep ranks' tokens (1 dropless)."""
-    return 1 - (routed_to_busiest() - busiest_experts()) / N_ep
 
 
 def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
@@ -80,8 +61,6 @@ def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr, experts: sp.Ex
     """Parameters per device of the ``n`` a device holds before ZeRO (``experts`` of them
     routed experts), their state split over ``shards`` devices: the routed experts over
     :func:`expert_shards` of them."""
-    if not model.moe:
-        return n / shards
     return (n - experts) / shards + experts / expert_shards(shards)
 
 
@@ -96,7 +75,7 @@ def split_state(
     """``state_memory`` of a device's ``n`` parameters (``kept`` weight casts) with the
     dense ones' state split over ``shards`` and the routed experts' (``experts``: their
     parameters and matmul weights on the device) over theirs."""
-    if not model.moe:
+    if not ffn.routes(model):  # (a dense model's frozen weights are counted once)
         return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
     routed, routed_mm = experts
     routed_kept = kept_weight_copies(model, train, matmul=routed_mm, head=sp.Integer(0))

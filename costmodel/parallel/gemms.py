@@ -19,82 +19,36 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel.experts import busiest_experts
+from costmodel.kinds import attention, ffn
+from costmodel.kinds.ffn import Gemm
 from costmodel.single.finetune import adapted, tunes
-from costmodel.single.params import attention_matrices, ffn_matrices
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import (
-    C_eff,
-    D,
-    E_r,
-    E_s,
-    F,
-    F_e,
-    H,
-    K,
-    N_ep,
-    N_sm,
-    V,
-    W_hbm,
-    Y,
-    at_least_one,
-    d_h,
-    k_r,
-    r_a,
-    smax,
-    t_m,
-    t_n,
-)
+from costmodel.symbols import C_eff, D, N_sm, V, W_hbm, Y, r_a, smax, t_m, t_n
 
-Gemm = tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]
-"""(rows per token, k, n2, how many) of one kind of matmul in an op."""
+__all__ = ["Gemm", "all_gemms", "gemm_cost", "gemm_seconds", "matmul_shapes", "tile_slots",
+           "wave_efficiency"]  # fmt: skip
 
 
 def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-    """Per-device (k, n2) of each op's matmuls under tensor parallelism Y."""
-    up = [(D, F / Y)] * (ffn_matrices(model) - 1)
-    shapes = {"ffn": [*up, (F / Y, D)]}
-    if model.mla:  # its latents (MLA runs without tensor parallelism)
-        for op, fan_in, fan_out in attention_matrices(model):
-            shapes.setdefault(op, []).append((fan_in, fan_out))
-        shapes["lm_head"] = [(D, V / Y)]
-    elif not model.ffn_only:
-        shapes.update(
-            {
-                "attn_q": [(D, H * d_h / Y)],
-                "attn_k": [(D, K * d_h / Y)],
-                "attn_v": [(D, K * d_h / Y)],
-                "attn_o": [(H * d_h / Y, D)],
-                "lm_head": [(D, V / Y)],
-            }
-        )
-    return shapes
-
-
-def moe_gemms(model: ModelSpec) -> dict[str, list[Gemm]]:
-    """An MoE block's matmuls on one device: the router over every token; each of the
-    device's E/ep routed experts over the k·ep/E share of its ep group's tokens routing
-    sends it (balanced routing, times ``ep_imbalance`` on the busiest rank; its weights are
-    read once per step whatever it gets); the shared experts as one FFN of their summed
-    width (none when E_s is 0)."""
-    up = ffn_matrices(model) - 1
-    shared = at_least_one(E_s)
-    rows, experts = k_r * N_ep / E_r * busiest_experts(), E_r / N_ep
-    gate = [(sp.Integer(1), D, sp.Integer(1), sp.Integer(1))] if model.shared_expert_gate else []
-    return {
-        "router": [(sp.Integer(1), D, E_r, sp.Integer(1)), *gate],
-        "experts": [(rows, D, F_e, up * experts), (rows, F_e, D, experts)],
-        "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, 1)],
-    }
+    """Per-device (k, n2) of each attention op's matmuls (and the head's) under tensor
+    parallelism Y."""
+    if model.ffn_only:
+        return {}
+    return {**attention.projections(model).shapes(model), "lm_head": [(D, V / Y)]}
 
 
 def all_gemms(model: ModelSpec, train: TrainSpec | None = None) -> dict[str, list[Gemm]]:
-    """Every op's matmuls as (rows per token, k, n2, how many) on one device; with a
-    fine-tuning ``train``, its adapters' (x A: k = fan-in, n2 = r; then B: k = r)."""
-    gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in shapes]
-             for op, shapes in matmul_shapes(model).items()}  # fmt: skip
-    if model.moe:
-        gemms.update(moe_gemms(model))
+    """Every op's matmuls as (rows per token, k, n2, how many) on one device: attention's
+    and the head's, and each FFN kind's (``FFNKind.gemms``); with a fine-tuning ``train``,
+    its adapters' (x A: k = fan-in, n2 = r; then B: k = r)."""
+    shapes = matmul_shapes(model)
+    head = shapes.pop("lm_head", None)
+    gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in pairs]
+             for op, pairs in shapes.items()}  # fmt: skip
+    for kind, _ in ffn.blocks(model):
+        gemms.update(kind.gemms(model))
+    if head is not None:
+        gemms["lm_head"] = [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in head]
     if train is not None and tunes(train):
         one = sp.Integer(1)
         gemms["lora"] = [g for _, k, n2, c in adapted(model, train)

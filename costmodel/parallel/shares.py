@@ -1,5 +1,5 @@
-"""What one device's share of a layout is: its micro-batch, its stage's blocks (MoE ones
-counted apart) and routed experts, the groups its state is sharded and replicated over,
+"""What one device's share of a layout is: its micro-batch, its stage's blocks by FFN kind
+(``costmodel.kinds.ffn``) and routed experts, the groups its state is sharded and replicated over,
 and the residual stream's dtype its framework keeps. Shared by per-device memory
 (``costmodel.parallel.distributed``), activations (``costmodel.parallel.activations``),
 communication and timing.
@@ -8,23 +8,15 @@ communication and timing.
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
-from costmodel.parallel.experts import (
-    local_experts,
-)
-from costmodel.parallel.pipeline import (
-    PipelineRank,
-    rank_layers,
-)
+from costmodel.kinds import ffn
+from costmodel.parallel.experts import local_experts
+from costmodel.parallel.pipeline import PipelineRank, rank_layers
 from costmodel.single import finetune
-from costmodel.single.params import (
-    moe_layers,
-)
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     L,
-    L_d,
     N_cp,
     N_dp,
     N_pp,
@@ -45,22 +37,34 @@ def stage_layers(par: ParallelSpec) -> sp.Expr:
     return sp.ceiling(L / N_pp) if par.pp > 1 else L
 
 
-def moe_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None) -> sp.Expr:
-    """MoE blocks a device holds: all of them without pp; on pipeline ``rank`` its blocks
-    but the dense leading ones, which the first stage holds (a layout rule); without a
-    rank, with pp > 1, the busiest stage's blocks, all MoE blocks (an upper bound)."""
-    if not model.moe:
-        return sp.Integer(0)
+def device_blocks(
+    model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
+) -> list[tuple[ffn.FFNKind, sp.Expr]]:
+    """(FFN kind, blocks of that kind) a device holds, in the model's mix
+    (``costmodel.kinds.ffn.blocks``): all of them without pp. The mix's lower kinds (an
+    MoE model's leading dense blocks) sit on the first stage (a layout rule), the top kind
+    fills the rest: on pipeline ``rank`` its blocks but those; without a rank, with pp > 1,
+    the busiest stage's blocks, all of the top kind (an upper bound)."""
+    mix = ffn.blocks(model)
+    *lower, (top, _) = mix
     if rank is not None:
-        return rank_layers(par, rank) - (L_d if rank.first else 0)
-    return stage_layers(par) if par.pp > 1 else moe_layers(model)
+        held = [(kind, n if rank.first else sp.Integer(0)) for kind, n in lower]
+        return [*held, (top, rank_layers(par, rank) - sp.Add(*(n for _, n in held)))]
+    if par.pp > 1:
+        return [*((kind, sp.Integer(0)) for kind, _ in lower), (top, stage_layers(par))]
+    return mix
+
+
+def routed_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None) -> sp.Expr:
+    """Blocks a device holds whose FFN routes tokens (MoE blocks; 0 for a dense model)."""
+    return sp.Add(*(n for kind, n in device_blocks(model, par, rank) if kind.routes))
 
 
 def device_experts(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> tuple[sp.Expr, sp.Expr]:
     """(parameters, matmul weights) of the routed experts a device holds before ZeRO."""
-    return local_experts(model, moe_blocks(model, par, rank))
+    return local_experts(model, device_blocks(model, par, rank))
 
 
 def shard_degree(par: ParallelSpec) -> sp.Expr:

@@ -14,7 +14,7 @@ import sympy as sp
 
 from costmodel.parallel.experts import sharded_params, split_state
 from costmodel.parallel.pipeline import PipelineRank, chunks_in_flight, rank_layers
-from costmodel.parallel.shares import device_experts, moe_blocks, stage_layers
+from costmodel.parallel.shares import device_blocks, device_experts, stage_layers
 from costmodel.single import finetune
 from costmodel.single.memory import kept_weight_copies
 from costmodel.single.params import block_params, param_breakdown, stacked_blocks
@@ -39,7 +39,7 @@ def params_per_device(
     head = parts["lm_head"]
     head_mm = 0 if model.ffn_only else V * D
     layers = rank_layers(par, rank) if rank is not None else stage_layers(par)
-    blocks, blocks_mm = stacked_blocks(model, layers, moe_blocks(model, par, rank))
+    blocks, blocks_mm = stacked_blocks(model, device_blocks(model, par, rank))
     # the routed experts the other ep ranks hold (MoE models run without tp)
     others = [e * (N_ep - 1) for e in device_experts(model, par, rank)]
     blocks, blocks_mm = blocks - others[0], blocks_mm - others[1]

@@ -24,15 +24,15 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
-from costmodel.kinds import attention
+from costmodel.kinds import attention, ffn
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
 from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
-from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds, moe_gemms
+from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
 from costmodel.parallel.shares import (
     device_batch,
-    moe_blocks,
+    device_blocks,
     optimizer_shards,
     residual_bytes,
     stage_layers,
@@ -43,7 +43,7 @@ from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import backward_factor, flop_conventions
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
-from costmodel.single.params import head_widths, op_level_recomputed
+from costmodel.single.params import op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -66,7 +66,6 @@ from costmodel.symbols import (
     X,
     Y,
     b,
-    d_h,
     m,
     s_sync,
     smax,
@@ -75,19 +74,21 @@ from costmodel.symbols import (
 )
 
 
-def moe_share(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
-    """The fraction of the (busiest) stage's blocks that are MoE blocks (0 when dense)."""
-    return moe_blocks(model, par) / stage_layers(par)
+def block_shares(model: ModelSpec, par: ParallelSpec) -> list[tuple[ffn.FFNKind, sp.Expr]]:
+    """(FFN kind, the fraction of the busiest stage's blocks of that kind): 1 for a dense
+    model; an MoE model's dense leading blocks and MoE ones (under pipelining the busiest
+    stage's are all MoE blocks)."""
+    device = device_blocks(model, par)
+    if len(device) == 1:
+        return [(device[0][0], sp.Integer(1))]
+    return [(kind, n / stage_layers(par)) for kind, n in device]
 
 
 def _layer_share(model: ModelSpec, par: ParallelSpec, op: str) -> sp.Expr:
-    """The fraction of the stage's blocks that run ``op``: an MoE model's FFN ops split
-    them (dense leading blocks and MoE ones; under pipelining the busiest stage's are all
-    MoE blocks)."""
-    if not model.moe or op not in ("ffn", *moe_gemms(model)):
-        return sp.Integer(1)
-    share = moe_share(model, par)
-    return 1 - share if op == "ffn" else share
+    """The fraction of the stage's blocks that run ``op``: each FFN kind's ops run in its
+    blocks, every other op in all of them."""
+    shares = [share for kind, share in block_shares(model, par) if op in kind.ops]
+    return shares[0] if shares else sp.Integer(1)
 
 
 def roofline(
@@ -126,12 +127,8 @@ def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[st
     every pair, writing and reading the scores, masked scores and probabilities as separate
     kernels whose times add, its backward twice its forward."""
     a = PRECISIONS[train.precision].activation
-    per_pair = 4 * b_dev * (H / Y) * d_h * t_dev / T  # QKᵀ and PV, 2 FLOPs a multiply-add
-    nbytes = a * b_dev * t_dev * (2 * H + 2 * K) * d_h / Y
-    if model.mla:  # heads of query/key and value widths (the fused kernel's padded)
-        d_qk, d_val = head_widths(model, train.attention)
-        per_pair = 2 * b_dev * (H / Y) * (d_qk + d_val) * t_dev / T
-        nbytes = a * b_dev * t_dev * H * (2 * d_qk + 2 * d_val) / Y
+    projections = attention.projections(model)  # FLOPs per pair, bytes of its operands
+    per_pair, nbytes = projections.core_traffic(model, train.attention, b_dev, t_dev, a)
     if train.attention == "naive":
         flops = attention.per_layer(model, lambda kind: per_pair * kind.naive_pairs())
         nbytes += 6 * a * b_dev * (H / Y) * T * T
@@ -205,11 +202,10 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
         return fwd, 2 * fwd
     prec = PRECISIONS[train.precision]
     args = (model, residual_bytes(train, par), prec.activation, train.dropout > 0)
-    fwd, bwd = eager_bytes(*args)
-    if model.moe:  # the blocks' average: dense leading ones and MoE ones
-        moe_fwd, moe_bwd = eager_bytes(*args, moe=True)
-        share = moe_share(model, par)
-        fwd, bwd = fwd + share * (moe_fwd - fwd), bwd + share * (moe_bwd - bwd)
+    fwd = bwd = sp.Integer(0)
+    for kind, share in block_shares(model, par):  # the blocks' average over the FFN kinds
+        kind_fwd, kind_bwd = eager_bytes(*args, block=kind.name)
+        fwd, bwd = fwd + share * kind_fwd, bwd + share * kind_bwd
     if checkpoints_blocks(train):
         bwd += fwd
     if par.sequence_parallel:
@@ -273,13 +269,10 @@ def _host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tupl
     dispatches (``costmodel.single.kernels``: its layers, and the embedding, head and loss,
     an upper bound for a middle stage) times the host's seconds per kernel."""
     residual = residual_bytes(train, par)
-    layer, outside = layer_kernels(model, train, residual), model_kernels(model, train, residual)
-    layers = stage_layers(par)
-    host = [layers * n + k for n, k in zip(layer, outside, strict=True)]
-    if model.moe:  # its MoE blocks' kernels over a dense block's
-        moe = layer_kernels(model, train, residual, moe=True)
-        blocks = moe_blocks(model, par)
-        host = [h + blocks * (e - n) for h, e, n in zip(host, moe, layer, strict=True)]
+    host = list(model_kernels(model, train, residual))
+    for kind, blocks in device_blocks(model, par):  # each FFN kind's blocks, its kernels
+        layer = layer_kernels(model, train, residual, block=kind.name)
+        host = [h + blocks * n for h, n in zip(host, layer, strict=True)]
     return tuple(h * t_op for h in host)
 
 
@@ -356,7 +349,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
-        **({"moe.dropped_fraction": dropped_fraction()} if model.moe else {}),
+        **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),
         "time_s.comm": sum(
             (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
         ),

@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.single.params import ffn_matrices
+from costmodel.kinds import attention, ffn
+from costmodel.kinds.ops import STAT
+from costmodel.kinds.ops import cast_bytes as _cast
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, E_r, E_s, F, F_e, H, K, at_least_one, d_h, k_r, more_than_one
-
-STAT = 4  # norm statistics are fp32
-
-
-def _cast(src: int, dst: int, n: sp.Expr) -> sp.Expr:
-    """``.to(dtype)`` reads and writes n elements, or dispatches nothing if the dtype holds."""
-    return (src + dst) * n if src != dst else sp.Integer(0)
+from costmodel.symbols import D, H, K, d_h
 
 
 def _norm(
@@ -59,15 +54,7 @@ def _rope(a: int) -> tuple[sp.Expr, sp.Expr]:
     return 10 * a * n + 4 * a * d_h, 10 * a * n + 4 * a * d_h
 
 
-def _ffn(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
-    """SwiGLU: silu (2aF) and the product (3aF); backward: silu's (3aF) and the product's
-    two gradients (6aF). GELU and ReLU: the activation (2aF) and its backward (3aF)."""
-    if model.ffn == "swiglu":
-        return 5 * a * F, 9 * a * F
-    return 2 * a * F, 3 * a * F
-
-
-def _bias(model: ModelSpec, a: int, moe: bool = False) -> tuple[sp.Expr, sp.Expr]:
+def _bias(model: ModelSpec, a: int, kind: ffn.FFNKind) -> tuple[sp.Expr, sp.Expr]:
     """A biased projection adds its bias in forward only where ``addmm`` cannot (never
     here) and sums its output gradient over tokens in backward (a per output; an MoE
     FFN's experts over the tokens routed to them; Q, K and V alone under ``qkv_bias``)."""
@@ -75,60 +62,17 @@ def _bias(model: ModelSpec, a: int, moe: bool = False) -> tuple[sp.Expr, sp.Expr
         return sp.Integer(0), sp.Integer(0)
     outputs = sp.Integer(0) if model.ffn_only else (H + 2 * K) * d_h  # Q, K and V's
     if model.bias:  # O's and the FFN's
-        up = ffn_matrices(model) - 1
-        outputs += D + up * F
-        if moe:
-            shared = at_least_one(E_s) * (D + up * E_s * F_e)
-            outputs += k_r * (D + up * F_e) + shared - (D + up * F)
+        outputs += kind.bias_outputs(model)
         if not model.ffn_only:
             outputs += D
     return sp.Integer(0), a * outputs
 
 
-def _moe(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
-    """An MoE FFN as the reference model runs it (``validate/reference/moe.py``), per token.
-
-    Router: the logits' fp32 cast, softmax (8E), top-k (reads 4E, writes k values and int64
-    indices), the renormalisation's sum and division (where it renormalises), the weights'
-    cast; backward the
-    softmax's (12E), top-k's scatter into zeros, the division's five ops and sum, and the
-    add of the two paths. Every expert reads whole per-token tensors each step: its mask
-    compares all the indices (9k), nonzero reads the mask (k), the gathers read all the
-    inputs (aD) and weights (ak), the out-of-place index_add reads and writes all the
-    outputs (2aD); backward the same for the gathers' scatters into zeros and the
-    index_add's gather. Per routed pair: the gathered rows and their int64 indices, the
-    expert's activation (as a dense FFN's), the weighting product and its gradients (the
-    weight's a product and a sum over D). The gradients of the input add up over the
-    E experts, the router and the shared FFN; the weights' over the experts.
-    """
-    c = _cast(a, STAT, sp.Integer(1))  # a + 4 where the compute dtype is not fp32
-    act_f, act_b = _ffn(model, a)
-    swiglu = 3 * a * D if model.ffn == "swiglu" else 0  # gate and up share their input
-    shared = at_least_one(E_s)
-    renorm = int(model.moe_renormalize)
-    fwd = c * E_r + 8 * E_r + 4 * E_r + 12 * k_r + (4 * k_r + 4 + 8 * k_r + 4) * renorm + c * k_r
-    fwd += E_r * (9 * k_r + k_r + a * D + a * k_r + 2 * a * D)
-    pair = 16 + (8 + a * D) + (16 + a) + (2 * a * D + a) + (8 + a * D)
-    fwd += k_r * (pair + act_f.subs(F, F_e)) + shared * act_f.subs(F, E_s * F_e)
-    div = 48 * k_r + 16 - (4 * k_r + 4) * (1 - more_than_one(k_r))  # k = 1: no sum
-    bwd = c * E_r + 12 * E_r + 8 * E_r + 12 * k_r + (div + 12 * k_r) * renorm + c * k_r
-    bwd += E_r * (a * D + 2 * a * D + 2 * a * k_r) + (E_r + shared) * 3 * a * D
-    bwd += (E_r - 1) * 3 * a * k_r
-    pair = (8 + a * D) + (2 * a * D + a) + 3 * a * D + (a * D + a) + (8 + a * D) + (16 + a)
-    bwd += k_r * (pair + act_b.subs(F, F_e) + swiglu)
-    bwd += shared * (act_b.subs(F, E_s * F_e) + swiglu)
-    if model.shared_expert_gate:  # sigmoid and the product (the gate's (n, 1) operand per
-        # token); backward the product's two gradients, the gate's sum over D, sigmoid's,
-        # and the add of the input's gradient from the gate's matmul
-        fwd += 2 * a + 2 * a * D + a
-        bwd += (2 * a * D + a) + 3 * a * D + (a * D + a) + 3 * a + 3 * a * D
-    return fwd, bwd
-
-
 def eager_bytes(
-    model: ModelSpec, r: int, a: int, dropout: bool = False, *, moe: bool = False
+    model: ModelSpec, r: int, a: int, dropout: bool = False, *, block: str = "dense"
 ) -> tuple[sp.Expr, sp.Expr]:
-    """(forward, backward) bytes per token per layer of the elementwise ops in eager mode.
+    """(forward, backward) bytes per token per layer of the elementwise ops in eager mode,
+    in a block whose FFN is of the kind named ``block`` (``costmodel.kinds.ffn``).
 
     Residual adds read the stream (r) and the branch (a) and write the stream (2r + a per
     element, two per block, one FFN-only); backward adds the gradients of the stream's two
@@ -136,17 +80,19 @@ def eager_bytes(
     the up projection beside SwiGLU's gate), and casts the branch's gradient (r + a).
     ``dropout`` on each branch's output moves 2a + 1 bytes per element in each pass.
     """
-    if model.mla:  # refused by the spec layer (``moe_train_rule``): never a silent number
-        raise ValueError("eager elementwise bytes are not modelled for MLA")
+    projections = attention.projections(model)
+    if not projections.eager:  # refused by the spec layer: never a silent number
+        raise ValueError(f"eager elementwise bytes are not modelled for {projections.title}")
     blocks = 1 if model.ffn_only else 2
     fwd = blocks * (2 * r + a) * D
     bwd = blocks * (3 * r * D + _cast(r, a, D))
     if dropout:  # native_dropout: read, write, bool mask; its backward reads both back
         fwd += blocks * (2 * a + 1) * D
         bwd += blocks * (2 * a + 1) * D
-    consumers = (0 if moe else ffn_matrices(model) - 2) + (0 if model.ffn_only else 2)
+    kind = ffn.KINDS[block]
+    consumers = kind.input_consumers(model) + (0 if model.ffn_only else 2)
     bwd += consumers * 3 * a * D
-    parts = [_moe(model, a) if moe else _ffn(model, a), _bias(model, a, moe)]
+    parts = [kind.moved(model, a), _bias(model, a, kind)]
     if model.ffn_only:
         parts.append((_cast(r, a, D), _cast(r, a, D)))
     else:

@@ -26,6 +26,7 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.kinds.ffn import dense
 from costmodel.single.params import attention_matrices, ffn_matrices, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.finetune import LORA_TARGETS
@@ -143,8 +144,9 @@ def adjust_activations(model: ModelSpec, train: TrainSpec, parts: dict[str, sp.E
     if checkpointed_flash and not adapts(model, train, "attn_o"):  # the core's output is
         act = PRECISIONS[train.precision].activation  # O's input, kept by O's adapter only
         parts["attention"] -= L * act * b * T * H * d_h
-    if "ffn_hidden" in parts and model.ffn != "relu" and not adapts(model, train, "ffn", True):
-        parts["ffn_hidden"] -= L * b * T * mm * F  # the product (or GELU) into W2
+    into_down = dense.activation(model).kept[1]  # the product (or GELU) W2 alone keeps
+    if "ffn_hidden" in parts and into_down and not adapts(model, train, "ffn", True):
+        parts["ffn_hidden"] -= L * b * T * mm * F * into_down
     if "block_inputs" not in parts:
         parts["adapters"] = mm * b * T * adapter_inputs(model, train)
     for part in [k for k, e in parts.items() if e == 0]:

@@ -19,25 +19,22 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.kinds import attention
+from costmodel.kinds import attention, ffn
 from costmodel.single.finetune import adapter_params, adapts, tunes
 from costmodel.single.params import (
     active_params,
     attention_matrices,
-    dense_ffn_layers,
     ffn_matrices,
     head_widths,
-    moe_layers,
     non_embedding_params,
     op_level_recomputed,
     param_breakdown,
-    router_width,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, E_s, F, F_e, H, L, T, V, d_h, k_r, r_a
+from costmodel.symbols import B, D, H, L, T, V, d_h, r_a
 
-MOE_OPS = ("router", "experts", "shared_experts")
-BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o", "ffn", *MOE_OPS)
+BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o",
+             *(op for kind in ffn.KINDS.values() for op in kind.ops))  # fmt: skip
 CORE_OPS = ("attn_scores", "attn_values")
 
 
@@ -55,13 +52,8 @@ def forward_flops_by_op(model: ModelSpec, train: TrainSpec | None = None) -> dic
         ops["attn_scores"] = L * 2 * B * H * T * T * d_qk
         ops["attn_values"] = L * 2 * B * H * T * T * d_val
         ops["attn_o"] = o_proj
-    mats = ffn_matrices(model)
-    ops["ffn"] = dense_ffn_layers(model) * mats * 2 * tokens * D * F
-    if model.moe:  # each token: the router, its k routed experts and the shared ones
-        n = moe_layers(model)
-        ops["router"] = n * 2 * tokens * D * router_width(model)
-        ops["experts"] = n * k_r * mats * 2 * tokens * D * F_e
-        ops["shared_experts"] = n * E_s * mats * 2 * tokens * D * F_e
+    for op, per_token in ffn.by_op(model, lambda kind: kind.forward_flops(model)).items():
+        ops[op] = tokens * per_token
     if not model.ffn_only:
         ops["lm_head"] = 2 * tokens * D * V
     if train is not None and tunes(train):
@@ -150,7 +142,7 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     conv["useful"] = dense
     if not model.ffn_only:
         conv["palm"] = (6 * n_total + 12 * L * H * d_h * T) * tokens
-        if not model.moe:  # Narayanan et al.'s formula is for dense models
+        if not ffn.routes(model):  # Narayanan et al.'s formula is for dense models
             conv["megatron"] = _megatron(train)
         # QKᵀ and PV, 2·d_h FLOPs per pair each, forward and a backward of twice that
         pairs = attention.total(model, lambda kind: kind.useful_pairs())

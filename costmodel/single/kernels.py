@@ -18,13 +18,13 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.kinds import attention
+from costmodel.kinds import attention, ffn
+from costmodel.kinds.ops import STAT
+from costmodel.kinds.ops import differ as _differ
 from costmodel.single.params import block_matmuls, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, Precision
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import E_r, E_s, H, K, at_least_one, k_r, more_than_one, values_for
-
-STAT = 4  # norm statistics are fp32
+from costmodel.symbols import H, K, more_than_one, values_for
 
 # per norm (forward, backward): RMSNorm pow, mean, +eps, rsqrt, two products; backward
 # three products for x̂ and the weighted gradient, mean, product, subtract, ·rstd, and
@@ -46,11 +46,6 @@ def counted(kernels: tuple[Any, Any], model: ModelSpec) -> tuple[int, int]:
     that a structure compiled once counts every size)."""
     values = values_for(model)
     return tuple(int(k.subs(values)) if isinstance(k, sp.Basic) else k for k in kernels)
-
-
-def _differ(a: int, b: int) -> int:
-    """A ``.to(dtype)`` dispatches a copy only where the dtype changes."""
-    return int(a != b)
 
 
 def _norm_ops(model: ModelSpec, prec: Precision, residual: int) -> tuple[int, int]:
@@ -75,17 +70,6 @@ def _core(model: ModelSpec, train: TrainSpec) -> tuple[int, int]:
     return _NAIVE_CORE[0] + drop, _NAIVE_CORE[1] + drop + grouped
 
 
-def _ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
-    """(forward, backward) of one FFN: its matmuls (backward: input and weight gradients,
-    bias sums), their weights' casts, the activation, and the sum of the gradients of the
-    input SwiGLU's gate and up projections share."""
-    mats = 3 if model.ffn == "swiglu" else 2
-    biased = mats if model.bias else 0
-    casts = (mats + biased) * _differ(prec.param, prec.activation)
-    act = (2, 4) if model.ffn == "swiglu" else (1, 1)
-    return mats + casts + act[0], 2 * mats + biased + casts + act[1]
-
-
 def _projections(model: ModelSpec, prec: Precision) -> tuple[int, int]:
     """(forward, backward) of attention's Q, K, V and O matmuls: as an FFN's, and the sums of
     the gradients of the input Q, K and V share."""
@@ -94,52 +78,26 @@ def _projections(model: ModelSpec, prec: Precision) -> tuple[int, int]:
     return 4 + casts, 8 + biased + casts + 2
 
 
-def _moe_ffn(model: ModelSpec, prec: Precision) -> tuple[int, int]:
-    """(forward, backward) of an MoE FFN (``validate/reference/moe.py``).
-
-    Router: its matmul and weight cast, the logits' fp32 cast, softmax, top-k, the sum and
-    division of the renormalisation (where it renormalises), the weights' cast; backward
-    the matmul's two gradients, softmax's, top-k's scatter into zeros, and the division's
-    (three divisions, a negation, a product and, for k > 1, a sum to the denominator's
-    shape, and the add of its two paths). A shared gate (Qwen2-MoE) as its comment says. Shared
-    experts: one FFN (their gradient added into the input's), or the zeros the routed
-    outputs are added into. Each routed expert, every step: the mask, its nonzero, the
-    gathers of its tokens and weights, its FFN, the weighting product and the index_add;
-    backward the gathers' scatters into zeros, the index_add's gather, the product's two
-    gradients and the weight's sum over D, and the adds of its input and weight gradients
-    into the others'.
-    """
-    cast, wide = _differ(prec.param, prec.activation), 2 * _differ(prec.activation, STAT)
-    ffn = _ffn(model, prec)
-    shared = at_least_one(E_s)  # counts are sizes' symbols: one structure serves every size
-    fwd = 3 + cast + wide + shared * ffn[0] + (1 - shared)
-    bwd = 4 + cast + wide + shared * (ffn[1] + 1)
-    if model.moe_renormalize:  # sum and division; backward the division's, for k = 1
-        fwd, bwd = fwd + 2, bwd + 6 + more_than_one(k_r)  # no sum, and the paths' add
-    if model.shared_expert_gate:  # its matmul, sigmoid and product; backward the matmul's
-        # two gradients, the product's two and a sum over D, the sigmoid's, the input's add
-        fwd, bwd = fwd + 3 + cast, bwd + 7 + cast
-    return fwd + E_r * (6 + ffn[0]), bwd + E_r * (10 + ffn[1])
-
-
 def layer_kernels(
-    model: ModelSpec, train: TrainSpec, residual: int, *, moe: bool = False
+    model: ModelSpec, train: TrainSpec, residual: int, *, block: str = "dense"
 ) -> tuple[int, int]:
     """(forward, backward) kernels of one block per micro-batch, recomputation included;
-    ``residual``: bytes per element of the residual stream (the framework's); ``moe``: a
-    block whose FFN is a mixture of experts."""
+    ``residual``: bytes per element of the residual stream (the framework's); ``block``:
+    the kind of the block's FFN (``costmodel.kinds.ffn``: its kernels are the kind's)."""
+    kind = ffn.KINDS[block]
     if train.elementwise == "fused":
-        return _fused_layer(model, train, moe)
-    if model.mla:  # refused by the spec layer (``moe_train_rule``): never a silent number
-        raise ValueError("eager kernel counts are not modelled for MLA")
+        return _fused_layer(model, train, kind)
+    projections = attention.projections(model)
+    if not projections.eager:  # refused by the spec layer: never a silent number
+        raise ValueError(f"eager kernel counts are not modelled for {projections.title}")
     prec = PRECISIONS[train.precision]
     a = prec.activation
     mm = len(block_matmuls(model))
     branches = 1 if model.ffn_only else 2
     drop = branches * int(train.dropout > 0)
-    ffn = _moe_ffn(model, prec) if moe else _ffn(model, prec)
-    fwd = ffn[0] + branches + drop
-    bwd = ffn[1] + drop + branches * (1 + _differ(residual, a))  # stream paths, branch cast
+    mlp = kind.eager_kernels(model, prec)
+    fwd = mlp[0] + branches + drop
+    bwd = mlp[1] + drop + branches * (1 + _differ(residual, a))  # stream paths, branch cast
     inputs = branches * _differ(residual, a)  # block inputs cast to the compute dtype
     fwd, bwd = fwd + inputs, bwd + inputs
     if not model.ffn_only:
@@ -177,23 +135,19 @@ def _recomputed(model: ModelSpec, train: TrainSpec, fwd: int, mm: int) -> int:
     return 0
 
 
-def _fused_layer(model: ModelSpec, train: TrainSpec, moe: bool) -> tuple[int, int]:
-    """(forward, backward) kernels of a block with fused elementwise regions. An MoE FFN
-    as grouped-GEMM frameworks run it (Megatron's GroupedMLP, torchtitan's grouped_mm): the
-    router's matmul and fused softmax/top-k, the tokens' permutation to their experts and
-    back, one grouped GEMM per expert matrix and one activation, and the shared experts."""
+def _fused_layer(model: ModelSpec, train: TrainSpec, kind: ffn.FFNKind) -> tuple[int, int]:
+    """(forward, backward) kernels of a block with fused elementwise regions: its matmuls
+    (an MoE FFN's grouped GEMMs one per expert matrix, as Megatron's GroupedMLP and
+    torchtitan's grouped_mm run them), one kernel per fused region, the attention core,
+    and what the FFN kind adds (``FFNKind.fused_kernels``)."""
     mm = len(block_matmuls(model))
     regions = 2 if model.ffn_only else 2 + 2 + (1 if model.pos == "rope" else 0)
     regions += 2 if model.qk_norm else 0
-    if model.mla:  # its latents' norms
-        regions += 2 if model.q_lora_rank else 1
+    regions += len(attention.projections(model).norm_widths(model))  # e.g. MLA's latents'
     fwd = mm + regions + (0 if model.ffn_only else 1)
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
-    if moe:
-        mats = 3 if model.ffn == "swiglu" else 2
-        shared = at_least_one(E_s)
-        fwd += 4 + shared * (mats + 1)
-        bwd += 2 + 4 + shared * (2 * mats + 1)
+    extra = kind.fused_kernels(model)
+    fwd, bwd = fwd + extra[0], bwd + extra[1]
     again = {"full": fwd - 2, "selective": 0 if model.ffn_only else 1}.get(train.recompute, 0)
     if train.recompute == "selective-op":
         again = fwd - 2 - mm // 2

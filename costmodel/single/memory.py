@@ -17,9 +17,10 @@ and an fp32 logsumexp (Dao 2023, FlashAttention-2, Alg. 1-2), and a local layer'
 band mask; int64 token ids and targets;
 the fp32 log-softmax of the logits. Recomputation: ``full`` keeps each block's input;
 ``selective-op`` (torchtitan's op-level policy) also the fused attention outputs and every
-second matmul output (``costmodel.single.params.op_level_saved``). MLA's attention is
-``costmodel.single.latent``'s; fine-tuning's frozen weights and adapters adjust the parts
-(``costmodel.single.finetune``)."""
+second matmul output (``costmodel.single.params.op_level_saved``). What the attention
+projections and core keep is the projection kind's (``costmodel.kinds.attention``:
+standard or MLA); an FFN's its kind's (``costmodel.kinds.ffn``); fine-tuning's frozen
+weights and adapters adjust the parts (``costmodel.single.finetune``)."""
 
 from __future__ import annotations
 
@@ -27,29 +28,21 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.kinds import attention
-from costmodel.single import finetune, latent
-from costmodel.single.params import (
-    dense_ffn_layers,
-    matmul_weight_params,
-    moe_layers,
-    op_level_saved,
-)
+from costmodel.kinds import attention, ffn
+from costmodel.kinds.ops import INDEX_BYTES, norm_kept
+from costmodel.single import finetune
+from costmodel.single.params import matmul_weight_params, op_level_saved
 from costmodel.single.precision import (
     OPTIMIZER_STATES,
     PRECISIONS,
     STAT_BYTES,
-    norm_kept,
     optimizer_state_bytes,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import (
     B,
     D,
-    E_r,
-    E_s,
     F,
-    F_e,
     H,
     K,
     L,
@@ -57,13 +50,9 @@ from costmodel.symbols import (
     V,
     b,
     d_h,
-    d_r,
-    k_r,
     more_than_one,
     smax,
 )
-
-INDEX_BYTES = 8  # int64 token ids, targets and positions
 
 
 def kept_weight_copies(
@@ -128,57 +117,9 @@ def _norm_saved(model: ModelSpec, residual_bytes: int) -> sp.Expr:
     return b * T * norm_kept(model.norm, residual_bytes, D)
 
 
-def _attention_core(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, sp.Expr]:
-    q = act * b * T * H * d_h
-    kv = 2 * act * b * T * K * d_h
-    if train.recompute == "selective":  # checkpointed core keeps only its inputs
-        core = q + kv + (q if train.attention == "flash" else 0)
-        return {"attention": L * core}
-    if train.attention == "naive":  # Q, K, V copies at H heads for the bmm, and P
-        # dropout keeps its bool mask and its output, which the PV product saves instead
-        dropped = (act + 1) * b * H * T * T if train.dropout else 0
-        return {"attention": L * (3 * q + act * b * H * T * T + dropped)}
-    return {"attention": L * (q + kv + q + STAT_BYTES * b * H * T)}  # + O and logsumexp
-
-
-def _ffn_hidden(model: ModelSpec, act: int, mm: int, width: sp.Expr = F) -> sp.Expr:
-    """Per token, what an FFN of hidden width ``width`` keeps between its matmuls."""
-    if model.ffn == "swiglu":  # gate pre-activation, silu(gate), up; product into W2
-        return (3 * act + mm) * width
-    if model.ffn == "gelu":  # pre-activation into GELU; GELU output into W2
-        return (act + mm) * width
-    return act * width  # ReLU keeps its output, which is also W2's input
-
-
-def _moe_saved(model: ModelSpec, act: int, mm: int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
-    """Per token, what one MoE FFN keeps besides its input (``validate/reference/moe.py``),
-    as (beside the token, beside its routed pairs, at its experts): beside the token, the
-    fp32 router probabilities (softmax output), the top-k indices (int64) and the top-k
-    probabilities with their sum (the renormalisation's operands, fp32, where it
-    renormalises) and the shared experts' hidden activations (and, gated, the gate's
-    sigmoid and the output it scales); per routed token-expert pair its token and slot indices
-    (int64), the expert's output and its weight (the weighting product's operands) and the
-    weighted output (``index_add`` keeps its source, whose shape its backward names); at
-    the experts, per routed pair its gathered input (the expert's matmul input) and the
-    expert's hidden activations. Under expert parallelism the third part is on the rank
-    holding the expert, and a pair its capacity drops keeps neither of the last two."""
-    router = STAT_BYTES * E_r + INDEX_BYTES * k_r
-    if model.moe_renormalize:  # the division's operands: the top-k values and their sum
-        router += STAT_BYTES * (k_r + 1)
-    shared = _ffn_hidden(model, act, mm, E_s * F_e)
-    if model.shared_expert_gate:  # the sigmoid's output and what it scales
-        shared += act + act * D
-    beside = 2 * INDEX_BYTES + 2 * act * D + act
-    at_expert = mm * D + _ffn_hidden(model, act, mm, F_e)
-    return router + shared, k_r * beside, k_r * at_expert
-
-
 SHARED_PARTS = ("inputs", "embedding", "rope", "attn_mask")
 """Parts of :func:`activation_memory` that belong to no block: token ids, position
 tables and the mask, shared by all layers."""
-MOE_PARTS = ("moe", "moe_routed", "moe_experts")
-"""Parts of :func:`activation_memory` an MoE block's FFN keeps (beside its tokens, beside
-their routed pairs and at its experts)."""
 HEAD_PARTS = ("final_norm", "lm_head_input", "loss")
 """Parts of :func:`activation_memory` written after the last block (once per stage
 holding the head, whatever the micro-batches in flight)."""
@@ -201,8 +142,8 @@ def activation_memory(
         if model.pos == "learned":
             parts["embedding"] = INDEX_BYTES * T
         else:
-            rope = d_r if model.mla else d_h  # cos and sin tables, shared by all layers
-            parts["rope"] = 2 * act * T * rope
+            rope = attention.projections(model).rope_width(model)  # cos and sin tables,
+            parts["rope"] = 2 * act * T * rope  # shared by all layers
         mask = attention.mask_bytes(model, train.attention, act)  # shared by all layers
         if mask != 0:
             parts["attn_mask"] = mask
@@ -231,23 +172,20 @@ def _block_activations(
         parts["attn_input"] = L * mm * b * T * D
         if model.qk_norm:  # the Q and K projections' outputs and their rows' statistics
             parts["qk_norm"] = L * b * T * (H + K) * norm_kept(model.norm, act, d_h)
-        if model.mla:  # its latents, core and out-projection input
-            parts.update(latent.saved(model, train, act, mm))
-        else:
-            parts.update(_attention_core(model, train, act))
-        if train.attention == "naive" and not model.mla:  # flash's O is already O's input
-            parts["attn_out_input"] = L * mm * b * T * H * d_h
+        parts.update(attention.projections(model).kept(model, train, act, mm))
         parts["ffn_norm"] = L * _norm_saved(model, res)
     # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.
     first_is_input = model.ffn_only and act == res
     parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
-    parts["ffn_hidden"] = dense_ffn_layers(model) * b * T * _ffn_hidden(model, act, mm)
-    if model.moe:
-        for part, per_token in zip(MOE_PARTS, _moe_saved(model, act, mm), strict=True):
-            parts[part] = moe_layers(model) * b * T * per_token
+    parts.update(ffn.by_op(model, lambda kind: _per_token_kept(kind, model, act, mm)))
     if train.dropout:  # a bool mask per residual branch
         parts["dropout_masks"] = (1 if model.ffn_only else 2) * L * b * T * D
     return parts
+
+
+def _per_token_kept(kind: ffn.FFNKind, model: ModelSpec, act: int, mm: int) -> dict:
+    """One block's FFN parts of :func:`activation_memory` for b·T tokens."""
+    return {part: b * T * per_token for part, per_token in kind.kept(model, act, mm).items()}
 
 
 def _op_level_saved(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, sp.Expr]:

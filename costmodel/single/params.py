@@ -7,67 +7,32 @@ et al. 2020, Table 1, with the embedding and norms kept instead of dropped). Uni
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
+from costmodel.kinds import attention, ffn
+from costmodel.kinds.ffn.dense import linear as _linear
+from costmodel.kinds.ffn.dense import matrices as ffn_matrices
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import (
-    D,
-    E_r,
-    E_s,
-    F,
-    F_e,
-    H,
-    K,
-    L,
-    L_d,
-    P,
-    V,
-    at_least_one,
-    d_h,
-    d_r,
-    d_v,
-    k_r,
-    r_kv,
-    r_q,
-)
+from costmodel.symbols import D, F, L, P, V, d_h
 
 
 def attention_matrices(model: ModelSpec) -> list[tuple[str, sp.Expr, sp.Expr]]:
-    """One block's attention matrices in forward order as (op, fan-in, fan-out).
-
-    Standard: Q, K, V and O. MLA (DeepSeek-V2, Sec. 2.1): the query (through its
-    ``r_q``-wide latent, or one projection), then ``attn_k`` the down-projection to the
-    key/value latent and the shared RoPE key (D -> r_kv + d_r), ``attn_v`` the per-head
-    up-projection of keys and values (r_kv -> H·(d_h + d_v)), and O; query and key heads
-    are d_h + d_r wide."""
-    if not model.mla:
-        return [("attn_q", D, H * d_h), ("attn_k", D, K * d_h), ("attn_v", D, K * d_h),
-                ("attn_o", H * d_h, D)]  # fmt: skip
-    q_heads = H * (d_h + d_r)
-    query = [("attn_q", D, r_q), ("attn_q", r_q, q_heads)] if model.q_lora_rank else [
-        ("attn_q", D, q_heads)]  # fmt: skip
-    return [*query, ("attn_k", D, r_kv + d_r), ("attn_v", r_kv, H * (d_h + d_v)),
-            ("attn_o", H * d_v, D)]  # fmt: skip
+    """One block's attention matrices in forward order as (op, fan-in, fan-out): its
+    projection kind's (``costmodel.kinds.attention.projections``: Q, K, V and O, or MLA's
+    latent projections)."""
+    return attention.projections(model).matrices(model)
 
 
-def head_widths(model: ModelSpec, attention: str = "naive") -> tuple[sp.Expr, sp.Expr]:
-    """(query/key, value) width of a head in the attention core: d_h both; under MLA
-    d_h + d_r and d_v, the values zero-padded to the query's width for a fused kernel
-    (FlashAttention-2 takes one head width; Hugging Face's DeepSeek models pad them)."""
-    if not model.mla:
-        return d_h, d_h
-    qk = d_h + d_r
-    return qk, qk if attention == "flash" else d_v
+def head_widths(model: ModelSpec, kernel: str = "naive") -> tuple[sp.Expr, sp.Expr]:
+    """(query/key, value) width of a head in the attention core under ``kernel``."""
+    return attention.projections(model).head_widths(model, kernel)
 
 
 def _attention_weights(model: ModelSpec) -> sp.Expr:
     """One block's attention matmul weights."""
     return sum((m * n for _, m, n in attention_matrices(model)), sp.Integer(0))
-
-
-def ffn_matrices(model: ModelSpec) -> int:
-    """SwiGLU has gate, up and down projections (Shazeer 2020); GELU/ReLU have two."""
-    return 3 if model.ffn == "swiglu" else 2
 
 
 def block_matmuls(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
@@ -101,10 +66,6 @@ def op_level_recomputed(model: ModelSpec, skip_last: bool = True) -> dict[str, s
     return {op: sp.Rational(redo.count(op), [o for o, _, _ in order].count(op)) for op in redo}
 
 
-def _linear(fan_in: sp.Expr, fan_out: sp.Expr, bias: bool) -> sp.Expr:
-    return fan_in * fan_out + (fan_out if bias else 0)
-
-
 def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
     """RMSNorm has a gain vector; LayerNorm a gain and a bias (Zhang & Sennrich 2019)."""
     return width if model.norm == "rmsnorm" else 2 * width
@@ -112,72 +73,27 @@ def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
 
 def block_norms(model: ModelSpec) -> sp.Expr:
     """One block's norm parameters: before attention and before the FFN, and with
-    ``qk_norm`` the query's and the key's over d_h (shared by the heads); under MLA its
-    latents' (the key/value one's, and the query's where it has one)."""
-    latents = (_norm(model, r_kv) + (_norm(model, r_q) if model.q_lora_rank else 0)
-               if model.mla else 0)  # fmt: skip
+    ``qk_norm`` the query's and the key's over d_h (shared by the heads); and those of its
+    attention projections (MLA's latents': the key/value one's, and the query's where it
+    has one)."""
+    widths = attention.projections(model).norm_widths(model)
+    latents = sum((_norm(model, w) for w in widths), sp.Integer(0))
     return 2 * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
-
-
-def ffn_params(model: ModelSpec, width: sp.Expr) -> sp.Expr:
-    """One FFN of hidden width ``width``: its up (and gate) and down projections."""
-    return (ffn_matrices(model) - 1) * _linear(D, width, model.bias) + _linear(width, D, model.bias)
-
-
-def dense_ffn_layers(model: ModelSpec) -> sp.Expr:
-    """Blocks whose FFN is dense: all of them, or an MoE model's leading ``dense_layers``."""
-    return L_d if model.moe else L
-
-
-def moe_layers(model: ModelSpec) -> sp.Expr:
-    """Blocks whose FFN is a mixture of experts."""
-    return L - L_d if model.moe else sp.Integer(0)
-
-
-def top_ffn_width(model: ModelSpec) -> sp.Expr:
-    """Hidden width per token of the top block's FFN backward, one FFN at a time: F, or an
-    MoE block's larger of its shared experts' (E_s·F_e over every token) and one routed
-    expert's (F_e over its k/E share of the tokens)."""
-    if not model.moe:
-        return F
-    return sp.Max(E_s * F_e, k_r * F_e / E_r, evaluate=False)
-
-
-def router_width(model: ModelSpec) -> sp.Expr:
-    """Outputs of an MoE block's gating matmuls over D: the router's E scores, and the
-    shared experts' sigmoid gate (Qwen2-MoE)."""
-    return E_r + (1 if model.shared_expert_gate else 0)
-
-
-def moe_params(model: ModelSpec) -> dict[str, sp.Expr]:
-    """An MoE model's router (a bias-free D x E linear, with the shared experts' D x 1 gate
-    where they have one), routed experts (E FFNs of width F_e) and shared experts (run as
-    one FFN of width E_s·F_e), summed over its MoE blocks (Shazeer et al. 2017; Jiang et
-    al. 2024, Mixtral; Dai et al. 2024, DeepSeekMoE; Qwen Team 2024, Qwen1.5-MoE)."""
-    if not model.moe:
-        return {}
-    n = moe_layers(model)
-    return {
-        "router": n * D * router_width(model),
-        "experts": n * E_r * ffn_params(model, F_e),
-        "shared_experts": n * ffn_params(model, E_s * F_e) * at_least_one(E_s),
-    }
 
 
 def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     """Parameters per component; the parts add up to ``total``.
 
-    Keys: embedding, pos_embedding, attn_q, attn_k, attn_v, attn_o, ffn, norms, lm_head,
-    (router, experts, shared_experts for an MoE model), total. Attention and FFN entries
-    are summed over the L blocks.
+    Keys: embedding, pos_embedding, attn_q, attn_k, attn_v, attn_o, norms, lm_head, the
+    FFN kinds' ops (``ffn``; an MoE model's router, experts, shared_experts:
+    ``costmodel.kinds.ffn``), total. Attention and FFN entries are summed over the blocks.
     """
     zero = sp.Integer(0)
     parts: dict[str, sp.Expr] = dict.fromkeys(
         ("embedding", "pos_embedding", "attn_q", "attn_k", "attn_v", "attn_o", "norms", "lm_head"),
         zero,
     )
-    parts["ffn"] = dense_ffn_layers(model) * ffn_params(model, F)
-    parts.update(moe_params(model))
+    parts.update(ffn.by_op(model, lambda kind: kind.params(model)))
     if not model.ffn_only:
         parts["embedding"] = V * D
         if model.pos == "learned":
@@ -193,10 +109,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
 
 def active_params(model: ModelSpec) -> sp.Expr:
     """Parameters one token runs through: all but the routed experts it is not sent to."""
-    total = param_breakdown(model)["total"]
-    if not model.moe:
-        return total
-    return total - moe_layers(model) * (E_r - k_r) * ffn_params(model, F_e)
+    return param_breakdown(model)["total"] - ffn.total(model, lambda kind: kind.unused(model))
 
 
 def matmul_weight_params(model: ModelSpec) -> sp.Expr:
@@ -204,10 +117,7 @@ def matmul_weight_params(model: ModelSpec) -> sp.Expr:
 
     These are the tensors torch.autocast casts and keeps for backward under mixed precision.
     """
-    mats = ffn_matrices(model)
-    total = dense_ffn_layers(model) * mats * D * F
-    if model.moe:
-        total += moe_layers(model) * (D * router_width(model) + mats * D * F_e * (E_r + E_s))
+    total = ffn.total(model, lambda kind: kind.matmul_weights(model))
     if not model.ffn_only:
         total += L * _attention_weights(model) + V * D
     return total
@@ -217,13 +127,8 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
     """Every parameter with two dimensions as (how many, elements each): the embedding
     tables, each block's projections (biases excluded) and an untied head; what a
     sharding rule that splits only matrices (``validate/fsdp.py``) shards."""
-    mats = ffn_matrices(model)
-    dense = dense_ffn_layers(model)
-    out: list[tuple[sp.Expr, sp.Expr]] = [(dense * (mats - 1), D * F), (dense, F * D)]
-    if model.moe:
-        n = moe_layers(model)
-        out += [(n, D * router_width(model)), (n * E_r * (mats - 1), D * F_e), (n * E_r, F_e * D),
-                (n * (mats - 1), D * E_s * F_e), (n, E_s * F_e * D)]  # fmt: skip
+    out = [(count * n, size) for kind, count in ffn.blocks(model)
+           for n, size in kind.weight_matrices(model)]  # fmt: skip
     if model.ffn_only:
         return out
     out += [(L, m * n) for _, m, n in attention_matrices(model)] + [(sp.Integer(1), V * D)]
@@ -238,37 +143,36 @@ def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.
     """Parameters of one block: its attention and FFN matrices (biases included), plus its
     two norms when ``norms`` (the unit FSDP wraps and an offload block moves). An MoE
     model's blocks differ: their average (what L blocks hold together), or with
-    ``largest`` an MoE block's (what FSDP gathers at once)."""
-    parts = param_breakdown(model)
-    keys = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn", *moe_params(model))
-    matrices = sum(parts[k] for k in keys) / L
-    if largest and model.moe:
-        attention = sum(parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")) / L
-        matrices = attention + sum(parts[k] for k in moe_params(model)) / moe_layers(model)
+    ``largest`` the top block's (an MoE block's: what FSDP gathers at once)."""
+    if largest:
+        matrices = _attention_params(model) + sum(ffn.top(model).params(model).values())
+    else:
+        parts = param_breakdown(model)
+        keys = ("attn_q", "attn_k", "attn_v", "attn_o", *ffn.ops(model))
+        matrices = sum(parts[k] for k in keys) / L
     if not norms or model.ffn_only:
         return matrices
     return matrices + block_norms(model)
 
 
-def stacked_blocks(model: ModelSpec, layers: sp.Expr, moe: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters without norms, matmul weights) of ``layers`` blocks of which ``moe`` are
-    MoE blocks (the rest dense): attention in every one, the FFN each kind has."""
-    if not model.moe:
-        return layers * block_params(model, norms=False), layers * _block_matmuls(model, F)
+def _attention_params(model: ModelSpec) -> sp.Expr:
+    """One block's attention parameters (biases included)."""
     parts = param_breakdown(model)  # (each attention part is L times one block's)
-    attention = sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), sp.Integer(0))
-    attention = attention / L
-    mats = ffn_matrices(model)
-    moe_mm = D * router_width(model) + mats * D * F_e * (E_r + E_s) + _block_matmuls(model, 0)
-    params = layers * attention + (layers - moe) * ffn_params(model, F)
-    params += moe * sum(moe_params(model).values()) / moe_layers(model)  # (L - L_d) per block
-    return params, (layers - moe) * _block_matmuls(model, F) + moe * moe_mm
+    return sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), sp.Integer(0)) / L
 
 
-def _block_matmuls(model: ModelSpec, ffn_width: sp.Expr) -> sp.Expr:
-    """Matmul weights of one block with a dense FFN of width ``ffn_width`` (0: none)."""
-    attention = 0 if model.ffn_only else _attention_weights(model)
-    return attention + ffn_matrices(model) * D * ffn_width
+def stacked_blocks(model: ModelSpec, counts: list[tuple[Any, sp.Expr]]) -> tuple[sp.Expr, sp.Expr]:
+    """(parameters without norms, matmul weights) of blocks given as (FFN kind, how many)
+    (``costmodel.kinds.ffn.blocks``' form): attention in every one, the FFN of its kind."""
+    attention, attention_mm = _attention_params(model), _block_matmuls(model)
+    params = sp.Add(*(n * (attention + sum(kind.params(model).values())) for kind, n in counts))
+    mm = sp.Add(*(n * (attention_mm + kind.matmul_weights(model)) for kind, n in counts))
+    return params, mm
+
+
+def _block_matmuls(model: ModelSpec) -> sp.Expr:
+    """Attention matmul weights of one block (none in an FFN-only stack)."""
+    return 0 if model.ffn_only else _attention_weights(model)
 
 
 def non_embedding_params(model: ModelSpec) -> sp.Expr:

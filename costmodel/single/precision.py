@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from costmodel.kinds.ops import STAT
+
 
 @dataclass(frozen=True, kw_only=True)
 class Precision:
@@ -144,11 +146,5 @@ def optimizer_state_bytes(optimizer: str, precision: str, params: Any) -> Any:
     return OPTIMIZER_STATES[optimizer] * PRECISIONS[precision].optimizer_state * params
 
 
-STAT_BYTES = 4
+STAT_BYTES = STAT
 """Norm statistics and the attention logsumexp are fp32 in every kernel here."""
-
-
-def norm_kept(norm: str, nbytes: int, width: Any) -> Any:
-    """Bytes a fused norm keeps for backward per normalised row: its input (``width``
-    elements of ``nbytes``) and its fp32 statistics, rstd (and the mean for LayerNorm)."""
-    return nbytes * width + STAT_BYTES * (1 if norm == "rmsnorm" else 2)

@@ -7,7 +7,7 @@ query goes through its own normalised latent (or one projection) to ``head_dim +
 rope_head_dim`` per head, whose last ``rope_head_dim`` take RoPE, as does the shared key.
 The attention core (``model.NaiveAttention`` or ``model.FlashAttention``, which pads the
 values to the query's width) runs on heads of query/key width ``head_dim + rope_head_dim``
-and value width ``v_head_dim``. costmodel's formulas: ``costmodel/single/latent.py``.
+and value width ``v_head_dim``. costmodel's formulas: ``costmodel/kinds/attention/latent.py``.
 """
 
 from __future__ import annotations

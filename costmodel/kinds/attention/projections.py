@@ -1,0 +1,77 @@
+"""The attention-projection protocol: what surrounds the core in a block.
+
+A projection kind answers for one block: its matrices (parameters, FLOPs, GEMM shapes on a
+device), its heads' widths in the core, its extra norms, its rotary tables' width, the
+core's traffic and what the block keeps for backward. Kinds: standard multi-head attention
+(MHA, GQA, MQA: ``costmodel.kinds.attention.standard``) and multi-head latent attention
+(MLA: ``costmodel.kinds.attention.latent``). Every layer of a model has the same
+projection kind; the core's kind may differ by layer (``costmodel.kinds.attention.registry``).
+Adding a kind is one module plus its entry in ``PROJECTIONS`` and in :func:`projections`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import sympy as sp
+
+from costmodel.kinds.attention.latent import LATENT
+from costmodel.kinds.attention.standard import STANDARD
+
+
+class Projections(Protocol):
+    """One attention-projection kind, per block."""
+
+    name: str
+    field: str | None
+    """The ModelSpec field that selects it (None: the default kind)."""
+    title: str
+    """How errors name it."""
+    eager: bool
+    """Whether the reference model's eager op-by-op counts are modelled for it."""
+    offload: bool
+    """Whether offload plans are modelled for its blocks."""
+
+    def matrices(self, model: Any) -> list[tuple[str, sp.Expr, sp.Expr]]:
+        """One block's matrices in forward order as (op, fan-in, fan-out)."""
+        ...
+
+    def head_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr]:
+        """(query/key, value) width of a head in the core under ``kernel``."""
+        ...
+
+    def norm_widths(self, model: Any) -> list[sp.Expr]:
+        """Widths of the norms a block has beyond its two and QK-norm's."""
+        ...
+
+    def rope_width(self, model: Any) -> sp.Expr:
+        """Width of the rotary tables' rows."""
+        ...
+
+    def shapes(self, model: Any) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
+        """Per-device (k, n2) of each projection op's matmuls under tensor parallelism."""
+        ...
+
+    def core_traffic(self, model: Any, kernel: str, b_dev: Any, t_dev: Any, a: int) -> tuple:
+        """(FLOPs per query-key pair, bytes of the core's operands) on a device."""
+        ...
+
+    def kept(self, model: Any, train: Any, act: int, mm: int) -> dict[str, sp.Expr]:
+        """Bytes the L blocks keep for the core and beyond the block's input and norms."""
+        ...
+
+
+PROJECTIONS: dict[str, Projections] = {kind.name: kind for kind in (STANDARD, LATENT)}
+"""Name -> kind."""
+
+
+def projections(model: Any) -> Projections:
+    """The model's projection kind: latent where ``kv_lora_rank`` > 0."""
+    return LATENT if model.kv_lora_rank > 0 else STANDARD
+
+
+def placeholder(name: str, q_lora: bool) -> dict[str, int]:
+    """ModelSpec sizes that give a structure's projection kind (sizes are symbols)."""
+    if name != LATENT.name:
+        return {}
+    return {"kv_lora_rank": 4, "rope_head_dim": 2, "q_lora_rank": 4 * q_lora}
