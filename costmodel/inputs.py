@@ -57,7 +57,7 @@ def _spec_inputs(cls: type, section: str, *, no_defaults: bool = False) -> list[
             continue
         choices = choices_of(cls, f.name)
         kind = type(choices[0]) if choices else hints[f.name]
-        kind = int if kind == int | None else kind
+        kind = {int | None: int, bool | None: bool}.get(kind, kind)
         default = None if no_defaults or f.default is MISSING else f.default
         out.append(Input(f.name, kind, default, section, choices, docs.get(f.name, "")))
     return out

@@ -71,10 +71,16 @@ def url_problems() -> list[str]:
     return [message for message, _ in problems.values()]
 
 
+def _tri_state(value: bool | None) -> str:
+    return {None: "framework's default", True: "yes", False: "no"}[value]
+
+
 def _widget(key: str, container: Any = st) -> None:
     field, label = BY_KEY[key], _LABELS.get(key, key)
     options = choices(key)
-    if field.kind is bool:
+    if field.kind is bool and field.default is None:  # unset: the framework's own value
+        container.selectbox(label, (None, True, False), key=key, format_func=_tri_state)
+    elif field.kind is bool:
         container.checkbox(label, key=key)
     elif options and key in ("overlap",):
         container.radio(label, options, key=key, horizontal=True)

@@ -54,7 +54,8 @@ def _structures(rng: np.random.Generator, n: int = 24) -> list[dict[str, Any]]:
             "pp": bool(rng.random() < 0.4),
             "interleave": bool(rng.random() < 0.3),
             "overlap": rng.choice(["max", "max", "sum"]),
-            "grad_reduce_fp32": bool(rng.random() < 0.3),
+            # None: unset, the framework's own default (fp32 under FSDP2)
+            "grad_reduce_fp32": (None, False, True)[int(rng.random() * 3)],
             "reshard_after_forward": bool(rng.random() < 0.8),
             "async_tp": bool(rng.random() < 0.2),
             "ep_overlap": bool(rng.random() < 0.2),
@@ -113,7 +114,7 @@ def _config(structure: dict[str, Any], rng: np.random.Generator) -> dict[str, An
         "pp_interleave": int(rng.choice([2, 3])) if s["interleave"] and pp > 1 else 1,
         "cp": 1 if one_axis else int(rng.choice([1, 1, 2])),
         "ep": int(rng.choice([1, 2, 4])) if s["model"] == "moe" and not one_axis else 1,
-        **{k: s[k] for k in FLAGS},
+        **{k: s[k] for k in FLAGS if s[k] is not None},
         "overlap": str(s["overlap"]),
     }
     return {**_model(s["model"], rng), **train, **layout}

@@ -62,7 +62,10 @@ ALLOWED = {
 # imports made only when a function runs, or only for type hints: module -> the layers
 # it may reach that way beyond ALLOWED (the registry's default Framework.state builds on
 # parallel.state, and its type hints name parallel.pipeline's PipelineRank)
-DEFERRED = {"costmodel.frameworks.registry": {"parallel"}}
+# deferred imports (run when called, never at load) the layers allow as exceptions: the
+# registry's default state builds on parallel; a ParallelSpec left at its framework's
+# default asks the registry for it
+DEFERRED = {"costmodel.frameworks.registry": {"parallel"}, "costmodel.specs.parallel": {REGISTRY}}
 
 
 def _module_name(path: Path) -> str:

@@ -18,10 +18,26 @@ from costmodel.specs.parallel import OVERLAP_RULES, ZERO_STAGES, ParallelSpec
 from explorer.state import APP_REQUIRED, START, setup_of
 
 
+def test_an_unset_reduce_dtype_is_the_frameworks_own_everywhere():
+    """FSDP2 reduces in fp32 unless told otherwise (torchtitan), the others in the compute
+    dtype; the CLI, the specs and a framework change all follow that (issue 35)."""
+    assert ParallelSpec(framework="fsdp2").grad_reduce_fp32 is True
+    assert ParallelSpec(framework="megatron").grad_reduce_fp32 is False
+    assert ParallelSpec(framework="fsdp2").replace(framework="deepspeed").grad_reduce_fp32 is False
+    stated = ParallelSpec(framework="fsdp2", grad_reduce_fp32=False)
+    assert stated.replace(framework="megatron").grad_reduce_fp32 is False
+    args = {"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "fsdp": 8, "batch": 8}
+    assert build({**args, "framework": "fsdp2"}).parallel.grad_reduce_fp32 is True
+    assert (
+        build({**args, "framework": "fsdp2", "grad_reduce_fp32": False}).parallel.grad_reduce_fp32
+        is False
+    )
+
+
 def test_schema_defaults_are_the_specs_defaults():
-    for spec in (TrainSpec(), ParallelSpec()):
-        for name in spec.__dataclass_fields__:
-            assert BY_KEY[name].default == getattr(spec, name), name
+    for cls in (TrainSpec, ParallelSpec):  # the declared defaults: None is "unset"
+        for name, field in cls.__dataclass_fields__.items():
+            assert BY_KEY[name].default == field.default, name
     assert BY_KEY["precision"].choices == PRECISIONS
     assert BY_KEY["zero"].choices == ZERO_STAGES == (1, 2, 3)
     assert BY_KEY["overlap"].choices == OVERLAP_RULES
@@ -160,3 +176,21 @@ def test_rules_are_the_same_for_specs_and_grids():
 def test_sizes_above_2_to_the_53_are_one_clear_line(value):
     with pytest.raises(SpecError, match=r"d_model must be <= 2\^53 \(got an integer of \d+ bits\)"):
         build({"model": "gpt2", "d_model": value})
+
+
+def test_an_fsdp2_plan_row_reproduces_in_estimate_without_stating_the_reduce_dtype():
+    """Issue 35: the planner's FSDP2 rows reduce in fp32 (the framework's default); an
+    estimate of the same layout that does not state the reduce dtype gets the same time."""
+    from costmodel.engine.plan import LAYOUT, PlanOptions, plan
+
+    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
+    train = TrainSpec(batch=32, seq=2048)
+    result = plan(model, train, hw, 8, PlanOptions(frameworks=("fsdp2",)))
+    row = int(result.order[0])
+    layout = {k: result.columns[k][row] for k in LAYOUT}
+    layout = {k: v.item() if hasattr(v, "item") else v for k, v in layout.items()}
+    assert layout.pop("grad_reduce_fp32") is True
+    train = train.replace(recompute=layout.pop("recompute"), grad_accum=layout.pop("grad_accum"))
+    layout.pop("micro_batch")
+    got = estimate(model, train, ParallelSpec(**layout), hw).values["time_s.step"]
+    assert got == pytest.approx(result.values["time_s.step"][row], rel=1e-9)

@@ -33,7 +33,7 @@ from costmodel.engine.quantities import (
     structure_of,
 )
 from costmodel.engine.sweep import factorize, sweep
-from costmodel.frameworks.registry import framework_of, trait
+from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -286,7 +286,7 @@ def enumerate_layouts(
     cols["grad_accum"] = grad_accum_of(
         train.batch, cols["dp"], cols["fsdp"], cols["micro_batch"], field="micro_batch"
     )
-    cols["grad_reduce_fp32"] = trait(cols["framework"], "reduce_fp32_default")
+    cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
     return _with_ep_overlap(cols)
 
 

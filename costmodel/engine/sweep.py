@@ -29,6 +29,7 @@ from costmodel.engine.quantities import (
     compiled_subset,
     structure_of,
 )
+from costmodel.frameworks.registry import framework_defaults
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -153,6 +154,9 @@ def _columns(
             cols[name] = value.astype(object) if value.dtype.kind in "US" else value
     given = {k: grid.get(k, v) for k, v in overrides.items()}
     cols.update({k: np.asarray(v) for k, v in following(base, given).items()})
+    if layout:  # fields left to each framework's own default
+        stated = {k for k, v in {**overrides, **grid}.items() if v is not None}
+        cols.update(framework_defaults(cols["framework"], stated))
     return cols
 
 

@@ -145,6 +145,18 @@ def framework_of(par: Any) -> Framework:
         raise SpecError("framework", f"framework must be one of {shown} (got {name!r})") from None
 
 
+DEFAULTS = {"grad_reduce_fp32": "reduce_fp32_default"}
+"""ParallelSpec fields whose unset value (None) is the framework's own, and the trait that
+gives it; ``ParallelSpec`` (one spec) and ``sweep`` (columns) fill them with
+:func:`framework_defaults`."""
+
+
+def framework_defaults(framework: Any, given: Any = ()) -> dict[str, Any]:
+    """The framework's own values of the :data:`DEFAULTS` fields not in ``given`` (a value
+    for a name, a bool array for an array of names)."""
+    return {field: trait(framework, name) for field, name in DEFAULTS.items() if field not in given}
+
+
 def trait(framework: Any, name: str) -> Any:
     """A trait of the framework(s) named: a value for a name, a bool array for an array."""
     if isinstance(framework, str):

@@ -94,9 +94,11 @@ class ParallelSpec:
     fp32 shards of every matrix padded to ceil(numel / fsdp), one-dimensional parameters
     replicated, one module's matrices gathered at a time with no prefetch, gradients
     reduce-scattered in fp32; fsdp only, no recomputation, untied embeddings)."""
-    grad_reduce_fp32: bool = False
-    """Gradients reduced in fp32 rather than the compute dtype (torchtitan's default
-    ``mixed_precision_reduce = "float32"``; Megatron's --grad-reduce-in-fp32)."""
+    grad_reduce_fp32: bool | None = None
+    """Gradients reduced in fp32 rather than the compute dtype; unset, the framework's
+    own default: fp32 under FSDP2 (torchtitan's ``mixed_precision_reduce = "float32"``),
+    the compute dtype under the others (Megatron without --grad-reduce-in-fp32,
+    DeepSpeed's default communication_data_type, torch.autocast's DDP)."""
     async_tp: bool = False
     """Tensor-parallel collectives overlapped with the matmuls they feed (async TP:
     torchtitan's micro-pipelined all-gather/reduce-scatter matmuls; Megatron's
@@ -110,6 +112,8 @@ class ParallelSpec:
     """Gradient bucket size for DDP all-reduces (torch DDP default 25 MiB)."""
 
     def __post_init__(self) -> None:
+        if self.grad_reduce_fp32 is None:
+            object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "mx", "my")
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
                  "ep_overlap")  # fmt: skip
@@ -138,11 +142,23 @@ class ParallelSpec:
         under sequence parallelism."""
         return self.cp * (self.tp if self.sequence_parallel else 1)
 
+    def _default(self, field: str) -> Any:
+        """The framework's own value of ``field`` (``frameworks.registry.DEFAULTS``)."""
+        checks.choice("framework", self.framework, FRAMEWORKS)
+        from costmodel.frameworks.registry import framework_defaults  # imports specs
+
+        return bool(framework_defaults(self.framework)[field])
+
     def replace(self, **changes: Any) -> ParallelSpec:
+        """A copy with ``changes``; a field left at its framework's default follows a
+        changed framework to the new one's."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         unknown = sorted(set(changes) - set(values))
         if unknown:
             raise SpecError(unknown[0], f"unknown ParallelSpec field(s): {', '.join(unknown)}")
+        follows = "framework" in changes and "grad_reduce_fp32" not in changes
+        if follows and values["grad_reduce_fp32"] == self._default("grad_reduce_fp32"):
+            values["grad_reduce_fp32"] = None
         return ParallelSpec(**{**values, **changes})
 
 
