@@ -40,7 +40,7 @@ def inverse_tab(setup: Setup) -> None:
         "memory budget (GB = 1e9 bytes)",
         min_value=0.1,
         value=round(budget_bytes(setup.hardware) / GB, 1),
-        help="default: the fit rule's headroom x device memory (peak and reserved bytes)",
+        help="default: the fit rule's headroom x device memory (on the peak)",
         key="budget_gb",
     )
     full, book = st.columns(2)

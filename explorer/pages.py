@@ -52,9 +52,9 @@ def _headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     if stale:  # no green "Fits" for inputs that are not the current ones
         st.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
     elif fit.fits:
-        st.success(f"Fits: {said} per device {where}.")
+        st.success(f"Fits: {said} (per device, {where}).")
     else:
-        st.error(f"Does not fit: {said} per device {where}. Try the inverse questions below.")
+        st.error(f"Does not fit: {said} (per device, {where}). Try the inverse questions below.")
     st.caption(f"Layout: {layout_line(setup.train, setup.parallel, setup.hardware)}")
 
 

@@ -48,7 +48,7 @@ def _inputs() -> dict[str, Any]:
             1.0,
             DEFAULT_HEADROOM,
             0.01,
-            help="a layout fits when its peak and reserved bytes are at most this share of "
+            help="a layout fits when its peak allocated bytes are at most this share of "
             "device memory (the rule estimate and solve use too)",
         )
         top = c[3].number_input("top", min_value=1, max_value=100, value=10)

@@ -76,7 +76,7 @@ def add_headroom(parser: argparse.ArgumentParser, default: float | None = None) 
         "--memory-headroom",
         type=float,
         default=default,
-        help="a layout fits when its peak and reserved bytes are at most this share of "
+        help="a layout fits when its peak allocated bytes are at most this share of "
         f"device memory (default {DEFAULT_HEADROOM}: room for the CUDA context, NCCL "
         "buffers and fragmentation)",
     )

@@ -208,7 +208,7 @@ def add_plan(sub) -> None:
         "--memory-headroom",
         type=float,
         default=DEFAULT_HEADROOM,
-        help="a layout fits when its peak and reserved bytes are at most this share of "
+        help="a layout fits when its peak allocated bytes are at most this share of "
         f"device memory (default {DEFAULT_HEADROOM}; the rule estimate and solve use too)",
     )
     g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")

@@ -55,7 +55,7 @@ class Estimate:
 
     def fit(self, headroom: float | None = None, budget: float | None = None) -> Fit:
         """Whether this layout fits its devices: the one rule of
-        :func:`costmodel.engine.fit.judge` (peak and reserved bytes within headroom x device
+        :func:`costmodel.engine.fit.judge` (the peak within headroom x device
         memory, default :data:`costmodel.engine.fit.DEFAULT_HEADROOM`, or ``budget`` bytes)."""
         if self.hardware is None or self.parallel is None:
             raise SpecError("hardware", "a fit verdict needs hardware (and a layout)")

@@ -1,11 +1,11 @@
 """Inverse questions answered by the full model (the engine's per-device peak).
 
 - ``max_fitting``: the largest batch or sequence that fits, by bisection over ``estimate``
-  (peak and reserved memory are monotone in both).
+  (peak memory is monotone in both).
 - ``min_fsdp_fitting``: the smallest FSDP degree that fits, keeping each device's
   micro-batch, by one ``sweep`` over every degree.
 
-"Fits" is the one rule of :mod:`costmodel.engine.fit` (peak and reserved bytes within
+"Fits" is the one rule of :mod:`costmodel.engine.fit` (the peak within
 headroom x device memory, or within an explicit budget in bytes).
 
 The Scaling Book's closed forms for the same questions are in :mod:`costmodel.book`.
@@ -101,7 +101,7 @@ def min_fsdp_fitting(
     fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
     values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
     fitting = np.flatnonzero(fits(values, allowed))
-    at = int(fitting[0]) if fitting.size else int(np.argmin(values[RESERVED]))
+    at = int(fitting[0]) if fitting.size else int(np.argmin(values[PEAK]))
     return {
         "fsdp": int(fsdp[at]) if fitting.size else None,
         "per_device_bytes": float(values[PEAK][at]),

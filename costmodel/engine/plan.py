@@ -9,7 +9,7 @@ micro-batch per device and the recompute policy. The spec layer's own rules filt
 candidates (``checks.collect_masks``: the rules that reject a bad input), ``sweep``
 evaluates per-device memory and step time with the same compiled expressions as
 ``estimate`` (one set per structure), layouts that break the fit rule
-(:mod:`costmodel.engine.fit`: peak and reserved bytes within the memory headroom) are
+(:mod:`costmodel.engine.fit`: the peak within the memory headroom) are
 dropped, and the rest are ranked by step time. Units: seconds, bytes.
 """
 
@@ -71,7 +71,7 @@ class PlanOptions:
     max_tp: int | None = None
     """Largest tensor-parallel degree; default the devices of one node (NVLink domain)."""
     memory_headroom: float = DEFAULT_HEADROOM
-    """A layout fits when its peak and reserved bytes are at most this share of device
+    """A layout fits when its peak allocated bytes are at most this share of device
     memory (:mod:`costmodel.engine.fit`)."""
 
     def __post_init__(self) -> None:
