@@ -202,6 +202,22 @@ def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):
     assert "gradients reduced" not in row(out, "layout")  # one device reduces nothing
 
 
+def test_fsdp2_replicated_on_8_gpus_is_told_to_shard(capsys):
+    """Issue 35: FSDP2 with nothing sharded (dp 8) is 176 GiB a device; the nearest change
+    names FSDP over the 8 ranks (no ZeRO stage: FSDP2 has none), and its flags fit."""
+    argv = ("estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--framework", "fsdp2", "--dp", "8", "--fsdp", "1", "--seq", "8192",
+            "--batch", "8")  # fmt: skip
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and row(out, "verdict").startswith("does not fit")
+    assert "fsdp2, DDP over 8 replicas, nothing sharded" in row(out, "layout")
+    near = row(out, "nearest fit")
+    assert "shard over all 8 data-parallel ranks (fsdp 8)" in near and "ZeRO" not in near
+    code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
+    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+    assert row(again, "layout").startswith("8 x h100-sxm: fsdp2, FSDP over 8;")
+
+
 def test_a_layout_that_fits_leads_with_speed_its_peak_and_its_limit(capsys):
     code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
                        "--gpus", "8", "--fsdp", "8", "--framework", "fsdp2", "--seq", "8192",

@@ -51,12 +51,13 @@ def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
         out.append(("recompute full", {"recompute": "full"}, {}, "--recompute full"))
     if micro_per_device(train, par) > 1:
         out.append(_micro(train, par, 1))
-    replicas = par.dp * par.fsdp
-    dp, fsdp, zero = max(framework_of(par).shardings(replicas), key=lambda s: (s[1], s[2]))
+    replicas, fw = par.dp * par.fsdp, framework_of(par)
+    dp, fsdp, zero = max(fw.shardings(replicas), key=lambda s: (s[1], s[2]))
     if (dp, fsdp) != (par.dp, par.fsdp) or (fsdp > 1 and zero > par.zero):
-        out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}, ZeRO-{zero})",
+        stage = f", ZeRO-{zero}" if fw.zero_stages else ""
+        out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}{stage})",
                     {}, {"dp": dp, "fsdp": fsdp, "zero": zero},
-                    f"--fsdp {fsdp} --zero {zero}"))  # fmt: skip
+                    f"--dp {dp} --fsdp {fsdp} --zero {zero}"))  # fmt: skip
     return out
 
 
