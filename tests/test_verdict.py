@@ -177,6 +177,9 @@ def test_llama3_8b_on_one_h100_does_not_fit_and_says_how_many_devices_would(caps
     assert row(out, "nearest fit").startswith("none on these devices")
     more = row(out, "more devices")
     assert more.startswith("3 devices (fsdp 3") and "--recompute full --microbatch 1" in more
+    code, again, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                         "--seq", "8192", *more[more.rindex("(") + 1 : -1].split())  # fmt: skip
+    assert code == 0 and row(again, "verdict").startswith("fits: peak")
 
 
 def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):

@@ -144,8 +144,8 @@ def more_devices(
     if found["fsdp"] is None:
         return None
     devices = p.replace(fsdp=found["fsdp"]).devices
-    return {"fsdp": found["fsdp"], "devices": devices,
-            "batch": p.dp * found["fsdp"] * train.grad_accum,
+    batch = p.dp * found["fsdp"] * train.grad_accum
+    return {"fsdp": found["fsdp"], "devices": devices, "batch": batch,
             "peak_bytes": found["per_device_bytes"], "reserved_bytes": found["reserved_bytes"],
-            "flags": f"--fsdp {found['fsdp']} --gpus {devices} --recompute full "
-                     "--microbatch 1"}  # fmt: skip
+            "flags": f"--gpus {devices} --dp {p.dp} --fsdp {found['fsdp']} --batch {batch} "
+                     "--recompute full --microbatch 1"}  # fmt: skip
