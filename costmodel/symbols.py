@@ -4,6 +4,19 @@ Letters follow the Scaling Book (Austin et al. 2025, "How to Scale Your Model"):
 T sequence length, D model width, F FFN width, L layers, H query heads, K key/value heads,
 V vocabulary. ``d_h`` is the head width, ``P`` the learned-position table length and ``b``
 the micro-batch (``B`` divided by the gradient-accumulation steps).
+
+Use these symbols, not new ones: ``from costmodel.symbols import T, D`` or
+``costmodel.symbol("T")``. Each carries assumptions (``positive``, ``integer``), and sympy
+tells symbols apart by name *and* assumptions, so ``sp.Symbol("T")`` is another symbol:
+``sp.diff(expr, sp.Symbol("T"))`` is 0 and ``expr.subs(sp.Symbol("T"), 8192)`` changes
+nothing. :func:`symbol` looks a symbol up by its printed name.
+
+An estimate's :meth:`~costmodel.engine.estimate.Estimate.symbol_values` maps every symbol
+to its number, so ``est.expr("time_s.step").subs(est.symbol_values())`` is the estimate's
+step time. ``Estimate.expr`` returns expressions whose ``Max``/``Min`` (:class:`SubsMax`,
+:class:`SubsMin`) wait for numbers before they compare: sympy's own, given some symbols
+but not others, may drop an argument it cannot order (``Max(1, floor(132/ceiling(a/b)))``
+becomes ``floor(...)``, then 0/0 and ``nan is not comparable``).
 """
 
 from __future__ import annotations
@@ -221,3 +234,52 @@ DESCRIPTIONS.update({N_tok: "token budget", price: "price per device-hour"})
 h_call = sp.Symbol("h", **_INT)
 B_tile = sp.Symbol("B_r", **_INT)
 DESCRIPTIONS.update({h_call: "heads in one attention call", B_tile: "flash tile rows (B_r = B_c)"})
+
+
+class SubsMax(sp.Max):
+    """``Max`` that compares its arguments only once all are numbers (module doc): an
+    expression's value is the same, substituted in any order; prints as ``Max``."""
+
+    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
+        args = tuple(sp.sympify(a) for a in args)
+        if all(a.is_number for a in args):
+            return sp.Max(*args)
+        return sp.Max.__new__(cls, *args, evaluate=False)
+
+
+class SubsMin(sp.Min):
+    """``Min`` that compares its arguments only once all are numbers (see :class:`SubsMax`)."""
+
+    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
+        args = tuple(sp.sympify(a) for a in args)
+        if all(a.is_number for a in args):
+            return sp.Min(*args)
+        return sp.Min.__new__(cls, *args, evaluate=False)
+
+
+SubsMax.__name__ = SubsMax.__qualname__ = "Max"  # printed (str, LaTeX, code) as sympy's
+SubsMin.__name__ = SubsMin.__qualname__ = "Min"
+_SAFE = {sp.Max: SubsMax, sp.Min: SubsMin}
+
+
+def subs_safe(expr: sp.Expr) -> sp.Expr:
+    """``expr`` with every ``Max``/``Min`` as :class:`SubsMax`/:class:`SubsMin` (equal
+    value; ``.subs`` in any order gives it)."""
+    if not expr.has(sp.Max, sp.Min):
+        return expr
+    return expr.replace(lambda e: type(e) in _SAFE, lambda e: _SAFE[type(e)](*e.args))
+
+
+SYMBOLS: dict[str, sp.Symbol] = {
+    str(s): s for s in (*ALL_SYMBOLS, *PARALLEL_SYMBOLS, *HARDWARE_SYMBOLS, *BUDGET_SYMBOLS,
+                        M_X, M_Y, h_call, B_tile)
+}  # fmt: skip
+"""Every symbol by its printed name (``"T"``, ``"alpha_X"``, ``"d_h"``)."""
+
+
+def symbol(name: str) -> sp.Symbol:
+    """The package's symbol printed as ``name`` (with its assumptions; module doc)."""
+    try:
+        return SYMBOLS[name]
+    except KeyError:
+        raise KeyError(f"no symbol {name!r}; known: {', '.join(sorted(SYMBOLS))}") from None

@@ -7,7 +7,9 @@ and (given a token budget) days and cost of training are added.
 
 from __future__ import annotations
 
+import html
 import json
+from collections.abc import ItemsView, Iterator, KeysView
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -28,30 +30,92 @@ from costmodel.symbols import (
     PARALLEL_SYMBOLS,
     N_tok,
     price,
+    subs_safe,
     values_for,
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Estimate:
-    """Numbers (exact ints where the quantity is a count) and expressions of one config."""
+    """Numbers (exact ints where the quantity is a count) and expressions of one config.
+
+    Read-only and dict-like over its quantities (``est["time_s.step"]``, ``in``, ``keys()``,
+    ``items()``; seconds, bytes, FLOPs as the key says); in a notebook it shows as a short
+    table (model, layout, fit verdict, step time, MFU, peak memory)."""
 
     model: ModelSpec
     train: TrainSpec
     values: dict[str, int | float]
     parallel: ParallelSpec | None = None
     hardware: Hardware | None = None
+    notes: tuple[str, ...] = ()
+    """What the inputs took by default (``costmodel.inputs.Setup.notes``)."""
 
     def __getitem__(self, key: str) -> int | float:
         return self.values[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self.values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def keys(self) -> KeysView[str]:
+        return self.values.keys()
+
+    def items(self) -> ItemsView[str, int | float]:
+        return self.values.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
     def expr(self, key: str) -> sp.Expr:
-        """The symbolic expression behind ``key`` (sizes as symbols)."""
+        """The symbolic expression behind ``key`` (sizes as symbols, those of
+        :mod:`costmodel.symbols`); ``.subs(self.symbol_values())`` gives its number."""
         comp = compiled(structure_of(self.model, self.train, self.parallel))
         try:
-            return comp.exprs[comp.keys.index(key)]
+            return subs_safe(comp.exprs[comp.keys.index(key)])
         except ValueError:
             raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
+
+    def symbol_values(self) -> dict[sp.Symbol, int | float]:
+        """Every symbol a formula may use -> its number here (degrees and links of the
+        layout, 1 without one; the budget symbols 0): ``expr.subs(est.symbol_values())``."""
+        values = symbol_values(self.model, self.train, self.parallel, self.hardware)
+        return {k: _as_number(v) for k, v in values.items()}
+
+    def summary(self) -> dict[str, str]:
+        """The few lines a reader wants first, as label -> text (seconds, GiB)."""
+        out = {"model": f"{self.model.name}: batch {self.train.batch} x seq {self.train.seq}, "
+                        f"{self.train.precision}, grad-accum {self.train.grad_accum}"}  # fmt: skip
+        if self.parallel is not None and self.hardware is not None:
+            p = self.parallel
+            out["layout"] = (f"{p.devices} x {self.hardware.name}, {p.framework}: dp {p.dp}, "
+                             f"fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, ep {p.ep}; "
+                             f"recompute {self.train.recompute}")  # fmt: skip
+            fit = self.fit()
+            out["verdict"] = fit.sentence()
+            if fit.fits:
+                out["step"] = f"{self['time_s.step']:.4g} s"
+                out["MFU"] = f"{self['mfu']:.1%}"
+            out["peak"] = f"{self['memory_bytes_per_device.peak'] / 2**30:,.2f} GiB per device"
+        else:
+            out["peak"] = f"{self['memory_bytes.peak'] / 2**30:,.2f} GiB (one device)"
+        out.update({f"note {i}": n for i, n in enumerate(self.notes, 1)})
+        return out
+
+    def __repr__(self) -> str:
+        lines = [f"  {k}: {v}" for k, v in self.summary().items()]
+        return "\n".join(["Estimate(", *lines, f"  [{len(self)} quantities: est.keys()])"])
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+                       for k, v in self.summary().items())  # fmt: skip
+        return f"<table><caption>Estimate ({len(self)} quantities)</caption>{rows}</table>"
 
     def fit(self, headroom: float | None = None, budget: float | None = None) -> Fit:
         """Whether this layout fits its devices: the one rule of

@@ -16,6 +16,7 @@ dropped, and the rest are ranked by step time. Units: seconds, bytes.
 from __future__ import annotations
 
 import functools
+import html
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
@@ -32,7 +33,7 @@ from costmodel.engine.quantities import (
     compiled_subset,
     structure_of,
 )
-from costmodel.engine.sweep import factorize, sweep
+from costmodel.engine.sweep import Table, factorize, sweep
 from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
 from costmodel.specs import checks
@@ -91,9 +92,13 @@ class PlanOptions:
         check_headroom(self.memory_headroom)
 
 
-@dataclass
+@dataclass(repr=False)
 class Plan:
-    """Every valid candidate with its quantities; ``order`` ranks the fitting ones."""
+    """Every valid candidate with its quantities; ``order`` ranks the fitting ones.
+
+    Dict-like over the ranked table's columns (``plan["time_s.step"]``: the fitting
+    layouts' step times, fastest first; ``in``, ``keys()``, ``items()``); ``table()`` gives
+    every column, and a notebook shows the top layouts."""
 
     model: ModelSpec
     train: TrainSpec
@@ -133,6 +138,57 @@ class Plan:
     def train_spec(self, i: int) -> TrainSpec:
         ga, rc = int(self.columns["grad_accum"][i]), str(self.columns["recompute"][i])
         return self.train.replace(grad_accum=ga, recompute=rc)
+
+    def table(self, k: int | None = None) -> Any:
+        """The ``k`` fastest fitting layouts (all by default), fastest first, as columns:
+        ``rank``, the layout (``LAYOUT``), ``label``, ``limit`` and ``QUANTITIES`` (seconds,
+        bytes). A :class:`~costmodel.engine.sweep.Table`: ``.frame()`` for pandas."""
+        idx = self.order[:k]
+        cols: dict[str, Any] = {"rank": np.arange(1, len(idx) + 1)}
+        cols.update({name: self.columns[name][idx] for name in LAYOUT})
+        rows = [self.row(int(i)) for i in idx]
+        cols["label"] = np.array([layout_label(r) for r in rows], dtype=object)
+        cols["limit"] = np.array([r["limit"] for r in rows], dtype=object)
+        cols.update({name: self.values[name][idx] for name in QUANTITIES})
+        return Table(cols)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key in LAYOUT:
+            return self.columns[key][self.order]
+        if key in QUANTITIES:
+            return self.values[key][self.order]
+        raise KeyError(f"unknown column {key!r}; known: {', '.join(self.keys())}")
+
+    def __contains__(self, key: object) -> bool:
+        return key in LAYOUT or key in QUANTITIES
+
+    def keys(self) -> list[str]:
+        return [*LAYOUT, *QUANTITIES]
+
+    def items(self) -> list[tuple[str, np.ndarray]]:
+        return [(k, self[k]) for k in self.keys()]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def summary(self, k: int = 5) -> list[str]:
+        """The search in a line, then the ``k`` fastest fitting layouts."""
+        head = (f"{self.model.name} on {self.gpus} x {self.hardware.name}: batch "
+                f"{self.train.batch} x seq {self.train.seq}; {self.enumerated:,} layouts, "
+                f"{self.valid:,} valid, {len(self):,} fit in {self.budget_bytes / 2**30:,.1f} "
+                "GiB")  # fmt: skip
+        rows = [f"{n}. {layout_label(r)}: step {r['time_s.step']:.4g} s, MFU {r['mfu']:.1%}, "
+                f"peak {r['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB; {r['limit']}"
+                for n, r in enumerate(self.top(k), 1)]  # fmt: skip
+        return [head, *(rows or ["no layout fits"])]
+
+    def __repr__(self) -> str:
+        return "\n".join(["Plan(", *(f"  {line}" for line in self.summary()), ")"])
+
+    def _repr_html_(self) -> str:
+        head, *rows = self.summary()
+        items = "".join(f"<li>{html.escape(r.split('. ', 1)[-1])}</li>" for r in rows)
+        return f"<div><p>{html.escape(head)}</p><ol style='margin:0'>{items}</ol></div>"
 
 
 def layout_label(row: dict[str, Any]) -> str:

@@ -69,6 +69,24 @@ def _as_grid(name: str, value: Any) -> np.ndarray:
     return arr
 
 
+class Table(dict):
+    """Numpy arrays of one shape by name (a grid's inputs and quantities); :meth:`columns`
+    flattens them, :meth:`frame` makes a pandas DataFrame (one row per grid point)."""
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every array flattened to one column (the rows of the grid, C order)."""
+        return {k: np.asarray(v).ravel() for k, v in self.items()}
+
+    def frame(self) -> Any:
+        """The columns as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Table.frame() needs pandas (pip install pandas); "
+                              "Table.columns() gives numpy columns") from None  # fmt: skip
+        return pd.DataFrame(self.columns())
+
+
 def sweep(
     model: str | ModelSpec = "cs336-2.7b",
     *,

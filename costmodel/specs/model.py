@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import textwrap
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, get_args
 
 from costmodel.specs import checks
@@ -399,4 +400,20 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-__all__ = ["ModelSpec", "SpecError", "TrainSpec", "field_docs"]
+def document_fields(cls: type) -> None:
+    """Append a "Fields" section to ``cls.__doc__`` from the attribute docstrings (Python
+    drops those; ``help(cls)`` then shows each field with its type and default)."""
+    docs, lines = field_docs(cls), ["", "Fields", "------"]
+    for f in fields(cls):
+        default = "" if f.default is MISSING else f" = {f.default!r}"
+        lines.append(f"{f.name}: {f.type}{default}")
+        if f.name in docs:
+            lines.extend(textwrap.wrap(docs[f.name], 84, initial_indent="    ",
+                                       subsequent_indent="    "))  # fmt: skip
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines)
+
+
+document_fields(ModelSpec)
+document_fields(TrainSpec)
+
+__all__ = ["ModelSpec", "SpecError", "TrainSpec", "document_fields", "field_docs"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.model import check_fields
+from costmodel.specs.model import check_fields, document_fields
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
@@ -264,3 +264,6 @@ def fill_dp(parallel: ParallelSpec, gpus: int) -> ParallelSpec:
             "gpus", f"fsdp * tp * pp * cp must divide gpus (got {other} and gpus={gpus})"
         )
     return parallel.replace(dp=gpus // other)
+
+
+document_fields(ParallelSpec)
