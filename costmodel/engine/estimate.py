@@ -7,6 +7,7 @@ and (given a token budget) days and cost of training are added.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from collections.abc import ItemsView, Iterator, KeysView
@@ -75,11 +76,7 @@ class Estimate:
     def expr(self, key: str) -> sp.Expr:
         """The symbolic expression behind ``key`` (sizes as symbols, those of
         :mod:`costmodel.symbols`); ``.subs(self.symbol_values())`` gives its number."""
-        comp = compiled(structure_of(self.model, self.train, self.parallel))
-        try:
-            return subs_safe(comp.exprs[comp.keys.index(key)])
-        except ValueError:
-            raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
+        return _expr(structure_of(self.model, self.train, self.parallel), key)
 
     def symbol_values(self) -> dict[sp.Symbol, int | float]:
         """Every symbol a formula may use -> its number here (degrees and links of the
@@ -136,6 +133,16 @@ class Estimate:
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
+
+
+@functools.lru_cache(maxsize=256)
+def _expr(structure: tuple, key: str) -> sp.Expr:
+    """One quantity's expression with subs-safe Max/Min (built once: seconds for a step)."""
+    comp = compiled(structure)
+    try:
+        return subs_safe(comp.exprs[comp.keys.index(key)])
+    except ValueError:
+        raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
 
 
 def _fields(spec: Any) -> dict[str, Any]:
