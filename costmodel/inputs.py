@@ -6,10 +6,20 @@ into a :class:`Setup`; the CLI and the app both call it, so their defaults and e
 messages are the same. A value of ``None`` means "not given". Errors are
 :class:`~costmodel.specs.checks.SpecError`; ``section_of(err.field)`` says which group of
 inputs it is about.
+
+With a device count, what is not given is taken as the named framework runs it, and said
+in ``Setup.notes``: the data-parallel devices fill what the other degrees leave, as one
+shard group under the frameworks that shard by default (FSDP2 as torchtitan applies it,
+``dp_shard = -1``; DeepSpeed's ZeRO over its data-parallel group; the hand-written FSDP),
+as replicas otherwise; and one sequence per device per micro-batch, the rest of the batch
+as gradient accumulation (NeMo's Llama 3 pretraining recipes, ``micro_batch_size=1``),
+where the batch divides over the replicas. A pipeline with fewer micro-batches than
+stages is warned of.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -20,6 +30,7 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.frameworks.registry import trait
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -79,7 +90,10 @@ FRONT = {
 }  # fmt: skip
 
 MODEL_INPUTS = tuple(_spec_inputs(ModelSpec, "model", no_defaults=True))
-TRAIN_INPUTS = tuple(_spec_inputs(TrainSpec, "training"))
+TRAIN_INPUTS = tuple(
+    dataclasses.replace(i, default=None) if i.key == "grad_accum" else i  # unset: from the
+    for i in _spec_inputs(TrainSpec, "training")  # micro-batch, as frameworks derive it
+)
 PARALLEL_INPUTS = tuple(_spec_inputs(ParallelSpec, "cluster"))
 INPUTS: tuple[Input, ...] = (
     FRONT["model"],
@@ -114,6 +128,8 @@ class Setup:
     hardware: Hardware | None = None
     token_budget: float | None = None
     price_per_hour: float | None = None
+    notes: tuple[str, ...] = ()
+    """What the setup chose for the user, or warns of (defaults a framework would take)."""
 
     def estimate(self) -> Estimate:
         return estimate(
@@ -168,23 +184,33 @@ def build(
         asked = [*layout, *(k for k in ("gpus", "microbatch", "token_budget") if values.get(k))]
         if asked:
             raise SpecError("hardware", f"hardware is required with {', '.join(asked)}")
+        if values.get("grad_accum") is None:  # one replica, one sequence per micro-batch
+            train = train.replace(grad_accum=train.batch)
         check(spec, train)
-        return Setup(spec, train)
+        notes = _notes(train, ParallelSpec(), micro_default=values.get("grad_accum") is None,
+                       shard_default=False)  # fmt: skip
+        return Setup(spec, train, notes=notes)
     parallel = _parallel(layout, values.get("gpus"))
     if solving == "batch":
         micro = values.get("microbatch") or 1
         train = train.replace(batch=parallel.batch_step(train.grad_accum) * micro)
     elif solving == "seq":
         train = train.replace(seq=parallel.seq_step())
-    accum_given = values.get("grad_accum") not in (None, BY_KEY["grad_accum"].default)
-    train = _micro_batch(train, parallel, values.get("microbatch"), accum_given)
+    accum_given = values.get("grad_accum") is not None
+    micro = values.get("microbatch")
+    if micro is None and not accum_given:  # as frameworks run by default (module doc)
+        micro = 1 if train.batch % (parallel.dp * parallel.fsdp) == 0 else None
+    train = _micro_batch(train, parallel, micro, accum_given)
     check(spec, train, parallel)
     hardware = get_hardware(values["hardware"])
     hardware.peak(PRECISIONS[train.precision].peak_dtype)  # the device has the precision
     if train.attention == "flash":  # ... and a rate for the attention kernel named
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
                                 train.attention_kernel)  # fmt: skip
-    return Setup(spec, train, parallel, hardware, budget, price if budget else None)
+    defaults = {"micro_default": values.get("microbatch") is None and not accum_given,
+                "shard_default": "fsdp" not in layout and "dp" not in layout}  # fmt: skip
+    notes = _notes(train, parallel, **defaults)
+    return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
 
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
@@ -192,20 +218,34 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
     if gpus is None:
         return parallel
     checks.integer("gpus", gpus)
-    if "dp" in layout:
-        if parallel.devices != gpus:
-            raise SpecError(
-                "gpus",
-                f"dp * fsdp * tp * pp * cp must equal gpus (got {parallel.devices} and "
-                f"gpus={gpus})",
-            )
-        return parallel
-    return fill_dp(parallel, gpus)
+    if "dp" not in layout:  # the framework's own split: replicas, or one shard group
+        shard = "fsdp" not in layout and trait(parallel.framework, "shards_by_default")
+        return fill_dp(parallel, gpus, shard=shard)
+    if parallel.devices != gpus:
+        raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus (got "
+                        f"{parallel.devices} and gpus={gpus})")  # fmt: skip
+    return parallel
+
+
+def _notes(train: TrainSpec, par: ParallelSpec, *, micro_default: bool, shard_default: bool):
+    """What :func:`build` chose as the framework would, and a pipeline's bubble warning."""
+    notes = []
+    if micro_default and train.grad_accum > 1:
+        notes.append(f"micro-batch 1 per device, {train.grad_accum} accumulation steps "
+                     "(set --microbatch or --grad-accum to change)")  # fmt: skip
+    if shard_default and par.fsdp > 1:
+        notes.append(f"{par.framework} shards over all {par.fsdp} data-parallel devices "
+                     "(set --fsdp or --dp to change)")  # fmt: skip
+    if par.pp > 1 and train.grad_accum < par.pp:
+        notes.append(f"{train.grad_accum} micro-batches for {par.pp} pipeline stages: most "
+                     "of the step is the pipeline bubble (raise --grad-accum or lower "
+                     "--microbatch)")  # fmt: skip
+    return tuple(notes)
 
 
 def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_given: bool):
     """grad_accum from the micro-batch: batch = dp · fsdp · micro-batch · grad_accum. A
-    grad_accum given too (other than its default) must agree."""
+    grad_accum given too must agree."""
     if micro is None:
         return train
     checks.integer("microbatch", micro)

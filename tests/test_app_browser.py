@@ -90,15 +90,15 @@ def test_app_in_chromium(server):
         page.locator(".vega-embed").first.wait_for(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
         before = _metric(page, "memory per device (GiB)")
-        batch = page.get_by_label("batch (sequences per step)")
-        batch.fill("128")
-        batch.press("Enter")
+        seq = page.get_by_label("sequence length")  # (the batch is accumulated: micro-batch 1)
+        seq.fill("768")
+        seq.press("Enter")
         page.wait_for_function(
             "([sel, old]) => document.querySelectorAll(sel)[1]?.innerText !== old",
             arg=['[data-testid="stMetricValue"]', before],
             timeout=30_000,
         )
         assert float(_metric(page, "memory per device (GiB)")) > float(before)
-        assert "batch=128" in page.url  # the URL follows the widgets
-        page.screenshot(path=str(ARTIFACTS / "app-batch128.png"), full_page=True)
+        assert "seq=768" in page.url  # the URL follows the widgets
+        page.screenshot(path=str(ARTIFACTS / "app-seq768.png"), full_page=True)
         browser.close()

@@ -56,7 +56,7 @@ ALLOWED = {
         "catalog",
     },
     "book": {"book", "engine", "kinds", "single", "specs", "symbols"},
-    "inputs": {"inputs", "config", "catalog", "engine", "single", "specs"},
+    "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
     "cli": {"cli", "inputs", "engine", "book", "catalog", "single", "specs", "units"},
 }
 # imports made only when a function runs, or only for type hints: module -> the layers

@@ -70,7 +70,7 @@ def test_coefficients_reproduce_the_estimate():
     # pad-to-max at the setup's own shape takes the estimate's step time per step
     full = strategy_costs(np.full(64, 4096), 4096, 32, coef)["pad-to-max"]
     assert full["seconds"] == pytest.approx(2 * est["time_s.step"], rel=1e-9)
-    one = estimate(setup.model, setup.train.replace(batch=1))
+    one = estimate(setup.model, setup.train.replace(batch=1, grad_accum=1))
     assert coef.a * 4096 + coef.c * 4096**2 == pytest.approx(one["flops.step"], rel=1e-12)
 
 

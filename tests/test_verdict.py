@@ -101,7 +101,9 @@ def test_estimate_solve_plan_and_app_agree_at_the_boundary(boundary):
         found = plan(model, at, H100, 1, options)  # ZeRO-1/2/3 of one replica: the same
         assert found.valid == 3 and found.fits.tolist() == [want] * 3, batch  # plan
         app = AppTest.from_file(APP, default_timeout=120)
-        app.query_params.update(model="gpt2", seq="1024", batch=str(batch))
+        app.query_params.update(
+            model="gpt2", seq="1024", batch=str(batch), microbatch=str(batch)
+        )  # estimate's TrainSpec: one step
         app.run()
         shown = (app.success if want else app.error)[0].value  # the app
         assert shown.startswith("Fits" if want else "Does not fit"), shown
@@ -137,7 +139,10 @@ def test_min_fsdp_defaults_to_the_rules_budget(capsys):
 # --- the verdict in estimate -------------------------------------------------------------
 
 LLAMA70_64 = ("estimate", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64",
-              "--tp", "8", "--pp", "2", "--seq", "8192", "--batch", "64")  # fmt: skip
+              "--tp", "8", "--pp", "2", "--seq", "8192", "--batch", "64",
+              "--microbatch", "16")  # fmt: skip
+"""The issue's question as it was answered then: the whole local batch in one micro-batch
+(the old default; now micro-batch 1 unless given)."""
 
 
 def test_llama3_70b_on_64_h100_does_not_fit_and_names_a_change_that_does(capsys):
@@ -194,7 +199,7 @@ def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):
 def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):
     """Issue 35: 28.8 GiB on a 24 GiB card was printed with its MFU."""
     argv = ("estimate", "--model", "llama3-8b", "--finetune", "lora", "--hardware", "rtx-4090",
-            "--batch", "2", "--seq", "1024")  # fmt: skip
+            "--batch", "2", "--seq", "1024", "--microbatch", "2")  # fmt: skip
     code, out, _ = run(capsys, *argv)
     assert code == 0
     assert row(out, "verdict") == "does not fit: peak 28.8 GiB > 21.6 GiB (headroom 0.9 of 24 GiB)"

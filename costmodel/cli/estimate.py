@@ -48,7 +48,7 @@ def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
         if "more_devices" in answer:
             rows.append(("more devices", _more_text(answer["more_devices"])))
     rows += [("layout", answer["layout"]), ("assumptions", answer["assumptions"])]
-    return rows
+    return rows + [("note", note) for note in answer.get("notes", ())]
 
 
 def _nearest_text(near: dict[str, Any] | None) -> str:
@@ -144,7 +144,8 @@ def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    est = build_setup(args).estimate()
+    setup = build_setup(args)
+    est = setup.estimate()
     if args.formula:
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
@@ -153,14 +154,15 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     answer = None
     if est.parallel is not None:
         defaulted = set(BY_KEY) - set(values_of(args))
-        answer = verdict(est, args.memory_headroom, defaulted=defaulted)
+        answer = verdict(est, args.memory_headroom, defaulted=defaulted, notes=setup.notes)
     elif args.memory_headroom is not None:
         raise SpecError("memory_headroom", "memory_headroom needs --hardware (a device)")
     if args.json:
         out = est.to_dict()
         print(json.dumps({"verdict": answer, **out} if answer else out, indent=2, allow_nan=False))
     else:
-        print(_table(est, answer))
+        notes = [] if answer else [("note", n) for n in setup.notes]  # (the verdict has them)
+        print((format_rows(notes) + "\n\n" if notes else "") + _table(est, answer))
     return 0
 
 

@@ -196,7 +196,7 @@ def _device_fixed(
     transient for one loss chunk, and (chunks shorter than a sequence) the block's K/V
     context for the round and its gradient."""
     prec = PRECISIONS[train.precision]
-    v = values_for(model, train.replace(batch=1, seq=spec.loss_chunk))
+    v = values_for(model, train.replace(batch=1, grad_accum=1, seq=spec.loss_chunk))
     fwd, start, end = transient_bytes(model, train, prec.residual, 1)
     loss = float(smax(fwd, smax(start, end)).subs(v))
     context = 0.0

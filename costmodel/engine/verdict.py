@@ -125,11 +125,13 @@ def verdict(
     *,
     defaulted: Collection[str] = (),
     nearest: bool = True,
+    notes: Collection[str] = (),
 ) -> dict[str, Any]:
     """The answer first, as a JSON-ready dict: ``fits``, ``memory`` (the rule's numbers),
     ``summary``; when it fits, step time, tokens/s per device, MFU with its peak, what
     limits the step and (when asked) days and cost; when not, ``nearest_fit`` (or None);
-    then ``layout`` and ``assumptions``."""
+    then ``layout``, ``assumptions`` and the ``notes`` of the setup (defaults it took as
+    the framework would, a pipeline's bubble warning: ``costmodel.inputs.Setup.notes``)."""
     fit = est.fit(headroom, budget)
     assert est.parallel is not None and est.hardware is not None
     v = est.values
@@ -147,4 +149,6 @@ def verdict(
             out["more_devices"] = more_devices(est, headroom, budget)
     out["layout"] = layout_line(est.train, est.parallel, est.hardware)
     out["assumptions"] = assumptions(est, defaulted)
+    if notes:
+        out["notes"] = list(notes)
     return out

@@ -19,6 +19,7 @@ class DeepSpeed(Framework):
     """DeepSpeed's ZeRO engine."""
 
     name = "deepspeed"
+    shards_by_default = True
     zero3_prefetch = True
     params_persist = True
     zero_stages = True

@@ -153,6 +153,7 @@ class FSDP2(Framework):
     and residual, unsharded weights only for the units in flight."""
 
     name = "fsdp2"
+    shards_by_default = True
     dtensor_tp = True
     torch_pipelining = True
     shards_over_cp = True

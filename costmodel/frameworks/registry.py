@@ -69,6 +69,10 @@ class Framework:
     """The planner may choose this framework."""
     zero_stages: ClassVar[bool] = False
     """The user picks the ZeRO stage (a layout label names it)."""
+    shards_by_default: ClassVar[bool] = False
+    """With no sharding degree stated, the data-parallel devices form one shard group
+    (torchtitan's ``dp_shard = -1``; DeepSpeed's ZeRO over its data-parallel group); else
+    they are replicas (DDP; Megatron's distributed optimizer shards over them anyway)."""
     reduce_fp32_default: ClassVar[bool] = False
     """Gradients are reduced in fp32 unless told otherwise (torchtitan's
     ``mixed_precision_reduce = "float32"``); the planner's candidates follow it."""

@@ -256,14 +256,16 @@ def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:
     return f"{a_name}={first_a}, {b_name}={first_b}"
 
 
-def fill_dp(parallel: ParallelSpec, gpus: int) -> ParallelSpec:
-    """Data parallelism fills the devices the other degrees leave."""
-    other = parallel.fsdp * parallel.tp * parallel.pp * parallel.cp
+def fill_dp(parallel: ParallelSpec, gpus: int, *, shard: bool = False) -> ParallelSpec:
+    """The data-parallel devices fill what the other degrees leave: as replicas (dp), or
+    with ``shard`` as one ZeRO/FSDP shard group (fsdp; torchtitan's ``dp_shard = -1``,
+    DeepSpeed's ZeRO over the whole data-parallel group)."""
+    axis = "fsdp" if shard else "dp"
+    other = parallel.devices // getattr(parallel, axis)
     if gpus % other:
-        raise SpecError(
-            "gpus", f"fsdp * tp * pp * cp must divide gpus (got {other} and gpus={gpus})"
-        )
-    return parallel.replace(dp=gpus // other)
+        names = " * ".join(n for n in ("dp", "fsdp", "tp", "pp", "cp") if n != axis)
+        raise SpecError("gpus", f"{names} must divide gpus (got {other} and gpus={gpus})")
+    return parallel.replace(**{axis: gpus // other})
 
 
 document_fields(ParallelSpec)
