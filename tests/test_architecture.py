@@ -55,7 +55,7 @@ ALLOWED = {
         "symbols",
         "catalog",
     },
-    "book": {"book", "engine", "kinds", "single", "specs", "symbols"},
+    "book": {"book", "engine", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
     "cli": {"cli", "inputs", "engine", "book", "catalog", "single", "specs", "units"},
 }

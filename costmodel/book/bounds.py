@@ -27,6 +27,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.kinds import ffn
+from costmodel.parallel.layout import members_per_node
 from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
@@ -90,6 +91,32 @@ def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
     }
 
 
+def fsdp_link(parallel: ParallelSpec, hardware: Hardware) -> tuple[float, str]:
+    """(bytes/s, its name) of the FSDP group's link at peak: a TPU's ICI link per mesh axis
+    (``Hardware.link_bandwidth``); on GPUs NVLink inside one node, and for a group across
+    nodes the g members a node holds sending through g NICs, min(NVLink, g x the device's
+    network share) per rank (as ``costmodel.parallel.layout.group_links`` places groups,
+    tp innermost, without its achieved fractions)."""
+    nvlink = hardware.link_bandwidth()
+    if hardware.kind == "tpu":
+        return nvlink, "ICI (per mesh axis, both directions)"
+    stride, degree = parallel.tp, parallel.fsdp
+    if stride * degree <= hardware.devices_per_node:
+        return nvlink, f"NVLink (inside one node of {hardware.devices_per_node})"
+    g = int(members_per_node(stride, degree, hardware.devices_per_node))
+    nodes = -(-stride * degree // hardware.devices_per_node)
+    rate = min(nvlink, g * hardware.network_bw)
+    return rate, (f"network across {nodes} nodes ({g} NIC(s) of "
+                  f"{hardware.network_bw / 1e9:,.0f} GB/s per ring crossing a node)")  # fmt: skip
+
+
+def _link_warnings(link_name: str, hardware: Hardware) -> list[str]:
+    if not link_name.startswith("network"):
+        return []
+    nvlink = hardware.link_bandwidth() / 1e9
+    return [f"the fsdp group crosses nodes: W is the {link_name}, not NVLink ({nvlink:,.0f} GB/s)"]
+
+
 def bounds_report(
     model: ModelSpec,
     parallel: ParallelSpec,
@@ -103,15 +130,18 @@ def bounds_report(
     """Numbers and LaTeX for the CLI, the app and notebooks.
 
     X, Y, M_X, M_Y and the overlap rule come from ``parallel``; C is the device's peak in
-    the precision's matmul dtype and W its link bandwidth as collectives see it
-    (``Hardware.link_bandwidth``), unless ``peak_flops`` / ``bandwidth`` override them.
+    the precision's matmul dtype and W the FSDP group's link as collectives see it
+    (:func:`fsdp_link`, named in ``link``; a warning where the group crosses nodes), unless
+    ``peak_flops`` / ``bandwidth`` override them.
     """
     if ffn.routes(model):
         raise SpecError("n_experts", "the Scaling Book's compute/communication bounds here are "
                         "for dense FFN stacks (n_experts must be 0); the full model covers "
                         "mixture-of-experts models")  # fmt: skip
     peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
-    link = hardware.link_bandwidth() if bandwidth is None else bandwidth
+    link, link_name = fsdp_link(parallel, hardware)
+    if bandwidth is not None:
+        link, link_name = bandwidth, "as given (--bandwidth)"
     checks.number("peak_flops", peak)
     checks.number("bandwidth", link)
     fsdp, tp = parallel.fsdp, parallel.tp
@@ -138,6 +168,8 @@ def bounds_report(
         "forward_only": forward_only,
         "peak_flops": peak,
         "bandwidth": link,
+        "link": link_name,
+        "warnings": _link_warnings(link_name, hardware),
         "ici_intensity": peak / link,
         "critical_batch_tokens": b_value,
         "critical_batch_tokens_per_device": b_value / n_dev if finite else None,

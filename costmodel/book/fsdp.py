@@ -5,8 +5,13 @@ worked example), not the full model: per-device memory is the whole training sta
 (parameters, master weights, gradients and optimizer state, all ZeRO-3 sharded over N
 devices) plus the activations of the tokens one device processes, a fraction f of them
 sharded too: M(N) = S/N + A·((1-f) + f/N). It is linear in 1/N, so the smallest N with
-M(N) <= budget is N >= (S + f·A) / (budget - (1-f)·A). The full model's answer (per-device
-peak of the engine, framework temporaries included) is ``costmodel.engine.inverse``.
+M(N) <= budget is N >= (S + f·A) / (budget - (1-f)·A). S is the state the named framework
+keeps (``Framework.state`` of one device): under torch.autocast (``reference``) a bf16
+copy of the weights beside fp32 master, gradients and Adam (18 B/param for bf16-mixed,
+Rajbhandari et al. 2020, Sec. 3.1's 16 plus the cast); FSDP2 casts at the all-gather and
+keeps no copy (16 B/param; its gathered units in flight are not state). The full model's
+answer (per-device peak of the engine, framework temporaries included) is
+``costmodel.engine.inverse``.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ import math
 import sympy as sp
 
 from costmodel.book.bounds import LABEL
+from costmodel.engine.estimate import symbol_values
 from costmodel.engine.quantities import structure_of
-from costmodel.single.memory import activation_memory, state_memory
+from costmodel.frameworks.registry import framework_of
+from costmodel.single.memory import activation_memory
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import T, b, values_for
+from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import T, b
 
 N_fsdp = sp.Symbol("N_FSDP", positive=True)
 
@@ -29,21 +37,35 @@ N_fsdp = sp.Symbol("N_FSDP", positive=True)
 _EXPR_CACHE: dict[tuple, dict[str, sp.Expr]] = {}
 
 
-def min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[str, sp.Expr]:
+def min_fsdp_expr(
+    model: ModelSpec, train: TrainSpec, fraction: float, framework: str = "reference"
+) -> dict[str, sp.Expr]:
     """Per-device memory as a function of N_FSDP, and the N where it meets a budget.
 
     The expressions depend only on the specs' structure (sizes are symbols), so they are
-    solved once per structure and fraction.
+    solved once per structure, fraction and framework.
     """
-    key = (structure_of(model, train), fraction)
+    key = (structure_of(model, train), fraction, framework)
     if key not in _EXPR_CACHE:
-        _EXPR_CACHE[key] = _min_fsdp_expr(model, train, fraction)
+        _EXPR_CACHE[key] = _min_fsdp_expr(model, train, fraction, framework)
     return _EXPR_CACHE[key]
 
 
-def _min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[str, sp.Expr]:
+def _state(model: ModelSpec, train: TrainSpec, framework: str) -> sp.Expr:
+    """The training state one unsharded device keeps under ``framework``: every part of
+    ``Framework.state`` but weights gathered only while in flight."""
+    par = ParallelSpec(framework=framework)
+    kept = framework_of(par)
+    parts = kept.state(model, train, par, None)
+    persist = kept.params_persist is not False
+    return sp.Add(*(e for k, e in parts.items() if k != "params" or persist))
+
+
+def _min_fsdp_expr(
+    model: ModelSpec, train: TrainSpec, fraction: float, framework: str
+) -> dict[str, sp.Expr]:
     budget = sp.Symbol("M_budget", positive=True)
-    state = sum(state_memory(model, train).values())
+    state = _state(model, train, framework)
     acts = activation_memory(model, train)["total"]
     f = sp.nsimplify(fraction)
     per_device = state / N_fsdp + acts * ((1 - f) + f / N_fsdp)
@@ -59,9 +81,15 @@ def _min_fsdp_expr(model: ModelSpec, train: TrainSpec, fraction: float) -> dict[
 
 
 def min_fsdp(
-    model: ModelSpec, train: TrainSpec, budget_bytes: float, batch_tokens: int, fraction: float
+    model: ModelSpec,
+    train: TrainSpec,
+    budget_bytes: float,
+    batch_tokens: int,
+    fraction: float,
+    framework: str = "reference",
 ) -> dict:
-    """Smallest FSDP degree that fits; ``batch_tokens`` per device (a multiple of seq)."""
+    """Smallest FSDP degree that fits; ``batch_tokens`` per device (a multiple of seq);
+    the state as ``framework`` keeps it."""
     checks.number("budget", budget_bytes)
     if not 0 <= fraction <= 1:
         raise SpecError(
@@ -73,8 +101,8 @@ def min_fsdp(
             "batch_tokens",
             f"batch-tokens must be a non-negative multiple of seq={train.seq} (got {batch_tokens})",
         )
-    exprs = min_fsdp_expr(model, train, fraction)
-    values = {**values_for(model, train), b: batch_tokens // train.seq, T: train.seq}
+    exprs = min_fsdp_expr(model, train, fraction, framework)
+    values = {**symbol_values(model, train), b: batch_tokens // train.seq, T: train.seq}
     state = int(exprs["state"].subs(values))
     acts = int(exprs["activations"].subs(values)) if batch_tokens else 0
     floor = (1 - fraction) * acts
@@ -89,6 +117,7 @@ def min_fsdp(
     per_device = state / n + acts * ((1 - fraction) + fraction / n)
     return {
         "approximation": LABEL,
+        "framework": framework,
         "fsdp": n,
         "fsdp_power_of_two": 1 << (n - 1).bit_length(),
         "fsdp_exact": n_real,

@@ -75,6 +75,8 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
         return 0
+    for warning in report.pop("warnings"):
+        print(f"warning: {warning}")
     for key, value in report.items():
         if isinstance(value, dict) and key != "latex":
             for sub, x in value.items():
@@ -93,8 +95,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         setup = build(values_of(args), solving=field)
         if setup.parallel is None or setup.hardware is None:
             raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
-        result = max_fitting(setup.model, setup.train, setup.parallel, setup.hardware, field,
-                             _budget(args), args.memory_headroom)  # fmt: skip
+        found = max_fitting(setup.model, setup.train, setup.parallel, setup.hardware, field,
+                            _budget(args), args.memory_headroom)  # fmt: skip
+        result = {**found, "assumed": _assumed(setup, field)}
         if result[field] is not None:
             train = setup.train.replace(**{field: result[field]})
             at = estimate(setup.model, train, setup.parallel, setup.hardware)
@@ -120,7 +123,10 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     if budget is None:  # the fit rule's: headroom x the device's memory
         budget = budget_bytes(get_hardware(args.hardware), args.memory_headroom)
     tokens = train.seq if args.batch_tokens is None else args.batch_tokens
-    result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction)
+    framework = values_of(args).get("framework", BY_KEY["framework"].default)
+    result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction, framework)
+    book = {"fsdp": result["fsdp"], "fsdp_usable": result["fsdp_power_of_two"],
+            "from": "the Scaling Book approximation (--hardware: the full model)"}  # fmt: skip
     if args.hardware is not None:  # the same question: one device's tokens, fsdp varied
         given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
         setup = build({**given, "batch": max(1, tokens // train.seq)})
@@ -132,7 +138,27 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
             batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
             at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
             result["verdict"] = _verdict(at, args)
-    return result
+        book = {"fsdp": full["fsdp"], "fsdp_usable": _usable(full["fsdp"]),
+                "from": "the full model (per-device peak; the Scaling Book's below)"}  # fmt: skip
+    assumed = (f"{tokens:,} tokens per device ({tokens // train.seq} x seq {train.seq}), "
+               f"budget {budget / GB:,.1f} GB, framework {framework}, {train.precision}, "
+               f"recompute {train.recompute}")  # fmt: skip
+    return {"answer": {**book, "assumed": assumed}, **result}
+
+
+def _usable(fsdp: int | None) -> int | None:
+    """A degree people run: the next power of two (None: nothing fits)."""
+    return None if fsdp is None else 1 << (fsdp - 1).bit_length()
+
+
+def _assumed(setup: Any, field: str) -> str:
+    """What a max-batch / max-seq answer holds fixed, in words."""
+    t, p = setup.train, setup.parallel
+    micro = t.batch // p.batch_step(t.grad_accum)
+    held = f"seq {t.seq}" if field == "batch" else f"batch {t.batch}"
+    return (f"{held}, micro-batch {micro} per device x grad-accum {t.grad_accum}, framework "
+            f"{p.framework}, dp {p.dp}, fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, "
+            f"recompute {t.recompute}, {t.precision}")  # fmt: skip
 
 
 def add_bounds_and_solve(sub: Any) -> None:

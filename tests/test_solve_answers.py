@@ -1,0 +1,63 @@
+"""Issue 35, item 4: solve and bounds lead with the full model's answer rounded to a
+usable degree, echo what they assumed, name the link, and warn when a group crosses
+nodes; the Scaling Book's closed form counts the state the framework keeps."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from costmodel.cli import main
+
+
+def _json(*argv: str) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+XXL = ("solve", "min-fsdp", "--model", "xxl", "--budget-gb", "95", "--batch-tokens", "0")
+
+
+def test_the_closed_form_counts_the_state_fsdp2_keeps():
+    """FSDP2 keeps fp32 master, gradients and Adam (16 B/param), no bf16 copy: the same
+    answer as fp32 training; torch.autocast's reference keeps the copy (18 B/param)."""
+    fsdp2 = _json(*XXL, "--framework", "fsdp2")
+    fp32 = _json(*XXL, "--precision", "fp32")
+    reference = _json(*XXL)
+    assert fsdp2["answer"]["fsdp"] == fp32["answer"]["fsdp"] == 38
+    assert reference["answer"]["fsdp"] == 42
+    assert fsdp2["state_bytes"] * 18 == reference["state_bytes"] * 16
+
+
+def test_min_fsdp_leads_with_the_full_model_rounded_to_a_usable_degree():
+    data = _json("solve", "min-fsdp", "--model", "llama3-8b", "--seq", "8192",
+                 "--hardware", "h100-sxm", "--recompute", "full")  # fmt: skip
+    answer = data["answer"]
+    assert next(iter(data)) == "answer" and answer["fsdp"] == data["full_model"]["fsdp"] == 3
+    assert answer["fsdp_usable"] == 4 and answer["from"].startswith("the full model")
+    assert "8,192 tokens per device" in answer["assumed"] and "recompute full" in answer["assumed"]
+    assert data["fsdp"] == 2  # the Scaling Book's approximation, below it
+
+
+def test_max_seq_says_the_batch_and_micro_batch_it_held():
+    data = _json("solve", "max-seq", "--model", "llama3-8b", "--finetune", "qlora",
+                 "--hardware", "rtx-4090", "--recompute", "full")  # fmt: skip
+    assert "batch 4, micro-batch 1 per device x grad-accum 4" in data["assumed"]
+
+
+def test_bounds_names_the_link_and_warns_across_nodes():
+    """64 H100 of 8 per node: the fsdp ring crosses 8 nodes, each node's 8 ranks through 8
+    NICs of 50 GB/s (400 GB/s per rank), not NVLink's 450 GB/s."""
+    args = ("bounds", "--model", "llama3-8b", "--hardware", "h100-sxm")
+    inside, across = _json(*args, "--fsdp", "8"), _json(*args, "--fsdp", "64")
+    assert inside["link"].startswith("NVLink") and inside["warnings"] == []
+    assert inside["bandwidth"] == 450e9
+    assert across["link"].startswith("network across 8 nodes") and across["bandwidth"] == 400e9
+    assert "crosses nodes" in across["warnings"][0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main([*args, "--fsdp", "64"])
+    assert out.getvalue().startswith("warning: the fsdp group crosses nodes")
