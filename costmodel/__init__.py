@@ -1,25 +1,44 @@
 """costmodel: a symbolic cost model of transformer LM training.
 
-Quick start::
+Quick start (a notebook; the CLI's names and units, see :mod:`costmodel.api`)::
 
-    from costmodel import estimate, get_model, TrainSpec
-    est = estimate(get_model("cs336-2.7b"), TrainSpec(batch=4, seq=1024))
-    est["memory_bytes.peak"], est.expr("flops.forward")
+    import costmodel
+    est = costmodel.estimate("llama3-8b", hardware="h100-sxm", gpus=8, seq=8192, batch=64,
+                             framework="fsdp2")
+    est                                   # model, layout, fit verdict, step time, MFU, peak
+    est["time_s.step"], est.expr("time_s.step")       # seconds, and its sympy formula
+    est.expr("time_s.step").subs(est.symbol_values())  # the same number, by substitution
+    costmodel.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=[2048, 4096])
+    costmodel.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8)
+    costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=8192).table()
 
-    on8 = estimate(get_model("llama3-8b"), TrainSpec(batch=128, seq=8192, grad_accum=32),
-                   ParallelSpec(fsdp=4, cp=2), get_hardware("h100-sxm"))
-    on8["time_s.step"], on8["mfu"]
+Symbols: ``from costmodel.symbols import T, D`` or ``costmodel.symbol("T")``, never
+``sympy.Symbol("T")`` (the package's carry assumptions; see :mod:`costmodel.symbols`).
+Specs work too: ``estimate(get_model("cs336-2.7b"), TrainSpec(batch=4, seq=1024))``.
 """
 
+from costmodel.api import (
+    Table,
+    estimate,
+    from_hf,
+    max_batch,
+    max_seq,
+    min_fsdp,
+    plan,
+    solve,
+    sweep,
+    table,
+)
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.estimate import Estimate
+from costmodel.engine.plan import Plan, PlanOptions
 from costmodel.engine.quantities import quantities
-from costmodel.engine.sweep import sweep
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import symbol
 
 __all__ = [
     "HARDWARE",
@@ -28,11 +47,22 @@ __all__ = [
     "Hardware",
     "ModelSpec",
     "ParallelSpec",
+    "Plan",
+    "PlanOptions",
     "SpecError",
+    "Table",
     "TrainSpec",
     "estimate",
+    "from_hf",
     "get_hardware",
     "get_model",
+    "max_batch",
+    "max_seq",
+    "min_fsdp",
+    "plan",
     "quantities",
+    "solve",
     "sweep",
+    "symbol",
+    "table",
 ]

@@ -58,6 +58,7 @@ ALLOWED = {
     "book": {"book", "engine", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
     "cli": {"cli", "inputs", "engine", "book", "catalog", "single", "specs", "units"},
+    "api": {"api", "inputs", "engine", "catalog", REGISTRY, "specs"},
 }
 # imports made only when a function runs, or only for type hints: module -> the layers
 # it may reach that way beyond ALLOWED (the registry's default Framework.state builds on

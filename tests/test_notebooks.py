@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -49,3 +50,8 @@ def test_notebook_runs(path):
         assert "trainable: 41,943,040 (by hand) = 41,943,040 (costmodel)" in outputs
         assert "at 4.127 bits" in outputs
         assert "QLoRA frozen weights: 5.31 GiB (by hand) = 5.31 GiB (costmodel)" in outputs
+    if path.name == "first_steps.ipynb":
+        # .subs with the public value map is the estimate's step time (issue 35, item 7)
+        assert re.search(r"step time by substitution ([\d.]+) s = \1 s \(estimate\)", outputs)
+        assert "d/dT with sp.Symbol('T'): 0" in outputs  # the assumption trap, shown
+        assert "seq  8192: step" in outputs and "max seq " in outputs

@@ -1,0 +1,294 @@
+"""The notebook surface: the CLI's questions as functions, with the CLI's names and units.
+
+Each function takes a preset name (or a :class:`ModelSpec`, e.g. from :func:`from_hf`) and
+the inputs of ``costmodel.inputs.INPUTS`` as keywords, spelled as the CLI's flags without
+the dashes (``hardware="h100-sxm"``, ``gpus=8``, ``microbatch=1``, ``framework="fsdp2"``),
+and goes through :func:`costmodel.inputs.build`, so every default and rule is the CLI's
+and the app's. A misspelled or unknown name is a ``SpecError`` naming it. Memory budgets
+are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budget-gb``.
+
+    >>> est = estimate("llama3-8b", hardware="h100-sxm", gpus=8, seq=8192, batch=64,
+    ...                framework="fsdp2")                      # doctest: +SKIP
+    >>> est["time_s.step"], est.fit().fits                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.hf import model_from_hf_config, model_from_hf_dict
+from costmodel.engine import estimate as _engine
+from costmodel.engine import inverse
+from costmodel.engine import plan as _plan
+from costmodel.engine import sweep as _sweep
+from costmodel.engine.estimate import Estimate
+from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.sweep import Table
+from costmodel.frameworks.registry import trait
+from costmodel.inputs import build
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+
+GB, GIB = 1e9, 2**30
+_CLI_NAMES = {"micro_batch": "microbatch", "global_batch": "batch", "budget_bytes": "budget_gb",
+              "budget": "budget_gb", "devices": "gpus"}  # fmt: skip
+"""Names other APIs use -> the CLI's (an error says which to use)."""
+
+
+def from_hf(config: str | Path | Mapping[str, Any]) -> ModelSpec:
+    """A ModelSpec from a Hugging Face ``config.json`` (a path, or the parsed dict)."""
+    if isinstance(config, Mapping):
+        return model_from_hf_dict(dict(config))
+    return model_from_hf_config(config)
+
+
+def _values(model: str | ModelSpec | None, inputs: dict[str, Any]) -> tuple[dict, Any]:
+    """(flat inputs for ``build``, a ModelSpec given as an object or None)."""
+    for name, cli in _CLI_NAMES.items():
+        if name in inputs:
+            raise SpecError(name, f"unknown input {name}: the CLI's name is {cli}")
+    if "model" in inputs or "hf_config" in inputs:
+        raise SpecError("model", "give the model as the first argument")
+    if isinstance(model, ModelSpec):
+        return inputs, model
+    if model is not None and not isinstance(model, str):
+        raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
+    return {**inputs, "model": model}, None
+
+
+def estimate(
+    model: str | ModelSpec,
+    train: TrainSpec | None = None,
+    parallel: ParallelSpec | None = None,
+    hardware: str | Hardware | None = None,
+    **inputs: Any,
+) -> Estimate:
+    """One configuration's every quantity (seconds, bytes, FLOPs; exact ints for counts).
+
+    Either specs, as ``engine.estimate.estimate`` takes them (``estimate(model, TrainSpec(..),
+    ParallelSpec(..), "h100-sxm")``), or a preset name / ModelSpec with the CLI's inputs as
+    keywords (``estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64)``): what is
+    not given is taken as the CLI takes it, and said in ``Estimate.notes``."""
+    if isinstance(train, TrainSpec):
+        if not isinstance(model, ModelSpec):
+            raise SpecError("model", "with a TrainSpec, give a ModelSpec (get_model(name))")
+        hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+        budget = {k: inputs.pop(k) for k in ("token_budget", "price_per_hour") if k in inputs}
+        if inputs:
+            raise SpecError(sorted(inputs)[0], "give inputs as keywords or specs, not both")
+        return _engine.estimate(model, train, parallel, hw, **budget)
+    if train is not None or parallel is not None:
+        raise SpecError("train", "train and parallel must be a TrainSpec and a ParallelSpec")
+    if isinstance(hardware, Hardware):
+        raise SpecError("hardware", "with keyword inputs, name the hardware (or give specs)")
+    values, spec = _values(model, {**inputs, "hardware": hardware})
+    setup = build(values, spec)
+    return replace(setup.estimate(), notes=setup.notes)
+
+
+def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
+    """A sweep's or a plan's rows as a pandas DataFrame when pandas is installed, else as
+    a dict of flat numpy columns (inputs first, then quantities)."""
+    tab = result.table() if isinstance(result, _plan.Plan) else Table(result)
+    try:
+        return tab.frame()
+    except ImportError:
+        return tab.columns()
+
+
+def _fill_gpus(gpus: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """``gpus`` as the CLI takes it: the data-parallel devices fill what tp, pp, cp (and
+    the degree given) leave, as one shard group (fsdp) where the framework shards by
+    default and neither dp nor fsdp is given, else as replicas (dp)."""
+    gpus = np.asarray(gpus)
+    checks.integer("gpus", gpus)
+    framework = given.get("framework", ParallelSpec().framework)
+    shard = "dp" not in given and "fsdp" not in given
+    shard = np.asarray(trait(np.asarray(framework, dtype=object), "shards_by_default")) & shard
+    other = np.ones((), dtype=np.int64)
+    for name in ("tp", "pp", "cp", "dp", "fsdp"):
+        other = other * np.asarray(given.get(name, 1))
+    if np.any(gpus % other):
+        raise SpecError("gpus", "dp * fsdp * tp * pp * cp must divide gpus")
+    rest = gpus // other
+    if "dp" in given and "fsdp" in given:
+        if np.any(rest != 1):
+            raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus")
+        return {}
+    if "dp" in given:
+        return {"fsdp": rest}
+    if "fsdp" in given:
+        return {"dp": rest}
+    return {"fsdp": np.where(shard, rest, 1), "dp": np.where(shard, 1, rest)}
+
+
+def sweep(
+    model: str | ModelSpec = "cs336-2.7b",
+    *,
+    hardware: str | Hardware | None = None,
+    quantities: Iterable[str] | None = None,
+    gpus: Any = None,
+    microbatch: Any = None,
+    **overrides: Any,
+) -> Table:
+    """Quantities over a broadcast grid of spec fields, with the inputs as columns.
+
+    ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays (see
+    ``engine.sweep.sweep``); ``gpus`` fills dp (or fsdp under a framework that shards by
+    default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch)
+    sets grad_accum (with ``gpus``, 1 unless grad_accum is given, as the CLI). Returns a
+    :class:`Table`: every input given (with the dp, fsdp and micro-batch that gpus gave),
+    then every quantity, as arrays of the grid's shape (``.frame()`` for pandas,
+    ``costmodel.table(result)`` for either)."""
+    grid = dict(overrides)
+    if gpus is not None:
+        grid.update(_fill_gpus(gpus, grid))
+        hardware = hardware or _required("gpus")
+        if microbatch is None and "grad_accum" not in grid:
+            microbatch = _one_sequence(grid)
+    if microbatch is not None:
+        grid["micro_batch"] = microbatch
+    out = _sweep.sweep(model, hardware=hardware, quantities=quantities, **grid)
+    inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
+    if microbatch is not None:
+        inputs["microbatch"] = microbatch
+    inputs.update({k: grid[k] for k in ("dp", "fsdp") if k in grid})
+    shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
+    cols = {k: np.broadcast_to(np.asarray(v), shape) for k, v in inputs.items()}
+    return Table({**cols, **out})
+
+
+def _one_sequence(grid: dict[str, Any]) -> int | None:
+    """1 (one sequence per device per micro-batch, as ``inputs.build`` takes it with gpus)
+    where the batch divides over the data-parallel devices everywhere, else None."""
+    batch = np.asarray(grid.get("batch", TrainSpec().batch))
+    ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
+    return 1 if np.all(batch % ranks == 0) else None
+
+
+def _required(field: str) -> str:
+    raise SpecError("hardware", f"hardware is required with {field}")
+
+
+def plan(
+    model: str | ModelSpec,
+    *,
+    hardware: str,
+    gpus: int,
+    batch: int,
+    frameworks: Iterable[str] = ("fsdp2", "megatron"),
+    recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
+    microbatches: Iterable[int] | None = None,
+    max_tp: int | None = None,
+    memory_headroom: float = DEFAULT_HEADROOM,
+    progress: bool | Callable[[Iterable[Any], int], Iterable[Any]] = True,
+    **inputs: Any,
+) -> _plan.Plan:
+    """The fastest layouts of ``gpus`` devices that fit (``plan`` of the CLI): ``batch``
+    sequences per step (the CLI's ``--global-batch``); the other inputs (seq, precision,
+    ...) as the CLI's. ``progress`` counts the layout structures compiled on stderr (the
+    slow part of a first call), or is a callable ``(items, total) -> items``."""
+    values, spec = _values(model, {**inputs, "batch": batch})
+    setup = build(values, spec)
+    options = _plan.PlanOptions(frameworks=tuple(frameworks), recompute=tuple(recompute),
+                                micro_batches=None if microbatches is None else
+                                tuple(microbatches), max_tp=max_tp,
+                                memory_headroom=memory_headroom)  # fmt: skip
+    counter = _count_on_stderr if progress is True else (progress or None)
+    return _plan.plan(setup.model, setup.train, get_hardware(hardware), gpus, options, counter)
+
+
+def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
+    """``compiling 3/12 layout structures`` on one stderr line (cached ones pass quickly)."""
+    for i, item in enumerate(items, 1):
+        yield item
+        sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+
+
+def _budget(budget_gb: float | None, budget_gib: float | None) -> float | None:
+    """Bytes from ``budget_gb`` (1e9) or ``budget_gib`` (2^30), as ``solve --budget-gb``."""
+    if budget_gb is not None and budget_gib is not None:
+        raise SpecError("budget_gb", "give budget_gb or budget_gib, not both")
+    for name, value, unit in (("budget_gb", budget_gb, GB), ("budget_gib", budget_gib, GIB)):
+        if value is not None:
+            checks.number(name, value)
+            if value > 1e6:
+                raise SpecError(name, f"{name} is in {'GB' if unit == GB else 'GiB'}, "
+                                f"not bytes (got {value:g})")  # fmt: skip
+            return value * unit
+    return None
+
+
+def max_batch(
+    model: str | ModelSpec,
+    *,
+    budget_gb: float | None = None,
+    budget_gib: float | None = None,
+    memory_headroom: float | None = None,
+    **inputs: Any,
+) -> dict[str, Any]:
+    """``solve max-batch``: the largest batch (sequences) that fits, with ``budget_bytes``."""
+    return _max_fitting("batch", model, budget_gb, budget_gib, memory_headroom, inputs)
+
+
+def max_seq(
+    model: str | ModelSpec,
+    *,
+    budget_gb: float | None = None,
+    budget_gib: float | None = None,
+    memory_headroom: float | None = None,
+    **inputs: Any,
+) -> dict[str, Any]:
+    """``solve max-seq``: the longest sequence (tokens) that fits, with ``budget_bytes``."""
+    return _max_fitting("seq", model, budget_gb, budget_gib, memory_headroom, inputs)
+
+
+def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[str, Any]:
+    values, spec = _values(model, inputs)
+    setup = build(values, spec, solving=field)
+    if setup.parallel is None or setup.hardware is None:
+        raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
+    budget = _budget(budget_gb, budget_gib)
+    return inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                               field, budget, headroom)  # fmt: skip
+
+
+def min_fsdp(
+    model: str | ModelSpec,
+    *,
+    budget_gb: float | None = None,
+    budget_gib: float | None = None,
+    memory_headroom: float | None = None,
+    **inputs: Any,
+) -> dict[str, Any]:
+    """``solve min-fsdp`` (the full model's answer): the smallest FSDP degree that fits,
+    each device keeping its micro-batch (default one sequence); needs ``hardware``."""
+    varied = {"gpus", "fsdp", "grad_accum", "microbatch"} & set(inputs)
+    if varied:
+        raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
+    values, spec = _values(model, {"batch": 1, **inputs})
+    setup = build(values, spec)
+    if setup.parallel is None or setup.hardware is None:
+        raise SpecError("hardware", "min_fsdp needs hardware")
+    budget = _budget(budget_gb, budget_gib)
+    return inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                                    budget, headroom=memory_headroom)  # fmt: skip
+
+
+def solve(question: str, model: str | ModelSpec, **inputs: Any) -> dict[str, Any]:
+    """The CLI's ``solve QUESTION``: ``max-batch``, ``max-seq`` or ``min-fsdp``."""
+    questions = {"max-batch": max_batch, "max-seq": max_seq, "min-fsdp": min_fsdp}
+    checks.choice("question", question, tuple(questions))
+    return questions[question](model, **inputs)

@@ -1,0 +1,234 @@
+"""The notebook surface (costmodel.api): names and units as the CLI's, results that display
+short and read like dicts, tables with their inputs, ``.subs`` with the public value map,
+the package's symbols, field docs in ``help()`` (issue 35, item 7)."""
+
+from __future__ import annotations
+
+import builtins
+import pydoc
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import costmodel as cm
+from costmodel.inputs import build
+from costmodel.symbols import SYMBOLS, T, subs_safe, symbol
+
+H100 = {"hardware": "h100-sxm", "gpus": 8, "seq": 8192, "batch": 64, "framework": "fsdp2"}
+
+
+@pytest.fixture(scope="module")
+def est8():
+    return cm.estimate("llama3-8b", **H100)
+
+
+def test_estimate_by_name_is_the_clis_setup(est8):
+    """The issue's call works and is exactly inputs.build's (the CLI's and the app's)."""
+    setup = build({"model": "llama3-8b", **H100})
+    assert est8.values == setup.estimate().values
+    assert est8.parallel == setup.parallel and est8.parallel.fsdp == 8  # fsdp2 shards
+    assert est8.train.grad_accum == 8  # micro-batch 1, as the CLI
+    assert est8.notes == setup.notes and any("micro-batch 1" in n for n in est8.notes)
+
+
+def test_estimate_with_specs_still_works():
+    model, train = cm.get_model("cs336-small"), cm.TrainSpec(batch=4, seq=256)
+    by_spec = cm.estimate(model, train)
+    by_name = cm.estimate("cs336-small", batch=4, seq=256, grad_accum=1)
+    assert by_spec.values == by_name.values
+    with_hw = cm.estimate(model, train, cm.ParallelSpec(dp=2), "h100-sxm")
+    assert with_hw.hardware.name == cm.get_hardware("h100-sxm").name
+
+
+def test_estimate_by_spec_object_with_overrides():
+    spec = cm.get_model("cs336-small").replace(n_layers=6)
+    est = cm.estimate(spec, batch=4, seq=256)
+    assert est.model.n_layers == 6 and est.train.seq == 256
+
+
+@pytest.mark.parametrize(
+    ("inputs", "field"),
+    [
+        ({"micro_batch": 2}, "micro_batch"),  # the CLI's name is microbatch
+        ({"budget_bytes": 80}, "budget_bytes"),
+        ({"tensor_parallel": 2}, "tensor_parallel"),
+    ],
+)
+def test_wrong_names_are_refused_naming_the_field(inputs, field):
+    with pytest.raises(cm.SpecError) as err:
+        cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, **inputs)
+    assert err.value.field == field
+
+
+def test_estimate_is_dict_like(est8):
+    assert "time_s.step" in est8 and "no such" not in est8
+    assert list(est8.keys()) == list(est8.values) and len(est8) == len(est8.values)
+    assert dict(est8.items())["mfu"] == est8["mfu"] and est8.get("no such", 3) == 3
+
+
+def test_estimate_repr_is_short_and_says_the_verdict(est8):
+    text = repr(est8)
+    assert len(text) < 1500 and len(text.splitlines()) <= 12
+    assert est8.fit().sentence() in text  # the one fit rule's words
+    assert "fsdp 8" in text and "llama3-8b" in text and "GiB per device" in text
+    if est8.fit().fits:
+        assert f"{est8['mfu']:.1%}" in text
+    page = est8._repr_html_()
+    assert page.startswith("<table>") and "llama3-8b" in page and len(page) < 3000
+
+
+def test_a_layout_that_does_not_fit_shows_no_mfu():
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=1, seq=8192, batch=4)
+    assert not est.fit().fits
+    assert "does not fit" in repr(est) and "MFU" not in repr(est)
+
+
+def test_subs_with_the_public_value_map_gives_the_step_time(est8):
+    """``.subs`` used to end in ``nan is not comparable``: sympy's Max, given some symbols
+    but not all, dropped an argument (Max(1, floor(132/ceiling(a/b))))."""
+    expr = est8.expr("time_s.step")
+    values = est8.symbol_values()
+    assert expr.free_symbols <= set(values)
+    assert float(expr.subs(values)) == pytest.approx(est8["time_s.step"], rel=1e-12)
+
+
+def test_subs_safe_max_waits_for_numbers():
+    n, a, b = sp.symbols("n a b", positive=True, integer=True)
+    plain = sp.Max(1, sp.floor(n / sp.ceiling(a / b)), evaluate=False)
+    assert plain.subs(n, 132).subs({a: 1000, b: 1}) == 0  # sympy's: the 1 was dropped
+    safe = subs_safe(plain)
+    assert safe.subs(n, 132).subs({a: 1000, b: 1}) == 1 and safe.subs({n: 132, a: 10, b: 1}) == 13
+    assert str(safe) == str(plain) and sp.latex(safe) == sp.latex(plain)
+    assert sp.lambdify([n, a, b], safe)(132, 1000, 1) == 1
+
+
+def test_the_package_symbols_and_the_assumption_trap():
+    flops = cm.estimate("cs336-small", batch=4, seq=256).expr("flops.forward")
+    assert sp.diff(flops, sp.Symbol("T")) == 0  # another symbol: no assumptions
+    assert sp.diff(flops, symbol("T")) != 0 and symbol("T") is T is cm.symbol("T")
+    assert SYMBOLS["alpha_X"].is_positive and "T" in cm.symbols.__doc__
+    with pytest.raises(KeyError, match="no symbol"):
+        symbol("Q")
+
+
+def test_sweep_takes_gpus_and_keeps_its_inputs():
+    seqs = [2048, 4096]
+    out = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=seqs,
+                   framework="fsdp2", microbatch=1, quantities=["time_s.step"])  # fmt: skip
+    assert list(out["seq"]) == seqs and list(out["gpus"]) == [8, 8]
+    assert list(out["fsdp"]) == [8, 8] and list(out["dp"]) == [1, 1]  # as the CLI's gpus
+    one = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096,
+                      framework="fsdp2")  # fmt: skip
+    assert out["time_s.step"][1] == pytest.approx(one["time_s.step"], rel=1e-9)
+    frame = out.frame()
+    assert list(frame["seq"]) == seqs and "time_s.step" in frame.columns
+
+
+def test_sweep_gpus_fill_dp_under_a_framework_that_replicates():
+    out = cm.sweep("cs336-small", hardware="h100-sxm", gpus=[4, 8], tp=2, batch=8,
+                   framework="megatron", quantities=["time_s.step"])  # fmt: skip
+    assert list(out["dp"]) == [2, 4] and list(out["fsdp"]) == [1, 1]
+    with pytest.raises(cm.SpecError) as err:
+        cm.sweep("cs336-small", hardware="h100-sxm", gpus=6, tp=4)
+    assert err.value.field == "gpus"
+
+
+def test_tables_without_pandas(monkeypatch):
+    out = cm.sweep("cs336-small", batch=4, seq=[128, 256], quantities=["memory_bytes.peak"])
+    real = builtins.__import__
+
+    def no_pandas(name, *args, **kwargs):
+        if name == "pandas":
+            raise ImportError("no pandas")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    cols = cm.table(out)
+    assert isinstance(cols, dict) and list(cols["seq"]) == [128, 256]
+    assert cols["memory_bytes.peak"].shape == (2,)
+    with pytest.raises(ImportError, match="pandas"):
+        out.frame()
+
+
+@pytest.fixture(scope="module")
+def plan8():
+    return cm.plan("cs336-small", hardware="h100-sxm", gpus=8, batch=16, seq=512,
+                   frameworks=["fsdp2"], recompute=["none"], progress=False)  # fmt: skip
+
+
+def test_plan_by_name_is_the_engines(plan8):
+    assert plan8.model.name == "cs336-small" and plan8.gpus == 8 and len(plan8) > 0
+    best = plan8.top(1)[0]
+    assert plan8["time_s.step"][0] == best["time_s.step"]
+    assert "mfu" in plan8 and "nothing" not in plan8 and dict(plan8.items())["tp"][0] == best["tp"]
+
+
+def test_plan_table_and_display(plan8):
+    tab = plan8.table()
+    assert list(tab["rank"][:3]) == [1, 2, 3] and len(tab["rank"]) == len(plan8)
+    assert tab["label"][0] in repr(plan8) and len(repr(plan8).splitlines()) <= 8
+    frame = cm.table(plan8)
+    assert frame["time_s.step"].iloc[0] == plan8.top(1)[0]["time_s.step"]
+    assert "<ol" in plan8._repr_html_()
+
+
+def test_plan_progress_counts_structures(capsys):
+    cm.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=4, seq=256,
+            frameworks=["fsdp2"], recompute=["none"])  # fmt: skip
+    assert "layout structures" in capsys.readouterr().err
+
+
+def test_inverse_questions_by_name_and_units():
+    name = {"hardware": "h100-sxm", "gpus": 8, "framework": "fsdp2"}
+    seq = cm.max_seq("llama3-8b", batch=8, **name)
+    at = cm.estimate("llama3-8b", batch=8, seq=seq["seq"], **name)
+    assert at.fit().fits and seq["budget_bytes"] == at.fit().budget_bytes
+    gb = cm.solve("max-batch", "cs336-small", seq=1024, budget_gb=20, **name)
+    assert gb["budget_bytes"] == 20e9 and gb["batch"] > 0
+    fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", framework="fsdp2", seq=8192)
+    assert fsdp["fsdp"] is not None and fsdp["per_device_bytes"] <= fsdp["budget_bytes"]
+
+
+def test_a_budget_in_bytes_is_refused_naming_the_field():
+    with pytest.raises(cm.SpecError) as err:
+        cm.min_fsdp("llama3-8b", hardware="h100-sxm", budget_gb=80e9)
+    assert err.value.field == "budget_gb" and "not bytes" in str(err.value)
+
+
+def test_hf_import_is_top_level(tmp_path):
+    cfg = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256,
+           "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "max_position_embeddings": 512}  # fmt: skip
+    spec = cm.from_hf(cfg)
+    assert (spec.d_model, spec.n_layers, spec.n_kv_heads) == (256, 2, 2)
+    assert cm.estimate(spec, batch=2, seq=128)["params.total"] > 0
+
+
+@pytest.mark.parametrize("cls", [cm.ModelSpec, cm.TrainSpec, cm.ParallelSpec])
+def test_help_shows_field_docs(cls):
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert "Fields" in text
+    first = next(iter(cls.__dataclass_fields__))
+    assert f"{first}: " in text
+
+
+def test_help_shows_a_fields_own_words():
+    text = pydoc.render_doc(cm.TrainSpec, renderer=pydoc.plaintext)
+    assert "Tokens per sequence T." in text
+
+
+def test_grid_shapes_are_kept_for_existing_callers():
+    out = cm.sweep("cs336-small", batch=np.array([[2], [4]]), seq=[128, 256],
+                   quantities=["memory_bytes.peak"])  # fmt: skip
+    assert out["memory_bytes.peak"].shape == (2, 2) and out["batch"].shape == (2, 2)
+
+
+def test_sweep_with_gpus_takes_the_clis_micro_batch(est8):
+    """gpus alone: one sequence per device per micro-batch, as estimate (the CLI) takes it."""
+    out = cm.sweep("llama3-8b", quantities=["time_s.step"], **H100)
+    assert out["microbatch"].item() == 1
+    assert out["time_s.step"].item() == pytest.approx(est8["time_s.step"], rel=1e-9)
+    with pytest.raises(cm.SpecError) as err:
+        cm.sweep("llama3-8b", gpus=8)
+    assert err.value.field == "hardware"
