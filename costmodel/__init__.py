@@ -9,7 +9,7 @@ Quick start (a notebook; the CLI's names and units, see :mod:`costmodel.api`)::
     est["time_s.step"], est.expr("time_s.step")       # seconds, and its sympy formula
     est.expr("time_s.step").subs(est.symbol_values())  # the same number, by substitution
     costmodel.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=[2048, 4096])
-    costmodel.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8)
+    costmodel.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8, framework="fsdp2")
     costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=8192).table()
 
 Symbols: ``from costmodel.symbols import T, D`` or ``costmodel.symbol("T")``, never

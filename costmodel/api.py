@@ -239,7 +239,8 @@ def max_batch(
     memory_headroom: float | None = None,
     **inputs: Any,
 ) -> dict[str, Any]:
-    """``solve max-batch``: the largest batch (sequences) that fits, with ``budget_bytes``."""
+    """``solve max-batch``: the largest batch (sequences) that fits, with ``budget_bytes``
+    (None, and a ``reason``, where even the smallest batch of the layout does not fit)."""
     return _max_fitting("batch", model, budget_gb, budget_gib, memory_headroom, inputs)
 
 
@@ -251,7 +252,8 @@ def max_seq(
     memory_headroom: float | None = None,
     **inputs: Any,
 ) -> dict[str, Any]:
-    """``solve max-seq``: the longest sequence (tokens) that fits, with ``budget_bytes``."""
+    """``solve max-seq``: the longest sequence (tokens) that fits, with ``budget_bytes``
+    (None, and a ``reason``, where even the shortest the layout allows does not fit)."""
     return _max_fitting("seq", model, budget_gb, budget_gib, memory_headroom, inputs)
 
 
@@ -261,8 +263,13 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
     budget = _budget(budget_gb, budget_gib)
-    return inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
-                               field, budget, headroom)  # fmt: skip
+    out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                              field, budget, headroom)  # fmt: skip
+    if out[field] is None:  # the smallest value the layout allows does not fit: say so
+        smallest = _engine.estimate(setup.model, setup.train, setup.parallel, setup.hardware)
+        out["reason"] = (f"even {field} {getattr(setup.train, field):,} "
+                         f"{smallest.fit(headroom, budget).sentence()}")  # fmt: skip
+    return out
 
 
 def min_fsdp(
@@ -283,8 +290,13 @@ def min_fsdp(
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")
     budget = _budget(budget_gb, budget_gib)
-    return inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
-                                    budget, headroom=memory_headroom)  # fmt: skip
+    out = inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                                   budget, headroom=memory_headroom)  # fmt: skip
+    if out["fsdp"] is None:
+        out["reason"] = (f"no fsdp degree fits: the smallest peak is "
+                         f"{out['per_device_bytes'] / GIB:,.1f} GiB > "
+                         f"{out['budget_bytes'] / GIB:,.1f} GiB")  # fmt: skip
+    return out
 
 
 def solve(question: str, model: str | ModelSpec, **inputs: Any) -> dict[str, Any]:

@@ -232,3 +232,11 @@ def test_sweep_with_gpus_takes_the_clis_micro_batch(est8):
     with pytest.raises(cm.SpecError) as err:
         cm.sweep("llama3-8b", gpus=8)
     assert err.value.field == "hardware"
+
+
+def test_an_inverse_with_no_answer_says_why():
+    """The default framework replicates (dp 8): 8B's state alone passes 72 GiB per device."""
+    out = cm.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8)
+    assert out["seq"] is None and "does not fit: peak" in out["reason"]
+    tiny = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=8192, budget_gib=1)
+    assert tiny["fsdp"] is None and "no fsdp degree fits" in tiny["reason"]
