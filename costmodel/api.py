@@ -15,6 +15,7 @@ are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budge
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,8 @@ GB, GIB = 1e9, 2**30
 _CLI_NAMES = {"micro_batch": "microbatch", "global_batch": "batch", "budget_bytes": "budget_gb",
               "budget": "budget_gb", "devices": "gpus"}  # fmt: skip
 """Names other APIs use -> the CLI's (an error says which to use)."""
+PROGRESS_AFTER_S = 1.0
+"""plan's progress line appears once compiling has taken this long (seconds)."""
 
 
 def from_hf(config: str | Path | Mapping[str, Any]) -> ModelSpec:
@@ -209,12 +212,17 @@ def plan(
 
 
 def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
-    """``compiling 3/12 layout structures`` on one stderr line (cached ones pass quickly)."""
+    """``compiling 3/12 layout structures`` on one stderr line, once the compiling has
+    taken ``PROGRESS_AFTER_S`` (structures cached on disk pass silently)."""
+    start, shown = time.perf_counter(), False
     for i, item in enumerate(items, 1):
         yield item
-        sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
-        sys.stderr.flush()
-    sys.stderr.write("\n")
+        if shown or time.perf_counter() - start > PROGRESS_AFTER_S:
+            sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
+            sys.stderr.flush()
+            shown = True
+    if shown:
+        sys.stderr.write("\n")
 
 
 def _budget(budget_gb: float | None, budget_gib: float | None) -> float | None:

@@ -173,7 +173,8 @@ def test_plan_table_and_display(plan8):
     assert "<ol" in plan8._repr_html_()
 
 
-def test_plan_progress_counts_structures(capsys):
+def test_plan_progress_counts_structures(capsys, monkeypatch):
+    monkeypatch.setattr(cm.api, "PROGRESS_AFTER_S", -1.0)  # as if every structure were cold
     cm.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=4, seq=256,
             frameworks=["fsdp2"], recompute=["none"])  # fmt: skip
     assert "layout structures" in capsys.readouterr().err
