@@ -37,12 +37,17 @@ def flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def negation(key: str) -> str:
+    """The flag that sets a bool input to False (``--no-sequence-parallel``, ``--untied``)."""
+    return "--" + _NEGATIONS.get(key, "no-" + key.replace("_", "-"))
+
+
 def add_inputs(parser: argparse.ArgumentParser, title: str, inputs: tuple[Input, ...]) -> None:
     group = parser.add_argument_group(title)
     for i in inputs:
         shown = "" if i.default is None else f" (default {i.default})"
         if i.kind is bool:
-            neg = "--" + _NEGATIONS.get(i.key, "no-" + i.key.replace("_", "-"))
+            neg = negation(i.key)
             group.add_argument(flag(i.key), dest=i.key, action="store_true", default=None,
                                help=i.help + shown)  # fmt: skip
             group.add_argument(neg, dest=i.key, action="store_false", help=f"not {flag(i.key)}")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
-from costmodel.cli.args import FRONT, add_inputs, int_arg, values_of
+from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
@@ -108,6 +109,28 @@ def breakdown(row: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
+_ROW_FLAGS = ("framework", "dp", "fsdp", "zero", "tp", "sequence_parallel", "pp", "pp_interleave",
+              "cp", "ep", "ep_overlap", "grad_reduce_fp32", "recompute")  # fmt: skip
+"""A plan row's columns that ``estimate`` takes as flags (its micro-batch as --microbatch)."""
+
+
+def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.Namespace) -> str:
+    """The ``estimate`` command that reproduces a plan row exactly: the question's model
+    and training inputs as given, the cluster, and the row's layout, micro-batch and
+    recompute (every flag stated, so no default is taken for it)."""
+    argv = ["python", "-m", "costmodel", "estimate"]
+    stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
+              "hardware": args.hardware, "gpus": args.gpus, "batch": args.global_batch}  # fmt: skip
+    for key, value in stated.items():
+        if isinstance(value, bool):
+            argv.append(flag(key) if value else negation(key))
+        else:
+            argv += [flag(key), str(value)]
+    if args.memory_headroom != DEFAULT_HEADROOM:
+        argv += ["--memory-headroom", str(args.memory_headroom)]
+    return shlex.join(argv)
+
+
 def no_fit_text(p: Plan) -> str:
     """No layout fits: the smallest peak found and what would make it fit."""
     best = p.smallest_memory()
@@ -145,6 +168,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     result = plan(setup.model, setup.train, hw, args.gpus, options, progress=progress_bar)
     seconds = time.perf_counter() - start
     rows = [r | budget_cost(r, args.gpus, args.token_budget, args.price_per_hour)
+            | {"estimate_command": estimate_command(r, values, args)}
             for r in result.top(args.top)]  # fmt: skip
     if args.timeline and len(result.order):
         best = int(result.order[0])
@@ -164,6 +188,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 1
     print(_table(result, rows, seconds))
     print(breakdown(rows[0]))
+    print("\neach row as estimate computes it:")
+    print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
     return 0
 
 
