@@ -191,7 +191,7 @@ layouts = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(layouts, st.sampled_from(["none", "full", "selective", "selective-op"]),
        st.sampled_from(["bf16-mixed", "fp8"]), st.sampled_from(["fused", "eager"]))  # fmt: skip
 def test_layout_properties(layout, recompute, precision, elementwise):

@@ -186,7 +186,9 @@ def test_an_fsdp2_plan_row_reproduces_in_estimate_without_stating_the_reduce_dty
 
     model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
     train = TrainSpec(batch=32, seq=2048)
-    result = plan(model, train, hw, 8, PlanOptions(frameworks=("fsdp2",)))
+    options = PlanOptions(frameworks=("fsdp2",), recompute=("full",), interleave=(1,),
+                          micro_batches=(1,))  # fmt: skip
+    result = plan(model, train, hw, 8, options)
     row = int(result.order[0])
     layout = {k: result.columns[k][row] for k in LAYOUT}
     layout = {k: v.item() if hasattr(v, "item") else v for k, v in layout.items()}
