@@ -90,8 +90,14 @@ def _full_crossover(setup: Setup) -> int | None:
 def _book_min_fsdp(setup: Setup, budget: float) -> None:
     sequences = max(1, setup.train.micro_batch // setup.parallel.batch_step(1))  # type: ignore[union-attr]
     try:
-        result = min_fsdp(setup.model, setup.train, budget, sequences * setup.train.seq, 0.5,
-                          setup.parallel.framework)  # type: ignore[union-attr]
+        result = min_fsdp(
+            setup.model,
+            setup.train,
+            budget,
+            sequences * setup.train.seq,
+            0.5,
+            setup.parallel.framework,
+        )  # type: ignore[union-attr]
     except SpecError as err:
         st.error(err.message, icon="⚠️")
         return
