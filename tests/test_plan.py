@@ -14,14 +14,8 @@ from costmodel.catalog.presets import get_model
 from costmodel.cli import main
 from costmodel.config import check
 from costmodel.engine.estimate import estimate
-from costmodel.engine.plan import (
-    LAYOUT,
-    TIE,
-    PlanOptions,
-    _valid,
-    enumerate_layouts,
-    plan,
-)
+from costmodel.engine.layouts import enumerate_layouts, valid_mask
+from costmodel.engine.plan import LAYOUT, TIE, PlanOptions, plan
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -45,7 +39,7 @@ def _spec_of(cols, i) -> tuple[ParallelSpec, TrainSpec]:
 
 def test_the_array_rules_accept_exactly_what_a_single_input_accepts():
     cols = enumerate_layouts(GPT2, TRAIN, H100, 16, OPTIONS)
-    mask = _valid(cols, GPT2, TRAIN)
+    mask = valid_mask(cols, GPT2, TRAIN)
     assert 0 < mask.sum() < len(mask)  # the grid holds both kinds
     rng = np.random.default_rng(0)
     for i in rng.choice(len(mask), size=300, replace=False):

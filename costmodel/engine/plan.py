@@ -1,32 +1,35 @@
 """The fastest layout that fits: every valid layout of a cluster, evaluated at once.
 
-Enumerates, for ``gpus`` devices, every framework the user allows with its sharding
-(FSDP2: fsdp shards x dp replicas; Megatron: data parallel with the distributed
-optimizer; DeepSpeed and the reference model: ZeRO 1/2/3 over all replicas), tensor
-parallelism within a node (with and without sequence parallelism), pipeline parallelism
-(plain and interleaved 1F1B, uneven stages included), context parallelism, the
-micro-batch per device and the recompute policy. The spec layer's own rules filter the
-candidates (``checks.collect_masks``: the rules that reject a bad input), ``sweep``
-evaluates per-device memory and step time with the same compiled expressions as
-``estimate`` (one set per structure), layouts that break the fit rule
-(:mod:`costmodel.engine.fit`: the peak within the memory headroom) are
-dropped, and the rest are ranked by step time. Units: seconds, bytes.
+The candidates (``costmodel.engine.layouts``: every framework the user allows with its
+sharding, tp within a node with and without SP, pp plain and interleaved, cp, ep, the
+micro-batch and the recompute policy) are filtered by the spec layer's own rules
+(``checks.collect_masks``: the rules that reject a bad input), ``sweep`` evaluates
+per-device memory and step time with the same compiled expressions as ``estimate`` (one
+set per structure), layouts that break the fit rule (:mod:`costmodel.engine.fit`: the
+peak within the memory headroom) are dropped, and the rest are ranked by step time.
+Units: seconds, bytes.
 """
 
 from __future__ import annotations
 
-import functools
 import html
-import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from costmodel.config import check
-from costmodel.engine.fit import DEFAULT_HEADROOM, budget_bytes, check_headroom, fits
+from costmodel.engine.fit import budget_bytes, fits
+from costmodel.engine.layouts import FRAMEWORK_CHOICES as FRAMEWORK_CHOICES  # re-exported
+from costmodel.engine.layouts import (
+    SEARCHED,
+    candidates,
+    enumerate_layouts,
+    no_layout_message,
+    valid_mask,
+)
+from costmodel.engine.layouts import PlanOptions as PlanOptions  # re-exported
 from costmodel.engine.quantities import (
     PARALLEL_STRUCTURE,
     TRAIN_STRUCTURE,
@@ -34,13 +37,12 @@ from costmodel.engine.quantities import (
     structure_of,
 )
 from costmodel.engine.sweep import Table, factorize, sweep
-from costmodel.frameworks.registry import framework_defaults, framework_of, trait
-from costmodel.kinds import ffn
+from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, grad_accum_of
+from costmodel.specs.parallel import ParallelSpec
 from costmodel.specs.rules import check_positions
 
 LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
@@ -57,39 +59,6 @@ QUANTITIES = (
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
     "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep",
 )  # fmt: skip
-FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """What the search may vary; every field is a list of allowed values."""
-
-    frameworks: tuple[str, ...] = ("fsdp2", "megatron")
-    recompute: tuple[str, ...] = ("none", "selective", "selective-op", "full")
-    micro_batches: tuple[int, ...] | None = None
-    """Sequences per device per micro-batch; default every power of two that divides."""
-    interleave: tuple[int, ...] = (1, 2)
-    max_tp: int | None = None
-    """Largest tensor-parallel degree; default the devices of one node (NVLink domain)."""
-    memory_headroom: float = DEFAULT_HEADROOM
-    """A layout fits when its peak allocated bytes are at most this share of device
-    memory (:mod:`costmodel.engine.fit`)."""
-
-    def __post_init__(self) -> None:
-        for name in ("frameworks", "recompute", "micro_batches", "interleave"):
-            if getattr(self, name) is not None:  # lists from callers become tuples (hashable)
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name in ("frameworks", "recompute"):
-            values = getattr(self, name)
-            if not values:
-                raise SpecError(name, f"{name} must name at least one choice")
-        for fw in self.frameworks:
-            checks.choice("frameworks", fw, FRAMEWORK_CHOICES)
-        for rc in self.recompute:
-            checks.choice("recompute", rc, ("none", "selective", "selective-op", "full"))
-        for mb in self.micro_batches or ():
-            checks.integer("micro_batches", mb)
-        check_headroom(self.memory_headroom)
 
 
 @dataclass(repr=False)
@@ -242,7 +211,7 @@ def plan(
     check_positions(model.pos, train.seq, model.max_positions)
     cols = enumerate_layouts(model, train, hardware, gpus, options)
     enumerated = len(cols["tp"])
-    ok = _valid(cols, model, train)
+    ok = valid_mask(cols, model, train)
     if not ok.any():
         raise SpecError("gpus", no_layout_message(cols, model, train, gpus))
     cols = {k: v[ok] for k, v in cols.items()}
@@ -261,7 +230,7 @@ def evaluate(
     """The planner's ``QUANTITIES`` of candidate layouts: one ``sweep`` over the columns
     (ParallelSpec fields, ``grad_accum`` and ``recompute``; other layout fields at their
     defaults), every other training field as ``train`` has it."""
-    searched = {k: v for k, v in cols.items() if k in _SEARCHED}
+    searched = {k: v for k, v in cols.items() if k in SEARCHED}
     given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
     return sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **searched)
 
@@ -276,7 +245,7 @@ def evaluate_layout(
                 grad_accum=np.array([train.grad_accum]))  # fmt: skip
     cols["framework"] = cols["framework"].astype(object)
     cols["overlap"] = cols["overlap"].astype(object)
-    par, per_candidate = _candidates(cols, train)
+    par, per_candidate = candidates(cols, train)
     with checks.collect_masks() as masks:
         check(model, per_candidate, par)
     refused = checks.refusal(masks, 0)
@@ -304,130 +273,6 @@ def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.nda
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
     return idx[np.lexsort((step, peak, split, tier))]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def enumerate_layouts(
-    model: ModelSpec, train: TrainSpec, hardware: Hardware, gpus: int, options: PlanOptions
-) -> dict[str, np.ndarray]:
-    """Every combination of the searched fields (before the rules), as columns. Blocks of
-    (framework, sharding, tp, pp, cp, ep) are listed in Python; the choices inside a block
-    (sp, interleave, micro-batch, recompute) are numpy products shared between blocks."""
-    max_tp = options.max_tp or hardware.devices_per_node
-    blocks, inner = [], []
-    for fw, tp, cp in itertools.product(options.frameworks, _divisors(gpus), _divisors(gpus)):
-        if tp > max_tp or gpus % (tp * cp):
-            continue
-        for pp in _divisors(gpus // (tp * cp)):
-            replicas = gpus // (tp * cp * pp)
-            if pp > model.n_layers or train.batch % replicas:
-                continue
-            choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
-            for (dp, fsdp, zero), ep in itertools.product(
-                framework_of(fw).shardings(replicas), _expert_degrees(model, replicas * cp)
-            ):
-                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, len(choices["recompute"])))
-                inner.append(choices)
-    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "count")
-    per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
-    counts = np.array(per_block.get("count", ()), dtype=np.int64)
-    cols = {n: np.repeat(np.array(per_block.get(n, ()), object if n in _KINDS else np.int64),
-                         counts) for n in names[:-1]}  # fmt: skip
-    for n in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
-        cols[n] = np.concatenate([c[n] for c in inner] or [np.zeros(0, np.int64)])
-    cols["sequence_parallel"] = cols["sequence_parallel"].astype(bool)
-    cols["grad_accum"] = grad_accum_of(
-        train.batch, cols["dp"], cols["fsdp"], cols["micro_batch"], field="micro_batch"
-    )
-    cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
-    return _with_ep_overlap(cols)
-
-
-def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each Megatron expert-parallel candidate once more with combined 1F1B
-    (``ep_overlap``; the rules drop the twins Megatron would not run): it hides all-to-alls
-    but keeps one chunk more in flight under interleaving, so either may be the fastest
-    that fits."""
-    cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    again = trait(cols["framework"], "combined_1f1b") & (cols["ep"] > 1)
-    twin = {k: v[again] for k, v in cols.items()}
-    twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
-    return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
-
-
-_KINDS = {"framework", "recompute"}
-_SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute"}
-"""Columns a candidate sets; the rest of the training is the question's."""
-
-
-def _expert_degrees(model: ModelSpec, data_ranks: int) -> list[int]:
-    """Expert-parallel degrees to try: 1, and for an MoE model every divisor of its routed
-    experts that divides the data-parallel ranks (the layout rules drop those that do
-    not nest with the shard group)."""
-    if not ffn.routes(model):
-        return [1]
-    return [d for d in _divisors(model.n_experts) if data_ranks % d == 0]
-
-
-@functools.lru_cache(maxsize=4096)
-def _choices(tp: bool, pp: bool, per_replica: int, options: PlanOptions) -> dict:
-    """The choices inside one block: sp (with tp), interleave (with pp), micro-batch, recompute."""
-    sps = (False, True) if tp else (False,)
-    vs = options.interleave if pp else (1,)
-    rows = list(itertools.product(sps, vs, _micro_batches(per_replica, options), options.recompute))
-    sp_, v, mb, rc = zip(*rows, strict=True) if rows else ((),) * 4
-    return {
-        "sequence_parallel": np.array(sp_, bool),
-        "pp_interleave": np.array(v, np.int64),
-        "micro_batch": np.array(mb, np.int64),
-        "recompute": np.array(rc, dtype=object),
-    }
-
-
-def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
-    allowed = options.micro_batches
-    if allowed is None:
-        allowed = [2**i for i in range(per_replica.bit_length())]
-    return [mb for mb in allowed if per_replica % mb == 0]
-
-
-def _candidates(
-    cols: dict[str, np.ndarray], train: TrainSpec
-) -> tuple[SimpleNamespace, SimpleNamespace]:
-    """(layout, training) of every candidate: the layout's fields from the columns (the
-    rest at ParallelSpec's defaults), ``train``'s with the searched recompute policy and
-    gradient accumulation."""
-    par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
-    given = {f.name: getattr(train, f.name) for f in fields(train)}
-    searched = {"recompute": cols["recompute"], "grad_accum": cols["grad_accum"]}
-    return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})
-
-
-def _valid(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:
-    """The candidates every rule accepts (``costmodel.config.check``, as for one input)."""
-    par, per_candidate = _candidates(cols, train)
-    with checks.collect_masks() as masks:
-        check(model, per_candidate, par)
-    return checks.passing(masks, len(cols["tp"]))
-
-
-def no_layout_message(
-    cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec, gpus: int
-) -> str:
-    """Why nothing is valid: the rule the simplest candidate breaks, in its own words."""
-    if not len(cols["tp"]):
-        return (f"no layout of {gpus} GPUs splits batch {train.batch}: the global batch must "
-                "be a multiple of the data-parallel degree of some layout")  # fmt: skip
-    first = {k: v[:1] for k, v in cols.items()}
-    try:
-        par, per_candidate = _candidates(first, train)
-        check(model, per_candidate, par)
-    except SpecError as err:
-        return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
-    return f"no valid layout of {gpus} GPUs for this model and batch"
 
 
 def _warm(model, train, hardware, cols, progress) -> int:

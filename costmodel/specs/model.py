@@ -10,17 +10,14 @@ numpy grids.
 
 from __future__ import annotations
 
-import functools
-import itertools
-import textwrap
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 from costmodel.specs import checks
 from costmodel.specs.attention import is_local, window_rules
 from costmodel.specs.checks import SpecError
+from costmodel.specs.fields import check_fields, choices_of, document_fields, field_docs
 from costmodel.specs.rules import (
     derived_head_dim,
     model_rules,
@@ -50,31 +47,6 @@ OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 FINETUNES: tuple[str, ...] = get_args(Finetune)
-
-
-def choices_of(cls: type, name: str) -> tuple[Any, ...] | None:
-    """The allowed values of a ``Literal``-typed field (None for other fields)."""
-    return _literal_fields(cls).get(name)
-
-
-@functools.cache
-def _literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
-    """Field -> choices of a spec class's ``Literal`` fields (type hints resolved once:
-    ``typing.get_type_hints`` costs ~0.3 ms, and specs are built in loops)."""
-    hints = typing.get_type_hints(cls)
-    return {
-        name: get_args(hint) for name, hint in hints.items() if typing.get_origin(hint) is Literal
-    }
-
-
-def check_fields(spec: Any, integers: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> None:
-    """Integers >= 1, flags, and every ``Literal`` field against its choices."""
-    for name in integers:
-        checks.integer(name, getattr(spec, name))
-    for name in flags:
-        checks.flag(name, getattr(spec, name))
-    for name, options in _literal_fields(type(spec)).items():
-        checks.choice(name, getattr(spec, name), options)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,36 +356,15 @@ def following(base: ModelSpec, given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Field name -> first sentence of its docstring (for CLI help and the app)."""
-    import ast
-    import inspect
-    import textwrap
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in itertools.pairwise(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
-            text = " ".join(str(nxt.value.value).split())  # type: ignore[attr-defined]
-            docs[node.target.id] = text  # type: ignore[attr-defined]
-    return docs
-
-
-def document_fields(cls: type) -> None:
-    """Append a "Fields" section to ``cls.__doc__`` from the attribute docstrings (Python
-    drops those; ``help(cls)`` then shows each field with its type and default)."""
-    docs, lines = field_docs(cls), ["", "Fields", "------"]
-    for f in fields(cls):
-        default = "" if f.default is MISSING else f" = {f.default!r}"
-        lines.append(f"{f.name}: {f.type}{default}")
-        if f.name in docs:
-            lines.extend(textwrap.wrap(docs[f.name], 84, initial_indent="    ",
-                                       subsequent_indent="    "))  # fmt: skip
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines)
-
-
 document_fields(ModelSpec)
 document_fields(TrainSpec)
 
-__all__ = ["ModelSpec", "SpecError", "TrainSpec", "document_fields", "field_docs"]
+__all__ = [
+    "ModelSpec",
+    "SpecError",
+    "TrainSpec",
+    "check_fields",
+    "choices_of",
+    "document_fields",
+    "field_docs",
+]

@@ -18,7 +18,7 @@ import numpy as np
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.model import check_fields, document_fields
+from costmodel.specs.fields import check_fields, document_fields
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
