@@ -176,8 +176,9 @@ def via_sweep(config: dict[str, Any]) -> dict[str, float]:
         k: [v] if isinstance(v, int) and not isinstance(v, bool) else v
         for k, v in {**t, **p}.items()
     }  # sizes and degrees as one-row grids
-    out = sweep(ModelSpec(**m), hardware=HARDWARE, **rows)
-    return {k: float(v[0]) for k, v in out.items() if not np.isnan(v[0])}
+    out = sweep(ModelSpec(**m), hardware=HARDWARE, **rows)  # its inputs, then quantities
+    numbers = {k: np.asarray(v) for k, v in out.items() if np.asarray(v).dtype.kind == "f"}
+    return {k: float(v[0]) for k, v in numbers.items() if not np.isnan(v[0])}
 
 
 def via_plan(config: dict[str, Any]) -> dict[str, float]:

@@ -16,7 +16,7 @@ def _runs():
 
 
 def test_the_authors_layout_is_placed_among_the_plans():
-    for run in _runs():
+    for run in _runs()[:1]:  # (both runs are placed again by the resume test below)
         row = practice_row(case_of(run))
         assert row["status"] == "ok"
         assert 1 <= row["rank"] <= row["fitting"] <= row["valid"]
