@@ -7,7 +7,6 @@ from costmodel.kinds.ffn.registry import (
     Gemm,
     blocks,
     by_op,
-    layers,
     ops,
     placeholder,
     routes,
@@ -16,5 +15,5 @@ from costmodel.kinds.ffn.registry import (
     total,
 )
 
-__all__ = ["KINDS", "FFNKind", "Gemm", "blocks", "by_op", "layers", "ops", "placeholder", "routes",
+__all__ = ["KINDS", "FFNKind", "Gemm", "blocks", "by_op", "ops", "placeholder", "routes",
            "structure", "top", "total"]  # fmt: skip

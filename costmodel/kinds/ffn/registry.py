@@ -129,11 +129,6 @@ def blocks(model: Any) -> list[tuple[FFNKind, sp.Expr]]:
     return [(KINDS["dense"], L_d), (KINDS["moe"], L - L_d)]
 
 
-def layers(model: Any, name: str) -> sp.Expr:
-    """Blocks of the kind ``name`` (0 where the model has none)."""
-    return sp.Add(*(count for kind, count in blocks(model) if kind.name == name))
-
-
 def top(model: Any) -> FFNKind:
     """The kind of the top block (an MoE model's: MoE, its largest block too)."""
     return blocks(model)[-1][0]
