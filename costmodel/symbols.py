@@ -76,13 +76,15 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
 }
 
 
-def as_expr(value: int | sp.Expr) -> sp.Expr:
-    """An int or an expression as an expression (never parses strings)."""
+def as_expr(value: int | float | sp.Expr) -> sp.Expr:
+    """A number or an expression as an expression (never parses strings)."""
     if isinstance(value, sp.Basic):
         return value
     if isinstance(value, int):
         return sp.Integer(value)
-    raise TypeError(f"expected an int or a sympy expression, got {type(value).__name__}")
+    if isinstance(value, float):
+        return sp.Float(value)
+    raise TypeError(f"expected a number or a sympy expression, got {type(value).__name__}")
 
 
 def smax(*args: sp.Expr) -> sp.Expr:
@@ -241,7 +243,7 @@ class SubsMax(sp.Max):
     expression's value is the same, substituted in any order; prints as ``Max``."""
 
     def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
-        args = tuple(sp.sympify(a) for a in args)
+        args = tuple(as_expr(a) for a in args)
         if all(a.is_number for a in args):
             return sp.Max(*args)
         return sp.Max.__new__(cls, *args, evaluate=False)
@@ -251,7 +253,7 @@ class SubsMin(sp.Min):
     """``Min`` that compares its arguments only once all are numbers (see :class:`SubsMax`)."""
 
     def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
-        args = tuple(sp.sympify(a) for a in args)
+        args = tuple(as_expr(a) for a in args)
         if all(a.is_number for a in args):
             return sp.Min(*args)
         return sp.Min.__new__(cls, *args, evaluate=False)
