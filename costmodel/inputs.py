@@ -196,6 +196,9 @@ def build(
         train = train.replace(batch=parallel.batch_step(train.grad_accum) * micro)
     elif solving == "seq":
         train = train.replace(seq=parallel.seq_step())
+    batch_default = values.get("batch") is None and solving != "batch"
+    if batch_default:
+        train = _default_batch(train, parallel)
     accum_given = values.get("grad_accum") is not None
     micro = values.get("microbatch")
     if micro is None and not accum_given:  # as frameworks run by default (module doc)
@@ -208,7 +211,8 @@ def build(
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
                                 train.attention_kernel)  # fmt: skip
     defaults = {"micro_default": values.get("microbatch") is None and not accum_given,
-                "shard_default": "fsdp" not in layout and "dp" not in layout}  # fmt: skip
+                "shard_default": "fsdp" not in layout and "dp" not in layout,
+                "batch_default": batch_default}  # fmt: skip
     notes = _notes(train, parallel, **defaults)
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
 
@@ -227,9 +231,28 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
     return parallel
 
 
-def _notes(train: TrainSpec, par: ParallelSpec, *, micro_default: bool, shard_default: bool):
+def _default_batch(train: TrainSpec, par: ParallelSpec) -> TrainSpec:
+    """A batch not given: TrainSpec's default where it divides over the data-parallel
+    devices, else the smallest multiple of them above it (one sequence per device)."""
+    step = par.dp * par.fsdp
+    if train.batch % step == 0:
+        return train
+    return train.replace(batch=-(-train.batch // step) * step)
+
+
+def _notes(
+    train: TrainSpec,
+    par: ParallelSpec,
+    *,
+    micro_default: bool,
+    shard_default: bool,
+    batch_default: bool = False,
+) -> tuple[str, ...]:
     """What :func:`build` chose as the framework would, and a pipeline's bubble warning."""
     notes = []
+    if batch_default:
+        notes.append(f"batch {train.batch} sequences of {train.seq} tokens per step "
+                     "(set --batch to change)")  # fmt: skip
     if micro_default and train.grad_accum > 1:
         notes.append(f"micro-batch 1 per device, {train.grad_accum} accumulation steps "
                      "(set --microbatch or --grad-accum to change)")  # fmt: skip

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from costmodel.cli import main
+from costmodel.units import fmt_bytes
 
 REQUIRED = [
     "params.total",
@@ -159,7 +161,7 @@ def test_table_text_says_what_the_flags_said(capsys):
     """--microbatch is per device; throughput in plain digits; cost with its currency."""
     argv = ["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8", "--fsdp",
             "8", "--batch", "32", "--microbatch", "1", "--token-budget", "1e12",
-            "--price-per-hour", "2"]  # fmt: skip
+            "--price-per-hour", "2", "--full"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "micro-batch 1 per device x 8 replicas x 4 steps" in out
@@ -167,3 +169,25 @@ def test_table_text_says_what_the_flags_said(capsys):
     assert "e+" not in line and "," in line
     cost = next(x for x in out.splitlines() if x.startswith("train_cost"))
     assert "$" in cost
+
+
+def test_estimate_prints_a_summary_and_every_quantity_with_full(capsys):
+    """The default table is the verdict and a summary a newcomer reads (per-device memory
+    by part, time by part, throughput); --full adds every quantity by component, each the
+    same number --json gives."""
+    argv = ["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--framework", "fsdp2"]  # fmt: skip
+    assert main(argv) == 0
+    short = capsys.readouterr().out
+    assert main([*argv, "--full"]) == 0
+    full = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    values = json.loads(capsys.readouterr().out)
+    lines = short.splitlines()
+    assert lines[0].startswith("verdict      fits")
+    assert len(lines) < 40 < len(full.splitlines())
+    assert "params.attn_q" not in short and "params.attn_q" in full
+    peak = fmt_bytes(values["memory_bytes_per_device"]["peak"])
+    assert re.search(rf"^  peak +{re.escape(peak)}$", short, re.M)
+    assert re.search(rf"^memory_bytes_per_device.peak +{re.escape(peak)}$", full, re.M)
+    assert short.rstrip().endswith("--full prints every quantity, --json all of them as data")

@@ -86,7 +86,7 @@ def test_cli_and_app_build_the_same_setup(argv):
         ({"model": "gpt2", "seq": 4096}, "seq", "training", "seq must be <= max_positions"),
         ({"gpus": 8, "tp": 3}, "gpus", "cluster", "must divide gpus"),
         ({"gpus": 4, "dp": 2}, "gpus", "cluster", "must equal gpus"),
-        ({"fsdp": 8}, "dp", "cluster", "dp * fsdp * grad_accum must divide batch"),
+        ({"fsdp": 8, "batch": 4}, "dp", "cluster", "dp * fsdp * grad_accum must divide batch"),
         ({"microbatch": 3, "batch": 8}, "microbatch", "training", "microbatch * dp * fsdp"),
         ({"token_budget": -1.0}, "token_budget", "cost", "token_budget must be >= 0"),
         ({"price_per_hour": math.nan}, "price_per_hour", "cost", "must be finite"),
@@ -110,10 +110,11 @@ def test_every_error_names_its_field_and_section(values, field, section, message
 
 
 def test_cli_and_app_say_the_same_sentence(capsys):
-    argv = ["estimate", "--model", "cs336-2.7b", "--hardware", "h100-sxm", "--fsdp", "8"]
+    argv = ["estimate", "--model", "cs336-2.7b", "--hardware", "h100-sxm", "--fsdp", "8",
+            "--batch", "4"]  # fmt: skip
     assert main(argv) == 2
     cli_message = capsys.readouterr().err.split("error: ", 1)[1].strip()
-    _, errors = setup_of({**START, "fsdp": 8})
+    _, errors = setup_of({**START, "fsdp": 8, "batch": 4})
     assert errors == {"cluster": cli_message}
 
 
@@ -197,3 +198,18 @@ def test_an_fsdp2_plan_row_reproduces_in_estimate_without_stating_the_reduce_dty
     layout.pop("micro_batch")
     got = estimate(model, train, ParallelSpec(**layout), hw).values["time_s.step"]
     assert got == pytest.approx(result.values["time_s.step"][row], rel=1e-9)
+
+
+def test_a_batch_not_given_divides_over_the_data_parallel_devices():
+    """``estimate --model llama3-8b --hardware h100-sxm --gpus 8`` refused the default
+    batch of 4 over 8 replicas; a batch not given is the smallest multiple of the
+    data-parallel devices from 4 up, and the note says so. A given batch is kept."""
+    setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8})
+    assert setup.train.batch == 8 and setup.train.grad_accum == 1
+    assert "batch 8 sequences of 1024 tokens per step (set --batch to change)" in setup.notes
+    setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 24, "tp": 8})
+    assert setup.train.batch == 6 and setup.parallel.dp * setup.parallel.fsdp == 3
+    setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 2})
+    assert setup.train.batch == 4 and setup.notes[0].startswith("batch 4 sequences")
+    with pytest.raises(SpecError, match="must divide batch"):
+        build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "batch": 4})

@@ -152,9 +152,12 @@ def test_llama3_70b_on_64_h100_does_not_fit_and_names_a_change_that_does(capsys)
     assert code == 0
     assert out.splitlines()[0].split(None, 1)[1] == (
         "does not fit: peak 761.9 GiB > 72.0 GiB (headroom 0.9 of 80 GiB)")  # fmt: skip
-    for key in ("mfu ", "hfu ", "train_days", "train_cost", "step "):
+    for key in ("mfu ", "hfu ", "train_days", "train_cost", "step ", "tokens/s", "  step"):
         assert not any(line.startswith(key) for line in out.splitlines()), key
-    assert "mfu, days, cost" in out and "$" not in out
+    assert "$" not in out and row(out, "  peak").startswith("761.94 GiB")
+    code, full, _ = run(capsys, *LLAMA70_64, "--token-budget", "1e12", "--price-per-hour", "2",
+                        "--full")  # fmt: skip
+    assert "mfu, days, cost" in full and "$" not in full
     near = row(out, "nearest fit")
     flags = near[near.rindex("(") + 1 : -1].split()
     assert "--recompute" in flags or "--microbatch" in flags or "--fsdp" in flags

@@ -73,9 +73,81 @@ _UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
 """Quantities that are no answer for a layout that does not fit."""
 
 
-def _table(est: Estimate, answer: dict[str, Any] | None = None) -> str:
+_SUMMARY = (
+    ("params", "params.total", fmt_count),
+    ("trainable", "params.trainable", fmt_count),
+    ("flops per step", "flops.step", lambda x: fmt_count(x, "FLOP")),
+    ("peak memory", "memory_bytes.peak", fmt_bytes),
+    ("memory per device", None, None),
+    ("  weights", "memory_bytes_per_device.params", fmt_bytes),
+    ("  fp32 master", "memory_bytes_per_device.master", fmt_bytes),
+    ("  gradients", "memory_bytes_per_device.grads", fmt_bytes),
+    ("  optimizer", "memory_bytes_per_device.optimizer", fmt_bytes),
+    ("  activations", "memory_bytes_per_device.activations", fmt_bytes),
+    ("  peak", "memory_bytes_per_device.peak", fmt_bytes),
+    ("  reserved", "memory_bytes_per_device.reserved", fmt_bytes),
+    ("time per step", None, None),
+    ("  compute", "time_s.compute", None),
+    ("  communication", "time_s.comm", None),  # (partly hidden behind compute)
+    ("  pipeline bubble", "time_s.bubble", None),
+    ("  optimizer", "time_s.optimizer", None),
+    ("  step", "time_s.step", None),
+    ("tokens/s, all devices", "tokens_per_s", None),
+)
+"""The compact table: (label, quantity, format); a row whose quantity is absent or 0
+(bubble, master copy, ...) is left out, a None quantity heads the rows below it."""
+
+
+def _summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
+    """The summary's rows; a layout that does not fit shows its memory and no speed."""
+    v = est.values
+    shown = {k for _, k, _ in _SUMMARY if k and (v.get(k) or (k == "time_s.step" and k in v))}
+    if not fits:
+        shown -= {k for _, k, _ in _SUMMARY if k and k.startswith(("time_s.", "tokens_"))}
+    if v.get("params.trainable") == v.get("params.total"):
+        shown.discard("params.trainable")
+    if "memory_bytes_per_device.peak" in v:
+        shown.discard("memory_bytes.peak")
+    rows: list[tuple[str, str]] = []
+    for i, (label, key, fmt) in enumerate(_SUMMARY):
+        if key is None:  # a heading, kept where a row below it is shown
+            below = [k for _, k, _ in _SUMMARY[i + 1 :]]
+            below = below[: below.index(None)] if None in below else below
+            if shown & set(below):
+                rows.append((label, ""))
+        elif key in shown:
+            fmt = fmt or (_fmt_seconds if key.startswith("time_s.") else _EXTRA[key])
+            rows.append((label, fmt(v[key])))
+    return rows
+
+
+def _table(est: Estimate, answer: dict[str, Any] | None = None, *, full: bool = False) -> str:
+    """The verdict, then the model, the batch and either a short summary or (``full``)
+    every quantity ``estimate`` computes."""
     v = est.values
     rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train, est.parallel))]
+    fits = answer is None or answer["fits"]
+    rows += [("", "")] + (_full_rows(v) if full else _summary_rows(est, fits))
+    ratios = ("mfu", "hfu")
+    extra = [
+        k
+        for k in ("tokens_per_s", "tflops_per_device", *ratios, "train_days", "train_cost")
+        if k in v and (full or answer is None)
+    ]
+    if not fits:
+        extra = [k for k in extra if k not in _UNFIT]
+        if full:
+            rows += [("", ""), ("mfu, days, cost", "none: the layout does not fit")]
+    if extra:
+        rows.append(("", ""))
+        rows.extend((k, _EXTRA[k](v[k])) for k in extra)
+    head = f"{format_rows(verdict_rows(answer))}\n\n" if answer is not None else ""
+    tail = "" if full else "\n\n--full prints every quantity, --json all of them as data"
+    return head + format_rows(rows) + tail
+
+
+def _full_rows(v: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
     sections = (
         ("params.", fmt_count),
         ("flops.", _fmt_flops),
@@ -88,22 +160,9 @@ def _table(est: Estimate, answer: dict[str, Any] | None = None) -> str:
     for prefix, fmt in sections:
         keys = [k for k in v if k.startswith(prefix) and "_by_op" not in k]
         if keys:
-            rows.append(("", ""))
             rows.extend((k, fmt(v[k])) for k in keys)
-    ratios = ("mfu", "hfu")
-    extra = [
-        k
-        for k in ("tokens_per_s", "tflops_per_device", *ratios, "train_days", "train_cost")
-        if k in v
-    ]
-    if answer is not None and not answer["fits"]:
-        extra = [k for k in extra if k not in _UNFIT]
-        rows += [("", ""), ("mfu, days, cost", "none: the layout does not fit")]
-    if extra:
-        rows.append(("", ""))
-        rows.extend((k, _EXTRA[k](v[k])) for k in extra)
-    head = f"{format_rows(verdict_rows(answer))}\n\n" if answer is not None else ""
-    return head + format_rows(rows)
+            rows.append(("", ""))
+    return rows[:-1]
 
 
 def format_rows(rows: list[tuple[str, str]]) -> str:
@@ -162,7 +221,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         print(json.dumps({"verdict": answer, **out} if answer else out, indent=2, allow_nan=False))
     else:
         notes = [] if answer else [("note", n) for n in setup.notes]  # (the verdict has them)
-        print((format_rows(notes) + "\n\n" if notes else "") + _table(est, answer))
+        print((format_rows(notes) + "\n\n" if notes else "") + _table(est, answer, full=args.full))
     return 0
 
 
@@ -197,6 +256,9 @@ def add_estimate_and_presets(sub) -> None:
     est.add_argument(
         "--formula", metavar="QUANTITY", help="print the expression, e.g. flops.forward"
     )
+    est.add_argument("--full", action="store_true",
+                     help="print every quantity (parameters, FLOPs, memory, time and "
+                     "communication by part), not the summary")  # fmt: skip
     add_layout_args(est)
     add_headroom(est)
     add_inputs(est, "cost (adds train_days and train_cost)",
