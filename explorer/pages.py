@@ -11,51 +11,15 @@ from typing import Any
 
 import streamlit as st
 
-from costmodel.engine.fit import judge
-from costmodel.engine.verdict import layout_line, peak_named
 from costmodel.inputs import Setup
-from costmodel.units import GIB, fmt_count, fmt_quantity
+from costmodel.units import fmt_quantity
 from explorer import charts
 from explorer.formulas import formulas_tab
+from explorer.headline import headline
 from explorer.inverse import inverse_tab
+from explorer.labels import label
 from explorer.sidebar import init_state, sidebar, url_problems
-from explorer.state import failing_field, nearest_valid, setup_of
-
-
-def _headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
-    """The verdict first, by the one fit rule (``engine.fit.judge``, default headroom), with
-    the layout as costed and its assumptions beside it."""
-    assert setup.parallel is not None and setup.hardware is not None
-    cols = st.columns(6)
-    fit = judge(v, setup.hardware)
-    devices = setup.parallel.devices
-    off = {"delta_color": "off", "delta_arrow": "off"}
-    cols[0].metric("parameters", fmt_count(v["params.total"]).split(" (")[-1].rstrip(")"))
-    cols[1].metric("memory per device (GiB)", f"{fit.peak_bytes / GIB:,.2f}",
-                   f"budget {fit.budget_bytes / GIB:,.1f} GiB ({fit.headroom:g} of "
-                   f"{fit.capacity()})", **off)  # fmt: skip
-    cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
-    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
-    if not fit.fits:  # a layout that cannot run has no utilisation, duration or cost
-        cols[4].metric("MFU", "–", "does not fit", **off)
-        cols[5].metric("days to train", "–", "does not fit", **off)
-    else:
-        named, _ = peak_named(setup.train, setup.hardware)
-        cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)
-        if "train_days" in v:
-            cost = f"${v['train_cost']:,.0f}" if "train_cost" in v else "set a price"
-            cols[5].metric("days to train", f"{v['train_days']:,.2f}", cost, **off)
-        else:
-            cols[5].metric("days to train", "–", "set a token budget", **off)
-    where = f"on {devices} × {setup.hardware.name} (dp={setup.parallel.dp})"
-    said = fit.sentence().split(": ", 1)[1]
-    if stale:  # no green "Fits" for inputs that are not the current ones
-        st.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
-    elif fit.fits:
-        st.success(f"Fits: {said} (per device, {where}).")
-    else:
-        st.error(f"Does not fit: {said} (per device, {where}). Try the inverse questions below.")
-    st.caption(f"Layout: {layout_line(setup.train, setup.parallel, setup.hardware)}")
+from explorer.state import fixes, setup_of
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -135,20 +99,27 @@ def estimate_page() -> None:
 
 
 def _explain(values: dict[str, Any], uploaded: Any, errors: dict[str, str], slots: dict) -> None:
-    """The error beside its widget and at the top, with the nearest value that works."""
-    for section, message in errors.items():
-        slots[section].error(message, icon="⚠️")
-    st.error(f"Fix the input in the sidebar: {next(iter(errors.values()))}")
-    field = failing_field(values, uploaded)
-    near = nearest_valid(values, field, uploaded) if field else None
-    if near is not None:
-        st.button(f"Use {field} = {near:,} (the nearest value that works)",
-                  on_click=st.session_state.__setitem__, args=(field, near))  # fmt: skip
+    """The error directly under the widget it names, with a button per nearest value that
+    works (``explorer.state.fixes``), and a pointer at the top of the page."""
+    ((key, message),) = errors.items()
+    mends = fixes(values, uploaded)
+    with slots[key].container():
+        st.error(message, icon="⚠️")
+        for field, value in mends:
+            st.button(f"Use {label(field).split(' (')[0]} = {_shown(value)}", key=f"fix_{field}",
+                      on_click=st.session_state.__setitem__, args=(field, value))  # fmt: skip
+    st.error(f"Fix **{label(key)}** in the sidebar: {message}")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _result(setup: Setup, stale: bool) -> None:
     v = setup.estimate().values
-    _headline(setup, v, stale)
+    headline(setup, v, stale)
     tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
     with tabs[0]:
         _chart("memory_seq", setup, v)

@@ -1,8 +1,10 @@
 """The sidebar: one widget per input of ``explorer.state.FIELDS``, in four sections.
 
 Widget keys are the inputs' keys, so session state, the URL and ``costmodel.inputs.build``
-speak one vocabulary. Each section gets a message slot, where an error about one of its
-inputs is shown next to the widgets.
+speak one vocabulary. Each widget has a plain label and its input's help
+(``explorer.labels``) and a message slot directly under it, where an error about that
+input is shown. An uploaded config.json replaces the preset box with the model's name and
+travels in the URL (``explorer.state.UPLOAD_KEY``).
 """
 
 from __future__ import annotations
@@ -14,39 +16,32 @@ import streamlit as st
 from costmodel import ModelSpec
 from costmodel.catalog.hf import model_from_hf_dict, parse_config
 from costmodel.inputs import BY_KEY
-from explorer.state import FIELDS, MODEL_OVERRIDES, START, choices, from_query, to_query
-
-_LABELS = {
-    "batch": "batch (sequences per step)",
-    "seq": "sequence length",
-    "optimizer_impl": "optimizer implementation",
-    "attention": "attention",
-    "attention_kernel": "flash kernel (auto: the device's default)",
-    "recompute": "recomputation",
-    "finetune": "fine-tuning (full: every weight trains)",
-    "lora_rank": "LoRA rank r",
-    "lora_targets": "matrices with adapters",
-    "grad_accum": "gradient accumulation steps (empty: from the micro-batch)",
-    "microbatch": "micro-batch per device (empty: 1, or from grad_accum)",
-    "hardware": "device",
-    "gpus": "GPUs (empty: what the degrees need)",
-    "zero": "ZeRO stage",
-    "sequence_parallel": "sequence parallel (with tp)",
-    "elementwise": "elementwise kernels (fused: compiled; eager: PyTorch)",
-    "framework": "framework (what each rank holds)",
-    "pp_interleave": "virtual stages per pipeline rank",
-    "grad_reduce_fp32": "reduce gradients in fp32",
-    "overlap": "overlap of communication",
-    "token_budget": "token budget",
-    "price_per_hour": "$ per device-hour",
-}
+from explorer.labels import help_of, label
+from explorer.state import (
+    FIELDS,
+    MODEL_OVERRIDES,
+    START,
+    UPLOAD_KEY,
+    choices,
+    decode_config,
+    encode_config,
+    from_query,
+    to_query,
+)
 
 
 def init_state() -> None:
     """Session state from the URL on first load (bad parameters become warnings)."""
     if st.session_state.get("_initialised"):
         return
-    values, problems = from_query(st.query_params.to_dict())
+    query = st.query_params.to_dict()
+    link_config = query.pop(UPLOAD_KEY, None)
+    values, problems = from_query(query)
+    if link_config is not None:
+        try:
+            st.session_state["_config"] = ("link", decode_config(link_config))
+        except ValueError as err:
+            problems[UPLOAD_KEY] = f"{UPLOAD_KEY}: {err}; using the preset"
     for key, value in values.items():
         if value is not None:  # unset inputs stay unset: the widget shows a placeholder
             st.session_state[key] = value
@@ -75,68 +70,103 @@ def _tri_state(value: bool | None) -> str:
     return {None: "framework's default", True: "yes", False: "no"}[value]
 
 
-def _widget(key: str, container: Any = st) -> None:
-    field, label = BY_KEY[key], _LABELS.get(key, key)
+def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
+    """The input's widget, then its message slot directly under it."""
+    field, text, help_ = BY_KEY[key], label(key), help_of(key)
     options = choices(key)
     if field.kind is bool and field.default is None:  # unset: the framework's own value
-        container.selectbox(label, (None, True, False), key=key, format_func=_tri_state)
+        container.selectbox(text, (None, True, False), key=key, format_func=_tri_state,
+                            help=help_)  # fmt: skip
     elif field.kind is bool:
-        container.checkbox(label, key=key)
+        container.checkbox(text, key=key, help=help_)
     elif options and key in ("overlap",):
-        container.radio(label, options, key=key, horizontal=True)
+        container.radio(text, options, key=key, horizontal=True, help=help_)
     elif options:
-        container.selectbox(label, options, key=key)
+        container.selectbox(text, options, key=key, help=help_)
     elif field.kind is float:
-        container.number_input(label, min_value=0.0, format="%.4g", key=key)
+        container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:
         unset = {} if key in st.session_state else {"value": None}
-        container.number_input(label, min_value=1, step=1, key=key,
-                               placeholder="preset's value" if key in MODEL_OVERRIDES else "",
-                               **unset)  # fmt: skip
+        hint = {"fsdp": "framework's default", **dict.fromkeys(MODEL_OVERRIDES, "preset's value")}
+        container.number_input(text, min_value=1, step=1, key=key, help=help_,
+                               placeholder=hint.get(key, ""), **unset)  # fmt: skip
+    slots[key] = container.empty()
+
+
+TRAINING_KEYS = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention",
+                 "attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch",
+                 "finetune")  # fmt: skip
+CLUSTER_KEYS = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
+                "cp", "ep", "ep_imbalance", "capacity_factor", "ep_overlap",
+                "sequence_parallel", "grad_reduce_fp32", "overlap")  # fmt: skip
 
 
 def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     """The inputs' values, an uploaded model (None: none; a string: why it was refused),
-    and a message slot per section."""
+    and a message slot per widget."""
+    slots: dict[str, Any] = {}
     st.header("Model")
-    upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"])
-    st.selectbox("preset", choices("model"), key="model", disabled=upload is not None)
-    with st.expander("override fields"):
+    config = _model_section(slots)
+    overridden = any(st.session_state.get(k) is not None for k in MODEL_OVERRIDES)
+    with st.expander("override fields", expanded=overridden):
         for key in MODEL_OVERRIDES:
-            _widget(key)
-    slots = {"model": st.empty()}
+            _widget(key, slots)
     st.header("Training")
-    for key in ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention",
-                "attention_kernel", "elementwise"):  # fmt: skip
-        _widget(key)
-    _widget("recompute")
-    _widget("grad_accum")
-    _widget("microbatch")
-    _widget("finetune")
+    for key in TRAINING_KEYS:
+        _widget(key, slots)
     if st.session_state.get("finetune", "full") != "full":
-        _widget("lora_rank")
-        _widget("lora_targets")
-    slots["training"] = st.empty()
+        _widget("lora_rank", slots)
+        _widget("lora_targets", slots)
     st.header("Cluster and layout")
-    for key in ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
-                "cp", "ep", "ep_imbalance", "capacity_factor", "ep_overlap",
-                "sequence_parallel", "grad_reduce_fp32"):  # fmt: skip
-        _widget(key)
-    _widget("overlap")
-    st.caption("dp fills the devices the other degrees leave.")
-    slots["cluster"] = st.empty()
+    for key in CLUSTER_KEYS:
+        _widget(key, slots)
+    st.caption("Data parallelism (dp) fills the devices the other degrees leave.")
     st.header("Budget")
-    _widget("token_budget")
-    _widget("price_per_hour")
-    slots["cost"] = st.empty()
+    _widget("token_budget", slots)
+    _widget("price_per_hour", slots)
     values = {f.key: st.session_state.get(f.key, START[f.key]) for f in FIELDS}
     for key in ("token_budget", "price_per_hour"):  # 0 in the widget asks nothing
         values[key] = values[key] or None
-    uploaded: ModelSpec | str | None = None
-    if upload is not None:
-        try:
-            uploaded = model_from_hf_dict(parse_config(upload.getvalue(), upload.name), upload.name)
-        except ValueError as err:  # the page shows it as bad input, not the preset's result
-            uploaded = f"{upload.name}: {err}"
-    st.query_params.from_dict(to_query(values))
+    uploaded = _uploaded(config)
+    query = to_query(values)
+    if config is not None:  # the model is the upload, not the preset's box
+        query.pop("model", None)
+        query[UPLOAD_KEY] = encode_config(config[1])
+    st.query_params.from_dict(query)
     return values, uploaded, slots
+
+
+def _model_section(slots: dict[str, Any]) -> tuple[str, bytes] | None:
+    """The preset box, or the uploaded (or linked) config.json's name in its place;
+    returns (file name, bytes) of the config in use."""
+    upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"],
+                              help="a model's config.json replaces the preset")  # fmt: skip
+    config = st.session_state.get("_config")
+    if upload is not None:
+        config = (upload.name, upload.getvalue())
+    elif config is not None and config[0] != "link":  # the upload was removed
+        config = None
+    st.session_state["_config"] = config
+    if config is None:
+        _widget("model", slots)
+        return None
+    model = _uploaded(config)
+    name = model.name if isinstance(model, ModelSpec) else "not read"
+    st.markdown(f"**model: {name}** (from {'the link' if upload is None else upload.name})")
+    if upload is None and st.button("use a preset instead"):
+        st.session_state["_config"] = None
+        st.rerun()
+    slots["model"] = st.empty()
+    return config
+
+
+def _uploaded(config: tuple[str, bytes] | None) -> ModelSpec | str | None:
+    """The model a config.json describes, or why it was refused (a string)."""
+    if config is None:
+        return None
+    source = "config.json" if config[0] == "link" else config[0]
+    try:
+        return model_from_hf_dict(parse_config(config[1], source), source)
+    except ValueError as err:  # the page shows it as bad input, not the preset's result
+        said = str(err)  # the reader's messages name the file; the spec checks' do not
+        return said if said.startswith(f"{source}: ") else f"{source}: {said}"

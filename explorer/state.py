@@ -10,11 +10,14 @@ Query values are parsed by type (int, float, 0/1, one of a list), never evaluate
 
 from __future__ import annotations
 
+import base64
 import math
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from costmodel.catalog.hardware import HARDWARE
+from costmodel.catalog.hf import MAX_BYTES
 from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec
@@ -33,7 +36,13 @@ APP_REQUIRED = {"model": "cs336-2.7b", "hardware": "h100-sxm"}
 """What the app starts with where costmodel has no default (the CLI asks for them)."""
 
 FIELDS: tuple[Input, ...] = tuple(BY_KEY[k] for k in SHOWN)
-START: dict[str, Any] = {**{f.key: f.default for f in FIELDS}, **APP_REQUIRED}
+START: dict[str, Any] = {**{f.key: f.default for f in FIELDS}, **APP_REQUIRED, "fsdp": None}
+"""``fsdp`` starts unset, as the CLI's flag does: the framework's own sharding (FSDP2 and
+DeepSpeed over every data-parallel device), not the schema's 1 that shards nothing."""
+ALTERNATIVES = {"dp": ("batch", "gpus", "grad_accum", "microbatch"), "gpus": ("tp", "pp", "cp")}
+"""Widgets that can mend an error about an input the sidebar has no widget for (``dp``
+is what the devices leave after the other degrees), or that no value of its own mends
+(no device count takes tp 3 of 32 heads)."""
 
 
 def choices(key: str) -> tuple[Any, ...]:
@@ -94,6 +103,32 @@ def from_query(query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]
     return values, problems
 
 
+UPLOAD_KEY = "config"
+"""The URL parameter holding an uploaded config.json (compressed), so a shared link
+reproduces an uploaded model rather than showing the preset."""
+
+
+def encode_config(data: bytes) -> str:
+    """A config.json's bytes as URL-safe text (zlib, then base64)."""
+    return base64.urlsafe_b64encode(zlib.compress(data, 9)).decode("ascii")
+
+
+def decode_config(text: str) -> bytes:
+    """The bytes :func:`encode_config` wrote; ValueError in words for anything else
+    (never more than a config.json's size limit is inflated)."""
+    try:
+        packed = base64.urlsafe_b64decode(text.encode("ascii"))
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(packed, MAX_BYTES + 1)
+    except (ValueError, zlib.error):
+        raise ValueError("the link's config is damaged (not what this app writes)") from None
+    if len(data) > MAX_BYTES:
+        raise ValueError("the link's config is larger than a config.json may be")
+    if not inflate.eof:
+        raise ValueError("the link's config is damaged (not what this app writes)")
+    return data
+
+
 def to_query(values: Mapping[str, Any]) -> dict[str, str]:
     """The inputs that differ from the start, as URL query strings."""
     out = {}
@@ -105,38 +140,77 @@ def to_query(values: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def widget_of(field: str) -> str:
+    """The sidebar widget an error about ``field`` is shown under: the field's own, or
+    for a derived one (``dp``) the first widget that can change it, or its section's first."""
+    head = field.split(".")[0]
+    if head in SHOWN:
+        return head
+    if head in ALTERNATIVES:
+        return ALTERNATIVES[head][0]
+    return {"model": "model", "training": "batch", "cost": "token_budget"}.get(
+        section_of(head), "hardware"
+    )
+
+
 def setup_of(
     values: Mapping[str, Any], model: ModelSpec | str | None = None
 ) -> tuple[Setup | None, dict[str, str]]:
-    """The specs, or None and {section: message} (the section the bad input is in).
-    ``model``: an uploaded model, or why an upload was refused (a string)."""
+    """The specs, or None and {widget: message} (the widget the bad input is shown under,
+    :func:`widget_of`). ``model``: an uploaded model, or why an upload was refused."""
     if isinstance(model, str):
         return None, {"model": model}
     try:
         setup = build({k: values.get(k) for k in SHOWN}, model)
     except SpecError as err:
-        return None, {section_of(err.field): err.message}
+        return None, {widget_of(err.field): err.message}
     except ValueError as err:  # a parser outside the spec layer (e.g. an HF config)
         return None, {"model": str(err.args[0]) if err.args else str(err)}
     return setup, {}
 
 
+def _neighbours(field: Input, current: Any, reach: int) -> list[Any]:
+    """Values to try for ``field``, nearest first: the other options of a choice or a
+    yes/no input, whole numbers at growing distance from an integer one."""
+    options = choices(field.key) or ((True, False) if field.kind is bool else ())
+    if options:
+        return [o for o in options if o != current]
+    if field.kind is not int or not isinstance(current, int) or isinstance(current, bool):
+        return []
+    near = (c for d in range(1, reach + 1) for c in (current - d, current + d))
+    return [c for c in near if 1 <= c <= MAX_INT]
+
+
 def nearest_valid(
     values: Mapping[str, Any], field: str, model: ModelSpec | str | None = None, reach: int = 256
-) -> int | None:
-    """The whole number closest to ``values[field]`` (within ``reach``) that makes the
-    inputs valid, or None (not a whole-number input, or nothing valid nearby)."""
-    current = values.get(field)
+) -> Any:
+    """The value of ``field`` nearest its current one (whole numbers within ``reach``, or
+    another option) that makes the inputs valid, or None (nothing valid nearby)."""
     input_ = BY_KEY.get(field)
-    if input_ is None or input_.kind is not int or field not in SHOWN:
+    if input_ is None or field not in SHOWN:
         return None
-    if not isinstance(current, int) or isinstance(current, bool):
-        return None
-    for delta in range(1, reach + 1):
-        for candidate in (current - delta, current + delta):
-            if 1 <= candidate <= MAX_INT and setup_of({**values, field: candidate}, model)[0]:
-                return candidate
+    for candidate in _neighbours(input_, values.get(field), reach):
+        if setup_of({**values, field: candidate}, model)[0] is not None:
+            return candidate
     return None
+
+
+def fixes(values: Mapping[str, Any], model: ModelSpec | str | None = None) -> list[tuple[str, Any]]:
+    """[(widget, value)]: one-click mends of the error these values raise, each the
+    nearest valid value of the input the error names, or, for one without a widget
+    (``dp``), of each widget that can change it."""
+    field = failing_field(values, model)
+    if field is None:
+        return []
+    found = []
+    for keys in ((field,) if field in SHOWN else (), ALTERNATIVES.get(field, ())):
+        for key in keys:
+            near = nearest_valid(values, key, model)
+            if near is not None:
+                found.append((key, near))
+        if found:
+            break
+    return found
 
 
 def failing_field(values: Mapping[str, Any], model: ModelSpec | str | None = None) -> str | None:

@@ -156,7 +156,7 @@ def test_bad_input_keeps_the_last_result_greyed_and_offers_the_nearest_value():
     assert metric(at, "memory per device (GiB)") == peak  # the last valid result, greyed
     assert not at.success and "Last valid inputs" in at.info[0].value
     assert any(".st-key-stale" in h.proto.body for h in at.get("html"))
-    button = next(b for b in at.button if "Use grad_accum = 2" in b.label)
+    button = next(b for b in at.button if "Use gradient accumulation steps = 2" in b.label)
     button.click().run()
     assert not at.error and at.number_input(key="grad_accum").value == 2
     assert "Fits" in at.success[0].value
@@ -186,12 +186,12 @@ def test_state_round_trip_and_build_errors():
     assert from_query(to_query(values))[0] == values
     setup, errors = setup_of({**START, "gpus": 16, "batch": 32, "fsdp": 8})
     assert errors == {} and setup.parallel.dp == 2 and setup.parallel.devices == 16
-    _, errors = setup_of({**START, "seq": 0})
-    assert "seq must be >= 1" in errors["training"]
+    _, errors = setup_of({**START, "seq": 0})  # keyed by the widget it is shown under
+    assert "seq must be >= 1" in errors["seq"]
     _, errors = setup_of({**START, "gpus": 8, "tp": 16})
-    assert "tp" in errors["cluster"]
+    assert "tp" in errors["gpus"]
     _, errors = setup_of({**START, "n_heads": 7})
-    assert "n_heads must divide d_model" in errors["model"]
+    assert "n_heads must divide d_model" in errors["n_heads"]
 
 
 def test_results_page_plots_a_results_folder(tmp_path, monkeypatch):
@@ -310,3 +310,101 @@ def test_combined_1f1b_is_an_input_and_what_megatron_refuses_is_a_message():
     at = _app(**{**query, "ep": "1", "ep_overlap": "1"})
     assert not at.exception
     assert any("ep_overlap hides expert-parallel" in e.value for e in at.sidebar.error)
+
+
+def _under(at: AppTest, key: str) -> list:
+    """The sidebar elements between the widget ``key`` and the next keyed widget."""
+    nodes = [n for n in at.sidebar if type(n).__name__ not in ("Block", "UnknownElement")]
+    start = next(i for i, n in enumerate(nodes) if getattr(n, "key", None) == key) + 1
+    end = next((i for i in range(start, len(nodes)) if type(nodes[i]).__name__ != "Button"
+                and getattr(nodes[i], "key", None)), len(nodes))  # fmt: skip
+    return nodes[start:end]
+
+
+def test_an_error_about_a_derived_input_is_under_a_widget_that_mends_it():
+    """Issue 35: Llama-3-8B on 8 H100 at batch 4 names dp, which has no widget; the error
+    is directly under the batch, with one click to the nearest batch and GPU count."""
+    at = _app(model="llama3-8b", gpus="8")
+    under = _under(at, "batch")
+    assert "dp * fsdp * grad_accum must divide batch" in under[0].value
+    assert [b.label for b in under[1:]] == ["Use batch = 8", "Use GPUs = 4"]
+    assert "Fix **batch (sequences per step)** in the sidebar" in at.main.error[0].value
+    under[2].click().run()  # GPUs = 4: four replicas of one sequence each
+    assert not at.exception and at.number_input(key="gpus").value == 4
+    assert not [e for e in at.sidebar.error] and "on 4 × h100-sxm" in at.main.error[0].value
+
+
+def test_an_error_no_value_of_its_field_mends_offers_the_field_that_does():
+    at = _app(gpus="8", tp="3")  # 3 divides no GPU count that 32 heads allow
+    under = _under(at, "gpus")
+    assert "must divide gpus" in under[0].value
+    assert [b.label for b in under[1:]] == ["Use tensor-parallel degree = 2"]
+    under[1].click().run()
+    assert not at.error and at.number_input(key="tp").value == 2
+
+
+def test_a_layout_that_does_not_fit_says_its_setup_and_applies_the_nearest_fit():
+    """The verdict shows what it assumed (model, framework, degrees, micro-batch x
+    accumulation, recompute) and one click makes the nearest change that fits."""
+    at = _app(model="llama3-8b", gpus="8", batch="64", fsdp="1", framework="fsdp2")
+    assert "Does not fit" in at.error[0].value
+    assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
+    for said in ("**llama3-8b**", "framework **fsdp2**", "dp 8 × fsdp 1 × tp 1",
+                 "micro-batch 1 per device × 8 accumulation steps", "recompute none"):  # fmt: skip
+        assert said in assumed, said
+    assert any("shard over all 8 data-parallel ranks" in m.value for m in at.markdown)
+    at.button(key="apply_nearest").click().run()
+    assert not at.exception and "Fits" in at.success[0].value
+    assert at.number_input(key="fsdp").value == 8
+    assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
+    assert "dp 1 × fsdp 8" in assumed
+
+
+def test_fsdp2_shards_over_every_data_parallel_device_unless_told():
+    """The FSDP box starts empty (the framework's default), not at 1 (nothing sharded)."""
+    at = _app(model="llama3-8b", gpus="8", batch="64", framework="fsdp2")
+    assert at.number_input(key="fsdp").value is None
+    assert "Fits" in at.success[0].value
+    assert any("dp 1 × fsdp 8" in m.value for m in at.markdown)
+    assert "fsdp" not in at.query_params
+
+
+def test_every_sidebar_input_has_a_plain_label_and_its_help():
+    from costmodel.inputs import BY_KEY
+
+    at = _app(model="mixtral-8x7b", finetune="lora")
+    widgets = [n for n in at.sidebar if getattr(n, "key", None) in BY_KEY]
+    assert len(widgets) >= 38
+    for w in widgets:
+        assert "_" not in w.label.split(" (")[0], w.label  # no capacity_factor, ep_overlap
+        assert w.proto.help == BY_KEY[w.key].help.replace("``", "`"), w.key
+
+
+LLAMA_CONFIG = {
+    "model_type": "llama", "_name_or_path": "my-org/tiny-llama", "vocab_size": 32000,
+    "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
+    "num_key_value_heads": 4, "intermediate_size": 2816, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def test_an_uploaded_config_is_the_model_shown_and_travels_in_the_link():
+    """After a config.json upload, the preset box is gone, the model's name is shown and
+    the link carries the config (not the preset); a damaged one is a warning."""
+    import json
+
+    from explorer.state import decode_config, encode_config
+
+    data = json.dumps(LLAMA_CONFIG).encode()
+    assert decode_config(encode_config(data)) == data
+    at = _app(config=encode_config(data), batch="8")
+    assert not at.exception
+    assert not [s for s in at.sidebar.selectbox if s.key == "model"]
+    assert any("model: my-org/tiny-llama" in m.value for m in at.sidebar.markdown)
+    assert any("**my-org/tiny-llama**" in m.value for m in at.markdown)
+    assert "model" not in at.query_params and at.query_params["config"] in (
+        encode_config(data), [encode_config(data)])  # fmt: skip
+    at.sidebar.button[0].click().run()  # use a preset instead
+    assert at.selectbox(key="model").value == "cs336-2.7b" and "config" not in at.query_params
+    at = _app(config="not-a-config")
+    assert "the link's config is damaged" in at.warning[0].value
+    assert metric(at, "parameters") == "3.41 B"

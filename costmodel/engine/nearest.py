@@ -77,7 +77,8 @@ def nearest_fit(
     est: Estimate, headroom: float | None = None, budget: float | None = None
 ) -> dict[str, Any] | None:
     """The fewest of :func:`changes` that make ``est`` fit (the fastest of those), as
-    ``{change, flags, peak_bytes, reserved_bytes, step_s, mfu}``; None when even all of
+    ``{change, flags, inputs, peak_bytes, reserved_bytes, step_s, mfu}`` (``inputs``: the
+    changed fields of TrainSpec and ParallelSpec); None when even all of
     them together do not fit."""
     assert est.parallel is not None and est.hardware is not None
     allowed = budget_bytes(est.hardware, headroom, budget)
@@ -116,6 +117,7 @@ def _answer(chosen: tuple[Change, ...], got: Estimate) -> dict[str, Any]:
     return {
         "change": " + ".join(c[0] for c in chosen),
         "flags": " ".join(c[3] for c in chosen),
+        "inputs": {k: x for c in chosen for k, x in (*c[1].items(), *c[2].items())},
         "peak_bytes": v["memory_bytes_per_device.peak"],
         "reserved_bytes": v["memory_bytes_per_device.reserved"],
         "step_s": v["time_s.step"],

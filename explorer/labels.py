@@ -1,0 +1,62 @@
+"""What the sidebar calls each input: a plain label, with the schema's help text beside it.
+
+Labels are words a newcomer reads (no ``capacity_factor`` or ``ep_overlap``); the help
+is the input's own documentation (:data:`costmodel.inputs.INPUTS`), the text ``--help``
+prints, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from costmodel.inputs import BY_KEY
+
+LABELS = {
+    "model": "preset model",
+    "d_model": "model width (d_model)",
+    "n_layers": "layers",
+    "n_heads": "attention heads",
+    "n_kv_heads": "key/value heads",
+    "d_ff": "feed-forward width (d_ff)",
+    "vocab": "vocabulary size",
+    "batch": "batch (sequences per step)",
+    "seq": "sequence length",
+    "precision": "precision",
+    "optimizer": "optimizer",
+    "optimizer_impl": "optimizer implementation",
+    "attention": "attention",
+    "attention_kernel": "flash kernel (auto: the device's default)",
+    "elementwise": "elementwise kernels (fused: compiled; eager: PyTorch)",
+    "recompute": "recomputation",
+    "grad_accum": "gradient accumulation steps (empty: from the micro-batch)",
+    "microbatch": "micro-batch per device (empty: 1, or from the accumulation)",
+    "finetune": "fine-tuning (full: every weight trains)",
+    "lora_rank": "LoRA rank r",
+    "lora_targets": "matrices with adapters",
+    "hardware": "device",
+    "gpus": "GPUs (empty: what the degrees need)",
+    "framework": "framework (what each rank holds)",
+    "fsdp": "FSDP / ZeRO shard group (empty: the framework's default)",
+    "zero": "ZeRO stage",
+    "tp": "tensor-parallel degree",
+    "sequence_parallel": "sequence parallel (with tensor parallel)",
+    "pp": "pipeline stages",
+    "pp_interleave": "virtual stages per pipeline rank",
+    "cp": "context-parallel degree",
+    "ep": "expert-parallel degree (mixture of experts)",
+    "ep_imbalance": "expert load imbalance (busiest rank / mean)",
+    "capacity_factor": "expert capacity (x the mean load; 0: no tokens dropped)",
+    "ep_overlap": "hide expert all-to-alls behind compute (combined 1F1B)",
+    "overlap": "overlap of communication",
+    "grad_reduce_fp32": "reduce gradients in fp32",
+    "token_budget": "token budget (tokens to train on)",
+    "price_per_hour": "$ per device-hour",
+}
+
+
+def label(key: str) -> str:
+    """The plain label of input ``key`` (the key itself only for an input not listed)."""
+    return LABELS.get(key, key.replace("_", " "))
+
+
+def help_of(key: str) -> str:
+    """The input's documentation as Markdown (the schema writes code as ``x``)."""
+    return BY_KEY[key].help.replace("``", "`")
