@@ -103,7 +103,25 @@ def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
     rule = alt.Chart(alt.Data(values=[{"GiB": capacity}])).mark_rule(color="red", strokeDash=[6, 3])
     rule = rule.encode(alt.Y("GiB:Q"), tooltip=[alt.Tooltip("GiB:Q", title="capacity")])
     title = f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} capacity)"
+    title = alt.TitleParams(title, subtitle=why_bars_differ(data, field))
     return alt.layer(mark.encode(x), bars, peak, rule, title=title)
+
+
+def why_bars_differ(rows: list[dict[str, Any]], field: str) -> list[str]:
+    """The chart's subtitle: what the transient part is and, where the stacked parts add
+    up to more than the peak, why (they are not all live at the same moment)."""
+    said = ["transient: what the peak holds beyond the parts (logits, casts, the "
+            "optimizer's temporary)"]  # fmt: skip
+    over: dict[int, float] = {}
+    for r in rows:
+        sign = -1.0 if r["component"] == "peak" else 1.0
+        over[r[field]] = over.get(r[field], 0.0) + sign * r["GiB"]
+    worst = max(over, key=over.__getitem__, default=None)
+    if worst is not None and over[worst] > 1e-9:
+        said.append(f"bars above the black line: gradients and activations are not live at "
+                    f"the same moment, so the parts add up to more than the peak (by "
+                    f"{over[worst]:,.2f} GiB at {field} {worst:,})")  # fmt: skip
+    return said
 
 
 def _flop_scale(largest: float) -> tuple[float, str]:

@@ -124,8 +124,12 @@ def _book_critical_batch(setup: Setup) -> None:
     except SpecError as err:  # the book's closed forms cover dense FFN stacks only
         st.info(err.message)
         return
-    st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
     tokens = report["critical_batch_tokens"]
+    if tokens == 0:  # "B* = 0" would read as an answer; there is nothing to hide
+        st.info(f"No FSDP or tensor-parallel communication (fsdp {report['fsdp']}, tp "
+                f"{report['tp']}): in the book's model every batch is compute-bound.")  # fmt: skip
+        return
+    st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
     if tokens is None:
         st.warning("Tensor parallelism alone is communication-bound at this degree.")
         return

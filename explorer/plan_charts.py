@@ -30,10 +30,13 @@ def pareto_front(peak: np.ndarray, step: np.ndarray) -> np.ndarray:
 
 
 def scatter_rows(p: Plan, top: int = 10) -> list[dict[str, Any]]:
-    """One row per drawn layout: GiB, seconds, whether it fits, front/top membership."""
+    """One row per drawn layout: GiB, seconds, whether it fits, front/top membership.
+    The Pareto front is of the layouts that fit: a point beyond the budget is only ever
+    "does not fit", so nothing of the front is drawn outside the shaded region."""
     peak = p.values["memory_bytes_per_device.peak"]
     step = p.values["time_s.step"]
-    front = pareto_front(peak, step)
+    fitting = np.flatnonzero(p.fits)  # the front of what can run: none beyond the budget
+    front = fitting[pareto_front(peak[fitting], step[fitting])] if fitting.size else fitting
     ranked = p.order[:top]
     rng = np.random.default_rng(0)
     sample = rng.choice(len(peak), size=min(len(peak), MAX_POINTS), replace=False)
@@ -41,7 +44,8 @@ def scatter_rows(p: Plan, top: int = 10) -> list[dict[str, Any]]:
     is_front, is_top = np.isin(shown, front), np.isin(shown, ranked)
     rows = []
     for i, f, t in zip(shown.tolist(), is_front.tolist(), is_top.tolist(), strict=True):
-        kind = "top" if t else "Pareto front" if f else "fits" if p.fits[i] else "does not fit"
+        kind = ("does not fit" if not p.fits[i] else "top" if t else "Pareto front" if f
+                else "fits")  # fmt: skip
         rows.append({"GiB": float(peak[i]) / GIB, "seconds": float(step[i]), "kind": kind,
                      "layout": layout_label(p.row(i)) if (f or t) else ""})  # fmt: skip
     return rows

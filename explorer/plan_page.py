@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
+from costmodel.engine.plan import (
+    FRAMEWORK_CHOICES,
+    TIE,
+    Plan,
+    PlanOptions,
+    layout_label,
+    plan,
+)
 from costmodel.engine.timeline import segments
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
@@ -79,29 +87,47 @@ def _search(inp: dict[str, Any]) -> Plan:
         bar.empty()
 
 
-def _table(p: Plan, top: int, model: str) -> None:
-    rows = []
-    for rank, i in enumerate(p.order[:top].tolist(), 1):
+def shown(p: Plan, top: int) -> list[int]:
+    """The planner's top layouts (its tie rule picks them), fastest first: row 1 is the
+    fastest shown, and the table marks which the planner recommends."""
+    picked = p.order[:top]
+    return picked[np.argsort(p.values["time_s.step"][picked], kind="stable")].tolist()
+
+
+def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
+    """One row per shown layout, with what the tie rule reads (step vs the fastest, the
+    model-parallel GPUs) so the order and the recommendation can be checked by eye."""
+    rows, pick = [], int(p.order[0])
+    idx = shown(p, top)
+    fastest = p.values["time_s.step"][idx[0]]
+    for n, i in enumerate(idx, 1):
         r = p.row(i)
-        rows.append({"#": rank, "layout": layout_label(r),
+        rows.append({"#": n, "recommended": "✓" if i == pick else "", "layout": layout_label(r),
                      "step (s)": round(r["time_s.step"], 4),
+                     "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
+                     "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
                      "tokens/s per GPU": round(r["tokens_per_s"] / p.gpus),
                      "MFU (%)": round(100 * r["mfu"], 1),
                      "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
                      "limited by": r["limit"],
                      "estimate": plan_charts.estimate_link(p, i, model)})  # fmt: skip
+    return rows
+
+
+def _table(p: Plan, top: int, model: str) -> None:
     config = {
         "estimate": st.column_config.LinkColumn("estimate", display_text="open"),
         "tokens/s per GPU": st.column_config.NumberColumn(format="localized"),
     }
-    st.dataframe(rows, hide_index=True, column_config=config, width="stretch")
+    st.dataframe(table_rows(p, top, model), hide_index=True, column_config=config,
+                 width="stretch")  # fmt: skip
 
 
 def _timeline(p: Plan, top: int) -> None:
-    labels = [f"#{k} {layout_label(p.row(i))}"
-              for k, i in enumerate(p.order[:top].tolist(), 1)]  # fmt: skip
-    pick = st.selectbox("timeline of", labels, index=0)
-    i = int(p.order[labels.index(pick)])
+    idx = shown(p, top)
+    labels = [f"#{k} {layout_label(p.row(i))}" for k, i in enumerate(idx, 1)]
+    pick = st.selectbox("timeline of", labels, index=idx.index(int(p.order[0])))
+    i = idx[labels.index(pick)]
     par = p.parallel_spec(i)
     values = estimate(p.model, p.train_spec(i), par, p.hardware).values
     segs = segments({k: float(v) for k, v in values.items()}, par)
@@ -121,9 +147,9 @@ def plan_page() -> None:
         return
     fit = int(p.fits.sum())
     st.caption(f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {fit:,} fit in "
-               f"{p.budget_bytes / GIB:,.1f} GiB per device. Ranked by step time; layouts "
-               "within 0.5 % of each other are ties and go to fewer model-parallel devices, "
-               "then to less memory.")  # fmt: skip
+               f"{p.budget_bytes / GIB:,.1f} GiB per device. Rows fastest first; the "
+               f"recommended one (✓) is, among those within {100 * TIE:g} % of the fastest, "
+               "the one with the fewest model-parallel GPUs, then the least memory.")  # fmt: skip
     if not fit:
         best = p.smallest_memory()
         st.warning(

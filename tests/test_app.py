@@ -408,3 +408,33 @@ def test_an_uploaded_config_is_the_model_shown_and_travels_in_the_link():
     at = _app(config="not-a-config")
     assert "the link's config is damaged" in at.warning[0].value
     assert metric(at, "parameters") == "3.41 B"
+
+
+def test_memory_bars_that_pass_the_peak_say_why():
+    """The stacked parts reach the peak (the transient makes up the rest) or, where
+    gradients and activations are not live together, the chart says so and by how much."""
+    from explorer import charts
+
+    setup, _ = setup_of({**START, "grad_accum": 1})  # no gradients left by a micro-batch
+    rows = charts.memory_rows(setup, "batch", [1, 2, 4])
+    gib = {(r["batch"], r["component"]): r["GiB"] for r in rows}
+    over = sum(x for (b, c), x in gib.items() if b == 4 and c != "peak") - gib[4, "peak"]
+    assert over > 1  # the stack is taller than the peak here
+    spec = charts.memory_chart(setup, "batch", [1, 2, 4]).to_dict()
+    subtitle = " ".join(spec["title"]["subtitle"])
+    assert "transient: what the peak holds beyond the parts" in subtitle
+    assert "not live at the same moment" in subtitle and "at batch 4" in subtitle
+    setup, _ = setup_of({**START, "gpus": 8, "fsdp": 8, "batch": 64})  # accumulating
+    spec = charts.memory_chart(setup, "batch", [64, 128]).to_dict()
+    assert "not live" not in " ".join(spec["title"]["subtitle"])
+
+
+def test_the_book_never_answers_a_critical_batch_of_zero():
+    """On one device there is no FSDP or TP communication: the book's B* is 0, which is
+    said in words, not shown as a batch."""
+    at = _app()
+    assert not any("critical batch (book" in m.label for m in at.metric)
+    assert not any(x.value.replace(" ", "") == "B^*=0" for x in at.latex)
+    assert any("every batch is compute-bound" in i.value for i in at.info)
+    at = _app(gpus="8", fsdp="8", batch="64")
+    assert metric(at, "critical batch (book, tokens per step)") != "0"
