@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 import sympy as sp
 
+from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import NOTES, PRESETS, get_model
 from costmodel.cli.args import (
     FRONT,
@@ -19,6 +20,7 @@ from costmodel.cli.args import (
     build_setup,
     values_of,
 )
+from costmodel.engine.caveats import calibration_line
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.nearest import MAX_FSDP
 from costmodel.engine.verdict import verdict
@@ -48,6 +50,8 @@ def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
         if "more_devices" in answer:
             rows.append(("more devices", _more_text(answer["more_devices"])))
     rows += [("layout", answer["layout"]), ("assumptions", answer["assumptions"])]
+    rows.append(("calibration", answer["calibration"]))
+    rows += [("caveat", text) for text in answer.get("caveats", ())]
     return rows + [("note", note) for note in answer.get("notes", ())]
 
 
@@ -249,6 +253,23 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_hardware(args: argparse.Namespace) -> int:
+    """The catalog's devices, or one: peaks, memory, links and what the numbers rest on."""
+    names = [args.name] if args.name else list(HARDWARE)
+    rows = {name: get_hardware(name) for name in names}
+    if args.json:
+        print(json.dumps({n: asdict(hw) for n, hw in rows.items()}, indent=2, allow_nan=False))
+        return 0
+    for name, hw in rows.items():
+        bf16 = hw.peak_flops.get("bf16") or hw.peak_flops.get("fp16") or 0
+        print(f"{name}: {hw.kind}, {bf16 / 1e12:,.0f} TFLOP/s 16-bit dense, "
+              f"{fmt_bytes(hw.hbm_bytes)}, {hw.devices_per_node} per node")  # fmt: skip
+        print(f"  calibration: {calibration_line(hw, pointer=False)}")
+        if args.name:
+            print(f"  fitted and checked: {hw.calibration_text()}\n  source: {hw.source}")
+    return 0
+
+
 def add_estimate_and_presets(sub) -> None:
     est = sub.add_parser("estimate", help="parameters, FLOPs, memory (and time on hardware)")
     add_model_args(est)
@@ -267,3 +288,8 @@ def add_estimate_and_presets(sub) -> None:
     pre = sub.add_parser("presets", help="list the preset models")
     pre.add_argument("--json", action="store_true")
     pre.set_defaults(func=_cmd_presets)
+    hw = sub.add_parser("hardware", help="list the devices and what each profile rests on")
+    hw.add_argument("name", nargs="?", choices=list(HARDWARE), metavar="NAME",
+                    help="one device: its calibration summary and sources")  # fmt: skip
+    hw.add_argument("--json", action="store_true")
+    hw.set_defaults(func=_cmd_hardware)

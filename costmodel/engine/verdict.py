@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from costmodel.engine.caveats import calibration_line, caveats
 from costmodel.engine.estimate import Estimate
 from costmodel.engine.nearest import more_devices, nearest_fit
 from costmodel.engine.plan import FRAMEWORK_CHOICES, limit_of
@@ -130,8 +131,10 @@ def verdict(
     """The answer first, as a JSON-ready dict: ``fits``, ``memory`` (the rule's numbers),
     ``summary``; when it fits, step time, tokens/s per device, MFU with its peak, what
     limits the step and (when asked) days and cost; when not, ``nearest_fit`` (or None);
-    then ``layout``, ``assumptions`` and the ``notes`` of the setup (defaults it took as
-    the framework would, a pipeline's bubble warning: ``costmodel.inputs.Setup.notes``)."""
+    then ``layout``, ``assumptions``, ``calibration`` (what the device's numbers rest on),
+    ``caveats`` (:mod:`costmodel.engine.caveats`: regimes of known error) and the ``notes``
+    of the setup (defaults it took as the framework would, a pipeline's bubble warning:
+    ``costmodel.inputs.Setup.notes``)."""
     fit = est.fit(headroom, budget)
     assert est.parallel is not None and est.hardware is not None
     v = est.values
@@ -149,6 +152,8 @@ def verdict(
             out["more_devices"] = more_devices(est, headroom, budget)
     out["layout"] = layout_line(est.train, est.parallel, est.hardware)
     out["assumptions"] = assumptions(est, defaulted)
+    out["calibration"] = calibration_line(est.hardware)
+    out["caveats"] = caveats(est, skip=() if fit.fits else ("mfu",))
     if notes:
         out["notes"] = list(notes)
     return out

@@ -22,6 +22,8 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network")
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
+CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
+CALIBRATION_BASES = ("published-runs", "measured", "datasheet")
 _POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
 
 
@@ -84,6 +86,14 @@ class Hardware:
     """Rows and columns of the result tile one SM computes in a large cuBLAS GEMM (NVIDIA's
     "Matrix Multiplication Background User's Guide" uses 256 x 128 on its GPUs)."""
     source: str = ""
+    calibration: dict[str, Any] = field(default_factory=dict)
+    """What this profile's numbers were checked or fitted on: ``basis`` (``published-runs``,
+    ``measured`` on the machine, or ``datasheet``, the default), ``summary`` (which
+    parameters, on which published runs, with the command), ``runs`` (how many published
+    runs of this device the corpus holds), ``max_mfu`` and ``max_mfu_run`` (the highest MFU
+    measured on this device in the corpus, in costmodel's convention: measured tokens/s x
+    model FLOPs without recomputation over the dense peak; ``python -m validate.published``
+    prints it per run). Empty: datasheet only (:func:`calibration_text`)."""
 
     def __post_init__(self) -> None:
         try:
@@ -124,6 +134,7 @@ class Hardware:
             if value is not None:
                 checks.number(f"peak_flops.{dtype}", value)
         self._check_kernels()
+        self._check_calibration()
         for key in EFFICIENCY_KEYS:
             value = self.efficiency.get(key, 1.0)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -144,6 +155,30 @@ class Hardware:
                 checks.number(f"{where}.{key}", value, allow_zero=key == "half_seq")
                 if key != "half_seq" and value > 1:
                     raise SpecError(where, f"{where}.{key} must be in (0, 1] (got {value})")
+
+    def _check_calibration(self) -> None:
+        cal = self.calibration
+        if not isinstance(cal, dict):
+            raise SpecError("calibration", "calibration must be an object")
+        for key, value in cal.items():
+            checks.choice("calibration key", key, CALIBRATION_KEYS)
+            if key in ("summary", "max_mfu_run") and not isinstance(value, str):
+                raise SpecError(f"calibration.{key}", f"calibration.{key} must be text")
+        checks.choice("calibration.basis", cal.get("basis", "datasheet"), CALIBRATION_BASES)
+        if "runs" in cal:
+            checks.integer("calibration.runs", cal["runs"], minimum=0)
+        if "max_mfu" in cal:
+            checks.number("calibration.max_mfu", cal["max_mfu"])
+            if cal["max_mfu"] > 1 or "max_mfu_run" not in cal:
+                raise SpecError("calibration.max_mfu", "calibration.max_mfu must be in (0, 1] "
+                                "and name its run (max_mfu_run)")  # fmt: skip
+
+    def calibration_text(self) -> str:
+        """What the numbers rest on, in one line: the profile's calibration summary, or
+        ``datasheet only`` where no published run checks this device."""
+        return self.calibration.get("summary") or (
+            "datasheet only: no published run of this device checks these numbers"
+        )
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a precision's matmul dtype, with a clear error if unsupported."""

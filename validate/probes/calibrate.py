@@ -164,6 +164,11 @@ def profile(device: torch.device, nbytes: int) -> dict:
         "source": f"validate.probes.calibrate on {name}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; F.linear layer chains, "
         f"causal SDPA, {nbytes / 2**20:.0f} MiB copy, a tiny model's eager step per kernel",
+        "calibration": {
+            "basis": "measured",
+            "summary": f"measured on {name} by python -m validate.probes.calibrate (device "
+            "rates; the network is not measured: a copy-bandwidth stand-in)",
+        },
         "peak_flops": {k: peaks.get(k) for k in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")},
         "hbm_bytes": capacity,
         "hbm_bw": copy_bw,

@@ -1,0 +1,100 @@
+"""Where an answer is known to be less accurate than dense training on a calibrated GPU
+(tokens/s within 6-9 % median on published runs), one line each.
+
+Each :class:`Caveat` is a rule on an estimate and the sentence it adds to the verdict; the
+numbers in a sentence are measured by ``python -m validate.published`` on the corpus files
+it names (``tests/test_caveats.py`` recomputes them). A device's own calibration is its
+profile's (``Hardware.calibration``, :mod:`costmodel.catalog.hardware`): ``basis``
+``published-runs`` (checked on, some parameters fitted on, published runs), ``measured``
+(``validate.probes.calibrate`` on the machine) or ``datasheet`` (vendor numbers only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from costmodel.engine.estimate import Estimate
+from costmodel.kinds import ffn
+from costmodel.specs.hardware import Hardware
+
+MOE_RUNS = "validate/published/data/holdout_moe.json"
+MOE_MEDIAN_ERROR = 0.399
+"""Median relative tokens/s error (predicted over measured, minus 1) on :data:`MOE_RUNS`."""
+MOE_WORST_ERROR = 2.103
+"""Worst relative tokens/s error on :data:`MOE_RUNS`."""
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A known-error regime: ``applies`` to an estimate with hardware, ``says`` why."""
+
+    name: str
+    applies: Callable[[Estimate], bool]
+    says: Callable[[Estimate], str]
+
+
+def _basis(est: Estimate) -> str:
+    assert est.hardware is not None
+    return est.hardware.calibration.get("basis", "datasheet")
+
+
+def calibration_line(hardware: Hardware, *, pointer: bool = True) -> str:
+    """What a device's numbers rest on, short: the basis, the published runs of it and the
+    highest MFU they measured (``python -m costmodel hardware NAME`` prints the summary)."""
+    cal, name = hardware.calibration, hardware.name
+    basis = cal.get("basis", "datasheet")
+    if basis == "measured":
+        return f"measured on the machine ({name}: python -m validate.probes.calibrate)"
+    n = cal.get("runs", 0)
+    runs = f"{n} published run{'s' * (n != 1)} of {name} in the corpus" if n else ""
+    if basis == "datasheet":
+        return "datasheet only" + (f" for dense training ({runs})" if runs else "")
+    line = runs or f"no published run of {name} in the corpus"
+    if "max_mfu" in cal:
+        line += f", highest measured MFU {cal['max_mfu']:.1%}"
+    return line + (f" (python -m costmodel hardware {name} says what was fitted)" * pointer)
+
+
+def _datasheet_text(est: Estimate) -> str:
+    assert est.hardware is not None
+    return (
+        f"{est.hardware.name} is datasheet only: no published dense run checks its "
+        "efficiencies, so expect larger errors than the 6-9 % median of calibrated GPUs"
+    )
+
+
+def _mfu_above(est: Estimate) -> bool:
+    assert est.hardware is not None
+    ceiling = est.hardware.calibration.get("max_mfu")
+    return ceiling is not None and float(est["mfu"]) > ceiling
+
+
+def _mfu_text(est: Estimate) -> str:
+    assert est.hardware is not None
+    cal = est.hardware.calibration
+    return (
+        f"MFU {float(est['mfu']):.1%} is above the highest measured on {est.hardware.name} in "
+        f"the published runs ({cal['max_mfu']:.1%}, {cal['max_mfu_run']}): read it as optimistic"
+    )
+
+
+CAVEATS: tuple[Caveat, ...] = (
+    Caveat("datasheet", lambda est: _basis(est) == "datasheet", _datasheet_text),
+    Caveat("mfu", _mfu_above, _mfu_text),
+    Caveat(
+        "moe",
+        lambda est: ffn.routes(est.model),
+        lambda est: (
+            "mixture-of-experts steps are predicted too fast: "
+            f"+{MOE_MEDIAN_ERROR:.0%} median, +{MOE_WORST_ERROR:.0%} worst tokens/s on "
+            f"NeMo's published MoE runs ({MOE_RUNS}); read the step time as a lower bound"
+        ),
+    ),
+)
+
+
+def caveats(est: Estimate, skip: Collection[str] = ()) -> list[str]:
+    """The sentences of every caveat that applies to ``est`` (which has hardware), but
+    those named in ``skip``."""
+    return [c.says(est) for c in CAVEATS if c.name not in skip and c.applies(est)]

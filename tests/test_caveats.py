@@ -1,0 +1,135 @@
+"""Calibration shown (issue 35, item 5): every device profile says what its numbers rest
+on, the highest MFU measured on it is the one its named run measured, and answers in a
+regime of known error carry a one-line caveat whose numbers the corpus reproduces."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from costmodel import SpecError, get_hardware
+from costmodel.catalog.hardware import HARDWARE
+from costmodel.catalog.presets import get_model
+from costmodel.cli import main
+from costmodel.engine.caveats import (
+    MOE_MEDIAN_ERROR,
+    MOE_RUNS,
+    MOE_WORST_ERROR,
+    calibration_line,
+    caveats,
+)
+from costmodel.engine.estimate import estimate
+from costmodel.engine.verdict import verdict
+from costmodel.specs.model import TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+from validate.published.compare import rows_for
+from validate.published.corpus import load_runs
+
+ROOT = Path(__file__).parents[1]
+DATA = ROOT / "validate" / "published" / "data"
+
+
+def _throughput_rows(path: Path, ids: set[str] | None = None) -> list[dict]:
+    runs = [r for r in load_runs(path) if ids is None or r["id"] in ids]
+    return [
+        row for run in runs for row in rows_for(run) if row["quantity"] == "tokens_per_s_per_gpu"
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(HARDWARE))
+def test_every_profile_says_what_it_rests_on(name):
+    hw = get_hardware(name)
+    line = calibration_line(hw)
+    basis = hw.calibration.get("basis", "datasheet")
+    assert {"published-runs": "published run", "measured": "measured on the machine",
+            "datasheet": "datasheet only"}[basis] in line  # fmt: skip
+    if basis == "published-runs":
+        assert hw.calibration["runs"] >= 1 and "max_mfu" in hw.calibration
+        assert "python -m validate.published" in hw.calibration_text()
+
+
+def test_each_highest_mfu_is_what_its_run_measured():
+    """max_mfu = measured tokens/s x the estimate's FLOPs per token over the peak: the
+    estimate's MFU scaled by measured over predicted tokens/s, on the run it names."""
+    named = {hw.calibration["max_mfu_run"]: hw for hw in map(get_hardware, HARDWARE)
+             if "max_mfu_run" in hw.calibration}  # fmt: skip
+    assert len(named) >= 4
+    rows = [
+        r for f in ("runs.json", "holdout.json") for r in _throughput_rows(DATA / f, set(named))
+    ]
+    assert {r["case"] for r in rows} == set(named)
+    for row in rows:
+        hw = named[row["case"]]
+        measured_mfu = row["breakdown"]["mfu"] * row["measured"] / row["predicted"]
+        assert row["device"] == hw.name
+        assert measured_mfu == pytest.approx(hw.calibration["max_mfu"], abs=5e-4), row["case"]
+
+
+def test_the_moe_caveat_states_what_the_corpus_measures():
+    errors = [r["rel_err"] for r in _throughput_rows(ROOT / MOE_RUNS)]
+    assert len(errors) == 10
+    assert statistics.median(errors) == pytest.approx(MOE_MEDIAN_ERROR, abs=5e-4)
+    assert max(errors) == pytest.approx(MOE_WORST_ERROR, abs=5e-4)
+
+
+def _est(model: str, hardware: str, **par):
+    par = ParallelSpec(**{"framework": "fsdp2", "fsdp": 8, **par})
+    return estimate(get_model(model), TrainSpec(batch=8, seq=2048), par, get_hardware(hardware))
+
+
+def test_caveats_name_the_regimes_of_known_error():
+    dense = _est("llama3-8b", "a100-80gb")
+    assert caveats(dense) == []  # a calibrated GPU, below its highest measured MFU
+    low = replace(dense.hardware, calibration={**dense.hardware.calibration, "max_mfu": 0.01})
+    (text,) = caveats(replace(dense, hardware=low))
+    assert text.startswith(f"MFU {float(dense['mfu']):.1%} is above the highest measured")
+    assert "mosaic-mpt7b-a100_80gb-8gpu-seq2048" in text
+    (text,) = caveats(_est("llama3-8b", "mi300x"))
+    assert text.startswith("mi300x is datasheet only")
+    moe = caveats(_est("mixtral-8x7b", "h100-sxm", ep=8))
+    assert len(moe) == 1 and moe[0].startswith("mixture-of-experts steps are predicted too fast")
+
+
+def test_the_verdict_carries_calibration_and_caveats(capsys):
+    answer = verdict(_est("llama3-8b", "h200"), nearest=False)
+    assert answer["calibration"] == "datasheet only"
+    assert answer["caveats"][0].startswith("h200 is datasheet only")
+    argv = ["estimate", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpus", "64",
+            "--framework", "fsdp2", "--ep", "8"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\ncalibration  54 published runs of h100-sxm in the corpus" in out
+    assert "\ncaveat       mixture-of-experts steps are predicted too fast: +40% median" in out
+
+
+def test_the_hardware_command_lists_every_device_and_explains_one(capsys):
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n{name}: " in f"\n{out}" for name in HARDWARE)
+    assert main(["hardware", "a100-80gb"]) == 0
+    one = capsys.readouterr().out
+    assert "fitted and checked: efficiency.network 0.46" in one and "source: NVIDIA A100" in one
+    assert main(["hardware", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["h100-sxm"]["calibration"]["max_mfu"] == 0.5369
+
+
+@pytest.mark.parametrize(
+    ("calibration", "field"),
+    [
+        ({"basis": "vibes"}, "calibration.basis"),
+        ({"max_mfu": 1.5, "max_mfu_run": "x"}, "calibration.max_mfu"),
+        ({"max_mfu": 0.5}, "calibration.max_mfu"),
+        ({"runs": -1}, "calibration.runs"),
+        ({"source": "x"}, "calibration key"),
+        ("fitted", "calibration"),
+    ],
+)
+def test_a_bad_calibration_names_its_field(calibration, field):
+    with pytest.raises(SpecError) as err:
+        replace(get_hardware("h100-sxm"), calibration=calibration)
+    assert err.value.field == field
