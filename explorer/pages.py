@@ -18,6 +18,7 @@ from explorer.formulas import formulas_tab
 from explorer.headline import headline
 from explorer.inverse import inverse_tab
 from explorer.labels import label
+from explorer.page_state import remember_estimate
 from explorer.sidebar import init_state, sidebar, url_problems
 from explorer.state import fixes, setup_of
 
@@ -85,6 +86,7 @@ def estimate_page() -> None:
     if problems:
         st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
     setup, errors = setup_of(values, uploaded)
+    _share(values, uploaded, setup)
     stale = setup is None
     if setup is None:
         _explain(values, uploaded, errors, slots)
@@ -96,6 +98,17 @@ def estimate_page() -> None:
     with st.container(key="stale" if stale else "result"):
         _result(setup, stale)
     st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
+
+
+def _share(values: dict[str, Any], uploaded: Any, setup: Setup | None) -> None:
+    """What the Plan, Offload and Padding pages start from: these inputs, the devices the
+    layout takes where the GPU count is left empty, and no preset name for an upload."""
+    shared = dict(values)
+    if shared["gpus"] is None and setup is not None and setup.parallel is not None:
+        shared["gpus"] = setup.parallel.devices
+    if uploaded is not None:
+        shared.pop("model")
+    remember_estimate(shared)
 
 
 def _explain(values: dict[str, Any], uploaded: Any, errors: dict[str, str], slots: dict) -> None:

@@ -26,46 +26,53 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.units import GIB
 from explorer import plan_charts
+from explorer.page_state import PageInput, finish, start
 from explorer.state import choices
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
 
 
+PRECISIONS = BY_KEY["precision"].choices or ()
+INPUTS = (
+    PageInput("model", str, "llama3-8b", choices("model")),
+    PageInput("hardware", str, "h100-sxm", tuple(HARDWARE)),
+    PageInput("gpus", int, 64, hi=2**20),
+    PageInput("seq", int, 8192),
+    PageInput("batch", int, 256),
+    PageInput("precision", str, "bf16-mixed", PRECISIONS),
+    PageInput("frameworks", list, ["fsdp2", "megatron"], FRAMEWORK_CHOICES),
+    PageInput("recompute", list, list(RECOMPUTE), RECOMPUTE),
+    PageInput("headroom", float, DEFAULT_HEADROOM, lo=0.5, hi=1.0),
+    PageInput("top", int, 10, hi=100),
+)
+"""The search's inputs: their URL parameters, starts and ranges (``explorer.page_state``)."""
+
+
 def _inputs() -> dict[str, Any]:
     """The search's inputs, in a form (the search runs when it is submitted)."""
+    problems = start("plan", INPUTS)
+    if problems:
+        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
     with st.form("plan_inputs"):
         c = st.columns(6)
-        model = c[0].selectbox("model", choices("model"), index=choices("model").index("llama3-8b"))
-        hardware = c[1].selectbox(
-            "device", tuple(HARDWARE), index=tuple(HARDWARE).index("h100-sxm")
-        )
-        gpus = c[2].number_input("GPUs", min_value=1, max_value=2**20, value=64, step=1)
-        seq = c[3].number_input("sequence length", min_value=1, max_value=2**24, value=8192)
-        batch = c[4].number_input("global batch (sequences)", min_value=1, max_value=2**24,
-                                  value=256)  # fmt: skip
-        precisions = BY_KEY["precision"].choices or ()
-        precision = c[5].selectbox("precision", precisions, index=precisions.index("bf16-mixed"))
+        c[0].selectbox("model", choices("model"), key="plan_model")
+        c[1].selectbox("device", tuple(HARDWARE), key="plan_hardware")
+        c[2].number_input("GPUs", min_value=1, max_value=2**20, step=1, key="plan_gpus")
+        c[3].number_input("sequence length", min_value=1, max_value=2**24, key="plan_seq")
+        c[4].number_input("global batch (sequences)", min_value=1, max_value=2**24,
+                          key="plan_batch")  # fmt: skip
+        c[5].selectbox("precision", PRECISIONS, key="plan_precision")
         c = st.columns([2, 3, 1, 1])
-        frameworks = c[0].multiselect(
-            "frameworks", FRAMEWORK_CHOICES, default=["fsdp2", "megatron"]
-        )
-        recompute = c[1].multiselect("recompute policies", RECOMPUTE, default=list(RECOMPUTE))
-        headroom = c[2].slider(
-            "memory headroom",
-            0.5,
-            1.0,
-            DEFAULT_HEADROOM,
-            0.01,
-            help="a layout fits when its peak allocated bytes are at most this share of "
-            "device memory (the rule estimate and solve use too)",
-        )
-        top = c[3].number_input("top", min_value=1, max_value=100, value=10)
+        c[0].multiselect("frameworks", FRAMEWORK_CHOICES, key="plan_frameworks")
+        c[1].multiselect("recompute policies", RECOMPUTE, key="plan_recompute")
+        c[2].slider("memory headroom", 0.5, 1.0, step=0.01, key="plan_headroom",
+                    help="a layout fits when its peak allocated bytes are at most this share "
+                    "of device memory (the rule estimate and solve use too)")  # fmt: skip
+        c[3].number_input("top", min_value=1, max_value=100, key="plan_top")
         st.form_submit_button("Search", type="primary")
-    return {
-        "model": model, "hardware": hardware, "gpus": int(gpus), "seq": int(seq),
-        "batch": int(batch), "precision": precision, "frameworks": tuple(frameworks),
-        "recompute": tuple(recompute), "headroom": float(headroom), "top": int(top),
-    }  # fmt: skip
+    inp = finish("plan", INPUTS)
+    return {**inp, "frameworks": tuple(inp["frameworks"]), "recompute": tuple(inp["recompute"]),
+            "headroom": float(inp["headroom"])}  # fmt: skip
 
 
 def _search(inp: dict[str, Any]) -> Plan:

@@ -31,8 +31,13 @@ from explorer.state import (
 
 
 def init_state() -> None:
-    """Session state from the URL on first load (bad parameters become warnings)."""
+    """Session state from the URL on first load (bad parameters become warnings); later,
+    the inputs as they were when another page was shown (Streamlit drops the state of
+    widgets a run does not draw)."""
     if st.session_state.get("_initialised"):
+        for key, value in st.session_state.get("_inputs", {}).items():
+            if key not in st.session_state and value is not None:
+                st.session_state[key] = value
         return
     query = st.query_params.to_dict()
     link_config = query.pop(UPLOAD_KEY, None)
@@ -125,6 +130,7 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     _widget("token_budget", slots)
     _widget("price_per_hour", slots)
     values = {f.key: st.session_state.get(f.key, START[f.key]) for f in FIELDS}
+    st.session_state["_inputs"] = dict(values)
     for key in ("token_budget", "price_per_hour"):  # 0 in the widget asks nothing
         values[key] = values[key] or None
     uploaded = _uploaded(config)
@@ -138,26 +144,29 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
 
 def _model_section(slots: dict[str, Any]) -> tuple[str, bytes] | None:
     """The preset box, or the uploaded (or linked) config.json's name in its place;
-    returns (file name, bytes) of the config in use."""
+    returns (file name, bytes) of the config in use. An upload is kept until it is
+    removed (not when another page was shown, which empties the uploader)."""
     upload = st.file_uploader("Hugging Face config.json (optional)", type=["json"],
+                              key="upload", on_change=_on_upload,
                               help="a model's config.json replaces the preset")  # fmt: skip
     config = st.session_state.get("_config")
-    if upload is not None:
-        config = (upload.name, upload.getvalue())
-    elif config is not None and config[0] != "link":  # the upload was removed
-        config = None
-    st.session_state["_config"] = config
     if config is None:
         _widget("model", slots)
         return None
     model = _uploaded(config)
     name = model.name if isinstance(model, ModelSpec) else "not read"
-    st.markdown(f"**model: {name}** (from {'the link' if upload is None else upload.name})")
-    if upload is None and st.button("use a preset instead"):
-        st.session_state["_config"] = None
-        st.rerun()
+    st.markdown(f"**model: {name}** (from {'the link' if config[0] == 'link' else config[0]})")
+    if upload is None:
+        st.button("use a preset instead", on_click=st.session_state.__setitem__,
+                  args=("_config", None))  # fmt: skip
     slots["model"] = st.empty()
     return config
+
+
+def _on_upload() -> None:
+    """A file put in the uploader is the model; removing it goes back to the preset."""
+    upload = st.session_state.get("upload")
+    st.session_state["_config"] = None if upload is None else (upload.name, upload.getvalue())
 
 
 def _uploaded(config: tuple[str, bytes] | None) -> ModelSpec | str | None:

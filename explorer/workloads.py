@@ -16,45 +16,86 @@ from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain,
 from costmodel.engine.padding import row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
+from explorer.page_state import PageInput, finish, start
 from explorer.state import choices
 
 GB = 1e9
 
 
-def _model_row(key: str, seq: int, batch: int, precision: str) -> dict[str, Any]:
+PRECISIONS = BY_KEY["precision"].choices or ()
+
+
+def _model_inputs(seq: int, batch: int, precision: str) -> tuple[PageInput, ...]:
+    """The inputs both pages share with the Estimate page, with this page's starts."""
+    return (PageInput("model", str, "llama3-8b", choices("model")),
+            PageInput("hardware", str, "h100-sxm", tuple(HARDWARE)),
+            PageInput("seq", int, seq), PageInput("batch", int, batch),
+            PageInput("precision", str, precision, PRECISIONS))  # fmt: skip
+
+
+OFFLOAD = (*_model_inputs(8192, 68, "bf16"),
+           PageInput("device_gb", float, 30.0, lo=0.1, hi=1e5),
+           PageInput("host_gb", float, 70.0, lo=0.1, hi=1e6),
+           PageInput("link", str, tuple(LINKS)[1], tuple(LINKS)),
+           PageInput("overlap", float, 1.0, lo=0.0, hi=1.0),
+           PageInput("optimizer_state", str, "nvme", ("host", "nvme")),
+           PageInput("nvme_gbs", float, 6.0, lo=0.1, hi=1e3))  # fmt: skip
+PADDING = (*_model_inputs(4096, 32, "bf16-mixed"), PageInput("gpus", int, 8, hi=2**16),
+           PageInput("distribution", str, "lognormal:median=721,sigma=0.85"))  # fmt: skip
+
+
+def _model_row(page: str) -> None:
     c = st.columns(5)
-    model = c[0].selectbox("model", choices("model"), index=choices("model").index("llama3-8b"),
-                           key=f"{key}_model")  # fmt: skip
-    hardware = c[1].selectbox("device", tuple(HARDWARE), index=tuple(HARDWARE).index("h100-sxm"),
-                              key=f"{key}_hw")  # fmt: skip
-    seq = c[2].number_input("sequence length", 1, 2**24, seq, key=f"{key}_seq")
-    batch = c[3].number_input("batch (sequences per step)", 1, 2**24, batch, key=f"{key}_batch")
-    precisions = BY_KEY["precision"].choices or ()
-    precision = c[4].selectbox("precision", precisions, index=precisions.index(precision),
-                               key=f"{key}_prec")  # fmt: skip
-    return {"model": model, "hardware": hardware, "seq": int(seq), "batch": int(batch),
-            "precision": precision}  # fmt: skip
+    c[0].selectbox("model", choices("model"), key=f"{page}_model")
+    c[1].selectbox("device", tuple(HARDWARE), key=f"{page}_hardware")
+    c[2].number_input("sequence length", 1, 2**24, key=f"{page}_seq")
+    c[3].number_input("batch (sequences per step)", 1, 2**24, key=f"{page}_batch")
+    c[4].selectbox("precision", PRECISIONS, key=f"{page}_precision")
+
+
+def _warn(problems: list[str]) -> None:
+    if problems:
+        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
 
 
 def _offload_inputs() -> tuple[dict[str, Any], OffloadSpec]:
+    _warn(start("offload", OFFLOAD))
     with st.form("offload_inputs"):
-        base = _model_row("off", 8192, 68, "bf16")
+        _model_row("offload")
         c = st.columns(6)
-        device = c[0].number_input("device budget (GB)", 0.1, 1e5, 30.0)
-        host = c[1].number_input("host budget (GB)", 0.1, 1e6, 70.0)
-        link = c[2].selectbox("host link", tuple(LINKS), index=1, help="; ".join(
+        c[0].number_input("device budget (GB)", 0.1, 1e5, key="offload_device_gb")
+        c[1].number_input("host budget (GB)", 0.1, 1e6, key="offload_host_gb")
+        c[2].selectbox("host link", tuple(LINKS), key="offload_link", help="; ".join(
             f"{k}: {v[1]}" for k, v in LINKS.items()))  # fmt: skip
-        overlap = c[3].slider("overlap", 0.0, 1.0, 1.0, 0.05)
-        where = c[4].selectbox("optimizer state", ("host", "nvme"), index=1)
-        nvme = c[5].number_input("NVMe GB/s", 0.1, 1e3, 6.0)
+        c[3].slider("overlap", 0.0, 1.0, step=0.05, key="offload_overlap")
+        c[4].selectbox("optimizer state", ("host", "nvme"), key="offload_optimizer_state")
+        c[5].number_input("NVMe GB/s", 0.1, 1e3, key="offload_nvme_gbs")
         st.form_submit_button("Plan", type="primary")
-    spec = OffloadSpec(device_budget=device * GB, host_budget=host * GB, link_bw=LINKS[link][0],
-                       overlap=overlap, optimizer_state=where, nvme_bw=nvme * GB)  # fmt: skip
-    return base, spec
+    v = finish("offload", OFFLOAD)
+    spec = OffloadSpec(device_budget=v["device_gb"] * GB, host_budget=v["host_gb"] * GB,
+                       link_bw=LINKS[v["link"]][0], overlap=v["overlap"],
+                       optimizer_state=v["optimizer_state"],
+                       nvme_bw=v["nvme_gbs"] * GB)  # fmt: skip
+    return v, spec
+
+
+COLUMNS = {
+    "chunk": "chunk (tokens)", "chunks_per_round": "chunks per round",
+    "seqs_per_round": "sequences per round", "tokens_per_round": "tokens per round",
+    "rounds": "rounds", "pinned_params": "blocks' weights kept on device",
+    "param_slots": "weight blocks on device (kept + in flight)",
+    "pinned_grads": "blocks' gradients kept on device",
+    "grad_slots": "gradient blocks on device (kept + in flight)",
+    "device_units": "activation units on device", "full": "host units: saved whole",
+    "attn": "host units: input + context + attention", "ctx": "host units: input + context",
+}  # fmt: skip
+"""The offload planner's decisions in words (``OffloadConfig.decisions`` and
+``host_units``), as the table's columns."""
 
 
 def _bars(parts: dict[str, dict[str, float]], unit: str, title: str) -> alt.Chart:
-    rows = [{"group": g, "part": k, unit: v} for g, d in parts.items() for k, v in d.items()]
+    rows = [{"group": g, "part": k.replace("_", " "), unit: v}
+            for g, d in parts.items() for k, v in d.items()]  # fmt: skip
     return alt.Chart(alt.Data(values=rows), title=title).mark_bar().encode(
         x=alt.X(f"{unit}:Q", stack="zero"), y=alt.Y("group:N", title=None),
         color=alt.Color("part:N"), tooltip=["group:N", "part:N", f"{unit}:Q"])  # fmt: skip
@@ -84,22 +125,25 @@ def offload_page() -> None:
         return
     st.markdown("\n".join(f"- {line}" for line in explain(configs[0], spec)))
     rows = [{"step (s)": round(c.time_s["step"], 2), "tokens/s": round(c.tokens_per_s),
-             **c.decisions, **{f"host {k}": v for k, v in c.host_units.items()}}
+             **{COLUMNS[k]: v for k, v in (*c.decisions.items(), *c.host_units.items())}}
             for c in configs]  # fmt: skip
     st.dataframe(rows, hide_index=True, width="stretch")
     _offload_charts(configs[0])
 
 
 def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
+    _warn(start("padding", PADDING))
     with st.form("padding_inputs"):
-        base = _model_row("pad", 4096, 32, "bf16-mixed")
+        _model_row("padding")
         c = st.columns([1, 3, 2])
-        gpus = c[0].number_input("GPUs (FSDP)", 1, 2**16, 8)
-        dist = c[1].text_input("distribution", "lognormal:median=721,sigma=0.85",
-                               help=f"{', '.join(SYNTHETIC)} (name:key=value,...)")  # fmt: skip
+        c[0].number_input("GPUs (FSDP)", 1, 2**16, key="padding_gpus")
+        c[1].text_input("distribution", key="padding_distribution",
+                        help=f"{', '.join(SYNTHETIC)} (name:key=value,...)")  # fmt: skip
         upload = c[2].file_uploader("or a lengths file (.txt: lengths or 'length count')")
         st.form_submit_button("Compare", type="primary")
-    return {**base, "gpus": int(gpus), "fsdp": int(gpus)}, dist, upload
+    v = finish("padding", PADDING)
+    dist = v.pop("distribution")
+    return {**v, "fsdp": v["gpus"]}, dist, upload
 
 
 def _lengths(dist: str, upload: Any, seq: int) -> np.ndarray:

@@ -132,3 +132,40 @@ def test_plan_page_ranks_draws_and_explains():
     at.multiselect[0].set_value([])
     at.button[0].click().run()
     assert "at least one framework" in at.error[0].value
+
+
+ESTIMATE = {"model": "gpt2", "hardware": "a100-80gb", "gpus": 8, "seq": 1024, "batch": 32,
+            "precision": "bf16-mixed", "framework": "fsdp2"}  # fmt: skip
+
+
+def _query(at: AppTest) -> dict[str, str]:
+    return {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
+
+
+def test_plan_page_starts_from_the_estimate_and_its_link_reproduces_it():
+    """Issue 35: the Plan page started from its own defaults, not the Estimate page's
+    model, and kept nothing in the URL."""
+    at = AppTest.from_function(_page, default_timeout=300)
+    at.session_state["_estimate_inputs"] = ESTIMATE  # what the Estimate page leaves
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="plan_model").value == "gpt2"
+    assert at.number_input(key="plan_gpus").value == 8
+    query = _query(at)
+    assert query["model"] == "gpt2" and query["hardware"] == "a100-80gb"
+    assert query["gpus"] == "8" and query["frameworks"] == "fsdp2,megatron"
+    table = at.dataframe[0].value
+    assert table["estimate"].str.startswith("/?model=gpt2").all()
+    at.number_input(key="plan_top").set_value(5)
+    at.button[0].click().run()
+    assert _query(at)["top"] == "5" and len(at.dataframe[0].value) == 5
+    again = AppTest.from_function(_page, default_timeout=300)  # a fresh session, the link
+    for key, value in _query(at).items():
+        again.query_params[key] = value
+    again.run()
+    assert again.dataframe[0].value.equals(at.dataframe[0].value)
+    bad = AppTest.from_function(_page, default_timeout=300)
+    bad.query_params["top"] = "many"
+    bad.query_params["model"] = "gpt2"
+    bad.run()
+    assert "top='many' must be a number from 1 to 100" in bad.warning[0].value

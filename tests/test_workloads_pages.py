@@ -23,7 +23,8 @@ def test_offload_page_plans_explains_and_refuses():
     assert not at.exception and not at.error
     table = at.dataframe[0].value
     assert len(table) == 10 and (table["step (s)"].diff().dropna() >= 0).all()
-    assert (table["rounds"] * table["seqs_per_round"] == 68).all()
+    assert (table["rounds"] * table["sequences per round"] == 68).all()
+    assert not [c for c in table.columns if "_" in c]  # words, not the planner's keys
     assert "compute-bound" in at.markdown[0].value
     assert len(at.get("vega_lite_chart")) == 2
     at.number_input[2].set_value(2.0)  # device budget: 2 GB
@@ -42,3 +43,42 @@ def test_padding_page_compares_and_refuses():
     at.text_input[0].set_value("lognormal:median=700")
     at.button[0].click().run()
     assert not at.exception and "needs sigma" in at.error[0].value
+
+
+def _query(at: AppTest) -> dict[str, str]:
+    return {k: v[0] if isinstance(v, list) else v for k, v in dict(at.query_params).items()}
+
+
+def test_padding_page_starts_from_the_estimate_follows_it_and_keeps_its_link():
+    at = AppTest.from_function(_padding, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "gpt2", "hardware": "a100-80gb",
+                                            "gpus": 4, "seq": 1024, "batch": 16}  # fmt: skip
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="padding_model").value == "gpt2"
+    assert "rows of 1,024 tokens, 16 rows per step" in at.caption[0].value
+    at.text_input(key="padding_distribution").set_value("lognormal:median=300,sigma=0.5")
+    at.button[0].click().run()
+    query = _query(at)
+    assert query["distribution"] == "lognormal:median=300,sigma=0.5" and query["gpus"] == "4"
+    again = AppTest.from_function(_padding, default_timeout=300)
+    for key, value in query.items():
+        again.query_params[key] = value
+    again.run()
+    assert again.dataframe[0].value.equals(at.dataframe[0].value)
+    # the Estimate page's model changes: the page follows it, keeping its own inputs
+    at.session_state["_estimate_inputs"] = {"model": "gpt2-medium", "hardware": "a100-80gb",
+                                            "gpus": 4, "seq": 1024, "batch": 16}  # fmt: skip
+    at.run()
+    assert at.selectbox(key="padding_model").value == "gpt2-medium"
+    assert at.text_input(key="padding_distribution").value == "lognormal:median=300,sigma=0.5"
+
+
+def test_offload_page_starts_from_the_estimates_model():
+    at = AppTest.from_function(_offload, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "gpt2", "seq": 1024, "batch": 8}
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="offload_model").value == "gpt2"
+    query = _query(at)
+    assert query["model"] == "gpt2" and query["batch"] == "8" and query["device_gb"] == "30"
