@@ -92,3 +92,21 @@ def test_bad_tiling_names_the_field(change, field):
     with pytest.raises(SpecError) as err:
         dataclasses.replace(H100, **change)
     assert err.value.field == field
+
+
+def test_fp32_without_tf32_is_not_tiled_as_a_tensor_core_gemm():
+    """Issue 36, item 5: single-A100 fp32 steps (CUDA-core SGEMM) were priced with the
+    Tensor Core tile and came out 16-46 % slower than before the quantization landed
+    (cs336-medium, batch 4 x 512: 580.6 ms against 397.4 ms); they are unquantized again,
+    and bf16 keeps its quantization."""
+    a100 = get_hardware("a100-80gb")
+    assert a100.gemm_tiling("fp32") == (1, 1, 1) and a100.gemm_tiling("tf32") == (108, 256, 128)
+    model, par = get_model("cs336-medium"), ParallelSpec()
+    fp32 = TrainSpec(batch=4, seq=512, precision="fp32")
+    untiled = dataclasses.replace(a100, sm_count=0)
+    assert estimate(model, fp32, par, a100)["time_s.step"] == pytest.approx(
+        estimate(model, fp32, par, untiled)["time_s.step"], rel=1e-12)  # fmt: skip
+    assert estimate(model, fp32, par, a100)["time_s.step"] == pytest.approx(0.3974, abs=1e-4)
+    bf16 = fp32.replace(precision="bf16-mixed")
+    assert estimate(model, bf16, par, a100)["time_s.step"] > 1.1 * float(
+        estimate(model, bf16, par, untiled)["time_s.step"])  # fmt: skip

@@ -161,7 +161,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         R_alloc: hw.allocator_reserve,
         t_op: hw.dispatch_s,
         s_sync: float(hw.kind == "cpu"),
-        **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(), strict=True)),
+        **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(dtype), strict=True)),
     }
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]
