@@ -9,6 +9,7 @@ numbers, changes a widget and saves screenshots to ``test-artifacts/`` (or
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,7 +91,8 @@ def test_app_in_chromium(server):
         page.locator(".vega-embed").first.wait_for(timeout=60_000)
         page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
         before = _metric(page, "memory per device (GiB)")
-        seq = page.get_by_label("sequence length")  # (the batch is accumulated: micro-batch 1)
+        # (the batch is accumulated: micro-batch 1); the help button has a label of its own
+        seq = page.get_by_label("sequence length", exact=True)
         seq.fill("768")
         seq.press("Enter")
         page.wait_for_function(
@@ -101,4 +103,52 @@ def test_app_in_chromium(server):
         assert float(_metric(page, "memory per device (GiB)")) > float(before)
         assert "seq=768" in page.url  # the URL follows the widgets
         page.screenshot(path=str(ARTIFACTS / "app-seq768.png"), full_page=True)
+        browser.close()
+
+
+def _box(locator) -> dict:
+    locator.wait_for(timeout=60_000)
+    return locator.bounding_box()
+
+
+def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
+    """Issue 35's app examples: Llama-3-8B on 8 H100 at batch 4 names dp, which has no
+    widget: the error sits directly under the batch with one-click mends; the layout that
+    then does not fit offers its nearest change that fits; an uploaded config.json is the
+    model shown and the link; the Plan page starts from the Estimate page's inputs."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page.goto(f"{server}/?model=llama3-8b&gpus=8", timeout=60_000)
+        side = page.locator('[data-testid="stSidebar"]')
+        error = side.get_by_text("dp * fsdp * grad_accum must divide batch")
+        batch = side.get_by_label("batch (sequences per step)", exact=True)
+        seq = side.get_by_label("sequence length", exact=True)
+        assert _box(batch)["y"] < _box(error)["y"] < _box(seq)["y"]  # under its widget
+        page.screenshot(path=str(ARTIFACTS / "app-field-error.png"), full_page=True)
+        side.get_by_role("button", name="Use batch = 8").click()
+        page.get_by_text("Nearest change that fits:").wait_for(timeout=90_000)
+        assert "llama3-8b" in page.get_by_text("Assumed:").inner_text()
+        page.get_by_role("button", name="Apply the nearest change that fits").click()
+        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=90_000)
+        assert "fsdp=8" in page.url
+        page.get_by_role("link", name="Plan").click()
+        page.get_by_text("Plan: the fastest layout that fits").wait_for(timeout=60_000)
+        page.wait_for_url("**/plan?**", timeout=60_000)
+        assert "model=llama3-8b" in page.url and "gpus=8" in page.url and "batch=8" in page.url
+        page.get_by_role("link", name="Estimate").click()
+        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=90_000)
+        assumed = page.get_by_text("Assumed:").inner_text()  # the inputs survived the visit
+        assert "llama3-8b" in assumed and "dp 1 × fsdp 8" in assumed
+        config = tmp_path / "config.json"
+        config.write_text('{"model_type": "llama", "_name_or_path": "my-org/tiny-llama", '
+                          '"vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8, '
+                          '"num_attention_heads": 16, "num_key_value_heads": 4, '
+                          '"intermediate_size": 2816}')  # fmt: skip
+        side.locator('input[type="file"]').set_input_files(str(config))
+        side.get_by_text("model: my-org/tiny-llama").wait_for(timeout=60_000)
+        page.wait_for_url("**config=**", timeout=30_000)
+        assert "model=" not in page.url
+        page.screenshot(path=str(ARTIFACTS / "app-upload.png"), full_page=True)
         browser.close()
