@@ -36,9 +36,10 @@ APP_REQUIRED = {"model": "cs336-2.7b", "hardware": "h100-sxm"}
 """What the app starts with where costmodel has no default (the CLI asks for them)."""
 
 FIELDS: tuple[Input, ...] = tuple(BY_KEY[k] for k in SHOWN)
-START: dict[str, Any] = {**{f.key: f.default for f in FIELDS}, **APP_REQUIRED, "fsdp": None}
-"""``fsdp`` starts unset, as the CLI's flag does: the framework's own sharding (FSDP2 and
-DeepSpeed over every data-parallel device), not the schema's 1 that shards nothing."""
+APP_UNSET = {"fsdp": None}
+"""Inputs the app leaves to the framework, as the CLI does when a flag is not given: FSDP2
+and DeepSpeed shard over every data-parallel device, not over the schema's fsdp 1."""
+START: dict[str, Any] = {**{f.key: f.default for f in FIELDS}, **APP_REQUIRED, **APP_UNSET}
 ALTERNATIVES = {"dp": ("batch", "gpus", "grad_accum", "microbatch"), "gpus": ("tp", "pp", "cp")}
 """Widgets that can mend an error about an input the sidebar has no widget for (``dp``
 is what the devices leave after the other degrees), or that no value of its own mends

@@ -15,7 +15,7 @@ from costmodel.cli.args import values_of
 from costmodel.inputs import BY_KEY, INPUTS, build, section_of
 from costmodel.specs.model import PRECISIONS, ModelSpec
 from costmodel.specs.parallel import OVERLAP_RULES, ZERO_STAGES, ParallelSpec
-from explorer.state import APP_REQUIRED, START, setup_of
+from explorer.state import APP_REQUIRED, APP_UNSET, START, setup_of
 
 
 def test_an_unset_reduce_dtype_is_the_frameworks_own_everywhere():
@@ -47,7 +47,7 @@ def test_schema_defaults_are_the_specs_defaults():
 
 def test_app_starts_from_the_schema_defaults_plus_what_the_cli_asks_for():
     differing = {k: v for k, v in START.items() if v != BY_KEY[k].default}
-    assert differing == APP_REQUIRED
+    assert differing == {**APP_REQUIRED, **APP_UNSET}
 
 
 def _cli_values(argv: list[str]) -> dict:
@@ -115,7 +115,7 @@ def test_cli_and_app_say_the_same_sentence(capsys):
     assert main(argv) == 2
     cli_message = capsys.readouterr().err.split("error: ", 1)[1].strip()
     _, errors = setup_of({**START, "fsdp": 8, "batch": 4})
-    assert errors == {"cluster": cli_message}
+    assert errors == {"batch": cli_message}  # under the widget that mends dp (no widget)
 
 
 def test_layout_needs_hardware_and_budget_needs_a_layout():
