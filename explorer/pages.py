@@ -113,15 +113,17 @@ def _share(values: dict[str, Any], uploaded: Any, setup: Setup | None) -> None:
 
 def _explain(values: dict[str, Any], uploaded: Any, errors: dict[str, str], slots: dict) -> None:
     """The error directly under the widget it names, with a button per nearest value that
-    works (``explorer.state.fixes``), and a pointer at the top of the page."""
+    works (``explorer.state.fixes``), and a pointer at the top of the page. A widget not
+    drawn (LoRA's, without fine-tuning) leaves both at the top."""
     ((key, message),) = errors.items()
-    mends = fixes(values, uploaded)
-    with slots[key].container():
-        st.error(message, icon="⚠️")
-        for field, value in mends:
+    named = "the uploaded config.json" if isinstance(uploaded, str) else label(key)
+    st.error(f"Fix **{named}** in the sidebar: {message}")
+    with slots[key].container() if key in slots else st.container():
+        if key in slots:
+            st.error(message, icon="⚠️")
+        for field, value in fixes(values, uploaded):
             st.button(f"Use {label(field).split(' (')[0]} = {_shown(value)}", key=f"fix_{field}",
                       on_click=st.session_state.__setitem__, args=(field, value))  # fmt: skip
-    st.error(f"Fix **{label(key)}** in the sidebar: {message}")
 
 
 def _shown(value: Any) -> str:
