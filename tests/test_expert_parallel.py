@@ -284,10 +284,12 @@ def test_pipeline_ranks_split_the_model_and_ep_its_experts(ep):
     assert held == 2 * (N - EXPERTS * (ep - 1) // ep)
 
 
-def test_dense_leading_blocks_sit_on_the_first_stage():
+def test_dense_leading_blocks_sit_on_the_stages_that_hold_them():
     """DeepSeekMoE-16B (its first block dense) over 4 stages of 7 blocks: the first rank
-    holds the dense block and 6 MoE blocks, the others 7 MoE blocks; more dense blocks
-    than a stage holds are refused, naming pp."""
+    holds the dense block and 6 MoE blocks, the others 7 MoE blocks; with 8 dense blocks
+    the second rank holds one of them (refused before: they had to fit on the first
+    stage). Dense blocks beyond the first round of interleaved stages are refused, naming
+    pp."""
     model = get_model("deepseek-moe-16b")
     train, par = (
         TrainSpec(batch=64, seq=4096, grad_accum=8),
@@ -300,6 +302,11 @@ def test_dense_leading_blocks_sit_on_the_first_stage():
     dense_ffn = parts["ffn"]  # the one dense block's FFN
     embedding = parts["embedding"]
     assert (first["params"] - second["params"]) / 2 == embedding + dense_ffn - moe_block
-    with pytest.raises(SpecError, match="dense leading blocks must fit on the first") as err:
-        estimate(model.replace(dense_layers=8), train, par, H100)
+    eight = model.replace(dense_layers=8)
+    second_of_eight = _rank_values(eight, train, par, 1, False, False)
+    assert (second_of_eight["params"] - second["params"]) / 2 == dense_ffn - moe_block
+    interleaved = par.replace(pp_interleave=2)  # 8 stages of 4 then 3: the first 4 hold 16
+    estimate(model.replace(dense_layers=16), train, interleaved, H100)
+    with pytest.raises(SpecError, match="dense leading blocks must lie within the first") as err:
+        estimate(model.replace(dense_layers=17), train, interleaved, H100)
     assert err.value.field == "pp"

@@ -68,6 +68,10 @@ def degrees(par: ParallelSpec) -> str:
     pp = f"pp {par.pp}"
     if par.pp_interleave > 1:
         pp += f" (interleaved: {par.pp_interleave} virtual stages)"
+    counted = [n for n, on in (("embedding", par.pp_split_embedding),
+                               ("loss", par.pp_split_loss)) if on]  # fmt: skip
+    if counted:
+        pp += f" ({' and '.join(counted)} counted as a layer)"
     out = f"dp {par.dp}, fsdp {par.fsdp}, {tp}, {pp}, cp {par.cp}"
     if par.ep > 1:
         out += f", ep {par.ep}" + (" (combined 1F1B)" if par.ep_overlap else "")

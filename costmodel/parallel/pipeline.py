@@ -57,13 +57,36 @@ def present(rank: PipelineRank) -> sp.Expr:
     return sp.Integer(1) if rank.first or rank.last else sp.Min(N_pp - 2, 1)
 
 
+def slots(par: ParallelSpec) -> tuple[int, int, sp.Expr]:
+    """(embedding slot, loss slot, layer slots the split divides): L, plus one for each of
+    the embedding and the loss the split counts as a layer (``pp_split_embedding``,
+    ``pp_split_loss``: Megatron-Core's ``--account-for-*-in-pipeline-split``)."""
+    emb, loss = int(par.pp_split_embedding), int(par.pp_split_loss)
+    return emb, loss, L + emb + loss
+
+
 def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
-    """Blocks on ``rank``: v·floor(L/(pp·v)) plus one for each of its stages among the
-    first L mod (pp·v), which take the extra layers."""
+    """Blocks on ``rank``: v·floor(S/(pp·v)) slots of the S the split divides (:func:`slots`)
+    plus one for each of its stages among the first S mod (pp·v), which take the extra
+    ones; less the embedding's slot on the first rank and the loss's on the last."""
+    emb, loss, total = slots(par)
     stages = N_pp * v
-    extra = sp.Mod(L, stages)
+    extra = sp.Mod(total, stages)
     spare = sp.Min(v, sp.Max(0, sp.ceiling((extra - rank.index) / N_pp)))
-    return v * sp.floor(L / stages) + spare
+    return v * sp.floor(total / stages) + spare - emb * rank.first - loss * rank.last
+
+
+def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.Expr:
+    """How many of the model's first ``count`` blocks (an MoE model's dense leading ones)
+    ``rank`` holds: their overlap with its first virtual stage, the rank's only stage
+    among the first pp (a layout rule keeps the leading blocks within those)."""
+    emb, loss, total = slots(par)
+    per, extra = sp.floor(total / (N_pp * v)), sp.Mod(total, N_pp * v)
+    j = rank.index  # the rank's first virtual stage (the last stage too, uninterleaved)
+    start = j * per + sp.Min(j, extra) - (0 if rank.first else emb)
+    last = rank.last and par.pp_interleave == 1
+    size = per + sp.Min(1, sp.Max(0, extra - j)) - emb * rank.first - loss * last
+    return sp.Max(0, sp.Min(count, start + size) - start)
 
 
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:

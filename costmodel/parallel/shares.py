@@ -10,7 +10,7 @@ import sympy as sp
 from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import ffn
 from costmodel.parallel.experts import local_experts
-from costmodel.parallel.pipeline import PipelineRank, rank_layers
+from costmodel.parallel.pipeline import PipelineRank, leading_layers, rank_layers, slots
 from costmodel.single import finetune
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -32,9 +32,10 @@ def device_batch() -> tuple[sp.Expr, sp.Expr]:
 
 
 def stage_layers(par: ParallelSpec) -> sp.Expr:
-    """Layers on the busiest pipeline stage: ceil(L / pp) (torchtitan and Megatron accept
-    uneven splits, e.g. Llama-3 405B's 126 layers over 8 stages)."""
-    return sp.ceiling(L / N_pp) if par.pp > 1 else L
+    """Layers on the busiest pipeline stage: ceil(S / pp) of the S slots the split divides
+    (``pipeline.slots``; torchtitan and Megatron accept uneven splits, e.g. Llama-3 405B's
+    126 layers over 8 stages)."""
+    return sp.ceiling(slots(par)[2] / N_pp) if par.pp > 1 else L
 
 
 def device_blocks(
@@ -42,13 +43,18 @@ def device_blocks(
 ) -> list[tuple[ffn.FFNKind, sp.Expr]]:
     """(FFN kind, blocks of that kind) a device holds, in the model's mix
     (``costmodel.kinds.ffn.blocks``): all of them without pp. The mix's lower kinds (an
-    MoE model's leading dense blocks) sit on the first stage (a layout rule), the top kind
-    fills the rest: on pipeline ``rank`` its blocks but those; without a rank, with pp > 1,
-    the busiest stage's blocks, all of the top kind (an upper bound)."""
+    MoE model's leading dense blocks) are the model's first blocks, on the stages that hold
+    them (``pipeline.leading_layers``), the top kind fills the rest: on pipeline ``rank``
+    its blocks but those; without a rank, with pp > 1, the busiest stage's blocks, all of
+    the top kind (an upper bound)."""
     mix = ffn.blocks(model)
     *lower, (top, _) = mix
     if rank is not None:
-        held = [(kind, n if rank.first else sp.Integer(0)) for kind, n in lower]
+        held, below = [], sp.Integer(0)
+        for kind, n in lower:  # each lower kind's blocks follow the kinds below it
+            mine = leading_layers(par, rank, below + n) - leading_layers(par, rank, below)
+            held.append((kind, mine))
+            below += n
         return [*held, (top, rank_layers(par, rank) - sp.Add(*(n for _, n in held)))]
     if par.pp > 1:
         return [*((kind, sp.Integer(0)) for kind, _ in lower), (top, stage_layers(par))]

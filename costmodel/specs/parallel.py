@@ -47,6 +47,14 @@ class ParallelSpec:
     """Pipeline stages."""
     pp_interleave: int = 1
     """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B)."""
+    pp_split_embedding: bool = False
+    """The embedding takes one layer's place in the pipeline split: the first virtual
+    stage holds one block less (Megatron-Core's ``--account-for-embedding-in-pipeline-split``;
+    with it, n_layers plus the embedding and loss slots must divide over pp * pp_interleave)."""
+    pp_split_loss: bool = False
+    """The output layer and loss take one layer's place: the last virtual stage holds one
+    block less (``--account-for-loss-in-pipeline-split``; e.g. Qwen3-235B's 94 blocks over
+    pp 8 x 4 virtual stages, 96 slots of 3)."""
     cp: int = 1
     """Context parallel degree (ring attention over the sequence)."""
     ep: int = 1
@@ -116,7 +124,7 @@ class ParallelSpec:
             object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "mx", "my")
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
-                 "ep_overlap")  # fmt: skip
+                 "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
         checks.number("ep_imbalance", self.ep_imbalance)
@@ -184,14 +192,39 @@ def cp_rule(cp: Any, attention: str) -> None:
     checks.require(ok, "cp", lambda: "cp > 1 needs attention=flash (ring attention)")
 
 
+def split_slots(par: Any) -> tuple[Any, Any]:
+    """(embedding, loss) slots the pipeline split counts as layers: 0 or 1 each."""
+    return (np.asarray(par.pp_split_embedding, dtype=int),
+            np.asarray(par.pp_split_loss, dtype=int))  # fmt: skip
+
+
+def pipeline_rule(par: Any, model: Any) -> None:
+    """Every virtual stage holds at least one slot; with the embedding or the loss counted
+    as a layer, the slots divide evenly over the pp * pp_interleave virtual stages
+    (Megatron-Core's ``get_num_layers_to_build``: "num_layers should be divisible by
+    pipeline_model_parallel_size", then by the virtual pipeline size), and those flags
+    need pp > 1."""
+    stages = np.asarray(par.pp) * np.asarray(par.pp_interleave)
+    emb, loss = split_slots(par)
+    slots = np.asarray(model.n_layers) + emb + loss
+    checks.at_most("pp * pp_interleave", stages, "n_layers", np.asarray(model.n_layers),
+                   "(a stage holds at least one layer)", field="pp")  # fmt: skip
+    counted = (emb + loss) > 0
+    for name, flag in (("pp_split_embedding", emb), ("pp_split_loss", loss)):
+        ok = (flag == 0) | (np.asarray(par.pp) > 1)
+        checks.require(ok, name, lambda n=name: f"{n} needs pp > 1")
+    ok = ~counted | (slots % stages == 0)
+    checks.require(ok, "pp", lambda: "with the embedding or loss counted as a layer, "
+                   "n_layers + those slots must divide over pp * pp_interleave (got "
+                   f"{_pair(ok, slots, stages, 'slots', 'pp * pp_interleave')})")  # fmt: skip
+
+
 def layout_rules(
     par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any, shards_over_cp: Any = False
 ) -> None:
     """Divisibility of the model and the batch by the degrees (scalars or arrays);
     ``shards_over_cp``: whether the framework's ZeRO group spans the cp ranks."""
-    pp_total = par.pp * par.pp_interleave
-    checks.at_most("pp * pp_interleave", pp_total, "n_layers", model.n_layers,
-                   "(a stage holds at least one layer)", field="pp")  # fmt: skip
+    pipeline_rule(par, model)
     if not model.ffn_only:
         checks.divides("tp", par.tp, "n_heads", model.n_heads)
     checks.divides("tp", par.tp, "d_ff", model.d_ff)
@@ -242,13 +275,24 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     checks.require(ok, "tp", lambda: "tp must be 1 for a mixture-of-experts model (its "
                    "experts under tensor parallelism are not modelled yet; use ep, fsdp, dp, "
                    "cp or pp)")  # fmt: skip
-    first = np.asarray(model.n_layers) // (np.asarray(par.pp) * np.asarray(par.pp_interleave))
+    first = first_round_layers(par, model)
     dense = np.asarray(getattr(model, "dense_layers", 0))
     ok = ~moe | (np.asarray(par.pp) == 1) | (dense <= first)
-    got = lambda: _pair(ok, dense, first, "dense_layers", "n_layers // (pp * v)")  # noqa: E731
-    checks.require(ok, "pp", lambda: "the dense leading blocks must fit on the first "
-                   "pipeline stage: dense_layers <= n_layers // (pp * pp_interleave) "
-                   f"(got {got()})")  # fmt: skip
+    got = lambda: _pair(ok, dense, first, "dense_layers", "first round")  # noqa: E731
+    checks.require(ok, "pp", lambda: "the dense leading blocks must lie within the first "
+                   "pp virtual stages (one per pipeline rank; with interleaving, the first "
+                   f"round): dense_layers <= the blocks those hold (got {got()})")  # fmt: skip
+
+
+def first_round_layers(par: Any, model: Any) -> Any:
+    """Blocks the first pp virtual stages hold (``costmodel.parallel.pipeline``'s split:
+    the earlier stages take the spare slots; the embedding's slot on the first stage, the
+    loss's on the last)."""
+    pp, v = np.asarray(par.pp), np.asarray(par.pp_interleave)
+    emb, loss = split_slots(par)
+    total = np.asarray(model.n_layers) + emb + loss
+    per, extra = total // (pp * v), total % (pp * v)
+    return pp * per + np.minimum(pp, extra) - emb - loss * (v == 1)
 
 
 def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:
