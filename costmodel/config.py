@@ -42,10 +42,23 @@ def check(model: Any, train: Any, par: Any = None) -> None:
     window_rules(model, par)
     if par is None:
         return
+    expert_tp_rule(par, model)
     layout_rules(par, model, seq=train.seq, batch=train.batch, grad_accum=train.grad_accum,
                  shards_over_cp=trait(par.framework, "shards_over_cp"))  # fmt: skip
     cp_rule(par.cp, train.attention)
     framework_rules(par, model, train)
+
+
+def expert_tp_rule(par: Any, model: Any) -> None:
+    """Tensor parallelism on an MoE model, or experts on a mesh of their own (etp), only
+    under a framework that runs them (trait ``expert_tensor_parallel``)."""
+    moe = np.asarray(getattr(model, "n_experts", 0)) > 0
+    folded = (np.asarray(par.tp) > 1) | (np.asarray(par.etp) != np.asarray(par.tp))
+    ok = ~moe | ~folded | trait(par.framework, "expert_tensor_parallel")
+    checks.require(ok, "tp", lambda: "tp > 1 (or an etp of its own) on a mixture-of-experts "
+                   "model is modelled under framework=megatron (expert tensor parallelism, "
+                   f"MoE parallel folding); under {_first(ok, par.framework)} use ep, fsdp, "
+                   "dp, cp or pp")  # fmt: skip
 
 
 def framework_rules(par: Any, model: Any, train: Any) -> None:

@@ -147,6 +147,7 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
 X, Y = sp.symbols("X Y", **_INT)  # fsdp, tp degrees
 N_dp, N_pp, N_cp = sp.symbols("N_dp N_pp N_cp", **_INT)
 N_ep = sp.Symbol("N_ep", **_INT)  # expert-parallel degree
+N_etp = sp.Symbol("N_etp", **_INT)  # expert tensor-parallel degree
 rho_ep = sp.Symbol("rho_ep", positive=True)  # the busiest ep rank's routed tokens / mean
 c_cap = sp.Symbol("c_cap", positive=True)  # an expert's capacity over the mean (inf: dropless)
 m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
@@ -164,7 +165,8 @@ t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
 s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 
-PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, rho_ep, c_cap, m, v)
+PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, N_etp, rho_ep, c_cap, m,
+                                           v)  # fmt: skip
 HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     C,
     C_eff,
@@ -199,6 +201,7 @@ DESCRIPTIONS.update(
         N_pp: "pipeline stages",
         N_cp: "context-parallel degree",
         N_ep: "expert-parallel degree",
+        N_etp: "expert tensor-parallel degree",
         rho_ep: "routed tokens the busiest expert-parallel rank receives over the mean",
         c_cap: "routed pairs an expert takes at most over the mean (capacity factor)",
         m: "micro-batches per step",

@@ -172,7 +172,7 @@ def test_sweep_over_ep_agrees_with_estimate():
     [
         (ParallelSpec(fsdp=8, ep=3), r"ep must divide n_experts"),
         (ParallelSpec(fsdp=6, dp=2, ep=4), r"ep must divide the ZeRO shard group or be a mul"),
-        (ParallelSpec(fsdp=2, ep=8), r"ep must divide dp \* fsdp \* cp"),
+        (ParallelSpec(fsdp=2, ep=8), r"ep \* etp must divide tp \* dp \* fsdp \* cp"),
     ],
 )
 def test_bad_expert_parallel_layouts_name_ep(par, message):

@@ -55,7 +55,7 @@ def test_a_kind_names_its_ops_and_parts_consistently(name):
         assert set(kind.params(model)) == set(kind.ops) == set(kind.forward_flops(model))
         assert set(kind.gemms(model)) == set(kind.ops)
         assert set(kind.kept(model, 2, 2)) == set(kind.kept_parts)
-        assert set(kind.kept_scales()) <= set(kind.kept_parts)
+        assert set(kind.kept_scales(model, 2, 2)) <= set(kind.kept_parts)
     projections = attention.projections(model)
     ops = {op for op, _, _ in projections.matrices(model)}
     assert ops == set(projections.shapes(model))

@@ -159,6 +159,8 @@ def candidates(
     rest at ParallelSpec's defaults), ``train``'s with the searched recompute policy and
     gradient accumulation."""
     par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
+    if par["etp"] is None:  # ParallelSpec's default: the experts split as tp
+        par["etp"] = par["tp"]
     given = {f.name: getattr(train, f.name) for f in fields(train)}
     searched = {"recompute": cols["recompute"], "grad_accum": cols["grad_accum"]}
     return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})

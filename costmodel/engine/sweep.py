@@ -175,6 +175,8 @@ def _columns(
     if layout:  # fields left to each framework's own default
         stated = {k for k, v in {**overrides, **grid}.items() if v is not None}
         cols.update(framework_defaults(cols["framework"], stated))
+        if "etp" not in stated:  # ParallelSpec's default: the experts split as tp
+            cols["etp"] = cols["tp"]
     return cols
 
 

@@ -73,8 +73,10 @@ def degrees(par: ParallelSpec) -> str:
     if counted:
         pp += f" ({' and '.join(counted)} counted as a layer)"
     out = f"dp {par.dp}, fsdp {par.fsdp}, {tp}, {pp}, cp {par.cp}"
-    if par.ep > 1:
+    if par.ep > 1 or par.etp != par.tp:
         out += f", ep {par.ep}" + (" (combined 1F1B)" if par.ep_overlap else "")
+    if par.etp != par.tp:
+        out += f", etp {par.etp} (experts on their own mesh)"
     return out
 
 

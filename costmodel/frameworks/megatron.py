@@ -25,6 +25,7 @@ class Megatron(Framework):
     params_persist = True
     grads_always_live = True
     combined_1f1b = True
+    expert_tensor_parallel = True
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""

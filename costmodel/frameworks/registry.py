@@ -63,6 +63,9 @@ class Framework:
     """LoRA and QLoRA are costed under this framework."""
     runs_moe: ClassVar[bool] = True
     """Mixture-of-experts models are costed under this framework."""
+    expert_tensor_parallel: ClassVar[bool] = False
+    """Runs tensor parallelism on an MoE model, the experts on their own mesh (etp, ep over
+    tp x dp: Megatron-Core's expert tensor parallelism and MoE parallel folding)."""
     combined_1f1b: ClassVar[bool] = False
     """Runs Megatron-Core's combined 1F1B (expert all-to-alls beside another micro-batch)."""
     planned: ClassVar[bool] = True

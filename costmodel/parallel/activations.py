@@ -80,7 +80,9 @@ def sharded_activations(
     else:  # the busiest stage's layers, L without pp
         held, micro_batches = stage_layers(par), 1
     shares = _layer_shares(model, held, device_blocks(model, par, rank))
-    ep_scales = {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales().items()}
+    prec = PRECISIONS[train.precision]
+    sizes = (model, prec.activation, prec.matmul_input)
+    ep_scales = {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales(*sizes).items()}
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
     framework = framework_of(par)

@@ -40,6 +40,7 @@ from costmodel.symbols import (
     K,
     N_cp,
     N_ep,
+    N_etp,
     N_pp,
     S_bucket,
     W_cp,
@@ -160,16 +161,24 @@ def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     b·T·k·D in the compute dtype, of which (ep - 1)/ep leave the rank under balanced
     routing, ``ep_imbalance`` times that to and from the busiest rank. Full recomputation
     dispatches and combines again. The MoE blocks are the device's (its stage's under
-    pipelining). None for a dense model."""
+    pipelining). Under tensor parallelism each tp rank dispatches its own 1/tp sequence
+    shard, and the tokens an expert receives are all-gathered over the etp ranks that
+    split it and its outputs reduce-scattered back (Megatron-Core's ``MoEAlltoAllTokenDispatcher``:
+    the all-to-all over ep, then the gather over etp), on the etp ranks' link, the
+    innermost (tp's). None for a dense model."""
     calls = m * routed_blocks(model, par)
     if calls == 0:  # no block routes its tokens
         return _phases(0, 0, 0, 0)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
-    one = c * b_dev * t_dev * k_r * D * bus_factor("all_to_all", N_ep) * busiest_experts()
+    pairs = c * b_dev * t_dev / Y * k_r * D * busiest_experts()
+    one = pairs * bus_factor("all_to_all", N_ep)
+    gathered = pairs * bus_factor("all_gather", N_etp) * N_etp  # what the etp ranks gather
     again = 2 if train.recompute == "full" else 0
     each = one / W_ep + ring_steps("all_to_all", N_ep) * a_ep
-    return _phases(calls * (4 + again) * one, calls * 2 * each, calls * (2 + again) * each, 0)
+    each += gathered / W_Y + ring_steps("all_gather", N_etp) * a_Y
+    sent = calls * (4 + again) * (one + gathered)
+    return _phases(sent, calls * 2 * each, calls * (2 + again) * each, 0)
 
 
 def cp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:

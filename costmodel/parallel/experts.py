@@ -20,10 +20,10 @@ from costmodel.kinds import ffn
 from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_fraction
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import N_ep, as_expr
+from costmodel.symbols import N_ep, N_etp, Y, as_expr
 
-__all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_replicas",
-           "expert_shards", "kept_fraction", "local_experts", "sharded_params",
+__all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_group_ranks",
+           "expert_replicas", "expert_shards", "kept_fraction", "local_experts", "sharded_params",
            "split_state"]  # fmt: skip
 
 
@@ -40,21 +40,31 @@ def local_experts(model: ModelSpec, blocks: list[tuple[Any, sp.Expr]]) -> tuple[
     return sp.Add(*(r[0] for r in routed)), sp.Add(*(r[1] for r in routed))
 
 
+def expert_group_ranks() -> sp.Expr:
+    """Data-parallel ranks one expert group (etp x ep devices) takes: ep·etp/tp. The expert
+    layers' mesh spans the same devices as the dense layers' tp x data-parallel ranks
+    (Megatron-Core's expert tensor, expert and expert-data parallel groups); with etp =
+    tp, the default, it is ep: the ep ranks are data-parallel ranks."""
+    return N_ep * N_etp / Y
+
+
 def expert_shards(shards: sp.Expr) -> sp.Expr:
     """Devices a routed expert's share of some state is split over, where the dense
-    parameters' is split over ``shards`` devices: the ep ranks are taken from that group
-    first (torchtitan carves ep from dp_shard x cp, Megatron its expert-data-parallel
-    group from the data-parallel ranks), and those ranks hold other experts, not other
-    shards of these. ``min(ep, shards)`` of them are ep ranks (the layout rule makes ep
-    divide the group or be a multiple of it)."""
-    return shards / sp.Min(N_ep, shards, evaluate=False)
+    parameters' is split over ``shards`` devices: the expert group's data-parallel ranks
+    (:func:`expert_group_ranks`) are taken from that group first (torchtitan carves ep
+    from dp_shard x cp, Megatron its expert-data-parallel group from the data-parallel
+    ranks), and those ranks hold other experts, not other shards of these. ``min(ranks,
+    shards)`` of them are the group's (the layout rule makes the ranks divide the group
+    or be a multiple of it)."""
+    return shards / sp.Min(expert_group_ranks(), shards, evaluate=False)
 
 
 def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
     """Devices holding the same shard of a routed expert, where a dense parameter's shard
-    is on ``replicas`` devices of ``shards``-device groups: the replicas the ep group does
-    not take (its ranks beyond the shard group come from the replicas)."""
-    return replicas * sp.Min(N_ep, shards, evaluate=False) / N_ep
+    is on ``replicas`` devices of ``shards``-device groups: the replicas the expert group
+    does not take (its ranks beyond the shard group come from the replicas)."""
+    ranks = expert_group_ranks()
+    return replicas * sp.Min(ranks, shards, evaluate=False) / ranks
 
 
 def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr, experts: sp.Expr) -> sp.Expr:

@@ -31,6 +31,7 @@ from costmodel.symbols import (
     N_cp,
     N_dp,
     N_ep,
+    N_etp,
     N_pp,
     N_sm,
     R_alloc,
@@ -83,7 +84,7 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     for name in _ORDER:
         links[name] = _link(name, stride, degrees[name], par, hw)
         stride = stride * degrees[name]
-    links["ep"] = _link("ep", par.tp, par.ep, par, hw)
+    links["ep"] = _link("ep", par.etp, par.ep, par, hw)  # expert ranks: etp, then ep
     return links
 
 
@@ -149,6 +150,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         N_pp: par.pp,
         N_cp: par.cp,
         N_ep: par.ep,
+        N_etp: par.etp,
         rho_ep: par.ep_imbalance,
         c_cap: _scalar(np.where(np.asarray(par.capacity_factor) > 0, par.capacity_factor, np.inf)),
         m: train.grad_accum,

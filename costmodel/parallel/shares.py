@@ -19,6 +19,7 @@ from costmodel.symbols import (
     L,
     N_cp,
     N_dp,
+    N_etp,
     N_pp,
     T,
     X,
@@ -69,8 +70,9 @@ def routed_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None
 def device_experts(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> tuple[sp.Expr, sp.Expr]:
-    """(parameters, matmul weights) of the routed experts a device holds before ZeRO."""
-    return local_experts(model, device_blocks(model, par, rank))
+    """(parameters, matmul weights) of the routed experts a device holds before ZeRO: its
+    ep rank's share, split over the expert tensor-parallel ranks (etp)."""
+    return tuple(e / N_etp for e in local_experts(model, device_blocks(model, par, rank)))
 
 
 def shard_degree(par: ParallelSpec) -> sp.Expr:

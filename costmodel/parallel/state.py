@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from costmodel.parallel.experts import sharded_params, split_state
+from costmodel.parallel.experts import local_experts, sharded_params, split_state
 from costmodel.parallel.pipeline import PipelineRank, chunks_in_flight, rank_layers
 from costmodel.parallel.shares import device_blocks, device_experts, stage_layers
 from costmodel.single import finetune
@@ -21,7 +21,7 @@ from costmodel.single.params import block_params, param_breakdown, stacked_block
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, N_ep, N_pp, V, X, Y, smax, v
+from costmodel.symbols import D, L, N_ep, N_etp, N_pp, V, X, Y, smax, v
 
 
 def params_per_device(
@@ -39,10 +39,12 @@ def params_per_device(
     head = parts["lm_head"]
     head_mm = 0 if model.ffn_only else V * D
     layers = rank_layers(par, rank) if rank is not None else stage_layers(par)
-    blocks, blocks_mm = stacked_blocks(model, device_blocks(model, par, rank))
-    # the routed experts the other ep ranks hold (MoE models run without tp)
-    others = [e * (N_ep - 1) for e in device_experts(model, par, rank)]
-    blocks, blocks_mm = blocks - others[0], blocks_mm - others[1]
+    held = device_blocks(model, par, rank)
+    blocks, blocks_mm = stacked_blocks(model, held)
+    # the dense parts split over tp; the routed experts: the ep rank's share over etp
+    local = local_experts(model, held)
+    pairs = zip((blocks, blocks_mm), local, strict=True)
+    blocks, blocks_mm = (whole - N_ep * mine + Y * mine / N_etp for whole, mine in pairs)
     if rank is not None:
         block_norms = block_params(model, norms=True) - block
         final_norm = norm_total - L * block_norms

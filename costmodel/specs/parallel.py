@@ -64,6 +64,12 @@ class ParallelSpec:
     Megatron-LM's expert parallelism). The groups are carved from the data-parallel ranks,
     from the ZeRO shard group first (torchtitan's dp_shard x cp), so the routed experts are
     sharded over the shard group's ranks outside the ep group and replicated over the rest."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: each routed expert's matrices split over ``etp``
+    ranks (Megatron-Core's ``--expert-tensor-parallel-size``); unset, ``tp``, Megatron's
+    default. The expert layers have their own mesh (Megatron's MoE parallel folding, Liu et
+    al. 2025): etp x ep x expert-data-parallel spans the tp x cp x dp x fsdp ranks of a
+    pipeline stage, so ep may take tensor-parallel ranks (etp 1, ep over tp x dp)."""
     ep_imbalance: float = 1.0
     """Routed tokens the busiest expert-parallel rank receives over the mean (1: balanced
     routing). A stated parameter, not a prediction: it scales that rank's expert matmuls,
@@ -122,7 +128,9 @@ class ParallelSpec:
     def __post_init__(self) -> None:
         if self.grad_reduce_fp32 is None:
             object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
-        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "mx", "my")
+        if self.etp is None:  # Megatron's default: the experts split as the dense layers
+            object.__setattr__(self, "etp", self.tp)
+        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my")
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
                  "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
         check_fields(self, integers, flags)
@@ -167,6 +175,8 @@ class ParallelSpec:
         follows = "framework" in changes and "grad_reduce_fp32" not in changes
         if follows and values["grad_reduce_fp32"] == self._default("grad_reduce_fp32"):
             values["grad_reduce_fp32"] = None
+        if "tp" in changes and "etp" not in changes and np.all(values["etp"] == self.tp):
+            values["etp"] = None  # etp left at tp follows it
         return ParallelSpec(**{**values, **changes})
 
 
@@ -246,11 +256,16 @@ def layout_rules(
 
 
 def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
-    """The layouts an MoE model is costed under so far: data, FSDP, context, pipeline and
-    expert parallelism (under pipelining its dense leading blocks on the first stage);
-    tensor parallelism of experts is not modelled yet. ``ep`` divides the routed experts
-    and the data-parallel ranks, and nests with the ZeRO shard group, dividing it or being
-    a multiple of it (``costmodel.parallel.experts.expert_shards``)."""
+    """The layouts an MoE model is costed under: data, FSDP, tensor (with sequence
+    parallelism, as Megatron-Core requires), context, pipeline and expert parallelism, the
+    experts on a mesh of their own (``ParallelSpec.etp``; which frameworks run tp with
+    experts is their trait, ``config.framework_rules``). ``ep`` divides the routed
+    experts, ``etp`` their width, and ``ep * etp`` the tp x dp x fsdp x cp ranks of a
+    stage (Megatron-Core's ``initialize_model_parallel``: expert tensor x expert x
+    expert-data parallel sizes multiply to that); the data-parallel ranks an expert group
+    takes nest with the ZeRO shard group, dividing it or being a multiple of it
+    (``costmodel.parallel.experts.expert_shards``); the dense leading blocks lie within
+    the first round of pipeline stages."""
     experts = np.asarray(getattr(model, "n_experts", 0))
     moe, ep = experts > 0, np.asarray(getattr(par, "ep", 1))
     capacity = np.asarray(getattr(par, "capacity_factor", 0.0))
@@ -259,22 +274,13 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     checks.require(moe | (ep == 1), "ep", lambda: "ep > 1 needs a mixture-of-experts model "
                    "(n_experts >= 1)")  # fmt: skip
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
-    data = np.asarray(par.dp) * np.asarray(par.fsdp) * np.asarray(par.cp)
-    checks.divides("ep", ep, "dp * fsdp * cp", data)
-    shard = np.asarray(par.fsdp) * np.where(shards_over_cp, np.asarray(par.cp), 1)
-    ok = (shard % ep == 0) | (ep % shard == 0)
-    checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
-                   f"of it (got {_pair(ok, ep, shard, 'ep', 'shard group')})")  # fmt: skip
+    expert_mesh_rule(par, model, moe, shards_over_cp)
     mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
     for name in ("tp", "cp"):  # how MLA's latents split over them is not modelled yet
         ok = ~mla | (np.asarray(getattr(par, name)) == 1)
         checks.require(ok, name, lambda n=name: f"{n} must be 1 for MLA (kv_lora_rank > 0): "
                        "its latents under tensor or context parallelism are not modelled "
                        "yet; use dp, fsdp, pp or ep")  # fmt: skip
-    ok = ~moe | (np.asarray(par.tp) == 1)
-    checks.require(ok, "tp", lambda: "tp must be 1 for a mixture-of-experts model (its "
-                   "experts under tensor parallelism are not modelled yet; use ep, fsdp, dp, "
-                   "cp or pp)")  # fmt: skip
     first = first_round_layers(par, model)
     dense = np.asarray(getattr(model, "dense_layers", 0))
     ok = ~moe | (np.asarray(par.pp) == 1) | (dense <= first)
@@ -282,6 +288,30 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     checks.require(ok, "pp", lambda: "the dense leading blocks must lie within the first "
                    "pp virtual stages (one per pipeline rank; with interleaving, the first "
                    f"round): dense_layers <= the blocks those hold (got {got()})")  # fmt: skip
+
+
+def expert_mesh_rule(par: Any, model: Any, moe: Any, shards_over_cp: Any) -> None:
+    """The expert layers' mesh (:func:`moe_rule`): etp, ep x etp over a stage's ranks, SP
+    with tp, and the ZeRO nesting of an expert group's data-parallel ranks."""
+    tp, ep, etp = (np.asarray(getattr(par, k)) for k in ("tp", "ep", "etp"))
+    checks.require(moe | (etp == tp), "etp", lambda: "etp (expert tensor parallelism) "
+                   "needs a mixture-of-experts model (n_experts >= 1)")  # fmt: skip
+    width = getattr(model, "d_ff_expert", None) or model.d_ff
+    checks.divides("etp", np.where(moe, etp, 1), "d_ff_expert", width)
+    data = np.asarray(par.dp) * np.asarray(par.fsdp) * np.asarray(par.cp)
+    checks.divides("ep * etp", ep * etp, "tp * dp * fsdp * cp", tp * data, field="ep")
+    sp_on = np.asarray(par.sequence_parallel, dtype=bool)
+    ok = ~moe | (tp == 1) | sp_on
+    checks.require(ok, "sequence_parallel", lambda: "a mixture-of-experts model under tp > 1 "
+                   "needs sequence_parallel (Megatron-Core: \"When using MoE and tensor "
+                   "parallelism, sequence parallelism must be used\")")  # fmt: skip
+    taken = ep * etp // np.maximum(tp, 1)  # data-parallel ranks an expert group spans
+    shard = np.asarray(par.fsdp) * np.where(shards_over_cp, np.asarray(par.cp), 1)
+    whole = (ep * etp) % tp == 0
+    ok = ~whole | (shard % np.maximum(taken, 1) == 0) | (taken % shard == 0)
+    got = lambda: _pair(ok, taken, shard, "ep * etp / tp", "shard group")  # noqa: E731
+    checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
+                   f"of it (got {got()})")  # fmt: skip
 
 
 def first_round_layers(par: Any, model: Any) -> Any:

@@ -201,7 +201,28 @@ def _model(f: RunFields) -> ModelSpec:
         d_ff=f.count("model.d_ff", 4 * d),
         max_positions=f.count("model.seq"),
         **_architecture(f),
+        **_optional_sizes(f),
     )
+
+
+OPTIONAL_SIZES = ("head_dim", "n_experts", "experts_per_token", "d_ff_expert",
+                  "n_shared_experts", "dense_layers", "q_lora_rank", "kv_lora_rank",
+                  "rope_head_dim", "v_head_dim", "sliding_window", "global_every")  # fmt: skip
+"""ModelSpec sizes a run without a preset may state under their own names (experts, MLA,
+windows); those left out take ModelSpec's defaults (none of them: dense, no MLA)."""
+
+
+def _optional_sizes(f: RunFields) -> dict[str, int]:
+    out = {}
+    for key in OPTIONAL_SIZES:
+        value = f.raw(f"model.{key}")
+        if value is None:
+            continue
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not integral or value < 0:
+            f.fail(f"model.{key}", f"expected a non-negative integer (got {value!r})")
+        out[key] = int(value)
+    return out
 
 
 def _architecture(f: RunFields) -> dict[str, Any]:
@@ -258,6 +279,7 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
         ep=ep,
         pp_interleave=f.degree("vpp"),
         sequence_parallel=f.flag("sequence_parallel", tp > 1),
+        etp=f.count("parallelism.etp") if f.has("parallelism.etp") else None,
     )
     return train, parallel
 

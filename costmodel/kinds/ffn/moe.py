@@ -29,6 +29,8 @@ from costmodel.symbols import (
     E_s,
     F_e,
     N_ep,
+    N_etp,
+    Y,
     at_least_one,
     c_cap,
     k_r,
@@ -213,10 +215,14 @@ class MoE:
     def kept(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
         return dict(zip(self.kept_parts, kept(model, act, mm), strict=True))
 
-    def kept_scales(self) -> dict[str, sp.Expr]:
-        """At the experts: the pairs the busiest ep rank's experts run; beside the routed
-        pairs: its own tokens' pairs that capacity keeps."""
-        return {"moe_experts": busiest_experts(), "moe_routed": kept_fraction()}
+    def kept_scales(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
+        """At the experts: the pairs the busiest ep rank's experts run, their gathered
+        inputs etp times over (each etp rank keeps every pair its expert group gathers,
+        and 1/etp of each pair's hidden activations); beside the routed pairs: its own
+        tokens' pairs that capacity keeps."""
+        hidden = dense.hidden_kept(model, act, mm, F_e)
+        gathered = (N_etp * mm * D + hidden) / (mm * D + hidden)
+        return {"moe_experts": busiest_experts() * gathered, "moe_routed": kept_fraction()}
 
     def moved(self, model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
         return moved(model, a)
@@ -242,20 +248,28 @@ class MoE:
         return 4 + shared * (mats + 1), 2 + 4 + shared * (2 * mats + 1)
 
     def gemms(self, model: ModelSpec) -> dict[str, list[tuple[sp.Expr, ...]]]:
-        """One device's matmuls: the router over every token; each of the device's E/ep
-        routed experts over the k·ep/E share of its ep group's tokens routing sends it
+        """One device's matmuls, per token of the device's sequence (all of it under
+        tensor parallelism, as the dense layers' column-parallel matmuls see it): the
+        router over the device's own 1/tp sequence shard (sequence parallelism); each of
+        the device's E/ep routed experts over the k·ep/E share of its expert group's
+        tokens routing sends it, gathered over the etp ranks that split its width
         (balanced routing, times ``ep_imbalance`` on the busiest rank; its weights are
-        read once per step whatever it gets); the shared experts as one FFN of their
-        summed width (none when E_s is 0)."""
-        one = sp.Integer(1)
+        read once per step whatever it gets); the shared experts as one tensor-parallel
+        FFN of their summed width (none when E_s is 0). Megatron-Core's expert layers
+        (``MoELayer``: the router on the sequence shard, experts split by
+        ``expert_tensor_parallel_size``, the shared expert by tp)."""
         up = dense.matrices(model) - 1
         shared = at_least_one(E_s)
-        rows, experts = k_r * N_ep / E_r * busiest_experts(), E_r / N_ep
-        gate = [(one, D, one, one)] if model.shared_expert_gate else []
+        rows = k_r * N_ep / E_r * busiest_experts() * N_etp / Y
+        experts, width, mine = E_r / N_ep, F_e / N_etp, 1 / Y
+        gate = [(mine, D, sp.Integer(1), sp.Integer(1))] if model.shared_expert_gate else []
         return {
-            "router": [(one, D, E_r, one), *gate],
-            "experts": [(rows, D, F_e, up * experts), (rows, F_e, D, experts)],
-            "shared_experts": [(shared, D, E_s * F_e, sp.Integer(up)), (shared, E_s * F_e, D, one)],
+            "router": [(mine, D, E_r, sp.Integer(1)), *gate],
+            "experts": [(rows, D, width, up * experts), (rows, width, D, experts)],
+            "shared_experts": [
+                (shared, D, E_s * F_e / Y, sp.Integer(up)),
+                (shared, E_s * F_e / Y, D, sp.Integer(1)),
+            ],
         }
 
 
