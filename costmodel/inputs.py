@@ -197,8 +197,7 @@ def build(
     elif solving == "seq":
         train = train.replace(seq=parallel.seq_step())
     batch_default = values.get("batch") is None and solving != "batch"
-    if batch_default:
-        train = _default_batch(train, parallel)
+    train = _default_batch(train, parallel) if batch_default else train
     accum_given = values.get("grad_accum") is not None
     micro = values.get("microbatch")
     if micro is None and not accum_given:  # as frameworks run by default (module doc)
@@ -210,10 +209,9 @@ def build(
     if train.attention == "flash":  # ... and a rate for the attention kernel named
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
                                 train.attention_kernel)  # fmt: skip
-    defaults = {"micro_default": values.get("microbatch") is None and not accum_given,
-                "shard_default": "fsdp" not in layout and "dp" not in layout,
-                "batch_default": batch_default}  # fmt: skip
-    notes = _notes(train, parallel, **defaults)
+    notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
+                   accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
+                   batch_default=batch_default)  # fmt: skip
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
 
 

@@ -80,9 +80,7 @@ def sharded_activations(
     else:  # the busiest stage's layers, L without pp
         held, micro_batches = stage_layers(par), 1
     shares = _layer_shares(model, held, device_blocks(model, par, rank))
-    prec = PRECISIONS[train.precision]
-    sizes = (model, prec.activation, prec.matmul_input)
-    ep_scales = {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales(*sizes).items()}
+    ep_scales = _kept_scales(model, train)
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
     framework = framework_of(par)
@@ -107,6 +105,13 @@ def sharded_activations(
     if only is not None and "inputs" not in only:
         return total
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
+
+
+def _kept_scales(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
+    """Each FFN kind's multipliers of its parts (``FFNKind.kept_scales``)."""
+    prec = PRECISIONS[train.precision]
+    sizes = (model, prec.activation, prec.matmul_input)
+    return {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales(*sizes).items()}
 
 
 def _layer_shares(
