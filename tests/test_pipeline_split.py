@@ -16,6 +16,7 @@ from costmodel import ParallelSpec, SpecError, TrainSpec, estimate, get_model
 from costmodel.catalog.hardware import get_hardware
 from costmodel.config import check
 from costmodel.parallel.pipeline import PipelineRank, leading_layers, rank_layers
+from costmodel.specs.parallel import first_round_layers
 from costmodel.symbols import L, N_pp, v
 
 H100 = get_hardware("h100-sxm")
@@ -98,3 +99,15 @@ def test_a_split_megatron_refuses_names_the_field_and_its_rule(changes, field, m
     with pytest.raises(SpecError, match=re.escape(message)) as err:
         check(model, TrainSpec(batch=64, seq=4096, grad_accum=64), ParallelSpec(**changes))
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("emb", [False, True])
+@pytest.mark.parametrize("loss", [False, True])
+@pytest.mark.parametrize(("layers", "pp", "v"), [(94, 8, 4), (61, 16, 2), (30, 4, 1), (29, 3, 2)])
+def test_the_rule_and_the_cost_split_the_pipeline_alike(layers, pp, v, emb, loss):
+    """The layout rule (numpy, ``specs.parallel.first_round_layers``) and the cost model
+    (sympy, ``parallel.pipeline.leading_layers``) state the same split: the blocks of the
+    first pp virtual stages are the leading blocks the ranks hold."""
+    par = ParallelSpec(pp=pp, pp_interleave=v, pp_split_embedding=emb, pp_split_loss=loss)
+    model = get_model("llama3-8b", n_layers=layers)
+    assert int(first_round_layers(par, model)) == sum(d for _, d in _split(par, layers, layers))

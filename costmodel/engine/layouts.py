@@ -27,7 +27,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, grad_accum_of
+from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, expert_tp, grad_accum_of
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
 
@@ -159,8 +159,7 @@ def candidates(
     rest at ParallelSpec's defaults), ``train``'s with the searched recompute policy and
     gradient accumulation."""
     par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
-    if par["etp"] is None:  # ParallelSpec's default: the experts split as tp
-        par["etp"] = par["tp"]
+    par["etp"] = expert_tp(par["tp"], par["etp"])
     given = {f.name: getattr(train, f.name) for f in fields(train)}
     searched = {"recompute": cols["recompute"], "grad_accum": cols["grad_accum"]}
     return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})

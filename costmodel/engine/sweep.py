@@ -34,7 +34,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec, following
-from costmodel.specs.parallel import ParallelSpec, grad_accum_of
+from costmodel.specs.parallel import ParallelSpec, expert_tp, grad_accum_of
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
 _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, *PARALLEL_STRUCTURE} - {"pipelined", "interleaved"}
@@ -175,8 +175,7 @@ def _columns(
     if layout:  # fields left to each framework's own default
         stated = {k for k, v in {**overrides, **grid}.items() if v is not None}
         cols.update(framework_defaults(cols["framework"], stated))
-        if "etp" not in stated:  # ParallelSpec's default: the experts split as tp
-            cols["etp"] = cols["tp"]
+        cols["etp"] = expert_tp(cols["tp"], cols["etp"] if "etp" in stated else None)
     return cols
 
 

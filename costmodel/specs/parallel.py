@@ -128,8 +128,7 @@ class ParallelSpec:
     def __post_init__(self) -> None:
         if self.grad_reduce_fp32 is None:
             object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
-        if self.etp is None:  # Megatron's default: the experts split as the dense layers
-            object.__setattr__(self, "etp", self.tp)
+        object.__setattr__(self, "etp", expert_tp(self.tp, self.etp))
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my")
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
                  "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
@@ -178,6 +177,14 @@ class ParallelSpec:
         if "tp" in changes and "etp" not in changes and np.all(values["etp"] == self.tp):
             values["etp"] = None  # etp left at tp follows it
         return ParallelSpec(**{**values, **changes})
+
+
+def expert_tp(tp: Any, etp: Any) -> Any:
+    """The expert tensor-parallel degree: ``etp`` where given, else ``tp`` (Megatron-Core's
+    default ``expert_tensor_parallel_size``: the experts split as the dense layers). The
+    one place every entry point (the spec, sweep's columns, the planner's candidates)
+    takes it from."""
+    return tp if etp is None else etp
 
 
 def batch_step(dp: Any, fsdp: Any, grad_accum: Any) -> Any:
