@@ -159,6 +159,9 @@ W_X, W_Y, W_dp, W_pp, W_cp, W_ep = sp.symbols("W_X W_Y W_dp W_pp W_cp W_ep", **_
 a_X, a_Y, a_dp, a_pp, a_cp, a_ep = sp.symbols(
     "alpha_X alpha_Y alpha_dp alpha_pp alpha_cp alpha_ep", **_POS
 )
+W_epn = sp.Symbol("W_epn", **_POS)  # an ep rank's share of the NICs, B/s
+g_ep = sp.Symbol("g_ep", **_INT)  # ep ranks one node holds
+d_ep = sp.Symbol("d_ep", nonnegative=True)  # 1: one copy per destination rank and node
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
 t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
@@ -179,6 +182,9 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     W_pp,
     W_cp,
     W_ep,
+    W_epn,
+    g_ep,
+    d_ep,
     a_X,
     a_Y,
     a_dp,
@@ -218,7 +224,10 @@ DESCRIPTIONS.update(
         W_dp: "DP group bandwidth",
         W_pp: "pipeline link bandwidth",
         W_cp: "CP ring bandwidth",
-        W_ep: "EP all-to-all bandwidth",
+        W_ep: "EP dispatch bandwidth inside a node (NVLink)",
+        W_epn: "EP dispatch bandwidth across nodes (one NIC per rank)",
+        g_ep: "expert-parallel ranks one node holds",
+        d_ep: "1 where the dispatcher sends a token once per destination rank and node",
         S_bucket: "DDP bucket bytes",
         R_alloc: "allocator's reserved over allocated bytes",
         t_op: "host seconds per dispatched kernel",

@@ -42,6 +42,8 @@ LABELS = {
     "pp_interleave": "virtual stages per pipeline rank",
     "cp": "context-parallel degree",
     "ep": "expert-parallel degree (mixture of experts)",
+    "etp": "expert tensor-parallel degree (unset: tp)",
+    "ep_dispatcher": "how tokens reach their experts (all-to-all, DeepEP, HybridEP)",
     "ep_imbalance": "expert load imbalance (busiest rank / mean)",
     "capacity_factor": "expert capacity (x the mean load; 0: no tokens dropped)",
     "ep_overlap": "hide expert all-to-alls behind compute (combined 1F1B)",

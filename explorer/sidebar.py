@@ -92,7 +92,11 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:
         unset = {} if key in st.session_state else {"value": None}
-        hint = {"fsdp": "framework's default", **dict.fromkeys(MODEL_OVERRIDES, "preset's value")}
+        hint = {
+            "fsdp": "framework's default",
+            "etp": "tp",
+            **dict.fromkeys(MODEL_OVERRIDES, "preset's value"),
+        }
         container.number_input(text, min_value=1, step=1, key=key, help=help_,
                                placeholder=hint.get(key, ""), **unset)  # fmt: skip
     slots[key] = container.empty()
@@ -102,8 +106,8 @@ TRAINING_KEYS = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "at
                  "attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch",
                  "finetune")  # fmt: skip
 CLUSTER_KEYS = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
-                "cp", "ep", "ep_imbalance", "capacity_factor", "ep_overlap",
-                "sequence_parallel", "grad_reduce_fp32", "overlap")  # fmt: skip
+                "cp", "ep", "etp", "ep_dispatcher", "ep_imbalance", "capacity_factor",
+                "ep_overlap", "sequence_parallel", "grad_reduce_fp32", "overlap")  # fmt: skip
 
 
 def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:

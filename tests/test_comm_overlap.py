@@ -160,7 +160,7 @@ def test_held_out_runs():
 def test_moe_held_out_runs_map_to_their_stated_layouts():
     """NVIDIA's published Megatron-Bridge MoE runs (validate/published/data/holdout_moe.json;
     never calibrated on): each maps to its preset, device and stated degrees, ep included,
-    and is predicted. costmodel is too fast on all ten (+11 to +210 %: fine-grained
+    and is predicted. costmodel is too fast on all ten (+12 to +210 %: fine-grained
     Qwen3-30B-A3B on B200 worst), a known gap the closing note of issue 16 records; this
     test pins the mapping, not the error."""
     path = Path(__file__).parents[1] / "validate" / "published" / "data" / "holdout_moe.json"

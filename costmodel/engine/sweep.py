@@ -42,6 +42,10 @@ _KINDS = {*MODEL_STRUCTURE, *TRAIN_STRUCTURE, *PARALLEL_STRUCTURE} - {"pipelined
 and interleaving are the degrees pp > 1 and pp_interleave > 1, grouped apart)."""
 
 
+_WORDS = {name for owned in _OWNERS.values() for name, f in owned.items()
+          if isinstance(f.default, str)} | _KINDS  # fmt: skip
+"""Fields whose values are words (kinds, kernels, dispatchers): swept as Python objects."""
+
 _MAY_BE_ZERO = ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers",
                 "sliding_window", "global_every")  # fmt: skip
 """Sizes a dense model leaves at 0 (ModelSpec's mixture-of-experts and window fields)."""
@@ -59,7 +63,7 @@ rules, never rounded to integers."""
 
 def _as_grid(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
-    if name in _KINDS:  # strings as Python objects; flags and stages stay numeric
+    if name in _WORDS:  # strings as Python objects; flags and stages stay numeric
         return arr.astype(object) if arr.dtype.kind in "USO" else arr
     if name in _REAL:
         return arr.astype(float)

@@ -13,6 +13,7 @@ import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
+from costmodel.parallel.dispatch import sends_per_token
 from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
@@ -46,6 +47,7 @@ from costmodel.symbols import (
     W_cp,
     W_dp,
     W_ep,
+    W_epn,
     W_pp,
     Y,
     a_cp,
@@ -153,31 +155,34 @@ def megatron_bucket(dp: sp.Expr) -> sp.Expr:
 
 
 def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """Expert parallelism's all-to-alls: bytes sent per device per step and their
+    """Expert parallelism's dispatches: bytes sent per device per step and their
     alpha-beta seconds on the busiest rank (GShard, Lepikhin et al. 2020, Sec. 2.2;
     torchtitan's and Megatron's token dispatchers). Per MoE block and micro-batch, forward
-    dispatches each token's k copies to the ranks holding its experts and combines the
-    outputs back; backward sends their gradients the other way: four all-to-alls of
-    b·T·k·D in the compute dtype, of which (ep - 1)/ep leave the rank under balanced
-    routing, ``ep_imbalance`` times that to and from the busiest rank. Full recomputation
-    dispatches and combines again. The MoE blocks are the device's (its stage's under
-    pipelining). Under tensor parallelism each tp rank dispatches its own 1/tp sequence
-    shard, and the tokens an expert receives are all-gathered over the etp ranks that
-    split it and its outputs reduce-scattered back (Megatron-Core's ``MoEAlltoAllTokenDispatcher``:
-    the all-to-all over ep, then the gather over etp), on the etp ranks' link, the
-    innermost (tp's). None for a dense model."""
+    dispatches each token to the ranks holding its k experts and combines the outputs
+    back; backward sends their gradients the other way: four dispatches of the device's
+    b·T tokens of D values in the compute dtype, each the copies the dispatcher sends over
+    the network and over NVLink at once, the slower setting its time
+    (:mod:`costmodel.parallel.dispatch`), ``ep_imbalance`` times that to and from the
+    busiest rank. Full recomputation dispatches and combines again. The MoE blocks are
+    the device's (its stage's under pipelining). Under tensor parallelism each tp rank
+    dispatches its own 1/tp sequence shard, and the tokens an expert receives are
+    all-gathered over the etp ranks that split it and its outputs reduce-scattered back
+    (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: the all-to-all over ep, then the
+    gather over etp), on the etp ranks' link, the innermost (tp's). None for a dense
+    model."""
     calls = m * routed_blocks(model, par)
     if calls == 0:  # no block routes its tokens
         return _phases(0, 0, 0, 0)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
-    pairs = c * b_dev * t_dev / Y * k_r * D * busiest_experts()
-    one = pairs * bus_factor("all_to_all", N_ep)
-    gathered = pairs * bus_factor("all_gather", N_etp) * N_etp  # what the etp ranks gather
+    tokens = c * b_dev * t_dev / Y * D * busiest_experts()
+    network, nvlink = sends_per_token()
+    gathered = tokens * k_r * bus_factor("all_gather", N_etp) * N_etp  # the etp ranks gather
     again = 2 if train.recompute == "full" else 0
-    each = one / W_ep + ring_steps("all_to_all", N_ep) * a_ep
+    each = smax(tokens * network / W_epn, tokens * nvlink / W_ep)
+    each += ring_steps("all_to_all", N_ep) * a_ep
     each += gathered / W_Y + ring_steps("all_gather", N_etp) * a_Y
-    sent = calls * (4 + again) * (one + gathered)
+    sent = calls * (4 + again) * (tokens * (network + nvlink) + gathered)
     return _phases(sent, calls * 2 * each, calls * (2 + again) * each, 0)
 
 

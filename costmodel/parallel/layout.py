@@ -4,8 +4,10 @@ Placement order (innermost first): tp, cp, fsdp, dp, pp (Megatron-LM). On GPUs a
 whose span fits in ``devices_per_node`` uses the one-way NVLink bandwidth (ring
 collectives run at it; NCCL's bus bandwidth), otherwise the network share of the NICs its
 members in one node drive together, at most NVLink's.
-Expert-parallel groups are data-parallel ranks next to tp (torchtitan's and Megatron's
-meshes): an ep group spans tp · ep devices. On
+Expert-parallel groups are etp x ep ranks of the expert layers' own mesh (Megatron's MoE
+parallel folding; torchtitan's ep within dp_shard): an ep group's ranks are etp devices
+apart, and its dispatcher (``costmodel.parallel.dispatch``) says what crosses NVLink and
+what the network. On
 TPUs every group is on ICI: a link's bidirectional bandwidth per mesh axis, times the axes
 given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
 """
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from costmodel.parallel.dispatch import dispatch_values
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
@@ -39,6 +42,7 @@ from costmodel.symbols import (
     W_cp,
     W_dp,
     W_ep,
+    W_epn,
     W_hbm,
     W_pp,
     X,
@@ -50,6 +54,8 @@ from costmodel.symbols import (
     a_X,
     a_Y,
     c_cap,
+    d_ep,
+    g_ep,
     m,
     rho_ep,
     s_sync,
@@ -66,7 +72,6 @@ _SYMBOLS = {
     "fsdp": (W_X, a_X),
     "dp": (W_dp, a_dp),
     "pp": (W_pp, a_pp),
-    "ep": (W_ep, a_ep),
 }
 
 
@@ -84,7 +89,6 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     for name in _ORDER:
         links[name] = _link(name, stride, degrees[name], par, hw)
         stride = stride * degrees[name]
-    links["ep"] = _link("ep", par.etp, par.ep, par, hw)  # expert ranks: etp, then ep
     return links
 
 
@@ -168,4 +172,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]
         values[w_sym], values[a_sym] = bw, alpha
+    ici, values[a_ep] = _link("ep", par.etp, par.ep, par, hw)  # expert ranks: etp, then ep
+    dispatch = dispatch_values(par.ep_dispatcher, par.etp, par.ep, hw, ici)
+    values.update(zip((W_ep, W_epn, g_ep, d_ep), dispatch, strict=True))
     return values

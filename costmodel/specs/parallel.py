@@ -24,7 +24,9 @@ ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
 Framework = Literal["reference", "fsdp2", "megatron", "deepspeed", "handwritten"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
+EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
+EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 
@@ -88,6 +90,13 @@ class ParallelSpec:
     stream; only the warm-up forwards and cool-down backwards run alone (DeepSeek-V3's
     DualPipe hides them likewise, Sec. 3.2.1). Megatron runs it with pp = 1 or interleaved
     pipelining, one warm-up forward more, and no full recomputation."""
+    ep_dispatcher: EPDispatcher = "all-to-all"
+    """How tokens reach their experts (``costmodel.parallel.dispatch``): ``all-to-all``
+    sends one copy per routed pair (NCCL; Megatron-Core's ``alltoall`` dispatcher,
+    torchtitan's default); ``deepep`` one per destination node and rank (DeepEP: Megatron's
+    ``flex`` dispatcher, NeMo AutoModel, torchtitan's DeepEP path) at DeepEP's measured
+    rates; ``hybridep`` likewise (NVIDIA's HybridEP, Megatron's ``flex`` dispatcher's
+    other backend) at the profile's link and network efficiencies."""
     mx: int = 1
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
@@ -134,6 +143,7 @@ class ParallelSpec:
                  "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
+        checks.choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         checks.number("ep_imbalance", self.ep_imbalance)
         if self.ep_imbalance < 1:
             raise SpecError("ep_imbalance", "ep_imbalance is the busiest rank's tokens over "

@@ -54,6 +54,7 @@ _RECOMPUTE = (("full", "full"), ("selective", "selective"))
 _PRECISION = (("fp8", "fp8"), ("fp16", "fp16-mixed"))
 _PARALLEL_PATHS = {k: f"parallelism.{k}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep")}
 _PARALLEL_PATHS["pp_interleave"] = "parallelism.vpp"
+_PARALLEL_PATHS.update({k: f"parallelism.{k}" for k in ("ep_dispatcher", "ep_overlap")})
 
 
 @dataclass(frozen=True)
@@ -280,8 +281,18 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
         pp_interleave=f.degree("vpp"),
         sequence_parallel=f.flag("sequence_parallel", tp > 1),
         etp=f.count("parallelism.etp") if f.has("parallelism.etp") else None,
+        **(_expert_fields(f) if ep > 1 else {}),
     )
     return train, parallel
+
+
+def _expert_fields(f: RunFields) -> dict[str, Any]:
+    """How an expert-parallel run dispatches its tokens and whether it hides the
+    dispatches (combined 1F1B)."""
+    return {
+        "ep_dispatcher": f.text("parallelism.ep_dispatcher", "all-to-all"),
+        "ep_overlap": f.flag("parallelism.ep_overlap", False),
+    }
 
 
 def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:

@@ -1,0 +1,104 @@
+"""Expert-parallel token dispatchers: what one token's dispatch sends over NVLink and over
+the network, and the rates each dispatcher achieves on them (bytes per token, B/s).
+
+An MoE block sends each token to the ranks holding its k routed experts and combines their
+outputs back; backward sends the gradients the other way (GShard, Lepikhin et al. 2020,
+Sec. 2.2). Every rank sends and receives at once, so unlike a ring's channels the g ranks
+of a node do not lend each other their NICs: each sends what leaves its node through its
+own NIC (rail-optimized nodes) while what stays in the node crosses NVLink, and the slower
+of the two sets the time. With N ranks over N/g nodes and balanced routing (each expert
+equally likely), per token:
+
+- ``all-to-all`` (NCCL's ``all_to_all_single`` of the routed pairs: Megatron-Core's
+  ``alltoall`` dispatcher, torchtitan's default, DeepSpeed-MoE): one copy per routed pair,
+  k·(N - g)/N of them to other nodes and k·(g - 1)/N to the node's other ranks, at the
+  hardware's NVLink and network efficiencies;
+- ``deepep`` (DeepEP, Zhao et al. 2025; Megatron-Core's ``flex`` dispatcher, NeMo
+  AutoModel, torchtitan's DeepEP path): one copy per destination node over RDMA, then per
+  destination rank over NVLink (a token's experts on one rank or node share the copy): over
+  the network (N/g - 1)·(1 - (1 - g/N)^k) copies (the other nodes a token's k experts hit),
+  over NVLink (N - 1)·(1 - (1 - 1/N)^k) (the other ranks they hit, forwarded ones
+  included), at the rates DeepEP's README measures for its normal kernels on H800 with
+  400 Gb/s ConnectX-7: 153-158 GB/s of ~160 GB/s NVLink intranode (0.96), 43-58 GB/s of
+  ~50 GB/s per NIC internode (0.86, the lowest, EP 16);
+- ``hybridep`` (NVIDIA's HybridEP, the other backend of Megatron-Core's ``flex``
+  dispatcher, built for NVLink domains such as GB200 NVL72): DeepEP's traffic (one copy
+  per destination node and rank), at the hardware profile's efficiencies (no published
+  measurement of its rates is used).
+
+Combine is the same traffic the other way (DeepEP reduces a node's outputs before sending
+them). A group inside one node (g = N) sends nothing over the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from costmodel.specs import checks
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.parallel import EP_DISPATCHERS
+from costmodel.symbols import N_ep, d_ep, g_ep, k_r
+
+
+@dataclass(frozen=True)
+class Dispatcher:
+    """One dispatcher kind: whether it sends a token once per destination node and rank
+    (``dedup``), and its achieved fraction of NVLink and of a NIC's line rate (``None``:
+    the hardware profile's ``link`` and ``network`` efficiencies)."""
+
+    name: str
+    dedup: bool
+    link_efficiency: float | None
+    network_efficiency: float | None
+
+
+DISPATCHERS: dict[str, Dispatcher] = {
+    "all-to-all": Dispatcher(
+        "all-to-all", dedup=False, link_efficiency=None, network_efficiency=None
+    ),
+    "deepep": Dispatcher("deepep", dedup=True, link_efficiency=0.96, network_efficiency=0.86),
+    "hybridep": Dispatcher("hybridep", dedup=True, link_efficiency=None, network_efficiency=None),
+}
+assert tuple(DISPATCHERS) == EP_DISPATCHERS
+
+
+def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
+    """(over the network, over NVLink) copies of one token a dispatch sends, for
+    ``N_ep`` ranks of which ``g_ep`` share a node, under either kind (``d_ep`` 1: one copy
+    per destination node and rank; 0: one per routed pair)."""
+    nodes_hit = (N_ep / g_ep - 1) * (1 - (1 - g_ep / N_ep) ** k_r)
+    ranks_hit = (N_ep - 1) * (1 - (1 - 1 / N_ep) ** k_r)
+    network = (1 - d_ep) * k_r * (N_ep - g_ep) / N_ep + d_ep * nodes_hit
+    nvlink = (1 - d_ep) * k_r * (g_ep - 1) / N_ep + d_ep * ranks_hit
+    return network, nvlink
+
+
+def dispatch_values(
+    names: Any, stride: Any, degree: Any, hw: Hardware, ici: Any
+) -> tuple[Any, Any, Any, Any]:
+    """(NVLink B/s, network B/s per rank, ranks per node, dedup flag) of ep groups of
+    ``degree`` ranks ``stride`` devices apart under dispatcher ``names`` (a name or an array
+    of them, as a sweep holds). On a TPU every rank is on ICI (``ici``: its bandwidth)."""
+    names = np.asarray(names)
+    for name in np.unique(names):
+        checks.choice("ep_dispatcher", str(name), EP_DISPATCHERS)
+    link = network = dedup = np.zeros(names.shape)
+    for kind in DISPATCHERS.values():
+        here = names == kind.name
+        link_eff = kind.link_efficiency or hw.eff("link")
+        net_eff = kind.network_efficiency or hw.eff("network")
+        link = np.where(here, hw.link_bandwidth() * link_eff, link)
+        network = np.where(here, hw.network_bw * net_eff, network)
+        dedup = np.where(here, float(kind.dedup), dedup)
+    if hw.kind == "tpu":
+        return ici, ici, degree, np.zeros(names.shape)
+    g = np.clip(hw.devices_per_node // np.asarray(stride), 1, degree)
+    return tuple(_scalar(x) for x in (link, network, g, dedup))  # type: ignore[return-value]
+
+
+def _scalar(x: Any) -> Any:
+    return float(x) if np.ndim(x) == 0 else x

@@ -1,0 +1,124 @@
+"""Expert-parallel dispatchers (``costmodel.parallel.dispatch``): what an all-to-all sends
+over NVLink and over the network per rank, in closed form; DeepEP's one copy per
+destination node and rank against exact enumeration of every routing; the kinds in a
+sweep; a dispatcher costmodel does not know is refused by name."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from costmodel import ParallelSpec, TrainSpec, estimate, get_model, sweep
+from costmodel.catalog.hardware import get_hardware
+from costmodel.parallel.dispatch import DISPATCHERS, sends_per_token
+from costmodel.specs.checks import SpecError
+from costmodel.symbols import N_ep, d_ep, g_ep, k_r
+
+H100 = get_hardware("h100-sxm")
+MIXTRAL = get_model("mixtral-8x7b")  # D 4096, 8 experts, top-2
+TRAIN = TrainSpec(batch=64, seq=4096, grad_accum=1)
+NVLINK = H100.link_bandwidth() * H100.eff("link")
+NIC = H100.network_bw * H100.eff("network")
+
+
+def _ep(par: ParallelSpec, model=MIXTRAL, train: TrainSpec = TRAIN) -> dict[str, float]:
+    return estimate(model, train, par, H100).values
+
+
+def _per_a2a(values: dict[str, float], model_layers: int) -> float:
+    """Seconds of one all-to-all: forward and backward run 2 each per MoE block and
+    micro-batch (no recomputation, one micro-batch)."""
+    return values["comm_time_s.ep"] / (4 * model_layers)
+
+
+def test_inside_a_node_an_all_to_all_runs_at_nvlink_rate():
+    """ep 8 in one 8-GPU node: each rank sends (N - 1)/N of its tokens' k copies over
+    NVLink at the profile's link efficiency; nothing crosses the network."""
+    values = _ep(ParallelSpec(dp=8, ep=8, framework="megatron"))
+    tokens = 64 // 8 * 4096
+    sent = 2 * tokens * 2 * 4096 * 7 / 8  # bf16, k = 2, D = 4096
+    alpha = 7 * H100.link_latency_s  # N - 1 rounds
+    assert _per_a2a(values, 32) == pytest.approx(sent / NVLINK + alpha, rel=1e-9)
+
+
+def test_across_nodes_each_rank_sends_through_its_own_nic():
+    """ep 32 over four 8-GPU nodes: every rank of a node sends at once, so each sends the
+    (N - g)/N of its pairs bound for other nodes through one NIC (not the node's eight
+    together, as a ring's channels would) while (g - 1)/N cross NVLink at the same time."""
+    model = get_model("deepseek-moe-16b")  # 64 experts, top-6, D 2048, 28 MoE blocks of 28
+    values = _ep(ParallelSpec(dp=32, ep=32, framework="megatron"), model=model)
+    tokens = 64 // 32 * 4096
+    copies = 2 * tokens * 6 * 2048  # bf16 bytes of every routed pair
+    off, on = copies * 24 / 32, copies * 7 / 32
+    alpha = 31 * H100.network_latency_s
+    blocks = model.n_layers - model.dense_layers
+    assert _per_a2a(values, blocks) == pytest.approx(max(off / NIC, on / NVLINK) + alpha)
+    assert values["comm_bytes.ep"] == pytest.approx(4 * blocks * (off + on), rel=1e-12)
+
+
+def _distinct(n: int, g: int, k: int) -> tuple[float, float]:
+    """Mean over every routing of k experts' ranks (each of n equally likely) of the
+    other nodes and other ranks they hit, seen from rank 0 (nodes of g ranks)."""
+    nodes = ranks = 0
+    routings = list(itertools.product(range(n), repeat=k))
+    for ranks_hit in routings:
+        hit = set(ranks_hit)
+        nodes += len({r // g for r in hit} - {0})
+        ranks += len(hit - {0})
+    return nodes / len(routings), ranks / len(routings)
+
+
+@pytest.mark.parametrize(("n", "g", "k"), [(4, 2, 2), (6, 2, 3), (8, 4, 2), (4, 4, 3)])
+def test_deepep_sends_one_copy_per_destination_node_and_rank(n, g, k):
+    """DeepEP's network copies are the other nodes a token's experts hit, its NVLink
+    copies the other ranks they hit (forwarded ones included): exact means over every
+    routing equal the closed forms."""
+    network, nvlink = sends_per_token()
+    at = {N_ep: n, g_ep: g, k_r: k, d_ep: 1}
+    nodes, ranks = _distinct(n, g, k)
+    assert float(network.subs(at)) == pytest.approx(nodes, rel=1e-12)
+    assert float(nvlink.subs(at)) == pytest.approx(ranks, rel=1e-12)
+    pairs = {**at, d_ep: 0}
+    assert sp.simplify(network.subs(pairs) + nvlink.subs(pairs) - k * (n - 1) / n) == 0
+
+
+def test_deepep_sends_fewer_copies_over_the_network_and_finishes_sooner():
+    """ep 32 over four nodes, top-6: an all-to-all sends 6 x 24/32 = 4.5 copies of a token
+    over the network, DeepEP 3 x (1 - (3/4)^6) = 2.47 (it forwards them over NVLink,
+    whose traffic grows but is not the bottleneck)."""
+    network, _ = sends_per_token()
+    at = {N_ep: 32, g_ep: 8, k_r: 6}
+    assert float(network.subs({**at, d_ep: 0})) == pytest.approx(4.5)
+    assert float(network.subs({**at, d_ep: 1})) == pytest.approx(3 * (1 - 0.75**6))
+    par = ParallelSpec(dp=32, ep=32, framework="megatron")
+    model = get_model("deepseek-moe-16b")
+    nccl, deepep = (_ep(par.replace(ep_dispatcher=d), model=model)
+                    for d in ("all-to-all", "deepep"))  # fmt: skip
+    assert deepep["comm_time_s.ep"] < nccl["comm_time_s.ep"] / 1.5
+    assert DISPATCHERS["hybridep"].network_efficiency is None  # the profile's rates
+
+
+def test_a_dense_model_sends_nothing_whatever_the_dispatcher():
+    dense = get_model("llama3-8b")
+    for name in DISPATCHERS:
+        values = _ep(ParallelSpec(dp=8, framework="megatron", ep_dispatcher=name), model=dense)
+        assert values["comm_bytes.ep"] == 0 and values["comm_time_s.ep"] == 0
+
+
+def test_sweep_over_dispatchers_agrees_with_estimate():
+    names = np.array(list(DISPATCHERS))
+    got = sweep(MIXTRAL, quantities=("comm_time_s.ep",), hardware=H100, dp=16, ep=8,
+                framework="megatron", ep_dispatcher=names, batch=64, seq=4096,
+                micro_batch=1)  # fmt: skip
+    for i, name in enumerate(names):
+        par = ParallelSpec(dp=16, ep=8, framework="megatron", ep_dispatcher=str(name))
+        want = _ep(par, train=TRAIN.replace(grad_accum=4))["comm_time_s.ep"]
+        assert got["comm_time_s.ep"][i] == pytest.approx(want, rel=1e-9)
+
+
+def test_an_unknown_dispatcher_is_refused_by_name():
+    with pytest.raises(SpecError, match=r"ep_dispatcher must be one of all-to-all, deepep"):
+        ParallelSpec(ep=8, dp=8, ep_dispatcher="nccl")
