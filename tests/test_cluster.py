@@ -39,6 +39,21 @@ def test_megatron_holds_the_stage_weights_under_full_recompute():
     assert 5.3e9 < params < 5.8e9
 
 
+@pytest.mark.parametrize(("fp32_grads", "fixed", "sharded"), [(True, 6, 12), (False, 4, 16)])
+def test_megatron_state_per_parameter_is_its_docs_table(fp32_grads, fixed, sharded):
+    """Megatron-LM's "Distributed Optimizer" table: bf16 parameters with fp32 gradients
+    hold 6 + 12/d bytes per parameter, with low-precision gradients 4 + 16/d (the gradient
+    buffer in the parameters' dtype, param_and_grad_buffer.py, and the fp32 copy of its
+    shard for the step); d = 8 data-parallel ranks, Llama-3-8B."""
+    model = get_model("llama3-8b")
+    par = ParallelSpec(dp=8, framework="megatron", grad_reduce_fp32=fp32_grads)
+    est = estimate(model, TrainSpec(batch=8, seq=1024, precision="bf16-mixed"), par, H100)
+    state = sum(est[f"memory_bytes_per_device.{k}"]
+                for k in ("params", "master", "grads", "optimizer"))  # fmt: skip
+    n = est["params.total"]
+    assert state == pytest.approx((fixed + sharded / 8) * n, rel=1e-12)
+
+
 def test_peak_is_near_the_sum_of_components():
     """The foreach-Adam temporary is one state of the device's share: the peak of GPT-3
     175B at tp 8 x pp 8 is within the components' sum (issue 12: 692 GiB vs 81 GiB)."""

@@ -36,18 +36,23 @@ def _mem(values: dict[str, float], key: str) -> float:
 
 @pytest.mark.parametrize("ep", [2, 4, 8])
 def test_megatron_holds_its_experts_and_shards_their_state_over_expert_data_parallel(ep):
-    """bf16 weights and fp32 main gradients of the dense parameters and of E/ep experts;
-    fp32 master and Adam state over every data-parallel rank (the experts' over the
-    dp/ep ranks holding each: the same bytes per device as without ep)."""
+    """bf16 weights and the gradient buffer (bf16: gradients reduced in the compute dtype,
+    Megatron's default here) of the dense parameters and of E/ep experts, with the fp32
+    copy of its shard the step makes; fp32 master and Adam state over every data-parallel
+    rank (the experts' over the dp/ep ranks holding each: the same bytes per device as
+    without ep)."""
     without, values = (
         _values(ParallelSpec(dp=8, framework="megatron")),
         _values(ParallelSpec(dp=8, ep=ep, framework="megatron")),
     )
     local = N - EXPERTS + EXPERTS // ep
     assert _mem(values, "params") == 2 * local
-    assert _mem(values, "grads") == 4 * local
+    fp32_shard = _mem(values, "master")  # 4 bytes per parameter of the optimizer's shard
+    assert _mem(values, "grads") == pytest.approx(2 * local + fp32_shard, rel=1e-12)
     for key in ("master", "optimizer"):
         assert _mem(values, key) == pytest.approx(_mem(without, key), rel=1e-12)
+    fp32 = _values(ParallelSpec(dp=8, ep=ep, framework="megatron", grad_reduce_fp32=True))
+    assert _mem(fp32, "grads") == 4 * local
 
 
 def test_fsdp2_gathers_an_moe_block_with_its_ranks_experts_only():

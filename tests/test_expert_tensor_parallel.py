@@ -1,7 +1,8 @@
 """Experts on a mesh of their own (issue 36): Megatron-Core's expert tensor parallelism
 (etp) and MoE parallel folding (ep over tp x dp, etp 1), and tp on an MoE model, which
 were refused. Per-device bytes and all-to-all volumes in closed form for Mixtral-8x7B
-under framework=megatron (bf16 weights, fp32 main gradients, distributed optimizer)."""
+under framework=megatron (bf16 weights, main gradients in the reduce dtype, distributed
+optimizer)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,16 @@ def _values(**layout) -> dict[str, float]:
 @pytest.mark.parametrize(("tp", "etp", "ep", "dp"), [(2, 2, 4, 4), (2, 1, 8, 4), (4, 1, 8, 2),
                                                      (2, 2, 2, 4)])  # fmt: skip
 def test_each_device_holds_its_tp_share_and_its_expert_groups_share_of_the_experts(tp, etp, ep, dp):
-    """bf16 weights: the dense matrices over tp, norms on every rank, and 1/(ep·etp) of
-    the routed experts (the router is a dense matrix here: split over tp too)."""
+    """bf16 weights and their bf16 gradient buffer (gradients reduced in bf16, Megatron's
+    default here; with the fp32 copy of the optimizer's shard): the dense matrices over tp,
+    norms on every rank, and 1/(ep·etp) of the routed experts (the router is a dense
+    matrix here: split over tp too)."""
     values = _values(tp=tp, etp=etp, ep=ep, dp=dp)
     routed = PARTS["experts"]
     local = (SPLIT - routed) / tp + PARTS["norms"] + routed / (ep * etp)
     assert values["memory_bytes_per_device.params"] == pytest.approx(2 * local, rel=1e-12)
-    assert values["memory_bytes_per_device.grads"] == pytest.approx(4 * local, rel=1e-12)
+    shard = values["memory_bytes_per_device.master"]  # fp32: 4 bytes per shard parameter
+    assert values["memory_bytes_per_device.grads"] == pytest.approx(2 * local + shard, rel=1e-12)
 
 
 def test_folding_and_expert_tensor_parallelism_hold_the_same_expert_share():

@@ -1,8 +1,14 @@
-"""Megatron-LM (Megatron-Core): bf16 parameters, fp32 main gradients in a buffer allocated
-once, the distributed optimizer (fp32 master and Adam state over every data-parallel rank:
-6 + 12/d bytes per parameter; Megatron-LM docs, "Distributed Optimizer"), gradients
-reduce-scattered and updated parameters all-gathered in buckets, combined 1F1B for
-expert-parallel all-to-alls."""
+"""Megatron-LM (Megatron-Core): bf16 parameters, main gradients in a buffer allocated once,
+the distributed optimizer (fp32 master and Adam state over every data-parallel rank),
+gradients reduce-scattered and updated parameters all-gathered in buckets, combined 1F1B
+for expert-parallel all-to-alls.
+
+The gradient buffer holds the dtype the gradients are reduced in: fp32 with
+``--grad-reduce-in-fp32`` (``accumulate_allreduce_grads_in_fp32``), else the parameters'
+(``param_and_grad_buffer.py``: ``grad_dtype = torch.float if grad_reduce_in_fp32 else
+param.dtype``); a low-precision buffer's shard is made fp32 for the optimizer step. Bytes per
+parameter: 6 + 12/d with fp32 gradients, 4 + 16/d with bf16 ones (Megatron-LM docs,
+"Distributed Optimizer", its table's bf16/fp32 and fp16/fp16 rows)."""
 
 from __future__ import annotations
 
@@ -34,15 +40,19 @@ class Megatron(Framework):
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None
     ) -> dict[str, sp.Expr]:
-        """Low-precision parameters and fp32 gradients whole, master and optimizer state
+        """Low-precision parameters and the gradient buffer whole (fp32, or the parameters'
+        dtype with the fp32 copy of its shard the step makes), master and optimizer state
         over the data-parallel ranks; without a weight copy the autocast state."""
         prec = PRECISIONS[train.precision]
         if not prec.weight_copy:
             return super().state(model, train, par, rank)
         n, per_shard, opt = shard_of(model, train, par, rank)
         dp = optimizer_shards(par)
+        grads = prec.grad * n
+        if not par.grad_reduce_fp32:
+            grads = prec.activation * n + prec.grad * per_shard(dp)
         return {"params": prec.activation * n, "master": prec.param * per_shard(dp),
-                "grads": prec.grad * n, "optimizer": opt(dp)}  # fmt: skip
+                "grads": grads, "optimizer": opt(dp)}  # fmt: skip
 
 
 FRAMEWORK = Megatron()

@@ -110,8 +110,9 @@ class ParallelSpec:
     parameters, kept bf16 weight casts, fp32 residual stream); ``fsdp2`` (FSDP2 with a bf16
     MixedPrecisionPolicy: fp32 sharded parameters, gradients and optimizer state, bf16
     compute and residual, unsharded bf16 weights only for the layers in flight, sharded over
-    fsdp x cp as torchtitan does); ``megatron`` (bf16 parameters, fp32 main gradients,
-    distributed optimizer: fp32 master and Adam state sharded over the data-parallel group);
+    fsdp x cp as torchtitan does); ``megatron`` (bf16 parameters, main gradients in the
+    dtype they are reduced in, distributed optimizer: fp32 master and Adam state sharded
+    over the data-parallel group);
     ``deepspeed`` (ZeRO 1/2/3 over fsdp: bf16 parameters and gradients, fp32 master and
     Adam state); ``handwritten`` (``validate/fsdp.py``, the ZeRO-3 people write by hand:
     fp32 shards of every matrix padded to ceil(numel / fsdp), one-dimensional parameters
