@@ -191,3 +191,25 @@ def test_estimate_prints_a_summary_and_every_quantity_with_full(capsys):
     assert re.search(rf"^  peak +{re.escape(peak)}$", short, re.M)
     assert re.search(rf"^memory_bytes_per_device.peak +{re.escape(peak)}$", full, re.M)
     assert short.rstrip().endswith("--full prints every quantity, --json all of them as data")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # issue 38's reproducers: each was accepted (a wrong answer) or ran without end
+        (["attention", "--batch", "1", "--seq", "4096", "--head-dim", "64", "--tile", "100000"],
+         "tile must be at most seq"),
+        (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+          "--global-batch", "64", "--max-tp", "0"], "max_tp must be >= 1 (got 0)"),
+        (["offload", "--model", "llama3-8b", "--hardware", "h100-sxm", "--top", "-1",
+          "--device-budget-gb", "40", "--host-budget-gb", "200"], "top must be >= 1 (got -1)"),
+        (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm",
+          "--gpus", str(2**53), "--global-batch", "64"], "no valid layout of 9007199254740992"),
+    ],
+)  # fmt: skip
+def test_hostile_layout_questions_get_one_line(capsys, argv, message):
+    """A flash tile longer than the sequence, a largest tp of 0, a negative plan count,
+    and 2^53 GPUs (whose divisors the planner once listed by scanning up to 2^53)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
 import numpy as np
+import sympy as sp
 
 from costmodel.config import check
 from costmodel.engine.fit import DEFAULT_HEADROOM, check_headroom
@@ -61,11 +62,17 @@ class PlanOptions:
             checks.choice("recompute", rc, ("none", "selective", "selective-op", "full"))
         for mb in self.micro_batches or ():
             checks.integer("micro_batches", mb)
+        for v in self.interleave:
+            checks.integer("interleave", v)
+        if self.max_tp is not None:
+            checks.integer("max_tp", self.max_tp)
         check_headroom(self.memory_headroom)
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, from its prime factors (sympy's
+    ``divisors``: instant for any count up to 2^53, where a scan up to n would not end)."""
+    return [int(d) for d in sp.divisors(n)]
 
 
 def enumerate_layouts(

@@ -84,6 +84,7 @@ def plan_offload(
     model: ModelSpec, train: TrainSpec, hw: Hardware, spec: OffloadSpec, *, top: int = 10
 ) -> list[OffloadConfig]:
     """The ``top`` fastest feasible plans (ties: the one using less memory first)."""
+    checks.integer("top", top)
     offloadable(model, train)
     found: list[tuple[float, float, OffloadConfig]] = []
     for chunk, seqs in chunk_candidates(train, spec):

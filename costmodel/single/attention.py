@@ -64,6 +64,10 @@ class AttentionSpec:
         checks.choice("kernel", self.kernel, KERNELS)
         checks.choice("dtype", self.dtype, tuple(DTYPE_BYTES))
         checks.flag("causal", self.causal)
+        if self.tile > self.seq:  # a block of rows past the sequence is not a kernel's tile
+            raise checks.SpecError("tile", f"tile must be at most seq: a flash kernel's blocks "
+                                   f"are rows of the sequence (got tile={self.tile}, "
+                                   f"seq={self.seq})")  # fmt: skip
 
 
 def _tiles() -> sp.Expr:
