@@ -90,7 +90,7 @@ def test_unreadable_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         model_from_hf_config(path)
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(ValueError, match=r"missing\.json does not exist"):
         model_from_hf_config(tmp_path / "missing.json")
 
 
@@ -150,8 +150,8 @@ def test_unparseable_bytes_are_one_sentence(data, words):
         parse_config(data)
 
 
-def test_an_endless_file_is_refused_after_the_cap():
-    with pytest.raises(ValueError, match="larger than 16 MiB"):
+def test_an_endless_file_is_refused_before_it_is_read():
+    with pytest.raises(ValueError, match="is not a regular file"):
         model_from_hf_config("/dev/zero")
 
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from costmodel.catalog.files import read_json
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 
@@ -49,10 +50,7 @@ def get_hardware(name_or_path: str) -> Hardware:
         return hardware_from_dict(name_or_path, HARDWARE[name_or_path])
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise SpecError("hardware", f"hardware: cannot read {path}: {err}") from err
+        data = read_json(path, "hardware")
         if not isinstance(data, dict):
             raise SpecError("hardware", f"hardware: {path} must hold a JSON object")
         return hardware_from_dict(str(data.get("name", path.stem)), data)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from costmodel.catalog.files import MAX_BYTES, read_bytes
 from costmodel.specs.model import ModelSpec
 
 # Architectures whose every parameter the ModelSpec fields describe exactly.
@@ -19,7 +20,6 @@ _GATED_ACT = {"silu": "swiglu", "swish": "swiglu"}
 _GEGLU_ACT = {"gelu_pytorch_tanh": "swiglu", "gelu": "swiglu"}  # Gemma's gated GELU
 
 
-MAX_BYTES = 16 * 2**20
 """A config.json is a few KB; anything over 16 MiB is not one (and /dev/zero never ends)."""
 _MOE_KINDS = ("mixtral", "deepseek", "deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe",
               "gpt_oss")  # fmt: skip
@@ -84,12 +84,7 @@ def parse_config(data: bytes, source: str | Path = "config.json") -> Any:
 def model_from_hf_config(path: str | Path) -> ModelSpec:
     """Map HF field names onto ModelSpec; unsupported architectures are a clear error."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise ValueError(f"hf-config: cannot read {path}: {err.strerror or err}") from None
-    return model_from_hf_dict(parse_config(data, path), path)
+    return model_from_hf_dict(parse_config(read_bytes(path, "hf_config"), path), path)
 
 
 def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpec:
