@@ -16,8 +16,8 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from costmodel.catalog.hardware import HARDWARE
 from costmodel.catalog.files import MAX_BYTES
+from costmodel.catalog.hardware import HARDWARE
 from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec

@@ -86,7 +86,10 @@ def test_length_files(tmp_path):
 @pytest.mark.parametrize(
     ("text", "match"),
     [("", "holds no lengths"), ("12\nabc\n", "line 2: not an integer"),
-     ("1 2\n3\n", "line 2: give a length"), ("0\n", r"in \[1, 2\^53\]"), ("5 -1\n", "counts")],
+     ("1 2\n3\n", "line 2: give a length"), ("0\n", r"in \[1, 2\^53\]"), ("5 -1\n", "counts"),
+     # issue 38: a length of 10^400 raised OverflowError, a count of 10^12 MemoryError
+     ("4096\n1" + "0" * 400 + "\n", r"line 2: a number past 2\^53"),
+     ("4096 1000000000000\n", "more than 16,777,216")],
 )  # fmt: skip
 def test_bad_length_files(tmp_path, text, match):
     path = tmp_path / "bad.txt"

@@ -26,6 +26,10 @@ SYNTHETIC: dict[str, tuple[str, ...]] = {
 }
 
 
+MAX_SEQUENCES = 2**24
+"""The most sequences a histogram may expand to (128 MiB of int64 lengths)."""
+
+
 def check_lengths(lengths: Any, field: str = "lengths") -> np.ndarray:
     """A non-empty 1-D array of positive integer lengths, or a SpecError naming ``field``."""
     arr = np.asarray(lengths)
@@ -62,6 +66,9 @@ def read_lengths(path: str | Path) -> np.ndarray:
         except ValueError:
             raise SpecError("lengths", f"lengths file {p.name}, line {number}: not an integer "
                             f"({line.strip()!r})") from None  # fmt: skip
+        if any(abs(x) > 2**53 for x in rows[-1]):
+            raise SpecError("lengths", f"lengths file {p.name}, line {number}: a number past "
+                            "2^53 is no sequence length or count")  # fmt: skip
         if len(rows[-1]) > 2 or len(rows[-1]) != len(rows[0]):
             raise SpecError("lengths", f"lengths file {p.name}, line {number}: give a length "
                             "or a 'length count' pair on every line")  # fmt: skip
@@ -71,6 +78,10 @@ def read_lengths(path: str | Path) -> np.ndarray:
     if arr.shape[1] == 1:
         return check_lengths(arr[:, 0], "lengths")
     checks.integer("lengths (counts)", arr[:, 1], minimum=0)
+    if arr[:, 1].sum() > MAX_SEQUENCES:
+        raise SpecError("lengths", f"lengths file {p.name}: its counts add up to "
+                        f"{arr[:, 1].sum():,} sequences, more than {MAX_SEQUENCES:,}; scale "
+                        "them down (padding depends on their proportions)")  # fmt: skip
     return check_lengths(np.repeat(arr[:, 0], arr[:, 1]), "lengths")
 
 
