@@ -256,3 +256,18 @@ def test_no_code_branches_on_a_source_or_run_id():
             if isinstance(node, ast.Constant) and node.value in groups:
                 found.append(f"{path.name}:{node.lineno}: names group {node.value!r}")
     assert not found, "\n".join(found)
+
+
+def test_a_runs_file_that_is_no_regular_file_or_no_json_is_refused(tmp_path):
+    """issue 38: a FIFO given as --runs blocked forever; bad JSON says where it broke."""
+    import os
+
+    bad = tmp_path / "runs.json"
+    bad.write_text('{"runs": [1,')
+    with pytest.raises(CorpusError, match=r"runs: .* is not valid JSON"):
+        load_runs(bad)
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "fifo.json"
+        os.mkfifo(fifo)
+        with pytest.raises(CorpusError, match="is not a regular file"):
+            load_runs(fifo)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -41,6 +40,7 @@ from costmodel import (
     get_hardware,
     get_model,
 )
+from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
 
@@ -83,10 +83,10 @@ def default_runs_path() -> Path:
 
 def load_runs(path: str | Path | None = None) -> list[Any]:
     """The runs of a corpus file (``{"runs": [...]}`` or a list)."""
-    try:
-        data = json.loads(Path(path or default_runs_path()).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CorpusError(f"runs: cannot read {path}: {err}") from err
+    try:  # a regular file only (a FIFO would block), nesting and size bounded
+        data = read_json(Path(path or default_runs_path()), "runs", limit=256 * 2**20)
+    except SpecError as err:
+        raise CorpusError(str(err)) from None
     runs = data.get("runs") if isinstance(data, dict) else data
     if not isinstance(runs, list):
         raise CorpusError("runs: expected a list of runs or an object with 'runs'")
