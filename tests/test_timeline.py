@@ -108,6 +108,32 @@ def test_no_home_directory_means_no_cache(monkeypatch):
     assert diskcache.cache_dir() is None
 
 
+def test_a_cache_folder_that_cannot_be_entered_is_skipped(tmp_path, monkeypatch):
+    """issue 38: a cache folder without search permission raised PermissionError from
+    ``stat``; the estimate is built without the cache instead (root ignores modes, so the
+    refusal is the one the OS raises, given to ``Path.exists`` directly)."""
+    monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path / "locked"))
+    real = diskcache.Path.exists
+
+    def exists(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "locked")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    from costmodel.engine.quantities import compiled_subset
+
+    compiled_subset.cache_clear()
+    monkeypatch.setattr(diskcache.Path, "exists", exists)
+    got = sweep(MODEL, hardware=H100, quantities=("time_s.step",), batch=32, seq=4096,
+                tp=np.array([1, 2]))  # fmt: skip
+    monkeypatch.setattr(diskcache.Path, "exists", real)
+    compiled_subset.cache_clear()
+    want = sweep(MODEL, hardware=H100, quantities=("time_s.step",), batch=32, seq=4096,
+                 tp=np.array([1, 2]))  # fmt: skip
+    assert np.array_equal(got["time_s.step"], want["time_s.step"])
+    compiled_subset.cache_clear()
+
+
 def test_a_cache_others_can_write_is_never_run(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
     from costmodel.engine.quantities import compiled_subset

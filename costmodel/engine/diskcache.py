@@ -80,6 +80,15 @@ def _trusted(path: Path) -> bool:
     return True
 
 
+def _exists(path: Path) -> bool:
+    """Whether a cache entry is there; False where its folder cannot be entered (a
+    PermissionError from ``stat``): the cache is then skipped, never an error."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _load(path: Path) -> tuple[tuple[str, ...], Callable[..., Any]] | None:
     """A cached function, or None (absent, corrupt, or not trusted). The source is what
     ``sp.lambdify`` printed for these expressions; it is compiled as lambdify compiles it."""
@@ -126,7 +135,7 @@ def lambdify_numpy(
     path = None
     if folder is not None:
         path = folder / f"{_digest((*parts, tuple(map(str, args))))}.json"
-        if path.exists() and (hit := _load(path)) is not None:
+        if _exists(path) and (hit := _load(path)) is not None:
             return hit
     keys, exprs = build()
     fn = sp.lambdify(list(args), exprs, modules="numpy", cse=True)
