@@ -265,3 +265,20 @@ def test_mosaicml_long_sequences_run_the_2022_triton_kernel():
         train = case.train.replace(attention_kernel=kernel)
         est = estimate(case.model, train, case.parallel, case.hardware)
         assert lo < est["tokens_per_s"] / case.n_gpus / measured < hi, kernel
+
+
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "handwritten"])
+@pytest.mark.parametrize(("tp", "sp", "cp"), [(2, False, 1), (2, True, 1), (1, False, 2),
+                                              (2, True, 2)])  # fmt: skip
+def test_activations_per_device_do_not_depend_on_the_replicas(framework, tp, sp, cp):
+    """issue 38: at a fixed micro-batch per device, (dp, fsdp) = (1, 1), (1, 8) and (4, 8)
+    keep the same activations per device (the DTensor embedding's buffers were divided
+    over the replicas twice: 57.39, 57.16, 57.13 GB for Llama-3-8B at tp 2)."""
+    model = get_model("llama3-8b")
+    seen = set()
+    for dp, fsdp in ((1, 1), (1, 8), (4, 8)):
+        train = TrainSpec(batch=4 * dp * fsdp, seq=4096, grad_accum=1)
+        par = ParallelSpec(dp=dp, fsdp=fsdp, tp=tp, cp=cp, sequence_parallel=sp,
+                           framework=framework)  # fmt: skip
+        seen.add(round(estimate(model, train, par, H100)["memory_bytes_per_device.activations"]))
+    assert len(seen) == 1, seen

@@ -20,7 +20,7 @@ from costmodel.parallel.pipeline import (
     chunks_in_flight,
     held_layers,
 )
-from costmodel.parallel.shares import device_batch, device_blocks, residual_bytes, stage_layers
+from costmodel.parallel.shares import device_blocks, residual_bytes, stage_layers
 from costmodel.single.memory import (
     HEAD_PARTS,
     SHARED_PARTS,
@@ -156,9 +156,10 @@ def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelS
     residual dtype: the masked partial lookup and its all-reduced copy (2 x b·T·D), or
     under sequence parallelism three b·T·D / tp sequence shards (the reduce-scatter's
     output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
-    parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none)."""
+    parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none).
+    In terms of the micro-batch's b sequences of T tokens, as :func:`sharded_activations`."""
     if model.ffn_only or not framework_of(par).dtensor_tp:
         return sp.Integer(0)
-    copies = 3 / Y if par.sequence_parallel else 2
-    b_dev, t_dev = device_batch()
-    return more_than_one(Y) * copies * residual_bytes(train, par) * b_dev * t_dev * D
+    copies = 3 / Y if par.sequence_parallel else 2  # in terms of the global micro-batch b
+    return more_than_one(Y) * copies * residual_bytes(train, par) * b * T * D  # and T, as
+    # the rest of sharded_activations (its callers divide both over the device's share)
