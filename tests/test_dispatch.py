@@ -122,3 +122,9 @@ def test_sweep_over_dispatchers_agrees_with_estimate():
 def test_an_unknown_dispatcher_is_refused_by_name():
     with pytest.raises(SpecError, match=r"ep_dispatcher must be one of all-to-all, deepep"):
         ParallelSpec(ep=8, dp=8, ep_dispatcher="nccl")
+
+
+def test_a_gpu_dispatcher_on_a_tpu_is_refused_by_name():
+    par = ParallelSpec(dp=8, ep=8, framework="megatron", ep_dispatcher="deepep")
+    with pytest.raises(SpecError, match="ep_dispatcher deepep runs on NVIDIA GPUs"):
+        estimate(MIXTRAL, TRAIN, par, get_hardware("tpu-v5p"))

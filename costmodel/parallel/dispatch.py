@@ -86,6 +86,9 @@ def dispatch_values(
     names = np.asarray(names)
     for name in np.unique(names):
         checks.choice("ep_dispatcher", str(name), EP_DISPATCHERS)
+        if hw.kind != "gpu" and DISPATCHERS[str(name)].dedup:
+            why = f"ep_dispatcher {name} runs on NVIDIA GPUs (NVLink and RDMA)"
+            raise checks.SpecError("ep_dispatcher", f"{why}; on a {hw.kind} use all-to-all")
     link = network = dedup = np.zeros(names.shape)
     for kind in DISPATCHERS.values():
         here = names == kind.name
