@@ -15,6 +15,7 @@ from costmodel import ParallelSpec, TrainSpec, estimate, get_model, sweep
 from costmodel.catalog.hardware import get_hardware
 from costmodel.parallel.dispatch import DISPATCHERS, sends_per_token
 from costmodel.specs.checks import SpecError
+from costmodel.specs.parallel import EP_DISPATCHERS
 from costmodel.symbols import N_ep, d_ep, g_ep, k_r
 
 H100 = get_hardware("h100-sxm")
@@ -99,6 +100,7 @@ def test_deepep_sends_fewer_copies_over_the_network_and_finishes_sooner():
                     for d in ("all-to-all", "deepep"))  # fmt: skip
     assert deepep["comm_time_s.ep"] < nccl["comm_time_s.ep"] / 1.5
     assert DISPATCHERS["hybridep"].network_efficiency is None  # the profile's rates
+    assert tuple(DISPATCHERS) == EP_DISPATCHERS  # every choice of the spec registered
 
 
 def test_a_dense_model_sends_nothing_whatever_the_dispatcher():

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from costmodel.catalog.files import read_bytes
+from costmodel.catalog.files import read_bytes, read_json
 from costmodel.cli import main
 from costmodel.specs.checks import SpecError
 
@@ -48,7 +48,8 @@ def test_deeply_nested_json_is_refused_as_such(capsys, tmp_path):
 
 def test_a_file_past_the_limit_is_not_read_whole(tmp_path):
     path = tmp_path / "big.json"
-    path.write_bytes(b" " * 2049)
-    with pytest.raises(SpecError, match="larger than"):
-        read_bytes(path, "hardware", limit=2048)
-    assert read_bytes(path, "hardware", limit=4096) == b" " * 2049
+    path.write_bytes(b"[" + b" " * 4096 + b"]")
+    assert len(read_bytes(path, "hardware", limit=2048)) == 2049  # one past: enough to tell
+    with pytest.raises(SpecError, match=r"big\.json is larger than 2,048 bytes"):
+        read_json(path, "hardware", limit=2048)
+    assert read_json(path, "hardware", limit=8192) == []

@@ -107,7 +107,8 @@ def test_uploaded_config_is_parsed_like_a_file():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from costmodel.catalog.hf import MAX_BYTES, model_from_hf_dict, parse_config  # noqa: E402
+from costmodel.catalog.files import MAX_BYTES  # noqa: E402
+from costmodel.catalog.hf import model_from_hf_dict, parse_config  # noqa: E402
 
 
 @pytest.mark.parametrize(

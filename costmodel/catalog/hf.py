@@ -4,11 +4,10 @@ qwen2_moe, qwen3_moe and gpt_oss mixtures of experts), sliding windows included.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from costmodel.catalog.files import MAX_BYTES, read_bytes
+from costmodel.catalog.files import parse_json, read_bytes
 from costmodel.specs.model import ModelSpec
 
 # Architectures whose every parameter the ModelSpec fields describe exactly.
@@ -67,18 +66,9 @@ def _activation(cfg: dict[str, Any], key: str, table: dict[str, str], path: Path
 
 
 def parse_config(data: bytes, source: str | Path = "config.json") -> Any:
-    """JSON from bytes, with one clear sentence for what a parser can raise."""
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"{source}: larger than {MAX_BYTES // 2**20} MiB; not a config.json")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{source}: not UTF-8 text (byte {data[err.start]:#04x} at offset "
-                         f"{err.start})") from None  # fmt: skip
-    except RecursionError:
-        raise ValueError(f"{source}: JSON nested too deeply for a config.json") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{source}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    """JSON from bytes (a file's or an upload's), with one clear sentence for what a
+    parser can raise (:func:`costmodel.catalog.files.parse_json`)."""
+    return parse_json(data, source, "hf_config")
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:

@@ -63,7 +63,6 @@ DISPATCHERS: dict[str, Dispatcher] = {
     "deepep": Dispatcher("deepep", dedup=True, link_efficiency=0.96, network_efficiency=0.86),
     "hybridep": Dispatcher("hybridep", dedup=True, link_efficiency=None, network_efficiency=None),
 }
-assert tuple(DISPATCHERS) == EP_DISPATCHERS
 
 
 def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
@@ -77,12 +76,9 @@ def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
     return network, nvlink
 
 
-def dispatch_values(
-    names: Any, stride: Any, degree: Any, hw: Hardware, ici: Any
-) -> tuple[Any, Any, Any, Any]:
-    """(NVLink B/s, network B/s per rank, ranks per node, dedup flag) of ep groups of
-    ``degree`` ranks ``stride`` devices apart under dispatcher ``names`` (a name or an array
-    of them, as a sweep holds). On a TPU every rank is on ICI (``ici``: its bandwidth)."""
+def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
+    """(NVLink B/s, network B/s per rank, dedup flag) under dispatcher ``names`` (a name
+    or an array of them, as a sweep holds) on a GPU."""
     names = np.asarray(names)
     for name in np.unique(names):
         checks.choice("ep_dispatcher", str(name), EP_DISPATCHERS)
@@ -97,11 +93,4 @@ def dispatch_values(
         link = np.where(here, hw.link_bandwidth() * link_eff, link)
         network = np.where(here, hw.network_bw * net_eff, network)
         dedup = np.where(here, float(kind.dedup), dedup)
-    if hw.kind == "tpu":
-        return ici, ici, degree, np.zeros(names.shape)
-    g = np.clip(hw.devices_per_node // np.asarray(stride), 1, degree)
-    return tuple(_scalar(x) for x in (link, network, g, dedup))  # type: ignore[return-value]
-
-
-def _scalar(x: Any) -> Any:
-    return float(x) if np.ndim(x) == 0 else x
+    return link, network, dedup

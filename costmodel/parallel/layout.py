@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from costmodel.parallel.dispatch import dispatch_values
+from costmodel.parallel.dispatch import dispatch_rates
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
@@ -172,7 +172,18 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]
         values[w_sym], values[a_sym] = bw, alpha
-    ici, values[a_ep] = _link("ep", par.etp, par.ep, par, hw)  # expert ranks: etp, then ep
-    dispatch = dispatch_values(par.ep_dispatcher, par.etp, par.ep, hw, ici)
-    values.update(zip((W_ep, W_epn, g_ep, d_ep), dispatch, strict=True))
+    values.update(_ep_values(par, hw))
     return values
+
+
+def _ep_values(par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
+    """The expert ranks' (etp apart, then ep) links as their dispatcher uses them
+    (``costmodel.parallel.dispatch``): NVLink's and one NIC's rates and the ranks a node
+    holds; on a TPU every rank on ICI (``_link``'s), one copy per routed pair."""
+    ici, alpha = _link("ep", par.etp, par.ep, par, hw)
+    link, network, dedup = dispatch_rates(par.ep_dispatcher, hw)
+    g = members_per_node(par.etp, par.ep, hw.devices_per_node)
+    if hw.kind == "tpu":
+        link, network, g, dedup = ici, ici, par.ep, 0.0
+    values = dict(zip((W_ep, W_epn, g_ep, d_ep), (link, network, g, dedup), strict=True))
+    return {a_ep: alpha, **{k: _scalar(np.asarray(e)) for k, e in values.items()}}
