@@ -23,9 +23,10 @@ GROUPS = ("fsdp", "cp", "pp", "tp", "ep", "dp")
 """The collective groups in the order the second stream runs them (dp's reduce last: it
 waits for the last micro-batch)."""
 COLOURS = {"compute": "#4c78a8", "comm": "#f58518", "exposed": "#e45756",
-           "bubble": "#bab0ac", "optimizer": "#54a24b"}  # fmt: skip
+           "bubble": "#bab0ac", "optimizer": "#54a24b", "contention": "#b279a2"}  # fmt: skip
 LEGEND = {"compute": "compute", "comm": "overlapped comm", "exposed": "exposed comm",
-          "bubble": "pipeline bubble", "optimizer": "optimizer update"}  # fmt: skip
+          "bubble": "pipeline bubble", "optimizer": "optimizer update",
+          "contention": "overlap lost to contention"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
                 out.append(Segment(LANES[1], f"{g.upper()} {phase}", "comm", c, c + d))
                 c += d
         t = max(t + compute, c)
+        lost = values.get(f"time_s.contention_{phase}", 0.0)
+        if lost > 0:  # overlap below 1 on this device: the overlapped part runs slower
+            out.append(Segment(LANES[0], f"{phase} contention", "contention", t, t + lost))
+            t += lost
         for g in exposed:
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) * values[f"comm_exposed_share.{g}"]
             if d > 0:

@@ -55,6 +55,7 @@ from costmodel.symbols import (
     a_Y,
     c_cap,
     d_ep,
+    eta_ov,
     g_ep,
     m,
     rho_ep,
@@ -167,6 +168,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         R_alloc: hw.allocator_reserve,
         t_op: hw.dispatch_s,
         s_sync: float(hw.kind == "cpu"),
+        eta_ov: hw.overlap,
         **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(dtype), strict=True)),
     }
     for name, (bw, alpha) in group_links(par, hw).items():

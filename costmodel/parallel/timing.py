@@ -66,6 +66,7 @@ from costmodel.symbols import (
     X,
     Y,
     b,
+    eta_ov,
     m,
     s_sync,
     smax,
@@ -283,8 +284,11 @@ def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
     return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
 
 
-def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) -> sp.Expr:
-    """Seconds of one phase (forward or backward) of the m micro-batches.
+def _phase_seconds(
+    comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec
+) -> tuple[sp.Expr, sp.Expr]:
+    """Seconds of one phase (forward or backward) of the m micro-batches, and the part of
+    them that :func:`contention` adds.
 
     Under ``max`` the overlapped groups run on a second stream beside the compute, and the
     data-parallel gradient reduce last: DDP (``no_sync``) and Megatron-Core
@@ -293,7 +297,8 @@ def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) ->
     (``overlap_param_gather``), so that collective hides behind one micro-batch, not m
     (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.4; Megatron-Core's
     ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add, but
-    for the share :func:`exposed_share` lets async TP or combined 1F1B hide.
+    for the share :func:`exposed_share` lets async TP or combined 1F1B hide. What overlaps
+    runs slower than alone where the device's ``overlap`` is below 1 (:func:`contention`).
     """
     exposed = exposed_groups(par)
     hidden = sum((g[name] * (1 - exposed_share(k, par)) if k in exposed else g[name]
@@ -301,8 +306,15 @@ def _phase_seconds(comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec) ->
     shown = sum((comm[k][name] * exposed_share(k, par) for k in exposed), sp.Integer(0))
     compute, dp = m * per_mb, comm["dp"][name]
     if par.overlap == "sum":
-        return compute + hidden + dp + shown
-    return smax(compute, smax(hidden, compute - per_mb) + dp) + shown
+        return compute + hidden + dp + shown, sp.Integer(0)
+    lost = contention(compute, hidden + dp)
+    return smax(compute, smax(hidden, compute - per_mb) + dp) + lost + shown, lost
+
+
+def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
+    """Seconds an overlap loses to contention: (1 - eta_ov) of the shorter of the compute
+    and the communication beside it (``Hardware.overlap``; 0 where it is 1)."""
+    return (1 - eta_ov) * sp.Min(compute, overlapped, evaluate=False)
 
 
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
@@ -322,10 +334,11 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     backward_flops = {k: backward_factor(k, train) * e for k, e in flops.items()}
     executed = sp.Add(*_ops_per_phase(model, train, par, flops, backward_flops))
     comm = communication(model, train, par)
-    phase = {
-        "forward": _phase_seconds(comm, "forward", fwd_mb, par),
-        "backward": _phase_seconds(comm, "backward", bwd_mb, par),
-    }
+    (fwd, fwd_lost), (bwd, bwd_lost) = (
+        _phase_seconds(comm, "forward", fwd_mb, par),
+        _phase_seconds(comm, "backward", bwd_mb, par),
+    )
+    phase = {"forward": fwd, "backward": bwd}
     bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
     # the optimizer updates the shard its device holds
     n_dev_params = trained_per_device(model, train, par) / optimizer_shards(par)
@@ -349,6 +362,8 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
+        "time_s.contention_forward": fwd_lost,
+        "time_s.contention_backward": bwd_lost,
         **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),
         "time_s.comm": sum(
             (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)

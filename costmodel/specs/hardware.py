@@ -78,6 +78,12 @@ class Hardware:
     TPUs run them asynchronously, so a phase takes the longer of the device's time and the
     host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
     measures it on the machine it runs on."""
+    overlap: float = 1.0
+    """The share of the shorter of a phase's compute and the communication overlapped with
+    it that really runs at the same time (in [0, 1]): the rest serialises, as when a
+    collective's kernels and a GEMM contend for the same SMs, memory or cores. 1 (the
+    catalog's): overlap as perfect as the ``max`` rule says; ``python -m validate.cluster
+    calibrate`` measures it (a GEMM chain beside an all-reduce)."""
     sm_count: int = 0
     """Streaming multiprocessors: GEMM result tiles the device computes at once; 0 (CPUs,
     TPUs, profiles that do not say) runs every GEMM shape at ``efficiency.matmul``
@@ -107,6 +113,8 @@ class Hardware:
             checks.number(name, getattr(self, name))
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
+        checks.number("overlap", self.overlap, allow_zero=True)
+        checks.at_most("overlap", self.overlap, "1", 1)
         if self.allocator_reserve < 1:
             raise SpecError(
                 "allocator_reserve",
