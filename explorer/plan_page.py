@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM
@@ -35,7 +35,7 @@ RECOMPUTE = ("none", "selective", "selective-op", "full")
 PRECISIONS = BY_KEY["precision"].choices or ()
 INPUTS = (
     PageInput("model", str, "llama3-8b", choices("model")),
-    PageInput("hardware", str, "h100-sxm", tuple(HARDWARE)),
+    PageInput("hardware", str, "h100-sxm", device_choices()),
     PageInput("gpus", int, 64, hi=2**20),
     PageInput("seq", int, 8192),
     PageInput("batch", int, 256),
@@ -56,7 +56,7 @@ def _inputs() -> dict[str, Any]:
     with st.form("plan_inputs"):
         c = st.columns(6)
         c[0].selectbox("model", choices("model"), key="plan_model")
-        c[1].selectbox("device", tuple(HARDWARE), key="plan_hardware")
+        c[1].selectbox("device", device_choices(), key="plan_hardware")
         c[2].number_input("GPUs", min_value=1, max_value=2**20, step=1, key="plan_gpus")
         c[3].number_input("sequence length", min_value=1, max_value=2**24, key="plan_seq")
         c[4].number_input("global batch (sequences)", min_value=1, max_value=2**24,

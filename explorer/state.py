@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from costmodel.catalog.files import MAX_BYTES
-from costmodel.catalog.hardware import HARDWARE
+from costmodel.catalog.hardware import device_choices
 from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec
@@ -48,8 +48,9 @@ is what the devices leave after the other degrees), or that no value of its own 
 
 
 def choices(key: str) -> tuple[Any, ...]:
-    """The options of a choice input (devices: the catalog)."""
-    return tuple(HARDWARE) if key == "hardware" else BY_KEY[key].choices or ()
+    """The options of a choice input (devices: the catalog and the measured profiles of
+    ``$COSTMODEL_PROFILES``)."""
+    return device_choices() if key == "hardware" else BY_KEY[key].choices or ()
 
 
 MAX_INT = 2**53

@@ -10,7 +10,7 @@ import altair as alt
 import numpy as np
 import streamlit as st
 
-from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.lengths import SYNTHETIC, read_lengths, synthetic_lengths
 from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain, plan_offload
 from costmodel.engine.padding import row_coefficients, strategy_costs
@@ -28,7 +28,7 @@ PRECISIONS = BY_KEY["precision"].choices or ()
 def _model_inputs(seq: int, batch: int, precision: str) -> tuple[PageInput, ...]:
     """The inputs both pages share with the Estimate page, with this page's starts."""
     return (PageInput("model", str, "llama3-8b", choices("model")),
-            PageInput("hardware", str, "h100-sxm", tuple(HARDWARE)),
+            PageInput("hardware", str, "h100-sxm", device_choices()),
             PageInput("seq", int, seq), PageInput("batch", int, batch),
             PageInput("precision", str, precision, PRECISIONS))  # fmt: skip
 
@@ -47,7 +47,7 @@ PADDING = (*_model_inputs(4096, 32, "bf16-mixed"), PageInput("gpus", int, 8, hi=
 def _model_row(page: str) -> None:
     c = st.columns(5)
     c[0].selectbox("model", choices("model"), key=f"{page}_model")
-    c[1].selectbox("device", tuple(HARDWARE), key=f"{page}_hardware")
+    c[1].selectbox("device", device_choices(), key=f"{page}_hardware")
     c[2].number_input("sequence length", 1, 2**24, key=f"{page}_seq")
     c[3].number_input("batch (sequences per step)", 1, 2**24, key=f"{page}_batch")
     c[4].selectbox("precision", PRECISIONS, key=f"{page}_precision")

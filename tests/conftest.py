@@ -15,9 +15,14 @@ import validate.reference.attention  # noqa: F401  (sets TRITON_INTERPRET before
 RANK_MODULES = frozenset(
     path.name
     for path in Path(__file__).parent.glob("test_*.py")
-    if re.search(r"^from validate\.distributed\.launch import .*\blaunch\b", path.read_text(), re.M)
+    if re.search(
+        r"^(from validate\.distributed\.launch import .*\blaunch\b|LAUNCHES_RANKS = True)",
+        path.read_text(),
+        re.M,
+    )
 )
-"""Test modules that launch ranks (``validate.distributed.launch.launch``)."""
+"""Test modules that launch ranks (``validate.distributed.launch.launch``, or torchrun: such
+a module says ``LAUNCHES_RANKS = True``)."""
 
 
 def pytest_xdist_make_scheduler(config, log):

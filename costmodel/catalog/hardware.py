@@ -9,6 +9,7 @@ writes it is (each entry's ``aliases``; the rules in the catalog's ``_aliases`` 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import MISSING, fields
 from importlib import resources
@@ -65,6 +66,22 @@ IGNORED_WORDS = frozenset({
     "hbm2", "hbm2e", "hbm3", "hbm3e", "dgx", "hgx", "gpu", "gpus",
 })  # fmt: skip
 """Vendor, form-factor and system words that do not tell two catalog devices apart."""
+
+
+PROFILES_ENV = "COSTMODEL_PROFILES"
+"""A folder of measured hardware profiles (``python -m validate.cluster calibrate`` writes
+``cluster-profile.json``) that the app offers beside the catalog."""
+
+
+def device_choices() -> tuple[str, ...]:
+    """The catalog's devices, then the path of every ``*profile*.json`` regular file in
+    ``$COSTMODEL_PROFILES`` (unset or unreadable: none), each a valid ``hardware``."""
+    folder = os.environ.get(PROFILES_ENV, "").strip()
+    try:
+        found = sorted(str(p) for p in Path(folder).glob("*profile*.json") if p.is_file())
+    except OSError:
+        found = []
+    return (*HARDWARE, *(found if folder else ()))
 
 
 def device_words(text: str) -> frozenset[str]:

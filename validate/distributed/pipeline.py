@@ -13,6 +13,7 @@ blocks are split as evenly as they go, the earlier stages taking the extra ones.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -193,11 +194,12 @@ class PipelineCase:
 PIPELINE_MEASURED = ("params", "grads", "optimizer", "buffers", "peak_forward_backward", "peak")
 
 
-def measure(rank: int, world: int, case: PipelineCase) -> dict[str, float]:
+def measure(rank: int, world: int, case: PipelineCase, timed: bool = False) -> dict[str, float]:
     """This rank's state bytes, the buffers the schedule keeps across steps, and the
     high-water marks of a step without optimizer state (``peak_forward_backward``) and
     of one with it, optimizer step included (``peak``). A first step, not measured, lets
-    torch infer the stages' metadata (it runs a forward and backward of its own)."""
+    torch infer the stages' metadata (it runs a forward and backward of its own). With
+    ``timed``, ``step_s``: the median of three more whole steps, outside the memory probe."""
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")  # fmt: skip
     mem, out = LiveBytes(device), {}
@@ -231,7 +233,27 @@ def measure(rank: int, world: int, case: PipelineCase) -> dict[str, float]:
         out["params"] = state_bytes(params)
         out["optimizer"] = state_bytes(t for t in optimizer_state(opt) if t.dim() > 0)
         out["buffers"] = mem.now() - out["params"] - out["optimizer"] - _scalars(opt)
+    if timed:
+        out["step_s"] = _step_seconds(sched, modules, opt, case, g, device)
     return out
+
+
+def _step_seconds(sched, modules, opt, case: PipelineCase, g, device: torch.device) -> float:
+    """Median seconds of three training steps (CUDA synchronized around each)."""
+    times = []
+    for _ in range(3):
+        ids, targets = (torch.randint(case.spec().vocab, (case.batch, case.seq), device=device,
+                                      generator=g) for _ in range(2))  # fmt: skip
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run_step(sched, modules, ids, targets)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[1]
 
 
 def _scalars(opt: torch.optim.Optimizer) -> int:
