@@ -29,6 +29,18 @@ def folder_under(text: str, root: Path) -> Path | None:
     return path if path.is_relative_to(base) else None
 
 
+def _unreadable(results: Path, root: Path) -> str:
+    """Why ``results`` is not read (empty: it is): a link leading out of ``root``, or not a
+    regular file (a FIFO would block the page's read forever)."""
+    try:
+        target = results.resolve()
+    except (OSError, RuntimeError):
+        return "a link that cannot be resolved"
+    if not target.is_relative_to(root.resolve()):
+        return "a link to a file outside the working directory"
+    return "" if target.is_file() else "not a regular file"
+
+
 def _rows(folder: str) -> list[dict[str, Any]] | None:
     """The usable rows of the folder typed, or None after saying why there are none."""
     path = folder_under(folder, Path.cwd())
@@ -38,10 +50,15 @@ def _rows(folder: str) -> list[dict[str, Any]] | None:
             f"{folder!r} is outside it."
         )
         return None
-    if not (path / "results.jsonl").exists():
+    results = path / "results.jsonl"
+    if not results.exists() and not results.is_symlink():
         st.info(
             f"No {folder}/results.jsonl yet: run `python -m validate.run --quick --out {folder}`."
         )
+        return None
+    why = _unreadable(results, Path.cwd())
+    if why:
+        st.error(f"{folder}/results.jsonl is not read: {why}.")
         return None
     from validate.report.results import load_rows
 

@@ -64,3 +64,25 @@ def test_page_skips_rows_without_required_fields(tmp_path, monkeypatch):
     assert not at.exception
     assert at.metric[0].value == "1"
     assert at.warning[0].value == "3 lines skipped (unreadable or missing fields)"
+
+
+def test_page_refuses_a_results_file_linked_from_outside_or_not_regular(tmp_path, monkeypatch):
+    """Issue 38: a results.jsonl that is a symlink to a file outside the working directory
+    is refused by name, and so is a FIFO (it would block the read); a link inside is read."""
+    import os
+
+    row = Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s").to_dict()
+    (tmp_path / "secret.jsonl").write_text(json.dumps(row) + "\n")
+    cwd = tmp_path / "cwd"
+    for name in ("linked", "fifo", "inside"):
+        (cwd / name).mkdir(parents=True)
+    (cwd / "linked" / "results.jsonl").symlink_to(tmp_path / "secret.jsonl")
+    os.mkfifo(cwd / "fifo" / "results.jsonl")
+    (cwd / "real.jsonl").write_text(json.dumps(row) + "\n")
+    (cwd / "inside" / "results.jsonl").symlink_to(cwd / "real.jsonl")
+    monkeypatch.chdir(cwd)
+    for folder, why in (("linked", "outside the working directory"), ("fifo", "not a regular")):
+        at = _page(folder)
+        assert not at.exception and why in at.error[0].value and not at.metric
+    at = _page("inside")
+    assert not at.exception and not at.error and at.metric
