@@ -50,7 +50,11 @@ def get_hardware(name_or_path: str) -> Hardware:
     if name_or_path in HARDWARE:
         return hardware_from_dict(name_or_path, HARDWARE[name_or_path])
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
+    try:
+        is_path = path.suffix == ".json" or path.exists()
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte
+        is_path = False
+    if is_path:
         data = read_json(path, "hardware")
         if not isinstance(data, dict):
             raise SpecError("hardware", f"hardware: {path} must hold a JSON object")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.catalog.files import parse_json, read_bytes
+from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec
 
 # Architectures whose every parameter the ModelSpec fields describe exactly.
@@ -78,8 +79,17 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
 
 
 def model_from_hf_dict(cfg: Any, source: str | Path = "config.json") -> ModelSpec:
-    """The same from an already parsed ``config.json`` (an upload); ``source`` names it."""
-    path = Path(source)
+    """The same from an already parsed ``config.json`` (an upload); ``source`` names it.
+    A config the mapping cannot read is a SpecError naming ``hf_config`` and the file."""
+    try:
+        return _from_dict(cfg, Path(source))
+    except SpecError:
+        raise
+    except ValueError as err:
+        raise SpecError("hf_config", f"hf_config: {err}") from None
+
+
+def _from_dict(cfg: Any, path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: a config.json must hold a JSON object")
     kind = cfg.get("model_type")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from costmodel.cli.args import int_arg
 from costmodel.cli.attention import add_attention
@@ -19,8 +20,17 @@ from costmodel.cli.plan import add_plan
 from costmodel.cli.solve import add_bounds_and_solve
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, but a bad flag is one line (its own words, naming the flag) and
+    exit status 2, not the usage block first; ``--help`` still prints the usage. The
+    subcommands' parsers are of this class too (``add_subparsers`` takes the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add_estimate_and_presets(sub)
     add_bounds_and_solve(sub)

@@ -19,10 +19,11 @@ from costmodel.cli.args import (
 )
 from costmodel.cli.estimate import format_rows, verdict_rows
 from costmodel.engine.estimate import Estimate, estimate
-from costmodel.engine.fit import budget_bytes
+from costmodel.engine.fit import budget_bytes, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
 from costmodel.engine.verdict import verdict
 from costmodel.inputs import BY_KEY, build
+from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GB, GIB, fmt_bytes
@@ -56,9 +57,18 @@ _VARIED = ("batch", "grad_accum", "microbatch", "fsdp", "gpus")
 
 
 def _layout_only(args: argparse.Namespace) -> ParallelSpec:
-    """The degrees as given, unchecked against a batch (bounds solves for the batch)."""
+    """The degrees as given, unchecked against a batch (bounds solves for the batch); a
+    device count must be theirs, and a micro-batch is refused (the batch is the answer)."""
     given = values_of(args)
-    return ParallelSpec(**{i.key: given[i.key] for i in PARALLEL_INPUTS if i.key in given})
+    par = ParallelSpec(**{i.key: given[i.key] for i in PARALLEL_INPUTS if i.key in given})
+    if given.get("microbatch") is not None:
+        raise SpecError("microbatch", "bounds solves for the batch: give no microbatch")
+    if given.get("gpus") is not None:
+        checks.integer("gpus", given["gpus"])
+        if given["gpus"] != par.devices:
+            raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus (got "
+                            f"{par.devices} and gpus={given['gpus']})")  # fmt: skip
+    return par
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
@@ -88,6 +98,8 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    if args.memory_headroom is not None:  # checked even where a budget makes it unused
+        check_headroom(args.memory_headroom)
     if args.question == "min-fsdp":
         result = _min_fsdp(args)
     else:

@@ -116,8 +116,13 @@ def number(field: str, value: Any, *, positive: bool = True, allow_zero: bool = 
     """A finite real number, > 0 (or >= 0 with ``allow_zero``) when ``positive``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpecError(field, f"{field} must be a number (got {value!r})")
-    if not math.isfinite(value):
-        raise SpecError(field, f"{field} must be finite (got {value})")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer past any float (a JSON literal of 400 digits)
+        finite = False
+    if not finite:
+        shown = value if isinstance(value, float) else f"an integer of {len(str(value))} digits"
+        raise SpecError(field, f"{field} must be finite (got {shown})")
     if positive and (value < 0 or (value == 0 and not allow_zero)):
         raise SpecError(field, f"{field} must be {'>= 0' if allow_zero else '> 0'} (got {value})")
 

@@ -25,6 +25,10 @@ KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
 CALIBRATION_BASES = ("published-runs", "measured", "datasheet")
 _POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
+_LEAST = 1e3
+"""The least memory (bytes), bandwidth (bytes/s) or peak (FLOP/s) a profile may state: a
+kilobyte, a kilobyte per second, a thousand FLOP/s. Anything slower is a typo, and 1e-300
+would overflow every time to infinity."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +115,9 @@ class Hardware:
         checks.choice("kind", self.kind, DEVICE_KINDS)
         for name in _POSITIVE:
             checks.number(name, getattr(self, name))
+            if getattr(self, name) < _LEAST:
+                raise SpecError(name, f"{name} must be >= {_LEAST:g} (bytes or bytes/s; got "
+                                f"{getattr(self, name):g})")  # fmt: skip
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
         checks.number("overlap", self.overlap, allow_zero=True)
@@ -141,6 +148,9 @@ class Hardware:
         for dtype, value in {**self.peak_flops, **self.attention_flops}.items():
             if value is not None:
                 checks.number(f"peak_flops.{dtype}", value)
+                if value < _LEAST:
+                    raise SpecError("peak_flops", f"peak_flops.{dtype} must be >= {_LEAST:g} "
+                                    f"FLOP/s (got {value:g})")  # fmt: skip
         self._check_kernels()
         self._check_calibration()
         for key in EFFICIENCY_KEYS:

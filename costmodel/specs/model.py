@@ -197,6 +197,8 @@ class ModelSpec:
         if self.shared_expert_gate and not self.n_shared_experts:
             raise SpecError("shared_expert_gate", "shared_expert_gate needs n_shared_experts >= 1")
         if not self.n_experts:
+            if self.d_ff_expert is not None:  # given, though unused: still a width
+                checks.integer("d_ff_expert", self.d_ff_expert)
             for name in ("experts_per_token", "n_shared_experts", "dense_layers"):
                 if getattr(self, name):
                     raise SpecError(name, f"{name} needs n_experts >= 1 (got n_experts 0)")
