@@ -240,3 +240,41 @@ def test_a_damaged_config_link_is_one_reason(text):
         decode_config(text)
     except ValueError as err:
         assert "config" in str(err)
+
+
+RUNS_FILES = {
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "list": "[1, 2]",
+    "runs-text": json.dumps({"runs": "many"}),
+    "run-not-object": json.dumps({"runs": [1]}),
+    "no-mfu": json.dumps({"runs": [{"id": "a", "source": {"name": "x"}, "model": "llama3-8b",
+                                    "hardware": "H100", "gpus": 8}]}),
+    "null-batch": json.dumps({"runs": [{"id": "b", "model": "llama3-8b", "hardware": "H100",
+                                        "gpus": 8, "global_batch": None, "mfu": 0.4}]}),
+    "unknown-device": json.dumps({"runs": [{"id": "c", "model": "llama3-8b",
+                                            "hardware": "Abacus 9000", "gpus": 8,
+                                            "mfu": 0.4}]}),
+    "empty": "",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*RUNS_FILES, "fifo", "dev-zero", "folder"])
+def test_a_hostile_runs_file_is_one_line_or_rows_that_say_why(tmp_path, name, capsys):
+    """``python -m validate.published --runs FILE``: a file it cannot read is one line and
+    exit 2; a run it cannot map is a row saying which field stops it."""
+    import validate.published.__main__ as published
+
+    if name in RUNS_FILES:
+        path = tmp_path / f"{name}.json"
+        path.write_text(RUNS_FILES[name])
+    else:
+        path = Path(_special(tmp_path, name))
+    rc = published.main(["--runs", str(path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if rc == 2:
+        assert err.count("\n") == 1 and "runs" in err, err
+    else:
+        assert rc == 0
+        rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").open()]
+        assert rows and all(r["status"] == "error" and r["error"] for r in rows), rows
