@@ -43,7 +43,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help (0), or a bad flag already said in one line (2)
+        return int(done.code or 0)
     try:
         return args.func(args)
     except BrokenPipeError:  # `| head` closed the pipe; not an error of ours

@@ -14,6 +14,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.layouts import device_counts
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
@@ -64,18 +65,19 @@ def budget_cost(
     return out
 
 
-def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
-    hw = p.hardware
+def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | None) -> str:
+    hw, budget = p.hardware, len(set(p.columns["gpus"].tolist())) > 1
     width = max([58, *(len(layout_label(r)) for r in rows)])
     head = [
-        f"{p.model.name} on {p.gpus} x {hw.name}: batch {p.train.batch} x seq {p.train.seq}, "
+        f"{p.model.name} on {_count_text(p, max_gpus)} x {hw.name}: batch {p.train.batch} x seq "
+        f"{p.train.seq}, "
         f"{p.train.precision}",
         f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
         f"searched in {seconds:.2f} s",
         "",
-        f"{'#':>3}  {'layout':<{width}} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} "
-        f"{'peak GiB':>9}  limit",
+        f"{'#':>3}  {'GPUs  ' if budget else ''}{'layout':<{width}} {'step':>9} "
+        f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",
     ]
     for i, r in enumerate(rows, 1):
         extra = ""
@@ -83,12 +85,23 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float) -> str:
             extra = f"  {r['train_days']:,.1f} days"
             if "train_cost" in r:
                 extra += f", ${r['train_cost']:,.0f}"
+        count = f"{r['gpus']:>5,} " if budget else ""
         head.append(
-            f"{i:>3}  {layout_label(r):<{width}} {r['time_s.step']:>8.3f}s "
-            f"{r['tokens_per_s'] / p.gpus:>10,.0f} {r['mfu']:>6.1%} "
+            f"{i:>3}  {count}{layout_label(r):<{width}} {r['time_s.step']:>8.3f}s "
+            f"{r['tokens_per_s'] / r['gpus']:>10,.0f} {r['mfu']:>6.1%} "
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
     return "\n".join(head)
+
+
+def _count_text(p: Plan, max_gpus: int | None) -> str:
+    """``8``, or for a budget's search ``up to 1,000 (42 counts with a valid layout: 1,
+    2, 3, ..., 960)``."""
+    counts = sorted({int(g) for g in p.columns["gpus"]})
+    if max_gpus is None:
+        return f"{p.gpus:,}"
+    shown = ", ".join(f"{c:,}" for c in counts[:3]) + f", ..., {counts[-1]:,}"
+    return f"up to {max_gpus:,} ({len(counts)} counts with a valid layout: {shown})"
 
 
 def breakdown(row: dict[str, Any]) -> str:
@@ -120,7 +133,8 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     recompute (every flag stated, so no default is taken for it)."""
     argv = ["python", "-m", "costmodel", "estimate"]
     stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
-              "hardware": args.hardware, "gpus": args.gpus, "batch": args.global_batch}  # fmt: skip
+              "hardware": args.hardware, "gpus": row["gpus"],
+              "batch": args.global_batch}  # fmt: skip
     for key, value in stated.items():
         if isinstance(value, bool):
             argv.append(flag(key) if value else negation(key))
@@ -164,10 +178,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             checks.number(name, getattr(args, name))
     if args.timeline:
         timeline_path(args.timeline)
+    counts = args.gpus if args.max_gpus is None else device_counts(args.max_gpus,
+                                                                   hw.devices_per_node)  # fmt: skip
     start = time.perf_counter()
-    result = plan(setup.model, setup.train, hw, args.gpus, options, progress=progress_bar)
+    result = plan(setup.model, setup.train, hw, counts, options, progress=progress_bar)
     seconds = time.perf_counter() - start
-    rows = [r | budget_cost(r, args.gpus, args.token_budget, args.price_per_hour)
+    rows = [r | budget_cost(r, r["gpus"], args.token_budget, args.price_per_hour)
             | {"estimate_command": estimate_command(r, values, args)}
             for r in result.top(args.top)]  # fmt: skip
     if args.timeline and len(result.order):
@@ -175,7 +191,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_timeline(args.timeline, setup.model, result.train_spec(best),
                        result.parallel_spec(best), hw)  # fmt: skip
     if args.json:
-        out = {"model": setup.model.name, "hardware": hw.name, "gpus": args.gpus,
+        out = {"model": setup.model.name, "hardware": hw.name,
+               **({"gpus": args.gpus} if args.max_gpus is None else
+                  {"max_gpus": args.max_gpus, "device_counts": counts}),
                "enumerated": result.enumerated, "valid": result.valid,
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
                "seconds": seconds, "top": rows}  # fmt: skip
@@ -186,7 +204,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not rows:
         print(no_fit_text(result))
         return 1
-    print(_table(result, rows, seconds))
+    print(_table(result, rows, seconds, args.max_gpus))
     print(breakdown(rows[0]))
     print("\neach row as estimate computes it:")
     print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
@@ -205,7 +223,11 @@ def add_plan(sub) -> None:
     add_inputs(p, "ModelSpec fields (override the preset)", MODEL_INPUTS)
     g = p.add_argument_group("cluster and search")
     g.add_argument("--hardware", required=True, help=FRONT["hardware"].help)
-    g.add_argument("--gpus", type=int_arg, required=True, help="devices in the cluster")
+    count = g.add_mutually_exclusive_group(required=True)
+    count.add_argument("--gpus", type=int_arg, help="devices in the cluster, all used")
+    count.add_argument("--max-gpus", type=int_arg,
+                       help="a budget: any count up to this (whole nodes whose count has no "
+                       "prime factor above 5, e.g. 5,120 of 5,128)")  # fmt: skip
     g.add_argument("--global-batch", type=int_arg, required=True,
                    help="sequences per optimizer step")  # fmt: skip
     g.add_argument(

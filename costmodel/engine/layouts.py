@@ -69,6 +69,26 @@ class PlanOptions:
         check_headroom(self.memory_headroom)
 
 
+def device_counts(max_gpus: int, per_node: int) -> list[int]:
+    """The device counts a budget of ``max_gpus`` searches: every count up to one node, then
+    whole nodes whose count has no prime factor above 5 (64, 72, 75, 80, ... nodes), the
+    counts a layout of small-prime degrees fills; a prime node count such as 641 (5,128
+    GPUs) would leave its layouts a pipeline of 641 stages or nothing. Bounded: 12,500
+    nodes give 191 counts."""
+    checks.integer("max_gpus", max_gpus)
+    if max_gpus <= per_node:
+        return list(range(1, max_gpus + 1))
+    nodes = [n for n in range(1, max_gpus // per_node + 1) if _smooth(n)]
+    return sorted({*range(1, per_node), *(per_node * n for n in nodes)})
+
+
+def _smooth(n: int) -> bool:
+    for p in (2, 3, 5):
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
 def _divisors(n: int) -> list[int]:
     """The divisors of ``n`` in increasing order, from its prime factors (sympy's
     ``divisors``: instant for any count up to 2^53, where a scan up to n would not end)."""

@@ -13,7 +13,7 @@ Units: seconds, bytes.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -45,9 +45,9 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.specs.rules import check_positions
 
-LAYOUT = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
-          "cp", "ep", "micro_batch", "grad_accum", "recompute", "grad_reduce_fp32",
-          "ep_overlap")  # fmt: skip
+LAYOUT = ("gpus", "framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp",
+          "pp_interleave", "cp", "ep", "micro_batch", "grad_accum", "recompute",
+          "grad_reduce_fp32", "ep_overlap")  # fmt: skip
 QUANTITIES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
     "time_s.compute", "time_s.comm", "tokens_per_s", "mfu",
@@ -199,29 +199,35 @@ def plan(
     model: ModelSpec,
     train: TrainSpec,
     hardware: Hardware,
-    gpus: int,
+    gpus: int | Sequence[int],
     options: PlanOptions | None = None,
     progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
 ) -> Plan:
-    """Search every layout of ``gpus`` devices for ``train.batch`` sequences of
-    ``train.seq`` tokens (``train``'s precision, kernels and optimizer are kept; its
-    grad_accum and recompute are searched). ``progress`` wraps the per-structure loop."""
+    """Search every layout of ``gpus`` devices (or of each count in a sequence, e.g.
+    :func:`~costmodel.engine.layouts.device_counts` of a budget) for ``train.batch``
+    sequences of ``train.seq`` tokens (``train``'s precision, kernels and optimizer are
+    kept; its grad_accum and recompute are searched). ``progress`` wraps the per-structure
+    loop. ``Plan.gpus`` is the largest count; each row's ``gpus`` its own."""
     options = options or PlanOptions()
-    checks.integer("gpus", gpus)
+    counts = [gpus] if isinstance(gpus, int | np.integer) else list(gpus)
+    for count in counts:
+        checks.integer("gpus", count)
     check_positions(model.pos, train.seq, model.max_positions)
-    cols = enumerate_layouts(model, train, hardware, gpus, options)
+    parts = [enumerate_layouts(model, train, hardware, int(c), options) for c in counts]
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    cols["gpus"] = cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"]
     enumerated = len(cols["tp"])
     ok = valid_mask(cols, model, train)
     if not ok.any():
-        raise SpecError("gpus", no_layout_message(cols, model, train, gpus))
+        raise SpecError("gpus", no_layout_message(cols, model, train, max(counts)))
     cols = {k: v[ok] for k, v in cols.items()}
     structures = _warm(model, train, hardware, cols, progress)
     values = evaluate(model, train, hardware, cols)
     budget = budget_bytes(hardware, options.memory_headroom)
     fitting = fits(values, budget)
     order = rank(cols, values, np.flatnonzero(fitting))
-    return Plan(model, train, hardware, gpus, options, cols, values, fitting, order, enumerated,
-                budget, structures)  # fmt: skip
+    return Plan(model, train, hardware, int(max(counts)), options, cols, values, fitting, order,
+                enumerated, budget, structures)  # fmt: skip
 
 
 def evaluate(
@@ -260,9 +266,9 @@ resolution: its median error on published runs is ~6 %)."""
 
 
 def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.ndarray):
-    """``idx`` fastest first; ties (``TIE``) go to the layout with the fewest model-parallel
-    devices (tp x pp x cp: fewer collectives on the critical path, fewer ways to go wrong),
-    then to the one with the smaller peak memory."""
+    """``idx`` fastest first; ties (``TIE``) go to the layout on fewer devices (a budget's
+    search), then with the fewest model-parallel devices (tp x pp x cp: fewer collectives
+    on the critical path, fewer ways to go wrong), then with the smaller peak memory."""
     idx = idx[np.argsort(values["time_s.step"][idx], kind="stable")]
     step = values["time_s.step"][idx]
     tier = np.empty(len(idx), dtype=np.int64)
@@ -272,7 +278,8 @@ def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.nda
         tier[start:end], start, n = n, end, n + 1
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
-    return idx[np.lexsort((step, peak, split, tier))]
+    gpus = (cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"])[idx]
+    return idx[np.lexsort((step, peak, split, gpus, tier))]
 
 
 def _warm(model, train, hardware, cols, progress) -> int:
