@@ -81,3 +81,27 @@ def test_a_bad_budget_is_one_line(capsys, extra, words):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+def test_the_cost_objective_ranks_device_seconds_per_token():
+    """With a budget the fastest layout uses the most devices; the cheapest per token may
+    use fewer. Each objective's best is the best by its own measure among what fits."""
+    model, train = get_model("llama3-8b"), TrainSpec(batch=64, seq=4096)
+    hw, counts = get_hardware("h100-sxm"), device_counts(64, 8)
+    found = {}
+    for objective in ("time", "cost", "mfu"):
+        options = PlanOptions(frameworks=("fsdp2",), recompute=("none", "full"),
+                              interleave=(1,), objective=objective)  # fmt: skip
+        found[objective] = plan(model, train, hw, counts, options)
+    fast, cheap, mfu = (found[k].row(int(found[k].order[0])) for k in ("time", "cost", "mfu"))
+    per_token = {k: r["gpus"] / r["tokens_per_s"] for k, r in (("fast", fast), ("cheap", cheap))}
+    assert cheap["gpus"] < fast["gpus"] and per_token["cheap"] < per_token["fast"]
+    assert fast["tokens_per_s"] > cheap["tokens_per_s"]
+    p = found["cost"]
+    fits = p.fits
+    every = p["gpus"] / p["tokens_per_s"]
+    assert per_token["cheap"] <= every.min() * 1.005  # the best within the tie band
+    assert mfu["mfu"] >= found["mfu"]["mfu"].max() / 1.005
+    with pytest.raises(SpecError, match="objective"):
+        PlanOptions(objective="speed")
+    assert fits.sum() == len(p)

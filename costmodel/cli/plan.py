@@ -14,7 +14,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import device_counts
+from costmodel.engine.layouts import OBJECTIVES, device_counts
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
@@ -171,7 +171,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     hw = get_hardware(args.hardware)
     options = PlanOptions(
         frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
-        max_tp=args.max_tp, memory_headroom=args.memory_headroom,
+        max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
     )  # fmt: skip
     for name in ("token_budget", "price_per_hour"):
         if getattr(args, name) is not None:
@@ -259,6 +259,9 @@ def add_plan(sub) -> None:
         help="a layout fits when its peak allocated bytes are at most this share of "
         f"device memory (default {DEFAULT_HEADROOM}; the rule estimate and solve use too)",
     )
+    g.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="rank by time (tokens/s), cost (device-seconds per token: with "
+                   "--max-gpus, smaller counts may win) or mfu (default time)")  # fmt: skip
     g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument(

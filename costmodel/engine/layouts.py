@@ -31,6 +31,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, expert_tp, grad_accum_of
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
+OBJECTIVES = ("time", "cost", "mfu")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class PlanOptions:
     memory_headroom: float = DEFAULT_HEADROOM
     """A layout fits when its peak allocated bytes are at most this share of device
     memory (:mod:`costmodel.engine.fit`)."""
+    objective: str = "time"
+    """What ranks the layouts that fit (``OBJECTIVES``): ``time``, the most tokens per
+    second (the shortest step at one batch); ``cost``, the fewest device-seconds per token
+    (the most tokens per second per device: what a budget's smaller counts may win); ``mfu``,
+    the highest model FLOPs utilisation."""
 
     def __post_init__(self) -> None:
         for name in ("frameworks", "recompute", "micro_batches", "interleave"):
@@ -67,6 +73,7 @@ class PlanOptions:
         if self.max_tp is not None:
             checks.integer("max_tp", self.max_tp)
         check_headroom(self.memory_headroom)
+        checks.choice("objective", self.objective, OBJECTIVES)
 
 
 def device_counts(max_gpus: int, per_node: int) -> list[int]:

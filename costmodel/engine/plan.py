@@ -225,7 +225,7 @@ def plan(
     values = evaluate(model, train, hardware, cols)
     budget = budget_bytes(hardware, options.memory_headroom)
     fitting = fits(values, budget)
-    order = rank(cols, values, np.flatnonzero(fitting))
+    order = rank(cols, values, np.flatnonzero(fitting), options.objective)
     return Plan(model, train, hardware, int(max(counts)), options, cols, values, fitting, order,
                 enumerated, budget, structures)  # fmt: skip
 
@@ -265,21 +265,37 @@ TIE = 0.005
 resolution: its median error on published runs is ~6 %)."""
 
 
-def rank(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], idx: np.ndarray):
-    """``idx`` fastest first; ties (``TIE``) go to the layout on fewer devices (a budget's
-    search), then with the fewest model-parallel devices (tp x pp x cp: fewer collectives
-    on the critical path, fewer ways to go wrong), then with the smaller peak memory."""
-    idx = idx[np.argsort(values["time_s.step"][idx], kind="stable")]
-    step = values["time_s.step"][idx]
+def score(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], objective: str):
+    """What ``objective`` minimises, per layout (``PlanOptions.objective``): seconds per
+    token (``time``; the step time's order at one batch), device-seconds per token
+    (``cost``), 1 / MFU (``mfu``)."""
+    gpus = cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"]
+    per_token = 1 / values["tokens_per_s"]
+    return {"time": per_token, "cost": gpus * per_token, "mfu": 1 / values["mfu"]}[objective]
+
+
+def rank(
+    cols: dict[str, np.ndarray],
+    values: dict[str, np.ndarray],
+    idx: np.ndarray,
+    objective: str = "time",
+) -> np.ndarray:
+    """``idx`` best first by ``objective`` (:func:`score`); ties (``TIE``) go to the layout
+    on fewer devices (a budget's search), then with the fewest model-parallel devices (tp x
+    pp x cp: fewer collectives on the critical path, fewer ways to go wrong), then with
+    the smaller peak memory."""
+    key = score(cols, values, objective)
+    idx = idx[np.argsort(key[idx], kind="stable")]
+    best = key[idx]
     tier = np.empty(len(idx), dtype=np.int64)
     start, n = 0, 0
-    while start < len(idx):  # a tier: every layout within TIE of the fastest not yet placed
-        end = int(np.searchsorted(step, step[start] * (1 + TIE), side="right"))
+    while start < len(idx):  # a tier: every layout within TIE of the best not yet placed
+        end = int(np.searchsorted(best, best[start] * (1 + TIE), side="right"))
         tier[start:end], start, n = n, end, n + 1
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
     gpus = (cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"])[idx]
-    return idx[np.lexsort((step, peak, split, gpus, tier))]
+    return idx[np.lexsort((best, peak, split, gpus, tier))]
 
 
 def _warm(model, train, hardware, cols, progress) -> int:
