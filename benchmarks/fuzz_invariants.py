@@ -11,8 +11,9 @@ in one field only:
 - per-device activations do not depend on how the data-parallel ranks are split into
   replicas and shards (same framework, degrees, micro-batch and recompute);
 - sharding divides exactly: what a ZeRO stage shards (1: master and optimizer state; 2 and
-  3: gradients too) per device times the shard degree equals one device's whole state
-  under the same framework (tp = pp = cp = ep = 1);
+  3: gradients too) per device times the shard degree (fsdp; Megatron's distributed
+  optimizer: dp x fsdp) equals one device's whole state under the same framework (tp = pp
+  = cp = ep = 1);
 - recomputation is monotone: full recompute keeps no more activations than none, and is
   never faster than none (the same layout otherwise).
 
@@ -85,7 +86,7 @@ def evaluate(q: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.nda
     if not ok.any():
         return None
     cols = {k: v[ok] for k, v in cols.items()}
-    given = {k: getattr(train, k) for k in ("batch", "seq", "precision")}
+    given = {k: getattr(train, k) for k in ("seq", "precision")}  # batch: a column
     searched = {k: v for k, v in cols.items() if k in SEARCHED}
     values = sweep(model, hardware=hw, quantities=QUANTITIES, **given, **searched)
     return cols, values
@@ -226,12 +227,15 @@ def _check_sharding(q: dict, cols: dict, v: dict, tally: Tally, where: str) -> N
     }
     for fw in np.unique(cols["framework"][flat]):
         whole = _single_device(q, str(fw))
+        # Megatron's distributed optimizer spans every data-parallel rank; ZeRO elsewhere
+        # shards over the fsdp group and replicates over dp
+        degree = cols["fsdp"] * (cols["dp"] if fw == "megatron" else 1)
         for zero, sharded in terms.items():
             rows = flat & (cols["framework"] == fw) & (cols["zero"] == zero)
             if whole is None or not rows.any():
                 continue
             for term in sharded:
-                got = v[f"memory_bytes_per_device.{term}"][rows] * cols["fsdp"][rows]
+                got = v[f"memory_bytes_per_device.{term}"][rows] * degree[rows]
                 rel = np.abs(got - whole[term]) / max(whole[term], 1.0)
                 tally.check(f"sharding divides exactly ({term})", rel <= 1e-6, rel, where)
 

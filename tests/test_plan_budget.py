@@ -12,7 +12,7 @@ import pytest
 from costmodel import TrainSpec, get_hardware, get_model
 from costmodel.cli import main, make_parser
 from costmodel.cli.args import values_of
-from costmodel.engine.layouts import device_counts
+from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.plan import PlanOptions, plan
 from costmodel.inputs import build
 from costmodel.specs.checks import SpecError
@@ -105,3 +105,30 @@ def test_the_cost_objective_ranks_device_seconds_per_token():
     with pytest.raises(SpecError, match="objective"):
         PlanOptions(objective="speed")
     assert fits.sum() == len(p)
+
+
+def test_batch_ranges_search_the_largest_even_splitting_batches():
+    # Calculon's "global batch <= 2,520": 2,520 = 2^3 3^2 5 7 and the seven below it
+    assert batch_choices(1, 2520) == [2304, 2352, 2400, 2401, 2430, 2450, 2500, 2520]
+    assert batch_choices(48, 128) == [100, 105, 108, 112, 120, 125, 126, 128]
+    assert batch_choices(97, 97) == [97]  # the top of a range is always searched
+    for low, high, words in ((64, 32, "min > max"), (0, 8, "global_batch must be >= 1")):
+        with pytest.raises(SpecError, match=words):
+            batch_choices(low, high)
+
+
+def test_a_batch_range_row_is_on_its_own_batch_and_reproduces(capsys):
+    argv = ["plan", "--model", "cs336-small", "--hardware", "h100-sxm", "--gpus", "8",
+            "--global-batch", "20:32", "--seq", "512", "--frameworks", "fsdp2",
+            "--recompute", "none", "--top", "3", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["global_batch"] == batch_choices(20, 32)
+    for row in out["top"]:
+        assert row["batch"] in out["global_batch"]
+        command = shlex.split(row["estimate_command"])
+        assert command[command.index("--batch") + 1] == str(row["batch"])
+        est = build(values_of(make_parser().parse_args(command[3:]))).estimate()
+        assert est["tokens_per_s"] == pytest.approx(row["tokens_per_s"], rel=1e-9)
+    assert main([*argv[:8], "32:20", *argv[9:]]) == 2
+    assert "min > max" in capsys.readouterr().err

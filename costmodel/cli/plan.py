@@ -14,7 +14,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import OBJECTIVES, device_counts
+from costmodel.engine.layouts import OBJECTIVES, batch_choices, device_counts
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
@@ -34,6 +34,12 @@ def _words(kind: type, name: str):
         return tuple(int_arg(t) for t in items) if kind is int else items
 
     return parse
+
+
+def _batch_range(text: str) -> tuple[int, int]:
+    """``N`` or ``LO:HI`` (sequences per optimizer step)."""
+    low, _, high = text.partition(":")
+    return int_arg(low), int_arg(high if high else low)
 
 
 def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
@@ -66,17 +72,17 @@ def budget_cost(
 
 
 def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | None) -> str:
-    hw, budget = p.hardware, len(set(p.columns["gpus"].tolist())) > 1
-    width = max([58, *(len(layout_label(r)) for r in rows)])
+    hw, width = p.hardware, max([58, *(len(layout_label(r)) for r in rows)])
+    varied = [k for k in ("gpus", "batch") if len(set(p.columns[k].tolist())) > 1]
+    names = "".join(f"{'GPUs' if k == 'gpus' else k:>5} " for k in varied)
     head = [
-        f"{p.model.name} on {_count_text(p, max_gpus)} x {hw.name}: batch {p.train.batch} x seq "
-        f"{p.train.seq}, "
-        f"{p.train.precision}",
+        f"{p.model.name} on {_count_text(p, max_gpus)} x {hw.name}: batch {_batch_text(p)} x "
+        f"seq {p.train.seq}, {p.train.precision}",
         f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
         f"searched in {seconds:.2f} s",
         "",
-        f"{'#':>3}  {'GPUs  ' if budget else ''}{'layout':<{width}} {'step':>9} "
+        f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
         f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",
     ]
     for i, r in enumerate(rows, 1):
@@ -85,9 +91,9 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
             extra = f"  {r['train_days']:,.1f} days"
             if "train_cost" in r:
                 extra += f", ${r['train_cost']:,.0f}"
-        count = f"{r['gpus']:>5,} " if budget else ""
+        cells = "".join(f"{r[k]:>5,} " for k in varied)
         head.append(
-            f"{i:>3}  {count}{layout_label(r):<{width}} {r['time_s.step']:>8.3f}s "
+            f"{i:>3}  {cells}{layout_label(r):<{width}} {r['time_s.step']:>8.3f}s "
             f"{r['tokens_per_s'] / r['gpus']:>10,.0f} {r['mfu']:>6.1%} "
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
@@ -102,6 +108,11 @@ def _count_text(p: Plan, max_gpus: int | None) -> str:
         return f"{p.gpus:,}"
     shown = ", ".join(f"{c:,}" for c in counts[:3]) + f", ..., {counts[-1]:,}"
     return f"up to {max_gpus:,} ({len(counts)} counts with a valid layout: {shown})"
+
+
+def _batch_text(p: Plan) -> str:
+    sizes = sorted({int(b) for b in p.columns["batch"]})
+    return f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)"
 
 
 def breakdown(row: dict[str, Any]) -> str:
@@ -134,7 +145,7 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     argv = ["python", "-m", "costmodel", "estimate"]
     stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
               "hardware": args.hardware, "gpus": row["gpus"],
-              "batch": args.global_batch}  # fmt: skip
+              "batch": row["batch"]}  # fmt: skip
     for key, value in stated.items():
         if isinstance(value, bool):
             argv.append(flag(key) if value else negation(key))
@@ -165,9 +176,10 @@ def no_fit_text(p: Plan) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     values = {k: v for k, v in values_of(args).items() if k in _MODEL_KEYS | set(_TRAIN_KEYS)}
-    checks.integer("global_batch", args.global_batch)
+    low, high = args.global_batch
+    batches = batch_choices(low, high) if low != high else None
     checks.integer("top", args.top)
-    setup = build({**values, "batch": args.global_batch})
+    setup = build({**values, "batch": high})
     hw = get_hardware(args.hardware)
     options = PlanOptions(
         frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
@@ -181,7 +193,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     counts = args.gpus if args.max_gpus is None else device_counts(args.max_gpus,
                                                                    hw.devices_per_node)  # fmt: skip
     start = time.perf_counter()
-    result = plan(setup.model, setup.train, hw, counts, options, progress=progress_bar)
+    result = plan(setup.model, setup.train, hw, counts, options, progress_bar, batches)
     seconds = time.perf_counter() - start
     rows = [r | budget_cost(r, r["gpus"], args.token_budget, args.price_per_hour)
             | {"estimate_command": estimate_command(r, values, args)}
@@ -194,6 +206,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out = {"model": setup.model.name, "hardware": hw.name,
                **({"gpus": args.gpus} if args.max_gpus is None else
                   {"max_gpus": args.max_gpus, "device_counts": counts}),
+               "global_batch": list(batches) if batches else high,
                "enumerated": result.enumerated, "valid": result.valid,
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
                "seconds": seconds, "top": rows}  # fmt: skip
@@ -228,8 +241,9 @@ def add_plan(sub) -> None:
     count.add_argument("--max-gpus", type=int_arg,
                        help="a budget: any count up to this (whole nodes whose count has no "
                        "prime factor above 5, e.g. 5,120 of 5,128)")  # fmt: skip
-    g.add_argument("--global-batch", type=int_arg, required=True,
-                   help="sequences per optimizer step")  # fmt: skip
+    g.add_argument("--global-batch", type=_batch_range, required=True,
+                   help="sequences per optimizer step, or a range LO:HI (the 8 largest "
+                   "batches in it with no prime factor above 7, and HI)")  # fmt: skip
     g.add_argument(
         "--frameworks",
         type=_words(str, "frameworks"),

@@ -89,8 +89,24 @@ def device_counts(max_gpus: int, per_node: int) -> list[int]:
     return sorted({*range(1, per_node), *(per_node * n for n in nodes)})
 
 
-def _smooth(n: int) -> bool:
-    for p in (2, 3, 5):
+def batch_choices(low: int, high: int, keep: int = 8) -> list[int]:
+    """The global batches a range searches: the ``keep`` largest in [low, high] with no
+    prime factor above 7 (batches are chosen to split evenly: 2,520 = 2^3 3^2 5 7), and
+    ``high`` itself. A SpecError naming ``global_batch`` for an empty or reversed range."""
+    checks.integer("global_batch", low)
+    checks.integer("global_batch", high)
+    if low > high:
+        raise SpecError("global_batch", f"global_batch range {low}:{high} has min > max")
+    found, b = [], high
+    while b >= low and len(found) < keep:
+        if b == high or _smooth(b, (2, 3, 5, 7)):
+            found.append(b)
+        b -= 1
+    return sorted(found)
+
+
+def _smooth(n: int, primes: tuple[int, ...] = (2, 3, 5)) -> bool:
+    for p in primes:
         while n % p == 0:
             n //= p
     return n == 1
@@ -135,6 +151,8 @@ def enumerate_layouts(
         train.batch, cols["dp"], cols["fsdp"], cols["micro_batch"], field="micro_batch"
     )
     cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
+    size = len(cols["tp"])
+    cols.update(gpus=np.full(size, gpus, np.int64), batch=np.full(size, train.batch, np.int64))
     return _with_ep_overlap(cols)
 
 
@@ -151,7 +169,7 @@ def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 _KINDS = {"framework", "recompute"}
-SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute"}
+SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", "batch"}
 """Columns a candidate sets; the rest of the training is the question's."""
 
 
@@ -195,7 +213,7 @@ def candidates(
     par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
     par["etp"] = expert_tp(par["tp"], par["etp"])
     given = {f.name: getattr(train, f.name) for f in fields(train)}
-    searched = {"recompute": cols["recompute"], "grad_accum": cols["grad_accum"]}
+    searched = {k: cols[k] for k in ("recompute", "grad_accum", "batch") if k in cols}
     return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})
 
 

@@ -45,7 +45,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.specs.rules import check_positions
 
-LAYOUT = ("gpus", "framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp",
+LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp",
           "pp_interleave", "cp", "ep", "micro_batch", "grad_accum", "recompute",
           "grad_reduce_fp32", "ep_overlap")  # fmt: skip
 QUANTITIES = (
@@ -106,7 +106,7 @@ class Plan:
 
     def train_spec(self, i: int) -> TrainSpec:
         ga, rc = int(self.columns["grad_accum"][i]), str(self.columns["recompute"][i])
-        return self.train.replace(grad_accum=ga, recompute=rc)
+        return self.train.replace(grad_accum=ga, recompute=rc, batch=int(self.columns["batch"][i]))
 
     def table(self, k: int | None = None) -> Any:
         """The ``k`` fastest fitting layouts (all by default), fastest first, as columns:
@@ -202,20 +202,26 @@ def plan(
     gpus: int | Sequence[int],
     options: PlanOptions | None = None,
     progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> Plan:
     """Search every layout of ``gpus`` devices (or of each count in a sequence, e.g.
     :func:`~costmodel.engine.layouts.device_counts` of a budget) for ``train.batch``
     sequences of ``train.seq`` tokens (``train``'s precision, kernels and optimizer are
     kept; its grad_accum and recompute are searched). ``progress`` wraps the per-structure
-    loop. ``Plan.gpus`` is the largest count; each row's ``gpus`` its own."""
+    loop. ``Plan.gpus`` is the largest count; each row's ``gpus`` its own. ``batches``
+    (e.g. :func:`~costmodel.engine.layouts.batch_choices` of a range) searches each of
+    those global batches in place of ``train.batch``; each row's ``batch`` is its own."""
     options = options or PlanOptions()
     counts = [gpus] if isinstance(gpus, int | np.integer) else list(gpus)
     for count in counts:
         checks.integer("gpus", count)
     check_positions(model.pos, train.seq, model.max_positions)
-    parts = [enumerate_layouts(model, train, hardware, int(c), options) for c in counts]
+    parts = []
+    for size in batches or [train.batch]:
+        for count in counts:
+            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
+            parts.append(enumerate_layouts(model, sized, hardware, int(count), options))
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    cols["gpus"] = cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"]
     enumerated = len(cols["tp"])
     ok = valid_mask(cols, model, train)
     if not ok.any():
