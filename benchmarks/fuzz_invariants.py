@@ -50,6 +50,10 @@ QUANTITIES = (
     "memory_bytes_per_device.activations",
 )
 TOL = 1e-9
+LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep", "micro_batch",
+                   "sequence_parallel", "ep_overlap")  # fmt: skip
+"""The columns that fix a layout but for how its data-parallel ranks split into dp x fsdp
+(and the recompute policy)."""
 
 
 def question(rng: random.Random) -> dict[str, Any]:
@@ -150,22 +154,7 @@ def check_all(q: dict[str, Any], cols: dict, v: dict, tally: Tally, where: str) 
     peak = v["memory_bytes_per_device.peak"]
     tally.check("peak >= persistent state", peak >= state * (1 - TOL), (state - peak) / peak, where)
     acts = v["memory_bytes_per_device.activations"]
-    same = _groups(
-        cols,
-        (
-            "framework",
-            "zero",
-            "tp",
-            "pp",
-            "pp_interleave",
-            "cp",
-            "ep",
-            "micro_batch",
-            "recompute",
-            "sequence_parallel",
-            "ep_overlap",
-        ),
-    )
+    same = _groups(cols, (*LAYOUT_BUT_DATA, "recompute"))
     for label in np.unique(same):
         rows = np.flatnonzero(same == label)
         rel = np.abs(acts[rows] / acts[rows[0]] - 1)
@@ -175,24 +164,7 @@ def check_all(q: dict[str, Any], cols: dict, v: dict, tally: Tally, where: str) 
 
 
 def _check_recompute(cols: dict, v: dict, tally: Tally, where: str) -> None:
-    keys = tuple(
-        k
-        for k in (
-            "framework",
-            "zero",
-            "dp",
-            "fsdp",
-            "tp",
-            "pp",
-            "pp_interleave",
-            "cp",
-            "ep",
-            "micro_batch",
-            "sequence_parallel",
-            "ep_overlap",
-        )
-        if k in cols
-    )
+    keys = (*LAYOUT_BUT_DATA, "dp", "fsdp")
     label = _groups(cols, keys)
     none = {int(label[i]): i for i in np.flatnonzero(cols["recompute"] == "none")}
     full = [

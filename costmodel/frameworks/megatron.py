@@ -42,12 +42,14 @@ class Megatron(Framework):
     ) -> dict[str, sp.Expr]:
         """Low-precision parameters and the gradient buffer whole (fp32, or the parameters'
         dtype with the fp32 copy of its shard the step makes), master and optimizer state
-        over the data-parallel ranks; without a weight copy the autocast state."""
+        over the data-parallel ranks; without a weight copy (pure bf16) the autocast state,
+        but for the optimizer state, which the distributed optimizer shards all the same
+        (as the step's time already counted it: ``optimizer_shards``)."""
         prec = PRECISIONS[train.precision]
-        if not prec.weight_copy:
-            return super().state(model, train, par, rank)
         n, per_shard, opt = shard_of(model, train, par, rank)
         dp = optimizer_shards(par)
+        if not prec.weight_copy:
+            return {**super().state(model, train, par, rank), "optimizer": opt(dp)}
         grads = prec.grad * n
         if not par.grad_reduce_fp32:
             grads = prec.activation * n + prec.grad * per_shard(dp)
