@@ -196,6 +196,7 @@ def test_an_fsdp2_plan_row_reproduces_in_estimate_without_stating_the_reduce_dty
     assert layout.pop("grad_reduce_fp32") is True
     train = train.replace(recompute=layout.pop("recompute"), grad_accum=layout.pop("grad_accum"))
     layout.pop("micro_batch")
+    assert (layout.pop("gpus"), layout.pop("batch")) == (8, 32)  # the row's own count, batch
     got = estimate(model, train, ParallelSpec(**layout), hw).values["time_s.step"]
     assert got == pytest.approx(result.values["time_s.step"][row], rel=1e-9)
 
