@@ -275,9 +275,10 @@ def score(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], objective:
     """What ``objective`` minimises, per layout (``PlanOptions.objective``): seconds per
     token (``time``; the step time's order at one batch), device-seconds per token
     (``cost``), 1 / MFU (``mfu``)."""
-    gpus = cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"]
     per_token = 1 / values["tokens_per_s"]
-    return {"time": per_token, "cost": gpus * per_token, "mfu": 1 / values["mfu"]}[objective]
+    return {"time": per_token, "cost": cols["gpus"] * per_token, "mfu": 1 / values["mfu"]}[
+        objective
+    ]
 
 
 def rank(
@@ -300,8 +301,7 @@ def rank(
         tier[start:end], start, n = n, end, n + 1
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
-    gpus = (cols["dp"] * cols["fsdp"] * cols["tp"] * cols["pp"] * cols["cp"])[idx]
-    return idx[np.lexsort((best, peak, split, gpus, tier))]
+    return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier))]
 
 
 def _warm(model, train, hardware, cols, progress) -> int:

@@ -1,4 +1,4 @@
-"""Fits of the calibration's measurements to costmodel's own cost forms (pure numpy).
+"""Fits of the calibration's measurements to costmodel's own cost forms.
 
 - Links: T = steps·α + bytes_per_rank/β, the α-β form of
   :mod:`costmodel.parallel.collectives` (Thakur, Rabenseifner & Gropp 2005), over every
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
+from validate.distributed.collectives import solve_alpha_beta
 
 
 def rounds(op: str, n: int) -> float:
@@ -42,18 +43,12 @@ def alpha_beta(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     same); α pinned at 0 where the free fit makes it negative."""
     if not rows:
         raise ValueError("no measurements to fit")
-    a = np.array([[rounds(r["op"], r["n"]), moved(r["op"], r["size_bytes"], r["n"])] for r in rows])
+    a = np.array([[rounds(r["op"], r["n"]), moved(r["op"], r["size_bytes"], r["n"])]
+                  for r in rows])  # fmt: skip
     t = np.array([r["seconds"] for r in rows], dtype=float)
-    scaled = a / t[:, None]
-    (alpha, inv_beta), *_ = np.linalg.lstsq(scaled, np.ones_like(t), rcond=None)
-    if alpha < 0 or inv_beta <= 0:
-        alpha = 0.0
-        inv_beta = float(scaled[:, 1].sum() / (scaled[:, 1] @ scaled[:, 1]))
-    if inv_beta <= 0:
-        raise ValueError("the link fit gave a non-positive 1/β: measurements too noisy")
-    predicted = a @ np.array([alpha, inv_beta])
-    rms = float(np.sqrt(np.mean((predicted / t - 1) ** 2)))
-    return {"alpha_s": float(alpha), "beta_Bps": 1.0 / float(inv_beta), "rms_rel_err": rms}
+    alpha, beta = solve_alpha_beta(a[:, 0], a[:, 1], t)
+    rms = float(np.sqrt(np.mean(((a @ np.array([alpha, 1 / beta])) / t - 1) ** 2)))
+    return {"alpha_s": alpha, "beta_Bps": beta, "rms_rel_err": rms}
 
 
 def tile_flops(n: int, k: int, n2: int, tiling: tuple[int, int, int]) -> float:

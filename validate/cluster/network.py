@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from validate.cluster.fit import hidden_share, moved
 from validate.cluster.store import MeasurementLog
 from validate.cluster.topology import Placement, my_group
+from validate.distributed.collectives import timed
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -58,26 +58,6 @@ def _call(op: str, size: int, group: Any, device: torch.device) -> Callable[[], 
     if peer is None:  # the odd rank out of an odd group
         return lambda: None
     return (lambda: dist.send(x, peer)) if me % 2 == 0 else (lambda: dist.recv(x, peer))
-
-
-def timed(fn: Callable[[], Any], device: torch.device, reps: int) -> list[float]:
-    """Seconds of ``fn`` on this rank per repetition, each after a barrier of every rank."""
-    fn()  # warm-up: connections, allocations
-    out = []
-    for _ in range(reps):
-        dist.barrier()
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    return out
 
 
 def slowest_median(per_rank: list[list[float] | None]) -> float:

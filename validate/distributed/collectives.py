@@ -22,7 +22,15 @@ import torch.distributed as dist
 
 from costmodel.parallel.collectives import OPS, bytes_per_rank, ring_steps
 
-__all__ = ["OPS", "aggregate", "bench", "fit_alpha_beta", "write_link_profile"]
+__all__ = [
+    "OPS",
+    "aggregate",
+    "bench",
+    "fit_alpha_beta",
+    "solve_alpha_beta",
+    "timed",
+    "write_link_profile",
+]
 
 
 def _run(op: str, size: int, world: int, device: torch.device):
@@ -54,23 +62,31 @@ def bench(rank: int, world: int, sizes: list[int], reps: int, ops: tuple[str, ..
     for op in ops:
         for size in sizes:
             fn = _run(op, size - size % (4 * world), world, device)
-            for _ in range(2):
-                fn()
-            times = []
-            for _ in range(reps):
-                dist.barrier()
-                if device.type == "cuda":
-                    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-                    start.record()
-                    fn()
-                    end.record()
-                    torch.cuda.synchronize()
-                    times.append(start.elapsed_time(end) / 1e3)
-                else:
-                    t0 = time.perf_counter()
-                    fn()
-                    times.append(time.perf_counter() - t0)
+            times = timed(fn, device, reps)
             out.append((op, size, times))
+    return out
+
+
+def timed(fn: Any, device: torch.device, reps: int, warmup: int = 2) -> list[float]:
+    """Seconds of ``fn`` on this rank per repetition, each started after a barrier of every
+    rank (CUDA events around an NCCL call, whose stream the current one waits on;
+    ``perf_counter`` with gloo)."""
+    for _ in range(warmup):  # connections, allocations
+        fn()
+    out = []
+    for _ in range(reps):
+        dist.barrier()
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
     return out
 
 
@@ -96,18 +112,20 @@ def aggregate(per_rank: list[list], world: int) -> list[dict[str, Any]]:
 
 def fit_alpha_beta(rows: list[dict[str, Any]]) -> tuple[float, float]:
     """(α seconds, β bytes/s) minimising squared relative error of T = steps·α + B/β."""
-    a = np.array(
-        [
-            [ring_steps(r["op"], r["world"]), bytes_per_rank(r["op"], r["size_bytes"], r["world"])]
-            for r in rows
-        ],
-        dtype=float,
-    )
-    t = np.array([r["seconds"] for r in rows])
-    a, t = a / t[:, None], np.ones_like(t)  # relative error: every size counts the same
-    (alpha, inv_beta), *_ = np.linalg.lstsq(a, t, rcond=None)
+    rounds = [ring_steps(r["op"], r["world"]) for r in rows]
+    moved = [bytes_per_rank(r["op"], r["size_bytes"], r["world"]) for r in rows]
+    return solve_alpha_beta(rounds, moved, [r["seconds"] for r in rows])
+
+
+def solve_alpha_beta(rounds: Any, moved: Any, seconds: Any) -> tuple[float, float]:
+    """(α, β) of T = rounds·α + moved/β, least squares in relative error (every size
+    counts the same); α pinned at 0 where the free fit makes it negative."""
+    a = np.column_stack([rounds, moved]).astype(float)
+    t = np.asarray(seconds, dtype=float)
+    a, ones = a / t[:, None], np.ones_like(t)
+    (alpha, inv_beta), *_ = np.linalg.lstsq(a, ones, rcond=None)
     if alpha < 0 or inv_beta <= 0:  # non-negative least squares: pin one, refit the other
-        alpha, inv_beta = 0.0, float(a[:, 1] @ t / (a[:, 1] @ a[:, 1]))
+        alpha, inv_beta = 0.0, float(a[:, 1] @ ones / (a[:, 1] @ a[:, 1]))
     if inv_beta <= 0:
         raise ValueError("the fit gave a non-positive 1/β: measurements too noisy to fit")
     return float(alpha), 1.0 / float(inv_beta)
