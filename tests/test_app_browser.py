@@ -72,6 +72,14 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def _page(browser):
+    """A page whose actions wait as long as a loaded 2-core machine needs: this test
+    checks what the page shows, not how fast (benchmarks/bench_app.py measures that)."""
+    page = browser.new_page(viewport={"width": 1600, "height": 1100})
+    page.set_default_timeout(120_000)
+    return page
+
+
 def _metric(page, label: str) -> str:
     box = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
     return box.locator('[data-testid="stMetricValue"]').inner_text()
@@ -81,7 +89,7 @@ def test_app_in_chromium(server):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page = _page(browser)
         page.goto(f"{server}/?model=gpt2&batch=64&seq=512", timeout=60_000)
         page.get_by_text("What will training this transformer cost?").wait_for(timeout=60_000)
         page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=60_000)
@@ -119,7 +127,7 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page = _page(browser)
         page.goto(f"{server}/?model=llama3-8b&gpus=8", timeout=60_000)
         side = page.locator('[data-testid="stSidebar"]')
         error = side.get_by_text("dp * fsdp * grad_accum must divide batch")
@@ -127,10 +135,12 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
         seq = side.get_by_label("sequence length", exact=True)
         assert _box(batch)["y"] < _box(error)["y"] < _box(seq)["y"]  # under its widget
         page.screenshot(path=str(ARTIFACTS / "app-field-error.png"), full_page=True)
-        side.get_by_role("button", name="Use batch = 8").click()
+        side.get_by_role("button", name="Use batch = 8").click(no_wait_after=True)
         page.get_by_text("Nearest change that fits:").wait_for(timeout=90_000)
         assert "llama3-8b" in page.get_by_text("Assumed:").inner_text()
-        page.get_by_role("button", name="Apply the nearest change that fits").click()
+        page.get_by_role("button", name="Apply the nearest change that fits").click(
+            no_wait_after=True  # a Streamlit button reruns over the websocket, no navigation
+        )
         page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=90_000)
         assert "fsdp=8" in page.url
         page.get_by_role("link", name="Plan").click()
