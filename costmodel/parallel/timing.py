@@ -2,24 +2,26 @@
 
 Each matmul on a device is (n x k)(k x n2) with n tokens per micro-batch: time =
 max(2·n·k·n2 / C_eff, bytes / W_hbm), bytes = the operands and the result in the compute
-dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against
-C / W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core,
-which runs its kind's pairs: the causal half of the T x T work, or a sliding window's band
-(the naive core runs all of it, as separate kernels whose times add: two batched matmuls
-and the memory-bound mask and softmax).
-Elementwise work (norms, activations, rotary, residuals, softmax, loss) is memory-bound:
-reading and writing what the forward keeps, twice that in backward (an estimate). Step
-time adds, per phase, compute and communication under the overlap rule (``max`` overlaps
-fully, as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B
-bubble (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer
-step bound by memory traffic. Each phase's kernels also cost host time
-(``costmodel.single.kernels`` counts them; ``Hardware.dispatch_s`` seconds each): a CPU adds
-it to the device's, an asynchronous accelerator takes the longer of the two (He 2022,
-"Making Deep Learning Go Brrrr", the overhead-bound regime). MFU counts the model FLOPs
-(PaLM, App. B; unmasked pairs only); HFU counts what runs, recomputation included.
+dtype (Williams et al. 2009, roofline; Scaling Book ch. 1: arithmetic intensity against C /
+W_hbm). Its backward is two such matmuls; the fused attention backward 2.5x the core, which
+runs its kind's pairs: the causal half of the T x T work, or a sliding window's band (the
+naive core runs all of it, as separate kernels whose times add: two batched matmuls and the
+memory-bound mask and softmax). Elementwise work (norms, activations, rotary, residuals,
+softmax, loss) is memory-bound: reading and writing what a forward without recomputation
+keeps, twice that in backward (an estimate), what recomputation keeps or not. Step time
+adds, per phase, compute and communication under the overlap rule (``max`` overlaps fully,
+as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B bubble
+(p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer step bound by
+memory traffic. Each phase's kernels also cost host time (``costmodel.single.kernels``
+counts them; ``Hardware.dispatch_s`` seconds each): a CPU adds it to the device's, an
+asynchronous accelerator takes the longer of the two (He 2022, "Making Deep Learning Go
+Brrrr", the overhead-bound regime). MFU counts the model FLOPs (PaLM, App. B; unmasked pairs
+only); HFU counts what runs, recomputation included.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import sympy as sp
 
@@ -190,16 +192,24 @@ def _ops_per_phase(
 def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
     """(forward, backward) seconds of one micro-batch's elementwise work on this stage.
 
-    ``fused``: what the forward keeps, written once and read once, and twice that in
-    backward (an estimate). ``eager``: the reference model's op-by-op bytes
-    (``costmodel.single.elementwise``), the forward's again in backward where blocks are
-    checkpointed; tensor parallelism splits the heads and the FFN width, and sequence
+    ``fused``: what a forward without recomputation keeps (:func:`_fused_written`), written
+    once and read once, and twice that in backward (an estimate), whatever the policy
+    keeps: the forward runs every elementwise op, and a recomputed one fuses into the
+    backward kernels that read its inputs anyway (as AOTAutograd's min-cut partitioner
+    recomputes fusible pointwise ops by default), so recomputation adds its matmuls and
+    cores (:func:`_recomputed`) and no elementwise traffic. Checked on Megatron-LM's
+    full-recompute runs of Narayanan et al. 2021 (1.4 % median, ``python -m
+    validate.published``) and torchtitan's compile speed-up (``tests/test_cluster.py``).
+    ``eager``: the reference model's
+    op-by-op bytes (``costmodel.single.elementwise``), the forward's again in backward where
+    blocks are checkpointed; tensor parallelism splits the heads and the FFN width, and sequence
     parallelism also the tokens of the norms and residual adds.
     """
     b_dev, t_dev = device_batch()
     if train.elementwise == "fused":
-        written = sharded_activations(model, train, par)
-        fwd = 2 * written.xreplace(dict(zip((b, T), (b_dev, t_dev), strict=True))) / W_hbm
+        local = dict(zip((b, T), (b_dev, t_dev), strict=True))
+        written = _fused_written(model, replace(train, recompute="none"), par)
+        fwd = 2 * written.xreplace(local) / W_hbm
         return fwd, 2 * fwd
     prec = PRECISIONS[train.precision]
     args = (model, residual_bytes(train, par), prec.activation, train.dropout > 0)
@@ -215,6 +225,17 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
         fwd, bwd = (e.xreplace({F: F / Y, H: H / Y, K: K / Y}) for e in (fwd, bwd))
     tokens = stage_layers(par) * b_dev * t_dev / W_hbm
     return tokens * fwd, tokens * bwd
+
+
+def _fused_written(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
+    """What one device keeps of a micro-batch for the fused elementwise kernels: its
+    activations, less the naive attention core's scores and probabilities, which that
+    core's own kernels read and write (:func:`_attention_core`) and recomputation re-runs
+    with it (:func:`_recomputed`)."""
+    kept = sharded_activations(model, train, par)
+    if train.attention == "naive":
+        kept -= sharded_activations(model, train, par, only=("attention",))
+    return kept
 
 
 def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
