@@ -1,6 +1,6 @@
 """The hand-written FSDP (issue 13, item 2) on 2 gloo ranks against single-process training:
-fp32 bit for bit, fp16 compute within 1e-4; fp32 shard gradients; replicated gradients
-identical on every rank."""
+fp32 bit for bit (own linear class and ``nn.Linear``, as the naive DDP), fp16 compute within
+1e-4; fp32 shard gradients; replicated gradients identical on every rank."""
 
 from __future__ import annotations
 
@@ -30,6 +30,26 @@ def test_fp32_equals_single_process_bit_for_bit():
     for name, grad in ranks[0]["replicated"].items():  # averaged: the same on every rank
         assert torch.equal(grad, ranks[1]["replicated"][name]), name
     assert any(k.startswith("norms.") for k in reference)  # replicated ones were checked
+
+
+def test_plain_linear_layers_train_bit_for_bit_as_ddp_and_one_process():
+    """issue 38: a model of plain ``nn.Linear`` layers in fp32 under the hand-written FSDP
+    ends on the parameters, bit for bit, of the naive DDP and of one process summing the
+    ranks' slices in their order; one process on the unsplit batch differs from both alike,
+    by rounding (one matmul sums all rows where the ranks add two halves)."""
+    from validate.distributed.fsdp_checks import ddp_run, fsdp_run
+
+    fsdp = launch(fsdp_run, 2, STEPS, "fp32", "nn.Linear", timeout_s=180)
+    ddp = launch(ddp_run, 2, STEPS, "nn.Linear", timeout_s=180)
+    reference, unsplit = fsdp[0]["reference"], fsdp[0]["unsplit"]
+    assert any(k.startswith("ups.") and k.endswith(".bias") for k in reference)
+    gap = 0.0
+    for name, want in reference.items():
+        for result in (*fsdp, *ddp):
+            assert torch.equal(result["params"][name], want), name
+        gap = max(gap, (unsplit[name] - want).abs().max().item())
+        torch.testing.assert_close(unsplit[name], want, rtol=1e-6, atol=1e-6)
+    assert gap > 0  # so the split reference is the one that can be matched exactly
 
 
 def test_fp16_compute_keeps_fp32_masters_and_gradients():

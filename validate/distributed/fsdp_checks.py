@@ -1,10 +1,14 @@
 """The hand-written FSDP (``validate.fsdp``) against single-process training.
 
-A toy LM with an embedding, an RMSNorm and linears of a class of its own (not
-``nn.Linear``) trains for a few SGD steps under ``FSDP`` on each rank's slice of the batch,
-and in one process on the whole batch split the same way (the slices' gradients summed,
-then halved, as the ranks' reduce-scatter does). One thread per process, so both run the
-same kernels in the same order: in fp32 the parameters must be equal bit for bit.
+A toy LM with an embedding, an RMSNorm and linears (``nn.Linear``, or a class of its own)
+trains for a few SGD steps under ``FSDP`` (or the naive DDP) on each rank's slice of the
+batch, and in one process on the whole batch split the same way (the slices' gradients
+summed, then halved, as the ranks' reduce-scatter does). One thread per process, so both
+run the same kernels in the same order: in fp32 the parameters must be equal bit for bit.
+The same process on the unsplit batch is returned too: its weight gradients sum all rows in
+one matmul where the ranks sum two halves and add them, so it differs by rounding (about
+3e-8 after 3 steps, for DDP exactly as for FSDP; floating-point addition is not
+associative), which no data-parallel run can reproduce.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from validate.distributed.checks import VOCAB, batches
+from validate.distributed.ddp import NaiveDDP
 from validate.fsdp import FSDP
 
 DIM, HIDDEN, LR = 32, 48, 0.1
@@ -45,15 +50,19 @@ class Norm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
+LINEARS: dict[str, type[nn.Module]] = {"dense": Dense, "nn.Linear": nn.Linear}
+
+
 class ToyLM(nn.Module):
-    def __init__(self, depth: int = 2) -> None:
+    def __init__(self, depth: int = 2, linear: str = "dense") -> None:
         super().__init__()
+        cls = LINEARS[linear]
         self.embed = nn.Embedding(VOCAB, DIM)
         self.norms = nn.ModuleList(Norm(DIM) for _ in range(depth))
-        self.ups = nn.ModuleList(Dense(DIM, HIDDEN) for _ in range(depth))
-        self.downs = nn.ModuleList(Dense(HIDDEN, DIM, bias=False) for _ in range(depth))
+        self.ups = nn.ModuleList(cls(DIM, HIDDEN) for _ in range(depth))
+        self.downs = nn.ModuleList(cls(HIDDEN, DIM, bias=False) for _ in range(depth))
         self.final = Norm(DIM)
-        self.head = Dense(DIM, VOCAB, bias=False)
+        self.head = cls(DIM, VOCAB, bias=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
@@ -66,12 +75,15 @@ def _loss(logits: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, VOCAB), data[:, 1:].reshape(-1))
 
 
-def fsdp_run(rank: int, world: int, steps: int, dtype: str) -> dict[str, Any]:
+def fsdp_run(
+    rank: int, world: int, steps: int, dtype: str, linear: str = "dense"
+) -> dict[str, Any]:
     """Train under FSDP on this rank's slice; full parameters, gradient shapes and dtypes,
     and the replicated parameters' gradients of the last step."""
     torch.set_num_threads(1)
     torch.manual_seed(0 if rank == 0 else 100 + rank)  # FSDP's broadcast fixes ranks > 0
-    model = FSDP(ToyLM(), compute_dtype=None if dtype == "fp32" else DTYPES[dtype])
+    compute = None if dtype == "fp32" else DTYPES[dtype]
+    model = FSDP(ToyLM(linear=linear), compute_dtype=compute)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for data in batches(steps):
         local = data.chunk(world)[rank]
@@ -82,17 +94,36 @@ def fsdp_run(rank: int, world: int, steps: int, dtype: str) -> dict[str, Any]:
     grads = [(tuple(p.grad.shape), tuple(p.shape), p.grad.dtype) for p in model.parameters()]
     replicated = {k: p.grad.clone() for k, p in model.replicated.items()}
     out = {"params": model.gather_full_params(), "grads": grads, "replicated": replicated}
-    if rank == 0:  # the single-process run, in a process set up as the ranks are
-        out["reference"] = reference_run(steps, dtype, world)
+    if rank == 0:  # the single-process runs, in a process set up as the ranks are
+        out["reference"] = reference_run(steps, dtype, world, linear)
+        out["unsplit"] = reference_run(steps, dtype, 1, linear)
     return out
 
 
-def reference_run(steps: int, dtype: str, split: int) -> dict[str, torch.Tensor]:
+def ddp_run(rank: int, world: int, steps: int, linear: str = "dense") -> dict[str, Any]:
+    """The same fp32 training under the naive DDP: its full parameters."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0 if rank == 0 else 100 + rank)
+    module = ToyLM(linear=linear)
+    model = NaiveDDP(module)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for data in batches(steps):
+        local = data.chunk(world)[rank]
+        opt.zero_grad()
+        _loss(model(local[:, :-1]), local).backward()
+        model.finish_gradient_synchronization()
+        opt.step()
+    return {"params": {n: p.detach().clone() for n, p in module.named_parameters()}}
+
+
+def reference_run(
+    steps: int, dtype: str, split: int, linear: str = "dense"
+) -> dict[str, torch.Tensor]:
     """One process, the whole batch in ``split`` slices (weights cast to ``dtype`` for
     compute, as FSDP's compute_dtype; fp32 master weights)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = ToyLM()
+    model = ToyLM(linear=linear)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for data in batches(steps):
         opt.zero_grad()
