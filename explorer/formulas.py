@@ -2,7 +2,7 @@
 
 A step time or a peak is a long expression; shown whole it is unreadable. The tab shows
 the terms it is built from (memory by component, time by phase), each with its value and
-its expression, the long ones folded, and one table of every symbol they use with its
+its expression (the long ones on request), and one table of every symbol they use with its
 meaning and its value for the current inputs (``costmodel.symbols.DESCRIPTIONS``).
 """
 
@@ -28,8 +28,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Step time: phases, then the step", tuple(f"time_s.{p}" for p in _PHASES)),
     ("Utilisation", ("mfu",)),
 )
-LONG = 400
-"""LaTeX longer than this (characters) is folded into an expander."""
+LONG = 100
+"""An expression of more nodes than this (operations, symbols and numbers; about 4
+characters of LaTeX each) is rendered only when asked for (:func:`_long_formula`)."""
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)
@@ -37,6 +38,13 @@ def _latex(structure: tuple, key: str) -> str:
     """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
     comp = compiled(structure)
     return sp.latex(comp.exprs[comp.keys.index(key)])
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _size(structure: tuple, key: str) -> int:
+    """Nodes of one quantity's expression (cheaper to count than to print)."""
+    comp = compiled(structure)
+    return sum(1 for _ in sp.preorder_traversal(comp.exprs[comp.keys.index(key)]))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -64,12 +72,22 @@ def formulas_tab(setup: Setup, v: dict[str, float]) -> None:
         st.subheader(title)
         for key in (k for k in keys if k in v):
             shown.append(key)
-            latex = _latex(structure, key)
             st.markdown(f"**{key}** = {fmt_quantity(key, v[key])}")
-            if len(latex) <= LONG:
-                st.latex(latex)
+            size = _size(structure, key)
+            if size <= LONG:
+                st.latex(_latex(structure, key))
             else:
-                with st.expander(f"expression ({len(latex):,} characters of LaTeX)"):
-                    st.latex(latex)
+                _long_formula(structure, key, size)
     st.subheader("Symbols")
     st.dataframe(legend(setup, _symbols(structure, tuple(shown))), hide_index=True)
+
+
+@st.fragment
+def _long_formula(structure: tuple, key: str, size: int) -> None:
+    """A long expression behind a toggle that reruns only itself. KaTeX lays out every
+    symbol as HTML elements of its own (a step time under tp x pp: some 250,000), which
+    costs the browser seconds on every rerun, wanted or not (an expander lays out its
+    content while closed), so it is printed and rendered only when asked for."""
+    if st.toggle(f"show the expression ({size:,} terms, symbols and numbers)",
+                 key=f"formula_{key}"):  # fmt: skip
+        st.latex(_latex(structure, key))

@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from validate.distributed.launch import free_port
+from explorer.serve import CHROMIUM, CHROMIUM_FLAGS, app_server
 
 ROOT = Path(__file__).parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
-FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+FLAGS = CHROMIUM_FLAGS
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
@@ -35,41 +26,12 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-           "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
-    # The server's log goes to a file: an unread pipe fills up and blocks the server.
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        _stop(proc)
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"streamlit did not start: {log.read_text(errors='replace')[-2000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL: a loaded machine may take longer than any fixed wait to shut
-    Streamlit down gracefully, and how fast it exits is not what this test checks."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        with app_server(log) as url:
+            yield url
+    except RuntimeError as err:  # the server's own words, not a hang
+        pytest.fail(str(err))
 
 
 def _page(browser):
