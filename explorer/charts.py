@@ -25,9 +25,15 @@ TIME_COLOURS = {"compute": COLOURS["compute"], "comm": COLOURS["exposed"]}
 """Compute blue, communication red: the timeline's colours."""
 
 
-def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
-    """``(kept, {key: array})``: ``keys`` at each value of ``field`` that the layout
-    accepts (others are left out), from one vectorised ``sweep`` call."""
+MEMORY_KEYS = tuple(f"memory_bytes_per_device.{p}" for p in (*MEMORY_PARTS, "peak"))
+CHART_KEYS = (*MEMORY_KEYS, "time_s.compute", "time_s.comm")
+"""What every chart sweeps: one numpy function per structure serves them all (lambdifying
+a layout's time takes ~0.5 s, and each set of keys is its own function)."""
+
+
+def swept(setup: Setup, field: str, values: list[int]):
+    """``(kept, {key: array})``: :data:`CHART_KEYS` at each value of ``field`` that the
+    layout accepts (others are left out), from one vectorised ``sweep`` call."""
     kept = []
     for value in values:
         try:
@@ -43,7 +49,7 @@ def swept(setup: Setup, field: str, values: list[int], keys: tuple[str, ...]):
         {f.name: getattr(setup.parallel, f.name) for f in dataclasses.fields(ParallelSpec)}
     )
     fields[field] = np.array(kept)
-    return kept, sweep(setup.model, hardware=setup.hardware, quantities=keys, **fields)
+    return kept, sweep(setup.model, hardware=setup.hardware, quantities=CHART_KEYS, **fields)
 
 
 def around(current: int, step: int, octaves: int = 3) -> list[int]:
@@ -60,8 +66,8 @@ def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, A
     ``transient`` (what the peak holds beyond the components: logits, casts, the optimizer's
     temporary) so the stack reaches the peak; where gradients and activations are not live
     together the components add up to more than the peak and transient is 0."""
-    keys = tuple(f"memory_bytes_per_device.{p}" for p in (*MEMORY_PARTS, "peak"))
-    kept, res = swept(setup, field, values, keys)
+    keys = MEMORY_KEYS
+    kept, res = swept(setup, field, values)
     rows = []
     for i, value in enumerate(kept):
         gib = {key.rsplit(".", 1)[1]: float(res[key][i]) / GIB for key in keys}
@@ -157,7 +163,7 @@ def flops_chart(values: dict[str, float]) -> alt.Chart:
 
 
 def comm_rows(setup: Setup, batches: list[int]) -> list[dict[str, Any]]:
-    kept, res = swept(setup, "batch", batches, ("time_s.compute", "time_s.comm"))
+    kept, res = swept(setup, "batch", batches)
     return [
         {"batch": batch, "time": name, "seconds": float(res[f"time_s.{name}"][i])}
         for i, batch in enumerate(kept)

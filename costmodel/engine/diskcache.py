@@ -1,4 +1,4 @@
-"""Lambdified numpy functions kept on disk, so a new process skips sympy's code printing.
+"""Lambdified functions kept on disk, so a new process skips sympy's code printing.
 
 Building and printing one structure's expressions takes ~0.3 s; a layout search touches
 dozens of structures, so a cold ``plan`` spends its time here, not in numpy. The printed
@@ -54,10 +54,15 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
+MODULES: dict[str, Any] = {"numpy": "numpy", "scalar": [{"Max": max}, "math"]}
+"""The kinds of function kept: numpy (arrays) and scalar (Python's math on exact ints and
+floats, ``Max`` the builtin ``max``), as ``sp.lambdify``'s ``modules``."""
+
+
 @functools.cache
-def _namespace() -> dict[str, Any]:
-    """The globals sympy gives a numpy lambdify (plus functools.reduce for Max/Min)."""
-    ns = dict(sp.lambdify([], 0, modules="numpy").__globals__)
+def _namespace(kind: str = "numpy") -> dict[str, Any]:
+    """The globals sympy gives a lambdify of this kind (plus functools.reduce for Max/Min)."""
+    ns = dict(sp.lambdify([], 0, modules=MODULES[kind]).__globals__)
     ns["reduce"] = functools.reduce
     return ns
 
@@ -89,30 +94,30 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _load(path: Path) -> tuple[tuple[str, ...], Callable[..., Any]] | None:
+def _load(path: Path, kind: str) -> tuple[tuple[str, ...], Callable[..., Any]] | None:
     """A cached function, or None (absent, corrupt, or not trusted). The source is what
     ``sp.lambdify`` printed for these expressions; it is compiled as lambdify compiles it."""
     try:
         if not _trusted(path):
             return None
         entry = json.loads(path.read_text())
-        ns = dict(_namespace())
+        ns = dict(_namespace(kind))
         exec(compile(entry["source"], str(path), "exec"), ns)  # our own, checked by _trusted
         return tuple(entry["keys"]), ns[entry["name"]]
     except (OSError, ValueError, KeyError, TypeError, SyntaxError):
         return None
 
 
-def _reproducible(fn: Callable[..., Any]) -> bool:
+def _reproducible(fn: Callable[..., Any], kind: str) -> bool:
     """Every global the function reads is the same object in a fresh namespace."""
-    ns, glb = _namespace(), fn.__globals__
+    ns, glb = _namespace(kind), fn.__globals__
     return all(ns.get(n, ns) is glb[n] for n in fn.__code__.co_names if n in glb)
 
 
-def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any]) -> None:
+def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any], kind: str) -> None:
     import inspect
 
-    if not _reproducible(fn):
+    if not _reproducible(fn, kind):
         return
     entry = {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)}
     try:
@@ -124,21 +129,23 @@ def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any]) -> None:
         return
 
 
-def lambdify_numpy(
+def lambdify_cached(
     parts: Sequence[Any],
     build: Callable[[], tuple[tuple[str, ...], list[sp.Expr]]],
     args: Sequence[sp.Symbol],
+    kind: str = "numpy",
 ) -> tuple[tuple[str, ...], Callable[..., Any]]:
-    """``(keys, fn)``: a numpy function of ``args`` returning the expressions ``build()``
-    gives, loaded from disk when ``parts`` (what identifies them) was built before."""
+    """``(keys, fn)``: a function of ``args`` (of ``kind``: :data:`MODULES`) returning the
+    expressions ``build()`` gives, loaded from disk when ``parts`` (what identifies them)
+    was built before, so that neither the expressions nor their printing are redone."""
     folder = cache_dir()
     path = None
     if folder is not None:
-        path = folder / f"{_digest((*parts, tuple(map(str, args))))}.json"
-        if _exists(path) and (hit := _load(path)) is not None:
+        path = folder / f"{_digest((kind, *parts, tuple(map(str, args))))}.json"
+        if _exists(path) and (hit := _load(path, kind)) is not None:
             return hit
     keys, exprs = build()
-    fn = sp.lambdify(list(args), exprs, modules="numpy", cse=True)
+    fn = sp.lambdify(list(args), exprs, modules=MODULES[kind], cse=True, use_imps=False)
     if path is not None:
-        _store(path, keys, fn)
+        _store(path, keys, fn, kind)
     return keys, fn

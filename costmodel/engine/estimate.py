@@ -18,7 +18,14 @@ import sympy as sp
 
 from costmodel.config import check
 from costmodel.engine.fit import Fit, judge
-from costmodel.engine.quantities import BUDGET_KEYS, EVAL_SYMBOLS, compiled, nest, structure_of
+from costmodel.engine.quantities import (
+    BUDGET_KEYS,
+    EVAL_SYMBOLS,
+    compiled,
+    compiled_scalar,
+    nest,
+    structure_of,
+)
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -197,12 +204,12 @@ def estimate(
     check(model, train, parallel)
     if token_budget is not None and parallel is None:
         raise SpecError("token_budget", "token_budget needs a layout and hardware (a step time)")
-    comp = compiled(structure_of(model, train, parallel))
+    keys, fn = compiled_scalar(structure_of(model, train, parallel))
     values = symbol_values(model, train, parallel, hardware)
     values.update(budget_values(token_budget, price_per_hour))
-    numbers = comp.scalar(*(values[s] for s in EVAL_SYMBOLS))
+    numbers = fn(*(values[s] for s in EVAL_SYMBOLS))
     dropped = _unasked(token_budget, price_per_hour)
-    out = {k: _as_number(x) for k, x in zip(comp.keys, numbers, strict=True) if k not in dropped}
+    out = {k: _as_number(x) for k, x in zip(keys, numbers, strict=True) if k not in dropped}
     return Estimate(model, train, out, parallel, hardware)
 
 

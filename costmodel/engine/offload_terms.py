@@ -10,6 +10,7 @@ of the chosen plan use one formula.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,8 +152,10 @@ class Terms:
         return OffloadConfig(decisions, units, device, host, times, tokens / v["step"], fits)
 
 
+@functools.lru_cache(maxsize=64)
 def _per_param_bytes(model: ModelSpec, train: TrainSpec) -> tuple[int, dict[str, int]]:
-    """(blocks, parameters of one block and of the rest) from the parameter breakdown."""
+    """(blocks, parameters of one block and of the rest) from the parameter breakdown
+    (cached: every chunk and round of a plan asks; sympy's substitution takes 20 ms)."""
     v = values_for(model, train)
     parts = {k: int(e.subs(v)) for k, e in param_breakdown(model).items()}
     L = model.n_layers

@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.engine.diskcache import lambdify_numpy
+from costmodel.engine.diskcache import lambdify_cached
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -139,21 +139,15 @@ def parallel_structure(par: Any) -> tuple:
 
 @dataclass(frozen=True)
 class Compiled:
-    """Expressions of one structure, lambdified for scalars (exact ints) and numpy."""
+    """Expressions of one structure (their scalar function: :func:`compiled_scalar`)."""
 
     keys: tuple[str, ...]
     exprs: tuple[sp.Expr, ...]
 
     @functools.cached_property
-    def scalar(self) -> Any:
-        """Python-float version for single estimates, built on first use (a search over
-        layouts lambdifies only the quantities it ranks by)."""
-        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules=[{"Max": max}, "math"], cse=True)
-
-    @functools.cached_property
     def vector(self) -> Any:
         """The numpy version, built on first use (sweeps need it, single estimates do not)."""
-        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules="numpy", cse=True)
+        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules="numpy", cse=True, use_imps=False)
 
 
 @functools.lru_cache(maxsize=256)
@@ -189,7 +183,21 @@ def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> tuple[tuple[str,
         present = tuple(k for k in keys if k in comp.keys)
         return present, [comp.exprs[comp.keys.index(k)] for k in present]
 
-    return lambdify_numpy(("subset", structure, keys), build, EVAL_SYMBOLS)
+    return lambdify_cached(("subset", structure, keys), build, EVAL_SYMBOLS)
+
+
+@functools.lru_cache(maxsize=256)
+def compiled_scalar(structure: tuple) -> tuple[tuple[str, ...], Any]:
+    """``(keys, fn)``: every quantity of a structure as one Python function of scalars
+    (exact integers stay exact), what a single estimate runs. Kept on disk across
+    processes (:mod:`costmodel.engine.diskcache`): a structure met before costs neither
+    building its expressions nor printing them (~1 s under tp x pp)."""
+
+    def build() -> tuple[tuple[str, ...], list[sp.Expr]]:
+        comp = compiled(structure)
+        return comp.keys, list(comp.exprs)
+
+    return lambdify_cached(("all", structure), build, EVAL_SYMBOLS, kind="scalar")
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:
