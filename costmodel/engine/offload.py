@@ -122,9 +122,11 @@ def _search(
     """Every (pinned params, device units, full, attn) of one (chunk, round), on a grid:
     the ``4 x top`` fastest as (step, bytes used, terms, choice)."""
     counts = _counts(t.units)
-    P = np.arange(t.layers + 1)[:, None, None, None]
-    A, nf = counts[None, :, None, None], counts[None, None, :, None]
-    na = counts[None, None, None, :]
+    # only the unit splits a round has room for (device + full + attn <= units; about a
+    # sixth of the cube), in the cube's C order so that ties break as over the whole cube
+    a, f, n = np.nonzero(counts[:, None, None] + counts[None, :, None] + counts <= t.units)
+    P = np.arange(t.layers + 1)[:, None]
+    A, nf, na = counts[a][None, :], counts[f][None, :], counts[n][None, :]
     v = t.evaluate(P, A, nf, na, spec)
     step = np.where(v["ok"], v["step"], np.inf)
     used = np.broadcast_to(v["used"], step.shape)
