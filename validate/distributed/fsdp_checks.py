@@ -75,6 +75,17 @@ def _loss(logits: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, VOCAB), data[:, 1:].reshape(-1))
 
 
+def _train_slices(model: nn.Module, rank: int, world: int, steps: int) -> None:
+    """SGD steps of a data-parallel wrapper on this rank's slice of each batch."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for data in batches(steps):
+        local = data.chunk(world)[rank]
+        opt.zero_grad()
+        _loss(model(local[:, :-1]), local).backward()
+        model.finish_gradient_synchronization()
+        opt.step()
+
+
 def fsdp_run(
     rank: int, world: int, steps: int, dtype: str, linear: str = "dense"
 ) -> dict[str, Any]:
@@ -84,13 +95,7 @@ def fsdp_run(
     torch.manual_seed(0 if rank == 0 else 100 + rank)  # FSDP's broadcast fixes ranks > 0
     compute = None if dtype == "fp32" else DTYPES[dtype]
     model = FSDP(ToyLM(linear=linear), compute_dtype=compute)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for data in batches(steps):
-        local = data.chunk(world)[rank]
-        opt.zero_grad()
-        _loss(model(local[:, :-1]), local).backward()
-        model.finish_gradient_synchronization()
-        opt.step()
+    _train_slices(model, rank, world, steps)
     grads = [(tuple(p.grad.shape), tuple(p.shape), p.grad.dtype) for p in model.parameters()]
     replicated = {k: p.grad.clone() for k, p in model.replicated.items()}
     out = {"params": model.gather_full_params(), "grads": grads, "replicated": replicated}
@@ -105,14 +110,7 @@ def ddp_run(rank: int, world: int, steps: int, linear: str = "dense") -> dict[st
     torch.set_num_threads(1)
     torch.manual_seed(0 if rank == 0 else 100 + rank)
     module = ToyLM(linear=linear)
-    model = NaiveDDP(module)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for data in batches(steps):
-        local = data.chunk(world)[rank]
-        opt.zero_grad()
-        _loss(model(local[:, :-1]), local).backward()
-        model.finish_gradient_synchronization()
-        opt.step()
+    _train_slices(NaiveDDP(module), rank, world, steps)
     return {"params": {n: p.detach().clone() for n, p in module.named_parameters()}}
 
 
