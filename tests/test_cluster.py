@@ -7,10 +7,11 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from costmodel import ParallelSpec, TrainSpec, estimate, get_hardware, get_model
+from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import FRAMEWORKS
 from validate.published.compare import rows_for, summarize
 from validate.published.corpus import case_of, load_runs
@@ -228,8 +229,8 @@ def test_layout_properties(layout, recompute, precision, elementwise):
         assert mem[part] <= one[f"memory_bytes_per_device.{part}"] * (1 + 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
-@given(layouts, st.sampled_from(["cs336-small", "llama3-8b", "mixtral-8x7b"]),
+@settings(max_examples=15, deadline=None)
+@given(layouts, st.sampled_from(["llama3-8b", "mixtral-8x7b"]),
        st.sampled_from(["h100-sxm", "mi300x", "tpu-v5p"]),
        st.sampled_from(["bf16-mixed", "bf16", "fp8"]), st.sampled_from(["fused", "eager"]),
        st.sampled_from(["flash", "naive"]), st.sampled_from([1, 2]))  # fmt: skip
@@ -242,13 +243,19 @@ def test_recomputation_never_speeds_a_step_up(layout, name, device, precision, e
     par = ParallelSpec(**layout)
     step, acts = {}, {}
     for recompute in ("none", "selective", "selective-op", "full"):
-        train = TrainSpec(batch=8 * micro_batch, seq=1024, grad_accum=8, recompute=recompute,
-                          precision=precision, elementwise=elementwise,
+        train = TrainSpec(batch=2 * micro_batch * layout["fsdp"], seq=1024, grad_accum=2,
+                          recompute=recompute, precision=precision, elementwise=elementwise,
                           attention=attention)  # fmt: skip
-        v = estimate(model, train, par, hw)
+        try:
+            v = estimate(model, train, par, hw)
+        except SpecError:  # a layout or a policy (op-level AC of an MoE) not modelled
+            if recompute == "none":
+                reject()
+            continue
         step[recompute] = v["time_s.step"]
         acts[recompute] = v["memory_bytes_per_device.activations"]
-    for recompute in ("selective", "selective-op", "full"):
+    assert "full" in step
+    for recompute in set(step) - {"none"}:
         assert step[recompute] >= step["none"] * (1 - 1e-12), recompute
         assert acts[recompute] <= acts["none"] * (1 + 1e-12), recompute
 
