@@ -11,6 +11,7 @@ import altair as alt
 import numpy as np
 
 from costmodel.engine.plan import Plan, layout_label
+from costmodel.engine.sizing import Size
 from costmodel.engine.timeline import COLOURS, LANES, LEGEND, Segment
 from costmodel.units import GIB
 from explorer.state import to_query
@@ -83,6 +84,36 @@ def pareto_chart(p: Plan, top: int = 10) -> alt.LayerChart:
     return alt.layer(region, points, title=title)
 
 
+def sizing_chart(rows: list[Size], deadline: float | None) -> alt.LayerChart:
+    """Days against GPU-hours (or cost), one point per GPU count, the Pareto front joined,
+    the deadline a vertical rule."""
+    money = all(r.cost is not None for r in rows)
+    y = "cost" if money else "GPU-hours"
+    data = [{"GPUs": r.gpus, "days": r.days, "GPU-hours": r.gpu_hours, "cost": r.cost,
+             "front": "Pareto front" if r.pareto else "dominated"} for r in rows]  # fmt: skip
+    colours = alt.Scale(domain=["Pareto front", "dominated"], range=["#4c78a8", "#bab0ac"])
+    base = alt.Chart(alt.Data(values=data))
+    x = alt.X("days:Q", scale=alt.Scale(type="log"), title="days to train")
+    points = base.mark_circle(size=60).encode(
+        x, alt.Y(f"{y}:Q", scale=alt.Scale(zero=False), title=y if money else "GPU-hours"),
+        alt.Color("front:N", scale=colours, title=""),
+        tooltip=["GPUs:Q", alt.Tooltip("days:Q", format=",.1f"),
+                 alt.Tooltip("GPU-hours:Q", format=",.0f"),
+                 alt.Tooltip("cost:Q", format="$,.0f")])  # fmt: skip
+    front = (base.transform_filter(alt.datum.front == "Pareto front")
+             .mark_line(color="#4c78a8").encode(x, alt.Y(f"{y}:Q")))  # fmt: skip
+    layers = [front, points]
+    if deadline is not None:
+        rule = alt.Chart(alt.Data(values=[{"days": deadline}])).mark_rule(
+            color="#e45756", strokeDash=[6, 4]).encode(alt.X("days:Q"))  # fmt: skip
+        layers.append(rule)
+    return alt.layer(
+        *layers,
+        title="Each GPU count's fastest layout: days against "
+        f"{'cost' if money else 'GPU-hours'} (red dashed: the deadline)",
+    )
+
+
 def timeline_chart(segs: list[Segment]) -> alt.Chart:
     """One step as lanes of bars (compute; overlapped and exposed communication)."""
     rows = [{"lane": s.lane, "label": s.label, "kind": LEGEND[s.kind], "start_ms": s.start * 1e3,
@@ -115,7 +146,8 @@ def estimate_link(p: Plan, i: int, model_key: str) -> str:
         "optimizer_impl": train.optimizer_impl, "attention": train.attention,
         "attention_kernel": train.attention_kernel, "elementwise": train.elementwise,
         "recompute": train.recompute,
-        "grad_accum": train.grad_accum, "hardware": p.hardware.name, "gpus": p.gpus,
+        "grad_accum": train.grad_accum, "hardware": p.hardware.name,
+        "gpus": int(p.columns["gpus"][i]),
         "framework": par.framework, "fsdp": par.fsdp, "zero": par.zero, "tp": par.tp,
         "sequence_parallel": par.sequence_parallel, "pp": par.pp,
         "pp_interleave": par.pp_interleave, "cp": par.cp, "ep": par.ep,

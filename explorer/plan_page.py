@@ -12,6 +12,7 @@ from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.layouts import device_counts
 from costmodel.engine.plan import (
     FRAMEWORK_CHOICES,
     TIE,
@@ -20,6 +21,7 @@ from costmodel.engine.plan import (
     layout_label,
     plan,
 )
+from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes
 from costmodel.engine.timeline import segments
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
@@ -44,6 +46,10 @@ INPUTS = (
     PageInput("recompute", list, list(RECOMPUTE), RECOMPUTE),
     PageInput("headroom", float, DEFAULT_HEADROOM, lo=0.5, hi=1.0),
     PageInput("top", int, 10, hi=100),
+    PageInput("count", str, "exactly", ("exactly", "up to")),
+    PageInput("tokens", float, 0.0, lo=0, hi=1e16),
+    PageInput("price", float, 0.0, lo=0, hi=1e4),
+    PageInput("deadline", float, 0.0, lo=0, hi=1e5),
 )
 """The search's inputs: their URL parameters, starts and ranges (``explorer.page_state``)."""
 
@@ -69,6 +75,16 @@ def _inputs() -> dict[str, Any]:
                     help="a layout fits when its peak allocated bytes are at most this share "
                     "of device memory (the rule estimate and solve use too)")  # fmt: skip
         c[3].number_input("top", min_value=1, max_value=100, key="plan_top")
+        c = st.columns(4)
+        c[0].radio("GPU count", ("exactly", "up to"), key="plan_count", horizontal=True,
+                   help="up to: every count up to the GPUs (whole nodes whose count has no "
+                   "prime factor above 5), each with its fastest layout")  # fmt: skip
+        c[1].number_input("tokens to train on (0: no sizing)", min_value=0.0, max_value=1e16,
+                          format="%.4g", key="plan_tokens")  # fmt: skip
+        c[2].number_input("price per GPU-hour (0: none)", min_value=0.0, max_value=1e4,
+                          key="plan_price")  # fmt: skip
+        c[3].number_input("deadline in days (0: none)", min_value=0.0, max_value=1e5,
+                          key="plan_deadline")  # fmt: skip
         st.form_submit_button("Search", type="primary")
     inp = finish("plan", INPUTS)
     return {**inp, "frameworks": tuple(inp["frameworks"]), "recompute": tuple(inp["recompute"]),
@@ -87,9 +103,12 @@ def _search(inp: dict[str, Any]) -> Plan:
     train = TrainSpec(batch=inp["batch"], seq=inp["seq"], precision=inp["precision"])
     options = PlanOptions(frameworks=inp["frameworks"], recompute=inp["recompute"],
                           memory_headroom=inp["headroom"])  # fmt: skip
+    hw = get_hardware(inp["hardware"])
+    counts = inp["gpus"]
+    if inp["count"] == "up to":
+        counts = device_counts(inp["gpus"], hw.devices_per_node)
     try:
-        return plan(get_model(inp["model"]), train, get_hardware(inp["hardware"]), inp["gpus"],
-                    options, progress=progress)  # fmt: skip
+        return plan(get_model(inp["model"]), train, hw, counts, options, progress=progress)
     finally:
         bar.empty()
 
@@ -113,7 +132,7 @@ def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
                      "step (s)": round(r["time_s.step"], 4),
                      "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
                      "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
-                     "tokens/s per GPU": round(r["tokens_per_s"] / p.gpus),
+                     "tokens/s per GPU": round(r["tokens_per_s"] / r["gpus"]),
                      "MFU (%)": round(100 * r["mfu"], 1),
                      "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
                      "limited by": r["limit"],
@@ -167,7 +186,35 @@ def plan_page() -> None:
         )
     else:
         _table(p, inp["top"], inp["model"])
+    if fit and inp["tokens"] > 0:
+        _sizing(p, inp)
     chart = plan_charts.pareto_chart(p, inp["top"])
     st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
     if fit:
         _timeline(p, inp["top"])
+
+
+def _sizing(p: Plan, inp: dict[str, Any]) -> None:
+    """Per GPU count its fastest layout's days, GPU-hours and cost on the token budget, the
+    answer (the cheapest count within the deadline) and the days-against-cost chart."""
+    price, deadline = inp["price"] or None, inp["deadline"] or None
+    rows = sizes(p, inp["tokens"], price, deadline)
+    st.subheader(f"Sizing: {inp['tokens']:,.4g} tokens")
+    try:
+        best = choose(rows, deadline)
+        cost = "" if best.cost is None else f", ${best.cost:,.0f}"
+        why = "fastest" if deadline is None else f"cheapest within {deadline:g} days"
+        st.success(f"The {why}: {best.gpus:,} GPUs, {best.days:,.1f} days, "
+                   f"{best.gpu_hours:,.0f} GPU-hours{cost}.")  # fmt: skip
+    except SpecError as err:
+        st.warning(err.message)
+    table = [{"GPUs": r.gpus, "days": round(r.days, 2), "GPU-hours": round(r.gpu_hours),
+              **({"cost ($)": round(r.cost)} if r.cost is not None else {}),
+              "Pareto": "✓" if r.pareto else "",
+              **({"within deadline": "✓" if r.meets else ""} if deadline else {}),
+              "MFU (%)": round(100 * float(p.values["mfu"][r.index]), 1),
+              "layout": layout_label(p.row(r.index))} for r in rows]  # fmt: skip
+    st.dataframe(table, hide_index=True, width="stretch")
+    chart = plan_charts.sizing_chart(rows, deadline)
+    st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
+    st.caption("Assumes: " + "; ".join(ASSUMPTIONS) + ".")
