@@ -212,6 +212,7 @@ def _sizing(p: Plan, inp: dict[str, Any]) -> None:
               **({"cost ($)": round(r.cost)} if r.cost is not None else {}),
               "Pareto": "✓" if r.pareto else "",
               **({"within deadline": "✓" if r.meets else ""} if deadline else {}),
+              **({"energy (MWh)": round(r.energy_mwh, 1)} if r.energy_mwh is not None else {}),
               "MFU (%)": round(100 * float(p.values["mfu"][r.index]), 1),
               "layout": layout_label(p.row(r.index))} for r in rows]  # fmt: skip
     st.dataframe(table, hide_index=True, width="stretch")

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from costmodel.cli import main
-from costmodel.engine.sizing import choose, sizes
+from costmodel.engine.sizing import (
+    LLAMA3_FAILURES_PER_GPU_HOUR,
+    Reliability,
+    checkpoint_bytes,
+    choose,
+    goodput,
+    sizes,
+)
 from costmodel.specs.checks import SpecError
 
 
@@ -58,6 +65,40 @@ def test_bad_sizing_input_names_its_field(field, kwargs):
         sizes(_plan([8], [1e5]), **args)
 
 
+def test_goodput_is_young_daly_first_order():
+    """Llama 3 405B's scale: 16,384 GPUs, 405e9 parameters with fp32 weights and Adam's two
+    fp32 states (12 bytes each, 4.86 TB) written at 50 GB/s, restarts of 10 minutes."""
+    state = checkpoint_bytes(405e9, "bf16-mixed", "adamw")
+    assert state == pytest.approx(405e9 * 12)
+    rel = Reliability(checkpoint_gbps=50, restart_minutes=10)
+    good, every = goodput(16_384, state, rel)
+    delta = state / 50e9  # 97.2 s per checkpoint
+    mtbf = 3600 / (LLAMA3_FAILURES_PER_GPU_HOUR * 16_384)  # 3.09 h between failures
+    assert pytest.approx(1.973e-5, rel=1e-3) == LLAMA3_FAILURES_PER_GPU_HOUR
+    assert every == pytest.approx((2 * delta * mtbf) ** 0.5)  # Young: 24.5 minutes
+    expected = (1 - (600 + (every + delta) / 2) / mtbf) / (1 + delta / every)
+    assert good == pytest.approx(expected) and 0.8 < good < 0.85
+    assert goodput(16_384, state, Reliability()) == (1.0, None)  # no bandwidth, no model
+    assert goodput(8, state, Reliability(50, failures_per_gpu_hour=0)) == (1.0, None)
+
+
+def test_calendar_days_energy_and_their_cost():
+    """Goodput stretches the calendar (and the GPU-hours the machines are held); energy is
+    GPUs x the device's power x the hours x PUE."""
+    p = _plan([1024], [1e7])
+    p.hardware = SimpleNamespace(power_w=700)
+    rel = Reliability(checkpoint_gbps=10, restart_minutes=5, pue=1.2)
+    (row,) = sizes(p, 8.64e13, 2.0, None, rel, state_bytes=1e12, kwh_price=0.1)
+    good, _ = goodput(1024, 1e12, rel)
+    assert row.days == pytest.approx(100) and row.goodput == pytest.approx(good)
+    assert row.effective_days == pytest.approx(100 / good)
+    assert row.gpu_hours == pytest.approx(100 / good * 24 * 1024)
+    assert row.energy_mwh == pytest.approx(row.gpu_hours * 700 * 1.2 / 1e6)
+    assert row.energy_cost == pytest.approx(row.energy_mwh * 1000 * 0.1)
+    with pytest.raises(SpecError, match="pue must be >= 1"):
+        Reliability(pue=0.9)
+
+
 PLAN = ["plan", "--model", "cs336-small", "--hardware", "h100-sxm", "--max-gpus", "16",
         "--global-batch", "32", "--seq", "512", "--frameworks", "fsdp2",
         "--recompute", "none", "--token-budget", "1e11"]  # fmt: skip
@@ -65,7 +106,8 @@ PLAN = ["plan", "--model", "cs336-small", "--hardware", "h100-sxm", "--max-gpus"
 
 def test_plan_sizes_a_run_in_json(capsys):
     """The answer is the plan's own fastest row of its count, trained on the budget."""
-    assert main([*PLAN, "--price-per-hour", "3", "--deadline-days", "1000", "--json"]) == 0
+    assert main([*PLAN, "--price-per-hour", "3", "--deadline-days", "1000", "--json",
+                 "--checkpoint-gbps", "20", "--restart-minutes", "5"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
     sizing = out["sizing"]
     counts = sizing["counts"]
@@ -73,7 +115,10 @@ def test_plan_sizes_a_run_in_json(capsys):
     best = sizing["answer"]
     assert best["meets"] and best["days"] <= 1000
     assert best["days"] == pytest.approx(1e11 / best["tokens_per_s"] / 86400)
-    assert best["cost"] == pytest.approx(best["days"] * 24 * best["gpus"] * 3)
+    assert best["effective_days"] == pytest.approx(best["days"] / best["goodput"])
+    assert 0.99 < best["goodput"] < 1 and best["checkpoint_every_s"] > 0
+    assert best["cost"] == pytest.approx(best["effective_days"] * 24 * best["gpus"] * 3)
+    assert best["energy_mwh"] == pytest.approx(best["gpu_hours"] * 700 / 1e6)  # H100 SXM
     cheaper = [c for c in counts if c["meets"] and c["gpu_hours"] < best["gpu_hours"]]
     assert not cheaper
     assert any("critical-batch" in a for a in sizing["assumptions"])
@@ -83,7 +128,7 @@ def test_a_deadline_nobody_meets_says_so(capsys):
     assert main([*PLAN, "--deadline-days", "1e-6"]) == 1
     text = capsys.readouterr().out
     assert "deadline_days of 1e-06 is met by no device count within the budget" in text
-    assert "assumes: every step runs" in text
+    assert "assumes: goodput from failures per GPU-hour" in text
 
 
 def test_a_deadline_needs_a_token_budget(capsys):

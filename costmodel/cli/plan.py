@@ -12,11 +12,11 @@ from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
+from costmodel.cli.sizing import add_sizing, reliability, sized_plan, sizing_json, sizing_text
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.layouts import OBJECTIVES, batch_choices, device_counts
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
-from costmodel.engine.sizing import ASSUMPTIONS, Size, choose, sizes
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -100,39 +100,6 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
     return "\n".join(head)
-
-
-def sizing_text(p: Plan, rows: list[Size], budget: float, deadline: float | None) -> str:
-    """Per device count its fastest layout's days, GPU-hours and cost on ``budget`` tokens,
-    the Pareto front (days against GPU-hours) marked, and the answer."""
-    out = [f"\nsizing: {_tokens(budget)} tokens, per GPU count its fastest layout that fits",
-           *(f"  assumes: {a}" for a in ASSUMPTIONS),
-           f"{'GPUs':>7} {'days':>9} {'GPU-hours':>12} {'cost':>14} {'MFU':>6}  "
-           f"Pareto{'  deadline' if deadline is not None else ''}  layout"]  # fmt: skip
-    for r in rows:
-        row = p.row(r.index)
-        cost = "" if r.cost is None else f"${r.cost:,.0f}"
-        meets = "" if r.meets is None else ("  met     " if r.meets else "  missed  ")
-        out.append(f"{r.gpus:>7,} {r.days:>9,.1f} {r.gpu_hours:>12,.0f} {cost:>14} "
-                   f"{row['mfu']:>6.1%}  {'*' if r.pareto else ' ':^6}{meets}  "
-                   f"{layout_label(row)}")  # fmt: skip
-    try:
-        best = choose(rows, deadline)
-    except SpecError as err:
-        return "\n".join([*out, err.message])
-    why = "the fastest" if deadline is None else f"the cheapest within {deadline:g} days"
-    cost = "" if best.cost is None else f", ${best.cost:,.0f}"
-    out.append(f"answer ({why}): {best.gpus:,} GPUs, {best.days:,.1f} days, "
-               f"{best.gpu_hours:,.0f} GPU-hours{cost}")  # fmt: skip
-    return "\n".join(out)
-
-
-def _tokens(n: float) -> str:
-    """15e12 -> ``15 T``; 3e11 -> ``300 B``."""
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if n >= scale:
-            return f"{n / scale:,.4g} {unit}"
-    return f"{n:,.0f}"
 
 
 def _count_text(p: Plan, max_gpus: int | None) -> str:
@@ -220,9 +187,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
         max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
     )  # fmt: skip
-    for name in ("token_budget", "price_per_hour", "deadline_days"):
+    for name in ("token_budget", "price_per_hour", "deadline_days", "checkpoint_gbps"):
         if getattr(args, name) is not None:
             checks.number(name, getattr(args, name))
+    reliability(args)
     if args.deadline_days is not None and args.token_budget is None:
         raise SpecError("deadline_days", "deadline_days needs --token-budget (the tokens to "
                         "train on)")  # fmt: skip
@@ -241,8 +209,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_timeline(args.timeline, setup.model, result.train_spec(best),
                        result.parallel_spec(best), hw)  # fmt: skip
     sized = None
-    if args.token_budget is not None:
-        sized = sizes(result, args.token_budget, args.price_per_hour, args.deadline_days)
+    if args.token_budget is not None and len(result.order):
+        sized = sized_plan(result, args)
     if args.json:
         out = {"model": setup.model.name, "hardware": hw.name,
                **({"gpus": args.gpus} if args.max_gpus is None else
@@ -255,7 +223,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             out["no_fit"] = no_fit_text(result)
         met = True
         if sized is not None:
-            out["sizing"] = _sizing_json(sized, args.deadline_days)
+            out["sizing"] = sizing_json(sized, args.deadline_days)
             met = "answer" in out["sizing"]
         print(json.dumps(out, indent=2, allow_nan=False))
         return 0 if rows and met else 1
@@ -270,16 +238,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(sizing_text(result, sized, args.token_budget, args.deadline_days))
         return 0 if any(r.meets is not False for r in sized) else 1
     return 0
-
-
-def _sizing_json(rows: list[Size], deadline: float | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"assumptions": list(ASSUMPTIONS),
-                           "counts": [r.to_dict() for r in rows]}  # fmt: skip
-    try:
-        out["answer"] = choose(rows, deadline).to_dict()
-    except SpecError as err:
-        out["no_answer"] = err.message
-    return out
 
 
 _MODEL_KEYS = {"model", "hf_config"} | {i.key for i in MODEL_INPUTS}
@@ -341,7 +299,5 @@ def add_plan(sub) -> None:
     )
     add_inputs(p, "cost (adds days and cost per layout, and a sizing per GPU count)",
                (FRONT["token_budget"], FRONT["price_per_hour"]))  # fmt: skip
-    p.add_argument("--deadline-days", type=float, default=None,
-                   help="with --token-budget: the cheapest GPU count that trains in this many "
-                   "days (use --max-gpus to search counts)")  # fmt: skip
+    add_sizing(p)
     p.set_defaults(func=_cmd_plan)

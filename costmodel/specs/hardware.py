@@ -95,6 +95,9 @@ class Hardware:
     gemm_tile: tuple[int, int] = (256, 128)
     """Rows and columns of the result tile one SM computes in a large cuBLAS GEMM (NVIDIA's
     "Matrix Multiplication Background User's Guide" uses 256 x 128 on its GPUs)."""
+    power_w: float = 0.0
+    """Board power under training load in W: the datasheet's maximum (TDP), an upper bound of
+    the mean draw. 0: not stated (energy is then not reported)."""
     source: str = ""
     calibration: dict[str, Any] = field(default_factory=dict)
     """What this profile's numbers were checked or fitted on: ``basis`` (``published-runs``,
@@ -121,6 +124,7 @@ class Hardware:
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
         checks.number("overlap", self.overlap, allow_zero=True)
+        checks.number("power_w", self.power_w, allow_zero=True)
         checks.at_most("overlap", self.overlap, "1", 1)
         if self.allocator_reserve < 1:
             raise SpecError(
