@@ -97,6 +97,9 @@ def test_calendar_days_energy_and_their_cost():
     assert row.energy_cost == pytest.approx(row.energy_mwh * 1000 * 0.1)
     with pytest.raises(SpecError, match="pue must be >= 1"):
         Reliability(pue=0.9)
+    slow = Reliability(checkpoint_gbps=1e-6, restart_minutes=5)  # an hour-long checkpoint
+    with pytest.raises(SpecError, match="checkpoint_gbps of 1e-06 lets no GPU count make"):
+        sizes(p, 8.64e13, reliability=slow, state_bytes=1e12)
 
 
 PLAN = ["plan", "--model", "cs336-small", "--hardware", "h100-sxm", "--max-gpus", "16",

@@ -150,12 +150,13 @@ def sizes(
         if g not in best or rate[i] > rate[best[g]]:
             best[g] = int(i)
     power = float(getattr(plan.hardware, "power_w", 0.0)) if hasattr(plan, "hardware") else 0.0
-    out = []
+    out, stalled = [], []
     for g, i in sorted(best.items()):
         days = token_budget / float(rate[i]) / SECONDS_PER_DAY
         good, every = goodput(g, state_bytes, rel)
-        if good <= 0:
-            continue  # failures come faster than a checkpoint interval's work
+        if good <= 0:  # failures come faster than a checkpoint interval's work
+            stalled.append(g)
+            continue
         late = days / good
         hours = late * 24 * g  # GPU-hours on the calendar: the machines are held throughout
         cost = None if price_per_hour is None else hours * price_per_hour
@@ -165,6 +166,10 @@ def sizes(
         out.append(Size(i, g, float(rate[i]), days, hours, cost, meets=meets, goodput=good,
                         checkpoint_every_s=every, effective_days=late, energy_mwh=mwh,
                         energy_cost=energy_cost))  # fmt: skip
+    if stalled and not out:
+        raise SpecError("checkpoint_gbps", f"checkpoint_gbps of {rel.checkpoint_gbps:g} lets no "
+                        f"GPU count make progress: on {stalled[0]:,} GPUs failures come faster "
+                        "than a checkpoint interval's work (raise the bandwidth)")  # fmt: skip
     return _mark_pareto(out)
 
 
