@@ -1,6 +1,7 @@
 """Charts and links of the Plan page: memory vs step time over every layout (the fitting
-region shaded, the Pareto front drawn), one layout's step timeline, and the Estimate-page
-URL of a layout. Pure functions of a :class:`costmodel.engine.plan.Plan` (no Streamlit)."""
+region shaded, the Pareto front drawn: ``costmodel.engine.plan.pareto_front``), one
+layout's step timeline, and the Estimate-page URL of a layout. Pure functions of a
+:class:`costmodel.engine.plan.Plan` (no Streamlit)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from urllib.parse import urlencode
 import altair as alt
 import numpy as np
 
-from costmodel.engine.plan import Plan, layout_label
+from costmodel.engine.plan import Plan, layout_label, pareto_front
 from costmodel.engine.sizing import Size
 from costmodel.engine.timeline import COLOURS, LANES, LEGEND, Segment
 from costmodel.units import GIB
@@ -19,15 +20,6 @@ from explorer.state import to_query
 MAX_POINTS = 4000
 """Layouts drawn in the scatter (a browser slows down beyond a few thousand marks): the
 Pareto front and the top ones always, the rest an even sample."""
-
-
-def pareto_front(peak: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """Indices of the layouts no other layout beats on both peak memory and step time,
-    by increasing memory."""
-    order = np.lexsort((step, peak))
-    best = np.minimum.accumulate(step[order])
-    keep = np.r_[True, best[1:] < best[:-1]]
-    return order[keep]
 
 
 def scatter_rows(p: Plan, top: int = 10) -> list[dict[str, Any]]:

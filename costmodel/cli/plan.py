@@ -17,6 +17,7 @@ from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.layouts import OBJECTIVES, batch_choices, device_counts
 from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
+from costmodel.engine.sizing import train_days
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -66,7 +67,7 @@ def budget_cost(
     row's tokens/s on ``gpus`` devices; nothing without a budget."""
     if budget is None:
         return {}
-    days = budget / row["tokens_per_s"] / 86400
+    days = train_days(budget, row["tokens_per_s"])
     out = {"train_days": days}
     if price is not None:
         out["train_cost"] = days * 24 * gpus * price
@@ -187,7 +188,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
         max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
     )  # fmt: skip
-    for name in ("token_budget", "price_per_hour", "deadline_days", "checkpoint_gbps"):
+    for name in ("token_budget", "price_per_hour", "deadline_days"):
         if getattr(args, name) is not None:
             checks.number(name, getattr(args, name))
     reliability(args)

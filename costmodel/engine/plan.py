@@ -160,6 +160,16 @@ class Plan:
         return f"<div><p>{html.escape(head)}</p><ol style='margin:0'>{items}</ol></div>"
 
 
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both ``x`` and ``y`` (lower is better;
+    of equal points, the first), by increasing ``x``: layouts on peak memory and step time,
+    GPU counts on days and GPU-hours (:mod:`costmodel.engine.sizing`)."""
+    order = np.lexsort((y, x))
+    best = np.minimum.accumulate(y[order])
+    keep = np.r_[True, best[1:] < best[:-1]]
+    return order[keep]
+
+
 def layout_label(row: dict[str, Any]) -> str:
     """A layout in one line, e.g. ``fsdp2 dp2 fsdp64 tp2+sp pp1 cp4 mb1 ga8 none``."""
     sp = "+sp" if row["sequence_parallel"] else ""

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.engine.plan import pareto_front
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -52,6 +53,11 @@ ASSUMPTIONS = (
 LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16_384)
 """Unexpected interruptions per GPU-hour in Llama 3 405B's pre-training: 419 in a 54-day
 snapshot on 16,384 H100 (Dubey et al. 2024, Sec. 3.3.4): 1.97e-5."""
+
+
+def train_days(token_budget: float, tokens_per_s: float) -> float:
+    """Days of work to train on ``token_budget`` tokens at ``tokens_per_s``."""
+    return token_budget / tokens_per_s / SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ def sizes(
     power = float(getattr(plan.hardware, "power_w", 0.0)) if hasattr(plan, "hardware") else 0.0
     out, stalled = [], []
     for g, i in sorted(best.items()):
-        days = token_budget / float(rate[i]) / SECONDS_PER_DAY
+        days = train_days(token_budget, float(rate[i]))
         good, every = goodput(g, state_bytes, rel)
         if good <= 0:  # failures come faster than a checkpoint interval's work
             stalled.append(g)
@@ -174,17 +180,11 @@ def sizes(
 
 
 def _mark_pareto(rows: list[Size]) -> list[Size]:
-    """Mark the counts no other count beats on both days and GPU-hours (fewer of one and
-    no more of the other)."""
-    marked = []
-    for r in rows:
-        beaten = any(
-            (o.effective_days <= r.effective_days and o.gpu_hours <= r.gpu_hours)
-            and (o.effective_days < r.effective_days or o.gpu_hours < r.gpu_hours)
-            for o in rows
-        )
-        marked.append(Size(**{**r.to_dict(), "pareto": not beaten}))
-    return marked
+    """Mark the counts no other count beats on both calendar days and GPU-hours."""
+    days = np.array([r.effective_days for r in rows])
+    hours = np.array([r.gpu_hours for r in rows])
+    front = set(pareto_front(days, hours).tolist()) if rows else set()
+    return [Size(**{**r.to_dict(), "pareto": i in front}) for i, r in enumerate(rows)]
 
 
 def choose(rows: list[Size], deadline_days: float | None) -> Size:
