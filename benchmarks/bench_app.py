@@ -1,6 +1,7 @@
 """Seconds per interaction of every app page, in headless Chromium (issue 38: <= 2 s).
 
     .venv/bin/python benchmarks/bench_app.py [--out bench-results/app.jsonl] [--script]
+                                             [--pause S] [--cold] [--only TEXT]
 
 Starts ``streamlit run app.py`` on a free port (``explorer.serve``), opens each page with a
 shared-link query string in Debian's Chromium driven by Playwright, waits for the first
@@ -10,6 +11,10 @@ clock, from just before the change until the script has run (the app root's
 stale and every chart has drawn: what a user waits for; the part while the script ran is
 given beside it. Each case is printed and appended
 to ``--out`` as it finishes; the summary gives the median and worst per page.
+
+``--pause S`` waits S seconds before each change, as a user reading the page does (the
+app's background warm-up, ``explorer.warmup``, uses them); ``--cold`` starts the server on
+an empty disk cache (``COSTMODEL_CACHE``), as the first run after an install or upgrade.
 
 ``--script`` times the script alone instead (``streamlit.testing.v1.AppTest``, no browser):
 the page's "computed in N ms" caption, the part of an interaction the server spends.
@@ -94,7 +99,9 @@ def _current(page: Any, label: str) -> str:
     return page.get_by_label(label, exact=True).first.input_value()
 
 
-def time_page(browser: Any, url: str, name: str, query: str, changes: list) -> Iterator[dict]:
+def time_page(
+    browser: Any, url: str, name: str, query: str, changes: list, pause: float = 0.0
+) -> Iterator[dict]:
     """The first load and each change and its undoing, in seconds, as each is timed."""
     page = browser.new_page(viewport={"width": 1600, "height": 1100})
     start = time.perf_counter()
@@ -105,6 +112,7 @@ def time_page(browser: Any, url: str, name: str, query: str, changes: list) -> I
     for kind, label, value in changes:
         before = _current(page, label).strip()
         for to in (value, before):
+            time.sleep(pause)
             t0 = page.evaluate("performance.now()")
             _change(page, kind, label, to)
             _settle(page, t0)
@@ -114,7 +122,7 @@ def time_page(browser: Any, url: str, name: str, query: str, changes: list) -> I
     page.close()
 
 
-def browser_times(out: Path) -> None:
+def browser_times(out: Path, pause: float = 0.0, cold: bool = False, only: str = "") -> None:
     from playwright.sync_api import sync_playwright
 
     if CHROMIUM is None:
@@ -123,16 +131,16 @@ def browser_times(out: Path) -> None:
     rows: list[dict] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        app_server(Path(tmp) / "server.log") as url,
+        app_server(Path(tmp) / "server.log", cache=Path(tmp) / "cache" if cold else None) as url,
         sync_playwright() as p,
         out.open("a") as sink,
     ):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        for name, query, changes in PAGES:
-            for row in time_page(browser, url, name, query, changes):
+        for name, query, changes in (p for p in PAGES if only in p[0]):
+            for row in time_page(browser, url, name, query, changes, pause):
                 ran = f" (script running {row['script_s']:.2f} s)" if "script_s" in row else ""
                 print(f"  {row['page']}: {row['action']}: {row['s']:.2f} s{ran}", flush=True)
-                sink.write(json.dumps(row) + "\n")
+                sink.write(json.dumps({**row, "pause_s": pause, "cold": cold}) + "\n")
                 sink.flush()
                 rows.append(row)
         browser.close()
@@ -141,7 +149,7 @@ def browser_times(out: Path) -> None:
 
 def _summary(rows: list[dict]) -> None:
     print(f"interactions after the first load (target <= {TARGET_S:g} s):")
-    for name, *_ in PAGES:
+    for name in dict.fromkeys(r["page"] for r in rows):
         times = [r["s"] for r in rows if r["page"] == name and r["action"] != "first load"]
         first = next(r["s"] for r in rows if r["page"] == name and r["action"] == "first load")
         if times:
@@ -186,8 +194,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("bench-results/app.jsonl"))
     parser.add_argument("--script", action="store_true", help="time the script alone")
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds before each change")
+    parser.add_argument("--cold", action="store_true", help="start on an empty disk cache")
+    parser.add_argument("--only", default="", help="the pages whose name contains this")
     args = parser.parse_args()
-    script_times() if args.script else browser_times(args.out)
+    if args.script:
+        script_times()
+    else:
+        browser_times(args.out, args.pause, args.cold, args.only)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@ meaning and its value for the current inputs (``costmodel.symbols.DESCRIPTIONS``
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 import sympy as sp
 
+from costmodel.engine.diskcache import json_cached
 from costmodel.engine.estimate import symbol_values
-from costmodel.engine.quantities import compiled, structure_of
+from costmodel.engine.quantities import EVAL_SYMBOLS, compiled, structure_of
 from costmodel.inputs import Setup
 from costmodel.symbols import DESCRIPTIONS
 from costmodel.units import fmt_quantity
@@ -33,6 +36,10 @@ LONG = 100
 characters of LaTeX each) is rendered only when asked for (:func:`_long_formula`)."""
 
 
+SHOWN = tuple(key for _, keys in GROUPS for key in keys)
+_BY_NAME = {s.name: s for s in EVAL_SYMBOLS}
+
+
 @st.cache_data(show_spinner=False, max_entries=1024)
 def _latex(structure: tuple, key: str) -> str:
     """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
@@ -40,19 +47,26 @@ def _latex(structure: tuple, key: str) -> str:
     return sp.latex(comp.exprs[comp.keys.index(key)])
 
 
-@st.cache_data(show_spinner=False, max_entries=1024)
-def _size(structure: tuple, key: str) -> int:
-    """Nodes of one quantity's expression (cheaper to count than to print)."""
-    comp = compiled(structure)
-    return sum(1 for _ in sp.preorder_traversal(comp.exprs[comp.keys.index(key)]))
+def formula_rows(structure: tuple) -> dict[str, dict[str, Any]]:
+    """Per shown quantity the structure has: its expression's size in nodes (cheaper to
+    count than to print), its LaTeX when short (``LONG``) and the names of its symbols.
+    Kept on disk (``diskcache.json_cached``): a structure met before, in any process, costs
+    no sympy, where building its expressions takes ~1 s under tp x pp."""
+
+    def build() -> dict[str, dict[str, Any]]:
+        comp = compiled(structure)
+        rows = {}
+        for key in (k for k in SHOWN if k in comp.keys):
+            expr = comp.exprs[comp.keys.index(key)]
+            size = sum(1 for _ in sp.preorder_traversal(expr))
+            rows[key] = {"size": size, "latex": sp.latex(expr) if size <= LONG else None,
+                         "symbols": sorted(s.name for s in expr.free_symbols)}  # fmt: skip
+        return rows
+
+    return json_cached(("formulas", structure, SHOWN, LONG), build)
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
-def _symbols(structure: tuple, keys: tuple[str, ...]) -> list[sp.Symbol]:
-    """The symbols the quantities ``keys`` use, by name."""
-    comp = compiled(structure)
-    used = set().union(*(comp.exprs[comp.keys.index(k)].free_symbols for k in keys))
-    return sorted(used, key=lambda s: s.name)
+summary = st.cache_data(show_spinner=False, max_entries=256)(formula_rows)
 
 
 def legend(setup: Setup, symbols: list[sp.Symbol]) -> list[dict[str, str]]:
@@ -67,19 +81,20 @@ def legend(setup: Setup, symbols: list[sp.Symbol]) -> list[dict[str, str]]:
 
 def formulas_tab(setup: Setup, v: dict[str, float]) -> None:
     structure = structure_of(setup.model, setup.train, setup.parallel)
-    shown: list[str] = []
+    rows = summary(structure)
+    used: set[str] = set()
     for title, keys in GROUPS:
         st.subheader(title)
-        for key in (k for k in keys if k in v):
-            shown.append(key)
+        for key in (k for k in keys if k in v and k in rows):
+            row = rows[key]
+            used.update(row["symbols"])
             st.markdown(f"**{key}** = {fmt_quantity(key, v[key])}")
-            size = _size(structure, key)
-            if size <= LONG:
-                st.latex(_latex(structure, key))
+            if row["latex"] is not None:
+                st.latex(row["latex"])
             else:
-                _long_formula(structure, key, size)
+                _long_formula(structure, key, row["size"])
     st.subheader("Symbols")
-    st.dataframe(legend(setup, _symbols(structure, tuple(shown))), hide_index=True)
+    st.dataframe(legend(setup, [_BY_NAME[n] for n in sorted(used)]), hide_index=True)
 
 
 @st.fragment

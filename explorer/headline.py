@@ -92,8 +92,7 @@ def _nearest(setup: Setup) -> None:
               on_click=_set, args=(inputs,))  # fmt: skip
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def nearest_change(setup: Setup) -> tuple[str, dict[str, Any]] | None:
+def nearest_answer(setup: Setup) -> tuple[str, dict[str, Any]] | None:
     """(what changes, in words; the sidebar values that make it), or None."""
     est = setup.estimate()
     near = nearest_fit(est)
@@ -111,6 +110,9 @@ def nearest_change(setup: Setup) -> tuple[str, dict[str, Any]] | None:
         f"recompute full, micro-batch 1): peak {more['peak_bytes'] / GIB:,.1f} GiB"
     )
     return words, inputs
+
+
+nearest_change = st.cache_data(show_spinner=False, max_entries=64)(nearest_answer)
 
 
 def widget_values(changes: dict[str, Any]) -> dict[str, Any]:

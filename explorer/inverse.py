@@ -72,12 +72,15 @@ def inverse_tab(setup: Setup) -> None:
     st.caption(_WHY_BATCH)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _full_min_fsdp(setup: Setup, budget: float) -> dict:
+def full_min_fsdp(setup: Setup, budget: float) -> dict:
+    """The full model's smallest FSDP degree whose peak fits ``budget`` bytes."""
     assert setup.parallel is not None and setup.hardware is not None
     return min_fsdp_fitting(
         setup.model, setup.train, setup.parallel, setup.hardware, budget, max_fsdp=MAX_FSDP
     )
+
+
+_full_min_fsdp = st.cache_data(show_spinner=False, max_entries=64)(full_min_fsdp)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -8,6 +8,7 @@ fixed wait to shut Streamlit down gracefully.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -28,14 +29,16 @@ CHROMIUM_FLAGS = [
 
 
 @contextmanager
-def app_server(log: Path, start_s: float = 60.0) -> Iterator[str]:
-    """Yield the running app's base URL; its output goes to ``log``."""
+def app_server(log: Path, start_s: float = 60.0, cache: Path | None = None) -> Iterator[str]:
+    """Yield the running app's base URL; its output goes to ``log``; ``cache``: its disk
+    cache folder (``COSTMODEL_CACHE``), else the user's."""
+    env = {**os.environ, "COSTMODEL_CACHE": str(cache)} if cache else None
     port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.port", str(port), "--server.address", "127.0.0.1",
            "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc, log, start_s)

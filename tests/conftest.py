@@ -5,12 +5,15 @@ launch serves all its tests)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 import validate.reference.attention  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+
+os.environ["COSTMODEL_WARMUP"] = "off"  # no background warm-up per app test (explorer.warmup)
 
 RANK_MODULES = frozenset(
     path.name

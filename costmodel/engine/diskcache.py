@@ -117,9 +117,13 @@ def _reproducible(fn: Callable[..., Any], kind: str) -> bool:
 def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any], kind: str) -> None:
     import inspect
 
-    if not _reproducible(fn, kind):
-        return
-    entry = {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)}
+    if _reproducible(fn, kind):
+        _write(path, {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)})
+
+
+def _write(path: Path, entry: Any) -> None:
+    """Write atomically (a reader sees the old entry or the new one, never half of one);
+    an unwritable folder only costs the speed-up."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as tmp:
@@ -149,3 +153,22 @@ def lambdify_cached(
     if path is not None:
         _store(path, keys, fn, kind)
     return keys, fn
+
+
+def json_cached(parts: Sequence[Any], build: Callable[[], Any]) -> Any:
+    """What ``build()`` returns (plain JSON data: no code is run on load), kept on disk
+    under the same key rules as :func:`lambdify_cached`: for what is derived from a
+    structure's expressions but is not a function of them (the Formulas tab's sizes, LaTeX
+    and symbols), so that a structure met before costs no sympy at all."""
+    folder = cache_dir()
+    path = None if folder is None else folder / f"{_digest(('json', *parts))}.json"
+    if path is not None and _exists(path):
+        try:
+            if _trusted(path):
+                return json.loads(path.read_text())["data"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    data = json.loads(json.dumps(build()))  # a hit and a miss give the same types
+    if path is not None:
+        _write(path, {"data": data})
+    return data
