@@ -12,6 +12,7 @@ from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
+from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
 from costmodel.cli.sizing import add_sizing, reliability, sized_plan, sizing_json, sizing_text
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
@@ -34,15 +35,26 @@ def _words(kind: type, name: str):
         items = tuple(t.strip() for t in text.split(",") if t.strip())
         if not items:
             raise argparse.ArgumentTypeError(f"{name}: give a comma-separated list")
+        if kind is float:
+            return tuple(_float(name, t) for t in items)
         return tuple(int_arg(t) for t in items) if kind is int else items
 
     return parse
 
 
+def _float(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a number") from None
+
+
 def _batch_range(text: str) -> tuple[int, int]:
-    """``N`` or ``LO:HI`` (sequences per optimizer step)."""
-    low, _, high = text.partition(":")
-    return int_arg(low), int_arg(high if high else low)
+    """``N``, ``LO:HI`` or ``:HI`` (from 1)."""
+    low, colon, high = text.partition(":")
+    if colon and not low.strip():
+        low = "1"
+    return int_arg(low), int_arg(high if colon else low)
 
 
 def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
@@ -147,7 +159,7 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     recompute (every flag stated, so no default is taken for it)."""
     argv = ["python", "-m", "costmodel", "estimate"]
     stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
-              "hardware": args.hardware, "gpus": row["gpus"],
+              "hardware": row.get("hardware", args.hardware), "gpus": row["gpus"],
               "batch": row["batch"]}  # fmt: skip
     for key, value in stated.items():
         if isinstance(value, bool):
@@ -179,47 +191,101 @@ def no_fit_text(p: Plan) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     values = {k: v for k, v in values_of(args).items() if k in _MODEL_KEYS | set(_TRAIN_KEYS)}
-    low, high = args.global_batch
-    batches = batch_choices(low, high) if low != high else None
     checks.integer("top", args.top)
+    setup = build({**values, "batch": 1})
+    low, high = global_batch(args, setup.train.seq)
     setup = build({**values, "batch": high})
-    hw = get_hardware(args.hardware)
-    options = PlanOptions(
-        frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
-        max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
-    )  # fmt: skip
-    for name in ("token_budget", "price_per_hour", "deadline_days"):
+    batches = batch_choices(low, high) if low != high else None
+    _check_cost_flags(args)
+    prices = prices_for(list(args.hardware), args.price_per_hour)
+    kinds = [(name, get_hardware(name)) for name in args.hardware]  # every name checked first
+    if len(set(args.hardware)) < len(args.hardware):
+        raise SpecError("hardware", "hardware: name each device kind once")
+    found = [_search(args, values, setup, kind, price, batches)
+             for kind, price in zip(kinds, prices, strict=True)]  # fmt: skip
+    if len(found) > 1:
+        return _compared(args, found)
+    return _one(args, setup, batches, found[0])
+
+
+def global_batch(args: argparse.Namespace, seq: int) -> tuple[int, int]:
+    """(low, high) sequences per optimizer step: ``--global-batch`` as given, or
+    ``--global-batch-tokens`` over ``seq`` (a value must be whole sequences; a range keeps
+    the whole sequences inside it)."""
+    if args.global_batch_tokens is None:
+        return args.global_batch
+    low, high = args.global_batch_tokens
+    checks.integer("global_batch_tokens", low)
+    checks.integer("global_batch_tokens", high)
+    if low == high and low % seq:
+        down, up = low // seq * seq, -(-low // seq) * seq
+        raise SpecError("global_batch_tokens", f"global_batch_tokens must be a multiple of seq "
+                        f"({seq:,}): {low:,} is not (nearest: {down:,} or {up:,})")  # fmt: skip
+    first, last = -(-low // seq), high // seq
+    if first > last or last < 1:
+        raise SpecError("global_batch_tokens", f"global_batch_tokens range {low:,}:{high:,} "
+                        f"holds no whole number of {seq:,}-token sequences")  # fmt: skip
+    return first, last
+
+
+def _check_cost_flags(args: argparse.Namespace) -> None:
+    for name in ("token_budget", "deadline_days"):
         if getattr(args, name) is not None:
             checks.number(name, getattr(args, name))
+    for price in args.price_per_hour or ():
+        checks.number("price_per_hour", price)
     reliability(args)
     if args.deadline_days is not None and args.token_budget is None:
         raise SpecError("deadline_days", "deadline_days needs --token-budget (the tokens to "
                         "train on)")  # fmt: skip
+    if args.deadline_days is not None and len(args.hardware) > 1:
+        raise SpecError("deadline_days", "deadline_days sizes one --hardware: compare the "
+                        "kinds without it, then size the best one")  # fmt: skip
     if args.timeline:
         timeline_path(args.timeline)
+
+
+def _search(args, values, setup, kind: tuple, price: float | None, batches) -> Searched:
+    """One device kind's plan (``kind``: its name as given and its profile) and its shown
+    rows (days, cost, the estimate command)."""
+    name, hw = kind
+    options = PlanOptions(
+        frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
+        max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
+    )  # fmt: skip
     counts = args.gpus if args.max_gpus is None else device_counts(args.max_gpus,
                                                                    hw.devices_per_node)  # fmt: skip
     start = time.perf_counter()
     result = plan(setup.model, setup.train, hw, counts, options, progress_bar, batches)
     seconds = time.perf_counter() - start
-    rows = [r | budget_cost(r, r["gpus"], args.token_budget, args.price_per_hour)
-            | {"estimate_command": estimate_command(r, values, args)}
+    rows = [r | budget_cost(r, r["gpus"], args.token_budget, price) | {"hardware": name}
             for r in result.top(args.top)]  # fmt: skip
-    if args.timeline and len(result.order):
-        best = int(result.order[0])
-        write_timeline(args.timeline, setup.model, result.train_spec(best),
-                       result.parallel_spec(best), hw)  # fmt: skip
-    sized = None
-    if args.token_budget is not None and len(result.order):
-        sized = sized_plan(result, args)
+    for r in rows:
+        r["estimate_command"] = estimate_command(r, values, args)
+    return Searched(name, price, result, rows, seconds, counts)
+
+
+def _timeline(args: argparse.Namespace, s: Searched) -> None:
+    if args.timeline and len(s.plan.order):
+        best = int(s.plan.order[0])
+        write_timeline(args.timeline, s.plan.model, s.plan.train_spec(best),
+                       s.plan.parallel_spec(best), s.plan.hardware)  # fmt: skip
+
+
+def _one(args: argparse.Namespace, setup: Any, batches: list[int] | None, s: Searched) -> int:
+    """One device kind: its ranked layouts, the best's breakdown, each row's estimate
+    command, and with a token budget the sizing per GPU count."""
+    result, rows = s.plan, s.rows
+    _timeline(args, s)
+    sized = sized_plan(result, args, s.price) if args.token_budget and len(result.order) else None
     if args.json:
-        out = {"model": setup.model.name, "hardware": hw.name,
+        out = {"model": setup.model.name, "hardware": result.hardware.name,
                **({"gpus": args.gpus} if args.max_gpus is None else
-                  {"max_gpus": args.max_gpus, "device_counts": counts}),
-               "global_batch": list(batches) if batches else high,
+                  {"max_gpus": args.max_gpus, "device_counts": s.counts}),
+               "global_batch": list(batches) if batches else setup.train.batch,
                "enumerated": result.enumerated, "valid": result.valid,
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
-               "seconds": seconds, "top": rows}  # fmt: skip
+               "seconds": s.seconds, "top": rows}  # fmt: skip
         if not rows:
             out["no_fit"] = no_fit_text(result)
         met = True
@@ -231,13 +297,41 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not rows:
         print(no_fit_text(result))
         return 1
-    print(_table(result, rows, seconds, args.max_gpus))
-    print(breakdown(rows[0]))
-    print("\neach row as estimate computes it:")
-    print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
+    _print_rows(result, rows, s.seconds, args.max_gpus)
     if sized is not None:
         print(sizing_text(result, sized, args.token_budget, args.deadline_days))
         return 0 if any(r.meets is not False for r in sized) else 1
+    return 0
+
+
+def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | None) -> None:
+    print(_table(result, rows, seconds, max_gpus))
+    print(breakdown(rows[0]))
+    print("\neach row as estimate computes it:")
+    print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
+
+
+def _compared(args: argparse.Namespace, found: list[Searched]) -> int:
+    """Several device kinds: their best layouts ranked by the objective, then the best
+    kind's layouts as for one kind. Exit 1 when no kind has a layout that fits."""
+    order = ranked(found, args.objective)
+    no_fit = {s.hardware: no_fit_text(s.plan) for s in found if s.best is None}
+    winner = order[0] if order[0].best is not None else None
+    if winner is not None:
+        _timeline(args, winner)
+    if args.json:
+        out = {"model": found[0].plan.model.name, "hardware": list(args.hardware),
+               "objective": args.objective, "compared": compare_json(order, args.objective,
+                                                                     no_fit),
+               "best_hardware": winner.hardware if winner else None,
+               "top": winner.rows if winner else []}  # fmt: skip
+        print(json.dumps(out, indent=2, allow_nan=False))
+        return 0 if winner else 1
+    print(compare_text(order, args.objective, no_fit))
+    if winner is None:
+        return 1
+    print(f"\nbest: {winner.hardware}; its layouts:\n")
+    _print_rows(winner.plan, winner.rows, winner.seconds, args.max_gpus)
     return 0
 
 
@@ -252,15 +346,24 @@ def add_plan(sub) -> None:
     add_inputs(p, "training", tuple(i for i in TRAIN_INPUTS if i.key in _TRAIN_KEYS))
     add_inputs(p, "ModelSpec fields (override the preset)", MODEL_INPUTS)
     g = p.add_argument_group("cluster and search")
-    g.add_argument("--hardware", required=True, help=FRONT["hardware"].help)
+    g.add_argument("--hardware", required=True, type=_words(str, "hardware"),
+                   help=FRONT["hardware"].help + "; a comma list compares the kinds' best "
+                   "layouts")  # fmt: skip
     count = g.add_mutually_exclusive_group(required=True)
     count.add_argument("--gpus", type=int_arg, help="devices in the cluster, all used")
     count.add_argument("--max-gpus", type=int_arg,
                        help="a budget: any count up to this (whole nodes whose count has no "
                        "prime factor above 5, e.g. 5,120 of 5,128)")  # fmt: skip
-    g.add_argument("--global-batch", type=_batch_range, required=True,
-                   help="sequences per optimizer step, or a range LO:HI (the 8 largest "
-                   "batches in it with no prime factor above 7, and HI)")  # fmt: skip
+    batch = g.add_mutually_exclusive_group(required=True)
+    batch.add_argument(
+        "--global-batch",
+        type=_batch_range,
+        help="sequences per optimizer step, or a range LO:HI or :HI (up to HI; "
+        "the 8 largest batches in it with no prime factor above 7, and HI)",
+    )
+    batch.add_argument("--global-batch-tokens", type=_batch_range,
+                       help="tokens per optimizer step (a multiple of --seq), or a range of "
+                       "tokens LO:HI or :HI (the whole sequences inside it)")  # fmt: skip
     g.add_argument(
         "--frameworks",
         type=_words(str, "frameworks"),
@@ -291,14 +394,20 @@ def add_plan(sub) -> None:
         f"device memory (default {DEFAULT_HEADROOM}; the rule estimate and solve use too)",
     )
     g.add_argument("--objective", choices=OBJECTIVES, default="time",
-                   help="rank by time (tokens/s), cost (device-seconds per token: with "
-                   "--max-gpus, smaller counts may win) or mfu (default time)")  # fmt: skip
+                   help="rank by time (tokens/s), cost (device-seconds per token, x each "
+                   "kind's price across --hardware kinds: with --max-gpus, smaller counts may "
+                   "win), tokens-per-gpu or mfu (default time)")  # fmt: skip
     g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument(
         "--timeline", metavar="PATH", help="write the best layout's step timeline (.svg or .html)"
     )
-    add_inputs(p, "cost (adds days and cost per layout, and a sizing per GPU count)",
-               (FRONT["token_budget"], FRONT["price_per_hour"]))  # fmt: skip
+    cost = "cost (adds days and cost per layout, and a sizing per GPU count)"
+    add_inputs(p, cost, (FRONT["token_budget"],))
+    p.add_argument(
+        "--price-per-hour",
+        type=_words(float, "price_per_hour"),
+        help="per device-hour; a comma list gives one per --hardware kind",
+    )
     add_sizing(p)
     p.set_defaults(func=_cmd_plan)

@@ -98,12 +98,13 @@ def reliability(args: argparse.Namespace) -> Reliability:
                        args.pue)  # fmt: skip
 
 
-def sized_plan(result: Plan, args: argparse.Namespace) -> list[Size]:
-    """The sizing of a plan, its checkpoint the best layout's trained state."""
+def sized_plan(result: Plan, args: argparse.Namespace, price: float | None) -> list[Size]:
+    """The sizing of a plan at ``price`` per device-hour, its checkpoint the best layout's
+    trained state."""
     rel = reliability(args)
     params = estimate(result.model, result.train_spec(int(result.order[0])))["params.trainable"]
     state = checkpoint_bytes(params, result.train.precision, result.train.optimizer)
-    return sizes(result, args.token_budget, args.price_per_hour, args.deadline_days, rel,
+    return sizes(result, args.token_budget, price, args.deadline_days, rel,
                  state, args.kwh_price)  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, expert_tp, grad_accum_of
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
-OBJECTIVES = ("time", "cost", "mfu")
+OBJECTIVES = ("time", "cost", "tokens-per-gpu", "mfu")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,9 @@ class PlanOptions:
     objective: str = "time"
     """What ranks the layouts that fit (``OBJECTIVES``): ``time``, the most tokens per
     second (the shortest step at one batch); ``cost``, the fewest device-seconds per token
-    (the most tokens per second per device: what a budget's smaller counts may win); ``mfu``,
+    (the most tokens per second per device: what a budget's smaller counts may win; on one
+    device kind ``tokens-per-gpu`` ranks the same, across kinds cost weighs each kind's
+    price: ``costmodel.cli.plan_compare``); ``mfu``,
     the highest model FLOPs utilisation."""
 
     def __post_init__(self) -> None:

@@ -284,11 +284,12 @@ resolution: its median error on published runs is ~6 %)."""
 def score(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], objective: str):
     """What ``objective`` minimises, per layout (``PlanOptions.objective``): seconds per
     token (``time``; the step time's order at one batch), device-seconds per token
-    (``cost``), 1 / MFU (``mfu``)."""
+    (``cost``, and ``tokens-per-gpu``: the same order on one device kind), 1 / MFU
+    (``mfu``)."""
     per_token = 1 / values["tokens_per_s"]
-    return {"time": per_token, "cost": cols["gpus"] * per_token, "mfu": 1 / values["mfu"]}[
-        objective
-    ]
+    per_device = cols["gpus"] * per_token
+    return {"time": per_token, "cost": per_device, "tokens-per-gpu": per_device,
+            "mfu": 1 / values["mfu"]}[objective]  # fmt: skip
 
 
 def rank(
