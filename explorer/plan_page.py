@@ -23,6 +23,7 @@ from costmodel.engine.plan import (
 )
 from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes
 from costmodel.engine.timeline import segments
+from costmodel.engine.why import differences, nearest_fitting
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
@@ -126,11 +127,15 @@ def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
     rows, pick = [], int(p.order[0])
     idx = shown(p, top)
     fastest = p.values["time_s.step"][idx[0]]
+    best = p.row(pick)
     for n, i in enumerate(idx, 1):
         r = p.row(i)
+        changed = differences(r, best)["changed"]
         rows.append({"#": n, "recommended": "✓" if i == pick else "", "layout": layout_label(r),
                      "step (s)": round(r["time_s.step"], 4),
                      "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
+                     "differs from ✓": ", ".join(f"{k} {a}→{b}" for k, (a, b) in
+                                                 changed.items()),
                      "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
                      "tokens/s per GPU": round(r["tokens_per_s"] / r["gpus"]),
                      "MFU (%)": round(100 * r["mfu"], 1),
@@ -181,9 +186,9 @@ def plan_page() -> None:
         st.warning(
             f"No layout fits: the smallest peak is "
             f"{best['memory_bytes_per_device.peak'] / GIB:,.1f} GiB "
-            f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB. "
-            "Try more GPUs, full recompute, or a smaller batch per device."
+            f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB."
         )
+        _nearest(p)
     else:
         _table(p, inp["top"], inp["model"])
     if fit and inp["tokens"] > 0:
@@ -192,6 +197,25 @@ def plan_page() -> None:
     st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
     if fit:
         _timeline(p, inp["top"])
+
+
+def _nearest(p: Plan) -> None:
+    """The nearest layout that fits (more devices, or what the options left out)."""
+    with st.spinner("searching for the nearest layout that fits"):
+        near = _nearest_row(p.model, p.train, p.hardware, _counts(p), p.options)
+    if near is None:
+        st.info("Nothing fits on up to 8x the devices with every option the search allows.")
+        return
+    st.info(f"Nearest that fits: {', '.join(near['changes'])}: {layout_label(near)} on "
+            f"{near['gpus']:,} GPUs, step {near['time_s.step']:.3g} s, peak "
+            f"{near['memory_bytes_per_device.peak'] / GIB:,.1f} GiB.")  # fmt: skip
+
+
+def _counts(p: Plan) -> tuple[int, ...]:
+    return tuple(sorted({int(g) for g in p.columns["gpus"]}))
+
+
+_nearest_row = st.cache_data(show_spinner=False, max_entries=32)(nearest_fitting)
 
 
 def _sizing(p: Plan, inp: dict[str, Any]) -> None:

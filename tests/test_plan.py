@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 
 import numpy as np
 import pytest
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.cli import main
+from costmodel.cli import main, make_parser
+from costmodel.cli.args import values_of
 from costmodel.config import check
+from costmodel.engine import why
 from costmodel.engine.estimate import estimate
 from costmodel.engine.layouts import enumerate_layouts, valid_mask
 from costmodel.engine.plan import LAYOUT, TIE, PlanOptions, plan
+from costmodel.inputs import build
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -92,14 +96,62 @@ def test_a_tighter_budget_keeps_a_subset():
     assert tight.budget_bytes == pytest.approx(0.05 * H100.hbm_bytes)
 
 
-def test_nothing_fits_names_the_smallest_peak_and_a_way_out(capsys):
+def test_nothing_fits_names_the_smallest_peak_and_the_nearest_layout_that_fits(capsys):
+    """Llama-3-8B with Adam on one H100 needs ~150 GiB: the nearest fit is 4 GPUs (issue 37,
+    item 5), given as a layout whose estimate command reproduces it and fits."""
+    argv = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "1",
+            "--seq", "4096", "--global-batch", "8", "--recompute", "none",
+            "--frameworks", "fsdp2"]  # fmt: skip
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "no layout fits: the smallest peak is" in out and "try" not in out
+    assert "nearest that fits: 4 GPUs (4x): fsdp2" in out
+    assert main([*argv, "--json"]) == 1
+    near = json.loads(capsys.readouterr().out)["nearest_fit"]
+    assert near["gpus"] == 4 and near["changes"] == ["4 GPUs (4x)"]
+    command = shlex.split(near["estimate_command"])
+    est = build(values_of(make_parser().parse_args(command[3:]))).estimate()
+    assert est["time_s.step"] == pytest.approx(near["time_s.step"], rel=1e-9)
+    assert est["memory_bytes_per_device.peak"] <= 0.9 * H100.hbm_bytes
+
+
+def test_where_nothing_fits_within_8x_the_hints_remain(capsys, monkeypatch):
+    monkeypatch.setattr(why, "FACTORS", (1,))  # bounded: the widened search on 2 GPUs only
     code = main(["plan", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "2",
-                 "--seq", "4096", "--global-batch", "2", "--recompute", "none",
+                 "--seq", "1024", "--global-batch", "2", "--recompute", "none",
                  "--frameworks", "fsdp2"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 1
-    assert "no layout fits: the smallest peak is" in out
     assert "allow --recompute full" in out and "more GPUs" in out
+    assert "nothing fits on up to 8x the devices" in out
+
+
+def test_what_changed_names_what_the_options_left_out():
+    options = PlanOptions(frameworks=("reference",), recompute=("none",), micro_batches=(4,),
+                          max_tp=2, interleave=(1,))  # fmt: skip
+    row = {"gpus": 16, "recompute": "full", "micro_batch": 1, "framework": "fsdp2", "tp": 4,
+           "pp_interleave": 2}  # fmt: skip
+    assert why.what_changed(row, options, 2) == [
+        "16 GPUs (2x)", "recompute full", "micro-batch 1", "framework fsdp2 (sharding)", "tp 4",
+        "pp interleave 2"]  # fmt: skip
+    assert why.widened(why.widened(options)) == why.widened(options)
+
+
+def test_the_next_layouts_say_how_they_differ_from_the_best(capsys):
+    argv = ["plan", "--model", "cs336-small", "--hardware", "h100-sxm", "--gpus", "8",
+            "--seq", "512", "--global-batch", "32", "--recompute", "none",
+            "--top", "3"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "how the next differ from #1:" in out and "-0.0" not in out
+    assert main([*argv, "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    assert "vs_best" not in top[0]
+    for row in top[1:]:
+        d = row["vs_best"]
+        assert d["step_change"] == pytest.approx(row["time_s.step"] / top[0]["time_s.step"] - 1)
+        assert d["changed"] and all(top[0][k] == a and row[k] == b
+                                    for k, (a, b) in d["changed"].items())  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,8 @@ def test_plan_page_ranks_draws_and_explains():
     table = at.dataframe[0].value
     assert len(table) == 10 and (table["step (s)"].diff().dropna() >= 0).all()
     assert table["estimate"].str.startswith("/?model=llama3-8b").all()
+    picked = table[table["recommended"] == "✓"]
+    assert (picked["differs from ✓"] == "").all() and (table["differs from ✓"] != "").sum() >= 8
     assert len(at.get("vega_lite_chart")) == 2  # Pareto and the timeline
     at.selectbox[-1].set_value(at.selectbox[-1].options[1]).run()
     assert not at.exception
@@ -129,6 +131,7 @@ def test_plan_page_ranks_draws_and_explains():
     at.button[0].click().run()
     assert not at.exception
     assert "No layout fits" in at.warning[0].value
+    assert "Nothing fits on up to 8x the devices" in at.info[0].value  # 405B on up to 8 GPUs
     at.multiselect[0].set_value([])
     at.button[0].click().run()
     assert "at least one framework" in at.error[0].value

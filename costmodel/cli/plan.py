@@ -11,50 +11,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
-from costmodel.cli.args import FRONT, add_inputs, flag, int_arg, negation, values_of
+from costmodel.cli.args import flag, negation, values_of
+from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, global_batch
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
-from costmodel.cli.sizing import add_sizing, reliability, sized_plan, sizing_json, sizing_text
+from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import OBJECTIVES, batch_choices, device_counts
-from costmodel.engine.plan import FRAMEWORK_CHOICES, Plan, PlanOptions, layout_label, plan
+from costmodel.engine.layouts import batch_choices, device_counts
+from costmodel.engine.plan import Plan, PlanOptions, layout_label, plan
 from costmodel.engine.sizing import train_days
-from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS, build
+from costmodel.engine.why import difference_text, differences, nearest_fitting
+from costmodel.inputs import build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.units import fmt_bytes
 
-_TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention",
-               "attention_kernel", "elementwise", "dropout", "finetune", "lora_rank",
-               "lora_targets")  # fmt: skip
 GIB = 2**30
-
-
-def _words(kind: type, name: str):
-    def parse(text: str) -> tuple[Any, ...]:
-        items = tuple(t.strip() for t in text.split(",") if t.strip())
-        if not items:
-            raise argparse.ArgumentTypeError(f"{name}: give a comma-separated list")
-        if kind is float:
-            return tuple(_float(name, t) for t in items)
-        return tuple(int_arg(t) for t in items) if kind is int else items
-
-    return parse
-
-
-def _float(name: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a number") from None
-
-
-def _batch_range(text: str) -> tuple[int, int]:
-    """``N``, ``LO:HI`` or ``:HI`` (from 1)."""
-    low, colon, high = text.partition(":")
-    if colon and not low.strip():
-        low = "1"
-    return int_arg(low), int_arg(high if colon else low)
 
 
 def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
@@ -171,26 +143,28 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     return shlex.join(argv)
 
 
-def no_fit_text(p: Plan) -> str:
-    """No layout fits: the smallest peak found and what would make it fit."""
+def no_fit_text(p: Plan, hints: bool = True) -> str:
+    """No layout fits: the smallest peak found and (``hints``) what could make one fit;
+    without them where the nearest fitting layout is given instead."""
     best = p.smallest_memory()
     need = best["memory_bytes_per_device.peak"]
     tuning = p.train.finetune != "full"  # fine-tuning shards over fsdp only
-    hints = ["more GPUs" + ("" if tuning else " (or more pp/tp to split the weights)")]
+    tries = ["more GPUs" + ("" if tuning else " (or more pp/tp to split the weights)")]
     if tuning and p.train.finetune == "lora":
-        hints.append("--finetune qlora (4-bit frozen weights)")
+        tries.append("--finetune qlora (4-bit frozen weights)")
     if best["recompute"] != "full" and "full" not in p.options.recompute:
-        hints.insert(0, "allow --recompute full")
+        tries.insert(0, "allow --recompute full")
     if best["micro_batch"] > 1:
-        hints.insert(0, "a smaller micro-batch")
-    return (f"no layout fits: the smallest peak is {need / GIB:,.1f} GiB per device "
+        tries.insert(0, "a smaller micro-batch")
+    hbm = p.hardware.hbm_bytes / GIB
+    text = (f"no layout fits: the smallest peak is {need / GIB:,.1f} GiB per device "
             f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB "
-            f"({p.options.memory_headroom:.0%} of {p.hardware.hbm_bytes / GIB:,.0f} GiB); "
-            f"try {', or '.join(hints)}")  # fmt: skip
+            f"({p.options.memory_headroom:.0%} of {hbm:,.0f} GiB)")  # fmt: skip
+    return f"{text}; try {', or '.join(tries)}" if hints else text
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    values = {k: v for k, v in values_of(args).items() if k in _MODEL_KEYS | set(_TRAIN_KEYS)}
+    values = {k: v for k, v in values_of(args).items() if k in MODEL_KEYS | set(TRAIN_KEYS)}
     checks.integer("top", args.top)
     setup = build({**values, "batch": 1})
     low, high = global_batch(args, setup.train.seq)
@@ -205,27 +179,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
              for kind, price in zip(kinds, prices, strict=True)]  # fmt: skip
     if len(found) > 1:
         return _compared(args, found)
-    return _one(args, setup, batches, found[0])
-
-
-def global_batch(args: argparse.Namespace, seq: int) -> tuple[int, int]:
-    """(low, high) sequences per optimizer step: ``--global-batch`` as given, or
-    ``--global-batch-tokens`` over ``seq`` (a value must be whole sequences; a range keeps
-    the whole sequences inside it)."""
-    if args.global_batch_tokens is None:
-        return args.global_batch
-    low, high = args.global_batch_tokens
-    checks.integer("global_batch_tokens", low)
-    checks.integer("global_batch_tokens", high)
-    if low == high and low % seq:
-        down, up = low // seq * seq, -(-low // seq) * seq
-        raise SpecError("global_batch_tokens", f"global_batch_tokens must be a multiple of seq "
-                        f"({seq:,}): {low:,} is not (nearest: {down:,} or {up:,})")  # fmt: skip
-    first, last = -(-low // seq), high // seq
-    if first > last or last < 1:
-        raise SpecError("global_batch_tokens", f"global_batch_tokens range {low:,}:{high:,} "
-                        f"holds no whole number of {seq:,}-token sequences")  # fmt: skip
-    return first, last
+    return _one(args, setup, batches, found[0], values)
 
 
 def _check_cost_flags(args: argparse.Namespace) -> None:
@@ -272,10 +226,14 @@ def _timeline(args: argparse.Namespace, s: Searched) -> None:
                        s.plan.parallel_spec(best), s.plan.hardware)  # fmt: skip
 
 
-def _one(args: argparse.Namespace, setup: Any, batches: list[int] | None, s: Searched) -> int:
-    """One device kind: its ranked layouts, the best's breakdown, each row's estimate
-    command, and with a token budget the sizing per GPU count."""
+def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict) -> int:
+    """One device kind: its ranked layouts, how the next differ from the best, the best's
+    breakdown, each row's estimate command, with a token budget the sizing per GPU count;
+    where nothing fits, the nearest layout that does."""
     result, rows = s.plan, s.rows
+    for r in rows[1:]:
+        r["vs_best"] = differences(r, rows[0])
+    nearest = None if rows else _nearest(args, s, batches, values)
     _timeline(args, s)
     sized = sized_plan(result, args, s.price) if args.token_budget and len(result.order) else None
     if args.json:
@@ -287,7 +245,8 @@ def _one(args: argparse.Namespace, setup: Any, batches: list[int] | None, s: Sea
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
                "seconds": s.seconds, "top": rows}  # fmt: skip
         if not rows:
-            out["no_fit"] = no_fit_text(result)
+            out["no_fit"] = no_fit_text(result, hints=nearest is None)
+            out["nearest_fit"] = nearest
         met = True
         if sized is not None:
             out["sizing"] = sizing_json(sized, args.deadline_days)
@@ -295,7 +254,8 @@ def _one(args: argparse.Namespace, setup: Any, batches: list[int] | None, s: Sea
         print(json.dumps(out, indent=2, allow_nan=False))
         return 0 if rows and met else 1
     if not rows:
-        print(no_fit_text(result))
+        print(no_fit_text(result, hints=nearest is None))
+        print(_nearest_text(nearest))
         return 1
     _print_rows(result, rows, s.seconds, args.max_gpus)
     if sized is not None:
@@ -304,8 +264,31 @@ def _one(args: argparse.Namespace, setup: Any, batches: list[int] | None, s: Sea
     return 0
 
 
+def _nearest(args, s: Searched, batches: list[int] | None, values: dict) -> dict | None:
+    """The nearest layout that fits (``costmodel.engine.why``), with its estimate command."""
+    p = s.plan
+    row = nearest_fitting(p.model, p.train, p.hardware, s.counts, p.options, batches)
+    if row is not None:
+        row["hardware"] = s.hardware
+        row["estimate_command"] = estimate_command(row, values, args)
+    return row
+
+
+def _nearest_text(row: dict | None) -> str:
+    if row is None:
+        return "nothing fits on up to 8x the devices with every option the search allows"
+    return (f"nearest that fits: {', '.join(row['changes'])}: {layout_label(row)} on "
+            f"{row['gpus']:,} GPUs, step {row['time_s.step']:.3f} s, peak "
+            f"{row['memory_bytes_per_device.peak'] / GIB:,.1f} GiB\n"
+            f"  {row['estimate_command']}")  # fmt: skip
+
+
 def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | None) -> None:
     print(_table(result, rows, seconds, max_gpus))
+    if len(rows) > 1:
+        print("\nhow the next differ from #1:")
+        print("\n".join(f"{i:>3}  {difference_text(r, rows[0])}"
+                        for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
     print("\neach row as estimate computes it:")
     print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
@@ -335,79 +318,7 @@ def _compared(args: argparse.Namespace, found: list[Searched]) -> int:
     return 0
 
 
-_MODEL_KEYS = {"model", "hf_config"} | {i.key for i in MODEL_INPUTS}
-
-
 def add_plan(sub) -> None:
     p = sub.add_parser("plan", help="the fastest layouts that fit a cluster")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", help=f"preset: {', '.join(FRONT['model'].choices or ())}")
-    src.add_argument("--hf-config", metavar="PATH", help=FRONT["hf_config"].help)
-    add_inputs(p, "training", tuple(i for i in TRAIN_INPUTS if i.key in _TRAIN_KEYS))
-    add_inputs(p, "ModelSpec fields (override the preset)", MODEL_INPUTS)
-    g = p.add_argument_group("cluster and search")
-    g.add_argument("--hardware", required=True, type=_words(str, "hardware"),
-                   help=FRONT["hardware"].help + "; a comma list compares the kinds' best "
-                   "layouts")  # fmt: skip
-    count = g.add_mutually_exclusive_group(required=True)
-    count.add_argument("--gpus", type=int_arg, help="devices in the cluster, all used")
-    count.add_argument("--max-gpus", type=int_arg,
-                       help="a budget: any count up to this (whole nodes whose count has no "
-                       "prime factor above 5, e.g. 5,120 of 5,128)")  # fmt: skip
-    batch = g.add_mutually_exclusive_group(required=True)
-    batch.add_argument(
-        "--global-batch",
-        type=_batch_range,
-        help="sequences per optimizer step, or a range LO:HI or :HI (up to HI; "
-        "the 8 largest batches in it with no prime factor above 7, and HI)",
-    )
-    batch.add_argument("--global-batch-tokens", type=_batch_range,
-                       help="tokens per optimizer step (a multiple of --seq), or a range of "
-                       "tokens LO:HI or :HI (the whole sequences inside it)")  # fmt: skip
-    g.add_argument(
-        "--frameworks",
-        type=_words(str, "frameworks"),
-        default=("fsdp2", "megatron"),
-        help=f"comma list of {', '.join(FRAMEWORK_CHOICES)} (default fsdp2,megatron)",
-    )
-    g.add_argument(
-        "--recompute",
-        type=_words(str, "recompute"),
-        default=("none", "selective", "selective-op", "full"),
-        help="comma list of recompute policies to try (default all four)",
-    )
-    g.add_argument(
-        "--micro-batches",
-        type=_words(int, "micro-batches"),
-        default=None,
-        help="comma list of sequences per device per micro-batch "
-        "(default: every power of two that divides)",
-    )
-    g.add_argument(
-        "--max-tp", type=int_arg, default=None, help="largest tp (default: the devices of one node)"
-    )
-    g.add_argument(
-        "--memory-headroom",
-        type=float,
-        default=DEFAULT_HEADROOM,
-        help="a layout fits when its peak allocated bytes are at most this share of "
-        f"device memory (default {DEFAULT_HEADROOM}; the rule estimate and solve use too)",
-    )
-    g.add_argument("--objective", choices=OBJECTIVES, default="time",
-                   help="rank by time (tokens/s), cost (device-seconds per token, x each "
-                   "kind's price across --hardware kinds: with --max-gpus, smaller counts may "
-                   "win), tokens-per-gpu or mfu (default time)")  # fmt: skip
-    g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
-    g.add_argument("--json", action="store_true", help="print one JSON object")
-    g.add_argument(
-        "--timeline", metavar="PATH", help="write the best layout's step timeline (.svg or .html)"
-    )
-    cost = "cost (adds days and cost per layout, and a sizing per GPU count)"
-    add_inputs(p, cost, (FRONT["token_budget"],))
-    p.add_argument(
-        "--price-per-hour",
-        type=_words(float, "price_per_hour"),
-        help="per device-hour; a comma list gives one per --hardware kind",
-    )
-    add_sizing(p)
+    add_plan_arguments(p)
     p.set_defaults(func=_cmd_plan)

@@ -1,0 +1,93 @@
+"""Why a plan's best layout, and a way out when nothing fits (issue 37, item 5).
+
+How the next layouts differ from the best: the layout fields that change and what it costs
+(step time, peak memory). When no layout of the request fits, the nearest that does: first
+the same devices with what the search options left out (every recompute policy and
+micro-batch, FSDP2 and Megatron besides the frameworks asked for, tp up to a node,
+interleaving), then 2, 4 and 8 times the devices. Units: seconds, bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from costmodel.engine.layouts import PlanOptions
+from costmodel.engine.plan import LAYOUT, plan
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec
+
+GIB = 2**30
+RECOMPUTE = ("none", "selective", "selective-op", "full")
+SHARDING = ("fsdp2", "megatron")
+FACTORS = (1, 2, 4, 8)
+"""Device multiples tried for a way out, in order (1: the same devices, wider options)."""
+
+
+def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
+    """What ``row`` changes from ``best``: its step and peak relative to the best's, and
+    each layout field that differs as ``[best's, row's]``."""
+    changed = {k: [best[k], row[k]] for k in LAYOUT if row[k] != best[k]}
+    step = row["time_s.step"] / best["time_s.step"] - 1
+    peak = row["memory_bytes_per_device.peak"] - best["memory_bytes_per_device.peak"]
+    return {"step_change": step, "peak_change_bytes": peak, "changed": changed}
+
+
+def difference_text(row: dict[str, Any], best: dict[str, Any]) -> str:
+    """E.g. ``+0.1 % step, +1.1 GiB: dp 1->2, fsdp 4->2``."""
+    d = differences(row, best)
+    fields = ", ".join(f"{k} {a}->{b}" for k, (a, b) in d["changed"].items()) or "same layout"
+    step = round(100 * d["step_change"], 1) + 0.0  # no "-0.0"
+    peak = round(d["peak_change_bytes"] / GIB, 1) + 0.0
+    return f"{step:+.1f} % step, {peak:+,.1f} GiB: {fields}"
+
+
+def widened(options: PlanOptions) -> PlanOptions:
+    """The search options with nothing left out that could make a layout fit."""
+    frameworks = tuple(dict.fromkeys((*options.frameworks, *SHARDING)))
+    return replace(options, frameworks=frameworks, recompute=RECOMPUTE, micro_batches=None,
+                   max_tp=None, interleave=(1, 2))  # fmt: skip
+
+
+def nearest_fitting(
+    model: ModelSpec,
+    train: TrainSpec,
+    hardware: Hardware,
+    gpus: int | Sequence[int],
+    options: PlanOptions,
+    batches: Sequence[int] | None = None,
+) -> dict[str, Any] | None:
+    """The best layout that fits nearest the request (:data:`FACTORS` times its devices,
+    the search options widened), with what changed in words; None if none up to 8x."""
+    counts = [gpus] if isinstance(gpus, int) else list(gpus)
+    wide = widened(options)
+    for factor in FACTORS:
+        if factor == 1 and wide == options:
+            continue  # the search that found nothing
+        try:
+            found = plan(model, train, hardware, [c * factor for c in counts], wide,
+                         batches=batches)  # fmt: skip
+        except SpecError:  # no valid layout of these counts
+            continue
+        if len(found.order):
+            row = found.row(int(found.order[0]))
+            return {**row, "changes": what_changed(row, options, factor)}
+    return None
+
+
+def what_changed(row: dict[str, Any], options: PlanOptions, factor: int) -> list[str]:
+    """The ways ``row`` leaves the request: more devices, or a choice the options excluded."""
+    words = [f"{row['gpus']:,} GPUs ({factor}x)"] if factor > 1 else []
+    if row["recompute"] not in options.recompute:
+        words.append(f"recompute {row['recompute']}")
+    if options.micro_batches and row["micro_batch"] not in options.micro_batches:
+        words.append(f"micro-batch {row['micro_batch']}")
+    if row["framework"] not in options.frameworks:
+        words.append(f"framework {row['framework']} (sharding)")
+    if options.max_tp is not None and row["tp"] > options.max_tp:
+        words.append(f"tp {row['tp']}")
+    if row["pp_interleave"] not in options.interleave:
+        words.append(f"pp interleave {row['pp_interleave']}")
+    return words
