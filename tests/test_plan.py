@@ -149,7 +149,8 @@ def test_the_next_layouts_say_how_they_differ_from_the_best(capsys):
     assert "vs_best" not in top[0]
     for row in top[1:]:
         d = row["vs_best"]
-        assert d["step_change"] == pytest.approx(row["time_s.step"] / top[0]["time_s.step"] - 1)
+        speed = row["tokens_per_s"] / top[0]["tokens_per_s"] - 1
+        assert d["tokens_per_s_change"] == pytest.approx(speed)
         assert d["changed"] and all(top[0][k] == a and row[k] == b
                                     for k, (a, b) in d["changed"].items())  # fmt: skip
 

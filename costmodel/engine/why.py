@@ -1,7 +1,7 @@
 """Why a plan's best layout, and a way out when nothing fits (issue 37, item 5).
 
 How the next layouts differ from the best: the layout fields that change and what it costs
-(step time, peak memory). When no layout of the request fits, the nearest that does: first
+(tokens/s, peak memory). When no layout of the request fits, the nearest that does: first
 the same devices with what the search options left out (every recompute policy and
 micro-batch, FSDP2 and Megatron besides the frameworks asked for, tp up to a node,
 interleaving), then 2, 4 and 8 times the devices. Units: seconds, bytes.
@@ -27,21 +27,22 @@ FACTORS = (1, 2, 4, 8)
 
 
 def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
-    """What ``row`` changes from ``best``: its step and peak relative to the best's, and
-    each layout field that differs as ``[best's, row's]``."""
+    """What ``row`` changes from ``best``: its tokens/s relative to the best's (what the
+    ranking reads: a step compares only at one batch), its peak, and each layout field
+    that differs as ``[best's, row's]``."""
     changed = {k: [best[k], row[k]] for k in LAYOUT if row[k] != best[k]}
-    step = row["time_s.step"] / best["time_s.step"] - 1
+    speed = row["tokens_per_s"] / best["tokens_per_s"] - 1
     peak = row["memory_bytes_per_device.peak"] - best["memory_bytes_per_device.peak"]
-    return {"step_change": step, "peak_change_bytes": peak, "changed": changed}
+    return {"tokens_per_s_change": speed, "peak_change_bytes": peak, "changed": changed}
 
 
 def difference_text(row: dict[str, Any], best: dict[str, Any]) -> str:
-    """E.g. ``+0.1 % step, +1.1 GiB: dp 1->2, fsdp 4->2``."""
+    """E.g. ``-0.9 % tokens/s, +1.1 GiB: dp 1->2, fsdp 4->2``."""
     d = differences(row, best)
     fields = ", ".join(f"{k} {a}->{b}" for k, (a, b) in d["changed"].items()) or "same layout"
-    step = round(100 * d["step_change"], 1) + 0.0  # no "-0.0"
+    speed = round(100 * d["tokens_per_s_change"], 1) + 0.0  # no "-0.0"
     peak = round(d["peak_change_bytes"] / GIB, 1) + 0.0
-    return f"{step:+.1f} % step, {peak:+,.1f} GiB: {fields}"
+    return f"{speed:+.1f} % tokens/s, {peak:+,.1f} GiB: {fields}"
 
 
 def widened(options: PlanOptions) -> PlanOptions:
