@@ -136,7 +136,7 @@ def test_the_planner_tries_each_megatron_layout_with_and_without_it():
     eligible = (cols["ep"] > 1) & (cols["recompute"] != "full")
     eligible &= (cols["pp"] == 1) | (cols["pp_interleave"] > 1)
     assert not (overlap & ~eligible).any()
-    keys = ("dp", "tp", "pp", "pp_interleave", "cp", "ep", "micro_batch", "recompute")
+    keys = ("dp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "micro_batch", "recompute")
     without = {tuple(cols[k][i] for k in keys): step[i] for i in np.flatnonzero(~overlap)}
     for i in np.flatnonzero(overlap):
         assert step[i] <= without[tuple(cols[k][i] for k in keys)]
@@ -147,4 +147,15 @@ def test_the_planner_tries_each_megatron_layout_with_and_without_it():
     values, problems = from_query(dict(parse_qsl(urlparse(link).query)))
     setup, errors = setup_of(values)
     assert not problems and not errors and setup.parallel.ep_overlap
+    assert setup.estimate().values["time_s.step"] == pytest.approx(step[i], rel=1e-12)
+    # and on a folded mesh (ep over tp x dp, the experts unsplit: Megatron's parallel folding)
+    folded = np.flatnonzero((cols["etp"] == 1) & (cols["tp"] > 1) & (cols["ep"] > 1))
+    assert len(folded)
+    i = int(folded[0])
+    assert "etp1" in layout_label(found.row(i))
+    values, problems = from_query(
+        dict(parse_qsl(urlparse(estimate_link(found, i, "mixtral-8x7b")).query))
+    )
+    setup, errors = setup_of(values)
+    assert not problems and not errors and setup.parallel.etp == 1
     assert setup.estimate().values["time_s.step"] == pytest.approx(step[i], rel=1e-12)

@@ -121,7 +121,7 @@ def breakdown(row: dict[str, Any]) -> str:
 
 
 _ROW_FLAGS = ("framework", "dp", "fsdp", "zero", "tp", "sequence_parallel", "pp", "pp_interleave",
-              "cp", "ep", "ep_overlap", "grad_reduce_fp32", "recompute")  # fmt: skip
+              "cp", "ep", "etp", "ep_overlap", "grad_reduce_fp32", "recompute")  # fmt: skip
 """A plan row's columns that ``estimate`` takes as flags (its micro-batch as --microbatch)."""
 
 

@@ -136,12 +136,13 @@ def enumerate_layouts(
             if pp > model.n_layers or train.batch % replicas:
                 continue
             choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
-            for (dp, fsdp, zero), ep in itertools.product(
-                framework_of(fw).shardings(replicas), _expert_degrees(model, replicas * cp)
+            for (dp, fsdp, zero), (ep, etp) in itertools.product(
+                framework_of(fw).shardings(replicas), _expert_meshes(model, tp, replicas * cp)
             ):
-                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, len(choices["recompute"])))
+                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, etp,
+                               len(choices["recompute"])))  # fmt: skip
                 inner.append(choices)
-    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "count")
+    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "count")
     per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
     counts = np.array(per_block.get("count", ()), dtype=np.int64)
     cols = {n: np.repeat(np.array(per_block.get(n, ()), object if n in _KINDS else np.int64),
@@ -175,13 +176,19 @@ SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", 
 """Columns a candidate sets; the rest of the training is the question's."""
 
 
-def _expert_degrees(model: ModelSpec, data_ranks: int) -> list[int]:
-    """Expert-parallel degrees to try: 1, and for an MoE model every divisor of its routed
-    experts that divides the data-parallel ranks (the layout rules drop those that do
-    not nest with the shard group)."""
+def _expert_meshes(model: ModelSpec, tp: int, data_ranks: int) -> list[tuple[int, int]]:
+    """(ep, etp) meshes of the expert layers to try: (1, tp) for a dense model; for an MoE
+    model the experts split as the dense layers (etp = tp) or not at all (etp 1, with tp >
+    1), and every divisor of the routed experts such that ep x etp divides the stage's
+    tp x data-parallel ranks: with etp 1, expert parallelism folded over tensor and data
+    parallelism (Megatron-Core's MoE parallel folding, Liu et al. 2025). The layout rules
+    drop the meshes a framework does not run or whose expert group does not nest with the
+    shard group."""
     if not ffn.routes(model):
-        return [1]
-    return [d for d in _divisors(model.n_experts) if data_ranks % d == 0]
+        return [(1, tp)]
+    ranks = tp * data_ranks
+    return [(ep, etp) for etp in dict.fromkeys((tp, 1))
+            for ep in _divisors(model.n_experts) if ranks % (ep * etp) == 0]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)

@@ -31,6 +31,8 @@ def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     ranking reads: a step compares only at one batch), its peak, and each layout field
     that differs as ``[best's, row's]``."""
     changed = {k: [best[k], row[k]] for k in LAYOUT if row[k] != best[k]}
+    if "etp" in changed and row["etp"] == row["tp"] and best["etp"] == best["tp"]:
+        del changed["etp"]  # the experts split as the dense layers in both: tp says it
     speed = row["tokens_per_s"] / best["tokens_per_s"] - 1
     peak = row["memory_bytes_per_device.peak"] - best["memory_bytes_per_device.peak"]
     return {"tokens_per_s_change": speed, "peak_change_bytes": peak, "changed": changed}
