@@ -133,6 +133,8 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
               "hardware": row.get("hardware", args.hardware), "gpus": row["gpus"],
               "batch": row["batch"]}  # fmt: skip
+    if stated["etp"] == stated["tp"]:
+        del stated["etp"]  # the experts split as the dense layers: estimate's default
     for key, value in stated.items():
         if isinstance(value, bool):
             argv.append(flag(key) if value else negation(key))

@@ -114,10 +114,11 @@ def _smooth(n: int, primes: tuple[int, ...] = (2, 3, 5)) -> bool:
     return n == 1
 
 
-def _divisors(n: int) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
     """The divisors of ``n`` in increasing order, from its prime factors (sympy's
     ``divisors``: instant for any count up to 2^53, where a scan up to n would not end)."""
-    return [int(d) for d in sp.divisors(n)]
+    return tuple(int(d) for d in sp.divisors(n))
 
 
 def enumerate_layouts(

@@ -227,17 +227,7 @@ def plan(
     for count in counts:
         checks.integer("gpus", count)
     check_positions(model.pos, train.seq, model.max_positions)
-    parts = []
-    for size in batches or [train.batch]:
-        for count in counts:
-            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
-            parts.append(enumerate_layouts(model, sized, hardware, int(count), options))
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    enumerated = len(cols["tp"])
-    ok = valid_mask(cols, model, train)
-    if not ok.any():
-        raise SpecError("gpus", no_layout_message(cols, model, train, max(counts)))
-    cols = {k: v[ok] for k, v in cols.items()}
+    cols, enumerated = _valid_layouts(model, train, hardware, counts, options, batches)
     structures = _warm(model, train, hardware, cols, progress)
     values = evaluate(model, train, hardware, cols)
     budget = budget_bytes(hardware, options.memory_headroom)
@@ -245,6 +235,25 @@ def plan(
     order = rank(cols, values, np.flatnonzero(fitting), options.objective)
     return Plan(model, train, hardware, int(max(counts)), options, cols, values, fitting, order,
                 enumerated, budget, structures)  # fmt: skip
+
+
+def _valid_layouts(model, train, hardware, counts, options, batches) -> tuple[dict, int]:
+    """The valid candidates of every (batch, device count), and how many were enumerated.
+    Each part is filtered as it is enumerated, so memory holds the valid layouts, not every
+    combination (a budget over a batch range enumerates tens of millions)."""
+    parts, enumerated, first = [], 0, None
+    for size in batches or [train.batch]:
+        for count in counts:
+            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
+            part = enumerate_layouts(model, sized, hardware, int(count), options)
+            enumerated += len(part["tp"])
+            first = part if first is None or not len(first["tp"]) else first
+            ok = valid_mask(part, model, train)
+            parts.append({k: v[ok] for k, v in part.items()})
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if not len(cols["tp"]):
+        raise SpecError("gpus", no_layout_message(first, model, train, max(counts)))
+    return cols, enumerated
 
 
 def evaluate(

@@ -169,8 +169,13 @@ def trait(framework: Any, name: str) -> Any:
     if isinstance(framework, str):
         return getattr(framework_of(framework), name)
     names = np.asarray(framework, dtype=object)
-    values = {n: getattr(framework_of(n), name) for n in set(names.ravel().tolist())}
-    return np.vectorize(values.__getitem__, otypes=[bool])(names) if names.size else names
+    out, seen = np.zeros(names.shape, dtype=bool), np.zeros(names.shape, dtype=bool)
+    for key, fw in registry().items():  # a few names: one vectorised compare each
+        here = names == key
+        out[here], seen = bool(getattr(fw, name)), seen | here
+    if not seen.all():
+        framework_of(names[~seen].flat[0])  # raises, naming the unknown framework
+    return out
 
 
 def each(framework: Any) -> list[tuple[Framework, Any]]:
