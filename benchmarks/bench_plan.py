@@ -51,8 +51,11 @@ def main() -> None:
           f"hot median {statistics.median(hot):.3f} s (best {min(hot):.3f} s)")  # fmt: skip
 
     reps = -(-args.n // p.valid)
-    fields = {k: np.tile(p.columns[k], reps)[: args.n] for k in LAYOUT
-              if k not in ("micro_batch", "batch", "gpus")}  # one batch (below) and count
+    fields = {
+        k: np.tile(p.columns[k], reps)[: args.n]
+        for k in LAYOUT
+        if k not in ("micro_batch", "batch", "gpus")
+    }  # one batch (below) and count
     run = lambda: sweep(model, hardware=hw, quantities=QUANTITIES, batch=train.batch,  # noqa: E731
                         seq=train.seq, precision=train.precision, **fields)  # fmt: skip
     run()
