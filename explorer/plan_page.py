@@ -51,6 +51,7 @@ INPUTS = (
     PageInput("tokens", float, 0.0, lo=0, hi=1e16),
     PageInput("price", float, 0.0, lo=0, hi=1e4),
     PageInput("deadline", float, 0.0, lo=0, hi=1e5),
+    PageInput("compare", list, [], device_choices()),
 )
 """The search's inputs: their URL parameters, starts and ranges (``explorer.page_state``)."""
 
@@ -86,10 +87,12 @@ def _inputs() -> dict[str, Any]:
                           key="plan_price")  # fmt: skip
         c[3].number_input("deadline in days (0: none)", min_value=0.0, max_value=1e5,
                           key="plan_deadline")  # fmt: skip
+        st.multiselect("compare with other devices (each searched alike; its best layout)",
+                       device_choices(), key="plan_compare")  # fmt: skip
         st.form_submit_button("Search", type="primary")
     inp = finish("plan", INPUTS)
     return {**inp, "frameworks": tuple(inp["frameworks"]), "recompute": tuple(inp["recompute"]),
-            "headroom": float(inp["headroom"])}  # fmt: skip
+            "headroom": float(inp["headroom"]), "compare": tuple(inp["compare"])}  # fmt: skip
 
 
 def _search(inp: dict[str, Any]) -> Plan:
@@ -101,17 +104,54 @@ def _search(inp: dict[str, Any]) -> Plan:
             yield item
             bar.progress(i / total, text=f"compiling layout structures {i}/{total}")
 
+    try:
+        return _plan_of(inp, inp["hardware"], progress)
+    finally:
+        bar.empty()
+
+
+def _plan_of(inp: dict[str, Any], hardware: str, progress: Any = None) -> Plan:
+    """The search of ``inp`` on one device kind (its own node size under "up to")."""
     train = TrainSpec(batch=inp["batch"], seq=inp["seq"], precision=inp["precision"])
     options = PlanOptions(frameworks=inp["frameworks"], recompute=inp["recompute"],
                           memory_headroom=inp["headroom"])  # fmt: skip
-    hw = get_hardware(inp["hardware"])
+    hw = get_hardware(hardware)
     counts = inp["gpus"]
     if inp["count"] == "up to":
         counts = device_counts(inp["gpus"], hw.devices_per_node)
+    return plan(get_model(inp["model"]), train, hw, counts, options, progress=progress)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _best_on(inp: dict[str, Any], hardware: str) -> dict[str, Any] | str:
+    """A device kind's best layout as a row, or why it has none (kept small for the cache)."""
     try:
-        return plan(get_model(inp["model"]), train, hw, counts, options, progress=progress)
-    finally:
-        bar.empty()
+        p = _plan_of(inp, hardware)
+    except SpecError as err:
+        return err.message
+    return p.row(int(p.order[0])) if len(p.order) else "no layout fits"
+
+
+def compared_rows(inp: dict[str, Any], p: Plan) -> list[dict[str, Any]]:
+    """The page's device and each compared one: its best layout, fastest first (tokens/s:
+    prices differ per kind, so cost across kinds is the CLI's, with one price each)."""
+    kinds = dict.fromkeys((inp["hardware"], *inp["compare"]))
+    rows, none = [], []
+    for kind in kinds:
+        best = p.row(int(p.order[0])) if kind == inp["hardware"] and len(p.order) else None
+        best = best or _best_on({k: v for k, v in inp.items() if k != "compare"}, kind)
+        if isinstance(best, str):
+            none.append({"device": kind, "layout": best})
+            continue
+        row = {"device": kind, "GPUs": best["gpus"], "layout": layout_label(best),
+               "tokens/s": round(best["tokens_per_s"]),
+               "tokens/s per GPU": round(best["tokens_per_s"] / best["gpus"]),
+               "MFU (%)": round(100 * best["mfu"], 1),
+               "peak (GiB)": round(best["memory_bytes_per_device.peak"] / GIB, 1)}  # fmt: skip
+        if inp["tokens"] > 0:
+            row["days"] = round(inp["tokens"] / best["tokens_per_s"] / 86400, 1)
+        rows.append(row)
+    return sorted(rows, key=lambda r: -r["tokens/s"]) + none
 
 
 def shown(p: Plan, top: int) -> list[int]:
@@ -193,6 +233,10 @@ def plan_page() -> None:
         _table(p, inp["top"], inp["model"])
     if fit and inp["tokens"] > 0:
         _sizing(p, inp)
+    if inp["compare"]:
+        st.subheader("Devices compared (each one's best layout, fastest first)")
+        with st.spinner("searching the other devices"):
+            st.dataframe(compared_rows(inp, p), hide_index=True, width="stretch")
     chart = plan_charts.pareto_chart(p, inp["top"])
     st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
     if fit:

@@ -137,6 +137,29 @@ def test_plan_page_ranks_draws_and_explains():
     assert "at least one framework" in at.error[0].value
 
 
+def test_plan_page_compares_devices_by_their_best_layouts():
+    """Issue 37, item 1 in the app: each compared device searched as the page's own, its
+    best layout beside it, fastest first; one that fits nothing says so."""
+    at = AppTest.from_function(_page, default_timeout=300)
+    at.query_params.update({"model": "gpt2", "gpus": "8", "seq": "1024", "batch": "32",
+                            "recompute": "none", "frameworks": "fsdp2"})  # fmt: skip
+    at.run()
+    at.multiselect(key="plan_compare").set_value(["a100-80gb", "rtx-4090"])
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "device" in d.value.columns)
+    assert list(table["device"][:2]) == ["h100-sxm", "a100-80gb"]  # the H100 is faster
+    assert table["tokens/s"][0] > table["tokens/s"][1]
+    assert "compare" in at.query_params  # the comparison is in the shared link
+    from explorer.plan_page import _plan_of
+
+    inp = {"model": "gpt2", "gpus": 8, "seq": 1024, "batch": 32, "precision": "bf16-mixed",
+           "frameworks": ("fsdp2",), "recompute": ("none",), "headroom": 0.9,
+           "count": "exactly"}  # fmt: skip
+    alone = _plan_of(inp, "a100-80gb")
+    assert table["tokens/s"][1] == round(alone.row(int(alone.order[0]))["tokens_per_s"])
+
+
 ESTIMATE = {"model": "gpt2", "hardware": "a100-80gb", "gpus": 8, "seq": 1024, "batch": 32,
             "precision": "bf16-mixed", "framework": "fsdp2"}  # fmt: skip
 
