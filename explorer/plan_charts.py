@@ -143,6 +143,7 @@ def estimate_link(p: Plan, i: int, model_key: str) -> str:
         "framework": par.framework, "fsdp": par.fsdp, "zero": par.zero, "tp": par.tp,
         "sequence_parallel": par.sequence_parallel, "pp": par.pp,
         "pp_interleave": par.pp_interleave, "cp": par.cp, "ep": par.ep, "etp": par.etp,
+        "ep_dispatcher": par.ep_dispatcher,
         "ep_overlap": par.ep_overlap, "grad_reduce_fp32": par.grad_reduce_fp32,
     }  # fmt: skip
     return "/?" + urlencode(to_query(values))

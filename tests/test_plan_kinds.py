@@ -1,18 +1,22 @@
-"""``plan`` over several device kinds, a global batch in tokens and the tokens-per-GPU
-objective (issue 37, item 1): each kind searched as alone, the kinds ranked by the objective
-on their best layouts, each row's estimate command naming its own kind; bad input is one
-line naming the field."""
+"""``plan`` over several device kinds, a global batch in tokens, the tokens-per-GPU
+objective (issue 37, item 1) and expert-parallel dispatchers (item 4): each kind searched
+as alone, the kinds ranked by the objective on their best layouts, each row's estimate
+command naming its own kind; bad input is one line naming the field."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
+import numpy as np
 import pytest
 
+from costmodel import TrainSpec, get_hardware, get_model
 from costmodel.cli import main, make_parser
 from costmodel.cli.args import values_of
+from costmodel.engine.plan import LAYOUT, PlanOptions, layout_label, plan
 from costmodel.inputs import build
+from costmodel.specs.checks import SpecError
 
 BASE = ["plan", "--model", "cs336-small", "--seq", "512", "--frameworks", "fsdp2",
         "--recompute", "none", "--top", "2"]  # fmt: skip
@@ -117,3 +121,36 @@ def test_a_bad_batch_in_tokens_is_one_line(capsys, batch, words):
     assert words in err and err.count("\n") == 1, err
     assert main([*argv[:-2], "--global-batch", "8", "--global-batch-tokens", "4096"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_dispatchers_are_searched_for_expert_parallel_layouts_only(capsys):
+    """Issue 37, item 4: each ep > 1 candidate once per dispatcher asked for; DeepEP's
+    deduplicated sends at its measured rates are never slower than all-to-all's twin."""
+    model, train = get_model("mixtral-8x7b"), TrainSpec(batch=32, seq=2048)
+    options = PlanOptions(frameworks=("megatron",), recompute=("none",), micro_batches=(1,),
+                          dispatchers=("all-to-all", "deepep"))  # fmt: skip
+    p = plan(model, train, get_hardware("h100-sxm"), 16, options)
+    cols, step = p.columns, p.values["time_s.step"]
+    routed = cols["ep"] > 1
+    assert set(cols["ep_dispatcher"][~routed]) == {"all-to-all"}
+    assert set(cols["ep_dispatcher"][routed]) == {"all-to-all", "deepep"}
+    keys = [k for k in LAYOUT if k != "ep_dispatcher"]
+    plain = {tuple(cols[k][i] for k in keys): step[i]
+             for i in np.flatnonzero(routed & (cols["ep_dispatcher"] == "all-to-all"))}  # fmt: skip
+    deep = np.flatnonzero(cols["ep_dispatcher"] == "deepep")
+    assert all(step[i] <= plain[tuple(cols[k][i] for k in keys)] for i in deep)
+    argv = [*BASE[:2], "mixtral-8x7b", "--seq", "2048", "--frameworks", "megatron",
+            "--recompute", "none", "--micro-batches", "1", "--top", "1", "--hardware",
+            "h100-sxm", "--gpus", "16", "--global-batch", "32", "--ep-dispatchers",
+            "all-to-all,deepep", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    best = json.loads(capsys.readouterr().out)["top"][0]
+    assert best["ep_dispatcher"] == "deepep" and "+deepep" in layout_label(best)
+    command = shlex.split(best["estimate_command"])
+    assert command[command.index("--ep-dispatcher") + 1] == "deepep"
+    est = build(values_of(make_parser().parse_args(command[3:]))).estimate()
+    assert est["time_s.step"] == pytest.approx(best["time_s.step"], rel=1e-9)
+    with pytest.raises(SpecError, match=r"ep_dispatchers .*run on NVIDIA GPUs"):
+        plan(model, train, get_hardware("tpu-v5p"), 16, options)
+    with pytest.raises(SpecError, match="ep_dispatchers"):
+        PlanOptions(dispatchers=("nccl",))

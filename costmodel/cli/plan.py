@@ -121,7 +121,8 @@ def breakdown(row: dict[str, Any]) -> str:
 
 
 _ROW_FLAGS = ("framework", "dp", "fsdp", "zero", "tp", "sequence_parallel", "pp", "pp_interleave",
-              "cp", "ep", "etp", "ep_overlap", "grad_reduce_fp32", "recompute")  # fmt: skip
+              "cp", "ep", "etp", "ep_dispatcher", "ep_overlap", "grad_reduce_fp32",
+              "recompute")  # fmt: skip
 """A plan row's columns that ``estimate`` takes as flags (its micro-batch as --microbatch)."""
 
 
@@ -135,6 +136,8 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
               "batch": row["batch"]}  # fmt: skip
     if stated["etp"] == stated["tp"]:
         del stated["etp"]  # the experts split as the dense layers: estimate's default
+    if stated["ep_dispatcher"] == "all-to-all":
+        del stated["ep_dispatcher"]  # estimate's default
     for key, value in stated.items():
         if isinstance(value, bool):
             argv.append(flag(key) if value else negation(key))
@@ -208,6 +211,7 @@ def _search(args, values, setup, kind: tuple, price: float | None, batches) -> S
     options = PlanOptions(
         frameworks=args.frameworks, recompute=args.recompute, micro_batches=args.micro_batches,
         max_tp=args.max_tp, memory_headroom=args.memory_headroom, objective=args.objective,
+        dispatchers=args.ep_dispatchers,
     )  # fmt: skip
     counts = args.gpus if args.max_gpus is None else device_counts(args.max_gpus,
                                                                    hw.devices_per_node)  # fmt: skip

@@ -113,6 +113,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of sequences per device per micro-batch "
         "(default: every power of two that divides)",
     )
+    g.add_argument("--ep-dispatchers", type=_words(str, "ep_dispatchers"),
+                   default=("all-to-all",), help="comma list of expert-parallel dispatchers "
+                   "to try for an MoE model: all-to-all, deepep, hybridep (default "
+                   "all-to-all)")  # fmt: skip
     g.add_argument(
         "--max-tp", type=int_arg, default=None, help="largest tp (default: the devices of one node)"
     )

@@ -24,11 +24,18 @@ from costmodel.config import check
 from costmodel.engine.fit import DEFAULT_HEADROOM, check_headroom
 from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
+from costmodel.parallel.dispatch import DISPATCHERS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec, expert_tp, grad_accum_of
+from costmodel.specs.parallel import (
+    EP_DISPATCHERS,
+    FRAMEWORKS,
+    ParallelSpec,
+    expert_tp,
+    grad_accum_of,
+)
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
 OBJECTIVES = ("time", "cost", "tokens-per-gpu", "mfu")
@@ -48,6 +55,9 @@ class PlanOptions:
     memory_headroom: float = DEFAULT_HEADROOM
     """A layout fits when its peak allocated bytes are at most this share of device
     memory (:mod:`costmodel.engine.fit`)."""
+    dispatchers: tuple[str, ...] = ("all-to-all",)
+    """Expert-parallel token dispatchers to try (``ParallelSpec.ep_dispatcher``; DeepEP's
+    and HybridEP's on GPUs only)."""
     objective: str = "time"
     """What ranks the layouts that fit (``OBJECTIVES``): ``time``, the most tokens per
     second (the shortest step at one batch); ``cost``, the fewest device-seconds per token
@@ -57,15 +67,17 @@ class PlanOptions:
     the highest model FLOPs utilisation."""
 
     def __post_init__(self) -> None:
-        for name in ("frameworks", "recompute", "micro_batches", "interleave"):
+        for name in ("frameworks", "recompute", "micro_batches", "interleave", "dispatchers"):
             if getattr(self, name) is not None:  # lists from callers become tuples (hashable)
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name in ("frameworks", "recompute"):
+        for name in ("frameworks", "recompute", "dispatchers"):
             values = getattr(self, name)
             if not values:
                 raise SpecError(name, f"{name} must name at least one choice")
         for fw in self.frameworks:
             checks.choice("frameworks", fw, FRAMEWORK_CHOICES)
+        for kind in self.dispatchers:
+            checks.choice("ep_dispatchers", kind, EP_DISPATCHERS)
         for rc in self.recompute:
             checks.choice("recompute", rc, ("none", "selective", "selective-op", "full"))
         for mb in self.micro_batches or ():
@@ -157,7 +169,24 @@ def enumerate_layouts(
     cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
     size = len(cols["tp"])
     cols.update(gpus=np.full(size, gpus, np.int64), batch=np.full(size, train.batch, np.int64))
-    return _with_ep_overlap(cols)
+    return _with_dispatchers(_with_ep_overlap(cols), options.dispatchers, hardware)
+
+
+def _with_dispatchers(cols: dict, dispatchers: tuple[str, ...], hw: Hardware) -> dict:
+    """Each expert-parallel candidate once per dispatcher asked for (``PlanOptions``);
+    the others keep the spec's default (they dispatch nothing). DeepEP and HybridEP send
+    over NVLink and RDMA: GPUs only."""
+    if hw.kind != "gpu" and any(DISPATCHERS[d].dedup for d in dispatchers):
+        asked = ", ".join(dispatchers)
+        raise SpecError("ep_dispatchers", f"ep_dispatchers {asked}: DeepEP and HybridEP run "
+                        f"on NVIDIA GPUs; on a {hw.kind} use all-to-all")  # fmt: skip
+    first, *others = dispatchers
+    routed = cols["ep"] > 1
+    cols["ep_dispatcher"] = np.where(routed, first, "all-to-all").astype(object)
+    n = int(routed.sum())
+    twins = [{**{k: v[routed] for k, v in cols.items()},
+              "ep_dispatcher": np.full(n, d, dtype=object)} for d in others]  # fmt: skip
+    return {k: np.concatenate([cols[k], *(t[k] for t in twins)]) for k in cols}
 
 
 def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -172,7 +201,7 @@ def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
 
 
-_KINDS = {"framework", "recompute"}
+_KINDS = {"framework", "recompute", "ep_dispatcher"}
 SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", "batch"}
 """Columns a candidate sets; the rest of the training is the question's."""
 

@@ -46,7 +46,8 @@ from costmodel.specs.parallel import ParallelSpec
 from costmodel.specs.rules import check_positions
 
 LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp",
-          "pp_interleave", "cp", "ep", "etp", "micro_batch", "grad_accum", "recompute",
+          "pp_interleave", "cp", "ep", "etp", "ep_dispatcher", "micro_batch", "grad_accum",
+          "recompute",
           "grad_reduce_fp32", "ep_overlap")  # fmt: skip
 QUANTITIES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
@@ -176,6 +177,8 @@ def layout_label(row: dict[str, Any]) -> str:
     v = f" v{row['pp_interleave']}" if row["pp_interleave"] > 1 else ""
     zero = f" zero{row['zero']}" if trait(row["framework"], "zero_stages") else ""
     ep = f" ep{row['ep']}" if row.get("ep", 1) > 1 else ""
+    kind = row.get("ep_dispatcher", "all-to-all")
+    ep += f"+{kind}" if ep and kind != "all-to-all" else ""
     ep += "+a2a-overlap" if row.get("ep_overlap") else ""
     ep += f" etp{row['etp']}" if row.get("etp", row["tp"]) != row["tp"] else ""
     return (f"{row['framework']}{zero} dp{row['dp']} fsdp{row['fsdp']} tp{row['tp']}{sp} "
