@@ -56,14 +56,18 @@ def start(values: Mapping[str, Any], setup: Setup) -> bool:
     with _lock:
         if key in _handed or (_process is not None and _process.poll() is None):
             return False
+        try:
+            sent = json.dumps(dict(values)).encode()
+            _process = subprocess.Popen(
+                [sys.executable, "-m", "explorer.warmup"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert _process.stdin is not None
+            _process.stdin.write(sent)
+            _process.stdin.close()
+        except (TypeError, ValueError, OSError):  # only a speed-up: never the page's error
+            return False
         _handed.add(key)
-        _process = subprocess.Popen(
-            [sys.executable, "-m", "explorer.warmup"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        assert _process.stdin is not None
-        _process.stdin.write(json.dumps(dict(values)).encode())
-        _process.stdin.close()
     return True
 
 

@@ -110,3 +110,17 @@ def test_one_warm_up_per_structure_and_one_at_a_time(cache, monkeypatch):
     monkeypatch.setenv("COSTMODEL_WARMUP", "off")
     monkeypatch.setattr(warmup, "_handed", set())
     assert not warmup.start(VALUES, setup)
+
+
+def test_a_warm_up_that_cannot_start_is_no_error(cache, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setenv("COSTMODEL_WARMUP", "on")
+    monkeypatch.setattr(warmup.subprocess, "Popen", refuse)
+    monkeypatch.setattr(warmup, "_handed", set())
+    monkeypatch.setattr(warmup, "_process", None)
+    setup, _ = setup_of(VALUES)
+    assert not warmup.start(VALUES, setup)
+    assert not warmup._handed  # tried again on the next page run
+    assert not warmup.start({**VALUES, "batch": object()}, setup)  # not JSON: skipped
