@@ -62,16 +62,18 @@ def nearest_fitting(
     options: PlanOptions,
     batches: Sequence[int] | None = None,
 ) -> dict[str, Any] | None:
-    """The best layout that fits nearest the request (:data:`FACTORS` times its devices,
-    the search options widened), with what changed in words; None if none up to 8x."""
+    """The best layout that fits nearest the request (the search options widened on its
+    devices, then :data:`FACTORS` times its largest count), with what changed in words;
+    None if none up to 8x. Fewer devices than a count that does not fit rarely fit, so a
+    budget's smaller counts are not scaled (each would be a search of its own)."""
     counts = [gpus] if isinstance(gpus, int) else list(gpus)
     wide = widened(options)
     for factor in FACTORS:
         if factor == 1 and wide == options:
             continue  # the search that found nothing
+        scaled = counts if factor == 1 else [max(counts) * factor]  # a budget: its top
         try:
-            found = plan(model, train, hardware, [c * factor for c in counts], wide,
-                         batches=batches)  # fmt: skip
+            found = plan(model, train, hardware, scaled, wide, batches=batches)
         except SpecError:  # no valid layout of these counts
             continue
         if len(found.order):
