@@ -133,6 +133,18 @@ def _write(path: Path, entry: Any) -> None:
         return
 
 
+def lambdify(args: Sequence[sp.Symbol], exprs: Any, kind: str = "numpy") -> Callable[..., Any]:
+    """``sp.lambdify`` with common subexpressions shared (``cse``), built unevaluated:
+    cse rebuilds every node from its new arguments, and a rebuilt ``Max``/``Min``
+    re-runs sympy's pairwise simplification of its arguments (``_find_localzeros``),
+    which took over half of a cold structure's compile (1.25 of 2.2 s under tp x pp) and
+    changes nothing the function computes (the expressions were evaluated when built;
+    1,723 estimate values over 12 layouts are bit-identical either way). sympy's
+    evaluate flag is thread-local, so the app's other sessions are not touched."""
+    with sp.core.parameters.evaluate(False):
+        return sp.lambdify(list(args), exprs, modules=MODULES[kind], cse=True, use_imps=False)
+
+
 def lambdify_cached(
     parts: Sequence[Any],
     build: Callable[[], tuple[tuple[str, ...], list[sp.Expr]]],
@@ -149,7 +161,7 @@ def lambdify_cached(
         if _exists(path) and (hit := _load(path, kind)) is not None:
             return hit
     keys, exprs = build()
-    fn = sp.lambdify(list(args), exprs, modules=MODULES[kind], cse=True, use_imps=False)
+    fn = lambdify(args, exprs, kind)
     if path is not None:
         _store(path, keys, fn, kind)
     return keys, fn

@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.engine.diskcache import lambdify_cached
+from costmodel.engine.diskcache import lambdify, lambdify_cached
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -147,7 +147,7 @@ class Compiled:
     @functools.cached_property
     def vector(self) -> Any:
         """The numpy version, built on first use (sweeps need it, single estimates do not)."""
-        return sp.lambdify(EVAL_SYMBOLS, self.exprs, modules="numpy", cse=True, use_imps=False)
+        return lambdify(EVAL_SYMBOLS, self.exprs)
 
 
 @functools.lru_cache(maxsize=256)
