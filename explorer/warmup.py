@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from costmodel.engine.diskcache import cache_dir
@@ -35,6 +36,8 @@ FIELDS = ("precision", "model", "recompute", "attention", "framework", "zero",
 LIMIT_S = 300.0
 """A warm-up process stops after this many seconds, done or not."""
 MAX_INPUT_BYTES = 1 << 16
+ROOT = Path(__file__).resolve().parents[1]
+"""The folder holding ``explorer``: the warm-up's working directory."""
 
 _lock = threading.Lock()
 _handed: set[tuple] = set()  # structures whose neighbours this server has handed out
@@ -59,7 +62,7 @@ def start(values: Mapping[str, Any], setup: Setup) -> bool:
         try:
             sent = json.dumps(dict(values)).encode()
             _process = subprocess.Popen(
-                [sys.executable, "-m", "explorer.warmup"],
+                [sys.executable, "-m", "explorer.warmup"], cwd=ROOT,  # wherever it was run
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             assert _process.stdin is not None

@@ -107,6 +107,7 @@ def test_one_warm_up_per_structure_and_one_at_a_time(cache, monkeypatch):
     assert not warmup.start(VALUES, setup)  # this structure's neighbours were handed out
     assert warmup.start({**VALUES, "recompute": "full"}, other)
     assert len(started) == 2 and started[0][1:] == ["-m", "explorer.warmup"]
+    assert (warmup.ROOT / "explorer" / "warmup.py").is_file()  # runs from anywhere
     monkeypatch.setenv("COSTMODEL_WARMUP", "off")
     monkeypatch.setattr(warmup, "_handed", set())
     assert not warmup.start(VALUES, setup)
