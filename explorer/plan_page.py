@@ -21,7 +21,7 @@ from costmodel.engine.plan import (
     layout_label,
     plan,
 )
-from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes
+from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes, train_days
 from costmodel.engine.timeline import segments
 from costmodel.engine.why import differences, nearest_fitting
 from costmodel.inputs import BY_KEY
@@ -149,7 +149,7 @@ def compared_rows(inp: dict[str, Any], p: Plan) -> list[dict[str, Any]]:
                "MFU (%)": round(100 * best["mfu"], 1),
                "peak (GiB)": round(best["memory_bytes_per_device.peak"] / GIB, 1)}  # fmt: skip
         if inp["tokens"] > 0:
-            row["days"] = round(inp["tokens"] / best["tokens_per_s"] / 86400, 1)
+            row["days"] = round(train_days(inp["tokens"], best["tokens_per_s"]), 1)
         rows.append(row)
     return sorted(rows, key=lambda r: -r["tokens/s"]) + none
 

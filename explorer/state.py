@@ -172,10 +172,15 @@ def setup_of(
     return setup, {}
 
 
+def options_of(field: Input) -> tuple[Any, ...]:
+    """The values a choice or yes/no input takes (none for a number or free text)."""
+    return choices(field.key) or ((True, False) if field.kind is bool else ())
+
+
 def _neighbours(field: Input, current: Any, reach: int) -> list[Any]:
     """Values to try for ``field``, nearest first: the other options of a choice or a
     yes/no input, whole numbers at growing distance from an integer one."""
-    options = choices(field.key) or ((True, False) if field.kind is bool else ())
+    options = options_of(field)
     if options:
         return [o for o in options if o != current]
     if field.kind is not int or not isinstance(current, int) or isinstance(current, bool):

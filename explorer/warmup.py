@@ -80,11 +80,10 @@ def neighbours(
     """Inputs that differ from ``values`` in one choice of ``fields``, field by field; a
     list's options nearest the current one first (the earlier first at equal distance)."""
     from costmodel.inputs import BY_KEY
-    from explorer.state import choices
+    from explorer.state import options_of
 
     for key in fields:
-        field = BY_KEY[key]
-        options = list(choices(key) or ((True, False) if field.kind is bool else ()))
+        options = list(options_of(BY_KEY[key]))
         at = options.index(values[key]) if values.get(key) in options else 0
         for i in sorted(range(len(options)), key=lambda i: (abs(i - at), i)):
             if options[i] != values.get(key):

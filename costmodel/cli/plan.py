@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
@@ -24,9 +25,7 @@ from costmodel.engine.why import difference_text, differences, nearest_fitting
 from costmodel.inputs import build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.units import fmt_bytes
-
-GIB = 2**30
+from costmodel.units import GIB, fmt_bytes
 
 
 def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
@@ -171,15 +170,15 @@ def no_fit_text(p: Plan, hints: bool = True) -> str:
 def _cmd_plan(args: argparse.Namespace) -> int:
     values = {k: v for k, v in values_of(args).items() if k in MODEL_KEYS | set(TRAIN_KEYS)}
     checks.integer("top", args.top)
-    setup = build({**values, "batch": 1})
+    setup = build({**values, "batch": 1})  # the batch is the search's (its seq gives tokens)
     low, high = global_batch(args, setup.train.seq)
-    setup = build({**values, "batch": high})
+    setup = replace(setup, train=setup.train.replace(batch=high))
     batches = batch_choices(low, high) if low != high else None
     _check_cost_flags(args)
     prices = prices_for(list(args.hardware), args.price_per_hour)
-    kinds = [(name, get_hardware(name)) for name in args.hardware]  # every name checked first
     if len(set(args.hardware)) < len(args.hardware):
         raise SpecError("hardware", "hardware: name each device kind once")
+    kinds = [(name, get_hardware(name)) for name in args.hardware]  # every name checked first
     found = [_search(args, values, setup, kind, price, batches)
              for kind, price in zip(kinds, prices, strict=True)]  # fmt: skip
     if len(found) > 1:

@@ -16,8 +16,7 @@ from typing import Any
 
 from costmodel.engine.plan import Plan, layout_label
 from costmodel.specs.checks import SpecError
-
-GIB = 2**30
+from costmodel.units import GIB
 
 
 @dataclass
