@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.engine.plan import Plan, layout_label
+import numpy as np
+
+from costmodel.engine.plan import Plan, layout_label, score
 from costmodel.specs.checks import SpecError
 from costmodel.units import GIB
 
@@ -49,15 +51,16 @@ def prices_for(names: list[str], prices: tuple[float, ...] | None) -> list[float
 
 
 def merit(row: dict[str, Any], price: float | None, objective: str) -> float:
-    """What ``objective`` maximises across kinds, on one kind's best row."""
-    if objective == "time":
-        return row["tokens_per_s"]
+    """What ``objective`` maximises across kinds, on one kind's best row: the inverse of
+    the planner's own score (``costmodel.engine.plan.score``: tokens/s, tokens/s per
+    device, MFU), per dollar for ``cost`` (the kind's price per device-hour)."""
+    cols = {"gpus": np.array([row["gpus"]])}
+    values = {k: np.array([row[k]]) for k in ("tokens_per_s", "mfu")}
+    best = 1 / float(score(cols, values, objective)[0])
     if objective == "cost":
         assert price is not None
-        return row["tokens_per_s"] / (row["gpus"] * price / 3600)  # tokens per dollar
-    if objective == "tokens-per-gpu":
-        return row["tokens_per_s"] / row["gpus"]
-    return row["mfu"]
+        return best / (price / 3600)  # tokens per dollar
+    return best
 
 
 def ranked(found: list[Searched], objective: str) -> list[Searched]:
