@@ -18,8 +18,8 @@ from costmodel.engine.plan import LAYOUT, plan
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.units import GIB
 
+GIB = 2**30  # engine sits below costmodel.units (docs/ARCHITECTURE.md's layers)
 RECOMPUTE = ("none", "selective", "selective-op", "full")
 SHARDING = ("fsdp2", "megatron")
 FACTORS = (1, 2, 4, 8)
