@@ -166,6 +166,7 @@ S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
 t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
 s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
+t_ex = sp.Symbol("t_ex", nonnegative=True)  # exposed host seconds per expert GEMM call
 eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 
@@ -196,6 +197,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     R_alloc,
     t_op,
     s_sync,
+    t_ex,
     eta_ov,
     N_sm,
     t_m,
@@ -234,6 +236,8 @@ DESCRIPTIONS.update(
         R_alloc: "allocator's reserved over allocated bytes",
         t_op: "host seconds per dispatched kernel",
         s_sync: "1 where kernels run on the dispatching thread (CPU), 0 where asynchronous",
+        t_ex: "host seconds per expert GEMM a per-expert grouped linear launches after reading "
+        "its split sizes from the device (exposed)",
         eta_ov: "share of the shorter of compute and overlapped communication that runs "
         "concurrently (1: perfect overlap)",
         N_sm: "streaming multiprocessors (GEMM tiles run at once)",

@@ -75,7 +75,7 @@ def test_the_moe_caveat_states_what_the_corpus_measures():
     assert len(errors) == MOE_RUN_COUNT
     assert statistics.median(map(abs, errors)) == pytest.approx(MOE_MEDIAN_ERROR, abs=5e-4)
     assert (min(errors), max(errors)) == pytest.approx(MOE_ERROR_RANGE, abs=5e-4)
-    assert sum(e > 0 for e in errors) > len(errors) / 2  # "mostly too fast"
+    assert min(errors) < 0 < max(errors)  # "in both directions"
 
 
 def _est(model: str, hardware: str, **par):
@@ -105,7 +105,7 @@ def test_the_verdict_carries_calibration_and_caveats(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "\ncalibration  54 published runs of h100-sxm in the corpus" in out
-    assert "\ncaveat       mixture-of-experts steps are less certain: 41% median" in out
+    assert "\ncaveat       mixture-of-experts steps are less certain: 18% median" in out
 
 
 def test_the_hardware_command_lists_every_device_and_explains_one(capsys):

@@ -147,3 +147,43 @@ def test_host_seconds_count_the_sizes_of_the_model_asked(spec, kw):
     block = counted(layer_kernels(spec, train, 4, block=ffn.top(spec).name), spec)
     kernels = spec.n_layers * sum(block) + sum(counted(model_kernels(spec, train, 4), spec))
     assert est["time_s.host"] == pytest.approx(kernels * CPU.dispatch_s, rel=1e-12)
+
+
+def _moe_step(framework: str, recompute: str = "none", **hw):
+    """A 4-layer MoE (16 experts, top 2) on 8 H100s, ep 4, under ``framework``."""
+    model = BASE.replace(n_experts=16, experts_per_token=2, d_ff_expert=64)
+    train = TrainSpec(batch=16, seq=256, grad_accum=2, recompute=recompute)
+    par = ParallelSpec(framework=framework, dp=8, ep=4)
+    return model, estimate(model, train, par, dataclasses.replace(H100, **hw))
+
+
+@pytest.mark.parametrize(("recompute", "passes"), [("none", 3), ("full", 4)])
+def test_a_per_expert_gemm_loop_adds_its_launches_to_the_step(recompute, passes):
+    """Megatron-Core's grouped MLP launches fc1 and fc2 per local expert after reading the
+    splits from the device: forward 2 launches per expert, backward 4 (their data and
+    weight gradients), full recomputation 2 more, each adding ``expert_call_s`` to the
+    device's compute time, micro-batches and MoE blocks included (the step grows by as
+    much, less the communication the longer compute now hides)."""
+    model, est = _moe_step("megatron", recompute, expert_call_s=50e-6)
+    _, free = _moe_step("megatron", recompute, expert_call_s=0.0)
+    launches = 2 * model.n_layers * (16 // 4) * 2 * passes  # micro-batches x blocks x local
+    assert est["time_s.expert_host"] == pytest.approx(launches * 50e-6, rel=1e-12)
+    added = est["time_s.compute"] - free["time_s.compute"]
+    assert added == pytest.approx(launches * 50e-6, rel=1e-9)
+    assert 0 < est["time_s.step"] - free["time_s.step"] <= added * (1 + 1e-9)
+
+
+def test_one_grouped_kernel_waits_for_no_host_loop():
+    """torch's _grouped_mm (FSDP2 / torchtitan) reads its offsets on the device: no
+    exposed expert launches, whatever the profile says; a dense model has none either."""
+    _, fsdp2 = _moe_step("fsdp2", expert_call_s=50e-6)
+    assert fsdp2["time_s.expert_host"] == 0
+    _, free = _moe_step("fsdp2", expert_call_s=0.0)
+    assert fsdp2["time_s.step"] == pytest.approx(free["time_s.step"], rel=1e-12)
+    dense = estimate(BASE, TINY, ParallelSpec(framework="megatron"), H100)
+    assert "time_s.expert_host" not in dense.values
+
+
+def test_negative_expert_call_seconds_are_refused():
+    with pytest.raises(SpecError, match="expert_call_s"):
+        dataclasses.replace(H100, expert_call_s=-1e-6)

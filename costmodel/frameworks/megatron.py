@@ -32,6 +32,7 @@ class Megatron(Framework):
     grads_always_live = True
     combined_1f1b = True
     expert_tensor_parallel = True
+    expert_gemm_loop = True
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""

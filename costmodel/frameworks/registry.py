@@ -66,6 +66,13 @@ class Framework:
     expert_tensor_parallel: ClassVar[bool] = False
     """Runs tensor parallelism on an MoE model, the experts on their own mesh (etp, ep over
     tp x dp: Megatron-Core's expert tensor parallelism and MoE parallel folding)."""
+    expert_gemm_loop: ClassVar[bool] = False
+    """Its grouped expert linears launch one GEMM per local expert from the host, sized by
+    tokens-per-expert counts read back from the device in every MoE layer (Transformer
+    Engine's ``GroupedLinear`` takes the splits as a host list), so that host work is
+    exposed (``Hardware.expert_call_s`` per launch). False: one grouped kernel reading its
+    offsets on the device (torch's ``_grouped_mm``) or an eager loop already counted as
+    kernels."""
     combined_1f1b: ClassVar[bool] = False
     """Runs Megatron-Core's combined 1F1B (expert all-to-alls beside another micro-batch)."""
     planned: ClassVar[bool] = True

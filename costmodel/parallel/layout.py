@@ -60,6 +60,7 @@ from costmodel.symbols import (
     m,
     rho_ep,
     s_sync,
+    t_ex,
     t_m,
     t_n,
     t_op,
@@ -168,6 +169,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         R_alloc: hw.allocator_reserve,
         t_op: hw.dispatch_s,
         s_sync: float(hw.kind == "cpu"),
+        t_ex: hw.expert_call_s,
         eta_ov: hw.overlap,
         **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(dtype), strict=True)),
     }

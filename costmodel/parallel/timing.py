@@ -12,11 +12,10 @@ keeps, twice that in backward (an estimate), what recomputation keeps or not. St
 adds, per phase, compute and communication under the overlap rule (``max`` overlaps fully,
 as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B bubble
 (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer step bound by
-memory traffic. Each phase's kernels also cost host time (``costmodel.single.kernels``
-counts them; ``Hardware.dispatch_s`` seconds each): a CPU adds it to the device's, an
-asynchronous accelerator takes the longer of the two (He 2022, "Making Deep Learning Go
-Brrrr", the overhead-bound regime). MFU counts the model FLOPs (PaLM, App. B; unmasked pairs
-only); HFU counts what runs, recomputation included.
+memory traffic. Each phase's kernels also cost host time, and a device waits for the host
+where an MoE layer's expert GEMMs need their split sizes on it (``costmodel.parallel.host``).
+MFU counts the model FLOPs (PaLM, App. B; unmasked pairs only); HFU counts what runs,
+recomputation included.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from costmodel.parallel.communication import communication
 from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
+from costmodel.parallel.host import exposed_expert_host, host_seconds, with_host
 from costmodel.parallel.shares import (
     device_batch,
     device_blocks,
@@ -43,7 +43,6 @@ from costmodel.parallel.state import params_per_device, trained_per_device
 from costmodel.single import finetune
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import backward_factor, flop_conventions
-from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.memory import checkpoints_blocks
 from costmodel.single.params import op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
@@ -70,9 +69,7 @@ from costmodel.symbols import (
     b,
     eta_ov,
     m,
-    s_sync,
     smax,
-    t_op,
     v,
 )
 
@@ -286,25 +283,6 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     return (fwd, bwd)
 
 
-def _host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
-    """(forward, backward) host seconds of one micro-batch on this stage: the kernels it
-    dispatches (``costmodel.single.kernels``: its layers, and the embedding, head and loss,
-    an upper bound for a middle stage) times the host's seconds per kernel."""
-    residual = residual_bytes(train, par)
-    host = list(model_kernels(model, train, residual))
-    for kind, blocks in device_blocks(model, par):  # each FFN kind's blocks, its kernels
-        layer = layer_kernels(model, train, residual, block=kind.name)
-        host = [h + blocks * n for h, n in zip(host, layer, strict=True)]
-    return tuple(h * t_op for h in host)
-
-
-def _with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
-    """A phase's seconds from its device and host seconds: where kernels run on the
-    dispatching thread (CPU, ``s_sync`` 1) they add; an asynchronous device overlaps them
-    and takes the longer (max + s_sync·min)."""
-    return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
-
-
 def _phase_seconds(
     comm: dict, name: str, per_mb: sp.Expr, par: ParallelSpec
 ) -> tuple[sp.Expr, sp.Expr]:
@@ -346,9 +324,10 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     fwd_ops, bwd_ops = _ops_per_phase(
         model, train, par, *({k: e[q] for k, e in ops.items()} for q in ("time_s", "backward_s"))
     )
-    host_fwd, host_bwd = _host_seconds(model, train, par)
-    fwd_mb = _with_host(fwd_ops + elementwise + extra_fwd / W_hbm, host_fwd)
-    bwd_mb = _with_host(bwd_ops + elementwise_bwd + extra_bwd / W_hbm, host_bwd)
+    host_fwd, host_bwd = host_seconds(model, train, par)
+    wait_fwd, wait_bwd = exposed_expert_host(model, train, par)
+    fwd_mb = with_host(fwd_ops + elementwise + extra_fwd / W_hbm, host_fwd) + wait_fwd
+    bwd_mb = with_host(bwd_ops + elementwise_bwd + extra_bwd / W_hbm, host_bwd) + wait_bwd
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     flops = {k: e["flops"] for k, e in ops.items()}
@@ -383,6 +362,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
+        **({"time_s.expert_host": m * (wait_fwd + wait_bwd)} if ffn.routes(model) else {}),
         "time_s.contention_forward": fwd_lost,
         "time_s.contention_backward": bwd_lost,
         **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),

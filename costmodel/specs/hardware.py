@@ -82,6 +82,14 @@ class Hardware:
     TPUs run them asynchronously, so a phase takes the longer of the device's time and the
     host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
     measures it on the machine it runs on."""
+    expert_call_s: float = 0.0
+    """Host seconds per expert GEMM that a per-expert grouped linear launches (Transformer
+    Engine's ``GroupedLinear`` under Megatron-Core: its Python loop over the local experts'
+    splits and one cuBLAS launch each). The split sizes are read from the device first
+    (the tokens-per-expert counts a dropless router leaves there: a device-to-host sync
+    in every MoE layer), so the device has nothing queued while the host walks the loop:
+    this time adds to the device's (``costmodel.parallel.experts.exposed_expert_host``).
+    0: not modelled (devices and frameworks without such a loop)."""
     overlap: float = 1.0
     """The share of the shorter of a phase's compute and the communication overlapped with
     it that really runs at the same time (in [0, 1]): the rest serialises, as when a
@@ -123,6 +131,7 @@ class Hardware:
                                 f"{getattr(self, name):g})")  # fmt: skip
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
+        checks.number("expert_call_s", self.expert_call_s, allow_zero=True)
         checks.number("overlap", self.overlap, allow_zero=True)
         checks.number("power_w", self.power_w, allow_zero=True)
         checks.at_most("overlap", self.overlap, "1", 1)
