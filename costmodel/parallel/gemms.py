@@ -23,7 +23,7 @@ from costmodel.kinds import attention, ffn
 from costmodel.kinds.ffn import Gemm
 from costmodel.single.finetune import adapted, tunes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import C_eff, D, N_sm, V, W_hbm, Y, r_a, smax, t_m, t_n
+from costmodel.symbols import C_eff, D, N_sm, V, W_hbm, Y, r_a, sceil, sfloor, smax, t_m, t_n
 
 __all__ = ["Gemm", "all_gemms", "gemm_cost", "gemm_seconds", "matmul_shapes", "tile_slots",
            "wave_efficiency"]  # fmt: skip
@@ -61,9 +61,9 @@ def tile_slots(rows: sp.Expr, cols: sp.Expr) -> sp.Expr:
     tiles (tile quantization) in whole waves of ``N_sm`` (wave quantization), where a wave
     of fewer tiles than SMs splits each tile's reduction over s = floor(N_sm / tiles) SMs
     (split-K), so it costs N_sm / s of them. 0 for an empty result."""
-    tiles = sp.ceiling(rows / t_m) * sp.ceiling(cols / t_n)
-    slices = smax(1, sp.floor(N_sm / smax(tiles, 1)))
-    return sp.ceiling(tiles * slices / N_sm) * N_sm / slices
+    tiles = sceil(rows / t_m) * sceil(cols / t_n)
+    slices = smax(1, sfloor(N_sm / smax(tiles, 1)))
+    return sceil(tiles * slices / N_sm) * N_sm / slices
 
 
 def wave_efficiency(rows: sp.Expr, cols: sp.Expr) -> sp.Expr:

@@ -27,7 +27,7 @@ import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import L, N_pp, m, v
+from costmodel.symbols import L, N_pp, m, sceil, sfloor, smax, smin, v
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     ones; less the embedding's slot on the first rank and the loss's on the last."""
     emb, loss, total = slots(par)
     stages = N_pp * v
-    extra = sp.Mod(total, stages)
-    spare = sp.Min(v, sp.Max(0, sp.ceiling((extra - rank.index) / N_pp)))
-    return v * sp.floor(total / stages) + spare - emb * rank.first - loss * rank.last
+    extra = sp.Mod(total, stages, evaluate=False)
+    spare = smin(v, smax(0, sceil((extra - rank.index) / N_pp)))
+    return v * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
 
 
 def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.Expr:
@@ -81,26 +81,26 @@ def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.
     ``rank`` holds: their overlap with its first virtual stage, the rank's only stage
     among the first pp (a layout rule keeps the leading blocks within those)."""
     emb, loss, total = slots(par)
-    per, extra = sp.floor(total / (N_pp * v)), sp.Mod(total, N_pp * v)
+    per, extra = sfloor(total / (N_pp * v)), sp.Mod(total, N_pp * v, evaluate=False)
     j = rank.index  # the rank's first virtual stage (the last stage too, uninterleaved)
-    start = j * per + sp.Min(j, extra) - (0 if rank.first else emb)
+    start = j * per + smin(j, extra) - (0 if rank.first else emb)
     last = rank.last and par.pp_interleave == 1
-    size = per + sp.Min(1, sp.Max(0, extra - j)) - emb * rank.first - loss * last
-    return sp.Max(0, sp.Min(count, start + size) - start)
+    size = per + smin(1, smax(0, extra - j)) - emb * rank.first - loss * last
+    return smax(0, smin(count, start + size) - start)
 
 
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Stage-micro-batches ``rank`` keeps activations for at once (module docstring); under
     combined 1F1B (``ep_overlap``) one more, its extra warm-up forward."""
     if par.pp_interleave == 1:
-        return sp.Min(N_pp - rank.index, m)
-    return sp.Min(_interleaved_warmup(rank) + 1 + int(par.ep_overlap), m * v)
+        return smin(N_pp - rank.index, m)
+    return smin(_interleaved_warmup(rank) + 1 + int(par.ep_overlap), m * v)
 
 
 def _interleaved_warmup(rank: PipelineRank) -> sp.Expr:
     """Forwards ``rank`` runs before its first backward under interleaved 1F1B (module
     docstring), uncapped."""
-    per_round = m / sp.Max(1, sp.floor(m / N_pp))
+    per_round = m / smax(1, sfloor(m / N_pp))
     return (v - 1) * per_round + 2 * (N_pp - 1 - rank.index)
 
 
@@ -121,7 +121,7 @@ def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """1 when ``rank`` holds gradients while it is at its fullest, else 0: only when a
     steady state follows its warm-up (more stage-micro-batches, m·v, than it keeps in
     flight); when warm-up runs every forward, its first backward starts with none."""
-    return sp.Min(1, sp.Max(0, m * v - chunks_in_flight(par, rank)))
+    return smin(1, smax(0, m * v - chunks_in_flight(par, rank)))
 
 
 def held_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
