@@ -61,6 +61,7 @@ from costmodel.symbols import (
     k_r,
     m,
     more_than_one,
+    sceil,
     smax,
     v,
 )
@@ -100,11 +101,11 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
     per_device = sharded_params(model, n, shards, experts)
     if framework_of(par).distributed_optimizer:  # scatter, step, gather
         scatter, gather = grad_bytes * reduced("reduce_scatter"), c * reduced("all_gather")
-        lat = ring_steps("all_gather", dp) * a_dp * sp.ceiling(per_device / megatron_bucket(dp))
+        lat = ring_steps("all_gather", dp) * a_dp * sceil(per_device / megatron_bucket(dp))
         groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
     else:  # DDP's buckets of bucket_mb
         dp_bytes = grad_bytes * reduced()
-        lat = allreduce_steps(dp) * a_dp * sp.ceiling(grad_bytes * per_device / S_bucket)
+        lat = allreduce_steps(dp) * a_dp * sceil(grad_bytes * per_device / S_bucket)
         groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
 
     gather, scatter = c * sharded("all_gather"), grad_bytes * sharded("reduce_scatter")

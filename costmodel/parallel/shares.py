@@ -24,6 +24,7 @@ from costmodel.symbols import (
     T,
     X,
     b,
+    sceil,
 )
 
 
@@ -36,7 +37,7 @@ def stage_layers(par: ParallelSpec) -> sp.Expr:
     """Layers on the busiest pipeline stage: ceil(S / pp) of the S slots the split divides
     (``pipeline.slots``; torchtitan and Megatron accept uneven splits, e.g. Llama-3 405B's
     126 layers over 8 stages)."""
-    return sp.ceiling(slots(par)[2] / N_pp) if par.pp > 1 else L
+    return sceil(slots(par)[2] / N_pp) if par.pp > 1 else L
 
 
 def device_blocks(
