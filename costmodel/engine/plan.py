@@ -51,7 +51,7 @@ LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_pa
           "grad_reduce_fp32", "ep_overlap")  # fmt: skip
 QUANTITIES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
-    "time_s.compute", "time_s.comm", "tokens_per_s", "mfu",
+    "time_s.compute", "time_s.comm", "time_s.expert_host", "tokens_per_s", "mfu",
     "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
     "memory_bytes_per_device.params", "memory_bytes_per_device.master",
     "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
@@ -188,7 +188,8 @@ def layout_label(row: dict[str, Any]) -> str:
 
 def limit_of(row: dict[str, Any], budget: float) -> str:
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
-    the expert-parallel all-to-alls (exposed too), data-parallel (FSDP/DP) communication
+    the expert-parallel all-to-alls (exposed too), the host's per-expert GEMM launches the
+    device waits for (``costmodel.parallel.host``), data-parallel (FSDP/DP) communication
     beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step;
     else compute. Memory above 90 % of the budget is named too (a layout that shards less
     would not fit)."""
@@ -200,6 +201,7 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
         "pipeline bubble": row["time_s.bubble"],
         "TP communication": tp,
         "expert all-to-all": ep,
+        "host launches of per-expert GEMMs": row.get("time_s.expert_host", 0.0),
         "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp - ep),
         "optimizer step": row["time_s.optimizer"],
     }

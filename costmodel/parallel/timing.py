@@ -362,7 +362,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
-        **({"time_s.expert_host": m * (wait_fwd + wait_bwd)} if ffn.routes(model) else {}),
+        "time_s.expert_host": m * (wait_fwd + wait_bwd),
         "time_s.contention_forward": fwd_lost,
         "time_s.contention_backward": bwd_lost,
         **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),
