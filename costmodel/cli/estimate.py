@@ -92,6 +92,7 @@ _SUMMARY = (
     ("  reserved", "memory_bytes_per_device.reserved", fmt_bytes),
     ("time per step", None, None),
     ("  compute", "time_s.compute", None),
+    ("    of it host expert loop", "time_s.expert_host", None),  # (Megatron's MoE layers)
     ("  communication", "time_s.comm", None),  # (partly hidden behind compute)
     ("  pipeline bubble", "time_s.bubble", None),
     ("  optimizer", "time_s.optimizer", None),
