@@ -18,6 +18,8 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.symbols import smin
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 
@@ -46,7 +48,7 @@ def tree_steps(n: Any) -> Any:
 def allreduce_steps(n: Any) -> Any:
     """Latency rounds of an all-reduce as NCCL runs it across nodes: its tuner picks the
     ring or the tree, whichever is faster; at equal bandwidth that is the fewer rounds."""
-    return sp.Min(ring_steps("all_reduce", n), tree_steps(n), evaluate=False)
+    return smin(ring_steps("all_reduce", n), tree_steps(n))
 
 
 def bus_factor(op: str, n: Any) -> Any:

@@ -63,6 +63,7 @@ from costmodel.symbols import (
     m,
     more_than_one,
     smax,
+    smin,
 )
 
 
@@ -178,7 +179,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
         return sp.Integer(0)
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)
-    in_flight = sp.Min(2, layers, evaluate=False)
+    in_flight = smin(2, layers)
     one_layer = n_mm / layers * (1 - 1 / X)
     if finetune.tunes(train):  # a block's frozen matrices as stored, and its adapters
         act = PRECISIONS[train.precision].activation

@@ -20,7 +20,7 @@ from costmodel.kinds import ffn
 from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_fraction
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import N_ep, N_etp, Y, as_expr
+from costmodel.symbols import N_ep, N_etp, Y, as_expr, smin
 
 __all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_group_ranks",
            "expert_replicas", "expert_shards", "kept_fraction", "local_experts", "sharded_params",
@@ -56,7 +56,7 @@ def expert_shards(shards: sp.Expr) -> sp.Expr:
     ranks), and those ranks hold other experts, not other shards of these. ``min(ranks,
     shards)`` of them are the group's (the layout rule makes the ranks divide the group
     or be a multiple of it)."""
-    return shards / sp.Min(expert_group_ranks(), shards, evaluate=False)
+    return shards / smin(expert_group_ranks(), shards)
 
 
 def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
@@ -64,7 +64,7 @@ def expert_replicas(shards: sp.Expr, replicas: sp.Expr) -> sp.Expr:
     is on ``replicas`` devices of ``shards``-device groups: the replicas the expert group
     does not take (its ranks beyond the shard group come from the replicas)."""
     ranks = expert_group_ranks()
-    return replicas * sp.Min(ranks, shards, evaluate=False) / ranks
+    return replicas * smin(ranks, shards) / ranks
 
 
 def sharded_params(model: ModelSpec, n: sp.Expr, shards: sp.Expr, experts: sp.Expr) -> sp.Expr:

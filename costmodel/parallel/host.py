@@ -27,7 +27,7 @@ from costmodel.parallel.shares import device_blocks, residual_bytes, routed_bloc
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import E_r, N_ep, s_sync, smax, t_ex, t_op
+from costmodel.symbols import E_r, N_ep, s_sync, smax, smin, t_ex, t_op
 
 EXPERT_LINEARS = 2
 """Grouped linears per expert in Megatron-Core's grouped MLP: fc1 (the gated activation's
@@ -50,7 +50,7 @@ def with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
     """A phase's seconds from its device and host seconds: where kernels run on the
     dispatching thread (CPU, ``s_sync`` 1) they add; an asynchronous device overlaps them
     and takes the longer (max + s_sync·min)."""
-    return smax(device, host) + s_sync * sp.Min(device, host, evaluate=False)
+    return smax(device, host) + s_sync * smin(device, host)
 
 
 def exposed_expert_host(

@@ -70,6 +70,7 @@ from costmodel.symbols import (
     eta_ov,
     m,
     smax,
+    smin,
     v,
 )
 
@@ -114,7 +115,7 @@ def roofline(
         ops["attn_core"] = _attention_core(model, train, b_dev, t_dev)
     for entry in ops.values():
         # an op that moves nothing (no shared experts, no dense blocks) has intensity 0
-        entry["intensity"] = entry["flops"] / sp.Max(entry["bytes"], 1, evaluate=False)
+        entry["intensity"] = entry["flops"] / smax(entry["bytes"], 1)
     return ops
 
 
@@ -313,7 +314,7 @@ def _phase_seconds(
 def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
     """Seconds an overlap loses to contention: (1 - eta_ov) of the shorter of the compute
     and the communication beside it (``Hardware.overlap``; 0 where it is 1)."""
-    return (1 - eta_ov) * sp.Min(compute, overlapped, evaluate=False)
+    return (1 - eta_ov) * smin(compute, overlapped)
 
 
 def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:

@@ -52,6 +52,7 @@ from costmodel.symbols import (
     d_h,
     more_than_one,
     smax,
+    smin,
 )
 
 
@@ -261,7 +262,7 @@ def peak_memory(
     # communication buffers and frozen weights (fine-tuning) kept across steps
     stored += state.get("buffers", 0) + state.get("frozen", 0)
     fwd, start, end = transient_bytes(model, train, res, split, head=head)
-    live = sp.Min(B / b - 1, 1, evaluate=False) if grads_live is None else grads_live
+    live = smin(B / b - 1, 1) if grads_live is None else grads_live
     earlier = live * state["grads"]  # an earlier micro-batch's gradients
     # the forward's transient and backward start's, beside the same live set
     again = copies if backward_params is None else backward_params

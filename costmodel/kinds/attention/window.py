@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.symbols import T, W_sw
+from costmodel.symbols import T, W_sw, smin
 
 TILE = 128
 """Rows of a query tile and of a key tile (B_r = B_c): FlashAttention-2's blocks are
@@ -29,7 +29,7 @@ TILE = 128
 def band(width: sp.Expr) -> sp.Expr:
     """Pairs of a causal band ``width`` keys wide on T queries: T·w - w(w - 1)/2 with
     w = min(T, width) (each query sees min(i + 1, width) keys)."""
-    w = sp.Min(T, width, evaluate=False)
+    w = smin(T, width)
     return T * w - w * (w - 1) / 2
 
 
@@ -39,7 +39,7 @@ class Window:
     name = "window"
 
     def fused_pairs(self) -> sp.Expr:
-        w = sp.Min(T, W_sw + TILE // 2, evaluate=False)
+        w = smin(T, W_sw + TILE // 2)
         return T * w - w * w / 2
 
     def naive_pairs(self) -> sp.Expr:

@@ -36,6 +36,8 @@ from costmodel.symbols import (
     k_r,
     more_than_one,
     rho_ep,
+    smax,
+    smin,
 )
 
 
@@ -56,7 +58,7 @@ def busiest_experts() -> sp.Expr:
     """Routed pairs the busiest rank's experts run over the mean: what is sent to it, at
     most the capacity factor (pairs past an expert's capacity are dropped before dispatch;
     the rank's load spread over its experts)."""
-    return sp.Min(routed_to_busiest(), c_cap, evaluate=False)
+    return smin(routed_to_busiest(), c_cap)
 
 
 def dropped_fraction() -> sp.Expr:
@@ -210,7 +212,7 @@ class MoE:
     def hidden_width(self, model: ModelSpec) -> sp.Expr:
         """The larger of the shared experts' (E_s·F_e over every token) and one routed
         expert's (F_e over its k/E share of the tokens): backward runs one at a time."""
-        return sp.Max(E_s * F_e, k_r * F_e / E_r, evaluate=False)
+        return smax(E_s * F_e, k_r * F_e / E_r)
 
     def kept(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
         return dict(zip(self.kept_parts, kept(model, act, mm), strict=True))
