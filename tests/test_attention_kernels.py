@@ -21,6 +21,7 @@ from validate.reference.attention import (
     sdpa_attention,
 )
 from validate.reference.attention.flash_triton import FlashAttentionTriton
+from validate.suites.attention import measure_memory, measure_time
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -79,6 +80,23 @@ def test_other_kernels_agree(fn):
     for causal in (False, True):
         want = naive_attention(q, k, v, is_causal=causal)
         assert torch.allclose(fn(q, k, v, is_causal=causal), want, atol=1e-5)
+
+
+def test_the_suite_times_and_measures_a_compiled_kernel_on_fresh_graphs():
+    """Each timed backward runs on a graph of its own (a compiled backward frees what it
+    saved: retain_graph=True failed for every naive-compiled case on an H100), and the
+    memory is measured after a call that compiles, so the compile's buffers are not in it."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 48, 16, requires_grad=True) for _ in "qkv")
+    times = measure_time(compiled_naive_attention, q, k, v, torch.device("cpu"))
+    assert times["time_s.forward"] > 0 and times["time_s.backward"] >= 0
+    eager = measure_memory(naive_attention, q, k, v, torch.device("cpu"))
+    assert (
+        measure_memory(compiled_naive_attention, q, k, v, torch.device("cpu"))[
+            "memory_bytes.after_forward"
+        ]
+        <= eager["memory_bytes.after_forward"]
+    )
 
 
 def test_flash_triton_rejects_bad_inputs():

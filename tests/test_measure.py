@@ -7,6 +7,7 @@ import torch
 
 from costmodel import estimate
 from costmodel.catalog.hardware import get_hardware
+from costmodel.config import check
 from costmodel.specs.parallel import ParallelSpec
 from validate.probes.accounting import make_optimizer
 from validate.probes.measure import COMPONENTS, profile_components, time_phases, train_step
@@ -64,3 +65,7 @@ def test_grids_cover_what_the_issue_asks_for():
         assert {c.compiled for c in cases} == {False, True}
         assert {c.optimizer_impl for c in cases} == {"foreach", "fused"}
         assert any(c.profile for c in cases)
+        # every case is one costmodel states: GPT-2's learned positions stop at 1,024
+        # (the GPU grid's t2048 GPT-2 cases were errors on a lent H100 before)
+        for c in cases:
+            check(c.spec(), c.train(), ParallelSpec())  # raises SpecError otherwise

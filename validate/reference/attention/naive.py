@@ -32,8 +32,13 @@ def _compiled():
 
 
 def compiled_naive_attention(q, k, v, is_causal: bool = False) -> torch.Tensor:
-    """``naive_attention`` under ``torch.compile`` (inductor fuses the softmax chain)."""
-    return _compiled()(q, k, v, is_causal)
+    """``naive_attention`` under ``torch.compile`` (inductor fuses the softmax chain).
+
+    Each shape and dtype is its own graph (``dynamic=False``): the recompile limit is raised
+    so that a sweep never falls back to eager past dynamo's default 8 graphs (on an H100
+    the ninth shape of ``validate.run --suite attention`` ran eager before)."""
+    with torch._dynamo.config.patch(recompile_limit=1024):
+        return _compiled()(q, k, v, is_causal)
 
 
 def sdpa_attention(q, k, v, is_causal: bool = False) -> torch.Tensor:
