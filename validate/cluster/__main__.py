@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from costmodel import get_hardware
+from costmodel.catalog.hardware import resolve_device
 from costmodel.specs.checks import SpecError
 from validate.cluster import calibrate, check
 from validate.cluster.check import LAYOUTS
@@ -96,6 +97,23 @@ def _join(device: torch.device, timeout_s: float) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // calibrate.ranks_on_host()))
 
 
+def _one_rank(device: torch.device) -> None:
+    """One rank measures its device only; its links must come from a catalog entry."""
+    name = "a CPU"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        try:
+            resolve_device(name)
+            return
+        except SpecError:
+            pass
+    raise SpecError(
+        "world",
+        f"calibrate on one rank measures the device and keeps its catalog entry's links, "
+        f"and {name} has none: run 2 or more ranks (torchrun --nproc-per-node 2 ...)",
+    )
+
+
 def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     try:
@@ -105,7 +123,7 @@ def main(argv: list[str]) -> None:
         if args.command == "check":
             hw, case = get_hardware(args.hardware), check.make_case(args, world, device)
         elif world < 2:
-            raise SpecError("world", "calibrate needs at least 2 ranks to measure a link")
+            _one_rank(device)
         _join(device, args.timeout_s)
     except SpecError as err:
         sys.exit(f"validate.cluster: {err}")

@@ -107,7 +107,8 @@ def calibrate(args: argparse.Namespace, device: torch.device, argv: list[str]) -
     places = topo.placements(args.quick)
     for place in places:
         network.measure_placement(log, place, device, args.quick, args.reps)
-    network.measure_overlap(log, places[-1], device, args.quick, args.reps)
+    if places:  # one rank has no link to measure (profile.build keeps the catalog's)
+        network.measure_overlap(log, places[-1], device, args.quick, args.reps)
     facts = provenance(topo, device, argv)
     if rank != 0:
         return

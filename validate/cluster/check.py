@@ -125,8 +125,9 @@ def make_case(args: argparse.Namespace, world: int, device: torch.device) -> Cas
     gpu = device.type == "cuda"
     batch, seq = args.batch or 2 * world, args.seq or (1024 if gpu else 64)
     precision = args.precision or ("bf16-mixed" if gpu else "fp32")
-    if world < 2:
-        raise SpecError("world", "check needs at least 2 ranks (torchrun --nproc-per-node ...)")
+    if world < 2 and layout != "ddp":  # DDP over one rank is plain one-device training
+        raise SpecError("world", f"check needs at least 2 ranks for {layout} (torchrun "
+                        "--nproc-per-node ...); one rank runs --layout ddp")  # fmt: skip
     if layout not in ("tp", "tp-sp", "cp") and batch % world:  # shares, or pp's micro-batches
         raise SpecError("batch", f"batch ({batch}) must be a multiple of the {world} ranks")
     if layout == "cp" and seq % (2 * world):

@@ -5,8 +5,10 @@ entry, for the datasheet peaks, the attention-kernel table and the GEMM tile; el
 empty profile whose peaks are the measured rates. Then, from the measurements:
 
 - ``efficiency.matmul`` = the fitted C_eff (``fit.gemm_rate``, the device's training dtype:
-  bf16 on GPUs, fp32 on CPUs) over that dtype's peak; where the peaks are measured, each
-  dtype's C_eff is its peak and the efficiency 1;
+  bf16 on GPUs, fp32 on CPUs) over that dtype's peak, and each other measured dtype's peak
+  its C_eff over that efficiency (costmodel has one matmul efficiency, so peak x efficiency
+  is then each dtype's measured rate); where the peaks are measured, each dtype's C_eff is
+  its peak and the efficiency 1;
 - ``hbm_bw`` the copy bandwidth (efficiency 1), ``dispatch_s`` the host seconds per kernel,
   ``attention_flops`` the causal SDPA rate per dtype (used where the profile has no kernel
   table), ``sm_count`` from the CUDA device;
@@ -15,7 +17,8 @@ empty profile whose peaks are the measured rates. Then, from the measurements:
   (efficiencies 1: the rates are achieved ones). costmodel gives a link one α and one β;
   each op's own fit, send/recv's included, is in ``measured.links``; a cluster of one node
   borrows the link fit for the network and one rank per node the network fit for the
-  link, and says so;
+  link, and says so; a single rank (one GPU) measures no link and keeps its catalog
+  entry's links, efficiencies and overlap, and says so;
 - ``devices_per_node`` the ranks per node, ``hbm_bytes`` the device's memory (a CPU rank:
   its share of the machine's);
 - ``overlap``: the share of the shorter of compute and communication that hides
@@ -59,11 +62,16 @@ def _by(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def _gemm_fits(
     records: list[dict[str, Any]], tiling: tuple[int, int, int], hbm_bps: float
 ) -> dict[str, dict[str, Any]]:
+    """One fitted rate per dtype, each over the tiles costmodel prices it with: fp32 (no
+    TF32) runs on the CUDA cores, which ``Hardware.gemm_tiling`` charges no tiles."""
     rows = defaultdict(list)
     for r in _by(records, "gemm"):
         rows[r["dtype"]].append(r)
     size = {"fp32": 4, "bf16": 2, "fp16": 2}
-    return {dt: fit.gemm_rate(rs, tiling, hbm_bps, size[dt]) for dt, rs in rows.items()}
+    return {
+        dt: fit.gemm_rate(rs, (1, 1, 1) if dt == "fp32" else tiling, hbm_bps, size[dt])
+        for dt, rs in rows.items()
+    }
 
 
 def _link_fits(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -88,11 +96,17 @@ def _link_fits(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _links(fits: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+def _links(
+    fits: dict[str, dict[str, Any]], base: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """The profile's link fields from the fits; with none (one rank), the catalog's kept."""
     link = fits.get(LINK) or fits.get(NETWORK)
     network = fits.get(NETWORK) or fits.get(LINK)
     if link is None or network is None:
-        raise ValueError("no collective was measured: calibrate needs at least two ranks")
+        if "link_bw" not in base:
+            raise ValueError("no collective was measured and no catalog entry has the links: "
+                             "calibrate needs at least two ranks")  # fmt: skip
+        return {}, ["one rank: links and overlap not measured, the catalog entry's kept"]
     notes = []
     if LINK not in fits:
         notes.append("one rank per node: link_bw is the across-node fit")
@@ -127,6 +141,12 @@ def build(
     eff = dict(profile.get("efficiency") or {})
     if profile["peak_flops"].get(train_dtype):
         eff["matmul"] = min(1.0, gemms[train_dtype]["flops"] / profile["peak_flops"][train_dtype])
+        # each other measured dtype: the peak that gives its measured rate at this efficiency
+        # (on an H100 fp32 reaches 0.76 of its datasheet peak where bf16 fits 0.63)
+        profile["peak_flops"] = {
+            **profile["peak_flops"],
+            **{k: g["flops"] / eff["matmul"] for k, g in gemms.items() if k != train_dtype},
+        }
     else:
         profile["peak_flops"] = {
             **profile["peak_flops"],
@@ -136,9 +156,10 @@ def build(
     attention = defaultdict(list)
     for r in _by(records, "attention"):
         attention[r["dtype"]].append(r["flops"] / r["seconds"])
-    links, notes = _links(_link_fits(records))
+    links, notes = _links(_link_fits(records), profile)
     overlap = _by(records, "overlap")
     profile.update(links)
+    measured_links = {"link": 1.0, "network": 1.0} if links else {}
     profile.update(
         name=re.sub(
             r"[^A-Za-z0-9_.]+", "-", f"measured {machine['name']} {len(topo.nodes)}x{topo.per_node}"
@@ -147,10 +168,10 @@ def build(
         hbm_bytes=machine["memory_bytes"],
         hbm_bw=hbm,
         devices_per_node=topo.per_node,
-        efficiency={**eff, "hbm": 1.0, "link": 1.0, "network": 1.0},
+        efficiency={**eff, "hbm": 1.0, **measured_links},
         attention_flops={k: statistics.median(v) for k, v in attention.items()},
         dispatch_s=statistics.median(r["seconds"] for r in _by(records, "dispatch")),
-        overlap=overlap[-1]["hidden"] if overlap else 1.0,
+        overlap=overlap[-1]["hidden"] if overlap else profile.get("overlap", 1.0),
         source=f"validate.cluster calibrate on {len(topo.nodes)} node(s) x {topo.per_node} "
         f"rank(s) of {machine['name']}; started from {origin}",
         calibration={"basis": "measured", "summary": _summary(provenance, notes)},

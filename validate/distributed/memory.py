@@ -232,6 +232,8 @@ def build(case: LayoutCase, device: torch.device) -> tuple[nn.Module, Transforme
     """(what the step calls, the reference model inside it), laid out as ``case`` says."""
     torch.manual_seed(0)
     model = TransformerLM.for_training(case.spec(), case.train(), device)
+    if case.layout == "ddp" and case.world == 1:  # one replica is trained unwrapped (dp 1)
+        return model, model
     if case.layout in ("ddp", "zero1"):
         return DistributedDataParallel(model), model
     if case.layout == "fsdp-by-hand":
