@@ -33,5 +33,9 @@ class Causal:
     def mask_kernels(self, kernel: str) -> int:
         return 2 if kernel == "naive" else 0
 
+    def cached_keys(self) -> sp.Expr:
+        """Tokens a layer caches per sequence at context T (and a decode query reads): all."""
+        return T
+
 
 CAUSAL = Causal()

@@ -102,5 +102,21 @@ class Latent:
             "attn_out_input": tokens * mm * H * d_v,
         }
 
+    def cached(self, model: Any) -> sp.Expr:
+        """The key/value latent and the shared RoPE key, r_kv + d_r per token (DeepSeek-V2,
+        Sec. 2.1.1: 512 + 64 for V2 and V3), whole on every tp rank (the heads are made from
+        it on each)."""
+        return r_kv + d_r
+
+    def decode_widths(self, model: Any) -> tuple[sp.Expr, sp.Expr]:
+        """With the up-projections absorbed (DeepSeek-V2, Sec. 2.1.2; FlashMLA), a query head
+        scores the r_kv + d_r-wide cache entries and sums the r_kv-wide latents."""
+        return r_kv + d_r, r_kv
+
+    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
+        """Matrices with heads split over tp (1/Y); the down-projections to the latents, whole
+        on every rank."""
+        return 1 / Y if H in (fan_in * fan_out).free_symbols else sp.Integer(1)
+
 
 LATENT = Latent()

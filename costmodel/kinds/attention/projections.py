@@ -60,6 +60,18 @@ class Projections(Protocol):
         """Bytes the L blocks keep for the core and beyond the block's input and norms."""
         ...
 
+    def cached(self, model: Any) -> sp.Expr:
+        """Elements one layer caches per token for decoding on a device under tp's Y ranks."""
+        ...
+
+    def decode_widths(self, model: Any) -> tuple[sp.Expr, sp.Expr]:
+        """(score, value) widths per query head of a decode step's core over the cache."""
+        ...
+
+    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
+        """The share of a projection matrix one of tp's Y ranks holds when serving."""
+        ...
+
 
 PROJECTIONS: dict[str, Projections] = {kind.name: kind for kind in (STANDARD, LATENT)}
 """Name -> kind."""

@@ -49,6 +49,10 @@ class AttentionCore(Protocol):
         """Kernels the reference model dispatches to build that mask, once per forward."""
         ...
 
+    def cached_keys(self) -> sp.Expr:
+        """Tokens one layer of this kind caches per sequence at context T for decoding."""
+        ...
+
 
 KINDS: dict[str, AttentionCore] = {kind.name: kind for kind in (CAUSAL, WINDOW)}
 """Name -> kind; a model's mix names its kinds (``structure``)."""

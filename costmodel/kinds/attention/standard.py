@@ -15,7 +15,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.kinds.ops import STAT
-from costmodel.symbols import D, H, K, L, T, Y, b, d_h
+from costmodel.symbols import D, H, K, L, T, Y, b, d_h, smax
 
 
 class Standard:
@@ -77,6 +77,26 @@ class Standard:
         if train.attention == "naive":  # flash's O is already O's input
             parts["attn_out_input"] = L * mm * b * T * H * d_h
         return parts
+
+    def cached(self, model: Any) -> sp.Expr:
+        """A key and a value per kv head: 2·K·d_h per token, the K heads split over tp's Y
+        ranks, each rank keeping at least one (vLLM replicates kv heads when Y > K)."""
+        return 2 * d_h * kv_heads_per_device()
+
+    def decode_widths(self, model: Any) -> tuple[sp.Expr, sp.Expr]:
+        """A query head scores d_h-wide keys and sums d_h-wide values."""
+        return d_h, d_h
+
+    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
+        """Q and O split by heads (1/Y); K and V by kv heads (at least one per rank)."""
+        if K in (fan_in * fan_out).free_symbols:
+            return kv_heads_per_device() / K
+        return 1 / Y
+
+
+def kv_heads_per_device() -> sp.Expr:
+    """kv heads on each of tp's Y ranks: K / Y, or one replicated head where Y > K."""
+    return smax(K / Y, 1)
 
 
 STANDARD = Standard()

@@ -54,5 +54,10 @@ class Window:
     def mask_kernels(self, kernel: str) -> int:
         return 4 if kernel == "naive" else 6
 
+    def cached_keys(self) -> sp.Expr:
+        """Tokens a local layer caches per sequence at context T: the last W (vLLM and
+        SGLang free the blocks that slide out of the window)."""
+        return smin(T, W_sw)
+
 
 WINDOW = Window()

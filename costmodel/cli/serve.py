@@ -1,0 +1,118 @@
+"""``python -m costmodel serve``: serving a model: its KV cache, memory per device, TTFT, TPOT
+and throughput for a workload (``costmodel.serve``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.serve.estimate import serve
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.serving import KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
+
+DEFAULT_OUTPUT = 128
+"""Generated tokens when only ``--context`` is given (the prompt is the rest)."""
+
+
+def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int, int]:
+    """(input, output) from any two of context, input and output (or context alone: the
+    last ``DEFAULT_OUTPUT`` tokens generated); one line naming the field otherwise."""
+    for name, value in (("context", context), ("input", inp), ("output", out)):
+        if value is not None:
+            checks.integer(name, value, minimum=2 if name == "context" else 1)
+    if context is None:
+        if inp is None:
+            raise SpecError("context", "give --context, or --input (and --output)")
+        return inp, DEFAULT_OUTPUT if out is None else out
+    if inp is not None and out is not None and inp + out != context:
+        raise SpecError("context", f"context ({context}) must be input + output ({inp + out})")
+    out = out if out is not None else (context - inp if inp is not None else DEFAULT_OUTPUT)
+    if out >= context:
+        raise SpecError("output", f"output ({out}) must be < context ({context})")
+    return context - out, out
+
+
+def _rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
+    mem = "memory_bytes_per_device."
+    fit = "fits" if v["fits"] else "does NOT fit"
+    dec = max(("compute", "memory", "comm"), key=lambda k: v[f"time_s.decode_step.{k}"])
+    bound = {"compute": "compute-bound", "memory": "memory-bound", "comm": "tp-bound"}[dec]
+    return [
+        (
+            "verdict",
+            f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
+            f"per device; up to {v['max_batch']} sequences fit",
+        ),
+        ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
+        ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"])),
+        ("weights", fmt_bytes(v[mem + "weights"])),
+        ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
+        ("workspace", fmt_bytes(v[mem + "workspace"])),
+        ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
+        ("TPOT (decode step)", f"{fmt_seconds(v['time_s.tpot'])} ({bound})"),
+        ("end to end", fmt_seconds(v["time_s.e2e"])),
+        (
+            "output tokens/s",
+            f"{v['throughput.output_tokens_per_s']:,.0f} "
+            f"({v['throughput.output_tokens_per_s_per_gpu']:,.0f} per GPU)",
+        ),
+        (
+            "decode FLOPs / bytes",
+            f"{fmt_count(v['flops_per_device.decode_step'], 'FLOP')} / "
+            f"{fmt_bytes(v['bytes_per_device.decode_step'])}",
+        ),
+    ]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    inp, out = lengths(args.context, args.input, args.output)
+    spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
+                     kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp,
+                     block_size=args.block_size, memory_utilization=args.memory_utilization,
+                     rope_scaling=args.rope_scaling)  # fmt: skip
+    model, hw = get_model(args.model), get_hardware(args.hardware)
+    est = serve(model, spec, hw)
+    if args.json:
+        print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
+                          "output": out, "context": spec.context, **est.values,
+                          "notes": est.notes}, indent=2))  # fmt: skip
+        return 0
+    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}, dp {spec.dp}): "
+          f"{spec.batch} x ({inp:,} in + {out:,} out), {spec.precision} weights, "
+          f"{spec.kv_dtype} cache")  # fmt: skip
+    width = max(len(k) for k, _ in _rows(est.values, spec))
+    for key, shown in _rows(est.values, spec):
+        print(f"  {key:<{width}}  {shown}")
+    for note in est.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def add_serve(sub, int_arg) -> None:
+    p = sub.add_parser("serve", help="serving: KV cache, memory, TTFT, TPOT, throughput")
+    p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
+    p.add_argument("--hardware", default="h100-sxm", help=f"{', '.join(HARDWARE)} or .json")
+    p.add_argument("--context", type=int_arg, help="tokens a sequence holds at its end")
+    p.add_argument("--input", type=int_arg, help="prompt tokens per request")
+    p.add_argument("--output", type=int_arg, help=f"generated tokens (default {DEFAULT_OUTPUT})")
+    p.add_argument("--batch", type=int_arg, default=1, help="requests served at once")
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
+    p.add_argument("--tp", type=int_arg, default=1)
+    p.add_argument("--dp", type=int_arg, default=1, help="replicas")
+    p.add_argument("--block-size", type=int_arg, default=16, help="tokens per cache block")
+    p.add_argument(
+        "--memory-utilization",
+        type=float,
+        default=0.9,
+        help="share of device memory the engine takes (vLLM's default 0.9)",
+    )
+    p.add_argument("--rope-scaling", type=float, default=1.0,
+                   help="factor RoPE scaling stretches the positions by")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_serve)

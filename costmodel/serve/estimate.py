@@ -1,0 +1,179 @@
+"""A serving estimate: memory per device, prefill and decode time, TTFT, TPOT, throughput.
+
+Time is a roofline per phase on one device (Williams et al. 2009): the longer of its matmul
+FLOPs at ``Hardware.matmul_flops`` (the core of a prompt at the fused-attention rate,
+``Hardware.attention_peak``) and its bytes at ``Hardware.hbm_bandwidth``, plus tp's two
+all-reduces per layer (after attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of
+the phase's tokens x D in 16 bits, ring rounds x α plus 2(Y − 1)/Y of the bytes over the
+link, exposed (decode's are latency-bound; engines do not hide them).
+
+- **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
+  once and the cache written. Chunked prefill changes when, not how much.
+- **Decode** (TPOT): one token for each of B sequences per step, at the mean cache of the
+  steps, ``input + output / 2`` tokens (a step's time is linear in it on either side of
+  the roofline); bytes: the weights (routed experts: those the step's tokens reach) and
+  every cached key and value read once.
+- **End to end**: TTFT + (output − 1) x TPOT; output tokens/s = dp x B x output over it.
+- **Memory** per device: weights (fp8 precision keeps embedding, head and norms in
+  bf16, as fp8 checkpoints do), the cache in whole ``block_size`` blocks, and a workspace:
+  one layer's activations for the prompt tokens of a step (at most ``PREFILL_CHUNK``, vLLM's
+  ``max_num_batched_tokens``), in 16 bits, over the widths the layer writes (2 x D for the
+  norm and residual, the projections' outputs, the FFN's hidden), and the last tokens' fp32
+  logits. ``max_batch`` is the largest B whose memory fits ``memory_utilization`` of the
+  device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy as sp
+
+from costmodel.serve import terms
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
+from costmodel.symbols import B, D, T, Y, values_for
+
+PREFILL_CHUNK = 8192
+"""Prompt tokens per engine step (vLLM V1's default ``max_num_batched_tokens``)."""
+ACT = 2
+"""Bytes of an activation (bf16/fp16; fp8 GEMMs take 16-bit inputs and outputs)."""
+
+
+@dataclass
+class ServeEstimate:
+    """Numbers by dotted name (bytes, seconds, FLOPs, tokens/s) and notes."""
+
+    values: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+def _num(expr: Any, values: dict) -> Any:
+    """An exact integer where the expression gives one, else a float."""
+    out = sp.sympify(expr).subs(values)
+    return int(out) if out.is_Integer else float(out)
+
+
+def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
+    """One tp all-reduce of ``elements`` 16-bit activations, 0 without tp: the faster of
+    a ring (2(Y − 1) rounds of α, 2(Y − 1)/Y of the bytes over the link) and the one-shot
+    kernel serving engines use for small tensors (each rank reads its Y − 1 peers' whole
+    tensors over NVLink, then reduces: 2 α; vLLM's custom all-reduce, TensorRT-LLM's
+    ONESHOT strategy)."""
+    y = spec.tp
+    if y == 1:
+        return 0.0
+    size, alpha = elements * ACT, hw.link_latency_s
+    beta = hw.link_bw * hw.eff("link")
+    ring = 2 * (y - 1) * alpha + 2 * (y - 1) / y * size / beta
+    return min(ring, 2 * alpha + (y - 1) * size / beta)
+
+
+def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict[str, Any]:
+    wb = DTYPE_BYTES[spec.precision]
+    kvb = DTYPE_BYTES[spec.kv_dtype]
+    weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * ACT, vals)
+    per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
+    kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
+    paged = math.ceil(spec.context / spec.block_size) * spec.block_size
+    kv_seq_paged = kvb * _num(terms.kv_elements(model), {**vals, T: paged})
+    width = _num(2 * D + terms.layer_widths(model), vals)
+    logits = 4 * model.vocab / spec.tp
+    work = ACT * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
+    budget = hw.hbm_bytes * spec.memory_utilization
+    total = weights + spec.batch * kv_seq_paged + work
+    room = budget - weights - ACT * width * PREFILL_CHUNK
+    return {
+        "memory_bytes_per_device.weights": weights,
+        "memory_bytes_per_device.kv_cache": spec.batch * kv_seq,
+        "memory_bytes_per_device.kv_cache_paged": spec.batch * kv_seq_paged,
+        "memory_bytes_per_device.workspace": work,
+        "memory_bytes_per_device.total": total,
+        "memory_bytes_per_device.budget": budget,
+        "kv_bytes_per_token": per_token,
+        "kv_bytes_per_sequence": kv_seq,
+        "fits": total <= budget,
+        "max_batch": max(0, int(room // (kv_seq_paged + logits))),
+    }
+
+
+def _phase(
+    flops: float, core_s: float, nbytes: float, tokens: float, model: ModelSpec,
+    spec: ServeSpec, hw: Hardware,
+) -> dict[str, float]:  # fmt: skip
+    """Seconds of one phase on a device: the roofline plus tp's exposed all-reduces."""
+    compute = flops / hw.matmul_flops(_gemm_dtype(spec)) + core_s
+    memory = nbytes / hw.hbm_bandwidth()
+    comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)
+    return {"compute": compute, "memory": memory, "comm": comm,
+            "total": max(compute, memory) + comm}  # fmt: skip
+
+
+def _gemm_dtype(spec: ServeSpec) -> str:
+    return "fp8" if spec.precision == "fp8" else spec.precision
+
+
+def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dict) -> dict:
+    """Prefill, decode, end to end and throughput (module docstring)."""
+    b, i, o = spec.batch, spec.input, spec.output
+    kvb = DTYPE_BYTES[spec.kv_dtype]
+    weights = mem["memory_bytes_per_device.weights"]
+    experts = _num(terms.expert_weights(model), vals) * DTYPE_BYTES[spec.precision]
+    at = {**vals, B: b}
+    # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
+    pre_flops = _num(terms.linear_flops(model, b * i, b), at)
+    core = _num(terms.prefill_core_flops(model), {**at, T: i})
+    rate = hw.attention_peak("fp16" if spec.precision == "fp16" else "bf16", seq=i)
+    pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
+    pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw)
+    # decode: one token per sequence at the steps' mean cache
+    keys = sp.Rational(2 * i + o, 2)
+    dec_flops = _num(terms.linear_flops(model, b, b) + terms.decode_core_flops(model),
+                     {**at, T: keys})  # fmt: skip
+    touched = float(_num(terms.touched_experts(model, b), vals))
+    kv_read = b * kvb * _num(terms.kv_elements(model), {**at, T: keys})
+    read = weights - experts * (1 - touched) + kv_read
+    out_experts = experts * touched
+    dec = _phase(dec_flops, 0.0, read, b, model, spec, hw)
+    e2e = pre["total"] + (o - 1) * dec["total"]
+    out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
+    out.update({f"time_s.decode_step.{k}": v for k, v in dec.items()})
+    out.update({
+        "time_s.ttft": pre["total"], "time_s.tpot": dec["total"], "time_s.e2e": e2e,
+        "flops_per_device.prefill": pre_flops + core, "flops_per_device.decode_step": dec_flops,
+        "bytes_per_device.decode_step": read, "bytes_per_device.decode_step_kv": kv_read,
+        "bytes_per_device.decode_step_experts": out_experts,
+        "throughput.output_tokens_per_s": spec.dp * b * o / e2e,
+        "throughput.total_tokens_per_s": spec.dp * b * (i + o) / e2e,
+        "throughput.output_tokens_per_s_per_gpu": b * o / e2e / spec.tp,
+    })  # fmt: skip
+    return out
+
+
+def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
+    """The estimate (module docstring) of ``spec`` served with ``model`` on ``hw``."""
+    if model.ffn_only:
+        raise SpecError("model", f"{model.name} has no attention and no cache to serve")
+    check(model, spec, hw)
+    if spec.tp > hw.devices_per_node:
+        raise SpecError(
+            "tp",
+            f"tp ({spec.tp}) must be <= {hw.name}'s {hw.devices_per_node} devices per node "
+            "(serve more with dp replicas)",
+        )
+    vals = {**values_for(model), Y: spec.tp}
+    out = _memory(model, spec, hw, vals)
+    out.update(_times(model, spec, hw, vals, out))
+    notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
+    if out["bytes_per_device.decode_step_experts"]:
+        notes.append("routed experts read by a decode step: uniform routing")
+    if spec.tp > 1:
+        notes.append("tp all-reduces exposed (not overlapped)")
+    return ServeEstimate(out, notes)

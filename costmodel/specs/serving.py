@@ -1,0 +1,95 @@
+"""What a serving question states: the requests, their lengths, the dtypes, the layout.
+
+A request brings ``input`` prompt tokens and generates ``output`` tokens; at its end a
+sequence's cache holds ``context = input + output`` tokens. ``batch`` requests run at once
+(the engine's concurrency). Weights and GEMMs run in ``precision``, the cache in
+``kv_dtype``; ``tp`` ranks split each layer (Megatron's split, as vLLM, SGLang and
+TensorRT-LLM run it), ``dp`` replicas serve apart (throughput adds up). The cache is paged in
+blocks of ``block_size`` tokens (vLLM's default 16), and the engine may use
+``memory_utilization`` of each device's memory (vLLM's ``gpu_memory_utilization``, 0.9).
+Every field is checked here once, by name; :func:`check` adds what depends on the model and
+the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+"""Bytes per element of the weight and cache dtypes."""
+PRECISIONS = ("bf16", "fp16", "fp8")
+"""Weights and GEMMs: 16-bit, or fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run)."""
+KV_DTYPES = ("bf16", "fp16", "fp8", "int8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSpec:
+    """One serving workload on one layout (tokens, requests, bytes)."""
+
+    input: int
+    """Prompt tokens per request."""
+    output: int
+    """Generated tokens per request (the first comes from prefill)."""
+    batch: int = 1
+    """Requests served at once."""
+    precision: str = "bf16"
+    kv_dtype: str = "bf16"
+    tp: int = 1
+    dp: int = 1
+    block_size: int = 16
+    """Tokens per cache block (paged attention, Kwon et al. 2023, Sec. 4.1)."""
+    memory_utilization: float = 0.9
+    """Share of a device's memory the engine may take (weights, cache, activations)."""
+    rope_scaling: float = 1.0
+    """Factor by which RoPE scaling (YaRN, Peng et al. 2023) stretches the positions."""
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "batch", "tp", "dp", "block_size"):
+            checks.integer(name, getattr(self, name))
+        checks.choice("precision", self.precision, PRECISIONS)
+        checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        checks.number("memory_utilization", self.memory_utilization)
+        checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
+        checks.number("rope_scaling", self.rope_scaling)
+        if self.rope_scaling < 1:
+            raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {self.rope_scaling})")
+
+    @property
+    def context(self) -> int:
+        """Tokens a sequence's cache holds at its end."""
+        return self.input + self.output
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+
+def check(model: Any, spec: ServeSpec, hw: Any) -> None:
+    """What depends on the model and the device: the context within the model's positions
+    (stretched by ``rope_scaling``), tp dividing the heads (and the kv heads, or they divide
+    tp), a cache dtype and a precision the device computes in."""
+    positions = int(model.max_positions * spec.rope_scaling)
+    if spec.context > positions:
+        if model.pos == "learned":
+            why = "learned positions cannot be stretched"
+        else:
+            need = spec.context / model.max_positions
+            why = (f"RoPE scaling by {need:.3g}x (YaRN, Peng et al. 2023; --rope-scaling) "
+                   f"would allow it")  # fmt: skip
+        raise SpecError(
+            "context",
+            f"context (input + output = {spec.context:,}) exceeds {model.name}'s "
+            f"{positions:,} positions; {why}",
+        )
+    checks.divides("tp", spec.tp, "n_heads", model.n_heads)
+    kv = model.n_kv_heads
+    if not model.mla and kv % spec.tp and spec.tp % kv:
+        raise SpecError("tp", f"tp ({spec.tp}) and the {kv} kv heads must divide one another")
+    for field, dtype in (("precision", spec.precision), ("kv_dtype", spec.kv_dtype)):
+        peak = "int8" if dtype == "int8" else dtype
+        if not hw.peak_flops.get(peak):
+            raise SpecError(field, f"{field} {dtype}: {hw.name} has no {dtype} support")

@@ -1,0 +1,200 @@
+"""Serving (issue 40): the KV cache exactly, against the reference model's decode path on the
+meta device at full size (bytes allocated, FLOPs of a step as FlopCounterMode counts them),
+the decode path against the model's own forward, and the CLI's answers and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from costmodel import get_hardware, get_model
+from costmodel.cli import main
+from costmodel.serve import terms
+from costmodel.serve.estimate import serve
+from costmodel.specs.checks import SpecError
+from costmodel.specs.serving import ServeSpec
+from costmodel.symbols import B, T, Y, values_for
+from validate.distributed.checks import small_spec
+from validate.reference.decode import allocate, cache_bytes, decode_step, full_logits
+from validate.reference.model import TransformerLM
+
+DENSE_MLA = {
+    "n_experts": 0,
+    "experts_per_token": 0,
+    "n_shared_experts": 0,
+    "dense_layers": 0,
+    "d_ff_expert": None,
+    "moe_renormalize": True,
+    "shared_expert_gate": False,
+}
+
+
+def _cli(capsys, *argv: str) -> dict:
+    assert main(["serve", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_issues_kv_caches_exactly(capsys):
+    """Llama-3-8B: 2 x 32 layers x 8 kv heads x 128 x 2 B x 8,192; DeepSeek-V3's MLA latent:
+    (512 + 64) x 61 layers x 2 B per token."""
+    out = _cli(capsys, "--model", "llama3-8b", "--context", "8192", "--batch", "1")
+    assert out["memory_bytes_per_device.kv_cache"] == 2 * 32 * 8 * 128 * 2 * 8192 == 1073741824
+    out = _cli(
+        capsys,
+        "--model",
+        "deepseek-v3",
+        "--context",
+        "8192",
+        "--hardware",
+        "h200",
+        "--tp",
+        "8",
+        "--precision",
+        "fp8",
+    )
+    assert out["kv_bytes_per_token"] == (512 + 64) * 61 * 2 == 70272
+    assert out["memory_bytes_per_device.kv_cache"] == 575668224
+
+
+def _models() -> dict:
+    return {
+        "llama3-8b": get_model("llama3-8b"),  # GQA
+        "gpt2": get_model("gpt2"),  # MHA, learned positions, tied head
+        "gemma-3-4b": get_model("gemma-3-4b"),  # 5 local layers of 6, QK-norm
+        "deepseek-v3-dense": get_model("deepseek-v3").replace(**DENSE_MLA),  # MLA
+    }
+
+
+@pytest.mark.parametrize("name", list(_models()))
+def test_cache_bytes_and_decode_flops_match_the_reference_model_at_full_size(name):
+    """Meta device, full size: the caches allocated for 3 sequences of 4,100 tokens, and one
+    decode step at position 4,099 counted by FlopCounterMode."""
+    spec = _models()[name]
+    context = min(4100, spec.max_positions)
+    with torch.device("meta"):
+        model = TransformerLM(spec, precision="bf16-mixed", device="meta")
+    caches = allocate(model, 3, context, torch.bfloat16, device="meta")
+    vals = {**values_for(spec), Y: 1, B: 3, T: context}
+    assert cache_bytes(caches) == 3 * 2 * int(terms.kv_elements(spec).subs(vals))
+    ids = torch.zeros(3, 1, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        decode_step(model, ids, caches, context - 1)
+    want = terms.linear_flops(spec, 3, 3) + terms.decode_core_flops(spec)
+    assert counter.get_total_flops() == int(want.subs(vals))
+
+
+SMALL = {
+    "mha": {},
+    "gqa-qk-norm": {"n_kv_heads": 2, "qk_norm": True},
+    "window": {"n_kv_heads": 2, "sliding_window": 5, "global_every": 2},
+    "learned": {"pos": "learned", "max_positions": 64},
+    "mla": {"kv_lora_rank": 16, "rope_head_dim": 8, "head_dim": 16, "v_head_dim": 24},
+    "mla-q-latent": {"kv_lora_rank": 16, "q_lora_rank": 24, "rope_head_dim": 8, "head_dim": 16},
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_decoding_token_by_token_gives_the_models_own_logits(name):
+    """Each position's logits from the cache equal the full forward's (fp32, within 1e-4):
+    the window's ring buffer and MLA's absorbed up-projections included."""
+    spec = small_spec().replace(**SMALL[name])
+    torch.manual_seed(0)
+    model = TransformerLM(spec).eval()
+    ids = torch.randint(spec.vocab, (2, 12))
+    with torch.no_grad():
+        want = full_logits(model, ids)
+        caches = allocate(model, 2, 12, torch.float32)
+        for pos in range(12):
+            got = decode_step(model, ids[:, pos : pos + 1], caches, pos)
+            assert torch.allclose(got, want[:, pos], atol=1e-4), pos
+
+
+def test_decode_is_memory_bound_at_batch_one_and_tp_splits_the_weights():
+    model, hw = get_model("llama3-70b"), get_hardware("h100-sxm")
+    one = serve(model, ServeSpec(input=1000, output=200, tp=4), hw)
+    assert one["time_s.decode_step.memory"] > 10 * one["time_s.decode_step.compute"]
+    two = serve(model, ServeSpec(input=1000, output=200, tp=8), hw)
+    ratio = one["memory_bytes_per_device.weights"] / two["memory_bytes_per_device.weights"]
+    assert ratio == pytest.approx(2, rel=0.01)  # norms stay whole on every rank
+    # 8 kv heads: tp 8 leaves one per rank, so the cache per rank halves too
+    assert one["kv_bytes_per_token"] == 2 * two["kv_bytes_per_token"]
+
+
+def test_gqa_heads_replicate_past_the_kv_heads_and_mla_caches_whole_on_every_rank():
+    hw = get_hardware("h200")
+    qwen = get_model("qwen3-30b-a3b")  # 4 kv heads
+    at = {tp: serve(qwen, ServeSpec(input=100, output=10, tp=tp), hw) for tp in (4, 8)}
+    assert at[4]["kv_bytes_per_token"] == at[8]["kv_bytes_per_token"]  # one head per rank
+    v3 = get_model("deepseek-v3")
+    spec = ServeSpec(input=100, output=10, tp=8, precision="fp8")
+    assert serve(v3, spec, hw)["kv_bytes_per_token"] == 70272
+
+
+def test_max_batch_fills_the_budget_and_fp8_cache_doubles_it():
+    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
+    est = serve(model, ServeSpec(input=3000, output=1000), hw)
+    n = est["max_batch"]
+    at = {k: serve(model, ServeSpec(input=3000, output=1000, batch=k), hw) for k in (n, n + 1)}
+    assert at[n]["fits"] and not at[n + 1]["fits"]
+    fp8 = serve(model, ServeSpec(input=3000, output=1000, kv_dtype="fp8"), hw)
+    assert fp8["max_batch"] in (2 * n, 2 * n + 1)
+
+
+def test_routed_experts_a_decode_step_reads():
+    """Uniform routing: one token reaches k of E experts per layer; many reach all."""
+    model = get_model("qwen3-30b-a3b")
+    vals = values_for(model)
+    one = float(terms.touched_experts(model, 1).subs(vals))
+    assert one == pytest.approx(model.experts_per_token / model.n_experts)
+    assert float(terms.touched_experts(model, 4096).subs(vals)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--model", "llama3-8b", "--context", "20000"], "RoPE scaling by 2.44x"),
+        (["--model", "gpt2", "--context", "4096"], "learned positions cannot be stretched"),
+        (
+            [
+                "--model",
+                "llama3-8b",
+                "--context",
+                "1000",
+                "--kv-dtype",
+                "fp8",
+                "--hardware",
+                "a100-80gb",
+            ],
+            "kv_dtype fp8: a100-80gb has no fp8",
+        ),
+        (["--model", "llama3-8b", "--context", "1000", "--tp", "3"], "tp must divide n_heads"),
+        (["--model", "llama3-8b", "--context", "1000", "--tp", "16"], "8 devices per node"),
+        (
+            ["--model", "llama3-8b", "--context", "100", "--input", "90", "--output", "5"],
+            "context (100) must be input + output (95)",
+        ),
+        (["--model", "llama3-8b", "--input", "0"], "input must be >= 1"),
+        (
+            ["--model", "llama3-8b", "--context", "1000", "--memory-utilization", "1.5"],
+            "memory_utilization must be <= 1",
+        ),
+        (["--model", "xxl", "--input", "10"], "no attention"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_field(argv, field, capsys):
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_rope_scaling_allows_the_longer_context(capsys):
+    out = _cli(capsys, "--model", "llama3-8b", "--context", "20000", "--rope-scaling", "4")
+    assert out["kv_bytes_per_sequence"] == 2 * 32 * 8 * 128 * 2 * 20000
+
+
+def test_a_spec_refuses_what_no_engine_runs():
+    with pytest.raises(SpecError, match="kv_dtype"):
+        ServeSpec(input=1, output=1, kv_dtype="fp4")
