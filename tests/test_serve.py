@@ -198,3 +198,20 @@ def test_rope_scaling_allows_the_longer_context(capsys):
 def test_a_spec_refuses_what_no_engine_runs():
     with pytest.raises(SpecError, match="kv_dtype"):
         ServeSpec(input=1, output=1, kv_dtype="fp4")
+
+
+def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
+    """validate/published/serving_runs.json: every run stated; 15.0 % median |error| over
+    the 55 runs with the GPUs' efficiency.decode and serve_layer_s (34.0 % without)."""
+    from validate.published import serving
+
+    runs = json.loads(serving.RUNS.read_text())["runs"]
+    results = serving.rows(runs)
+    assert len(results) == 55 and all(r["rel_err"] is not None for r in results)
+    assert len({r["source"] for r in results}) == 7
+    errors = sorted(abs(r["rel_err"]) for r in results)
+    assert errors[len(errors) // 2] < 0.155
+    assert serving.main(["--out", str(tmp_path)]) == 0
+    assert "all" in capsys.readouterr().out
+    assert (tmp_path / "serving.svg").read_text().startswith("<svg")
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 55

@@ -106,14 +106,16 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
 
 def _phase(
     flops: float, core_s: float, nbytes: float, tokens: float, model: ModelSpec,
-    spec: ServeSpec, hw: Hardware,
+    spec: ServeSpec, hw: Hardware, bandwidth: float,
 ) -> dict[str, float]:  # fmt: skip
-    """Seconds of one phase on a device: the roofline plus tp's exposed all-reduces."""
+    """Seconds of one phase on a device: the roofline, tp's exposed all-reduces and the
+    per-layer step overhead (``Hardware.serve_layer_s``)."""
     compute = flops / hw.matmul_flops(_gemm_dtype(spec)) + core_s
-    memory = nbytes / hw.hbm_bandwidth()
+    memory = nbytes / bandwidth
     comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)
-    return {"compute": compute, "memory": memory, "comm": comm,
-            "total": max(compute, memory) + comm}  # fmt: skip
+    overhead = model.n_layers * hw.serve_layer_s
+    return {"compute": compute, "memory": memory, "comm": comm, "overhead": overhead,
+            "total": max(compute, memory) + comm + overhead}  # fmt: skip
 
 
 def _gemm_dtype(spec: ServeSpec) -> str:
@@ -132,7 +134,8 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dic
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
     rate = hw.attention_peak("fp16" if spec.precision == "fp16" else "bf16", seq=i)
     pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
-    pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw)
+    pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw,
+                 hw.hbm_bandwidth())  # fmt: skip
     # decode: one token per sequence at the steps' mean cache
     keys = sp.Rational(2 * i + o, 2)
     dec_flops = _num(terms.linear_flops(model, b, b) + terms.decode_core_flops(model),
@@ -141,7 +144,8 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dic
     kv_read = b * kvb * _num(terms.kv_elements(model), {**at, T: keys})
     read = weights - experts * (1 - touched) + kv_read
     out_experts = experts * touched
-    dec = _phase(dec_flops, 0.0, read, b, model, spec, hw)
+    decode_bw = hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm"))
+    dec = _phase(dec_flops, 0.0, read, b, model, spec, hw, decode_bw)
     e2e = pre["total"] + (o - 1) * dec["total"]
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
     out.update({f"time_s.decode_step.{k}": v for k, v in dec.items()})

@@ -19,7 +19,7 @@ from costmodel.specs.model import FlashFamily
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network")
+EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode")
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
@@ -82,6 +82,10 @@ class Hardware:
     TPUs run them asynchronously, so a phase takes the longer of the device's time and the
     host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
     measures it on the machine it runs on."""
+    serve_layer_s: float = 0.0
+    """Device seconds per layer per serving step beyond the roofline (the gaps between a
+    layer's small kernels, their launches and syncs, which a decode step of tens of
+    microseconds per layer cannot hide; ``costmodel.serve.estimate``). 0: not modelled."""
     expert_call_s: float = 0.0
     """Host seconds per expert GEMM that a per-expert grouped linear launches (Transformer
     Engine's ``GroupedLinear`` under Megatron-Core: its Python loop over the local experts'
@@ -132,6 +136,7 @@ class Hardware:
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
         checks.number("expert_call_s", self.expert_call_s, allow_zero=True)
+        checks.number("serve_layer_s", self.serve_layer_s, allow_zero=True)
         checks.number("overlap", self.overlap, allow_zero=True)
         checks.number("power_w", self.power_w, allow_zero=True)
         checks.at_most("overlap", self.overlap, "1", 1)

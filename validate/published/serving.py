@@ -1,0 +1,140 @@
+"""``python -m validate.published.serving [--runs FILE] [--out DIR]``: predict every
+published serving run (``validate/published/serving_runs.json``) with ``costmodel serve``
+and print the error per source (median and worst |predicted / measured − 1|). With
+``--out``, one JSON line per run and a predicted-vs-measured chart (``serving.svg``).
+Torch-free; a second or two.
+
+A run's batch is what its source states, or for an offline max-throughput run ("max") what
+its engine fits: costmodel's ``max_batch`` at the engine's memory share, at most the run's
+requests and the engine's batch cap (``ENGINES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from costmodel import get_hardware, get_model
+from costmodel.serve import serve
+from costmodel.specs.checks import SpecError
+from costmodel.specs.serving import ServeSpec
+
+RUNS = Path(__file__).with_name("serving_runs.json")
+ENGINES = {
+    "TensorRT-LLM": (0.95, 2048),
+    "vLLM": (0.9, 256),
+    "NVIDIA NIM": (0.9, 2048),
+}
+"""engine -> (memory share, batch cap): TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``
+0.95 in the perf overview's runs and ``trtllm-build``'s default ``max_batch_size`` 2048;
+vLLM's ``gpu_memory_utilization`` 0.9 and ``max_num_seqs`` 256; NIM runs TensorRT-LLM."""
+METRICS = {
+    "output_tokens_per_s": "throughput.output_tokens_per_s",
+    "ttft_s": "time_s.ttft",
+    "tpot_s": "time_s.tpot",
+    "e2e_s": "time_s.e2e",
+}
+
+
+def _engine(run: dict[str, Any]) -> tuple[float, int]:
+    for name, setting in ENGINES.items():
+        if run["engine"].lower().startswith(name.lower()):
+            return setting
+    return ENGINES["vLLM"]
+
+
+def predict(run: dict[str, Any]) -> dict[str, Any]:
+    """costmodel's value of the run's metric, and the batch it was taken at."""
+    share, cap = _engine(run)
+    model, hw = get_model(run["model"]), get_hardware(run["hardware"])
+
+    def spec(batch: int) -> ServeSpec:
+        return ServeSpec(input=run["input"], output=run["output"], batch=batch,
+                         precision=run["precision"], kv_dtype=run["kv_dtype"], tp=run["tp"],
+                         memory_utilization=share, rope_scaling=run["rope_scaling"])  # fmt: skip
+
+    batch = run["batch"]
+    if batch == "max":
+        fits = serve(model, spec(1), hw)["max_batch"]
+        batch = max(1, min(fits, run.get("num_requests") or cap, cap))
+    est = serve(model, spec(int(batch)), hw)
+    return {"predicted": est[METRICS[run["metric"]]], "batch": batch}
+
+
+def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for run in runs:
+        row = {k: run[k] for k in ("source", "model", "hardware", "tp", "input", "output",
+                                   "precision", "metric", "measured")}  # fmt: skip
+        try:
+            row.update(predict(run))
+            row["rel_err"] = row["predicted"] / run["measured"] - 1
+        except SpecError as err:
+            row.update(predicted=None, rel_err=None, error=str(err))
+        out.append(row)
+    return out
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Per source and over all: runs, median and worst |error|."""
+    by = defaultdict(list)
+    for r in results:
+        if r["rel_err"] is not None:
+            by[r["source"]].append(abs(r["rel_err"]))
+            by["all"].append(abs(r["rel_err"]))
+    lines = [f"{'source':<48} {'n':>3} {'median':>8} {'worst':>8}"]
+    for source, errs in sorted(by.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+        lines.append(f"{source:<48} {len(errs):>3} {statistics.median(errs):>8.1%} "
+                     f"{max(errs):>8.1%}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def chart(results: list[dict[str, Any]], path: Path) -> None:
+    """Predicted over measured per run, by metric and source (an SVG)."""
+    import altair as alt
+    import vl_convert
+
+    data = [{**r, "ratio": r["predicted"] / r["measured"]} for r in results if r["predicted"]]
+    points = alt.Chart(alt.Data(values=data)).mark_point(filled=True, size=60).encode(
+        x=alt.X("metric:N", title=None),
+        y=alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="predicted / measured"),
+        color="source:N",
+        tooltip=["source:N", "model:N", "hardware:N", "tp:Q", "input:Q", "output:Q",
+                 "batch:N", "measured:Q", "predicted:Q"],
+    ).properties(width=420, height=300, title="Published serving runs")  # fmt: skip
+    path.write_text(vl_convert.vegalite_to_svg(points.to_dict()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m validate.published.serving",
+                                description=__doc__.split("\n")[0])  # fmt: skip
+    p.add_argument("--runs", default=str(RUNS), help="a serving corpus JSON")
+    p.add_argument("--out", help="folder for results.jsonl and serving.svg")
+    args = p.parse_args(argv)
+    try:
+        runs = json.loads(Path(args.runs).read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"error: --runs {args.runs}: {err}", file=sys.stderr)
+        return 2
+    results = rows(runs)
+    for r in results:
+        shown = f"{r['rel_err']:+.1%}" if r["rel_err"] is not None else f"not stated: {r['error']}"
+        print(f"{r['source']} {r['model']} {r['hardware']} tp{r['tp']} {r['input']}/"
+              f"{r['output']} {r['metric']}: {shown}", file=sys.stderr)  # fmt: skip
+    print(table(results))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "results.jsonl").open("w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in results)
+        chart(results, out / "serving.svg")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
