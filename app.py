@@ -5,7 +5,8 @@ Run: ``./scripts/setup.sh && .venv/bin/streamlit run app.py``. Every number come
 Plan page searches every layout of a cluster for the fastest that fits
 (``costmodel.engine.plan``); Offload plans training larger than device memory
 (``costmodel.engine.offload``); Padding compares padding, bucketing and packing
-(``costmodel.engine.padding``); the last plots ``validate.run`` results when a results
+(``costmodel.engine.padding``); Serve estimates serving a model (``costmodel.serve``);
+the last plots ``validate.run`` results when a results
 folder exists.
 """
 
@@ -16,6 +17,7 @@ import streamlit as st
 from explorer.pages import estimate_page
 from explorer.plan_page import plan_page
 from explorer.results import results_page
+from explorer.serving import serve_page
 from explorer.workloads import offload_page, padding_page
 
 st.set_page_config(page_title="costmodel", layout="wide")
@@ -25,6 +27,7 @@ page = st.navigation(
         st.Page(plan_page, title="Plan", url_path="plan"),
         st.Page(offload_page, title="Offload", url_path="offload"),
         st.Page(padding_page, title="Padding", url_path="padding"),
+        st.Page(serve_page, title="Serve", url_path="serve"),
         st.Page(results_page, title="Validation results", url_path="results"),
     ]
 )

@@ -49,6 +49,7 @@ PAGES: list[tuple[str, str, list[tuple[str, str, str]]]] = [
      [("number", "sequence length", "4096"), ("number", "global batch (sequences)", "64")]),
     ("offload", "/offload", [("number", "sequence length", "4096")]),
     ("padding", "/padding", [("number", "GPUs (FSDP)", "16")]),
+    ("serve", "/serve", [("number", "prompt tokens", "4000"), ("select", "KV cache", "fp8")]),
     ("results", "/results", []),
 ]  # fmt: skip
 

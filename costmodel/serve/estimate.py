@@ -57,7 +57,7 @@ class ServeEstimate:
 
 def _num(expr: Any, values: dict) -> Any:
     """An exact integer where the expression gives one, else a float."""
-    out = sp.sympify(expr).subs(values)
+    out = sp.sympify(expr).xreplace(values)
     return int(out) if out.is_Integer else float(out)
 
 

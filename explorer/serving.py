@@ -1,0 +1,107 @@
+"""The Serve page: a model served on a layout (``costmodel.serve``, what ``python -m
+costmodel serve`` prints): memory per device split into weights, cache and workspace, TTFT,
+TPOT and throughput, and the throughput-latency curve over the batch. Bad input is a
+message naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import numpy as np
+import streamlit as st
+
+from costmodel.catalog.hardware import device_choices, get_hardware
+from costmodel.catalog.presets import get_model
+from costmodel.serve import ServeEstimate, serve
+from costmodel.specs.checks import SpecError
+from costmodel.specs.serving import KV_DTYPES, PRECISIONS, ServeSpec
+from explorer.page_state import PageInput, finish, start
+from explorer.state import choices
+
+GB = 1e9
+SERVE = (
+    PageInput("model", str, "llama3-8b", choices("model")),
+    PageInput("hardware", str, "h100-sxm", device_choices()),
+    PageInput("precision", str, "bf16", PRECISIONS),
+    PageInput("kv_dtype", str, "bf16", KV_DTYPES),
+    PageInput("tp", int, 1, hi=64),
+    PageInput("input", int, 2000),
+    PageInput("output", int, 500),
+    PageInput("batch", int, 32),
+)
+
+
+def _inputs() -> dict[str, Any]:
+    problems = start("serve", SERVE)
+    if problems:
+        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
+    with st.form("serve_inputs"):
+        c = st.columns(4)
+        c[0].selectbox("model", choices("model"), key="serve_model")
+        c[1].selectbox("device", device_choices(), key="serve_hardware")
+        c[2].selectbox("weights", PRECISIONS, key="serve_precision")
+        c[3].selectbox("KV cache", KV_DTYPES, key="serve_kv_dtype")
+        c = st.columns(4)
+        c[0].number_input("tensor parallel", 1, 64, key="serve_tp")
+        c[1].number_input("prompt tokens", 1, 2**24, key="serve_input")
+        c[2].number_input("generated tokens", 1, 2**24, key="serve_output")
+        c[3].number_input("requests at once", 1, 2**20, key="serve_batch")
+        st.form_submit_button("Estimate", type="primary")
+    return finish("serve", SERVE)
+
+
+def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
+    spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
+                     precision=v["precision"], kv_dtype=v["kv_dtype"])  # fmt: skip
+    return serve(get_model(v["model"]), spec, get_hardware(v["hardware"]))
+
+
+def _curve(v: dict[str, Any], most: int) -> list[dict[str, Any]]:
+    """Throughput and TPOT at batches from 1 to the most that fit (log-spaced)."""
+    batches = sorted({int(b) for b in np.geomspace(1, max(most, 1), 24)})
+    rows = []
+    for b in batches:
+        est = _estimate(v, b)
+        rows.append({"batch": b, "TPOT (ms)": est["time_s.tpot"] * 1e3,
+                     "output tokens/s": est["throughput.output_tokens_per_s"],
+                     "TTFT (s)": est["time_s.ttft"]})  # fmt: skip
+    return rows
+
+
+def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
+    rows = _curve(v, est["max_batch"])
+    tips = ["batch:Q", "TPOT (ms):Q", "output tokens/s:Q", "TTFT (s):Q"]
+    line = alt.Chart(alt.Data(values=rows), title="Throughput against latency, batch 1 to the "
+                     "most that fits").mark_line(point=True).encode(
+        x=alt.X("TPOT (ms):Q"), y=alt.Y("output tokens/s:Q"), tooltip=tips)  # fmt: skip
+    st.vega_lite_chart(line.to_dict(validate=False), width="stretch")
+    mem = "memory_bytes_per_device."
+    used = {"weights": est[mem + "weights"], "KV cache": est[mem + "kv_cache_paged"],
+            "workspace": est[mem + "workspace"]}  # fmt: skip
+    used["free"] = max(0.0, est[mem + "budget"] - sum(used.values()))
+    parts = [{"part": k, "GB": x / GB} for k, x in used.items()]
+    title = "Memory per device (of the engine's share)"
+    bar = alt.Chart(alt.Data(values=parts), title=title).mark_bar().encode(
+        x=alt.X("GB:Q", stack="zero"), color="part:N", tooltip=["part:N", "GB:Q"])  # fmt: skip
+    st.vega_lite_chart(bar.to_dict(validate=False), width="stretch")
+
+
+def serve_page() -> None:
+    st.title("Serve: KV cache, latency and throughput")
+    v = _inputs()
+    try:
+        est = _estimate(v, v["batch"])
+    except SpecError as err:
+        st.error(err.message)
+        return
+    fits = "fits" if est["fits"] else "does not fit"
+    st.markdown(f"**{fits}**: up to {est['max_batch']:,} requests at once per replica; "
+                f"{', '.join(est.notes)}.")  # fmt: skip
+    c = st.columns(5)
+    c[0].metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
+    c[1].metric("TTFT", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
+    c[2].metric("TPOT", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
+    c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
+    c[4].metric("memory per device", f"{est['memory_bytes_per_device.total'] / GB:,.1f} GB")
+    _charts(v, est)
