@@ -56,9 +56,21 @@ ALLOWED = {
         "catalog",
     },
     "serve": {"serve", "kinds", "single", "specs", "symbols"},
+    "rl": {"rl", "api", "engine", "serve", "catalog", "specs"},
     "book": {"book", "engine", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
-    "cli": {"cli", "inputs", "engine", "book", "serve", "catalog", "single", "specs", "units"},
+    "cli": {
+        "cli",
+        "inputs",
+        "engine",
+        "book",
+        "serve",
+        "rl",
+        "catalog",
+        "single",
+        "specs",
+        "units",
+    },
     "api": {"api", "inputs", "engine", "catalog", REGISTRY, "specs"},
 }
 # imports made only when a function runs, or only for type hints: module -> the layers

@@ -17,6 +17,7 @@ from costmodel.cli.attention import add_attention
 from costmodel.cli.estimate import add_estimate_and_presets
 from costmodel.cli.offload import add_offload, add_padding
 from costmodel.cli.plan import add_plan
+from costmodel.cli.rl import add_rl
 from costmodel.cli.serve import add_serve
 from costmodel.cli.solve import add_bounds_and_solve
 
@@ -40,6 +41,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_offload(sub)
     add_padding(sub)
     add_serve(sub, int_arg)
+    add_rl(sub, int_arg)
     return parser
 
 

@@ -1,0 +1,85 @@
+"""The RL step (issue 40): its phases add up, placements order as they should, longer
+responses shift the step toward generation, and bad input is one line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from costmodel.cli import main
+from costmodel.rl import RLSpec, rl_step
+
+BASE = {"prompts": 128, "samples": 8, "input": 512, "output": 1024, "gpus": 8, "rollout_tp": 2}
+
+
+def test_the_phases_add_up_to_the_step_and_the_share_is_generations():
+    out = rl_step("qwen3-8b", RLSpec(**BASE), "h100-sxm")
+    parts = ("rl.generation_s", "rl.scoring_s", "rl.train_s", "rl.weight_sync_s")
+    assert sum(out[k] for k in parts) == pytest.approx(out["rl.step_s"])
+    assert out["rl.generation_share"] == pytest.approx(out["rl.generation_s"] / out["rl.step_s"])
+    assert out["rl.rollout_replicas"] == 4 and out["rl.train_fits"]
+    waves, batch = out["rl.rollout_waves"], out["rl.rollout_batch"]
+    assert waves * batch >= 128 * 8 / 4 > (waves - 1) * batch
+
+
+def test_longer_responses_shift_the_step_toward_generation():
+    short = rl_step("qwen3-8b", RLSpec(**BASE), "h100-sxm")
+    long = rl_step("qwen3-8b", RLSpec(**{**BASE, "output": 8192}), "h100-sxm")
+    assert long["rl.generation_share"] > short["rl.generation_share"]
+
+
+def test_async_overlaps_generation_with_training():
+    spec = {**BASE, "gpus": 16}
+    sync = rl_step("qwen3-8b", RLSpec(**spec, placement="separate"), "h100-sxm")
+    both = rl_step("qwen3-8b", RLSpec(**spec, placement="async"), "h100-sxm")
+    longer = max(both["rl.generation_s"], both["rl.scoring_s"] + both["rl.train_s"])
+    assert both["rl.step_s"] == pytest.approx(longer + both["rl.weight_sync_s"])
+    assert both["rl.step_s"] < sync["rl.step_s"]
+
+
+def test_the_cli_prints_the_step_and_its_json(capsys):
+    argv = [
+        "rl",
+        "--model",
+        "qwen3-8b",
+        "--gpus",
+        "8",
+        "--prompts",
+        "64",
+        "--input",
+        "256",
+        "--output",
+        "512",
+    ]
+    assert main(argv) == 0
+    assert "generation" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    assert 0 < json.loads(capsys.readouterr().out)["rl.generation_share"] < 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rollout-tp", "3"], "rollout_tp must divide rollout GPUs"),
+        (["--placement", "separate", "--rollout-gpus", "8"], "rollout_gpus must be in [1, 7]"),
+        (["--prompts", "0"], "prompts must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):
+    argv = [
+        "rl",
+        "--model",
+        "qwen3-8b",
+        "--gpus",
+        "8",
+        "--prompts",
+        "64",
+        "--input",
+        "256",
+        "--output",
+        "512",
+    ]
+    assert main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
