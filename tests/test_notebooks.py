@@ -50,6 +50,10 @@ def test_notebook_runs(path):
         assert "trainable: 41,943,040 (by hand) = 41,943,040 (costmodel)" in outputs
         assert "at 4.127 bits" in outputs
         assert "QLoRA frozen weights: 5.31 GiB (by hand) = 5.31 GiB (costmodel)" in outputs
+    if path.name == "serving_and_rl.ipynb":
+        assert "131,072 B per token (by hand) = 131,072 B (costmodel)" in outputs
+        assert "70,272 B per token (by hand) = 70,272 B (costmodel)" in outputs
+        assert "generation share:" in outputs
     if path.name == "first_steps.ipynb":
         # .subs with the public value map is the estimate's step time (issue 35, item 7)
         assert re.search(r"step time by substitution ([\d.]+) s = \1 s \(estimate\)", outputs)

@@ -215,3 +215,17 @@ def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
     assert "all" in capsys.readouterr().out
     assert (tmp_path / "serving.svg").read_text().startswith("<svg")
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 55
+
+
+def test_the_serve_suite_measures_the_cache_exactly_and_times_both_phases():
+    """validate.run --suite serve's case on a CPU: the cache bytes equal costmodel's; the
+    prefill and decode times are measured (their errors are the report's, not asserted)."""
+    from costmodel.catalog.hardware import get_hardware as hardware
+    from validate.suites.runner import Context
+    from validate.suites.serving import ServeCase, run
+
+    ctx = Context(torch.device("cpu"), "cpu", hardware("cpu"), quick=True)
+    rows = {r.quantity: r for r in run(ServeCase("cs336-small", 1, 2, 32), ctx)}
+    assert rows["kv_bytes"].predicted == rows["kv_bytes"].measured == 2 * 2 * 34 * 768 * 4
+    for phase in ("time_s.prefill", "time_s.decode_step"):
+        assert rows[phase].measured > 0 and rows[phase].predicted > 0

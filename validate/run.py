@@ -1,6 +1,6 @@
 """Run real code, measure it, and compare with costmodel's predictions.
 
-    python -m validate.run [--suite all|accounting|model|attention|collectives|ddp|parallel]
+    python -m validate.run [--suite all|accounting|model|attention|collectives|ddp|parallel|serve]
                            [--device auto|cpu|cuda] [--quick] [--out DIR] [--resume]
                            [--hardware PROFILE] [--filter S]
 
@@ -35,6 +35,7 @@ from validate.suites import accounting as suite_accounting
 from validate.suites import attention as suite_attention
 from validate.suites import dist as suite_dist
 from validate.suites import model as suite_model
+from validate.suites import serving as suite_serving
 from validate.suites.runner import Case, Context, run_cases
 
 SUITES: dict[str, Callable[[Context], list[Case]]] = {
@@ -44,6 +45,7 @@ SUITES: dict[str, Callable[[Context], list[Case]]] = {
     "collectives": suite_dist.collectives_cases,
     "ddp": suite_dist.ddp_cases,
     "parallel": suite_dist.parallel_cases,
+    "serve": suite_serving.cases,
 }
 
 

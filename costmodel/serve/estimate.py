@@ -31,10 +31,13 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.kinds import attention, ffn
 from costmodel.serve import terms
+from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
 from costmodel.symbols import B, D, T, Y, values_for
 
@@ -114,8 +117,28 @@ def _phase(
     memory = nbytes / bandwidth
     comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)
     overhead = model.n_layers * hw.serve_layer_s
+    device = max(compute, memory) + comm + overhead
+    host = host_s(model, spec, hw)
+    # a CPU runs each kernel on the dispatching thread (the two add); a GPU's kernels run
+    # while the host dispatches the next (the longer of the two)
+    total = device + host if hw.kind == "cpu" else max(device, host)
     return {"compute": compute, "memory": memory, "comm": comm, "overhead": overhead,
-            "total": max(compute, memory) + comm + overhead}  # fmt: skip
+            "host": host, "total": total}  # fmt: skip
+
+
+def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
+    """Host seconds to dispatch one step's kernels in an eager engine (the reference model):
+    the training forward's kernel counts (``costmodel.single.kernels``) times
+    ``Hardware.dispatch_s``; 0 where it is 0 (the catalog's GPUs: engines replay CUDA
+    graphs) and for kinds whose eager counts are not modelled."""
+    if not hw.dispatch_s or not attention.projections(model).eager:
+        return 0.0
+    prec = "fp32" if spec.precision == "fp32" else "bf16-mixed"
+    train = TrainSpec(batch=1, seq=2, precision=prec)
+    residual = PRECISIONS[prec].residual
+    counts = {k.name: int(sp.sympify(n).xreplace(values_for(model))) for k, n in ffn.blocks(model)}
+    kernels = sum(n * layer_kernels(model, train, residual, block=k)[0] for k, n in counts.items())
+    return (kernels + model_kernels(model, train, residual)[0]) * hw.dispatch_s
 
 
 def _gemm_dtype(spec: ServeSpec) -> str:

@@ -21,9 +21,10 @@ from costmodel.specs.checks import SpecError
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 """Bytes per element of the weight and cache dtypes."""
-PRECISIONS = ("bf16", "fp16", "fp8")
-"""Weights and GEMMs: 16-bit, or fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run)."""
-KV_DTYPES = ("bf16", "fp16", "fp8", "int8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+"""Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run), or
+fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
+KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
 
 
 @dataclass(frozen=True, kw_only=True)

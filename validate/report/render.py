@@ -39,6 +39,7 @@ TARGETS = (  # (label, suite, quantities, bound on the median |rel_err|)
     ("forward/backward/step time: median |error| <= 15 %", "model", TIME_QUANTITIES, 0.15),
     ("peak memory: median |error| <= 10 %", "model", MEMORY_QUANTITIES, 0.10),
     ("attention memory: median |error| <= 10 %", "attention", ATTENTION_MEMORY, 0.10),
+    ("KV cache bytes: zero error", "serve", ("kv_bytes",), 0.0),
     (
         "per-rank state bytes (params, grads, optimizer) over all ranks: zero error",
         "parallel",
