@@ -120,3 +120,9 @@ def finish(page: str, inputs: tuple[PageInput, ...]) -> dict[str, Any]:
 def _text(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else f"{value:g}" \
         if isinstance(value, float) else str(value)  # fmt: skip
+
+
+def warn_unused(problems: list[str]) -> None:
+    """One warning listing the URL parameters :func:`start` could not use (none: nothing)."""
+    if problems:
+        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))

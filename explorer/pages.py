@@ -18,7 +18,7 @@ from explorer.formulas import formulas_tab
 from explorer.headline import headline
 from explorer.inverse import inverse_tab
 from explorer.labels import label
-from explorer.page_state import remember_estimate
+from explorer.page_state import remember_estimate, warn_unused
 from explorer.sidebar import init_state, sidebar, url_problems
 from explorer.state import fixes, setup_of
 
@@ -83,8 +83,7 @@ def estimate_page() -> None:
         values, uploaded, slots = sidebar()
     st.title("What will training this transformer cost?")
     problems = url_problems()
-    if problems:
-        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
+    warn_unused(problems)
     setup, errors = setup_of(values, uploaded)
     _share(values, uploaded, setup)
     stale = setup is None

@@ -29,7 +29,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.units import GIB
 from explorer import plan_charts
-from explorer.page_state import PageInput, finish, start
+from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
@@ -59,8 +59,7 @@ INPUTS = (
 def _inputs() -> dict[str, Any]:
     """The search's inputs, in a form (the search runs when it is submitted)."""
     problems = start("plan", INPUTS)
-    if problems:
-        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
+    warn_unused(problems)
     with st.form("plan_inputs"):
         c = st.columns(6)
         c[0].selectbox("model", choices("model"), key="plan_model")

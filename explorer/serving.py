@@ -16,7 +16,7 @@ from costmodel.catalog.presets import get_model
 from costmodel.serve import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import KV_DTYPES, PRECISIONS, ServeSpec
-from explorer.page_state import PageInput, finish, start
+from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
 GB = 1e9
@@ -34,8 +34,7 @@ SERVE = (
 
 def _inputs() -> dict[str, Any]:
     problems = start("serve", SERVE)
-    if problems:
-        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
+    warn_unused(problems)
     with st.form("serve_inputs"):
         c = st.columns(4)
         c[0].selectbox("model", choices("model"), key="serve_model")

@@ -16,7 +16,7 @@ from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain,
 from costmodel.engine.padding import row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
-from explorer.page_state import PageInput, finish, start
+from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
 GB = 1e9
@@ -53,13 +53,8 @@ def _model_row(page: str) -> None:
     c[4].selectbox("precision", PRECISIONS, key=f"{page}_precision")
 
 
-def _warn(problems: list[str]) -> None:
-    if problems:
-        st.warning("Link parameters not used:\n" + "\n".join(f"- {p}" for p in problems))
-
-
 def _offload_inputs() -> tuple[dict[str, Any], OffloadSpec]:
-    _warn(start("offload", OFFLOAD))
+    warn_unused(start("offload", OFFLOAD))
     with st.form("offload_inputs"):
         _model_row("offload")
         c = st.columns(6)
@@ -132,7 +127,7 @@ def offload_page() -> None:
 
 
 def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
-    _warn(start("padding", PADDING))
+    warn_unused(start("padding", PADDING))
     with st.form("padding_inputs"):
         _model_row("padding")
         c = st.columns([1, 3, 2])

@@ -10,6 +10,8 @@ import pytest
 from costmodel.cli import main
 from costmodel.rl import RLSpec, rl_step
 
+ARGV = ["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", "64", "--input", "256",
+        "--output", "512"]  # fmt: skip
 BASE = {"prompts": 128, "samples": 8, "input": 512, "output": 1024, "gpus": 8, "rollout_tp": 2}
 
 
@@ -39,22 +41,9 @@ def test_async_overlaps_generation_with_training():
 
 
 def test_the_cli_prints_the_step_and_its_json(capsys):
-    argv = [
-        "rl",
-        "--model",
-        "qwen3-8b",
-        "--gpus",
-        "8",
-        "--prompts",
-        "64",
-        "--input",
-        "256",
-        "--output",
-        "512",
-    ]
-    assert main(argv) == 0
+    assert main(ARGV) == 0
     assert "generation" in capsys.readouterr().out
-    assert main([*argv, "--json"]) == 0
+    assert main([*ARGV, "--json"]) == 0
     assert 0 < json.loads(capsys.readouterr().out)["rl.generation_share"] < 1
 
 
@@ -67,19 +56,6 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):
-    argv = [
-        "rl",
-        "--model",
-        "qwen3-8b",
-        "--gpus",
-        "8",
-        "--prompts",
-        "64",
-        "--input",
-        "256",
-        "--output",
-        "512",
-    ]
-    assert main([*argv, *extra]) == 2
+    assert main([*ARGV, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
