@@ -234,7 +234,7 @@ def test_missed_target_exits_3_and_names_it_last(tmp_path, monkeypatch, capsys):
     _suite(monkeypatch, _row("x", "params.total", 8, 7, suite="accounting"))
     assert run_module.main([*args, "--out", str(tmp_path / "missed")]) == 3
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == "MISSED 1 of 7 targets: exact counts: zero error (value 14.29 %, bound 0.00 %)"
+    assert last == "MISSED 1 of 8 targets: exact counts: zero error (value 14.29 %, bound 0.00 %)"
 
 
 def test_an_error_keeps_exit_1_even_with_a_missed_target(tmp_path, monkeypatch, capsys):
@@ -247,7 +247,7 @@ def test_an_error_keeps_exit_1_even_with_a_missed_target(tmp_path, monkeypatch, 
     )
     args = ["--device", "cpu", "--hardware", "cpu", "--suite", "accounting", "--out", str(tmp_path)]
     assert run_module.main(args) == 1
-    assert capsys.readouterr().out.splitlines()[-1].startswith("MISSED 1 of 7 targets")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("MISSED 1 of 8 targets")
 
 
 def test_bad_hardware_is_one_line_and_leaves_nothing_that_blocks(tmp_path, monkeypatch):
