@@ -12,7 +12,7 @@ from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.serve.estimate import serve
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.serving import KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.serving import ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 
 DEFAULT_OUTPUT = 128
@@ -74,7 +74,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
                      kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
-                     rope_scaling=args.rope_scaling)  # fmt: skip
+                     rope_scaling=args.rope_scaling, engine=args.engine)  # fmt: skip
     model, hw = get_model(args.model), get_hardware(args.hardware)
     est = serve(model, spec, hw)
     if args.json:
@@ -111,6 +111,12 @@ def add_serve(sub, int_arg) -> None:
         type=float,
         default=0.9,
         help="share of device memory the engine takes (vLLM's default 0.9)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="fused",
+        help="fused (vLLM, SGLang, TensorRT-LLM) or eager (op by op: priced)",
     )
     p.add_argument("--rope-scaling", type=float, default=1.0,
                    help="factor RoPE scaling stretches the positions by")  # fmt: skip

@@ -33,13 +33,14 @@ import sympy as sp
 
 from costmodel.kinds import attention, ffn
 from costmodel.serve import terms
+from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
-from costmodel.symbols import B, D, T, Y, values_for
+from costmodel.symbols import B, D, F, H, K, T, Y, values_for
 
 PREFILL_CHUNK = 8192
 """Prompt tokens per engine step (vLLM V1's default ``max_num_batched_tokens``)."""
@@ -114,6 +115,7 @@ def _phase(
     """Seconds of one phase on a device: the roofline, tp's exposed all-reduces and the
     per-layer step overhead (``Hardware.serve_layer_s``)."""
     compute = flops / hw.matmul_flops(_gemm_dtype(spec)) + core_s
+    compute += elementwise_s(model, spec, hw, tokens)
     memory = nbytes / bandwidth
     comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)
     overhead = model.n_layers * hw.serve_layer_s
@@ -139,6 +141,23 @@ def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     counts = {k.name: int(sp.sympify(n).xreplace(values_for(model))) for k, n in ffn.blocks(model)}
     kernels = sum(n * layer_kernels(model, train, residual, block=k)[0] for k, n in counts.items())
     return (kernels + model_kernels(model, train, residual)[0]) * hw.dispatch_s
+
+
+def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) -> float:
+    """Seconds of ``tokens``' elementwise work through the layers in an eager engine: the
+    reference model's bytes per token and layer (``costmodel.single.elementwise``, heads and
+    FFN split over tp) at the HBM bandwidth; 0 for a fused engine, and for kinds whose eager
+    bytes are not modelled."""
+    if spec.engine != "eager" or not attention.projections(model).eager:
+        return 0.0
+    prec = PRECISIONS["fp32" if spec.precision == "fp32" else "bf16-mixed"]
+    vals = {**values_for(model), Y: spec.tp}
+    per_token = 0.0
+    for kind, count in ffn.blocks(model):
+        fwd = eager_bytes(model, prec.residual, prec.activation, block=kind.name)[0]
+        split = fwd.xreplace({F: F / Y, H: H / Y, K: K / Y})
+        per_token += float((count * split).xreplace(vals))
+    return tokens * per_token / hw.hbm_bandwidth()
 
 
 def _gemm_dtype(spec: ServeSpec) -> str:

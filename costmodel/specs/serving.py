@@ -25,6 +25,9 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 """Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run), or
 fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
+ENGINES = ("fused", "eager")
+"""How the engine runs a layer's elementwise work: fused into few kernels (vLLM, SGLang,
+TensorRT-LLM: not priced), or op by op (the reference model: priced)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,7 @@ class ServeSpec:
     """Tokens per cache block (paged attention, Kwon et al. 2023, Sec. 4.1)."""
     memory_utilization: float = 0.9
     """Share of a device's memory the engine may take (weights, cache, activations)."""
+    engine: str = "fused"
     rope_scaling: float = 1.0
     """Factor by which RoPE scaling (YaRN, Peng et al. 2023) stretches the positions."""
 
@@ -53,6 +57,7 @@ class ServeSpec:
             checks.integer(name, getattr(self, name))
         checks.choice("precision", self.precision, PRECISIONS)
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        checks.choice("engine", self.engine, ENGINES)
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)

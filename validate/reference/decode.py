@@ -122,10 +122,14 @@ def decode_step(model: TransformerLM, ids: torch.Tensor, caches, position: int) 
     return model.lm_head(model.norm_f(x).to(compute))[:, 0]
 
 
-def full_logits(model: TransformerLM, ids: torch.Tensor) -> torch.Tensor:
-    """The model's logits at every position of ``ids`` (B, T) without a cache."""
+def full_logits(model: TransformerLM, ids: torch.Tensor, last: bool = False) -> torch.Tensor:
+    """The model's logits at every position of ``ids`` (B, T) without a cache, or with
+    ``last`` at the last one only (B, 1, V): a prefill, whose head runs on one token of
+    each prompt."""
     x = model._embed(ids)
     x = model._run_blocks(x, *model._tables(ids.shape[1], ids.device))
+    if last:
+        x = x[:, -1:]
     return model.lm_head(model.norm_f(x).to(model.compute))
 
 

@@ -6,8 +6,8 @@ Per case (a preset, cut to a few layers on a CPU; B sequences; a prompt of I tok
 - ``kv_bytes``: the caches :func:`~validate.reference.decode.allocate` makes for B
   sequences of I + 2 tokens (the prompt and 2 generated) against
   ``memory_bytes_per_device.kv_cache`` (exact);
-- ``time_s.prefill``: the forward over the B prompts without a cache (inference mode)
-  against the prefill's time (TTFT);
+- ``time_s.prefill``: the forward over the B prompts without a cache (inference mode), the
+  head on each prompt's last token, against the prefill's time (TTFT);
 - ``time_s.decode_step``: one decode step at position I (the cache holding I tokens)
   against the decode step at I + 1 cached tokens (``output`` 2: the mean of the steps').
 
@@ -65,7 +65,8 @@ def run(case: ServeCase, ctx: Context) -> Iterator[Row]:
     dtype, precision = (torch.bfloat16, "bf16") if ctx.device.type == "cuda" else (
         torch.float32, "fp32")  # fmt: skip
     est = serve(spec, ServeSpec(input=case.input, output=2, batch=case.batch,
-                                precision=precision, kv_dtype=precision), ctx.hardware)  # fmt: skip
+                                precision=precision, kv_dtype=precision, engine="eager"),
+                ctx.hardware)  # fmt: skip
     config = {"preset": case.preset, "layers": case.layers, "batch": case.batch,
               "input": case.input, "precision": precision}  # fmt: skip
 
@@ -79,7 +80,7 @@ def run(case: ServeCase, ctx: Context) -> Iterator[Row]:
     yield row("kv_bytes", est["memory_bytes_per_device.kv_cache"], cache_bytes(caches), "bytes")
     ids = torch.randint(spec.vocab, (case.batch, case.input), device=ctx.device)
     with torch.inference_mode():
-        prefill = time_call(lambda: full_logits(model, ids)[:, -1], ctx.device)
+        prefill = time_call(lambda: full_logits(model, ids, last=True), ctx.device)
         yield row("time_s.prefill", est["time_s.ttft"], prefill, "s")
         step = ids[:, :1]
         decode = time_call(lambda: decode_step(model, step, caches, case.input), ctx.device)
