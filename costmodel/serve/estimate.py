@@ -2,10 +2,13 @@
 
 Time is a roofline per phase on one device (Williams et al. 2009): the longer of its matmul
 FLOPs at ``Hardware.matmul_flops`` (the core of a prompt at the fused-attention rate,
-``Hardware.attention_peak``) and its bytes at ``Hardware.hbm_bandwidth``, plus tp's two
-all-reduces per layer (after attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of
-the phase's tokens x D in 16 bits, ring rounds x α plus 2(Y − 1)/Y of the bytes over the
-link, exposed (decode's are latency-bound; engines do not hide them).
+``Hardware.attention_peak``; an eager engine's elementwise bytes added, :func:`elementwise_s`)
+and its bytes at ``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it), plus
+tp's two all-reduces per layer (after attention and after the FFN; Shoeybi et al. 2019,
+Sec. 3) of the phase's tokens x D activations (:func:`_allreduce_s`), exposed, plus
+``Hardware.serve_layer_s`` per layer; against an eager engine's host dispatch
+(:func:`host_s`: added on a CPU, the longer of the two on a GPU). ``efficiency.decode`` and
+``serve_layer_s`` are fitted on published serving runs (``hardware.json``'s notes).
 
 - **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
   once and the cache written. Chunked prefill changes when, not how much.
@@ -44,8 +47,11 @@ from costmodel.symbols import B, D, F, H, K, T, Y, values_for
 
 PREFILL_CHUNK = 8192
 """Prompt tokens per engine step (vLLM V1's default ``max_num_batched_tokens``)."""
-ACT = 2
-"""Bytes of an activation (bf16/fp16; fp8 GEMMs take 16-bit inputs and outputs)."""
+
+
+def act_bytes(spec: ServeSpec) -> int:
+    """Bytes of an activation: 16 bits (fp8 GEMMs take and give 16-bit activations), fp32's 4."""
+    return 4 if spec.precision == "fp32" else 2
 
 
 @dataclass
@@ -74,7 +80,7 @@ def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
     y = spec.tp
     if y == 1:
         return 0.0
-    size, alpha = elements * ACT, hw.link_latency_s
+    size, alpha = elements * act_bytes(spec), hw.link_latency_s
     beta = hw.link_bw * hw.eff("link")
     ring = 2 * (y - 1) * alpha + 2 * (y - 1) / y * size / beta
     return min(ring, 2 * alpha + (y - 1) * size / beta)
@@ -83,17 +89,18 @@ def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
 def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict[str, Any]:
     wb = DTYPE_BYTES[spec.precision]
     kvb = DTYPE_BYTES[spec.kv_dtype]
-    weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * ACT, vals)
+    act = act_bytes(spec)
+    weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * act, vals)
     per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
     kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
     paged = math.ceil(spec.context / spec.block_size) * spec.block_size
     kv_seq_paged = kvb * _num(terms.kv_elements(model), {**vals, T: paged})
     width = _num(2 * D + terms.layer_widths(model), vals)
     logits = 4 * model.vocab / spec.tp
-    work = ACT * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
+    work = act * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
     budget = hw.hbm_bytes * spec.memory_utilization
     total = weights + spec.batch * kv_seq_paged + work
-    room = budget - weights - ACT * width * PREFILL_CHUNK
+    room = budget - weights - act * width * PREFILL_CHUNK
     return {
         "memory_bytes_per_device.weights": weights,
         "memory_bytes_per_device.kv_cache": spec.batch * kv_seq,
