@@ -201,8 +201,9 @@ def test_a_spec_refuses_what_no_engine_runs():
 
 
 def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
-    """validate/published/serving_runs.json: every run stated; 15.0 % median |error| over
-    the 55 runs with the GPUs' efficiency.decode and serve_layer_s (34.0 % without)."""
+    """validate/published/serving_runs.json: every run stated; 12.9 % median |error| over
+    the 55 runs with the GPUs' efficiency.decode, serve_matmul and serve_layer_s (34.0 %
+    without)."""
     from validate.published import serving
 
     runs = json.loads(serving.RUNS.read_text())["runs"]
@@ -210,7 +211,7 @@ def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
     assert len(results) == 55 and all(r["rel_err"] is not None for r in results)
     assert len({r["source"] for r in results}) == 7
     errors = sorted(abs(r["rel_err"]) for r in results)
-    assert errors[len(errors) // 2] < 0.155
+    assert errors[len(errors) // 2] < 0.135
     assert serving.main(["--out", str(tmp_path)]) == 0
     assert "all" in capsys.readouterr().out
     assert (tmp_path / "serving.svg").read_text().startswith("<svg")

@@ -1,14 +1,16 @@
 """A serving estimate: memory per device, prefill and decode time, TTFT, TPOT, throughput.
 
 Time is a roofline per phase on one device (Williams et al. 2009): the longer of its matmul
-FLOPs at ``Hardware.matmul_flops`` (the core of a prompt at the fused-attention rate,
-``Hardware.attention_peak``; an eager engine's elementwise bytes added, :func:`elementwise_s`)
+FLOPs at ``efficiency.serve_matmul`` of the peak (else the training ``matmul``; the core of a
+prompt at the fused-attention rate, ``Hardware.attention_peak``; an eager engine's
+elementwise bytes added, :func:`elementwise_s`)
 and its bytes at ``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it), plus
 tp's two all-reduces per layer (after attention and after the FFN; Shoeybi et al. 2019,
 Sec. 3) of the phase's tokens x D activations (:func:`_allreduce_s`), exposed, plus
 ``Hardware.serve_layer_s`` per layer; against an eager engine's host dispatch
-(:func:`host_s`: added on a CPU, the longer of the two on a GPU). ``efficiency.decode`` and
-``serve_layer_s`` are fitted on published serving runs (``hardware.json``'s notes).
+(:func:`host_s`: added on a CPU, the longer of the two on a GPU). ``efficiency.decode``,
+``efficiency.serve_matmul`` and ``serve_layer_s`` are fitted on published serving runs
+(``hardware.json``'s notes).
 
 - **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
   once and the cache written. Chunked prefill changes when, not how much.
@@ -121,7 +123,8 @@ def _phase(
 ) -> dict[str, float]:  # fmt: skip
     """Seconds of one phase on a device: the roofline, tp's exposed all-reduces and the
     per-layer step overhead (``Hardware.serve_layer_s``)."""
-    compute = flops / hw.matmul_flops(_gemm_dtype(spec)) + core_s
+    rate = hw.peak(_gemm_dtype(spec)) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
+    compute = flops / rate + core_s
     compute += elementwise_s(model, spec, hw, tokens)
     memory = nbytes / bandwidth
     comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)

@@ -19,7 +19,7 @@ from costmodel.specs.model import FlashFamily
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode")
+EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul")
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
