@@ -43,6 +43,10 @@ BASES = {
     "plan": ["--model", "cs336-small", "--hardware", "h100-sxm", "--gpus", "2",
              "--global-batch", "8", "--seq", "512", "--frameworks", "fsdp2", "--recompute",
              "none", "--json"],
+    "serve": ["--model", "llama3-8b", "--hardware", "h100-sxm", "--context", "4096", "--batch",
+              "4", "--json"],
+    "rl": ["--model", "cs336-small", "--hardware", "h100-sxm", "--gpus", "2", "--prompts", "4",
+           "--input", "64", "--output", "64", "--json"],
 }  # fmt: skip
 """A question each command answers (exit 0), which one flag at a time is made hostile."""
 

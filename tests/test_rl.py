@@ -53,6 +53,7 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
         (["--rollout-tp", "3"], "rollout_tp must divide rollout GPUs"),
         (["--placement", "separate", "--rollout-gpus", "8"], "rollout_gpus must be in [1, 7]"),
         (["--prompts", "0"], "prompts must be >= 1"),
+        (["--gpus", "1000"], "gpus: the 1000 training GPUs must divide the 512 sequences"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):

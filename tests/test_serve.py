@@ -178,6 +178,10 @@ def test_routed_experts_a_decode_step_reads():
         ),
         (["--model", "llama3-8b", "--input", "0"], "input must be >= 1"),
         (
+            ["--model", "llama3-8b", "--context", "4096", "--input", "5000"],
+            "input (5000) must be < context (4096)",
+        ),
+        (
             ["--model", "llama3-8b", "--context", "1000", "--memory-utilization", "1.5"],
             "memory_utilization must be <= 1",
         ),

@@ -31,6 +31,8 @@ def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int,
         return inp, DEFAULT_OUTPUT if out is None else out
     if inp is not None and out is not None and inp + out != context:
         raise SpecError("context", f"context ({context}) must be input + output ({inp + out})")
+    if inp is not None and inp >= context:
+        raise SpecError("input", f"input ({inp}) must be < context ({context})")
     out = out if out is not None else (context - inp if inp is not None else DEFAULT_OUTPUT)
     if out >= context:
         raise SpecError("output", f"output ({out}) must be < context ({context})")

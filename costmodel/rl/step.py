@@ -71,6 +71,11 @@ class RLSpec:
             raise SpecError("rollout_gpus", f"rollout_gpus must be in [1, {self.gpus - 1}] for "
                             f"separate pools (got {gen})")  # fmt: skip
         checks.divides("rollout_tp", self.rollout_tp, "rollout GPUs", gen)
+        train = self.pools()[1]
+        if self.prompts * self.samples % train:  # FSDP2 over them, a micro-batch of 1 each
+            raise SpecError("gpus", f"gpus: the {train} training GPUs must divide the "
+                            f"{self.prompts * self.samples} sequences of a step (prompts x "
+                            "samples)")  # fmt: skip
 
     def pools(self) -> tuple[int, int]:
         """(GPUs that generate, GPUs that train)."""
