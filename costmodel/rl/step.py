@@ -31,7 +31,7 @@ from typing import Any
 from costmodel.api import estimate
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.fit import budget_bytes, fits
 from costmodel.serve import serve
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -125,11 +125,12 @@ def rl_step(model_name: str, spec: RLSpec, hardware: str) -> dict[str, Any]:
     else:
         step = out["rl.generation_s"] + scoring + train + sync
     peak = est["memory_bytes_per_device.peak"]
+    budget = budget_bytes(hw)
     out.update({
         "rl.scoring_s": scoring, "rl.train_s": train, "rl.weight_sync_s": sync,
         "rl.step_s": step, "rl.generation_share": out["rl.generation_s"] / step,
         "rl.train_gpus": train_gpus, "rl.rollout_gpus": gen_gpus,
-        "rl.train_fits": peak <= DEFAULT_HEADROOM * hw.hbm_bytes,
+        "rl.train_fits": fits(est.values, budget),
         "rl.train_peak_bytes": peak,
         "rl.tokens_per_s": spec.prompts * spec.samples * (spec.input + spec.output) / step,
     })  # fmt: skip

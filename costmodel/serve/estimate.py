@@ -45,7 +45,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
-from costmodel.symbols import B, D, F, H, K, T, Y, values_for
+from costmodel.symbols import B, D, F, H, K, T, Y, as_expr, values_for
 
 PREFILL_CHUNK = 8192
 """Prompt tokens per engine step (vLLM V1's default ``max_num_batched_tokens``)."""
@@ -69,7 +69,7 @@ class ServeEstimate:
 
 def _num(expr: Any, values: dict) -> Any:
     """An exact integer where the expression gives one, else a float."""
-    out = sp.sympify(expr).xreplace(values)
+    out = as_expr(expr).xreplace(values)
     return int(out) if out.is_Integer else float(out)
 
 
@@ -123,7 +123,7 @@ def _phase(
 ) -> dict[str, float]:  # fmt: skip
     """Seconds of one phase on a device: the roofline, tp's exposed all-reduces and the
     per-layer step overhead (``Hardware.serve_layer_s``)."""
-    rate = hw.peak(_gemm_dtype(spec)) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
+    rate = hw.peak(spec.precision) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
     compute = flops / rate + core_s
     compute += elementwise_s(model, spec, hw, tokens)
     memory = nbytes / bandwidth
@@ -138,6 +138,12 @@ def _phase(
             "host": host, "total": total}  # fmt: skip
 
 
+def _eager_precision(spec: ServeSpec) -> str:
+    """The training precision whose eager kernels and bytes the reference model's serving
+    runs: fp32 throughout, or 16-bit compute over fp32 residuals."""
+    return "fp32" if spec.precision == "fp32" else "bf16-mixed"
+
+
 def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     """Host seconds to dispatch one step's kernels in an eager engine (the reference model):
     the training forward's kernel counts (``costmodel.single.kernels``) times
@@ -145,10 +151,10 @@ def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     graphs) and for kinds whose eager counts are not modelled."""
     if not hw.dispatch_s or not attention.projections(model).eager:
         return 0.0
-    prec = "fp32" if spec.precision == "fp32" else "bf16-mixed"
+    prec = _eager_precision(spec)
     train = TrainSpec(batch=1, seq=2, precision=prec)
     residual = PRECISIONS[prec].residual
-    counts = {k.name: int(sp.sympify(n).xreplace(values_for(model))) for k, n in ffn.blocks(model)}
+    counts = {k.name: int(as_expr(n).xreplace(values_for(model))) for k, n in ffn.blocks(model)}
     kernels = sum(n * layer_kernels(model, train, residual, block=k)[0] for k, n in counts.items())
     return (kernels + model_kernels(model, train, residual)[0]) * hw.dispatch_s
 
@@ -160,7 +166,7 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
     bytes are not modelled."""
     if spec.engine != "eager" or not attention.projections(model).eager:
         return 0.0
-    prec = PRECISIONS["fp32" if spec.precision == "fp32" else "bf16-mixed"]
+    prec = PRECISIONS[_eager_precision(spec)]
     vals = {**values_for(model), Y: spec.tp}
     per_token = 0.0
     for kind, count in ffn.blocks(model):
@@ -170,21 +176,21 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
     return tokens * per_token / hw.hbm_bandwidth()
 
 
-def _gemm_dtype(spec: ServeSpec) -> str:
-    return "fp8" if spec.precision == "fp8" else spec.precision
-
-
 def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dict) -> dict:
     """Prefill, decode, end to end and throughput (module docstring)."""
     b, i, o = spec.batch, spec.input, spec.output
     kvb = DTYPE_BYTES[spec.kv_dtype]
-    weights = mem["memory_bytes_per_device.weights"]
+    # the weights a step reads: all but an untied embedding table (its rows are looked up)
+    weights = mem["memory_bytes_per_device.weights"] - act_bytes(spec) * _num(
+        terms.unread_embedding(model), vals
+    )
     experts = _num(terms.expert_weights(model), vals) * DTYPE_BYTES[spec.precision]
     at = {**vals, B: b}
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
     pre_flops = _num(terms.linear_flops(model, b * i, b), at)
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
-    rate = hw.attention_peak("fp16" if spec.precision == "fp16" else "bf16", seq=i)
+    # attention runs in the activations' dtype: 16 bits beside fp8 GEMMs
+    rate = hw.attention_peak("bf16" if spec.precision == "fp8" else spec.precision, seq=i)
     pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
     pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw,
                  hw.hbm_bandwidth())  # fmt: skip

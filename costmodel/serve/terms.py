@@ -60,6 +60,12 @@ def other_weights(model: Any) -> sp.Expr:
     return (parts["embedding"] + parts["lm_head"]) / Y + parts["norms"] + parts["pos_embedding"]
 
 
+def unread_embedding(model: Any) -> sp.Expr:
+    """Elements of the embedding table a step does not read: an untied table's, whose
+    lookup reads one row per token (a tied table is read whole as the head)."""
+    return sp.Integer(0) if model.tied else param_breakdown(model)["embedding"] / Y
+
+
 def expert_weights(model: Any) -> sp.Expr:
     """Routed-expert elements one tp rank holds (0 for a dense model)."""
     return param_breakdown(model).get("experts", sp.Integer(0)) / Y
@@ -125,4 +131,5 @@ __all__ = [
     "other_weights",
     "prefill_core_flops",
     "touched_experts",
+    "unread_embedding",
 ]
