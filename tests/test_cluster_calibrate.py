@@ -348,3 +348,12 @@ def test_the_lent_h100s_profile_predicts_its_measured_steps():
             errors.append(abs(est["time_s.step"] / row["measured"] - 1))
     assert len(errors) == 44
     assert sorted(errors)[len(errors) // 2] < 0.065
+
+
+def test_a_measured_profile_keeps_servings_ratios_to_what_it_measured():
+    """efficiency.decode is fitted as a share of the catalog's bandwidth, whose copies reach
+    efficiency.hbm; serve_matmul as 0.7 of matmul: both stay ratios to what was measured."""
+    data, entry = _h100_profile(), HARDWARE["h100-sxm"]["efficiency"]
+    eff = data["efficiency"]
+    assert eff["decode"] == pytest.approx(entry["decode"] / entry["hbm"])
+    assert eff["serve_matmul"] / eff["matmul"] == pytest.approx(0.7)

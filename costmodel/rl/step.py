@@ -94,8 +94,8 @@ def _generation(model: Any, spec: RLSpec, hw: Any) -> dict[str, Any]:
                      memory_utilization=share_of_memory)  # fmt: skip
     most = serve(model, base, hw)["max_batch"]
     if most < 1:
-        raise SpecError("rollout_tp", f"the policy's weights do not fit {spec.rollout_tp} "
-                        f"{hw.name} at rollout_tp {spec.rollout_tp}: raise it")  # fmt: skip
+        raise SpecError("rollout_tp", f"rollout_tp {spec.rollout_tp}: the policy's weights do "
+                        f"not fit {spec.rollout_tp} x {hw.name}; raise it")  # fmt: skip
     batch = min(share, most)
     waves = math.ceil(share / batch)
     wave = serve(model, replace(base, batch=batch), hw)
@@ -107,14 +107,13 @@ def rl_step(model_name: str, spec: RLSpec, hardware: str) -> dict[str, Any]:
     """The step's phases (module docstring), by dotted name: seconds, GPUs, the share."""
     model, hw = get_model(model_name), get_hardware(hardware)
     out = _generation(model, spec, hw)
-    _, train_gpus = spec.pools()
+    gen_gpus, train_gpus = spec.pools()
     est = estimate(model_name, hardware=hardware, gpus=train_gpus,
                    batch=spec.prompts * spec.samples, seq=spec.input + spec.output,
                    framework="fsdp2")  # fmt: skip
     forward = est["time_s.forward"]
     scoring = forward * (int(spec.reference) + int(spec.old_logprobs))
     weights = 2 * est["params.total"]  # bf16
-    gen_gpus, _ = spec.pools()
     if spec.placement == "colocated":
         sync = weights / spec.rollout_tp / (hw.link_bw * hw.eff("link"))
     else:

@@ -122,6 +122,16 @@ def _links(
     }, notes
 
 
+def _rescale_serving(eff: dict[str, float], catalog: dict[str, float]) -> None:
+    """Serving's efficiencies are fitted against the catalog's (``hardware.json``): decode's
+    share of a bandwidth whose copies reach ``hbm``, GEMMs' ratio to ``matmul``. Kept as
+    those ratios on the measured profile, whose copy rate is its bandwidth (``hbm`` 1)."""
+    if "decode" in eff:
+        eff["decode"] = min(1.0, eff["decode"] / catalog.get("hbm", 1.0))
+    if "serve_matmul" in eff:
+        eff["serve_matmul"] = eff["serve_matmul"] * eff["matmul"] / catalog.get("matmul", 1.0)
+
+
 def build(
     records: list[dict[str, Any]],
     topo: Topology,
@@ -142,7 +152,7 @@ def build(
     if profile["peak_flops"].get(train_dtype):
         eff["matmul"] = min(1.0, gemms[train_dtype]["flops"] / profile["peak_flops"][train_dtype])
         # each other measured dtype: the peak that gives its measured rate at this efficiency
-        # (on an H100 fp32 reaches 0.76 of its datasheet peak where bf16 fits 0.63)
+        # (on an H100 fp32 fits 0.70 of its datasheet peak where bf16 fits 0.63)
         profile["peak_flops"] = {
             **profile["peak_flops"],
             **{k: g["flops"] / eff["matmul"] for k, g in gemms.items() if k != train_dtype},
@@ -153,6 +163,7 @@ def build(
             **{k: g["flops"] for k, g in gemms.items()},
         }
         eff["matmul"] = 1.0
+    _rescale_serving(eff, profile.get("efficiency") or {})
     attention = defaultdict(list)
     for r in _by(records, "attention"):
         attention[r["dtype"]].append(r["flops"] / r["seconds"])
