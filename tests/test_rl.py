@@ -42,7 +42,8 @@ def test_async_overlaps_generation_with_training():
 
 def test_the_cli_prints_the_step_and_its_json(capsys):
     assert main(ARGV) == 0
-    assert "generation" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "limited by:" in out and "assumptions: 8 samples per prompt" in out
     assert main([*ARGV, "--json"]) == 0
     assert 0 < json.loads(capsys.readouterr().out)["rl.generation_share"] < 1
 

@@ -234,3 +234,12 @@ def test_the_serve_suite_measures_the_cache_exactly_and_times_both_phases():
     assert rows["kv_bytes"].predicted == rows["kv_bytes"].measured == 2 * 2 * 34 * 768 * 4
     for phase in ("time_s.prefill", "time_s.decode_step"):
         assert rows[phase].measured > 0 and rows[phase].predicted > 0
+
+
+def test_the_first_screen_says_whether_it_fits_what_limits_it_and_what_it_assumed(capsys):
+    assert main(["serve", "--model", "llama3-8b", "--context", "8192"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "verdict" in lines[1] and "fits" in lines[1]
+    assert "limited by" in lines[2] and "memory bandwidth" in lines[2]
+    assert "assumptions" in lines[3] and "0.9 of each device" in lines[3]
+    assert "128 generated tokens (default" in lines[3]  # the output length it chose

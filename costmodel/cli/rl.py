@@ -9,6 +9,7 @@ import json
 from costmodel.catalog.hardware import HARDWARE
 from costmodel.catalog.presets import PRESETS
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
+from costmodel.rl.step import COLOCATED_MEMORY
 from costmodel.units import fmt_bytes, fmt_seconds
 
 
@@ -36,6 +37,15 @@ def _cmd_rl(args: argparse.Namespace) -> int:
          + ("" if out["rl.train_fits"] else " (does NOT fit)")),
         ("weight sync", out["rl.weight_sync_s"], ""),
     ]  # fmt: skip
+    largest = max(rows, key=lambda r: r[1])
+    print(f"  limited by: {largest[0]} ({largest[1] / step:.0%} of the step)")
+    scorers = [n for n, on in (("old policy", spec.old_logprobs), ("reference", spec.reference))
+               if on]  # fmt: skip
+    share = COLOCATED_MEMORY if spec.placement == "colocated" else 0.9
+    print(f"  assumptions: {spec.samples} samples per prompt; mean lengths (a wave waits for no "
+          f"long tail); scoring by {', '.join(scorers) or 'no model'}; training FSDP2 at "
+          f"micro-batch 1 as `estimate` lays it out; the rollout engine takes {share:g} of a "
+          f"GPU; bf16 weights synced")  # fmt: skip
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")
     print(f"  {'step':<26} {fmt_seconds(step):>9}  generation {out['rl.generation_share']:.1%}"

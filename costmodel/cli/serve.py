@@ -9,7 +9,7 @@ from typing import Any
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.serve.estimate import serve
+from costmodel.serve.estimate import PREFILL_CHUNK, serve
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
@@ -39,24 +39,56 @@ def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int,
     return context - out, out
 
 
-def _rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
+PARTS = {
+    "compute": "compute (GEMMs)",
+    "memory": "memory bandwidth",
+    "comm": "tp all-reduces",
+    "overhead": "per-layer step overhead",
+    "host": "host dispatch",
+}
+
+
+def limited_by(v: dict[str, Any]) -> str:
+    """The decode step's largest part, and for memory what its bytes are."""
+    step = v["time_s.decode_step.total"]
+    part = max(PARTS, key=lambda k: v[f"time_s.decode_step.{k}"])
+    share = v[f"time_s.decode_step.{part}"] / step
+    words = f"decode: {PARTS[part]} ({share:.0%} of a step)"
+    if part == "memory":
+        kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
+        words += f"; its bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
+    return words
+
+
+def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
+    """Every setting the numbers assume, given or default."""
+    engine = "fuses its elementwise ops" if spec.engine == "fused" else "runs op by op"
+    output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
+    return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
+            f"{spec.block_size}; "
+            f"tp {spec.tp}, dp {spec.dp}; the engine takes {spec.memory_utilization:g} of each "
+            f"device and {engine}; prefill of at most {PREFILL_CHUNK:,} tokens a step; the "
+            "batch's prompts arrive together")  # fmt: skip
+
+
+def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str, str]]:
     mem = "memory_bytes_per_device."
     fit = "fits" if v["fits"] else "does NOT fit"
-    dec = max(("compute", "memory", "comm"), key=lambda k: v[f"time_s.decode_step.{k}"])
-    bound = {"compute": "compute-bound", "memory": "memory-bound", "comm": "tp-bound"}[dec]
     return [
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
             f"per device; up to {v['max_batch']} sequences fit",
         ),
+        ("limited by", limited_by(v)),
+        ("assumptions", assumptions(spec, defaulted)),
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
         ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"])),
         ("weights", fmt_bytes(v[mem + "weights"])),
         ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
         ("workspace", fmt_bytes(v[mem + "workspace"])),
         ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
-        ("TPOT (decode step)", f"{fmt_seconds(v['time_s.tpot'])} ({bound})"),
+        ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
         ("end to end", fmt_seconds(v["time_s.e2e"])),
         (
             "output tokens/s",
@@ -87,8 +119,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}, dp {spec.dp}): "
           f"{spec.batch} x ({inp:,} in + {out:,} out), {spec.precision} weights, "
           f"{spec.kv_dtype} cache")  # fmt: skip
-    width = max(len(k) for k, _ in _rows(est.values, spec))
-    for key, shown in _rows(est.values, spec):
+    rows = _rows(est.values, spec, args.output is None and args.input is None)
+    width = max(len(k) for k, _ in rows)
+    for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")
     for note in est.notes:
         print(f"  note: {note}")
