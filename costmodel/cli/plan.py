@@ -93,7 +93,11 @@ def _count_text(p: Plan, max_gpus: int | None) -> str:
     if max_gpus is None:
         return f"{p.gpus:,}"
     shown = ", ".join(f"{c:,}" for c in counts[:3]) + f", ..., {counts[-1]:,}"
-    return f"up to {max_gpus:,} ({len(counts)} counts with a valid layout: {shown})"
+    text = f"up to {max_gpus:,} ({len(counts)} counts with a valid layout: {shown}"
+    if p.skipped:
+        text += (f"; {len(p.skipped)} smaller counts not searched: at their FLOP/s ceiling "
+                 "they could not reach this table")  # fmt: skip
+    return text + ")"
 
 
 def _batch_text(p: Plan) -> str:
@@ -215,7 +219,8 @@ def _search(args, values, setup, kind: tuple, price: float | None, batches) -> S
     counts = args.gpus if args.max_gpus is None else device_counts(args.max_gpus,
                                                                    hw.devices_per_node)  # fmt: skip
     start = time.perf_counter()
-    result = plan(setup.model, setup.train, hw, counts, options, progress_bar, batches)
+    top = None if args.token_budget else args.top  # a sizing reads every count's best
+    result = plan(setup.model, setup.train, hw, counts, options, progress_bar, batches, top)
     seconds = time.perf_counter() - start
     rows = [r | budget_cost(r, r["gpus"], args.token_budget, price) | {"hardware": name}
             for r in result.top(args.top)]  # fmt: skip
@@ -247,6 +252,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
                   {"max_gpus": args.max_gpus, "device_counts": s.counts}),
                "global_batch": list(batches) if batches else setup.train.batch,
                "enumerated": result.enumerated, "valid": result.valid,
+               "skipped_counts": list(result.skipped),
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
                "seconds": s.seconds, "top": rows}  # fmt: skip
         if not rows:

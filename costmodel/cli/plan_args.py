@@ -131,7 +131,13 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                    help="rank by time (tokens/s), cost (device-seconds per token, x each "
                    "kind's price across --hardware kinds: with --max-gpus, smaller counts may "
                    "win), tokens-per-gpu or mfu (default time)")  # fmt: skip
-    g.add_argument("--top", type=int_arg, default=10, help="layouts to show (default 10)")
+    g.add_argument(
+        "--top",
+        type=int_arg,
+        default=10,
+        help="layouts to show (default 10); "
+        "device counts whose FLOP/s ceiling cannot reach them are not searched",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument(
         "--timeline", metavar="PATH", help="write the best layout's step timeline (.svg or .html)"

@@ -14,12 +14,14 @@ untrusted entries are rebuilt; an unwritable cache folder only costs the speed-u
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
 import os
 import platform
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,7 +105,9 @@ def _load(path: Path, kind: str) -> tuple[tuple[str, ...], Callable[..., Any]] |
         entry = json.loads(path.read_text())
         ns = dict(_namespace(kind))
         exec(compile(entry["source"], str(path), "exec"), ns)  # our own, checked by _trusted
-        return tuple(entry["keys"]), ns[entry["name"]]
+        fn = ns[entry["name"]]
+        _SOURCES[fn] = entry["source"]
+        return tuple(entry["keys"]), fn
     except (OSError, ValueError, KeyError, TypeError, SyntaxError):
         return None
 
@@ -115,10 +119,8 @@ def _reproducible(fn: Callable[..., Any], kind: str) -> bool:
 
 
 def _store(path: Path, keys: tuple[str, ...], fn: Callable[..., Any], kind: str) -> None:
-    import inspect
-
-    if _reproducible(fn, kind):
-        _write(path, {"keys": list(keys), "name": fn.__name__, "source": inspect.getsource(fn)})
+    if fn in _SOURCES:
+        _write(path, {"keys": list(keys), "name": fn.__name__, "source": _SOURCES[fn]})
 
 
 def _write(path: Path, entry: Any) -> None:
@@ -185,6 +187,10 @@ def lambdify_cached(
             return hit
     keys, exprs = build()
     fn = lambdify(args, exprs, kind)
+    if _reproducible(fn, kind):
+        import inspect
+
+        _SOURCES[fn] = inspect.getsource(fn)
     if path is not None:
         _store(path, keys, fn, kind)
     return keys, fn
@@ -207,3 +213,46 @@ def json_cached(parts: Sequence[Any], build: Callable[[], Any]) -> Any:
     if path is not None:
         _write(path, {"data": data})
     return data
+
+
+_SOURCES: weakref.WeakKeyDictionary[Callable[..., Any], str] = weakref.WeakKeyDictionary()
+"""The printed source of each function built or loaded here whose globals are a fresh
+namespace's (what :func:`projected` cuts from)."""
+
+
+def projected(
+    keys: Sequence[str], fn: Callable[..., Any], wanted: Sequence[str], kind: str = "numpy"
+) -> tuple[tuple[str, ...], Callable[..., Any]]:
+    """``(present, fn)``: the function of those ``wanted`` that ``keys`` (what ``fn``
+    returns, in order) holds, cut from ``fn``'s printed source without sympy: its return
+    list kept at their positions, and of its shared subexpressions (``x0 = ...``) only
+    those they read, backwards. Each kept line is ``fn``'s own, so each value is
+    bit-identical to ``fn``'s. A function of unknown source is wrapped instead."""
+    present = tuple(k for k in wanted if k in keys)
+    index = [list(keys).index(k) for k in present]
+    source = _SOURCES.get(fn)
+    if source is None:
+        return present, lambda *a: [fn(*a)[i] for i in index]
+    tree = ast.parse(source)
+    func = tree.body[0]
+    assert isinstance(func, ast.FunctionDef) and isinstance(func.body[-1], ast.Return)
+    returned = func.body[-1].value
+    assert isinstance(returned, ast.List | ast.Tuple)
+    returned.elts = [returned.elts[i] for i in index]
+    needed = _names(returned)
+    kept: list[ast.stmt] = []
+    for stmt in reversed(func.body[:-1]):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        named = [t.id for t in targets if isinstance(t, ast.Name)]
+        if len(named) == len(targets) and named and not needed & set(named):
+            continue  # a subexpression none of the kept values reads
+        kept.append(stmt)
+        needed |= _names(stmt)
+    func.body = [*reversed(kept), func.body[-1]]
+    ns = dict(_namespace(kind))
+    exec(compile(ast.fix_missing_locations(tree), "<costmodel projection>", "exec"), ns)
+    return present, ns[func.name]
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}

@@ -169,7 +169,9 @@ def enumerate_layouts(
     cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
     size = len(cols["tp"])
     cols.update(gpus=np.full(size, gpus, np.int64), batch=np.full(size, train.batch, np.int64))
-    return _with_dispatchers(_with_ep_overlap(cols), options.dispatchers, hardware)
+    cols = _with_dispatchers(_with_ep_overlap(cols), options.dispatchers, hardware)
+    cols["framework"].flags.writeable = False  # the rules' traits reuse their compares
+    return cols
 
 
 def _with_dispatchers(cols: dict, dispatchers: tuple[str, ...], hw: Hardware) -> dict:
@@ -182,8 +184,11 @@ def _with_dispatchers(cols: dict, dispatchers: tuple[str, ...], hw: Hardware) ->
                         f"on NVIDIA GPUs; on a {hw.kind} use all-to-all")  # fmt: skip
     first, *others = dispatchers
     routed = cols["ep"] > 1
-    cols["ep_dispatcher"] = np.where(routed, first, "all-to-all").astype(object)
+    cols["ep_dispatcher"] = np.full(len(routed), "all-to-all", dtype=object)
+    cols["ep_dispatcher"][routed] = first
     n = int(routed.sum())
+    if not n or not others:
+        return cols
     twins = [{**{k: v[routed] for k, v in cols.items()},
               "ep_dispatcher": np.full(n, d, dtype=object)} for d in others]  # fmt: skip
     return {k: np.concatenate([cols[k], *(t[k] for t in twins)]) for k in cols}
@@ -195,7 +200,9 @@ def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     but keeps one chunk more in flight under interleaving, so either may be the fastest
     that fits."""
     cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    again = trait(cols["framework"], "combined_1f1b") & (cols["ep"] > 1)
+    again = (cols["ep"] > 1) & trait(cols["framework"], "combined_1f1b")
+    if not again.any():
+        return cols
     twin = {k: v[again] for k, v in cols.items()}
     twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
     return {k: np.concatenate([cols[k], twin[k]]) for k in cols}

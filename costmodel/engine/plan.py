@@ -22,21 +22,12 @@ import numpy as np
 from costmodel.config import check
 from costmodel.engine.fit import budget_bytes, fits
 from costmodel.engine.layouts import FRAMEWORK_CHOICES as FRAMEWORK_CHOICES  # re-exported
-from costmodel.engine.layouts import (
-    SEARCHED,
-    candidates,
-    enumerate_layouts,
-    no_layout_message,
-    valid_mask,
-)
 from costmodel.engine.layouts import PlanOptions as PlanOptions  # re-exported
-from costmodel.engine.quantities import (
-    PARALLEL_STRUCTURE,
-    TRAIN_STRUCTURE,
-    compiled_subset,
-    structure_of,
-)
-from costmodel.engine.sweep import Table, factorize, sweep
+from costmodel.engine.layouts import candidates, no_layout_message
+from costmodel.engine.search import QUANTITIES as QUANTITIES  # re-exported
+from costmodel.engine.search import TIE as TIE  # re-exported
+from costmodel.engine.search import collect, collect_top, evaluate
+from costmodel.engine.sweep import Table
 from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -49,17 +40,6 @@ LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_pa
           "pp_interleave", "cp", "ep", "etp", "ep_dispatcher", "micro_batch", "grad_accum",
           "recompute",
           "grad_reduce_fp32", "ep_overlap")  # fmt: skip
-QUANTITIES = (
-    "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
-    "time_s.compute", "time_s.comm", "time_s.expert_host", "tokens_per_s", "mfu",
-    "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
-    "memory_bytes_per_device.params", "memory_bytes_per_device.master",
-    "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
-    "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
-    "memory_bytes_per_device.frozen",
-    "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
-    "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep",
-)  # fmt: skip
 
 
 @dataclass(repr=False)
@@ -80,12 +60,13 @@ class Plan:
     fits: np.ndarray
     order: np.ndarray
     enumerated: int
+    valid: int
+    """Candidates every rule accepts (a top search keeps the rows of those that fit)."""
     budget_bytes: float
     structures: int = field(default=0)
-
-    @property
-    def valid(self) -> int:
-        return len(self.fits)
+    skipped: tuple[int, ...] = field(default=())
+    """Device counts a top search left out: none of their layouts could rank among its
+    top rows (:mod:`costmodel.engine.search`)."""
 
     def row(self, i: int) -> dict[str, Any]:
         """One candidate: its layout, quantities and what limits it."""
@@ -219,6 +200,7 @@ def plan(
     options: PlanOptions | None = None,
     progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
     batches: Sequence[int] | None = None,
+    top: int | None = None,
 ) -> Plan:
     """Search every layout of ``gpus`` devices (or of each count in a sequence, e.g.
     :func:`~costmodel.engine.layouts.device_counts` of a budget) for ``train.batch``
@@ -226,50 +208,33 @@ def plan(
     kept; its grad_accum and recompute are searched). ``progress`` wraps the per-structure
     loop. ``Plan.gpus`` is the largest count; each row's ``gpus`` its own. ``batches``
     (e.g. :func:`~costmodel.engine.layouts.batch_choices` of a range) searches each of
-    those global batches in place of ``train.batch``; each row's ``batch`` is its own."""
+    those global batches in place of ``train.batch``; each row's ``batch`` is its own.
+
+    With ``top``, only the ``top`` best rows are asked for (the CLI's table): layouts that
+    do not fit get their memory and no time (NaN), and device counts that cannot place a
+    layout among the ``top`` are skipped (``Plan.skipped``; :mod:`costmodel.engine.search`).
+    The ``top`` rows are those of the whole search."""
     options = options or PlanOptions()
     counts = [gpus] if isinstance(gpus, int | np.integer) else list(gpus)
     for count in counts:
         checks.integer("gpus", count)
+    if top is not None:
+        checks.integer("top", top)
     check_positions(model.pos, train.seq, model.max_positions)
-    cols, enumerated = _valid_layouts(model, train, hardware, counts, options, batches)
-    structures = _warm(model, train, hardware, cols, progress)
-    values = evaluate(model, train, hardware, cols)
     budget = budget_bytes(hardware, options.memory_headroom)
-    fitting = fits(values, budget)
-    order = rank(cols, values, np.flatnonzero(fitting), options.objective)
-    return Plan(model, train, hardware, int(max(counts)), options, cols, values, fitting, order,
-                enumerated, budget, structures)  # fmt: skip
-
-
-def _valid_layouts(model, train, hardware, counts, options, batches) -> tuple[dict, int]:
-    """The valid candidates of every (batch, device count), and how many were enumerated.
-    Each part is filtered as it is enumerated, so memory holds the valid layouts, not every
-    combination (a budget over a batch range enumerates tens of millions)."""
-    parts, enumerated, first = [], 0, None
-    for size in batches or [train.batch]:
-        for count in counts:
-            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
-            part = enumerate_layouts(model, sized, hardware, int(count), options)
-            enumerated += len(part["tp"])
-            first = part if first is None or not len(first["tp"]) else first
-            ok = valid_mask(part, model, train)
-            parts.append({k: v[ok] for k, v in part.items()})
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    if not len(cols["tp"]):
-        raise SpecError("gpus", no_layout_message(first, model, train, max(counts)))
-    return cols, enumerated
-
-
-def evaluate(
-    model: ModelSpec, train: TrainSpec, hardware: Hardware, cols: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """The planner's ``QUANTITIES`` of candidate layouts: one ``sweep`` over the columns
-    (ParallelSpec fields, ``grad_accum`` and ``recompute``; other layout fields at their
-    defaults), every other training field as ``train`` has it."""
-    searched = {k: v for k, v in cols.items() if k in SEARCHED}
-    given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
-    return sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **searched)
+    if top is None:
+        found = collect(model, train, hardware, counts, options, batches, progress)
+    else:
+        found = collect_top(model, train, hardware, counts, options, batches, budget, top,
+                            progress)  # fmt: skip
+    if not found.cols:
+        assert found.first is not None
+        raise SpecError("gpus", no_layout_message(found.first, model, train, max(counts)))
+    fitting = fits(found.values, budget)
+    order = rank(found.cols, found.values, np.flatnonzero(fitting), options.objective)
+    return Plan(model, train, hardware, int(max(counts)), options, found.cols, found.values,
+                fitting, order, found.enumerated, found.valid, budget, found.structures,
+                found.skipped)  # fmt: skip
 
 
 def evaluate_layout(
@@ -289,11 +254,6 @@ def evaluate_layout(
     if refused is not None:
         raise refused
     return {k: float(v[0]) for k, v in evaluate(model, train, hardware, cols).items()}
-
-
-TIE = 0.005
-"""Step times within this fraction of each other rank as equals (far below the model's
-resolution: its median error on published runs is ~6 %)."""
 
 
 def score(cols: dict[str, np.ndarray], values: dict[str, np.ndarray], objective: str):
@@ -328,33 +288,6 @@ def rank(
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
     return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier))]
-
-
-def _warm(model, train, hardware, cols, progress) -> int:
-    """Compile each structure's expressions once, with progress (the slow part, cold): one
-    per distinct value of the columns that are structure fields, pipelining and
-    interleaving (``quantities.structure_of``'s keys; the other fields as ``train``)."""
-    keys = [k for k in (*TRAIN_STRUCTURE, *PARALLEL_STRUCTURE) if k in cols]
-    flags = [np.asarray(cols[k]) for k in keys] + [cols["pp"] > 1, cols["pp_interleave"] > 1]
-    items = sorted({tuple(_plain(f[i]) for f in flags) for i in _first_of_each(flags)}, key=str)
-    loop = progress(items, len(items)) if progress else items
-    for *values, piped, interleaved in loop:
-        given = dict(zip(keys, values, strict=True))
-        trains = {k: v for k, v in given.items() if k in TRAIN_STRUCTURE}
-        layout = {k: v for k, v in given.items() if k not in TRAIN_STRUCTURE}
-        par = ParallelSpec(**layout, pp=2 if piped else 1, pp_interleave=2 if interleaved else 1)
-        compiled_subset(structure_of(model, train.replace(**trains), par), QUANTITIES)
-    return len(items)
-
-
-def _first_of_each(flags: list[np.ndarray]) -> list[int]:
-    """The first index of each distinct combination of the arrays' values."""
-    code = np.zeros(len(flags[0]), dtype=np.int64)
-    for key in flags:
-        inverse, n = factorize(key)
-        code = code * n + inverse
-    _, first = np.unique(code, return_index=True)
-    return [int(i) for i in first]
 
 
 def _plain(value: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.engine.diskcache import lambdify, lambdify_cached
+from costmodel.engine.diskcache import lambdify, lambdify_cached, projected
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -184,6 +184,17 @@ def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> tuple[tuple[str,
         return present, [comp.exprs[comp.keys.index(k)] for k in present]
 
     return lambdify_cached(("subset", structure, keys), build, EVAL_SYMBOLS)
+
+
+@functools.lru_cache(maxsize=1024)
+def compiled_within(
+    structure: tuple, keys: tuple[str, ...], within: tuple[str, ...]
+) -> tuple[tuple[str, ...], Any]:
+    """``(present, fn)`` of ``keys`` cut from ``within``'s compiled function (a superset
+    of them: :func:`compiled_subset`) without sympy (:func:`diskcache.projected`): a search
+    that asks for a few quantities of every point and for all of some compiles once."""
+    present, fn = compiled_subset(structure, within)
+    return projected(present, fn, keys)
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,6 +27,7 @@ from costmodel.engine.quantities import (
     TRAIN_STRUCTURE,
     compiled,
     compiled_subset,
+    compiled_within,
     structure_of,
 )
 from costmodel.frameworks.registry import framework_defaults
@@ -96,6 +97,7 @@ def sweep(
     *,
     hardware: str | Hardware | None = None,
     quantities: Iterable[str] | None = None,
+    within: Iterable[str] | None = None,
     **overrides: Any,
 ) -> dict[str, np.ndarray]:
     """Every quantity over a broadcast grid of spec fields.
@@ -105,7 +107,9 @@ def sweep(
     ``hardware`` (or any ParallelSpec field, which needs it) the layout's per-device
     memory, time and MFU are included. Returns float64 arrays keyed like ``estimate``;
     a quantity that only some structures have (e.g. what full recomputation keeps) is NaN
-    where it does not apply.
+    where it does not apply. ``within`` (a superset of ``quantities``): compile those and
+    cut ``quantities`` out of them (``quantities.compiled_within``), for a caller that
+    also sweeps ``within`` itself.
     """
     quantities = None if quantities is None else list(quantities)
     if "micro_batch" in overrides:
@@ -131,6 +135,8 @@ def sweep(
         if quantities is None:
             comp = compiled(specs.structure)
             keys, fn = comp.keys, comp.vector
+        elif within is not None:
+            keys, fn = compiled_within(specs.structure, tuple(quantities), tuple(within))
         else:
             keys, fn = compiled_subset(specs.structure, tuple(quantities))
         for key, result in zip(keys, fn(*args), strict=True):

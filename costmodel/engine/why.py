@@ -73,7 +73,7 @@ def nearest_fitting(
             continue  # the search that found nothing
         scaled = counts if factor == 1 else [max(counts) * factor]  # a budget: its top
         try:
-            found = plan(model, train, hardware, scaled, wide, batches=batches)
+            found = plan(model, train, hardware, scaled, wide, batches=batches, top=1)
         except SpecError:  # no valid layout of these counts
             continue
         if len(found.order):

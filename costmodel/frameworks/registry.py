@@ -175,14 +175,12 @@ def trait(framework: Any, name: str) -> Any:
     """A trait of the framework(s) named: a value for a name, a bool array for an array."""
     if isinstance(framework, str):
         return getattr(framework_of(framework), name)
-    names = np.asarray(framework, dtype=object)
-    out, seen = np.zeros(names.shape, dtype=bool), np.zeros(names.shape, dtype=bool)
-    for key, fw in registry().items():  # a few names: one vectorised compare each
-        here = names == key
-        out[here], seen = bool(getattr(fw, name)), seen | here
-    if not seen.all():
-        framework_of(names[~seen].flat[0])  # raises, naming the unknown framework
-    return out
+    out = None
+    for fw, here in _named(np.asarray(framework, dtype=object)):
+        out = np.zeros(here.shape, dtype=bool) if out is None else out
+        if getattr(fw, name):
+            out |= here
+    return np.zeros(np.shape(framework), dtype=bool) if out is None else out
 
 
 def each(framework: Any) -> list[tuple[Framework, Any]]:
@@ -190,5 +188,29 @@ def each(framework: Any) -> list[tuple[Framework, Any]]:
     the bool array of the points that name it."""
     if isinstance(framework, str):
         return [(framework_of(framework), True)]
-    names = np.asarray(framework, dtype=object)
-    return [(framework_of(n), names == n) for n in dict.fromkeys(names.ravel().tolist())]
+    return [(fw, here) for fw, here in _named(np.asarray(framework, dtype=object)) if here.any()]
+
+
+_SEEN: dict[int, tuple[np.ndarray, list[tuple[Framework, np.ndarray]]]] = {}
+
+
+def _named(names: np.ndarray) -> list[tuple[Framework, np.ndarray]]:
+    """(framework, where it is named) for every registered framework: one vectorised compare
+    each, reused for a read-only array (the planner's candidates, which the rules ask a
+    dozen traits of) while it lives. An unknown name raises, naming it."""
+    if not names.flags.writeable:
+        hit = _SEEN.get(id(names))
+        if hit is not None and hit[0] is names:
+            return hit[1]
+    found, seen = [], np.zeros(names.shape, dtype=bool)
+    for key, fw in registry().items():  # a few names: one vectorised compare each
+        here = names == key
+        found.append((fw, here))
+        seen |= here
+    if not seen.all():
+        framework_of(names[~seen].flat[0])  # raises, naming the unknown framework
+    if not names.flags.writeable:
+        if len(_SEEN) >= 4:
+            _SEEN.clear()
+        _SEEN[id(names)] = (names, found)  # the reference keeps the id from being reused
+    return found

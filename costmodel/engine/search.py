@@ -1,0 +1,254 @@
+"""Which candidate layouts a plan evaluates, part by part (a part: one global batch on one
+device count).
+
+:func:`collect` evaluates every valid layout of every part: what the app draws (memory
+against step time of every layout, the fitting region shaded) and what a sizing reads (the
+best layout of each device count).
+
+:func:`collect_top` answers "the ``top`` best layouts by tokens/s" for far less, with the
+same rows in the same order among them:
+
+- **memory first**: every valid layout's per-device memory, then its time only where it
+  fits (most layouts of a large model do not: 888,003 of 9.0 M for Turing-NLG 530B);
+- **branch and bound over device counts**, largest first. No layout of ``n`` devices runs
+  more than ``n * ceiling / flops_per_token`` tokens/s: ``ceiling`` is the fastest FLOP/s
+  any kernel of the step runs (:func:`flops_ceiling`), ``flops_per_token`` the model FLOPs
+  of a token (MFU's numerator, ``costmodel.single.flops.flop_conventions["useful"]``,
+  which every layout executes at least: causal flash runs whole tiles, recomputation
+  re-runs, communication, bubbles and host time only add). A count whose bound is below
+  the ``top``-th best found, less the planner's tie margin (``TIE``), can place no layout
+  among the ``top`` (its layouts rank in a later tier) and is not enumerated.
+  ``tests/test_plan_search.py`` checks the bound on every valid layout of dense, MoE,
+  fp8, long-context and TPU searches, and that the pruned search's top rows equal the
+  full search's.
+Units: seconds, bytes, FLOP/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from costmodel.engine.fit import fits
+from costmodel.engine.layouts import SEARCHED, PlanOptions, enumerate_layouts, valid_mask
+from costmodel.engine.quantities import (
+    PARALLEL_STRUCTURE,
+    TRAIN_STRUCTURE,
+    compiled_subset,
+    structure_of,
+)
+from costmodel.engine.sweep import factorize, sweep
+from costmodel.single.precision import PRECISIONS
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.parallel import ParallelSpec
+
+MEMORY = (
+    "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
+    "memory_bytes_per_device.params", "memory_bytes_per_device.master",
+    "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
+    "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
+    "memory_bytes_per_device.frozen",
+)  # fmt: skip
+TIMES = (
+    "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
+    "time_s.compute", "time_s.comm", "time_s.expert_host", "tokens_per_s", "mfu",
+    "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
+    "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep",
+)  # fmt: skip
+QUANTITIES = TIMES[:10] + MEMORY + TIMES[10:]
+"""What the planner evaluates per layout, compiled as one function per structure; a top
+search runs its ``MEMORY`` part (cut from it: ``quantities.compiled_within``) over every
+layout and the whole only where a layout fits."""
+
+Progress = Callable[[Iterable[Any], int], Iterable[Any]]
+"""Wraps the loop over structures to compile (a progress bar)."""
+
+TIE = 0.005
+"""Step times within this fraction of each other rank as equals (far below the model's
+resolution: its median error on published runs is ~6 %)."""
+
+
+@dataclass
+class Found:
+    """The evaluated layouts (columns and quantities; a top search keeps those that fit
+    and each count's smallest peak, NaN times where it does not fit), how many were
+    enumerated and valid, and the device counts a top search skipped."""
+
+    cols: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    enumerated: int
+    valid: int
+    first: dict[str, np.ndarray] | None
+    """The first part enumerated (for the message when nothing is valid)."""
+    structures: int = 0
+    """Distinct expression structures compiled (or found compiled)."""
+    skipped: tuple[int, ...] = field(default=())
+
+
+def flops_ceiling(train: TrainSpec, hardware: Hardware) -> float:
+    """The fastest FLOP/s any kernel of a training step runs on ``hardware``: its GEMMs
+    (peak x efficiency.matmul in the precision's dtype) or its fused attention (each
+    kernel's forward and backward rate at long sequences, the most it reaches)."""
+    prec = PRECISIONS[train.precision]
+    rates = [hardware.matmul_flops(prec.peak_dtype)]
+    kernels = list(hardware.attention_kernels) or ["auto"]
+    for kernel in kernels:
+        for phase in ("forward", "backward"):
+            rates.append(float(hardware.attention_peak(prec.attention_peak_dtype, kernel, phase)))
+    return max(rates)
+
+
+def collect(
+    model: ModelSpec, train: TrainSpec, hardware: Hardware, counts: Sequence[int],
+    options: PlanOptions, batches: Sequence[int] | None, progress: Progress | None = None,
+) -> Found:  # fmt: skip
+    """Every valid layout of every part, every quantity of each."""
+    cols, enumerated, first = _valid_layouts(model, train, hardware, counts, options, batches)
+    if cols is None:
+        return Found({}, {}, enumerated, 0, first)
+    structures = _warm(model, train, cols, progress)
+    values = evaluate(model, train, hardware, cols)
+    return Found(cols, values, enumerated, len(cols["tp"]), first, len(structures))
+
+
+def collect_top(
+    model: ModelSpec, train: TrainSpec, hardware: Hardware, counts: Sequence[int],
+    options: PlanOptions, batches: Sequence[int] | None, budget: float, top: int,
+    progress: Progress | None = None,
+) -> Found:  # fmt: skip
+    """The parts that can hold one of the ``top`` best layouts (by tokens/s; module
+    docstring), largest device count first; times only where a layout fits ``budget``."""
+    prune = options.objective == "time"
+    ceiling = flops_ceiling(train, hardware)
+    peak = hardware.peak(PRECISIONS[train.precision].peak_dtype)
+    found: dict[tuple[int, int], tuple[dict, dict]] = {}  # (batch, count): cols, values
+    best, per_token = np.zeros(0), np.inf  # tokens/s of the best fitting; FLOPs per token
+    enumerated, valid, first, skipped, structures = 0, 0, None, [], set()
+    for count in sorted({int(c) for c in counts}, reverse=True):
+        if prune and len(best) >= top and count * ceiling / per_token < best[-top] / (1 + TIE):
+            skipped.append(count)
+            continue
+        parts, n, part_first = _valid_parts(model, train, hardware, [count], options, batches)
+        enumerated, first = enumerated + n, first or part_first
+        if not parts:
+            continue
+        cols = _joined(list(parts.values()))
+        bar = None if found else progress  # the first count compiles; the rest reuse it
+        structures |= _warm(model, train, cols, bar)
+        values = evaluate(model, train, hardware, cols, budget)
+        valid += len(cols["tp"])
+        ok = fits(values, budget)
+        keep = ok.copy()  # what fits, and the smallest peak (what a no-fit answer names)
+        keep[np.argmin(values["memory_bytes_per_device.peak"])] = True
+        start = 0
+        for key, part in parts.items():  # kept per part, joined in collect's order
+            end = start + len(part["tp"])
+            here = keep[start:end]
+            found[key] = ({k: v[here] for k, v in part.items()},
+                          {k: v[start:end][here] for k, v in values.items()})  # fmt: skip
+            start = end
+        tokens = values["tokens_per_s"][ok]
+        if len(tokens):
+            best = np.sort(np.concatenate([best, tokens]))[-top:]
+            flops = values["mfu"][ok] * peak * cols["gpus"][ok] / tokens
+            per_token = min(per_token, float(np.min(flops)))
+    if not found:
+        return Found({}, {}, enumerated, 0, first, skipped=tuple(sorted(skipped)))
+    order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
+    kept = [found[key] for key in dict.fromkeys(order) if key in found]
+    cols, values = _joined([c for c, _ in kept]), _joined([v for _, v in kept])
+    return Found(cols, values, enumerated, valid, first, len(structures), tuple(sorted(skipped)))
+
+
+def _valid_layouts(model, train, hardware, counts, options, batches):
+    """(valid candidates of every (batch, device count) or None, how many were enumerated,
+    the first part). Each part is filtered as it is enumerated, so memory holds the valid
+    layouts, not every combination (a budget over a batch range enumerates tens of
+    millions)."""
+    parts, enumerated, first = _valid_parts(model, train, hardware, counts, options, batches)
+    if not parts:
+        return None, enumerated, first
+    return _joined(list(parts.values())), enumerated, first
+
+
+def _valid_parts(model, train, hardware, counts, options, batches):
+    """({(batch, count): its valid candidates}, enumerated, the first part), in the order
+    batch by batch, count by count (the order rows are ranked in among exact equals)."""
+    parts, enumerated, first = {}, 0, None
+    for size in batches or [train.batch]:
+        for count in counts:
+            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
+            part = enumerate_layouts(model, sized, hardware, int(count), options)
+            enumerated += len(part["tp"])
+            first = part if first is None or not len(first["tp"]) else first
+            ok = valid_mask(part, model, train)
+            if ok.any():
+                parts[int(size), int(count)] = {k: v[ok] for k, v in part.items()}
+    return parts, enumerated, first
+
+
+def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def evaluate(
+    model: ModelSpec, train: TrainSpec, hardware: Hardware, cols: dict[str, np.ndarray],
+    budget: float | None = None,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The planner's ``QUANTITIES`` of candidate layouts: sweeps over the columns
+    (ParallelSpec fields, ``grad_accum`` and ``recompute``; other layout fields at their
+    defaults), every other training field as ``train`` has it. With a ``budget`` (bytes),
+    the times only of the layouts that fit it (NaN for the others)."""
+    searched = {k: v for k, v in cols.items() if k in SEARCHED}
+    given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
+    if budget is None:
+        return sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **searched)
+    values = sweep(model, hardware=hardware, quantities=MEMORY, within=QUANTITIES, **given,
+                   **searched)  # fmt: skip
+    keep = fits(values, budget)
+    part = {k: v[keep] for k, v in searched.items()}
+    found = {}
+    if keep.any():
+        found = sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **part)
+    for key in TIMES:
+        values[key] = np.full(len(keep), np.nan)
+        if key in found:
+            values[key][keep] = found[key]
+    return values
+
+
+def _warm(model: ModelSpec, train: TrainSpec, cols: dict, progress: Progress | None) -> set:
+    """Compile each structure's quantities once, with progress (the slow part, cold): one
+    per distinct value of the columns that are structure fields, pipelining and
+    interleaving (``quantities.structure_of``'s keys; the other fields as ``train``).
+    Returns the structures' keys."""
+    keys = [k for k in (*TRAIN_STRUCTURE, *PARALLEL_STRUCTURE) if k in cols]
+    flags = [np.asarray(cols[k]) for k in keys] + [cols["pp"] > 1, cols["pp_interleave"] > 1]
+    items = sorted({tuple(_plain(f[i]) for f in flags) for i in _first_of_each(flags)}, key=str)
+    loop: Iterable[Any] = progress(items, len(items)) if progress else items
+    for *values, piped, interleaved in loop:
+        given = dict(zip(keys, values, strict=True))
+        trains = {k: v for k, v in given.items() if k in TRAIN_STRUCTURE}
+        layout = {k: v for k, v in given.items() if k not in TRAIN_STRUCTURE}
+        par = ParallelSpec(**layout, pp=2 if piped else 1, pp_interleave=2 if interleaved else 1)
+        structure = structure_of(model, train.replace(**trains), par)
+        compiled_subset(structure, QUANTITIES)
+    return set(items)
+
+
+def _first_of_each(flags: list[np.ndarray]) -> list[int]:
+    """The first index of each distinct combination of the arrays' values."""
+    code = np.zeros(len(flags[0]), dtype=np.int64)
+    for key in flags:
+        inverse, n = factorize(key)
+        code = code * n + inverse
+    _, first = np.unique(code, return_index=True)
+    return [int(i) for i in first]
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
