@@ -29,6 +29,8 @@ SERVE = (
     PageInput("input", int, 2000),
     PageInput("output", int, 500),
     PageInput("batch", int, 32),
+    PageInput("draft_tokens", int, 0, lo=0, hi=16),
+    PageInput("acceptance", float, 0.8, lo=0.01, hi=1.0),
 )
 
 
@@ -46,13 +48,23 @@ def _inputs() -> dict[str, Any]:
         c[1].number_input("prompt tokens", 1, 2**24, key="serve_input")
         c[2].number_input("generated tokens", 1, 2**24, key="serve_output")
         c[3].number_input("requests at once", 1, 2**20, key="serve_batch")
+        c = st.columns(4)
+        c[0].number_input("speculative: draft tokens (0: off)", 0, 16, key="serve_draft_tokens",
+                          help="tokens a one-layer drafter (EAGLE head, MTP module) proposes "
+                          "per step; one pass of the model verifies them")  # fmt: skip
+        c[1].number_input("acceptance per drafted token", 0.01, 1.0, key="serve_acceptance",
+                          help="the chance the model accepts a drafted token: the workload's "
+                          "and the drafter's (DeepSeek-V3's MTP: 0.85-0.9)")  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
 
 def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
+    drafted = v["draft_tokens"] > 0
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
-                     precision=v["precision"], kv_dtype=v["kv_dtype"])  # fmt: skip
+                     precision=v["precision"], kv_dtype=v["kv_dtype"],
+                     draft_tokens=v["draft_tokens"],
+                     acceptance=v["acceptance"] if drafted else None)  # fmt: skip
     return serve(get_model(v["model"]), spec, get_hardware(v["hardware"]))
 
 
@@ -77,7 +89,7 @@ def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
     st.vega_lite_chart(line.to_dict(validate=False), width="stretch")
     mem = "memory_bytes_per_device."
     used = {"weights": est[mem + "weights"], "KV cache": est[mem + "kv_cache_paged"],
-            "workspace": est[mem + "workspace"]}  # fmt: skip
+            "workspace": est[mem + "workspace"], "drafter": est[mem + "drafter"]}  # fmt: skip
     used["free"] = max(0.0, est[mem + "budget"] - sum(used.values()))
     parts = [{"part": k, "GB": x / GB} for k, x in used.items()]
     title = "Memory per device (of the engine's share)"
@@ -103,4 +115,9 @@ def serve_page() -> None:
     c[2].metric("TPOT", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
     c[4].metric("memory per device", f"{est['memory_bytes_per_device.total'] / GB:,.1f} GB")
+    if "speculative.tokens_per_cycle" in est.values:
+        st.caption(f"Speculative decoding: {est['speculative.tokens_per_cycle']:.2f} tokens per "
+                   f"draft-and-verify cycle of "
+                   f"{est['time_s.speculative.cycle'] * 1e3:,.2f} ms (a plain decode step: "
+                   f"{est['time_s.decode_step.total'] * 1e3:,.2f} ms).")  # fmt: skip
     _charts(v, est)

@@ -68,7 +68,17 @@ def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
             f"{spec.block_size}; "
             f"tp {spec.tp}, dp {spec.dp}; the engine takes {spec.memory_utilization:g} of each "
             f"device and {engine}; prefill of at most {PREFILL_CHUNK:,} tokens a step; the "
-            "batch's prompts arrive together")  # fmt: skip
+            f"batch's prompts arrive together{_drafting(spec)}")  # fmt: skip
+
+
+def _drafting(spec: ServeSpec) -> str:
+    if not spec.draft_tokens:
+        return "; no speculative decoding"
+    return (
+        f"; a {spec.draft_layers}-layer drafter of the model's shape proposes "
+        f"{spec.draft_tokens} tokens a step, each accepted with probability "
+        f"{spec.acceptance:g} (chain drafts, no tree)"
+    )
 
 
 def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str, str]]:
@@ -89,6 +99,7 @@ def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str
         ("workspace", fmt_bytes(v[mem + "workspace"])),
         ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
         ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
+        *_speculative_rows(v, spec),
         ("end to end", fmt_seconds(v["time_s.e2e"])),
         (
             "output tokens/s",
@@ -103,12 +114,24 @@ def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str
     ]
 
 
+def _speculative_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
+    if not spec.draft_tokens:
+        return []
+    return [("speculative", f"{spec.draft_tokens} drafted tokens at acceptance "
+             f"{spec.acceptance:g}: {v['speculative.tokens_per_cycle']:.2f} tokens per cycle "
+             f"of {spec.draft_tokens} x {fmt_seconds(v['time_s.speculative.draft_step'])} "
+             f"drafting + {fmt_seconds(v['time_s.speculative.verify_step'])} verifying "
+             f"(a plain step: {fmt_seconds(v['time_s.decode_step.total'])})")]  # fmt: skip
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
                      kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
-                     rope_scaling=args.rope_scaling, engine=args.engine)  # fmt: skip
+                     rope_scaling=args.rope_scaling, engine=args.engine,
+                     draft_tokens=args.draft_tokens, acceptance=args.acceptance,
+                     draft_layers=args.draft_layers)  # fmt: skip
     model, hw = get_model(args.model), get_hardware(args.hardware)
     est = serve(model, spec, hw)
     if args.json:
@@ -155,5 +178,19 @@ def add_serve(sub, int_arg) -> None:
     )
     p.add_argument("--rope-scaling", type=float, default=1.0,
                    help="factor RoPE scaling stretches the positions by")  # fmt: skip
+    p.add_argument(
+        "--draft-tokens",
+        type=lambda t: int_arg(t) if t != "0" else 0,
+        default=0,
+        help="speculative decoding: tokens a drafter proposes per step (0: off)",
+    )
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        help="with --draft-tokens: the chance a "
+        "drafted token is accepted (stated, never assumed; DeepSeek-V3's MTP 0.85)",
+    )
+    p.add_argument("--draft-layers", type=int_arg, default=1, help="layers of the model's "
+                   "shape the drafter runs per token (EAGLE head, MTP module: 1)")  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_serve)

@@ -37,7 +37,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import terms
+from costmodel.serve import speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -101,9 +101,19 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     logits = 4 * model.vocab / spec.tp
     work = act * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
     budget = hw.hbm_bytes * spec.memory_utilization
-    total = weights + spec.batch * kv_seq_paged + work
-    room = budget - weights - act * width * PREFILL_CHUNK
+    draft = {"weights": 0, "per_sequence": 0}
+    if spec.draft_tokens:
+
+        def cache(m: ModelSpec, tokens: int) -> int:  # one sequence's paged cache bytes
+            slots = math.ceil(tokens / spec.block_size) * spec.block_size
+            return kvb * _num(terms.kv_elements(m), {**values_for(m), Y: spec.tp, T: slots})
+
+        draft = speculative.extra_memory(model, spec, wb, cache)
+    drafter = draft["weights"] + spec.batch * draft["per_sequence"]
+    total = weights + spec.batch * kv_seq_paged + work + drafter
+    room = budget - weights - act * width * PREFILL_CHUNK - draft["weights"]
     return {
+        "memory_bytes_per_device.drafter": drafter,
         "memory_bytes_per_device.weights": weights,
         "memory_bytes_per_device.kv_cache": spec.batch * kv_seq,
         "memory_bytes_per_device.kv_cache_paged": spec.batch * kv_seq_paged,
@@ -113,7 +123,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
         "kv_bytes_per_token": per_token,
         "kv_bytes_per_sequence": kv_seq,
         "fits": total <= budget,
-        "max_batch": max(0, int(room // (kv_seq_paged + logits))),
+        "max_batch": max(0, int(room // (kv_seq_paged + logits + draft["per_sequence"]))),
     }
 
 
@@ -176,15 +186,45 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
     return tokens * per_token / hw.hbm_bandwidth()
 
 
-def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dict) -> dict:
+def _read_weights(model: ModelSpec, spec: ServeSpec, vals: dict) -> tuple[float, float]:
+    """(bytes of the weights a step reads, bytes of the routed experts among them): all but
+    an untied embedding table (its rows are looked up)."""
+    weights = _num(terms.block_weights(model) * DTYPE_BYTES[spec.precision]
+                   + (terms.other_weights(model) - terms.unread_embedding(model))
+                   * act_bytes(spec), vals)  # fmt: skip
+    return weights, _num(terms.expert_weights(model), vals) * DTYPE_BYTES[spec.precision]
+
+
+def decode_step(
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, per_seq: int = 1, extra: int = 0
+) -> dict[str, Any]:
+    """One decode step of B sequences with ``per_seq`` new tokens each (a verify step of
+    speculative decoding scores several) at the steps' mean cache: the phase's seconds,
+    its FLOPs and bytes. ``extra``: elements of one more matrix every token multiplies by
+    (a drafter's)."""
+    b, i, o = spec.batch, spec.input, spec.output
+    vals = {**values_for(model), Y: spec.tp}
+    weights, experts = _read_weights(model, spec, vals)
+    weights += extra * DTYPE_BYTES[spec.precision]
+    keys = sp.Rational(2 * i + o, 2)
+    at = {**vals, B: b, T: keys}
+    tokens = b * per_seq
+    flops = _num(terms.linear_flops(model, tokens, tokens)
+                 + per_seq * terms.decode_core_flops(model), at) + 2 * tokens * extra  # fmt: skip
+    touched = float(_num(terms.touched_experts(model, tokens), vals))
+    kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
+    read = weights - experts * (1 - touched) + kv_read
+    bandwidth = hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm"))
+    phase = _phase(flops, 0.0, read, tokens, model, spec, hw, bandwidth)
+    return {"phase": phase, "flops": flops, "bytes": read, "kv_bytes": kv_read,
+            "expert_bytes": experts * touched}  # fmt: skip
+
+
+def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     """Prefill, decode, end to end and throughput (module docstring)."""
     b, i, o = spec.batch, spec.input, spec.output
     kvb = DTYPE_BYTES[spec.kv_dtype]
-    # the weights a step reads: all but an untied embedding table (its rows are looked up)
-    weights = mem["memory_bytes_per_device.weights"] - act_bytes(spec) * _num(
-        terms.unread_embedding(model), vals
-    )
-    experts = _num(terms.expert_weights(model), vals) * DTYPE_BYTES[spec.precision]
+    weights = _read_weights(model, spec, vals)[0]
     at = {**vals, B: b}
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
     pre_flops = _num(terms.linear_flops(model, b * i, b), at)
@@ -194,24 +234,20 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict, mem: dic
     pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
     pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw,
                  hw.hbm_bandwidth())  # fmt: skip
-    # decode: one token per sequence at the steps' mean cache
-    keys = sp.Rational(2 * i + o, 2)
-    dec_flops = _num(terms.linear_flops(model, b, b) + terms.decode_core_flops(model),
-                     {**at, T: keys})  # fmt: skip
-    touched = float(_num(terms.touched_experts(model, b), vals))
-    kv_read = b * kvb * _num(terms.kv_elements(model), {**at, T: keys})
-    read = weights - experts * (1 - touched) + kv_read
-    out_experts = experts * touched
-    decode_bw = hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm"))
-    dec = _phase(dec_flops, 0.0, read, b, model, spec, hw, decode_bw)
-    e2e = pre["total"] + (o - 1) * dec["total"]
+    dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
-    out.update({f"time_s.decode_step.{k}": v for k, v in dec.items()})
+    out.update({f"time_s.decode_step.{k}": v for k, v in dec["phase"].items()})
+    tpot = dec["phase"]["total"]
+    if spec.draft_tokens:
+        out.update(speculative.cycle(model, spec, hw, decode_step))
+        tpot = out["time_s.speculative.per_token"]
+    e2e = pre["total"] + (o - 1) * tpot
     out.update({
-        "time_s.ttft": pre["total"], "time_s.tpot": dec["total"], "time_s.e2e": e2e,
-        "flops_per_device.prefill": pre_flops + core, "flops_per_device.decode_step": dec_flops,
-        "bytes_per_device.decode_step": read, "bytes_per_device.decode_step_kv": kv_read,
-        "bytes_per_device.decode_step_experts": out_experts,
+        "time_s.ttft": pre["total"], "time_s.tpot": tpot, "time_s.e2e": e2e,
+        "flops_per_device.prefill": pre_flops + core, "flops_per_device.decode_step": dec["flops"],
+        "bytes_per_device.decode_step": dec["bytes"],
+        "bytes_per_device.decode_step_kv": dec["kv_bytes"],
+        "bytes_per_device.decode_step_experts": dec["expert_bytes"],
         "throughput.output_tokens_per_s": spec.dp * b * o / e2e,
         "throughput.total_tokens_per_s": spec.dp * b * (i + o) / e2e,
         "throughput.output_tokens_per_s_per_gpu": b * o / e2e / spec.tp,
@@ -232,7 +268,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         )
     vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
-    out.update(_times(model, spec, hw, vals, out))
+    out.update(_times(model, spec, hw, vals))
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")

@@ -51,10 +51,23 @@ class ServeSpec:
     engine: str = "fused"
     rope_scaling: float = 1.0
     """Factor by which RoPE scaling (YaRN, Peng et al. 2023) stretches the positions."""
+    draft_tokens: int = 0
+    """Speculative decoding: tokens a drafter proposes per step, one after another, that
+    one forward pass of the model then verifies (Leviathan et al. 2023); 0: off."""
+    acceptance: float | None = None
+    """The chance that the model accepts a drafted token (given the ones before it were):
+    the workload's and the drafter's, so it is stated, never assumed (DeepSeek-V3 reports
+    0.85-0.9 for its MTP module's one token, Sec. 5.4.3)."""
+    draft_layers: int = 1
+    """Layers of the model's own shape the drafter runs per proposed token, reading the
+    model's embedding and head: an EAGLE head or a multi-token-prediction module (both one
+    layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "batch", "tp", "dp", "block_size"):
+        for name in ("input", "output", "batch", "tp", "dp", "block_size", "draft_layers"):
             checks.integer(name, getattr(self, name))
+        checks.integer("draft_tokens", self.draft_tokens, minimum=0)
+        self._check_speculative()
         checks.choice("precision", self.precision, PRECISIONS)
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         checks.choice("engine", self.engine, ENGINES)
@@ -63,6 +76,21 @@ class ServeSpec:
         checks.number("rope_scaling", self.rope_scaling)
         if self.rope_scaling < 1:
             raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {self.rope_scaling})")
+
+    def _check_speculative(self) -> None:
+        if self.draft_tokens and self.acceptance is None:
+            raise SpecError("acceptance", "draft_tokens > 0 needs acceptance: the chance a "
+                            "drafted token is accepted, in (0, 1] (e.g. 0.85 for DeepSeek-V3's "
+                            "MTP module)")  # fmt: skip
+        if self.acceptance is None:
+            return
+        if not self.draft_tokens:
+            raise SpecError("acceptance", "acceptance needs draft_tokens > 0 (speculative "
+                            "decoding)")  # fmt: skip
+        checks.number("acceptance", self.acceptance)
+        if self.acceptance > 1:
+            raise SpecError("acceptance", f"acceptance is a probability: it must be in (0, 1] "
+                            f"(got {self.acceptance:g})")  # fmt: skip
 
     @property
     def context(self) -> int:
