@@ -31,6 +31,8 @@ SERVE = (
     PageInput("batch", int, 32),
     PageInput("draft_tokens", int, 0, lo=0, hi=16),
     PageInput("acceptance", float, 0.8, lo=0.01, hi=1.0),
+    PageInput("prefill_replicas", int, 0, lo=0, hi=4096),
+    PageInput("prefill_tp", int, 1, hi=64),
 )
 
 
@@ -55,6 +57,15 @@ def _inputs() -> dict[str, Any]:
         c[1].number_input("acceptance per drafted token", 0.01, 1.0, key="serve_acceptance",
                           help="the chance the model accepts a drafted token: the workload's "
                           "and the drafter's (DeepSeek-V3's MTP: 0.85-0.9)")  # fmt: skip
+        c[2].number_input(
+            "prefill replicas (0: colocated)",
+            0,
+            4096,
+            key="serve_prefill_replicas",
+            help="disaggregated serving: replicas "
+            "that only prefill and send the cache to the decode replicas",
+        )
+        c[3].number_input("prefill replica tp", 1, 64, key="serve_prefill_tp")
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -64,7 +75,9 @@ def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
-                     acceptance=v["acceptance"] if drafted else None)  # fmt: skip
+                     acceptance=v["acceptance"] if drafted else None,
+                     prefill_replicas=v["prefill_replicas"],
+                     prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None)  # fmt: skip
     return serve(get_model(v["model"]), spec, get_hardware(v["hardware"]))
 
 
@@ -120,4 +133,13 @@ def serve_page() -> None:
                    f"draft-and-verify cycle of "
                    f"{est['time_s.speculative.cycle'] * 1e3:,.2f} ms (a plain decode step: "
                    f"{est['time_s.decode_step.total'] * 1e3:,.2f} ms).")  # fmt: skip
+    if "disaggregated.prefill_requests_per_s" in est.values:
+        d = "disaggregated."
+        st.caption(
+            f"Disaggregated: the prefill pool serves "
+            f"{est[d + 'prefill_requests_per_s']:,.2f} requests/s, the decode pool "
+            f"{est[d + 'decode_requests_per_s']:,.2f}; "
+            f"{est[d + 'prefill_replicas_to_balance']:.2f} prefill replicas would match "
+            f"it; a prompt's cache hand-off takes {est[d + 'handoff_s'] * 1e3:,.1f} ms."
+        )
     _charts(v, est)

@@ -67,8 +67,15 @@ def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
     return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "
             f"tp {spec.tp}, dp {spec.dp}; the engine takes {spec.memory_utilization:g} of each "
-            f"device and {engine}; prefill of at most {PREFILL_CHUNK:,} tokens a step; the "
-            f"batch's prompts arrive together{_drafting(spec)}")  # fmt: skip
+            f"device and {engine}; prefill of at most {PREFILL_CHUNK:,} tokens a step; "
+            f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
+
+
+def _arrival(spec: ServeSpec) -> str:
+    if spec.prefill_replicas:
+        return ("prompts prefilled apart and their cache sent over the network; no queueing "
+                "modelled")  # fmt: skip
+    return "the batch's prompts arrive together"
 
 
 def _drafting(spec: ServeSpec) -> str:
@@ -100,6 +107,7 @@ def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str
         ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
         ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
         *_speculative_rows(v, spec),
+        *_pool_rows(v, spec),
         ("end to end", fmt_seconds(v["time_s.e2e"])),
         (
             "output tokens/s",
@@ -124,6 +132,22 @@ def _speculative_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str
              f"(a plain step: {fmt_seconds(v['time_s.decode_step.total'])})")]  # fmt: skip
 
 
+def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
+    if not spec.prefill_replicas:
+        return []
+    d = "disaggregated."
+    prefill, decode = v[d + "prefill_requests_per_s"], v[d + "decode_requests_per_s"]
+    slower = "prefill" if prefill < decode else "decode"
+    fit = "" if v[d + "prefill_fits"] else "; a prefill replica does NOT fit"
+    return [("prefill pool", f"{spec.prefill_replicas} x tp {spec.prefill_degree}: "
+             f"{v[d + 'prefill_prompts_per_step']} prompts a step of "
+             f"{fmt_seconds(v[d + 'prefill_step_s'])}, {prefill:,.2f} requests/s{fit}"),
+            ("decode pool", f"{spec.dp} x tp {spec.tp}: {decode:,.2f} requests/s"),
+            ("pools", f"{slower} limits the deployment; {v[d + 'prefill_replicas_to_balance']:.2f} "
+             f"prefill replicas would match the decode pool; the cache hand-off takes "
+             f"{fmt_seconds(v[d + 'handoff_s'])}")]  # fmt: skip
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
@@ -131,7 +155,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
                      rope_scaling=args.rope_scaling, engine=args.engine,
                      draft_tokens=args.draft_tokens, acceptance=args.acceptance,
-                     draft_layers=args.draft_layers)  # fmt: skip
+                     draft_layers=args.draft_layers, prefill_replicas=args.prefill_replicas,
+                     prefill_tp=args.prefill_tp)  # fmt: skip
     model, hw = get_model(args.model), get_hardware(args.hardware)
     est = serve(model, spec, hw)
     if args.json:
@@ -139,7 +164,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           "output": out, "context": spec.context, **est.values,
                           "notes": est.notes}, indent=2))  # fmt: skip
         return 0
-    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}, dp {spec.dp}): "
+    pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
+        spec.prefill_replicas
+    )
+    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}, dp {spec.dp}{pools}): "
           f"{spec.batch} x ({inp:,} in + {out:,} out), {spec.precision} weights, "
           f"{spec.kv_dtype} cache")  # fmt: skip
     rows = _rows(est.values, spec, args.output is None and args.input is None)
@@ -190,6 +218,10 @@ def add_serve(sub, int_arg) -> None:
         help="with --draft-tokens: the chance a "
         "drafted token is accepted (stated, never assumed; DeepSeek-V3's MTP 0.85)",
     )
+    p.add_argument("--prefill-replicas", type=int_arg, default=0, help="disaggregated "
+                   "serving: replicas that only prefill and hand the cache to the --dp decode "
+                   "replicas (0: each replica prefills its own)")  # fmt: skip
+    p.add_argument("--prefill-tp", type=int_arg, help="tp of a prefill replica (default --tp)")
     p.add_argument("--draft-layers", type=int_arg, default=1, help="layers of the model's "
                    "shape the drafter runs per token (EAGLE head, MTP module: 1)")  # fmt: skip
     p.add_argument("--json", action="store_true")

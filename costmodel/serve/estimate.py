@@ -37,7 +37,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import speculative, terms
+from costmodel.serve import disaggregated, speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -260,16 +260,19 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if model.ffn_only:
         raise SpecError("model", f"{model.name} has no attention and no cache to serve")
     check(model, spec, hw)
-    if spec.tp > hw.devices_per_node:
-        raise SpecError(
-            "tp",
-            f"tp ({spec.tp}) must be <= {hw.name}'s {hw.devices_per_node} devices per node "
-            "(serve more with dp replicas)",
-        )
+    for name, degree in (("tp", spec.tp), ("prefill_tp", spec.prefill_degree)):
+        if degree > hw.devices_per_node:
+            raise SpecError(name, f"{name} ({degree}) must be <= {hw.name}'s "
+                            f"{hw.devices_per_node} devices per node (serve more with "
+                            "replicas)")  # fmt: skip
     vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
+    if spec.prefill_replicas:
+        out.update(disaggregated.pools(model, spec, hw, out, serve, PREFILL_CHUNK))
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
+    if spec.prefill_replicas:
+        notes.append("disaggregated: no queueing modelled (both pools keep up)")
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")
     if spec.tp > 1:

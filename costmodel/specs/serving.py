@@ -63,10 +63,24 @@ class ServeSpec:
     model's embedding and head: an EAGLE head or a multi-token-prediction module (both one
     layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
+    prefill_replicas: int = 0
+    """Disaggregated serving: replicas of ``prefill_tp`` devices that only prefill, handing
+    each prompt's cache to the ``dp`` decode replicas (DistServe, Zhong et al. 2024;
+    Splitwise, Patel et al. 2024; NVIDIA Dynamo); 0: every replica prefills and decodes
+    its own requests."""
+    prefill_tp: int | None = None
+    """Tensor-parallel degree of a prefill replica (default ``tp``)."""
+
     def __post_init__(self) -> None:
         for name in ("input", "output", "batch", "tp", "dp", "block_size", "draft_layers"):
             checks.integer(name, getattr(self, name))
         checks.integer("draft_tokens", self.draft_tokens, minimum=0)
+        checks.integer("prefill_replicas", self.prefill_replicas, minimum=0)
+        if self.prefill_tp is not None:
+            checks.integer("prefill_tp", self.prefill_tp)
+            if not self.prefill_replicas:
+                raise SpecError("prefill_tp", "prefill_tp needs prefill_replicas > 0 "
+                                "(disaggregated prefill)")  # fmt: skip
         self._check_speculative()
         checks.choice("precision", self.precision, PRECISIONS)
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
@@ -99,7 +113,12 @@ class ServeSpec:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.dp
+        """Devices of the deployment: the (decode) replicas and any prefill replicas."""
+        return self.tp * self.dp + self.prefill_replicas * self.prefill_degree
+
+    @property
+    def prefill_degree(self) -> int:
+        return self.tp if self.prefill_tp is None else self.prefill_tp
 
 
 def check(model: Any, spec: ServeSpec, hw: Any) -> None:
@@ -119,10 +138,15 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
             f"context (input + output = {spec.context:,}) exceeds {model.name}'s "
             f"{positions:,} positions; {why}",
         )
-    checks.divides("tp", spec.tp, "n_heads", model.n_heads)
-    kv = model.n_kv_heads
-    if not model.mla and kv % spec.tp and spec.tp % kv:
-        raise SpecError("tp", f"tp ({spec.tp}) and the {kv} kv heads must divide one another")
+    degrees = [("tp", spec.tp)]
+    if spec.prefill_replicas:
+        degrees.append(("prefill_tp", spec.prefill_degree))
+    for name, degree in degrees:
+        checks.divides(name, degree, "n_heads", model.n_heads)
+        kv = model.n_kv_heads
+        if not model.mla and kv % degree and degree % kv:
+            raise SpecError(name, f"{name} ({degree}) and the {kv} kv heads must divide one "
+                            "another")  # fmt: skip
     for field, dtype in (("precision", spec.precision), ("kv_dtype", spec.kv_dtype)):
         peak = "int8" if dtype == "int8" else dtype
         if not hw.peak_flops.get(peak):
