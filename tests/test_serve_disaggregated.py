@@ -46,8 +46,9 @@ def test_each_pool_is_its_colocated_estimate_and_the_slower_one_limits():
         v["throughput.output_tokens_per_s"] / (4 * 2 + 2 * 2))
     # more prefill replicas help until the decode pool limits
     balance = v["disaggregated.prefill_replicas_to_balance"]
-    rates = [serve(MODEL, ServeSpec(**BASE, prefill_replicas=n, prefill_tp=2),
-                   H100).values["throughput.output_tokens_per_s"] for n in (1, 2, 3, 8)]  # fmt: skip
+    key = "throughput.output_tokens_per_s"
+    rates = [serve(MODEL, ServeSpec(**BASE, prefill_replicas=n, prefill_tp=2), H100).values[key]
+             for n in (1, 2, 3, 8)]  # fmt: skip
     assert rates[0] < rates[1] < rates[2] and 3 < balance < 8
     assert rates[3] == pytest.approx(decode * 500)
 
