@@ -43,7 +43,8 @@ def test_each_pool_is_its_colocated_estimate_and_the_slower_one_limits():
     assert v["time_s.ttft"] == pytest.approx(step["time_s.ttft"] + handoff_s(MODEL, spec, H100))
     assert v["time_s.e2e"] == pytest.approx(v["time_s.ttft"] + 499 * v["time_s.tpot"])
     assert v["throughput.output_tokens_per_s_per_gpu"] == pytest.approx(
-        v["throughput.output_tokens_per_s"] / (4 * 2 + 2 * 2))
+        v["throughput.output_tokens_per_s"] / (4 * 2 + 2 * 2)
+    )
     # more prefill replicas help until the decode pool limits
     balance = v["disaggregated.prefill_replicas_to_balance"]
     key = "throughput.output_tokens_per_s"
