@@ -26,6 +26,8 @@ SERVE = (
     PageInput("precision", str, "bf16", PRECISIONS),
     PageInput("kv_dtype", str, "bf16", KV_DTYPES),
     PageInput("tp", int, 1, hi=64),
+    PageInput("dp", int, 1, hi=4096),
+    PageInput("ep", int, 1, hi=4096),
     PageInput("input", int, 2000),
     PageInput("output", int, 500),
     PageInput("batch", int, 32),
@@ -51,6 +53,16 @@ def _inputs() -> dict[str, Any]:
         c[2].number_input("generated tokens", 1, 2**24, key="serve_output")
         c[3].number_input("requests at once", 1, 2**20, key="serve_batch")
         c = st.columns(4)
+        c[0].number_input("replicas (dp)", 1, 4096, key="serve_dp")
+        c[1].number_input(
+            "expert parallel (ep)",
+            1,
+            4096,
+            key="serve_ep",
+            help="a mixture-of-experts model's routed experts whole over ep "
+            "devices spanning ep / tp replicas (attention data parallel)",
+        )
+        c = st.columns(4)
         c[0].number_input("speculative: draft tokens (0: off)", 0, 16, key="serve_draft_tokens",
                           help="tokens a one-layer drafter (EAGLE head, MTP module) proposes "
                           "per step; one pass of the model verifies them")  # fmt: skip
@@ -73,6 +85,7 @@ def _inputs() -> dict[str, Any]:
 def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
     drafted = v["draft_tokens"] > 0
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
+                     dp=v["dp"], ep=v["ep"],
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,

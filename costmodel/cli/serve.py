@@ -66,9 +66,21 @@ def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
     output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
     return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "
-            f"tp {spec.tp}, dp {spec.dp}; the engine takes {spec.memory_utilization:g} of each "
-            f"device and {engine}; prefill of at most {PREFILL_CHUNK:,} tokens a step; "
+            f"tp {spec.tp}, dp {spec.dp}{_experts(spec)}; the engine takes "
+            f"{spec.memory_utilization:g} of each device and {engine}; prefill of at most "
+            f"{PREFILL_CHUNK:,} tokens a step; "
             f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
+
+
+def _experts(spec: ServeSpec) -> str:
+    if spec.ep == 1:
+        return ""
+    if spec.ep == spec.tp:
+        return f", ep {spec.ep} (whole experts over each replica's tp ranks)"
+    return (
+        f", ep {spec.ep}: whole experts over {spec.ep // spec.tp} replicas' tp ranks, "
+        "tokens dispatched to them and combined back (uniform routing)"
+    )
 
 
 def _arrival(spec: ServeSpec) -> str:
@@ -151,7 +163,7 @@ def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
 def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
-                     kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp,
+                     kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp, ep=args.ep,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
                      rope_scaling=args.rope_scaling, engine=args.engine,
                      draft_tokens=args.draft_tokens, acceptance=args.acceptance,
@@ -191,6 +203,13 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--tp", type=int_arg, default=1)
     p.add_argument("--dp", type=int_arg, default=1, help="replicas")
+    p.add_argument(
+        "--ep",
+        type=int_arg,
+        default=1,
+        help="expert parallelism: routed experts "
+        "whole over ep devices spanning ep/tp replicas (attention data parallel)",
+    )
     p.add_argument("--block-size", type=int_arg, default=16, help="tokens per cache block")
     p.add_argument(
         "--memory-utilization",

@@ -37,7 +37,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import disaggregated, speculative, terms
+from costmodel.serve import disaggregated, experts, speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -93,6 +93,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     kvb = DTYPE_BYTES[spec.kv_dtype]
     act = act_bytes(spec)
     weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * act, vals)
+    weights += _expert_shift(model, spec, vals) * wb
     per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
     kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
     paged = math.ceil(spec.context / spec.block_size) * spec.block_size
@@ -137,7 +138,9 @@ def _phase(
     compute = flops / rate + core_s
     compute += elementwise_s(model, spec, hw, tokens)
     memory = nbytes / bandwidth
-    comm = 2 * model.n_layers * _allreduce_s(tokens * model.d_model, spec, hw)
+    reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
+    comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
+    comm += experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
     overhead = model.n_layers * hw.serve_layer_s
     device = max(compute, memory) + comm + overhead
     host = host_s(model, spec, hw)
@@ -189,10 +192,20 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
 def _read_weights(model: ModelSpec, spec: ServeSpec, vals: dict) -> tuple[float, float]:
     """(bytes of the weights a step reads, bytes of the routed experts among them): all but
     an untied embedding table (its rows are looked up)."""
-    weights = _num(terms.block_weights(model) * DTYPE_BYTES[spec.precision]
+    wb = DTYPE_BYTES[spec.precision]
+    weights = _num(terms.block_weights(model) * wb
                    + (terms.other_weights(model) - terms.unread_embedding(model))
                    * act_bytes(spec), vals)  # fmt: skip
-    return weights, _num(terms.expert_weights(model), vals) * DTYPE_BYTES[spec.precision]
+    weights += _expert_shift(model, spec, vals) * wb
+    return weights, experts.expert_elements(model, spec, vals) * wb
+
+
+def _expert_shift(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
+    """Routed-expert elements a device holds under ep beyond its tp slices (negative: fewer
+    whole experts than every expert's slice; 0 without ep)."""
+    if spec.ep == 1:
+        return 0
+    return experts.expert_elements(model, spec, vals) - _num(terms.expert_weights(model), vals)
 
 
 def decode_step(
@@ -204,20 +217,20 @@ def decode_step(
     (a drafter's)."""
     b, i, o = spec.batch, spec.input, spec.output
     vals = {**values_for(model), Y: spec.tp}
-    weights, experts = _read_weights(model, spec, vals)
+    weights, routed = _read_weights(model, spec, vals)
     weights += extra * DTYPE_BYTES[spec.precision]
     keys = sp.Rational(2 * i + o, 2)
     at = {**vals, B: b, T: keys}
     tokens = b * per_seq
     flops = _num(terms.linear_flops(model, tokens, tokens)
                  + per_seq * terms.decode_core_flops(model), at) + 2 * tokens * extra  # fmt: skip
-    touched = float(_num(terms.touched_experts(model, tokens), vals))
+    touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
-    read = weights - experts * (1 - touched) + kv_read
+    read = weights - routed * (1 - touched) + kv_read
     bandwidth = hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm"))
     phase = _phase(flops, 0.0, read, tokens, model, spec, hw, bandwidth)
     return {"phase": phase, "flops": flops, "bytes": read, "kv_bytes": kv_read,
-            "expert_bytes": experts * touched}  # fmt: skip
+            "expert_bytes": routed * touched}  # fmt: skip
 
 
 def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
@@ -277,4 +290,6 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         notes.append("routed experts read by a decode step: uniform routing")
     if spec.tp > 1:
         notes.append("tp all-reduces exposed (not overlapped)")
+    if spec.ep > spec.tp:
+        notes.append("expert dispatch and combine exposed (not overlapped)")
     return ServeEstimate(out, notes)

@@ -63,6 +63,10 @@ class ServeSpec:
     model's embedding and head: an EAGLE head or a multi-token-prediction module (both one
     layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
+    ep: int = 1
+    """Expert parallelism: a mixture-of-experts model's routed experts split whole over ep
+    devices spanning the tp ranks of ep / tp replicas, each replica attending its own
+    requests (attention data parallelism); 1: every expert split over tp."""
     prefill_replicas: int = 0
     """Disaggregated serving: replicas of ``prefill_tp`` devices that only prefill, handing
     each prompt's cache to the ``dp`` decode replicas (DistServe, Zhong et al. 2024;
@@ -72,7 +76,7 @@ class ServeSpec:
     """Tensor-parallel degree of a prefill replica (default ``tp``)."""
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "batch", "tp", "dp", "block_size", "draft_layers"):
+        for name in ("input", "output", "batch", "tp", "dp", "ep", "block_size", "draft_layers"):
             checks.integer(name, getattr(self, name))
         checks.integer("draft_tokens", self.draft_tokens, minimum=0)
         checks.integer("prefill_replicas", self.prefill_replicas, minimum=0)
@@ -138,6 +142,7 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
             f"context (input + output = {spec.context:,}) exceeds {model.name}'s "
             f"{positions:,} positions; {why}",
         )
+    _check_ep(model, spec)
     degrees = [("tp", spec.tp)]
     if spec.prefill_replicas:
         degrees.append(("prefill_tp", spec.prefill_degree))
@@ -151,3 +156,16 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
         peak = "int8" if dtype == "int8" else dtype
         if not hw.peak_flops.get(peak):
             raise SpecError(field, f"{field} {dtype}: {hw.name} has no {dtype} support")
+
+
+def _check_ep(model: Any, spec: ServeSpec) -> None:
+    """ep splits a mixture-of-experts model's routed experts over whole replicas' tp ranks."""
+    if spec.ep == 1:
+        return
+    if not model.n_experts:
+        raise SpecError("ep", f"ep > 1 needs a mixture-of-experts model ({model.name} has no "
+                        "routed experts)")  # fmt: skip
+    checks.divides("ep", spec.ep, "n_experts", model.n_experts)
+    if spec.ep % spec.tp or spec.dp % (spec.ep // spec.tp):
+        raise SpecError("ep", f"ep ({spec.ep}) must span whole replicas: a multiple of tp "
+                        f"({spec.tp}) whose ep / tp divides dp ({spec.dp})")  # fmt: skip

@@ -1,0 +1,85 @@
+"""Expert parallelism for serving: a mixture-of-experts model's routed experts split whole
+over ``ep`` devices that span the tp ranks of ep / tp replicas, each replica attending its
+own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` with
+``--data-parallel-size``, SGLang's DP attention, DeepSeek-V3's deployment, Sec. 3.4).
+
+- **Weights**: a device holds E / ep whole routed experts in place of every expert's 1 / tp
+  slice; attention, dense blocks and shared experts stay split over tp.
+- **A decode step's experts**: the group's tokens (the batch of each of its ep / tp
+  replicas) are routed together, so a device reads those of its E / ep experts that they
+  reach: E / ep x (1 − (1 − k/E)^tokens) under uniform routing. Its FLOPs are the tp
+  layout's: tokens x k / ep expert passes against tokens / tp x k slices.
+- **Dispatch and combine** (ep > tp): after attention each device sends its 1 / tp share of
+  its replica's tokens, k copies each, to the experts' devices and gets their outputs back,
+  in place of the MoE layer's tp all-reduce: 2 x tokens / tp x k x D activations each way
+  per MoE layer, of which (ep − 1) / ep leave the device; the share bound for other nodes
+  crosses the network (``network_bw``), the rest NVLink, concurrently (the longer counts),
+  after one latency each (DeepEP's normal kernels; Zhao et al. 2025). With ep = tp the
+  experts split over the replica's own ranks and the all-reduce stays as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from costmodel.kinds import ffn
+from costmodel.serve import terms
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.serving import ServeSpec
+from costmodel.symbols import E_r, k_r
+
+
+def expert_elements(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
+    """Routed-expert elements on a device: every expert's 1 / tp slice, or E / ep whole
+    experts (the same total over ep devices)."""
+    sliced = float(terms.expert_weights(model).xreplace(vals))
+    return sliced if spec.ep == 1 else sliced * spec.tp / spec.ep
+
+
+def group_tokens(spec: ServeSpec, tokens: int) -> int:
+    """Tokens routed together in a step: one replica's ``tokens``, times the ep / tp
+    replicas an expert group spans."""
+    return tokens * max(spec.ep // spec.tp, 1)
+
+
+def touched(model: ModelSpec, spec: ServeSpec, tokens: int, vals: dict) -> float:
+    """Share of a device's routed experts that a step of one replica's ``tokens`` reaches
+    (module docstring); 1 for a dense model."""
+    if not ffn.routes(model):
+        return 1.0
+    share = terms.touched_experts(model, group_tokens(spec, tokens))
+    return float(share.xreplace({E_r: vals[E_r], k_r: vals[k_r]}))
+
+
+def moe_layers(model: ModelSpec) -> int:
+    """Blocks that route (all, or all but the dense leading ones)."""
+    return model.n_layers - model.dense_layers if ffn.routes(model) else 0
+
+
+def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: int) -> float:
+    """Seconds of a step's dispatches and combines over the MoE layers for one replica's
+    ``tokens`` (``nbytes`` per activation), 0 unless ep > tp (module docstring)."""
+    if spec.ep <= spec.tp:
+        return 0.0
+    per_way = tokens / spec.tp * model.experts_per_token * model.d_model * nbytes
+    node = min(spec.ep, hw.devices_per_node)
+    local = per_way * (node - 1) / spec.ep / (hw.link_bw * hw.eff("link"))
+    remote = per_way * (spec.ep - node) / spec.ep / (hw.network_bw * hw.eff("network"))
+    alpha = hw.network_latency_s if spec.ep > node else hw.link_latency_s
+    return 2 * moe_layers(model) * (alpha + max(local, remote))
+
+
+def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:
+    """tp all-reduces a step no longer runs: the MoE layers' second one, when ep > tp."""
+    return moe_layers(model) if spec.ep > spec.tp else 0
+
+
+__all__: list[Any] = [
+    "allreduces_replaced",
+    "alltoall_s",
+    "expert_elements",
+    "group_tokens",
+    "moe_layers",
+    "touched",
+]

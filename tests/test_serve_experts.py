@@ -1,0 +1,74 @@
+"""Expert parallelism in ``serve`` (issue 40, item 2): routed experts whole over ep devices
+spanning ep / tp replicas (attention data parallelism), the weights per device exact, the
+experts a decode step reads from the whole group's tokens, dispatch and combine priced
+over NVLink and the network, and bad layouts refused naming ep."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import get_hardware, get_model
+from costmodel.cli import main
+from costmodel.serve.estimate import decode_step, serve
+from costmodel.serve.experts import alltoall_s
+from costmodel.specs.serving import ServeSpec
+
+H100 = get_hardware("h100-sxm")
+DSV3 = get_model("deepseek-v3")
+BASE = dict(input=2000, output=1000, batch=64, precision="fp8", tp=8, dp=2)
+ROUTED = 58 * 256 * 3 * 7168 * 2048  # MoE blocks x experts x (gate, up, down) x D x width
+
+
+def test_ep_over_one_replicas_tp_ranks_is_the_tp_layout():
+    tp = serve(DSV3, ServeSpec(**BASE), H100).values
+    ep = serve(DSV3, ServeSpec(**BASE, ep=8), H100).values
+    for key in ("memory_bytes_per_device.weights", "time_s.tpot", "time_s.ttft",
+                "bytes_per_device.decode_step", "flops_per_device.decode_step"):  # fmt: skip
+        assert ep[key] == pytest.approx(tp[key], rel=1e-12), key
+
+
+def test_ep_over_two_replicas_holds_half_the_experts_a_device():
+    tp = serve(DSV3, ServeSpec(**BASE), H100).values
+    ep = serve(DSV3, ServeSpec(**BASE, ep=16), H100).values
+    shed = ROUTED / 8 - ROUTED / 16  # fp8: one byte an element
+    assert tp["memory_bytes_per_device.weights"] - ep["memory_bytes_per_device.weights"] == (
+        pytest.approx(shed, rel=1e-12)
+    )
+    assert not tp["fits"] and ep["fits"]  # 671B in fp8 fits 16 H100 only with ep
+    # the group's 2 x 64 tokens reach more of a device's 16 experts than one replica's would
+    step = decode_step(DSV3, ServeSpec(**BASE, ep=16), H100)
+    assert step["expert_bytes"] == pytest.approx(ROUTED / 16 * (1 - (1 - 8 / 256) ** 128))
+
+
+def test_dispatch_and_combine_cross_the_network_beyond_a_node():
+    """Each device sends its 64 / 8 tokens' 8 copies of 7,168 bf16 activations each way
+    per MoE layer; of 16 ranks, 7 share its node (NVLink) and 8 do not (the network)."""
+    spec = ServeSpec(**BASE, ep=16)
+    per_way = 64 / 8 * 8 * 7168 * 2
+    local = per_way * 7 / 16 / (H100.link_bw * H100.eff("link"))
+    remote = per_way * 8 / 16 / (H100.network_bw * H100.eff("network"))
+    want = 2 * 58 * (H100.network_latency_s + max(local, remote))
+    assert alltoall_s(DSV3, spec, H100, 64, 2) == pytest.approx(want)
+    assert alltoall_s(DSV3, ServeSpec(**BASE, ep=8), H100, 64, 2) == 0  # ep = tp: all-reduce
+    tp = decode_step(DSV3, ServeSpec(**BASE), H100)["phase"]["comm"]
+    ep = decode_step(DSV3, spec, H100)["phase"]["comm"]
+    assert ep > tp  # the MoE layers' all-reduce gives way to a slower cross-node exchange
+
+
+@pytest.mark.parametrize(
+    ("model", "flags"),
+    [
+        ("llama3-8b", ["--ep", "2"]),
+        ("deepseek-v3", ["--tp", "8", "--dp", "2", "--ep", "12"]),
+        ("deepseek-v3", ["--tp", "8", "--dp", "2", "--ep", "4"]),
+        ("deepseek-v3", ["--tp", "8", "--dp", "2", "--ep", "32"]),
+    ],
+)
+def test_bad_expert_layouts_are_one_line_naming_ep(model, flags, capsys):
+    try:
+        rc = main(["serve", "--model", model, "--context", "2048", "--precision", "fp8", *flags])
+    except SystemExit as exit_:
+        rc = exit_.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ep" in err
