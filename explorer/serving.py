@@ -26,6 +26,7 @@ SERVE = (
     PageInput("precision", str, "bf16", PRECISIONS),
     PageInput("kv_dtype", str, "bf16", KV_DTYPES),
     PageInput("tp", int, 1, hi=64),
+    PageInput("pp", int, 1, hi=256),
     PageInput("dp", int, 1, hi=4096),
     PageInput("ep", int, 1, hi=4096),
     PageInput("input", int, 2000),
@@ -59,9 +60,10 @@ def _inputs() -> dict[str, Any]:
             1,
             4096,
             key="serve_ep",
-            help="a mixture-of-experts model's routed experts whole over ep "
-            "devices spanning ep / tp replicas (attention data parallel)",
+            help="a mixture-of-experts model's routed experts whole over "
+            "ep devices spanning ep / tp replicas (attention data parallel)",
         )
+        c[2].number_input("pipeline stages (pp)", 1, 256, key="serve_pp")
         c = st.columns(4)
         c[0].number_input("speculative: draft tokens (0: off)", 0, 16, key="serve_draft_tokens",
                           help="tokens a one-layer drafter (EAGLE head, MTP module) proposes "
@@ -85,7 +87,7 @@ def _inputs() -> dict[str, Any]:
 def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
     drafted = v["draft_tokens"] > 0
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
-                     dp=v["dp"], ep=v["ep"],
+                     pp=v["pp"], dp=v["dp"], ep=v["ep"],
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,

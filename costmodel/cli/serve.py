@@ -66,7 +66,7 @@ def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
     output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
     return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "
-            f"tp {spec.tp}, dp {spec.dp}{_experts(spec)}; the engine takes "
+            f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
             f"{spec.memory_utilization:g} of each device and {engine}; prefill of at most "
             f"{PREFILL_CHUNK:,} tokens a step; "
             f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
@@ -163,7 +163,7 @@ def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
 def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
-                     kv_dtype=args.kv_dtype, tp=args.tp, dp=args.dp, ep=args.ep,
+                     kv_dtype=args.kv_dtype, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
                      rope_scaling=args.rope_scaling, engine=args.engine,
                      draft_tokens=args.draft_tokens, acceptance=args.acceptance,
@@ -179,7 +179,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
         spec.prefill_replicas
     )
-    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}, dp {spec.dp}{pools}): "
+    stages = f", pp {spec.pp}" * (spec.pp > 1)
+    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
           f"{spec.batch} x ({inp:,} in + {out:,} out), {spec.precision} weights, "
           f"{spec.kv_dtype} cache")  # fmt: skip
     rows = _rows(est.values, spec, args.output is None and args.input is None)
@@ -202,6 +203,7 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--tp", type=int_arg, default=1)
+    p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, default=1, help="replicas")
     p.add_argument(
         "--ep",

@@ -37,7 +37,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import disaggregated, experts, speculative, terms
+from costmodel.serve import disaggregated, experts, pipeline, speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -278,6 +278,11 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
             raise SpecError(name, f"{name} ({degree}) must be <= {hw.name}'s "
                             f"{hw.devices_per_node} devices per node (serve more with "
                             "replicas)")  # fmt: skip
+    if spec.pp > 1:
+        out = pipeline.pipelined(model, spec, hw, serve, act_bytes(spec))
+        layers, micro = out["pipeline.layers_per_stage"], math.ceil(spec.batch / spec.pp)
+        return ServeEstimate(out, [f"pp {spec.pp}: the last stage's {layers} blocks and head "
+                                   f"priced; micro-batches of {micro} sequences"])  # fmt: skip
     vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))

@@ -63,6 +63,8 @@ class ServeSpec:
     model's embedding and head: an EAGLE head or a multi-token-prediction module (both one
     layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
+    pp: int = 1
+    """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
     """Expert parallelism: a mixture-of-experts model's routed experts split whole over ep
     devices spanning the tp ranks of ep / tp replicas, each replica attending its own
@@ -76,7 +78,17 @@ class ServeSpec:
     """Tensor-parallel degree of a prefill replica (default ``tp``)."""
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "batch", "tp", "dp", "ep", "block_size", "draft_layers"):
+        for name in (
+            "input",
+            "output",
+            "batch",
+            "tp",
+            "pp",
+            "dp",
+            "ep",
+            "block_size",
+            "draft_layers",
+        ):
             checks.integer(name, getattr(self, name))
         checks.integer("draft_tokens", self.draft_tokens, minimum=0)
         checks.integer("prefill_replicas", self.prefill_replicas, minimum=0)
@@ -118,7 +130,7 @@ class ServeSpec:
     @property
     def gpus(self) -> int:
         """Devices of the deployment: the (decode) replicas and any prefill replicas."""
-        return self.tp * self.dp + self.prefill_replicas * self.prefill_degree
+        return self.tp * self.pp * self.dp + self.prefill_replicas * self.prefill_degree
 
     @property
     def prefill_degree(self) -> int:
@@ -143,6 +155,12 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
             f"{positions:,} positions; {why}",
         )
     _check_ep(model, spec)
+    if spec.pp > model.n_layers:
+        raise SpecError("pp", f"pp ({spec.pp}) must be <= the {model.n_layers} layers (a stage "
+                        "holds at least one)")  # fmt: skip
+    if spec.pp > 1 and (spec.draft_tokens or spec.prefill_replicas):
+        raise SpecError("pp", "pp > 1 with speculative decoding or disaggregated prefill is "
+                        "not modelled yet: use tp (and ep) for those")  # fmt: skip
     degrees = [("tp", spec.tp)]
     if spec.prefill_replicas:
         degrees.append(("prefill_tp", spec.prefill_degree))
