@@ -12,7 +12,7 @@ from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.serve.estimate import PREFILL_CHUNK, serve
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.serving import ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.serving import ARRIVALS, ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 
 DEFAULT_OUTPUT = 128
@@ -49,11 +49,14 @@ PARTS = {
 
 
 def limited_by(v: dict[str, Any]) -> str:
-    """The decode step's largest part, and for memory what its bytes are."""
-    step = v["time_s.decode_step.total"]
-    part = max(PARTS, key=lambda k: v[f"time_s.decode_step.{k}"])
-    share = v[f"time_s.decode_step.{part}"] / step
-    words = f"decode: {PARTS[part]} ({share:.0%} of a step)"
+    """The decode step's (a continuous engine's iteration's) largest part, and for memory
+    what its bytes are."""
+    kind = "iteration" if "time_s.iteration.total" in v else "decode_step"
+    step = v[f"time_s.{kind}.total"]
+    part = max(PARTS, key=lambda k: v[f"time_s.{kind}.{k}"])
+    share = v[f"time_s.{kind}.{part}"] / step
+    what = "an iteration (decodes and prompt chunks)" if kind == "iteration" else "decode"
+    words = f"{what}: {PARTS[part]} ({share:.0%} of a step)"
     if part == "memory":
         kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
         words += f"; its bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
@@ -84,6 +87,9 @@ def _experts(spec: ServeSpec) -> str:
 
 
 def _arrival(spec: ServeSpec) -> str:
+    if spec.arrival == "continuous":
+        return ("continuous batching kept full, prompts chunked into the decode iterations "
+                "(steady state; no arrival gaps or queueing)")  # fmt: skip
     if spec.prefill_replicas:
         return ("prompts prefilled apart and their cache sent over the network; no queueing "
                 "modelled")  # fmt: skip
@@ -164,6 +170,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
     spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
                      kv_dtype=args.kv_dtype, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep,
+                     arrival=args.arrival,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
                      rope_scaling=args.rope_scaling, engine=args.engine,
                      draft_tokens=args.draft_tokens, acceptance=args.acceptance,
@@ -203,6 +210,10 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--tp", type=int_arg, default=1)
+    p.add_argument("--arrival", choices=ARRIVALS, default="together", help="together: the "
+                   "batch's prompts prefilled at once, then decoded (a static batch); "
+                   "continuous: a continuously batched engine kept full, prompts chunked into "
+                   "the decode iterations (steady state)")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, default=1, help="replicas")
     p.add_argument(

@@ -31,13 +31,13 @@ Sec. 3) of the phase's tokens x D activations (:func:`_allreduce_s`), exposed, p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy as sp
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import disaggregated, experts, pipeline, speculative, terms
+from costmodel.serve import continuous, disaggregated, experts, pipeline, speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -283,14 +283,25 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         layers, micro = out["pipeline.layers_per_stage"], math.ceil(spec.batch / spec.pp)
         return ServeEstimate(out, [f"pp {spec.pp}: the last stage's {layers} blocks and head "
                                    f"priced; micro-batches of {micro} sequences"])  # fmt: skip
+    asked = spec.batch
+    if spec.arrival == "continuous":  # the sequences the token budget keeps in flight
+        spec = replace(spec, batch=continuous.kept_batch(spec))
     vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
         out.update(disaggregated.pools(model, spec, hw, out, serve, PREFILL_CHUNK))
+    if spec.arrival == "continuous":
+        rate = hw.attention_peak("bf16" if spec.precision == "fp8" else spec.precision,
+                                 seq=spec.input)  # fmt: skip
+        out.update(continuous.iteration(model, spec, hw, decode_step, _phase, float(rate)))
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")
+    if spec.batch < asked:
+        notes.append(f"continuous batching keeps {spec.batch} of {asked} sequences in flight: "
+                     f"the prompts replacing the finishing ones need the rest of the "
+                     f"{continuous.TOKEN_BUDGET:,}-token iteration budget")  # fmt: skip
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")
     if spec.tp > 1:

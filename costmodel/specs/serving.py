@@ -25,6 +25,9 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 """Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run), or
 fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
+ARRIVALS = ("together", "continuous")
+"""How requests reach the engine: the batch's prompts together, prefilled then decoded (a
+static batch), or a continuously batched engine kept full (``costmodel.serve.continuous``)."""
 ENGINES = ("fused", "eager")
 """How the engine runs a layer's elementwise work: fused into few kernels (vLLM, SGLang,
 TensorRT-LLM: not priced), or op by op (the reference model: priced)."""
@@ -63,6 +66,8 @@ class ServeSpec:
     model's embedding and head: an EAGLE head or a multi-token-prediction module (both one
     layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
+    arrival: str = "together"
+    """``ARRIVALS``: a static batch, or continuous batching in steady state."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
@@ -101,6 +106,7 @@ class ServeSpec:
         checks.choice("precision", self.precision, PRECISIONS)
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         checks.choice("engine", self.engine, ENGINES)
+        checks.choice("arrival", self.arrival, ARRIVALS)
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)
@@ -158,6 +164,12 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
     if spec.pp > model.n_layers:
         raise SpecError("pp", f"pp ({spec.pp}) must be <= the {model.n_layers} layers (a stage "
                         "holds at least one)")  # fmt: skip
+    if spec.arrival == "continuous" and (spec.draft_tokens or spec.prefill_replicas or spec.pp > 1):
+        raise SpecError(
+            "arrival",
+            "arrival=continuous is modelled for tp, ep and dp replicas: "
+            "not yet with speculative decoding, disaggregated prefill or pp",
+        )
     if spec.pp > 1 and (spec.draft_tokens or spec.prefill_replicas):
         raise SpecError("pp", "pp > 1 with speculative decoding or disaggregated prefill is "
                         "not modelled yet: use tp (and ep) for those")  # fmt: skip

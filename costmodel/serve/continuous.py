@@ -1,0 +1,82 @@
+"""Continuous batching in steady state: an engine keeps ``batch`` sequences in flight and, in
+every iteration, decodes one token for each and prefills chunks of the prompts that replace
+the ones finishing (Orca, Yu et al. 2022; chunked prefill piggybacking on decode, Sarathi-
+Serve, Agrawal et al. 2024; vLLM V1 and TensorRT-LLM's in-flight batching).
+
+- **An iteration** holds B decode tokens and, on average, the B / output prompts that
+  start per iteration (as many finish), B x input / output prompt tokens, within the
+  engine's token budget (``TOKEN_BUDGET``, vLLM V1's ``max_num_batched_tokens`` and
+  TensorRT-LLM's ``max_num_tokens``, 8,192). Where the prompts need more than the budget
+  leaves, the batch that can be kept full is budget / (1 + input / output).
+- **Its time** is one roofline over both: the decode step's FLOPs and bytes (weights read
+  once for all, every cached entry) plus the prompt tokens' matmul FLOPs, their attention
+  over their prompts at the fused kernel's rate, and the cache they write; tp's all-reduces
+  over all of the iteration's tokens.
+- TPOT is an iteration; output tokens/s dp x B per iteration; TTFT the iterations a prompt's
+  chunks take at the budget the decodes leave (at least one), each holding the prompt's
+  chunk or the steady state's prompt tokens, whichever is more; end to end TTFT + (output
+  − 1) x TPOT. Arrival gaps and queueing are not modelled: the engine is always full (an offline
+  run, or clients that send their next request as the last one ends).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from costmodel.serve import terms
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
+from costmodel.symbols import B, T, Y, values_for
+
+TOKEN_BUDGET = 8192
+"""Tokens an iteration may hold (vLLM V1's ``max_num_batched_tokens`` default, TensorRT-LLM's
+``max_num_tokens`` default)."""
+
+
+def kept_batch(spec: ServeSpec) -> int:
+    """Sequences the engine keeps in flight: ``batch``, or as many as leave the token budget
+    room for the prompts that replace the finishing ones, B x (1 + input / output) tokens
+    an iteration."""
+    most = math.floor(TOKEN_BUDGET / (1 + spec.input / spec.output))
+    return max(1, min(spec.batch, most))
+
+
+def iteration(
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, attention_rate: float
+) -> dict[str, Any]:
+    """The steady state (module docstring) of ``spec.batch`` sequences (at most
+    :func:`kept_batch`): ``step`` is the decode step function (``estimate.decode_step``),
+    ``phase`` the roofline (``estimate._phase``)."""
+    b = spec.batch  # the caller's batch is already the kept one (kept_batch)
+    decode = step(model, spec, hw)
+    vals = {**values_for(model), Y: spec.tp}
+    core = float(terms.prefill_core_flops(model).xreplace({**vals, B: 1, T: spec.input}))
+    per_token = DTYPE_BYTES[spec.kv_dtype] * float(
+        terms.kv_elements(model).xreplace({**vals, T: spec.input})) / spec.input  # fmt: skip
+
+    def seconds(tokens: float) -> dict[str, float]:
+        """An iteration of the decodes and ``tokens`` prompt tokens (their share of whole
+        prompts' attention and cache)."""
+        prompts = tokens / spec.input
+        flops = float(terms.linear_flops(model, tokens, prompts).xreplace(vals))
+        nbytes = decode["bytes"] + tokens * per_token
+        return phase(decode["flops"] + flops, prompts * core / attention_rate, nbytes,
+                     b + tokens, model, spec, hw,
+                     hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm")))  # fmt: skip
+
+    tokens = b * spec.input / spec.output  # the prompts that start as others finish
+    steady = seconds(tokens)
+    t = steady["total"]
+    chunk = min(spec.input, max(TOKEN_BUDGET - b, 1))
+    ttft = math.ceil(spec.input / chunk) * seconds(max(tokens, chunk))["total"]
+    out_rate = spec.dp * b / t
+    return {
+        "continuous.prompt_tokens_per_iteration": tokens,
+        **{f"time_s.iteration.{k}": v for k, v in steady.items()},
+        "time_s.ttft": ttft, "time_s.tpot": t, "time_s.e2e": ttft + (spec.output - 1) * t,
+        "throughput.output_tokens_per_s": out_rate,
+        "throughput.total_tokens_per_s": out_rate * (spec.input + spec.output) / spec.output,
+        "throughput.output_tokens_per_s_per_gpu": out_rate / spec.dp / spec.tp,
+    }  # fmt: skip

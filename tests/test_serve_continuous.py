@@ -1,0 +1,68 @@
+"""Continuous batching in ``serve --arrival continuous`` (issue 40, item 2): the batch the
+iteration token budget keeps in flight, an iteration as one roofline over the decodes and
+the prompt chunks that replace finishing sequences, and the answer's own words."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from costmodel import get_hardware, get_model
+from costmodel.cli import main
+from costmodel.serve.continuous import TOKEN_BUDGET, kept_batch
+from costmodel.serve.estimate import decode_step, serve
+from costmodel.specs.serving import ServeSpec
+
+H100 = get_hardware("h100-sxm")
+LLAMA = get_model("llama3-8b")
+
+
+def test_the_token_budget_caps_the_batch_the_engine_keeps():
+    # 2,048 + 128: each sequence in flight brings 16 prompt tokens an iteration besides its own
+    assert kept_batch(ServeSpec(input=2048, output=128, batch=1024)) == math.floor(8192 / 17)
+    assert kept_batch(ServeSpec(input=128, output=2048, batch=1024)) == 1024
+    assert TOKEN_BUDGET == 8192
+
+
+def test_an_iteration_is_the_decode_step_plus_its_prompt_tokens():
+    spec = ServeSpec(input=1000, output=1000, batch=64, arrival="continuous")
+    v = serve(LLAMA, spec, H100).values
+    plain = decode_step(LLAMA, ServeSpec(input=1000, output=1000, batch=64), H100)
+    assert v["continuous.prompt_tokens_per_iteration"] == 64  # 64 x 1000 / 1000
+    # more work than the decode step alone, and a fraction of a static prefill of 64 prompts
+    static = serve(LLAMA, ServeSpec(input=1000, output=1000, batch=64), H100).values
+    assert plain["phase"]["total"] < v["time_s.tpot"] < plain["phase"]["total"] * 1.2
+    assert v["time_s.tpot"] == v["time_s.iteration.total"]
+    assert v["throughput.output_tokens_per_s"] == pytest.approx(64 / v["time_s.tpot"])
+    assert v["time_s.e2e"] == pytest.approx(v["time_s.ttft"] + 999 * v["time_s.tpot"])
+    # chunked prefill rides on memory-bound decode iterations: more throughput than a static batch
+    assert v["throughput.output_tokens_per_s"] > static["throughput.output_tokens_per_s"]
+    # one request alone: its whole prompt in one iteration, about a static prefill
+    one = serve(LLAMA, ServeSpec(input=5000, output=500, arrival="continuous"), H100).values
+    alone = serve(LLAMA, ServeSpec(input=5000, output=500), H100).values
+    assert one["time_s.ttft"] == pytest.approx(alone["time_s.ttft"], rel=0.05)
+
+
+def test_the_cli_names_the_kept_batch_and_the_iteration(capsys):
+    argv = ["serve", "--model", "llama3-8b", "--input", "2048", "--output", "128", "--batch",
+            "1024", "--precision", "fp8", "--arrival", "continuous"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "keeps 481 of 1024 sequences in flight" in out
+    assert "an iteration (decodes and prompt chunks)" in out
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--pp", "2"], ["--draft-tokens", "2", "--acceptance", "0.8"], ["--prefill-replicas", "1"]],
+)
+def test_what_continuous_does_not_model_is_one_line_naming_arrival(flags, capsys):
+    try:
+        rc = main(["serve", "--model", "llama3-8b", "--context", "4096", "--arrival",
+                   "continuous", *flags])  # fmt: skip
+    except SystemExit as exit_:
+        rc = exit_.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "arrival" in err
