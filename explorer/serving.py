@@ -15,7 +15,7 @@ from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.serve import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
-from costmodel.specs.serving import KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
@@ -26,6 +26,7 @@ SERVE = (
     PageInput("precision", str, "bf16", PRECISIONS),
     PageInput("kv_dtype", str, "bf16", KV_DTYPES),
     PageInput("tp", int, 1, hi=64),
+    PageInput("arrival", str, "together", ARRIVALS),
     PageInput("pp", int, 1, hi=256),
     PageInput("dp", int, 1, hi=4096),
     PageInput("ep", int, 1, hi=4096),
@@ -64,6 +65,14 @@ def _inputs() -> dict[str, Any]:
             "ep devices spanning ep / tp replicas (attention data parallel)",
         )
         c[2].number_input("pipeline stages (pp)", 1, 256, key="serve_pp")
+        c[3].selectbox(
+            "arrival",
+            ARRIVALS,
+            key="serve_arrival",
+            help="together: a static "
+            "batch, prompts prefilled at once; continuous: an engine kept full, "
+            "prompt chunks riding on the decode iterations (steady state)",
+        )
         c = st.columns(4)
         c[0].number_input("speculative: draft tokens (0: off)", 0, 16, key="serve_draft_tokens",
                           help="tokens a one-layer drafter (EAGLE head, MTP module) proposes "
@@ -87,7 +96,7 @@ def _inputs() -> dict[str, Any]:
 def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
     drafted = v["draft_tokens"] > 0
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
-                     pp=v["pp"], dp=v["dp"], ep=v["ep"],
+                     pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=v["arrival"],
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,

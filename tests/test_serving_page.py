@@ -22,3 +22,21 @@ def test_serve_page_estimates_draws_and_refuses():
     at.number_input(key="serve_tp").set_value(3)
     at.button[0].click().run()
     assert not at.exception and "tp must divide n_heads" in at.error[0].value
+
+
+def test_serve_page_prices_drafts_pools_experts_and_continuous_batching():
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.number_input(key="serve_draft_tokens").set_value(2)
+    at.button[0].click().run()
+    assert not at.exception and any("Speculative decoding" in c.value for c in at.caption)
+    at.number_input(key="serve_draft_tokens").set_value(0)
+    at.number_input(key="serve_prefill_replicas").set_value(1)
+    at.button[0].click().run()
+    assert not at.exception and any("Disaggregated" in c.value for c in at.caption)
+    at.number_input(key="serve_prefill_replicas").set_value(0)
+    at.selectbox(key="serve_arrival").set_value("continuous")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    at.number_input(key="serve_ep").set_value(2)  # Llama-3-8B has no experts
+    at.button[0].click().run()
+    assert not at.exception and "ep > 1 needs a mixture-of-experts model" in at.error[0].value
