@@ -110,3 +110,45 @@ def test_plan_refuses_a_bad_top():
     with pytest.raises(SpecError, match="top"):
         plan(get_model("cs336-small"), TrainSpec(batch=8, seq=512), get_hardware("h100-sxm"), 8,
              top=0)  # fmt: skip
+
+
+def test_workers_compile_what_this_process_would(tmp_path, monkeypatch):
+    """A cold search's structures compiled by two worker processes load as the functions
+    this process builds: the plan's every value is the same, bit for bit."""
+    from costmodel.engine import quantities, workers
+
+    model, train = get_model("cs336-small"), TrainSpec(batch=16, seq=512)
+    hw, options = get_hardware("h100-sxm"), PlanOptions(recompute=("none", "full"))
+    calls = []
+    real = workers._in_workers
+
+    def spy(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(workers, "_in_workers", spy)
+    found = {}
+    for count in ("2", "1"):
+        monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path / count))
+        monkeypatch.setenv("COSTMODEL_WORKERS", count)
+        for cache in (quantities.compiled_subset, quantities.compiled_within,
+                      quantities.compiled):  # fmt: skip
+            cache.cache_clear()
+        found[count] = plan(model, train, hw, 8, options)
+        assert found[count].structures >= 2 * workers.PER_WORKER
+    assert calls == [2]  # two workers for the first search, none for the second
+    assert len(list((tmp_path / "2").glob("*.json"))) >= found["2"].structures
+    for key in QUANTITIES:
+        assert np.array_equal(found["2"].values[key], found["1"].values[key], equal_nan=True), key
+
+
+def test_how_many_workers(monkeypatch):
+    from costmodel.engine.workers import PER_WORKER, workers_for
+
+    monkeypatch.setenv("COSTMODEL_WORKERS", "3")
+    assert workers_for(100) == 3 and workers_for(2 * PER_WORKER) == 2 and workers_for(3) == 1
+    monkeypatch.setenv("COSTMODEL_WORKERS", "1")
+    assert workers_for(100) == 1
+    monkeypatch.setenv("COSTMODEL_WORKERS", "3")
+    monkeypatch.setenv("COSTMODEL_CACHE", "off")  # nowhere to hand the functions over
+    assert workers_for(100) == 1

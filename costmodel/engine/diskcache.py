@@ -170,6 +170,13 @@ def _shared(exprs: Any) -> tuple[list[tuple[sp.Symbol, sp.Expr]], Any]:
     return sp.cse(exprs, order="none")
 
 
+def on_disk(parts: Sequence[Any], args: Sequence[sp.Symbol], kind: str = "numpy") -> bool:
+    """Whether :func:`lambdify_cached` would load ``parts`` from disk (not build them)."""
+    folder = cache_dir()
+    name = f"{_digest((kind, *parts, tuple(map(str, args))))}.json"
+    return folder is not None and _exists(folder / name)
+
+
 def lambdify_cached(
     parts: Sequence[Any],
     build: Callable[[], tuple[tuple[str, ...], list[sp.Expr]]],

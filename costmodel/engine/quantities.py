@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.engine.diskcache import lambdify, lambdify_cached, projected
+from costmodel.engine.diskcache import lambdify, lambdify_cached, on_disk, projected
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -184,6 +184,11 @@ def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> tuple[tuple[str,
         return present, [comp.exprs[comp.keys.index(k)] for k in present]
 
     return lambdify_cached(("subset", structure, keys), build, EVAL_SYMBOLS)
+
+
+def is_compiled(structure: tuple, keys: tuple[str, ...]) -> bool:
+    """Whether :func:`compiled_subset` finds these on disk (a new process loads, not builds)."""
+    return on_disk(("subset", structure, keys), EVAL_SYMBOLS)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -34,13 +34,9 @@ import numpy as np
 
 from costmodel.engine.fit import fits
 from costmodel.engine.layouts import SEARCHED, PlanOptions, enumerate_layouts, valid_mask
-from costmodel.engine.quantities import (
-    PARALLEL_STRUCTURE,
-    TRAIN_STRUCTURE,
-    compiled_subset,
-    structure_of,
-)
+from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
 from costmodel.engine.sweep import factorize, sweep
+from costmodel.engine.workers import compile_all
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -229,14 +225,14 @@ def _warm(model: ModelSpec, train: TrainSpec, cols: dict, progress: Progress | N
     keys = [k for k in (*TRAIN_STRUCTURE, *PARALLEL_STRUCTURE) if k in cols]
     flags = [np.asarray(cols[k]) for k in keys] + [cols["pp"] > 1, cols["pp_interleave"] > 1]
     items = sorted({tuple(_plain(f[i]) for f in flags) for i in _first_of_each(flags)}, key=str)
-    loop: Iterable[Any] = progress(items, len(items)) if progress else items
-    for *values, piped, interleaved in loop:
+    structures = []
+    for *values, piped, interleaved in items:
         given = dict(zip(keys, values, strict=True))
         trains = {k: v for k, v in given.items() if k in TRAIN_STRUCTURE}
         layout = {k: v for k, v in given.items() if k not in TRAIN_STRUCTURE}
         par = ParallelSpec(**layout, pp=2 if piped else 1, pp_interleave=2 if interleaved else 1)
-        structure = structure_of(model, train.replace(**trains), par)
-        compiled_subset(structure, QUANTITIES)
+        structures.append(structure_of(model, train.replace(**trains), par))
+    compile_all(structures, QUANTITIES, progress)
     return set(items)
 
 
