@@ -39,6 +39,14 @@ SERVE = (
     PageInput("prefill_tp", int, 1, hi=64),
 )
 
+EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
+           "replicas (attention data parallel)")  # fmt: skip
+ARRIVAL_HELP = (
+    "together: a static batch, prompts prefilled at once; continuous: an engine "
+    "kept full, prompt chunks riding on the decode iterations (steady state)"
+)
+POOL_HELP = "disaggregated serving: replicas that only prefill and send the cache on to decode"
+
 
 def _inputs() -> dict[str, Any]:
     problems = start("serve", SERVE)
@@ -56,23 +64,9 @@ def _inputs() -> dict[str, Any]:
         c[3].number_input("requests at once", 1, 2**20, key="serve_batch")
         c = st.columns(4)
         c[0].number_input("replicas (dp)", 1, 4096, key="serve_dp")
-        c[1].number_input(
-            "expert parallel (ep)",
-            1,
-            4096,
-            key="serve_ep",
-            help="a mixture-of-experts model's routed experts whole over "
-            "ep devices spanning ep / tp replicas (attention data parallel)",
-        )
+        c[1].number_input("expert parallel (ep)", 1, 4096, key="serve_ep", help=EP_HELP)
         c[2].number_input("pipeline stages (pp)", 1, 256, key="serve_pp")
-        c[3].selectbox(
-            "arrival",
-            ARRIVALS,
-            key="serve_arrival",
-            help="together: a static "
-            "batch, prompts prefilled at once; continuous: an engine kept full, "
-            "prompt chunks riding on the decode iterations (steady state)",
-        )
+        c[3].selectbox("arrival", ARRIVALS, key="serve_arrival", help=ARRIVAL_HELP)
         c = st.columns(4)
         c[0].number_input("speculative: draft tokens (0: off)", 0, 16, key="serve_draft_tokens",
                           help="tokens a one-layer drafter (EAGLE head, MTP module) proposes "
@@ -80,14 +74,8 @@ def _inputs() -> dict[str, Any]:
         c[1].number_input("acceptance per drafted token", 0.01, 1.0, key="serve_acceptance",
                           help="the chance the model accepts a drafted token: the workload's "
                           "and the drafter's (DeepSeek-V3's MTP: 0.85-0.9)")  # fmt: skip
-        c[2].number_input(
-            "prefill replicas (0: colocated)",
-            0,
-            4096,
-            key="serve_prefill_replicas",
-            help="disaggregated serving: replicas "
-            "that only prefill and send the cache to the decode replicas",
-        )
+        c[2].number_input("prefill replicas (0: colocated)", 0, 4096,
+                          key="serve_prefill_replicas", help=POOL_HELP)  # fmt: skip
         c[3].number_input("prefill replica tp", 1, 64, key="serve_prefill_tp")
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)

@@ -57,3 +57,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def refused(capsys):
+    """``refused(argv)``: the CLI refuses ``argv`` (exit 2) with one line on stderr, which it
+    returns."""
+    from costmodel.cli import main
+
+    def run(argv: list[str]) -> str:
+        try:
+            rc = main(argv)
+        except SystemExit as exit_:
+            rc = exit_.code
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1, (rc, err)
+        return err
+
+    return run

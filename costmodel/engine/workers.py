@@ -52,12 +52,10 @@ def compile_all(
     count = workers_for(len(pending))
     if count > 1:
         done = _in_workers(pending, keys, count)
-        loop = progress(done, len(pending)) if progress else done
-        for _ in loop:
+        for _ in progress(done, len(pending)) if progress else done:
             pass
-        pending = []  # what a failed worker left is compiled below, as the rest loads
-    loop = progress(structures, len(structures)) if progress and pending else structures
-    for structure in loop:
+        progress = None  # the rest loads (what a failed worker left is compiled here)
+    for structure in progress(structures, len(structures)) if progress else structures:
         compiled_subset(structure, keys)
 
 
