@@ -129,7 +129,9 @@ def collect_top(
             skipped.append(count)
             continue
         parts, n, part_first = _valid_parts(model, train, hardware, [count], options, batches)
-        enumerated, first = enumerated + n, first or part_first
+        enumerated += n
+        if first is None or not len(first["tp"]):  # the first part with candidates
+            first = part_first
         if not parts:
             continue
         cols = _joined(list(parts.values()))
