@@ -26,6 +26,12 @@ Sec. 3) of the phase's tokens x D activations (:func:`_allreduce_s`), exposed, p
   norm and residual, the projections' outputs, the FFN's hidden), and the last tokens' fp32
   logits. ``max_batch`` is the largest B whose memory fits ``memory_utilization`` of the
   device.
+
+Each option a deployment adds is priced by its own module on top of these steps:
+speculative decoding (:mod:`costmodel.serve.speculative`), experts whole over devices across
+replicas (:mod:`costmodel.serve.experts`), pipeline stages (:mod:`costmodel.serve.pipeline`),
+prefill on replicas of its own (:mod:`costmodel.serve.disaggregated`) and continuous batching
+in steady state (:mod:`costmodel.serve.continuous`).
 """
 
 from __future__ import annotations
