@@ -79,12 +79,14 @@ def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
 def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
     """(NVLink B/s, network B/s per rank, dedup flag) under dispatcher ``names`` (a name
     or an array of them, as a sweep holds) on a GPU."""
+    if isinstance(names, str):  # one dispatcher (a spec, or a sweep's structure group)
+        kind = _checked(names, hw)
+        return (hw.link_bandwidth() * (kind.link_efficiency or hw.eff("link")),
+                hw.network_bw * (kind.network_efficiency or hw.eff("network")),
+                float(kind.dedup))  # fmt: skip
     names = np.asarray(names)
     for name in np.unique(names):
-        checks.choice("ep_dispatcher", str(name), EP_DISPATCHERS)
-        if hw.kind != "gpu" and DISPATCHERS[str(name)].dedup:
-            why = f"ep_dispatcher {name} runs on NVIDIA GPUs (NVLink and RDMA)"
-            raise checks.SpecError("ep_dispatcher", f"{why}; on a {hw.kind} use all-to-all")
+        _checked(str(name), hw)
     link = network = dedup = np.zeros(names.shape)
     for kind in DISPATCHERS.values():
         here = names == kind.name
@@ -94,3 +96,13 @@ def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
         network = np.where(here, hw.network_bw * net_eff, network)
         dedup = np.where(here, float(kind.dedup), dedup)
     return link, network, dedup
+
+
+def _checked(name: str, hw: Hardware) -> Dispatcher:
+    """The dispatcher ``name``, refused (naming ``ep_dispatcher``) if unknown or, for
+    DeepEP's and HybridEP's NVLink-and-RDMA kernels, off a GPU."""
+    checks.choice("ep_dispatcher", name, EP_DISPATCHERS)
+    if hw.kind != "gpu" and DISPATCHERS[name].dedup:
+        why = f"ep_dispatcher {name} runs on NVIDIA GPUs (NVLink and RDMA)"
+        raise checks.SpecError("ep_dispatcher", f"{why}; on a {hw.kind} use all-to-all")
+    return DISPATCHERS[name]
