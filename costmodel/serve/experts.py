@@ -20,8 +20,6 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 
 from __future__ import annotations
 
-from typing import Any
-
 from costmodel.kinds import ffn
 from costmodel.serve import terms
 from costmodel.specs.hardware import Hardware
@@ -73,13 +71,3 @@ def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nby
 def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:
     """tp all-reduces a step no longer runs: the MoE layers' second one, when ep > tp."""
     return moe_layers(model) if spec.ep > spec.tp else 0
-
-
-__all__: list[Any] = [
-    "allreduces_replaced",
-    "alltoall_s",
-    "expert_elements",
-    "group_tokens",
-    "moe_layers",
-    "touched",
-]
