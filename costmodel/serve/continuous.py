@@ -64,7 +64,7 @@ def iteration(
         nbytes = decode["bytes"] + tokens * per_token
         return phase(decode["flops"] + flops, prompts * core / attention_rate, nbytes,
                      b + tokens, model, spec, hw,
-                     hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm")))  # fmt: skip
+                     hw.decode_bandwidth())  # fmt: skip
 
     tokens = b * spec.input / spec.output  # the prompts that start as others finish
     steady = seconds(tokens)

@@ -102,20 +102,14 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     weights += _expert_shift(model, spec, vals) * wb
     per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
     kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
-    paged = math.ceil(spec.context / spec.block_size) * spec.block_size
-    kv_seq_paged = kvb * _num(terms.kv_elements(model), {**vals, T: paged})
+    kv_seq_paged = paged_cache_bytes(model, spec, spec.context)
     width = _num(2 * D + terms.layer_widths(model), vals)
     logits = 4 * model.vocab / spec.tp
     work = act * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
     budget = hw.hbm_bytes * spec.memory_utilization
     draft = {"weights": 0, "per_sequence": 0}
     if spec.draft_tokens:
-
-        def cache(m: ModelSpec, tokens: int) -> int:  # one sequence's paged cache bytes
-            slots = math.ceil(tokens / spec.block_size) * spec.block_size
-            return kvb * _num(terms.kv_elements(m), {**values_for(m), Y: spec.tp, T: slots})
-
-        draft = speculative.extra_memory(model, spec, wb, cache)
+        draft = speculative.extra_memory(model, spec, wb, paged_cache_bytes)
     drafter = draft["weights"] + spec.batch * draft["per_sequence"]
     total = weights + spec.batch * kv_seq_paged + work + drafter
     room = budget - weights - act * width * PREFILL_CHUNK - draft["weights"]
@@ -195,6 +189,20 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
     return tokens * per_token / hw.hbm_bandwidth()
 
 
+def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
+    """One sequence's cache of ``tokens`` on a device, in whole ``block_size`` blocks."""
+    slots = math.ceil(tokens / spec.block_size) * spec.block_size
+    at = {**values_for(model), Y: spec.tp, T: slots}
+    return DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
+
+
+def prompt_attention_rate(spec: ServeSpec, hw: Hardware) -> float:
+    """FLOP/s of the fused attention kernel over a prompt of ``input`` keys, in the
+    activations' dtype (16 bits beside fp8 GEMMs)."""
+    dtype = "bf16" if spec.precision == "fp8" else spec.precision
+    return float(hw.attention_peak(dtype, seq=spec.input))
+
+
 def _read_weights(model: ModelSpec, spec: ServeSpec, vals: dict) -> tuple[float, float]:
     """(bytes of the weights a step reads, bytes of the routed experts among them): all but
     an untied embedding table (its rows are looked up)."""
@@ -233,8 +241,7 @@ def decode_step(
     touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
     read = weights - routed * (1 - touched) + kv_read
-    bandwidth = hw.hbm_bw * hw.efficiency.get("decode", hw.eff("hbm"))
-    phase = _phase(flops, 0.0, read, tokens, model, spec, hw, bandwidth)
+    phase = _phase(flops, 0.0, read, tokens, model, spec, hw, hw.decode_bandwidth())
     return {"phase": phase, "flops": flops, "bytes": read, "kv_bytes": kv_read,
             "expert_bytes": routed * touched}  # fmt: skip
 
@@ -248,10 +255,9 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
     pre_flops = _num(terms.linear_flops(model, b * i, b), at)
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
-    # attention runs in the activations' dtype: 16 bits beside fp8 GEMMs
-    rate = hw.attention_peak("bf16" if spec.precision == "fp8" else spec.precision, seq=i)
+    rate = prompt_attention_rate(spec, hw)
     pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
-    pre = _phase(pre_flops, core / float(rate), pre_bytes, b * i, model, spec, hw,
+    pre = _phase(pre_flops, core / rate, pre_bytes, b * i, model, spec, hw,
                  hw.hbm_bandwidth())  # fmt: skip
     dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
@@ -298,9 +304,8 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if spec.prefill_replicas:
         out.update(disaggregated.pools(model, spec, hw, out, serve, PREFILL_CHUNK))
     if spec.arrival == "continuous":
-        rate = hw.attention_peak("bf16" if spec.precision == "fp8" else spec.precision,
-                                 seq=spec.input)  # fmt: skip
-        out.update(continuous.iteration(model, spec, hw, decode_step, _phase, float(rate)))
+        rate = prompt_attention_rate(spec, hw)
+        out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")

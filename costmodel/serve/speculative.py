@@ -67,11 +67,12 @@ def cycle(model: ModelSpec, spec: ServeSpec, hw: Any, step: Callable[..., dict])
 
 def extra_memory(model: ModelSpec, spec: ServeSpec, weight_bytes: int, cache: Callable) -> dict:
     """Bytes the drafter adds on a device: its layers (split over tp as the model's) and
-    matrix (``weight_bytes`` per element), and per sequence (``cache(model, tokens)``: one
-    sequence's cache bytes on a device) its own cache of the context and γ more slots in
-    the model's."""
+    matrix (``weight_bytes`` per element), and per sequence (``cache(model, spec,
+    tokens)``: one sequence's paged cache on a device) its own cache of the context and γ
+    more slots in the model's."""
     draft = drafter(model, spec)
     layers = int(terms.block_weights(draft).xreplace({**values_for(draft), Y: spec.tp}))
-    per_seq = (cache(draft, spec.context) + cache(model, spec.context + spec.draft_tokens)
-               - cache(model, spec.context))  # fmt: skip
+    context = spec.context
+    per_seq = (cache(draft, spec, context) + cache(model, spec, context + spec.draft_tokens)
+               - cache(model, spec, context))  # fmt: skip
     return {"weights": (layers + fuse_elements(model)) * weight_bytes, "per_sequence": per_seq}

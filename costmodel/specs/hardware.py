@@ -279,3 +279,8 @@ class Hardware:
     def hbm_bandwidth(self) -> float:
         """Achieved device-memory bytes/s: hbm_bw x efficiency.hbm."""
         return self.hbm_bw * self.eff("hbm")
+
+    def decode_bandwidth(self) -> float:
+        """Bytes/s a serving decode step reads its weights and cache at: hbm_bw x
+        efficiency.decode (fitted on published serving runs), else efficiency.hbm."""
+        return self.hbm_bw * self.efficiency.get("decode", self.eff("hbm"))
