@@ -47,6 +47,8 @@ def get_hardware(name_or_path: str) -> Hardware:
     if not isinstance(name_or_path, str | Path):
         raise SpecError("hardware", "hardware must be a catalog name or a .json path "
                         f"(got {name_or_path!r})")  # fmt: skip
+    if not str(name_or_path).strip():
+        raise SpecError("hardware", "hardware must be a catalog name or a .json path (got '')")
     if name_or_path in HARDWARE:
         return hardware_from_dict(name_or_path, HARDWARE[name_or_path])
     path = Path(name_or_path)

@@ -28,7 +28,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         tile=args.tile,
     )
     result: dict = dict(attention_estimate(spec))
-    if args.hardware:
+    if args.hardware is not None:
         result.update(attention_time(spec, get_hardware(args.hardware)))
     if args.json:
         print(json.dumps(result, indent=2))

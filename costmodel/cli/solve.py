@@ -32,10 +32,11 @@ from costmodel.units import GB, GIB, fmt_bytes
 def _budget(args: argparse.Namespace) -> float | None:
     if args.budget_gb is not None and args.budget_gib is not None:
         raise SpecError("budget", "give --budget-gb or --budget-gib, not both")
-    if args.budget_gb is not None:
-        return args.budget_gb * GB
-    if args.budget_gib is not None:
-        return args.budget_gib * GIB
+    for field, unit in (("budget_gb", GB), ("budget_gib", GIB)):
+        value = getattr(args, field)
+        if value is not None:
+            checks.number(field, value)
+            return value * unit
     return None
 
 
@@ -128,6 +129,9 @@ def _verdict(est: Estimate, args: argparse.Namespace) -> dict[str, Any]:
 
 def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     """The Scaling Book's closed form, and with --hardware the full model's answer."""
+    for chosen in ("fsdp", "gpus"):  # the answer: a layout given for them would be dropped
+        if chosen in values_of(args):
+            raise SpecError(chosen, f"min-fsdp finds {chosen}: leave --{chosen} out")
     budget = _budget(args)
     model, train = build_model_only(args)
     if budget is None and args.hardware is None:
