@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from costmodel import SpecError, get_hardware
+from costmodel import SpecError, TrainSpec, estimate, get_hardware
 from costmodel.catalog.hardware import HARDWARE, resolve_device
 from validate.published.__main__ import main
 from validate.published.compare import rows_for
-from validate.published.corpus import CorpusError, case_of, load_runs
+from validate.published.corpus import CorpusError, case_of, flops_per_sequence, load_runs
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "validate" / "published"
 DATA = sorted((PACKAGE / "data").glob("*.json"))
+_TPU = PACKAGE / "data" / "tpu.json"
 UPSTREAM = ROOT.parent / "shared" / "published-runs" / "runs.json"
 
 # The spellings the issue found unmapped, and others sources use, with the catalog entry.
@@ -138,6 +139,22 @@ def test_an_mfu_converts_with_the_stated_convention_and_peak():
     assert hfu.measured["tokens_per_s_per_gpu"] < generic.measured["tokens_per_s_per_gpu"]
 
 
+def test_palm_conventions_count_every_parameter_and_their_attention_share():
+    """MaxText's TFLOP/s (PaLM App. B): 6·N·s plus 12, 6 or 0 x H·L·d_h·s² per sequence,
+    N every parameter costmodel counts; checked on the shipped v5p 32B run's 328 TFLOP/s."""
+    run = next(r for r in load_runs(_TPU) if r["id"] == "maxtext-v5p-32b-1xv5p-128")
+    case = case_of(run)
+    m, s = case.model, case.train.seq
+    n = estimate(m, TrainSpec(batch=1, seq=s))["params.total"]
+    core = m.n_heads * m.n_layers * m.head_dim * s**2
+    expected = {"palm": 6 * n * s + 12 * core, "palm-causal": 6 * n * s + 6 * core,
+                "six-n": 6 * n * s}  # fmt: skip
+    for name, flops in expected.items():
+        assert flops_per_sequence(name, m, s) == pytest.approx(flops, rel=1e-12)
+    tokens = 328e12 / expected["palm-causal"] * s
+    assert case.measured["tokens_per_s_per_gpu"] == pytest.approx(tokens, rel=1e-12)
+
+
 BAD = [
     ("no-mfu", {"measured.tokens_per_s_per_gpu": None, "measured.hfu": 0.4}, "measured"),
     ("no-measured", {"measured": None}, "measured"),
@@ -153,8 +170,9 @@ BAD = [
     ("str-parallelism", {"parallelism": "fsdp 8"}, "parallelism"),
     ("bad-kernel", {"attention_kernel": "fa9"}, "attention_kernel"),
     ("bad-convention", {"measured.tokens_per_s_per_gpu": None, "measured.mfu": 0.4,
-                        "flops_convention": "palm"}, "flops_convention"),
+                        "flops_convention": "chinchilla-2"}, "flops_convention"),
     ("uneven", {"n_gpus": 12}, "n_gpus"),
+    ("int8", {"precision": "int8 (AQT int8 matmuls)"}, "precision"),
     ("unknown-preset", {"model.preset": "llama-9"}, "model.preset"),
 ]  # fmt: skip
 

@@ -21,6 +21,7 @@ import sympy as sp
 
 from costmodel.parallel.dispatch import dispatch_rates
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -111,8 +112,10 @@ def _link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardware) 
     the same time, so a group with one member per node (dp after tp 8) gets one NIC.
     """
     if hw.kind == "tpu":
-        axes = par.mx if name in ("fsdp", "dp", "ep") else par.my if name == "tp" else 1
-        return hw.link_bandwidth() * axes * hw.eff("link"), hw.link_latency_s
+        return _tpu_link(name, stride, degree, par, hw)
+    if np.any(np.asarray(getattr(par, "slices", 1)) > 1):
+        raise SpecError("slices", f"slices > 1 joins TPU slices over DCN; a {hw.kind}'s "
+                        f"nodes are its devices_per_node ({hw.devices_per_node})")  # fmt: skip
     inside = stride * degree <= hw.devices_per_node
     link = hw.link_bandwidth() * hw.eff("link")
     g = members_per_node(stride, degree, hw.devices_per_node)
@@ -120,6 +123,26 @@ def _link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardware) 
     return (
         _scalar(_where(inside, link, network)),
         _where(inside, hw.link_latency_s, hw.network_latency_s),
+    )
+
+
+def _tpu_link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardware) -> tuple:
+    """(bandwidth, latency) of a TPU group: inside a slice, a link's bidirectional ICI
+    bandwidth per mesh axis given to it (Scaling Book, ch. 3: W = 2 x 9e10 per axis on
+    v5p, times M_X or M_Y); a group spanning slices crosses the data-center network, its g
+    members in one slice sending through their hosts' NICs at once (a hierarchical
+    collective: ICI within the slice, 1/g of the bytes over DCN; the ring of GPU nodes,
+    :func:`_link`), at most ICI's rate."""
+    axes = par.mx if name in ("fsdp", "dp", "ep") else par.my if name == "tp" else 1
+    ici = hw.link_bandwidth() * axes * hw.eff("link")
+    devices = np.asarray(par.dp) * par.fsdp * par.tp * par.pp * par.cp
+    chips = devices // np.asarray(getattr(par, "slices", 1))
+    inside = np.asarray(stride) * degree <= chips
+    g = members_per_node(stride, degree, chips)
+    dcn = np.minimum(ici, g * hw.network_bw * hw.eff("network"))
+    return (
+        _scalar(_where(inside, ici, dcn)),
+        _scalar(_where(inside, hw.link_latency_s, hw.network_latency_s)),
     )
 
 

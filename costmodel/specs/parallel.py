@@ -101,6 +101,12 @@ class ParallelSpec:
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
     """Mesh axes used by the tp group (M_Y)."""
+    slices: int = 1
+    """TPU slices the devices form (MaxText's ``num_slices``): ICI joins the devices / slices
+    chips of one slice, and a group whose span exceeds a slice crosses the data-center
+    network (DCN) at the profile's ``network_bw`` per chip (MaxText puts its ``dcn_*``
+    parallelism on the outer axes: data parallelism, as placement here does). 1 on GPUs,
+    whose nodes are ``devices_per_node``."""
     overlap: OverlapRule = "max"
     """``max``: communication the framework overlaps runs beside compute (current Scaling
     Book); ``sum``: nothing overlapped (its earlier edition). Tensor-parallel collectives
@@ -139,7 +145,8 @@ class ParallelSpec:
         if self.grad_reduce_fp32 is None:
             object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
         object.__setattr__(self, "etp", expert_tp(self.tp, self.etp))
-        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my")
+        integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my",
+                    "slices")  # fmt: skip
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
                  "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
         check_fields(self, integers, flags)
@@ -270,6 +277,8 @@ def layout_rules(
                        f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
+    devices = np.asarray(par.dp) * par.fsdp * par.tp * par.pp * par.cp
+    checks.divides("slices", getattr(par, "slices", 1), "the device count", devices)
     moe_rule(par, model, shards_over_cp)
 
 

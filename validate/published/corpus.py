@@ -19,6 +19,9 @@ Converting a quoted TFLOP/s or MFU back to tokens/s uses the FLOPs the source co
   ``72·s·l·h²·(1 + s/(6h) + V/(12·l·h))`` for GPT (Korthikanti et al. 2022, Sec. 6.3);
 - ``narayanan-2021``: Narayanan et al. 2021, Sec. 5.1, ``96·s·l·h²·(1 + s/(6h) +
   V/(16·l·h))``, which counts the recomputed forward.
+- ``palm``, ``palm-causal``, ``six-n``: PaLM's App. B count as MaxText's
+  ``calculate_training_tflops`` ran it when a table was posted, ``6·N·s`` over every
+  parameter plus 12, 6 or 0 x ``H·L·d_h·s²`` for attention (:func:`_palm`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from costmodel import (
 )
 from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
+from costmodel.single.params import param_breakdown
+from costmodel.symbols import values_for
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
 
 __all__ = ["Case", "CorpusError", "case_of", "flops_per_sequence", "load_runs", "run_label"]
@@ -281,6 +286,11 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
         pp_interleave=f.degree("vpp"),
         sequence_parallel=f.flag("sequence_parallel", tp > 1),
         etp=f.count("parallelism.etp") if f.has("parallelism.etp") else None,
+        **{
+            k: f.count(f"parallelism.{k}")
+            for k in ("mx", "my", "slices")
+            if f.has(f"parallelism.{k}")
+        },  # a TPU run's mesh: ICI axes and slices
         **(_expert_fields(f) if ep > 1 else {}),
     )
     return train, parallel
@@ -293,6 +303,15 @@ def _expert_fields(f: RunFields) -> dict[str, Any]:
         "ep_dispatcher": f.text("parallelism.ep_dispatcher", "all-to-all"),
         "ep_overlap": f.flag("parallelism.ep_overlap", False),
     }
+
+
+def _precision(f: RunFields) -> str:
+    """The recipe a source's wording names; integer-quantized training (AQT int8 matmuls)
+    is refused, not costed as bf16."""
+    stated = f.text("precision", "bf16")
+    if stated.lower().startswith(("int8", "int4")):
+        f.fail("precision", f"{stated.split()[0]} training is not a costmodel precision")
+    return _by_prefix(stated, _PRECISION, "bf16-mixed")
 
 
 def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
@@ -312,7 +331,7 @@ def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
         {"batch": "global_batch", "seq": "model.seq", "precision": "precision"},
         batch=batch,
         seq=f.count("model.seq"),
-        precision=_by_prefix(f.text("precision", "bf16"), _PRECISION, "bf16-mixed"),
+        precision=_precision(f),
         optimizer="adamw",
         optimizer_impl=f.text("optimizer_impl"),
         attention=f.text("attention"),
@@ -337,9 +356,26 @@ def _narayanan_flops(model: ModelSpec, seq: int) -> float:
     return 96 * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
 
 
+def _palm(attention: float) -> Callable[[ModelSpec, int], float]:
+    """PaLM's count (Chowdhery et al. 2022, App. B), as MaxText's ``calculate_training_
+    tflops`` (train.py) ran it: 6·N·s for the weights, N every parameter (a tied table
+    once), plus ``attention`` x 12·H·L·d_h·s²: 1 as PaLM writes it (MaxText @e47fa1b5),
+    1/2 for causal attention (@76bd53b0), 0 for the weights alone (@281e04bf)."""
+
+    def flops(model: ModelSpec, seq: int) -> float:
+        n = float(param_breakdown(model)["total"].subs(values_for(model)))
+        core = 12 * model.n_heads * model.n_layers * model.head_dim * seq**2
+        return 6 * n * seq + attention * core
+
+    return flops
+
+
 FLOP_CONVENTIONS: dict[str, Callable[[ModelSpec, int], float]] = {
     "model": _model_flops,
     "narayanan-2021": _narayanan_flops,
+    "palm": _palm(1.0),
+    "palm-causal": _palm(0.5),
+    "six-n": _palm(0.0),
 }
 """FLOPs per sequence per step by ``flops_convention`` (see the module docstring)."""
 

@@ -25,7 +25,9 @@ Optional, with their generic default:
   model: SwiGLU, RMSNorm, no biases, untied, RoPE).
 - ``micro_batch``: 1 (sequences per micro-batch per data-parallel rank);
   ``parallelism.{dp,fsdp,tp,pp,cp,ep,vpp}``: 1 where null or absent (``dp`` is what
-  ``n_gpus`` leaves; a stated one must agree).
+  ``n_gpus`` leaves; a stated one must agree). A TPU run's mesh:
+  ``parallelism.{mx,my}`` (ICI torus axes its fsdp/dp and tp groups span) and
+  ``parallelism.slices`` (slices joined over DCN), 1 where absent.
 - ``framework`` (ParallelSpec.framework): ``fsdp2``. ``optimizer_impl``: ``foreach``.
   ``sequence_parallel``: true where tp > 1. ``async_tp`` and ``grad_reduce_fp32``: false.
 - ``recompute`` (TrainSpec.recompute): the policy ``activation_recompute`` starts with
@@ -37,9 +39,11 @@ Optional, with their generic default:
   (in place of the catalog device's NICs); default: the catalog's.
 - ``flops_convention``: the FLOPs per sequence a quoted ``tflops_per_gpu`` or ``mfu``
   counts: ``model`` (Megatron-Core's ``num_floating_point_operations``, no
-  recomputation; the default) or ``narayanan-2021`` (Narayanan et al. 2021, Sec. 5.1,
-  which counts the recomputed forward). ``mfu_peak_flops``: the FLOP/s a quoted ``mfu``
-  divides by; default: the device's dense bf16 (else fp16) peak in the catalog.
+  recomputation; the default), ``narayanan-2021`` (Narayanan et al. 2021, Sec. 5.1,
+  which counts the recomputed forward) or PaLM's as MaxText counts (``palm``: 6·N·s +
+  12·H·L·d_h·s²; ``palm-causal``: attention halved; ``six-n``: 6·N·s alone).
+  ``mfu_peak_flops``: the FLOP/s a quoted ``mfu`` divides by; default: the device's
+  dense bf16 (else fp16) peak in the catalog.
 - ``assumptions``: what the data fills and where from, copied into the case.
 
 Torch-free.
