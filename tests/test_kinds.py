@@ -58,7 +58,7 @@ def test_a_kind_names_its_ops_and_parts_consistently(name):
         assert set(kind.kept_scales(model, 2, 2)) <= set(kind.kept_parts)
     projections = attention.projections(model)
     ops = {op for op, _, _ in projections.matrices(model)}
-    assert ops == set(projections.shapes(model))
+    assert ops == set(projections.shapes(model)) == set(projections.shapes(model, True))
 
 
 @pytest.mark.parametrize("name", MODELS)

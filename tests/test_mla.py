@@ -10,7 +10,11 @@ import pytest
 from costmodel import ModelSpec, ParallelSpec, TrainSpec, estimate, get_model
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.hf import model_from_hf_dict
+from costmodel.parallel.gemms import all_gemms
+from costmodel.parallel.state import params_per_device
+from costmodel.single.params import param_breakdown
 from costmodel.specs.checks import SpecError
+from costmodel.symbols import Y, values_for
 from validate.probes.accounting import compare
 
 # Fields as published in deepseek-ai/DeepSeek-V3 and DeepSeek-V2-Lite config.json.
@@ -100,9 +104,63 @@ def test_runs_on_a_cluster_with_experts_and_pipeline():
     assert 0 < est["mfu"] < 1 and est["memory_bytes_per_device.peak"] > 0
 
 
+def _dense_lite() -> ModelSpec:
+    """DeepSeek-V2-Lite's attention (no query latent) over a dense FFN, with a query latent
+    of 128 to cover both query paths."""
+    return get_model("deepseek-v2-lite", n_experts=0, experts_per_token=0, n_shared_experts=0,
+                     dense_layers=0, moe_renormalize=True, q_lora_rank=128)  # fmt: skip
+
+
+@pytest.mark.parametrize("q_lora", [0, 128])
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_mla_under_tensor_parallelism_splits_heads_and_keeps_the_down_projections(
+    q_lora, sequence_parallel
+):
+    """Megatron-Core's MLASelfAttention: up-projections and O split by heads, the
+    down-projections to the latents whole on every rank (TELinear 'duplicated'), run on the
+    rank's sequence shard under sequence parallelism. Per device: parameters and matmul
+    FLOPs per token by hand."""
+    model = _dense_lite().replace(q_lora_rank=q_lora)
+    d, heads, qk, v, r_kv, r_q = 2048, 16, 128 + 64, 128, 512, q_lora
+    down = d * (r_kv + 64) + d * r_q
+    split = heads * qk * (r_q or d) + r_kv * heads * (128 + v) + heads * v * d
+    values = {**values_for(model), Y: 2}
+    gemms = all_gemms(model, None, sequence_parallel)
+    per_token = {op: sum(2 * rows * k * n2 * c for rows, k, n2, c in g).subs(values)
+                 for op, g in gemms.items() if op.startswith("attn_")}  # fmt: skip
+    assert sum(per_token.values()) == 2 * (split // 2 + (down // 2 if sequence_parallel else down))
+    one, two = (params_per_device(model, ParallelSpec(tp=t))[0].subs({**values, Y: t})
+                for t in (1, 2))  # fmt: skip
+    norms = param_breakdown(model)["norms"].subs(values)
+    assert two == (one - norms) / 2 + norms + model.n_layers * down // 2
+
+
+def test_mla_tensor_parallel_collectives_gather_the_latents():
+    """Under sequence parallelism an MLA block gathers its latents (query latent or input,
+    key/value latent, RoPE key) and reduce-scatters D, where a standard block gathers and
+    reduce-scatters D: the difference in bytes is m·L·(2(Y-1)/Y)·2·b·T·(g - D)."""
+    hw, train = get_hardware("h100-sxm"), TrainSpec(batch=8, seq=256, grad_accum=1)
+    mla = _dense_lite()
+    standard = mla.replace(kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0, v_head_dim=None)
+    par = ParallelSpec(tp=2, dp=4, sequence_parallel=True, framework="megatron")
+    got = [estimate(m, train, par, hw)["comm_bytes.tp"] for m in (mla, standard)]
+    tokens, gathered = 2 * 256, 128 + 512 + 64  # a device's micro-batch: 2 sequences
+    assert got[0] - got[1] == 27 * 1 * 2 * tokens * (gathered - 2048)
+
+
+def test_mla_ring_attention_passes_its_heads_widths():
+    """Context parallelism passes each head's key (d_h + d_r) and value (padded to it for
+    the fused kernel) around the ring: H x 192 + H x 192 per token for V2-Lite's heads,
+    where a standard model with as many 128-wide heads passes H x 128 twice."""
+    hw, train = get_hardware("h100-sxm"), TrainSpec(batch=8, seq=256, grad_accum=1)
+    mla = _dense_lite()
+    standard = mla.replace(kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0, v_head_dim=None)
+    par = ParallelSpec(cp=2, fsdp=4, framework="fsdp2")
+    got = [estimate(m, train, par, hw)["comm_bytes.cp"] for m in (mla, standard)]
+    assert got[0] * 128 == got[1] * 192
+
+
 @pytest.mark.parametrize(("spec", "train", "par", "field"), [
-    ({}, {}, {"tp": 2}, "tp"),
-    ({}, {"attention": "flash"}, {"cp": 2}, "cp"),
     ({}, {"elementwise": "eager"}, None, "elementwise"),
     ({"n_kv_heads": 8}, {}, None, "n_kv_heads"),
     ({"rope_head_dim": 63}, {}, None, "rope_head_dim"),
@@ -111,8 +169,7 @@ def test_runs_on_a_cluster_with_experts_and_pipeline():
      "v_head_dim"),
 ])  # fmt: skip
 def test_what_is_not_modelled_is_refused(spec, train, par, field):
-    lite = get_model("deepseek-v2-lite", n_experts=0, experts_per_token=0, n_shared_experts=0,
-                     dense_layers=0, moe_renormalize=True, q_lora_rank=128)  # fmt: skip
+    lite = _dense_lite()
     hw = get_hardware("h100-sxm")
     with pytest.raises(SpecError) as err:
         layout = ParallelSpec(**par) if par else None

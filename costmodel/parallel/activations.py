@@ -13,7 +13,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
-from costmodel.kinds import ffn
+from costmodel.kinds import attention, ffn
 from costmodel.parallel.pipeline import (
     PipelineRank,
     boundary_tensors,
@@ -31,15 +31,12 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     D,
-    H,
-    K,
     L,
     N_cp,
     T,
     V,
     Y,
     b,
-    d_h,
     more_than_one,
     v,
 )
@@ -140,7 +137,9 @@ def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     if model.ffn_only:
         return sp.Integer(0)
     c = PRECISIONS[train.precision].activation
-    per_token = (4 * H + 16 * K + 2 * c * K + c * (H + 2 * K)) * d_h / Y
+    q, key, value = attention.projections(model).ring_widths(model, train.attention)
+    kv = key + value
+    per_token = (4 * q + 8 * kv + c * kv + c * (q + kv)) / Y
     return more_than_one(N_cp) * per_token * b * T
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
+from costmodel.kinds import attention
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
 from costmodel.parallel.dispatch import sends_per_token
 from costmodel.parallel.experts import (
@@ -38,7 +39,6 @@ from costmodel.symbols import (
     W_X,
     W_Y,
     D,
-    K,
     N_cp,
     N_ep,
     N_etp,
@@ -57,7 +57,6 @@ from costmodel.symbols import (
     a_X,
     a_Y,
     as_expr,
-    d_h,
     k_r,
     m,
     more_than_one,
@@ -198,7 +197,8 @@ def cp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
         return _phases(0, 0, 0, 0)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
-    kv = 2 * c * b_dev * t_dev * K * d_h / Y
+    _, key, value = attention.projections(model).ring_widths(model, train.attention)
+    kv = c * b_dev * t_dev * (key + value) / Y
     kv_grad = kv * 4 / c
     layers = stage_layers(par)
     hops = m * layers * ring_steps("all_gather", N_cp)
@@ -224,19 +224,24 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     """
     b_dev, t_dev = device_batch()
     per_token = b_dev * t_dev
-    act = PRECISIONS[train.precision].activation * per_token * D
+    act = PRECISIONS[train.precision].activation * per_token
     per_layer = 1 if model.ffn_only else 2
     layers = stage_layers(par)
+    # all-reduce-equivalent widths per layer (forward, backward): the FFN's D each way,
+    # attention's D, or MLA's gathered latents in (r_q + r_kv + d_r) and D out
+    attn_fwd, attn_bwd = _attention_widths(model, par)
+    width_fwd, width_bwd = D + attn_fwd, D + attn_bwd
     # recomputation re-runs a block's collectives; op-level selective AC all but the last,
-    # which follows the saved last matmul (torch.utils.checkpoint's early stop)
+    # the FFN's, which follows the saved last matmul (torch.utils.checkpoint's early stop)
     last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
-    again = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
+    again = {"full": width_fwd, "selective-op": width_fwd - last * D}.get(train.recompute, 0)
+    count = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
     ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
-    fwd_b, bwd_b = m * layers * per_layer * ar * act, m * layers * (per_layer + again) * ar * act
-    fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + again)
+    fwd_b, bwd_b = m * layers * ar * act * width_fwd, m * layers * ar * act * (width_bwd + again)
+    fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)
     if not model.ffn_only:
         embed = ar * residual_bytes(train, par) * per_token * D
-        head, loss = ar * act, 3 * ar * 4 * per_token
+        head, loss = ar * act * D, 3 * ar * 4 * per_token
         split = sp.Rational(1, 2) if par.sequence_parallel else 0
         vocab_in = (embed * (1 - split), embed * split)  # (forward, backward) bytes
         vocab_out = (head * split + loss, head * (1 - split))
@@ -250,6 +255,21 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     return _phases(
         fwd_b + bwd_b, fwd_b / W_Y + fwd_n * steps * a_Y, bwd_b / W_Y + bwd_n * steps * a_Y, 0
     )
+
+
+def _attention_widths(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.Expr]:
+    """Attention's tensor-parallel collectives per layer as all-reduce-equivalent widths
+    per token, (forward, backward): 0 for an FFN-only stack; else, with g the width
+    gathered before the head-split matmuls (D; MLA's latents,
+    ``Projections.gathered_width``), under sequence parallelism a gather of g and a
+    reduce-scatter of the D-wide output each way ((g + D) / 2 all-reduces); without it
+    the output's all-reduce in forward and the gathered input's gradient in backward."""
+    if model.ffn_only:
+        return sp.Integer(0), sp.Integer(0)
+    g = attention.projections(model).gathered_width(model)
+    if par.sequence_parallel:
+        return (g + D) / 2, (g + D) / 2
+    return D, g
 
 
 def _phases(total_bytes, forward, backward, optimizer) -> dict[str, sp.Expr]:

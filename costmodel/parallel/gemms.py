@@ -29,26 +29,32 @@ __all__ = ["Gemm", "all_gemms", "gemm_cost", "gemm_seconds", "matmul_shapes", "t
            "wave_efficiency"]  # fmt: skip
 
 
-def matmul_shapes(model: ModelSpec) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-    """Per-device (k, n2) of each attention op's matmuls (and the head's) under tensor
-    parallelism Y."""
+def matmul_shapes(
+    model: ModelSpec, sequence_parallel: bool = False
+) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]]:
+    """Per-device (rows per token, k, n2) of each attention op's matmuls (and the head's)
+    under tensor parallelism Y (``Projections.shapes``)."""
     if model.ffn_only:
         return {}
-    return {**attention.projections(model).shapes(model), "lm_head": [(D, V / Y)]}
+    one = sp.Integer(1)
+    return {**attention.projections(model).shapes(model, sequence_parallel),
+            "lm_head": [(one, D, V / Y)]}  # fmt: skip
 
 
-def all_gemms(model: ModelSpec, train: TrainSpec | None = None) -> dict[str, list[Gemm]]:
+def all_gemms(
+    model: ModelSpec, train: TrainSpec | None = None, sequence_parallel: bool = False
+) -> dict[str, list[Gemm]]:
     """Every op's matmuls as (rows per token, k, n2, how many) on one device: attention's
     and the head's, and each FFN kind's (``FFNKind.gemms``); with a fine-tuning ``train``,
     its adapters' (x A: k = fan-in, n2 = r; then B: k = r)."""
-    shapes = matmul_shapes(model)
+    shapes = matmul_shapes(model, sequence_parallel)
     head = shapes.pop("lm_head", None)
-    gemms = {op: [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in pairs]
-             for op, pairs in shapes.items()}  # fmt: skip
+    gemms = {op: [(rows, k, n2, sp.Integer(1)) for rows, k, n2 in triples]
+             for op, triples in shapes.items()}  # fmt: skip
     for kind, _ in ffn.blocks(model):
         gemms.update(kind.gemms(model))
     if head is not None:
-        gemms["lm_head"] = [(sp.Integer(1), k, n2, sp.Integer(1)) for k, n2 in head]
+        gemms["lm_head"] = [(rows, k, n2, sp.Integer(1)) for rows, k, n2 in head]
     if train is not None and tunes(train):
         one = sp.Integer(1)
         gemms["lora"] = [g for _, k, n2, c in adapted(model, train)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
+from costmodel.kinds import attention
 from costmodel.parallel.experts import local_experts, sharded_params, split_state
 from costmodel.parallel.pipeline import PipelineRank, chunks_in_flight, rank_layers
 from costmodel.parallel.shares import device_blocks, device_experts, stage_layers
@@ -28,7 +29,8 @@ def params_per_device(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> tuple[sp.Expr, sp.Expr]:
     """(all, matmul-weight) parameters one device holds before ZeRO: blocks of one stage
-    split over tp (norms replicated), vocabulary matrices split over tp (vocab-parallel).
+    split over tp (norms and MLA's down-projections whole on every rank), vocabulary
+    matrices split over tp (vocab-parallel).
     ``rank``: that pipeline rank's exactly (its layers, the embedding on the first, the
     final norm and head on the last); without it, with pp > 1, the busiest stage's layers
     with the larger of the embedding and the head (an upper bound for every rank)."""
@@ -45,6 +47,9 @@ def params_per_device(
     local = local_experts(model, held)
     pairs = zip((blocks, blocks_mm), local, strict=True)
     blocks, blocks_mm = (whole - N_ep * mine + Y * mine / N_etp for whole, mine in pairs)
+    # what every tp rank holds whole (MLA's down-projections), in Y/Y of its share
+    whole = 0 if model.ffn_only else layers * attention.projections(model).duplicated(model)
+    blocks, blocks_mm = blocks + (Y - 1) * whole, blocks_mm + (Y - 1) * whole
     if rank is not None:
         block_norms = block_params(model, norms=True) - block
         final_norm = norm_total - L * block_norms

@@ -102,7 +102,7 @@ def roofline(
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
-    for op, shapes in all_gemms(model, train).items():
+    for op, shapes in all_gemms(model, train, par.sequence_parallel).items():
         total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), sp.Integer(0))
         frozen = backward_factor(op, train) == 1  # a frozen weight: dX alone
         for rows, k, n2, count in shapes:
@@ -270,7 +270,8 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     if prec.matmul_input == 1:
         n = b_dev * t_dev
         shapes = [(_layer_share(model, par, op) * c * rows, k, n2)
-                  for op, gemms in all_gemms(model).items() if op != "lm_head"
+                  for op, gemms in all_gemms(model, None, par.sequence_parallel).items()
+                  if op != "lm_head"
                   for rows, k, n2, c in gemms]  # fmt: skip
         inputs = stage_layers(par) * sum((w * n * k for w, k, _ in shapes), sp.Integer(0))
         outputs = stage_layers(par) * sum((w * n * n2 for w, _, n2 in shapes), sp.Integer(0))

@@ -302,12 +302,6 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
                    "(n_experts >= 1)")  # fmt: skip
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
     expert_mesh_rule(par, model, moe, shards_over_cp)
-    mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
-    for name in ("tp", "cp"):  # how MLA's latents split over them is not modelled yet
-        ok = ~mla | (np.asarray(getattr(par, name)) == 1)
-        checks.require(ok, name, lambda n=name: f"{n} must be 1 for MLA (kv_lora_rank > 0): "
-                       "its latents under tensor or context parallelism are not modelled "
-                       "yet; use dp, fsdp, pp or ep")  # fmt: skip
     first = first_round_layers(par, model)
     dense = np.asarray(getattr(model, "dense_layers", 0))
     ok = ~moe | (np.asarray(par.pp) == 1) | (dense <= first)

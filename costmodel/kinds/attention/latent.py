@@ -12,8 +12,10 @@ latent (the norm's input, the whole down-projection's output whose view it is) w
 statistics, and the normed latent (the up-projection's input); in the core, the query and
 key (new tensors: the RoPE part concatenated), and the fused kernel's padded values, output
 and logsumexp, or the naive core's copies of query, key and value beside the probabilities;
-and the out-projection's input, a copy of the sliced output. MLA runs without tensor
-parallelism here (a layout rule). Units: parameters, bytes, FLOPs.
+and the out-projection's input, a copy of the sliced output. Under tensor parallelism the
+heads split and the down-projections stay whole on every rank, over the sequence shard
+under sequence parallelism (Megatron-Core's ``MLASelfAttention``: :meth:`Latent.shapes`).
+Units: parameters, bytes, FLOPs.
 """
 
 from __future__ import annotations
@@ -63,12 +65,43 @@ class Latent:
         """Width of the rotary tables' rows: the decoupled RoPE key's."""
         return d_r
 
-    def shapes(self, model: Any) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-        """Per-device (k, n2) of each projection (unsplit: MLA runs without tp here)."""
-        shapes: dict[str, list[tuple[sp.Expr, sp.Expr]]] = {}
+    def shapes(
+        self, model: Any, sequence_parallel: bool = False
+    ) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]]:
+        """Per-device (rows per token, k, n2) of each projection under tensor parallelism Y,
+        as Megatron-Core runs MLA (``MLASelfAttention``): the up-projections split by heads
+        over the gathered sequence (column-parallel), O by heads (row-parallel), and the
+        down-projections to the latents whole on every rank (``TELinear``,
+        ``parallel_mode='duplicated'``), over the device's sequence shard under sequence
+        parallelism (its 1/Y of the rows), else over the whole sequence."""
+        shapes: dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]] = {}
+        shard = 1 / Y if sequence_parallel else sp.Integer(1)
         for op, fan_in, fan_out in self.matrices(model):
-            shapes.setdefault(op, []).append((fan_in, fan_out))
+            if H in fan_out.free_symbols:
+                shape = (sp.Integer(1), fan_in, fan_out / Y)
+            elif H in fan_in.free_symbols:
+                shape = (sp.Integer(1), fan_in / Y, fan_out)
+            else:
+                shape = (shard, fan_in, fan_out)
+            shapes.setdefault(op, []).append(shape)
         return shapes
+
+    def gathered_width(self, model: Any) -> sp.Expr:
+        """What tensor parallelism gathers before the head-split matmuls: the query latent
+        (or, without one, the block input the query projection takes), the key/value
+        latent and the shared RoPE key (Megatron-Core: the up-projections' inputs and
+        ``gather_from_sequence_parallel_region`` of the RoPE key)."""
+        return (r_q if model.q_lora_rank else D) + r_kv + d_r
+
+    def duplicated(self, model: Any) -> sp.Expr:
+        """The down-projections to the latents: D x r_q (with a query latent) and D x
+        (r_kv + d_r), whole on every tp rank."""
+        return D * (r_q if model.q_lora_rank else 0) + D * (r_kv + d_r)
+
+    def ring_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+        """H query and key heads of d_h + d_r, H value heads as the kernel takes them."""
+        qk, value = self.head_widths(model, kernel)
+        return H * qk, H * qk, H * value
 
     def core_traffic(self, model: Any, kernel: str, b_dev: Any, t_dev: Any, a: int) -> tuple:
         """(FLOPs per query-key pair, bytes of Q, K, V and O) on a device: heads of

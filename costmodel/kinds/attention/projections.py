@@ -48,8 +48,24 @@ class Projections(Protocol):
         """Width of the rotary tables' rows."""
         ...
 
-    def shapes(self, model: Any) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-        """Per-device (k, n2) of each projection op's matmuls under tensor parallelism."""
+    def shapes(
+        self, model: Any, sequence_parallel: bool = False
+    ) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]]:
+        """Per-device (rows per token, k, n2) of each projection op's matmuls under tensor
+        parallelism (with or without sequence parallelism)."""
+        ...
+
+    def gathered_width(self, model: Any) -> sp.Expr:
+        """Width per token tensor parallelism gathers (or reduces) in front of a block's
+        head-split matmuls: the block input's D, or the latents MLA makes first."""
+        ...
+
+    def duplicated(self, model: Any) -> sp.Expr:
+        """Parameters of one block every tp rank holds whole (not split by heads)."""
+        ...
+
+    def ring_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+        """(query, key, value) elements per token in the core under ``kernel``, before tp."""
         ...
 
     def core_traffic(self, model: Any, kernel: str, b_dev: Any, t_dev: Any, a: int) -> tuple:

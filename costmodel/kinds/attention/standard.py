@@ -47,10 +47,26 @@ class Standard:
         """Width of the rotary tables' rows: the head's."""
         return d_h
 
-    def shapes(self, model: Any) -> dict[str, list[tuple[sp.Expr, sp.Expr]]]:
-        """Per-device (k, n2) of each projection under tensor parallelism Y."""
-        return {"attn_q": [(D, H * d_h / Y)], "attn_k": [(D, K * d_h / Y)],
-                "attn_v": [(D, K * d_h / Y)], "attn_o": [(H * d_h / Y, D)]}  # fmt: skip
+    def shapes(
+        self, model: Any, sequence_parallel: bool = False
+    ) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]]:
+        """Per-device (rows per token, k, n2) of each projection under tensor parallelism
+        Y: every matrix split by heads, over the whole (gathered) sequence."""
+        one = sp.Integer(1)
+        return {"attn_q": [(one, D, H * d_h / Y)], "attn_k": [(one, D, K * d_h / Y)],
+                "attn_v": [(one, D, K * d_h / Y)], "attn_o": [(one, H * d_h / Y, D)]}  # fmt: skip
+
+    def gathered_width(self, model: Any) -> sp.Expr:
+        """The block input's D."""
+        return D
+
+    def duplicated(self, model: Any) -> sp.Expr:
+        """None: every matrix is split by heads."""
+        return sp.Integer(0)
+
+    def ring_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
+        """H query heads and K key and value heads of d_h."""
+        return H * d_h, K * d_h, K * d_h
 
     def core_traffic(self, model: Any, kernel: str, b_dev: Any, t_dev: Any, a: int) -> tuple:
         """(FLOPs per query-key pair, bytes of Q, K, V and O) of one micro-batch's core on
