@@ -46,8 +46,8 @@ from costmodel.symbols import (
     price,
 )
 
-MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "tied", "pos", "ffn_only",
-                   "shared_expert_gate", "moe_renormalize")  # fmt: skip
+MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "parallel_block", "tied", "pos",
+                   "ffn_only", "shared_expert_gate", "moe_renormalize")  # fmt: skip
 TRAIN_STRUCTURE = (
     "finetune",
     "lora_targets",

@@ -225,7 +225,7 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     b_dev, t_dev = device_batch()
     per_token = b_dev * t_dev
     act = PRECISIONS[train.precision].activation * per_token
-    per_layer = 1 if model.ffn_only else 2
+    per_layer = 1 if model.ffn_only or model.parallel_block else 2
     layers = stage_layers(par)
     # all-reduce-equivalent widths per layer (forward, backward): the FFN's D each way,
     # attention's D, or MLA's gathered latents in (r_q + r_kv + d_r) and D out
@@ -259,12 +259,14 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
 
 def _attention_widths(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.Expr]:
     """Attention's tensor-parallel collectives per layer as all-reduce-equivalent widths
-    per token, (forward, backward): 0 for an FFN-only stack; else, with g the width
+    per token, (forward, backward): 0 for an FFN-only stack and a parallel block (its
+    branches read one gathered input and their summed output is reduced once, with the
+    FFN's); else, with g the width
     gathered before the head-split matmuls (D; MLA's latents,
     ``Projections.gathered_width``), under sequence parallelism a gather of g and a
     reduce-scatter of the D-wide output each way ((g + D) / 2 all-reduces); without it
     the output's all-reduce in forward and the gathered input's gradient in backward."""
-    if model.ffn_only:
+    if model.ffn_only or model.parallel_block:  # a parallel block's is the FFN's one
         return sp.Integer(0), sp.Integer(0)
     g = attention.projections(model).gathered_width(model)
     if par.sequence_parallel:

@@ -174,10 +174,12 @@ def _block_activations(
         if model.qk_norm:  # the Q and K projections' outputs and their rows' statistics
             parts["qk_norm"] = L * b * T * (H + K) * norm_kept(model.norm, act, d_h)
         parts.update(attention.projections(model).kept(model, train, act, mm))
-        parts["ffn_norm"] = L * _norm_saved(model, res)
-    # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.
-    first_is_input = model.ffn_only and act == res
-    parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
+        if not model.parallel_block:  # a parallel block's FFN reads attention's normed input
+            parts["ffn_norm"] = L * _norm_saved(model, res)
+    if not model.parallel_block:
+        # An FFN-only stack without a cast feeds block 0 the input tensor itself, counted there.
+        first_is_input = model.ffn_only and act == res
+        parts["ffn_input"] = (L - 1 if first_is_input else L) * mm * b * T * D
     parts.update(ffn.by_op(model, lambda kind: _per_token_kept(kind, model, act, mm)))
     if train.dropout:  # a bool mask per residual branch
         parts["dropout_masks"] = (1 if model.ffn_only else 2) * L * b * T * D

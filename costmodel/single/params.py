@@ -72,13 +72,14 @@ def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
 
 
 def block_norms(model: ModelSpec) -> sp.Expr:
-    """One block's norm parameters: before attention and before the FFN, and with
-    ``qk_norm`` the query's and the key's over d_h (shared by the heads); and those of its
-    attention projections (MLA's latents': the key/value one's, and the query's where it
-    has one)."""
+    """One block's norm parameters: before attention and before the FFN (one for both in a
+    parallel block), and with ``qk_norm`` the query's and the key's over d_h (shared by the
+    heads); and those of its attention projections (MLA's latents': the key/value one's,
+    and the query's where it has one)."""
     widths = attention.projections(model).norm_widths(model)
     latents = sum((_norm(model, w) for w in widths), sp.Integer(0))
-    return 2 * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
+    pre = 1 if model.parallel_block else 2
+    return pre * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
 
 
 def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:

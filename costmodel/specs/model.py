@@ -95,6 +95,11 @@ class ModelSpec:
     """A norm of kind ``norm`` over each head's query and key, before RoPE, with one d_h
     gain (and bias) for each of the two shared by the heads (Qwen3; Dehghani et al. 2023,
     "Scaling Vision Transformers to 22 Billion Parameters", Sec. 3.1)."""
+    parallel_block: bool = False
+    """Attention and the FFN read one normed input side by side and their outputs are summed
+    into the residual stream (GPT-J; PaLM, Chowdhery et al. 2022, Sec. 2; Falcon; MaxText's
+    2023 decoder): one norm per block, the normed input kept once for both, and one
+    tensor-parallel reduction per block in place of two."""
     tied: bool = False
     """LM head shares the token-embedding matrix."""
     pos: PosKind = "rope"
@@ -134,7 +139,8 @@ class ModelSpec:
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         sizes = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_positions")
-        check_fields(self, sizes, ("bias", "qkv_bias", "qk_norm", "tied", "ffn_only"))
+        flags = ("bias", "qkv_bias", "qk_norm", "tied", "ffn_only", "parallel_block")
+        check_fields(self, sizes, flags)
         checks.integer("vocab", self.vocab, minimum=0)
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", derived_head_dim(self.d_model, self.n_heads))
@@ -147,8 +153,9 @@ class ModelSpec:
         checks.integer("sliding_window", self.sliding_window, minimum=0)
         checks.integer("global_every", self.global_every, minimum=0)
         window_rules(self)
-        if self.ffn_only and self.qk_norm:
-            raise SpecError("qk_norm", "qk_norm needs attention (ffn_only is set)")
+        for flag in ("qk_norm", "parallel_block"):
+            if self.ffn_only and getattr(self, flag):
+                raise SpecError(flag, f"{flag} needs attention (ffn_only is set)")
         if self.ffn_only and self.vocab != 0:
             raise SpecError("vocab", f"vocab must be 0 for an ffn_only model (got {self.vocab})")
         if not self.ffn_only and self.vocab == 0:
@@ -177,6 +184,7 @@ class ModelSpec:
             ("pos", self.pos == "rope", "must be rope"),
             ("qkv_bias", not (self.bias or self.qkv_bias), "must be off (no biases)"),
             ("qk_norm", not self.qk_norm, "must be off"),
+            ("parallel_block", not self.parallel_block, "must be off"),
             ("ffn_only", not self.ffn_only, "must be off"),
         ):  # fmt: skip
             if not ok:

@@ -53,7 +53,8 @@ def moe_train_rule(model: Any, recompute: Any, elementwise: Any = "fused") -> No
     """Op-level selective recomputation saves every second matmul of a block in order; an
     MoE block's matmuls run per expert, in an order routing decides, and MLA's latents add
     matmuls the policy's count has not been checked on: not modelled. MLA's eager
-    elementwise ops (latent norms, splits, concatenations, padding) are not counted."""
+    elementwise ops (latent norms, splits, concatenations, padding) are not counted, nor
+    a parallel block's (one norm, two branches summed), whose op order op-level AC follows."""
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     ok = ~moe | (np.asarray(recompute) != "selective-op")
     checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
@@ -65,6 +66,13 @@ def moe_train_rule(model: Any, recompute: Any, elementwise: Any = "fused") -> No
     ok = ~mla | (np.asarray(elementwise) != "eager")
     checks.require(ok, "elementwise", lambda: "elementwise=eager is not modelled for MLA "
                    "(kv_lora_rank > 0): its op-by-op traffic is not counted")  # fmt: skip
+    parallel = np.asarray(getattr(model, "parallel_block", False), dtype=bool)
+    for name, value, bad in (("recompute", recompute, "selective-op"),
+                             ("elementwise", elementwise, "eager")):  # fmt: skip
+        ok = ~parallel | (np.asarray(value) != bad)
+        checks.require(ok, name, lambda n=name, b=bad: f"{n}={b} is not modelled for a "
+                       "parallel block (parallel_block): its op order and op-by-op traffic "
+                       "are not counted")  # fmt: skip
 
 
 def check_positions(pos: str, seq: Any, max_positions: Any) -> None:

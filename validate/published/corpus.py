@@ -52,7 +52,7 @@ from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
 __all__ = ["Case", "CorpusError", "case_of", "flops_per_sequence", "load_runs", "run_label"]
 
 GiB = 2**30
-ARCHITECTURE = ("ffn", "norm", "bias", "tied", "pos", "qkv_bias", "qk_norm")
+ARCHITECTURE = ("ffn", "norm", "bias", "tied", "pos", "qkv_bias", "qk_norm", "parallel_block")
 """The ModelSpec keywords ``model.architecture`` may set (the first five said in every
 shipped run)."""
 _RECOMPUTE = (("full", "full"), ("selective", "selective"))

@@ -117,7 +117,11 @@ def decode_step(model: TransformerLM, ids: torch.Tensor, caches, position: int) 
         filled = min(position + 1, window) if block.local else position + 1
         run = _latent if s.mla else _standard
         h = block.norm1(x).to(compute)
-        x = x + run(block.attn, h, cos, sin, cache, slot, filled)
+        attended = run(block.attn, h, cos, sin, cache, slot, filled)
+        if block.parallel:  # both branches read the one normed input
+            x = x + attended + block.ffn(h)
+            continue
+        x = x + attended
         x = x + block.ffn(block.norm2(x).to(compute))
     return model.lm_head(model.norm_f(x).to(compute))[:, 0]
 

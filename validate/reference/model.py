@@ -261,8 +261,10 @@ class Block(nn.Module):
         super().__init__()
         self.compute, self.ffn_only, self.dropout = compute, spec.ffn_only, dropout
         self.local = local  # a sliding-window block (``ModelSpec.is_local``)
+        self.parallel = spec.parallel_block
         if not spec.ffn_only:
-            self.norm1, self.norm2 = _norm(spec, **fk), _norm(spec, **fk)
+            self.norm1 = _norm(spec, **fk)
+            self.norm2 = None if spec.parallel_block else _norm(spec, **fk)
             if spec.mla:
                 core = NaiveAttention(dropout) if kernel == "naive" else FlashAttention(dropout)
                 self.attn = MLAttention(spec, compute, core, selective, Linear, _norm,
@@ -278,6 +280,9 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, mask):
         if self.ffn_only:
             return x + self._drop(self.ffn(x.to(self.compute)))
+        if self.parallel:  # one normed input to both branches, summed into the residual
+            h = self.norm1(x).to(self.compute)
+            return x + self._drop(self.attn(h, cos, sin, mask)) + self._drop(self.ffn(h))
         x = x + self._drop(self.attn(self.norm1(x).to(self.compute), cos, sin, mask))
         return x + self._drop(self.ffn(self.norm2(x).to(self.compute)))
 
