@@ -158,7 +158,7 @@ def enumerate_layouts(
     names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "count")
     per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
     counts = np.array(per_block.get("count", ()), dtype=np.int64)
-    cols = {n: np.repeat(np.array(per_block.get(n, ()), object if n in _KINDS else np.int64),
+    cols = {n: np.repeat(np.array(per_block.get(n, ()), KIND if n in _KINDS else np.int64),
                          counts) for n in names[:-1]}  # fmt: skip
     for n in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
         cols[n] = np.concatenate([c[n] for c in inner] or [np.zeros(0, np.int64)])
@@ -184,13 +184,13 @@ def _with_dispatchers(cols: dict, dispatchers: tuple[str, ...], hw: Hardware) ->
                         f"on NVIDIA GPUs; on a {hw.kind} use all-to-all")  # fmt: skip
     first, *others = dispatchers
     routed = cols["ep"] > 1
-    cols["ep_dispatcher"] = np.full(len(routed), "all-to-all", dtype=object)
+    cols["ep_dispatcher"] = np.full(len(routed), "all-to-all", dtype=KIND)
     cols["ep_dispatcher"][routed] = first
     n = int(routed.sum())
     if not n or not others:
         return cols
     twins = [{**{k: v[routed] for k, v in cols.items()},
-              "ep_dispatcher": np.full(n, d, dtype=object)} for d in others]  # fmt: skip
+              "ep_dispatcher": np.full(n, d, dtype=KIND)} for d in others]  # fmt: skip
     return {k: np.concatenate([cols[k], *(t[k] for t in twins)]) for k in cols}
 
 
@@ -209,6 +209,9 @@ def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 _KINDS = {"framework", "recompute", "ep_dispatcher"}
+KIND = np.dtype("<U16")
+"""The candidates' kind columns: fixed-width text (compared in C, unlike Python objects;
+wide enough for every framework, recompute and dispatcher name)."""
 SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", "batch"}
 """Columns a candidate sets; the rest of the training is the question's."""
 
@@ -239,7 +242,7 @@ def _choices(tp: bool, pp: bool, per_replica: int, options: PlanOptions) -> dict
         "sequence_parallel": np.array(sp_, bool),
         "pp_interleave": np.array(v, np.int64),
         "micro_batch": np.array(mb, np.int64),
-        "recompute": np.array(rc, dtype=object),
+        "recompute": np.array(rc, dtype=KIND),
     }
 
 

@@ -176,7 +176,7 @@ def trait(framework: Any, name: str) -> Any:
     if isinstance(framework, str):
         return getattr(framework_of(framework), name)
     out = None
-    for fw, here in _named(np.asarray(framework, dtype=object)):
+    for fw, here in _named(np.asarray(framework)):
         out = np.zeros(here.shape, dtype=bool) if out is None else out
         if getattr(fw, name):
             out |= here
@@ -188,7 +188,7 @@ def each(framework: Any) -> list[tuple[Framework, Any]]:
     the bool array of the points that name it."""
     if isinstance(framework, str):
         return [(framework_of(framework), True)]
-    return [(fw, here) for fw, here in _named(np.asarray(framework, dtype=object)) if here.any()]
+    return [(fw, here) for fw, here in _named(np.asarray(framework)) if here.any()]
 
 
 _SEEN: dict[int, tuple[np.ndarray, list[tuple[Framework, np.ndarray]]]] = {}

@@ -85,16 +85,21 @@ def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
                 hw.network_bw * (kind.network_efficiency or hw.eff("network")),
                 float(kind.dedup))  # fmt: skip
     names = np.asarray(names)
-    for name in np.unique(names):
-        _checked(str(name), hw)
     link = network = dedup = np.zeros(names.shape)
+    seen = np.zeros(names.shape, dtype=bool)
     for kind in DISPATCHERS.values():
         here = names == kind.name
+        if not here.any():
+            continue
+        _checked(kind.name, hw)
+        seen |= here
         link_eff = kind.link_efficiency or hw.eff("link")
         net_eff = kind.network_efficiency or hw.eff("network")
         link = np.where(here, hw.link_bandwidth() * link_eff, link)
         network = np.where(here, hw.network_bw * net_eff, network)
         dedup = np.where(here, float(kind.dedup), dedup)
+    if not seen.all():
+        _checked(str(names[~seen].flat[0]), hw)  # raises, naming the unknown dispatcher
     return link, network, dedup
 
 
