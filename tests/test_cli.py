@@ -112,7 +112,7 @@ def test_formula_prints_pretty_and_latex(capsys):
         (["--model", "gpt5"], "model must be one of"),
         (["--model", "llama3-8b", "--n-kv-heads", "5"], "n_kv_heads must divide n_heads"),
         (["--model", "gpt2", "--seq", "4096"], "seq must be <= max_positions"),
-        (["--model", "gpt2", "--formula", "flops.nothing"], "unknown quantity"),
+        (["--model", "gpt2", "--formula", "flops.nothing"], "is not a quantity"),
         (["--d-model", "64"], "without model or hf_config, give vocab, n_layers"),
     ],
 )

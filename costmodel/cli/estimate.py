@@ -211,6 +211,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     setup = build_setup(args)
     est = setup.estimate()
     if args.formula:
+        if args.formula not in est.values:
+            raise SpecError("formula", f"formula {args.formula[:60]!r} is not a quantity of "
+                            "this estimate (--full lists them, e.g. flops.forward)")  # fmt: skip
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
         print(f"\nvalue: {est[args.formula]}")

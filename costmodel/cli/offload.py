@@ -21,6 +21,7 @@ from costmodel.cli.plan import budget_cost
 from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain, plan_offload
 from costmodel.engine.padding import STRATEGIES, row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
+from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.offload import PLAN_KEYS
 
@@ -124,6 +125,7 @@ def _lengths(args: argparse.Namespace) -> Any:
 
 
 def _cmd_padding(args: argparse.Namespace) -> int:
+    checks.integer("seed", args.seed, minimum=0)
     setup = build(values_of(args))
     lengths = _lengths(args)
     rows = strategy_costs(lengths, setup.train.seq, setup.train.batch, row_coefficients(setup),
