@@ -25,6 +25,7 @@ from costmodel.specs.rules import (
     model_rules,
     moe_rules,
     moe_train_rule,
+    recompute_rule,
     train_rules,
 )
 
@@ -38,6 +39,7 @@ def check(model: Any, train: Any, par: Any = None) -> None:
     train_rules(batch=train.batch, grad_accum=train.grad_accum)
     check_positions(model.pos, train.seq, model.max_positions)
     moe_train_rule(model, train.recompute, train.elementwise)
+    recompute_rule(model, train)
     finetune_rules(model, train)
     window_rules(model, par)
     if par is None:

@@ -29,6 +29,7 @@ _INT = {"integer": True, "positive": True}
 
 B, b, T = sp.symbols("B b T", **_INT)
 r_a = sp.Symbol("r", **_INT)  # a LoRA adapter's rank
+L_rc = sp.Symbol("L_rc", **_INT)  # blocks checkpointed in full: ceil(L / recompute_every)
 V, D, F, L, H, K, P = sp.symbols("V D F L H K P", **_INT)
 d_h = sp.Symbol("d_h", **_INT)
 # mixture of experts: routed experts, experts per token, shared experts, dense leading
@@ -46,7 +47,7 @@ W_sw, L_loc = sp.symbols("W_sw L_loc", **_COUNT)
 
 MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e,
                                         r_q, r_kv, d_r, d_v, W_sw, L_loc)  # fmt: skip
-TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a)
+TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a, L_rc)
 ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
 DESCRIPTIONS: dict[sp.Symbol, str] = {
@@ -73,6 +74,7 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
     b: "sequences per micro-batch",
     T: "sequence length (tokens)",
     r_a: "LoRA adapter rank",
+    L_rc: "blocks checkpointed in full (ceil(L / recompute_every))",
 }
 
 
@@ -167,8 +169,9 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
         L_loc: local_layers(model.n_layers, model.sliding_window, model.global_every),
     }
     if train is not None:
+        every = getattr(train, "recompute_every", 1)
         values.update({B: train.batch, b: train.batch // train.grad_accum, T: train.seq,
-                       r_a: train.lora_rank})  # fmt: skip
+                       r_a: train.lora_rank, L_rc: -(-model.n_layers // every)})  # fmt: skip
     return values
 
 

@@ -57,6 +57,7 @@ TRAIN_STRUCTURE = (
     "attention",
     "elementwise",
     "recompute",
+    "recompute_every",
     "dropout",
 )
 PARALLEL_STRUCTURE = (

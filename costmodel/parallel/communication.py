@@ -32,6 +32,7 @@ from costmodel.parallel.shares import (
 )
 from costmodel.parallel.state import trained_per_device
 from costmodel.single import finetune
+from costmodel.single.memory import checkpointed_share
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -178,7 +179,7 @@ def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     tokens = c * b_dev * t_dev / Y * D * busiest_experts()
     network, nvlink = sends_per_token()
     gathered = tokens * k_r * bus_factor("all_gather", N_etp) * N_etp  # the etp ranks gather
-    again = 2 if train.recompute == "full" else 0
+    again = 2 * checkpointed_share(train) if train.recompute == "full" else 0
     each = smax(tokens * network / W_epn, tokens * nvlink / W_ep)
     each += ring_steps("all_to_all", N_ep) * a_ep
     each += gathered / W_Y + ring_steps("all_gather", N_etp) * a_Y
@@ -234,8 +235,11 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     # recomputation re-runs a block's collectives; op-level selective AC all but the last,
     # the FFN's, which follows the saved last matmul (torch.utils.checkpoint's early stop)
     last = 0 if train.dropout else 1  # a branch dropout's mask follows the last one
-    again = {"full": width_fwd, "selective-op": width_fwd - last * D}.get(train.recompute, 0)
-    count = {"full": per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
+    share = checkpointed_share(train)  # of the checkpointed blocks (recompute_every)
+    again = {"full": share * width_fwd, "selective-op": width_fwd - last * D}.get(
+        train.recompute, 0
+    )
+    count = {"full": share * per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
     ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
     fwd_b, bwd_b = m * layers * ar * act * width_fwd, m * layers * ar * act * (width_bwd + again)
     fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)

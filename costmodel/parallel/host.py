@@ -25,6 +25,7 @@ import sympy as sp
 from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.shares import device_blocks, residual_bytes, routed_blocks
 from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.memory import checkpointed_share
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import E_r, N_ep, s_sync, smax, smin, t_ex, t_op
@@ -65,5 +66,6 @@ def exposed_expert_host(
         return sp.Integer(0), sp.Integer(0)
     launches = routed_blocks(model, par) * E_r / N_ep * EXPERT_LINEARS
     forward = launches * t_ex
-    backward = 2 * forward + (forward if train.recompute == "full" else 0)
+    again = checkpointed_share(train) * forward if train.recompute == "full" else 0
+    backward = 2 * forward + again
     return forward, backward

@@ -43,7 +43,7 @@ from costmodel.parallel.state import params_per_device, trained_per_device
 from costmodel.single import finetune
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.flops import backward_factor, flop_conventions
-from costmodel.single.memory import checkpoints_blocks
+from costmodel.single.memory import checkpointed_share, checkpoints_blocks
 from costmodel.single.params import op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -155,8 +155,8 @@ def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr
     """Per layer, the part of a per-op quantity (seconds or FLOPs) re-run in backward: the
     whole block (full), the core (selective), the matmuls and naive core op-level selective
     AC does not save (``recompute_flops_by_op``)."""
-    if train.recompute == "full":
-        return sum(per_layer.values(), sp.Integer(0))
+    if train.recompute == "full":  # of the checkpointed blocks (recompute_every)
+        return checkpointed_share(train) * sum(per_layer.values(), sp.Integer(0))
     if train.recompute == "selective-op":
         redo = op_level_recomputed(model, skip_last=not train.dropout)
         if train.attention == "naive" and "attn_core" in per_layer:
@@ -216,7 +216,7 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
         kind_fwd, kind_bwd = eager_bytes(*args, block=kind.name)
         fwd, bwd = fwd + share * kind_fwd, bwd + share * kind_bwd
     if checkpoints_blocks(train):
-        bwd += fwd
+        bwd += checkpointed_share(train) * fwd
     if par.sequence_parallel:
         fwd, bwd = fwd / Y, bwd / Y
     else:
@@ -263,8 +263,8 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     if prec.weight_copy and framework_of(par).autocast:
         fwd += (prec.param + prec.weight_copy) * weights
         bwd += (prec.weight_copy + prec.grad) * weights
-        if checkpoints_blocks(train):  # the blocks' casts are made again
-            bwd += (prec.param + prec.weight_copy) * weights
+        if checkpoints_blocks(train):  # the checkpointed blocks' casts are made again
+            bwd += checkpointed_share(train) * (prec.param + prec.weight_copy) * weights
     bwd += framework_of(par).backward_traffic(model, train)
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:

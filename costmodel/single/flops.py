@@ -21,6 +21,7 @@ import sympy as sp
 
 from costmodel.kinds import attention, ffn
 from costmodel.single.finetune import adapter_params, adapts, tunes
+from costmodel.single.memory import checkpointed_share
 from costmodel.single.params import (
     active_params,
     attention_matrices,
@@ -88,7 +89,8 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
             ops["lora"] -= 2 * B * T * L * r_a * D
         elif skip_last:
             ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
-        return ops
+        share = checkpointed_share(train)  # every n-th block's only (recompute_every)
+        return {k: share * v for k, v in ops.items()}
     if train.recompute == "selective" and not model.ffn_only:
         if train.attention == "naive":
             return {"attn_scores": fwd["attn_scores"]}
@@ -151,8 +153,12 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
 
 
 def _megatron(train: TrainSpec) -> sp.Expr:
-    if train.recompute == "full":
+    share = checkpointed_share(train)
+    if train.recompute == "full" and share == 1:
         return 96 * B * T * L * D**2 * (1 + T / (6 * D) + V / (16 * L * D))
+    if train.recompute == "full":  # the recomputed forward, of the checkpointed blocks
+        again = 24 * B * T * L * D**2 * (1 + T / (6 * D)) * share
+        return again + 72 * B * T * L * D**2 * (1 + T / (6 * D) + V / (12 * L * D))
     return 72 * B * T * L * D**2 * (1 + T / (6 * D) + V / (12 * L * D))
 
 

@@ -21,6 +21,7 @@ import sympy as sp
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ops import STAT
 from costmodel.kinds.ops import differ as _differ
+from costmodel.single.memory import checkpointed_share
 from costmodel.single.params import block_matmuls, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, Precision
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -120,8 +121,8 @@ def _recomputed(model: ModelSpec, train: TrainSpec, fwd: int, mm: int) -> int:
     and the copy it takes), or all but the saved matmuls and the core (op-level selective
     AC, ``costmodel.single.params.op_level_recomputed``)."""
     skipped = 1 if train.dropout else 2
-    if train.recompute == "full":
-        return fwd - skipped
+    if train.recompute == "full":  # of the checkpointed blocks (recompute_every)
+        return checkpointed_share(train) * (fwd - skipped)
     if train.recompute == "selective":
         if model.ffn_only:
             return 0
@@ -148,7 +149,8 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, kind: ffn.FFNKind) -> tuple
     bwd = 2 * mm + regions + (0 if model.ffn_only else 1)
     extra = kind.fused_kernels(model)
     fwd, bwd = fwd + extra[0], bwd + extra[1]
-    again = {"full": fwd - 2, "selective": 0 if model.ffn_only else 1}.get(train.recompute, 0)
+    full = checkpointed_share(train) * (fwd - 2)
+    again = {"full": full, "selective": 0 if model.ffn_only else 1}.get(train.recompute, 0)
     if train.recompute == "selective-op":
         again = fwd - 2 - mm // 2
     return fwd, bwd + again

@@ -46,6 +46,7 @@ from costmodel.symbols import (
     H,
     K,
     L,
+    L_rc,
     T,
     V,
     b,
@@ -69,16 +70,32 @@ def kept_weight_copies(
     if finetune.tunes(train):  # the adapters' casts; frozen weights are stored cast
         casts = finetune.adapter_params(model, train)
         return sp.Integer(0) if checkpoints_blocks(train) else casts
+    matmul = matmul_weight_params(model) if matmul is None else matmul
     if not checkpoints_blocks(train):
-        return matmul_weight_params(model) if matmul is None else matmul
+        return matmul
     if model.ffn_only:
         return sp.Integer(0)
-    return V * D if head is None else head
+    head = V * D if head is None else head
+    return head + uncheckpointed_share(train) * (matmul - head)  # blocks not checkpointed
 
 
 def checkpoints_blocks(train: TrainSpec) -> bool:
-    """Whether every block runs inside torch.utils.checkpoint (full or op-level selective)."""
+    """Whether blocks run inside torch.utils.checkpoint (full or op-level selective)."""
     return train.recompute in ("full", "selective-op")
+
+
+def checkpointed_share(train: TrainSpec) -> sp.Expr:
+    """The share of the blocks a checkpointing policy re-runs: all of them, but
+    ceil(L / n) / L under full recomputation of every n-th block (``recompute_every``)."""
+    every = getattr(train, "recompute_every", 1)
+    return L_rc / L if train.recompute == "full" and every != 1 else sp.Integer(1)
+
+
+def uncheckpointed_share(train: TrainSpec) -> sp.Expr:
+    """1 - :func:`checkpointed_share`, as (L - L_rc) / L: a quantity of the L blocks times
+    it cancels L and stays an exact count."""
+    every = getattr(train, "recompute_every", 1)
+    return (L - L_rc) / L if train.recompute == "full" and every != 1 else sp.Integer(0)
 
 
 def state_memory(
@@ -149,10 +166,14 @@ def activation_memory(
         if mask != 0:
             parts["attn_mask"] = mask
     if checkpoints_blocks(train):
+        share = checkpointed_share(train)
         inputs_kept = L - 1 if model.ffn_only else L
-        parts["block_inputs"] = inputs_kept * res * b * T * D
+        parts["block_inputs"] = share * inputs_kept * res * b * T * D
         if train.recompute == "selective-op":
             parts.update(_op_level_saved(model, train, act))
+        if share != 1:  # the blocks not checkpointed keep what they keep without it
+            kept = _block_activations(model, train, act, res, mm)
+            parts.update({k: uncheckpointed_share(train) * e for k, e in kept.items()})
     else:
         parts.update(_block_activations(model, train, act, res, mm))
     if not model.ffn_only:

@@ -267,6 +267,11 @@ class TrainSpec:
     (Korthikanti et al. 2022, Sec. 4.2); ``selective-op`` checkpoints every block but saves
     the fused attention outputs and every second matmul output (torchtitan's op-level
     selective AC, ``selective_ac_option = "op"``)."""
+    recompute_every: int = 1
+    """With ``recompute="full"``, checkpoint every n-th block only (those whose index is a
+    multiple of n: ceil(L / n) of the L blocks; torchtitan's ``selective_ac_option = "n"``,
+    IBM's fms-fsdp ``selective_checkpointing = 1/n``, Megatron's ``--recompute-num-layers``
+    of each stage); the others keep their activations. 1: every block."""
     dropout: float = 0.0
     """Dropout probability on each residual branch's output and on the attention
     probabilities (GPT-2 and Megatron's ``--hidden-dropout``/``--attention-dropout``, 0.1
@@ -289,7 +294,7 @@ class TrainSpec:
     (Q and V, the LoRA paper's choice); unused by ``full``."""
 
     def __post_init__(self) -> None:
-        check_fields(self, ("batch", "seq", "grad_accum", "lora_rank"))
+        check_fields(self, ("batch", "seq", "grad_accum", "lora_rank", "recompute_every"))
         checks.number("dropout", self.dropout, allow_zero=True)
         if not self.dropout < 1:
             raise SpecError("dropout", f"dropout must be below 1 (got {self.dropout})")

@@ -81,6 +81,23 @@ def check_positions(pos: str, seq: Any, max_positions: Any) -> None:
         checks.at_most("seq", seq, "max_positions", max_positions, "for learned positions")
 
 
+def recompute_rule(model: Any, train: Any) -> None:
+    """Checkpointing every n-th block (``TrainSpec.recompute_every`` > 1) is a kind of full
+    recomputation, costed for blocks of a model with attention and for full training (an
+    FFN-only stack's first block keeps the model's input, adapters are not counted per
+    block)."""
+    every = np.asarray(getattr(train, "recompute_every", 1))
+    if np.all(every == 1):
+        return
+    partial = every > 1
+    ok = ~partial | (np.asarray(train.recompute) == "full")
+    checks.require(ok, "recompute_every", lambda: "recompute_every > 1 checkpoints every n-th "
+                   "block: it needs recompute=full")  # fmt: skip
+    for name, bad in (("ffn_only", bool(model.ffn_only)), ("finetune", train.finetune != "full")):
+        checks.require(~partial | (not bad), "recompute_every", lambda n=name: "recompute_every "
+                       f"> 1 is not modelled with {n} (use recompute_every 1)")  # fmt: skip
+
+
 def train_rules(*, batch: Any, grad_accum: Any) -> None:
     """Rules between TrainSpec sizes (scalars or arrays of them)."""
     checks.divides("grad_accum", grad_accum, "batch", batch)

@@ -339,6 +339,7 @@ def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
         elementwise=elementwise,
         dropout=f.number("dropout", zero=True),
         recompute=recompute,
+        recompute_every=f.count("recompute_every") if f.has("recompute_every") else 1,
         grad_accum=grad_accum,
     )
 

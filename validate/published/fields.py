@@ -31,7 +31,8 @@ Optional, with their generic default:
 - ``framework`` (ParallelSpec.framework): ``fsdp2``. ``optimizer_impl``: ``foreach``.
   ``sequence_parallel``: true where tp > 1. ``async_tp`` and ``grad_reduce_fp32``: false.
 - ``recompute`` (TrainSpec.recompute): the policy ``activation_recompute`` starts with
-  (``full``, ``selective``), else ``none``. ``attention``: ``flash``.
+  (``full``, ``selective``), else ``none``; ``recompute_every`` (TrainSpec's): 1, every
+  block. ``attention``: ``flash``.
   ``attention_kernel``: ``auto``. ``elementwise``: ``fused`` if ``torch_compile`` is
   true, else ``eager``. ``dropout``: 0. Precision: ``precision`` starting with ``fp8``
   is fp8, with ``fp16`` fp16-mixed, anything else bf16-mixed.

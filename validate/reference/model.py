@@ -303,6 +303,7 @@ class TransformerLM(nn.Module):
         recompute: str = "none",
         dropout: float = 0.0,
         device: torch.device | str | None = None,
+        recompute_every: int = 1,
     ) -> None:
         super().__init__()
         if attention not in ("naive", "flash"):
@@ -313,6 +314,7 @@ class TransformerLM(nn.Module):
             )
         param_dtype, self.compute = dtypes_for(precision)
         self.spec, self.attention, self.recompute = spec, attention, recompute
+        self.recompute_every = recompute_every  # full: checkpoint blocks i % n == 0 only
         self.dropout, self.finetune = dropout, "full"
         fk = {"device": device, "dtype": param_dtype}
         self.blocks = nn.ModuleList(
@@ -341,6 +343,7 @@ class TransformerLM(nn.Module):
             recompute=train.recompute,
             dropout=train.dropout,
             device=device,
+            recompute_every=train.recompute_every,
         )
         if train.finetune != "full":
             apply_finetuning(model, train, Linear, model.compute)
@@ -376,9 +379,10 @@ class TransformerLM(nn.Module):
         return cos, sin, attention_masks(self.attention, local, window, t, self.compute, device)
 
     def _run_blocks(self, x, cos, sin, masks):
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             mask = None if masks is None else masks[block.local]
-            if self.recompute in ("full", "selective-op"):
+            every = self.recompute_every if self.recompute == "full" else 1
+            if self.recompute in ("full", "selective-op") and i % every == 0:
                 context = {"context_fn": op_level_contexts} if self.recompute != "full" else {}
                 x = checkpoint(
                     block,
