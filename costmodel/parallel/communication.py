@@ -265,10 +265,9 @@ def _attention_widths(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
     """Attention's tensor-parallel collectives per layer as all-reduce-equivalent widths
     per token, (forward, backward): 0 for an FFN-only stack and a parallel block (its
     branches read one gathered input and their summed output is reduced once, with the
-    FFN's); else, with g the width
-    gathered before the head-split matmuls (D; MLA's latents,
-    ``Projections.gathered_width``), under sequence parallelism a gather of g and a
-    reduce-scatter of the D-wide output each way ((g + D) / 2 all-reduces); without it
+    FFN's); else, with g the width gathered before the head-split matmuls (D; MLA's
+    latents, ``Projections.gathered_width``), under sequence parallelism a gather of g and
+    a reduce-scatter of the D-wide output each way ((g + D) / 2 all-reduces); without it
     the output's all-reduce in forward and the gathered input's gradient in backward."""
     if model.ffn_only or model.parallel_block:  # a parallel block's is the FFN's one
         return sp.Integer(0), sp.Integer(0)
