@@ -176,3 +176,29 @@ def test_moe_held_out_runs_map_to_their_stated_layouts():
         assert case.parallel.devices == run["n_gpus"] and case.parallel.framework == "megatron"
         per_device = case.train.micro_batch // case.parallel.batch_step(1)
         assert case.train.precision == "fp8" and per_device == run["micro_batch"]
+
+
+def test_megatron_sequence_parallel_backward_hides_the_column_linears_collectives():
+    """Korthikanti et al. 2022, Sec. 4.2.2 (Megatron-Core's
+    LinearWithGradAccumulationAndAsyncCommunication): each block's column-parallel linears
+    gather their saved input shard again beside dgrad and reduce-scatter the input
+    gradient beside wgrad. Bytes: half a backward all-reduce more per sub-block (the
+    re-gather) than DTensor's SP, which saves the gathered input; seconds: a backward
+    all-reduce's worth hidden, so the step is shorter than with all of it exposed."""
+    from costmodel import ModelSpec
+
+    model = ModelSpec(vocab=32000, d_model=1024, n_layers=4, n_heads=8, d_ff=4096)
+    train = TrainSpec(batch=8, seq=256, grad_accum=1)
+    est = {(fw, a): estimate(model, train, ParallelSpec(tp=2, dp=4, sequence_parallel=True,
+                                                         framework=fw, async_tp=a), H100)
+           for fw in ("megatron", "fsdp2") for a in (False, True)}  # fmt: skip
+    regather = 4 * 1 * 2 * 512 * 1024  # L, all-reduce bus factor at tp 2, bf16, b·T, D
+    mine, dtensor = est[("megatron", False)], est[("fsdp2", False)]
+    assert mine["comm_bytes.tp"] - dtensor["comm_bytes.tp"] == regather
+    hidden = mine["comm_overlapped_s.tp"]
+    exposed = mine["comm_phase_s.tp.backward"] - hidden
+    assert 0 < exposed < hidden  # the row-parallel gathers stay exposed, the rest hidden
+    assert dtensor["comm_overlapped_s.tp"] == 0
+    # async TP keeps pricing every TP collective by its chunked overlap (1/tp exposed)
+    assert est[("megatron", True)]["comm_bytes.tp"] == dtensor["comm_bytes.tp"]
+    assert est[("megatron", True)]["comm_overlapped_s.tp"] == 0

@@ -175,7 +175,9 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     else compute. Memory above 90 % of the budget is named too (a layout that shards less
     would not fit)."""
     step = row["time_s.step"]
-    tp = row["comm_time_s.tp"] * row.get("comm_exposed_share.tp", 1.0)
+    tp = (row["comm_time_s.tp"] - row.get("comm_overlapped_s.tp", 0.0)) * row.get(
+        "comm_exposed_share.tp", 1.0
+    )
     ep = row.get("comm_time_s.ep", 0.0) * row.get("comm_exposed_share.ep", 1.0)
     phases = row["time_s.forward"] + row["time_s.backward"]
     parts = {

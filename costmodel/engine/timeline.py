@@ -43,6 +43,14 @@ class Segment:
         return self.end - self.start
 
 
+def _overlapped(values: dict[str, Any], group: str, phase: str) -> float:
+    """Seconds of a group's phase hidden beside the GEMMs (Megatron's TP backward under
+    sequence parallelism: ``costmodel.parallel.timing.overlapped``)."""
+    if group != "tp" or phase != "backward":
+        return 0.0
+    return values.get("comm_overlapped_s.tp", 0.0)
+
+
 def segments(values: dict[str, Any], par: ParallelSpec) -> list:
     """The step's segments from ``estimate`` values of layout ``par`` on hardware (the
     groups it exposes and its overlap rule as :func:`costmodel.parallel.timing.step_time`
@@ -56,8 +64,9 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
         c = t if overlap == "max" else t + compute
         for g in GROUPS:
             d = values.get(f"comm_phase_s.{g}.{phase}", 0.0)
-            if g in exposed:  # the share async TP or combined 1F1B hides
-                d *= 1 - values[f"comm_exposed_share.{g}"]
+            if g in exposed:  # what runs beside the GEMMs, and the share async TP or
+                beside = _overlapped(values, g, phase)  # combined 1F1B hides of the rest
+                d = beside + (d - beside) * (1 - values[f"comm_exposed_share.{g}"])
             if g == "dp" and overlap == "max":  # beside the last micro-batch only
                 c = max(c, t + compute - values[f"time_s.microbatch_{phase}"])
             if d > 0:
@@ -69,7 +78,8 @@ def segments(values: dict[str, Any], par: ParallelSpec) -> list:
             out.append(Segment(LANES[0], f"{phase} contention", "contention", t, t + lost))
             t += lost
         for g in exposed:
-            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) * values[f"comm_exposed_share.{g}"]
+            d = values.get(f"comm_phase_s.{g}.{phase}", 0.0) - _overlapped(values, g, phase)
+            d *= values[f"comm_exposed_share.{g}"]
             if d > 0:
                 out.append(Segment(LANES[2], f"{g.upper()} {phase}", "exposed", t, t + d))
                 t += d

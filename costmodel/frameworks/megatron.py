@@ -31,6 +31,7 @@ class Megatron(Framework):
     params_persist = True
     grads_always_live = True
     combined_1f1b = True
+    tp_backward_overlap = True
     expert_tensor_parallel = True
     expert_gemm_loop = True
 

@@ -73,6 +73,13 @@ class Framework:
     exposed (``Hardware.expert_call_s`` per launch). False: one grouped kernel reading its
     offsets on the device (torch's ``_grouped_mm``) or an eager loop already counted as
     kernels."""
+    tp_backward_overlap: ClassVar[bool] = False
+    """Under sequence parallelism, the column-parallel linears' backward saves their input
+    shard and gathers it again beside the input-gradient GEMM, and reduce-scatters the
+    input gradient beside the weight-gradient GEMM (Korthikanti et al. 2022, Sec. 4.2.2;
+    Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``, Transformer
+    Engine's linears): both hidden, the row-parallel linears' gather of the output
+    gradient exposed."""
     combined_1f1b: ClassVar[bool] = False
     """Runs Megatron-Core's combined 1F1B (expert all-to-alls beside another micro-batch)."""
     planned: ClassVar[bool] = True

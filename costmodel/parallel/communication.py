@@ -221,7 +221,10 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     per token (the max, the target logit and the sum of exponentials). Under sequence
     parallelism each all-reduce is a reduce-scatter plus an all-gather: the same bytes,
     the vocabulary's split half in forward, half in backward. With pp > 1 the device with
-    the larger share: the embedding's (first stage) or the head and loss's (last).
+    the larger share: the embedding's (first stage) or the head and loss's (last). Where
+    the framework overlaps the column-parallel linears' backward collectives with their
+    GEMMs (``Framework.tp_backward_overlap``), backward also gathers each input shard
+    again, and ``backward_overlapped`` says the seconds of it hidden beside the GEMMs.
     """
     b_dev, t_dev = device_batch()
     per_token = b_dev * t_dev
@@ -243,6 +246,14 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
     fwd_b, bwd_b = m * layers * ar * act * width_fwd, m * layers * ar * act * (width_bwd + again)
     fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)
+    overlapped = sp.Integer(0)
+    if par.sequence_parallel and framework_of(par).tp_backward_overlap and not par.async_tp:
+        # the input shards gathered again (half an all-reduce) beside dgrad, and the input
+        # gradients' reduce-scatters beside wgrad: a backward all-reduce's worth hidden
+        # (async TP prices every TP collective by its chunked overlap: exposure.py)
+        hidden_b, hidden_n = m * layers * ar * act * width_bwd, m * layers * per_layer
+        bwd_b, bwd_n = bwd_b + hidden_b / 2, bwd_n + hidden_n / 2
+        overlapped = hidden_b / W_Y + hidden_n * steps * a_Y
     if not model.ffn_only:
         embed = ar * residual_bytes(train, par) * per_token * D
         head, loss = ar * act * D, 3 * ar * 4 * per_token
@@ -256,9 +267,10 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
         bwd_b += m * (vocab_in[1] + vocab_out[1])
         fwd_n += m * (4 if par.pp == 1 else 3)  # all-reduce equivalents (latency)
         bwd_n += m
-    return _phases(
+    phases = _phases(
         fwd_b + bwd_b, fwd_b / W_Y + fwd_n * steps * a_Y, bwd_b / W_Y + bwd_n * steps * a_Y, 0
     )
+    return {**phases, "backward_overlapped": as_expr(overlapped)}
 
 
 def _attention_widths(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.Expr]:

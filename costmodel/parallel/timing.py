@@ -298,18 +298,25 @@ def _phase_seconds(
     (``overlap_param_gather``), so that collective hides behind one micro-batch, not m
     (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.4; Megatron-Core's
     ``DistributedDataParallel``). Under ``sum`` everything adds. Exposed groups add, but
-    for the share :func:`exposed_share` lets async TP or combined 1F1B hide. What overlaps
+    for the share :func:`exposed_share` lets async TP or combined 1F1B hide and what their
+    framework runs beside the GEMMs (:func:`overlapped`). What overlaps
     runs slower than alone where the device's ``overlap`` is below 1 (:func:`contention`).
     """
     exposed = exposed_groups(par)
-    hidden = sum((g[name] * (1 - exposed_share(k, par)) if k in exposed else g[name]
-                  for k, g in comm.items() if k != "dp"), sp.Integer(0))  # fmt: skip
-    shown = sum((comm[k][name] * exposed_share(k, par) for k in exposed), sp.Integer(0))
+    shown = sum(((comm[k][name] - overlapped(comm[k], name)) * exposed_share(k, par)
+                 for k in exposed), sp.Integer(0))  # fmt: skip
+    hidden = sum((g[name] for k, g in comm.items() if k != "dp"), sp.Integer(0)) - shown
     compute, dp = m * per_mb, comm["dp"][name]
     if par.overlap == "sum":
         return compute + hidden + dp + shown, sp.Integer(0)
     lost = contention(compute, hidden + dp)
     return smax(compute, smax(hidden, compute - per_mb) + dp) + lost + shown, lost
+
+
+def overlapped(group: dict[str, sp.Expr], phase: str) -> sp.Expr:
+    """Seconds of a group's phase its framework hides beside the GEMMs (TP's backward
+    under Megatron's sequence parallelism, ``communication.tp_group``); 0 otherwise."""
+    return group.get(f"{phase}_overlapped", sp.Integer(0))
 
 
 def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
@@ -382,6 +389,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         },
         **{f"comm_bytes.{k}": g["bytes"] for k, g in comm.items()},
         **{f"comm_exposed_share.{k}": exposed_share(k, par) for k in exposed_groups(par)},
+        "comm_overlapped_s.tp": overlapped(comm["tp"], "backward"),
         **{
             f"comm_time_s.{k}": g["forward"] + g["backward"] + g["optimizer"]
             for k, g in comm.items()
