@@ -24,7 +24,7 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
-from costmodel.specs.parallel import ParallelSpec
+from costmodel.specs.parallel import ParallelSpec, device_count
 from costmodel.symbols import (
     W_X,
     W_Y,
@@ -135,8 +135,7 @@ def _tpu_link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardwa
     :func:`_link`), at most ICI's rate."""
     axes = par.mx if name in ("fsdp", "dp", "ep") else par.my if name == "tp" else 1
     ici = hw.link_bandwidth() * axes * hw.eff("link")
-    devices = np.asarray(par.dp) * par.fsdp * par.tp * par.pp * par.cp
-    chips = devices // np.asarray(getattr(par, "slices", 1))
+    chips = np.asarray(device_count(par)) // np.asarray(getattr(par, "slices", 1))
     inside = np.asarray(stride) * degree <= chips
     g = members_per_node(stride, degree, chips)
     dcn = np.minimum(ici, g * hw.network_bw * hw.eff("network"))

@@ -84,18 +84,21 @@ def checkpoints_blocks(train: TrainSpec) -> bool:
     return train.recompute in ("full", "selective-op")
 
 
+def _every_nth(train: TrainSpec) -> bool:
+    """Full recomputation of every n-th block only (``recompute_every`` > 1)."""
+    return train.recompute == "full" and getattr(train, "recompute_every", 1) != 1
+
+
 def checkpointed_share(train: TrainSpec) -> sp.Expr:
     """The share of the blocks a checkpointing policy re-runs: all of them, but
     ceil(L / n) / L under full recomputation of every n-th block (``recompute_every``)."""
-    every = getattr(train, "recompute_every", 1)
-    return L_rc / L if train.recompute == "full" and every != 1 else sp.Integer(1)
+    return L_rc / L if _every_nth(train) else sp.Integer(1)
 
 
 def uncheckpointed_share(train: TrainSpec) -> sp.Expr:
     """1 - :func:`checkpointed_share`, as (L - L_rc) / L: a quantity of the L blocks times
     it cancels L and stays an exact count."""
-    every = getattr(train, "recompute_every", 1)
-    return (L - L_rc) / L if train.recompute == "full" and every != 1 else sp.Integer(0)
+    return (L - L_rc) / L if _every_nth(train) else sp.Integer(0)
 
 
 def state_memory(

@@ -164,7 +164,7 @@ class ParallelSpec:
 
     @property
     def devices(self) -> int:
-        return self.dp * self.fsdp * self.tp * self.pp * self.cp
+        return device_count(self)
 
     def batch_step(self, grad_accum: int) -> int:
         """The global batch must be a multiple of this (see :func:`batch_step`)."""
@@ -195,6 +195,12 @@ class ParallelSpec:
         if "tp" in changes and "etp" not in changes and np.all(values["etp"] == self.tp):
             values["etp"] = None  # etp left at tp follows it
         return ParallelSpec(**{**values, **changes})
+
+
+def device_count(par: Any) -> Any:
+    """dp·fsdp·tp·pp·cp of a spec, or elementwise of a namespace of degree arrays (a
+    sweep's group, the planner's candidates)."""
+    return par.dp * par.fsdp * par.tp * par.pp * par.cp
 
 
 def expert_tp(tp: Any, etp: Any) -> Any:
@@ -277,8 +283,7 @@ def layout_rules(
                        f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
-    devices = np.asarray(par.dp) * par.fsdp * par.tp * par.pp * par.cp
-    checks.divides("slices", getattr(par, "slices", 1), "the device count", devices)
+    checks.divides("slices", getattr(par, "slices", 1), "the device count", device_count(par))
     moe_rule(par, model, shards_over_cp)
 
 
