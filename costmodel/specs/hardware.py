@@ -19,7 +19,10 @@ from costmodel.specs.model import FlashFamily
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-EFFICIENCY_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul")
+_SHARED_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul")
+EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
+"""``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
+where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
@@ -171,6 +174,10 @@ class Hardware:
                                     f"FLOP/s (got {value:g})")  # fmt: skip
         self._check_kernels()
         self._check_calibration()
+        unknown = sorted(set(self.efficiency) - set(EFFICIENCY_KEYS))
+        if unknown:
+            raise SpecError("efficiency", f"unknown efficiency key(s) {', '.join(unknown)} "
+                            f"(known: {', '.join(EFFICIENCY_KEYS)})")  # fmt: skip
         for key in EFFICIENCY_KEYS:
             value = self.efficiency.get(key, 1.0)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -273,8 +280,10 @@ class Hardware:
         return self.link_bw_bidir if self.kind == "tpu" else self.link_bw
 
     def matmul_flops(self, dtype: str) -> float:
-        """Achieved GEMM FLOP/s in ``dtype``: peak x efficiency.matmul."""
-        return self.peak(dtype) * self.eff("matmul")
+        """Achieved GEMM FLOP/s in ``dtype``: peak x ``efficiency.matmul_<dtype>`` where the
+        profile measured that dtype apart (Hopper's fp8 GEMMs reach a smaller share of their
+        peak than its bf16 ones), else x ``efficiency.matmul``."""
+        return self.peak(dtype) * self.efficiency.get(f"matmul_{dtype}", self.eff("matmul"))
 
     def hbm_bandwidth(self) -> float:
         """Achieved device-memory bytes/s: hbm_bw x efficiency.hbm."""

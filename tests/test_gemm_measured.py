@@ -1,0 +1,101 @@
+"""GEMMs measured on a lent H100 SXM5 (``python benchmarks/gemm_shapes.py``; raw rows in
+``validate/measured/h100-sxm-gemms-2026-11-26``) against the catalog's profile: the fp8 efficiency
+it states is the one measured, and the tile-and-wave curve prices the measured bf16 and
+grouped GEMMs as stated in the note of each test."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import sympy as sp
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.parallel.gemms import gemm_seconds
+from costmodel.specs.checks import SpecError
+from costmodel.symbols import C_eff, N_sm, W_hbm, t_m, t_n
+
+MEASURED = Path(__file__).parents[1] / "validate/measured/h100-sxm-gemms-2026-11-26"
+ROWS = [json.loads(line) for line in (MEASURED / "gemm_shapes.jsonl").read_text().splitlines()]
+H100 = get_hardware("h100-sxm")
+FP8_RATIO = 0.859
+"""fp8 (tensorwise) GEMM efficiency over bf16's, median over the 27 shapes both ran with a
+reduction depth k >= 2,048 (a dense layer's; the ratio falls with the depth)."""
+
+
+def _seconds(kind: str, dtype: str) -> dict[tuple[int, int, int, int], float]:
+    return {(r["m"], r["k"], r["n"], r["experts"]): r["seconds"] for r in ROWS
+            if r["kind"] == kind and r["dtype"] == dtype and "seconds" in r}  # fmt: skip
+
+
+def fp8_ratio(scaling: str, least_depth: int = 2048) -> float:
+    """Median over shapes of depth k >= ``least_depth`` of (fp8 FLOP/s / fp8 peak) / (bf16
+    FLOP/s / bf16 peak): the fp8 peak is twice bf16's, so bf16 seconds / (2 x fp8 seconds)."""
+    bf16, fp8 = _seconds("mm", "bf16"), _seconds("scaled_mm", scaling)
+    return statistics.median(bf16[s] / (2 * t) for s, t in fp8.items() if s[1] >= least_depth)
+
+
+def test_the_file_holds_every_case_measured():
+    assert len(ROWS) == 723 and all("seconds" in r for r in ROWS)
+    assert len(_seconds("scaled_mm", "tensorwise")) == 36
+
+
+def test_hopper_profiles_state_the_measured_fp8_ratio():
+    assert fp8_ratio("tensorwise") == pytest.approx(FP8_RATIO, abs=5e-4)
+    assert fp8_ratio("tensorwise", least_depth=0) == pytest.approx(0.828, abs=5e-4)
+    bf16, fp8 = _seconds("mm", "bf16"), _seconds("scaled_mm", "tensorwise")
+    shallow = [bf16[s] / (2 * t) for s, t in fp8.items() if s[1] == 768]
+    assert len(shallow) == 9 and min(shallow) >= 0.58 and max(shallow) <= 0.80  # k = 768
+    assert fp8_ratio("rowwise", least_depth=0) == pytest.approx(0.798, abs=5e-4)  # slower still
+    for name in ("h100-sxm", "h100-pcie", "h200", "h100-sxm-96gb"):
+        eff = get_hardware(name).efficiency
+        assert eff["matmul_fp8"] == pytest.approx(eff["matmul"] * FP8_RATIO, abs=1e-4), name
+
+
+def test_fp8_gemms_run_at_their_own_efficiency():
+    assert H100.matmul_flops("fp8") == pytest.approx(1978.9e12 * 0.6442)
+    assert H100.matmul_flops("bf16") == pytest.approx(989.4e12 * 0.75)
+    b200 = get_hardware("b200")  # not measured: fp8 keeps efficiency.matmul
+    assert b200.matmul_flops("fp8") == b200.peak("fp8") * b200.efficiency["matmul"]
+
+
+def test_an_unknown_efficiency_key_is_refused_by_name():
+    with pytest.raises(SpecError, match=r"unknown efficiency key.*matmull"):
+        dataclasses.replace(H100, efficiency={**H100.efficiency, "matmull": 0.5})
+    with pytest.raises(SpecError, match=r"efficiency.matmul_fp8 must be in \(0, 1\]"):
+        dataclasses.replace(H100, efficiency={**H100.efficiency, "matmul_fp8": 1.5})
+
+
+def _priced(m: int, k: int, n: int, efficiency: float) -> float:
+    """costmodel's forward seconds of an (m x k)(k x n) bf16 GEMM on the H100's tiles."""
+    fwd, _ = gemm_seconds(sp.Integer(m), sp.Integer(k), sp.Integer(n), 2)
+    values = {N_sm: 132, t_m: 256, t_n: 128, C_eff: 989.4e12 * efficiency, W_hbm: 0.9 * 3.35e12}
+    return float(fwd.subs(values))
+
+
+def test_the_tile_curve_prices_large_bf16_gemms():
+    """bf16 GEMMs of 2,048-32,768 rows: at the catalog's 0.75 the curve is 4 % fast at the
+    median of all 120; the 84 of at least 50 GFLOP are within 18 % slow to 24 % fast (the
+    fast side: k = 512-1,024, where a tile's fixed fill and write-back weigh on a short
+    reduction), and the smallest (a few GFLOP, microseconds) are up to 3x slower than
+    priced: a kernel's fixed latency, which the roofline does not carry."""
+    shapes = {s: t for s, t in _seconds("mm", "bf16").items() if s[0] >= 2048}
+    ratios = {(m, k, n): _priced(m, k, n, 0.75) / t for (m, k, n, _), t in shapes.items()}
+    assert len(ratios) == 120
+    assert statistics.median(ratios.values()) == pytest.approx(0.958, abs=0.005)
+    large = [r for (m, k, n), r in ratios.items() if 2 * m * k * n >= 5e10]
+    assert len(large) == 84 and all(0.82 <= r <= 1.24 for r in large)
+    assert min(ratios.values()) == pytest.approx(0.315, abs=0.005)  # 2,048 x 512 x 768
+
+
+def test_grouped_gemms_cost_their_experts_summed():
+    """torch's _grouped_mm forward over 4,096-16,384 tokens per expert: pricing each expert
+    as its own GEMM (costmodel.kinds.ffn.moe) is 10 % fast at the median, within 30 %."""
+    grouped = _seconds("grouped_mm", "bf16")
+    ratios = [e * _priced(m, k, n, 0.75) / t for (m, k, n, e), t in grouped.items() if m >= 4096]
+    assert len(ratios) == 49
+    assert 0.85 <= statistics.median(ratios) <= 0.95
+    assert all(0.7 <= r <= 1.3 for r in ratios)
