@@ -31,7 +31,8 @@ def _values(**layout) -> dict[str, float]:
                                                      (2, 2, 2, 4)])  # fmt: skip
 def test_each_device_holds_its_tp_share_and_its_expert_groups_share_of_the_experts(tp, etp, ep, dp):
     """bf16 weights and their bf16 gradient buffer (gradients reduced in bf16, Megatron's
-    default here; with the fp32 copy of the optimizer's shard): the dense matrices over tp,
+    default here; the fp32 copy of the optimizer's shard, made for the step, apart): the dense
+    matrices over tp,
     norms on every rank, and 1/(ep·etp) of the routed experts (the router is a dense
     matrix here: split over tp too)."""
     values = _values(tp=tp, etp=etp, ep=ep, dp=dp)
@@ -39,7 +40,8 @@ def test_each_device_holds_its_tp_share_and_its_expert_groups_share_of_the_exper
     local = (SPLIT - routed) / tp + PARTS["norms"] + routed / (ep * etp)
     assert values["memory_bytes_per_device.params"] == pytest.approx(2 * local, rel=1e-12)
     shard = values["memory_bytes_per_device.master"]  # fp32: 4 bytes per shard parameter
-    assert values["memory_bytes_per_device.grads"] == pytest.approx(2 * local + shard, rel=1e-12)
+    assert values["memory_bytes_per_device.grads"] == pytest.approx(2 * local, rel=1e-12)
+    assert values["memory_bytes_per_device.step_grads"] == pytest.approx(shard, rel=1e-12)
 
 
 def test_folding_and_expert_tensor_parallelism_hold_the_same_expert_share():

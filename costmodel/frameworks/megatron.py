@@ -6,9 +6,13 @@ for expert-parallel all-to-alls.
 The gradient buffer holds the dtype the gradients are reduced in: fp32 with
 ``--grad-reduce-in-fp32`` (``accumulate_allreduce_grads_in_fp32``), else the parameters'
 (``param_and_grad_buffer.py``: ``grad_dtype = torch.float if grad_reduce_in_fp32 else
-param.dtype``); a low-precision buffer's shard is made fp32 for the optimizer step. Bytes per
-parameter: 6 + 12/d with fp32 gradients, 4 + 16/d with bf16 ones (Megatron-LM docs,
-"Distributed Optimizer", its table's bf16/fp32 and fp16/fp16 rows)."""
+param.dtype``); a low-precision buffer's shard is made fp32 for the optimizer step
+(``DistributedOptimizer._copy_model_grads_to_main_grads``: ``shard_main_param.grad =
+shard_model_grad.float()``), a copy the next step's ``zero_grad(set_to_none=True)`` frees
+before its forward, so it is alive in the optimizer step only (``step_grads``). Bytes per
+parameter at the step: 6 + 12/d with fp32 gradients, 4 + 16/d with bf16 ones (Megatron-LM
+docs, "Distributed Optimizer", its table's bf16/fp32 and fp16/fp16 rows); 4 + 12/d of them
+through forward and backward with bf16 ones."""
 
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ class Megatron(Framework):
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None
     ) -> dict[str, sp.Expr]:
         """Low-precision parameters and the gradient buffer whole (fp32, or the parameters'
-        dtype with the fp32 copy of its shard the step makes), master and optimizer state
+        dtype, with the fp32 copy of its shard the step makes as ``step_grads``), master and
+        optimizer state
         over the data-parallel ranks; without a weight copy (pure bf16) the autocast state,
         but for the optimizer state, which the distributed optimizer shards all the same
         (as the step's time already counted it: ``optimizer_shards``)."""
@@ -52,11 +57,11 @@ class Megatron(Framework):
         dp = optimizer_shards(par)
         if not prec.weight_copy:
             return {**super().state(model, train, par, rank), "optimizer": opt(dp)}
-        grads = prec.grad * n
+        grads, step_grads = prec.grad * n, sp.Integer(0)
         if not par.grad_reduce_fp32:
-            grads = prec.activation * n + prec.grad * per_shard(dp)
+            grads, step_grads = prec.activation * n, prec.grad * per_shard(dp)
         return {"params": prec.activation * n, "master": prec.param * per_shard(dp),
-                "grads": grads, "optimizer": opt(dp)}  # fmt: skip
+                "grads": grads, "step_grads": step_grads, "optimizer": opt(dp)}  # fmt: skip
 
 
 FRAMEWORK = Megatron()

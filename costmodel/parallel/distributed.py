@@ -119,7 +119,8 @@ def rank_memory(
     receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
     framework = framework_of(par)
     boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
-    state = {"frozen": sp.Integer(0), **sharded_state(model, train, par, rank),
+    state = {"frozen": sp.Integer(0), "step_grads": sp.Integer(0),
+             **sharded_state(model, train, par, rank),
              "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
     acts = sharded_activations(model, train, par, rank=rank)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))

@@ -259,8 +259,10 @@ def peak_memory(
     Gradients also live through a micro-batch's forward and backward start when an earlier
     micro-batch left them (``grads_live``: by default min(B/b - 1, 1), 1 from the second
     micro-batch of gradient accumulation on). Step: the optimizer state is held throughout,
-    plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam);
-    gradients are freed between steps (``zero_grad(set_to_none=True)``). Korthikanti et al.
+    plus one state-sized temporary inside foreach Adam (torch.optim._multi_tensor_adam) and
+    an optional ``step_grads`` entry of ``state``, gradients made for the step alone
+    (Megatron's fp32 copy of a bf16 buffer's shard); gradients are freed between steps
+    (``zero_grad(set_to_none=True)``). Korthikanti et al.
     2022 count only what is saved.
     ``state`` and ``acts`` replace the single-device ones (per-device sharded values; an
     optional ``buffers`` entry is held throughout, as DDP's gradient buckets are);
@@ -294,7 +296,7 @@ def peak_memory(
     again = copies if backward_params is None else backward_params
     at_start = smax(copies + fwd, again + start, again + backward_transient)
     fwd_bwd = stored + smax(acts + earlier + at_start, state["grads"] + end)
-    temp = optimizer_temp(train, state["optimizer"])
+    temp = optimizer_temp(train, state["optimizer"]) + state.get("step_grads", 0)
     step = smax(
         fwd_bwd + state["optimizer"],
         stored + state["grads"] + state["optimizer"] + temp,
