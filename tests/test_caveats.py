@@ -103,7 +103,7 @@ def test_the_verdict_carries_calibration_and_caveats(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "\ncalibration  54 published runs of h100-sxm in the corpus" in out
-    assert "\ncaveat       mixture-of-experts steps are less certain: 19% median" in out
+    assert "\ncaveat       mixture-of-experts steps are less certain: 10% median" in out
 
 
 def test_the_hardware_command_lists_every_device_and_explains_one(capsys):

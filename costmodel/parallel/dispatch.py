@@ -13,14 +13,21 @@ equally likely), per token:
   ``alltoall`` dispatcher, torchtitan's default, DeepSpeed-MoE): one copy per routed pair,
   k·(N - g)/N of them to other nodes and k·(g - 1)/N to the node's other ranks, at the
   hardware's NVLink and network efficiencies;
-- ``deepep`` (DeepEP, Zhao et al. 2025; Megatron-Core's ``flex`` dispatcher, NeMo
-  AutoModel, torchtitan's DeepEP path): one copy per destination node over RDMA, then per
-  destination rank over NVLink (a token's experts on one rank or node share the copy): over
-  the network (N/g - 1)·(1 - (1 - g/N)^k) copies (the other nodes a token's k experts hit),
-  over NVLink (N - 1)·(1 - (1 - 1/N)^k) (the other ranks they hit, forwarded ones
-  included), at the rates DeepEP's README measures for its normal kernels on H800 with
-  400 Gb/s ConnectX-7: 153-158 GB/s of ~160 GB/s NVLink intranode (0.96), 43-58 GB/s of
-  ~50 GB/s per NIC internode (0.86, the lowest, EP 16);
+- ``deepep`` (DeepEP's normal kernels, Zhao et al. 2025; Megatron-Core's ``flex``
+  dispatcher, NeMo AutoModel, torchtitan's DeepEP path): one copy per destination node over
+  RDMA, then per destination rank over NVLink (a token's experts on one rank or node share
+  the copy): over the network (N/g - 1)·(1 - (1 - g/N)^k) copies (the other nodes a token's
+  k experts hit), over NVLink (N - 1)·(1 - (1 - 1/N)^k) (the other ranks they hit,
+  forwarded ones included). Over the network at 0.86 of a NIC's line rate (DeepEP's README,
+  V1 normal kernels on H800 with 400 Gb/s ConnectX-7: 43-58 GB/s of ~50 GB/s, the lowest,
+  EP 16); over NVLink at most 153 GB/s per rank, the throughput its README measures for
+  intranode dispatch (158 for combine) on H800, whatever the link: the kernels run on a
+  fixed budget of SMs (24 by default), not at a share of the link, and on the B200's
+  NVLink 5 (900 GB/s one way) torchtitan's grid tuning of them measured 116-118 GB/s with
+  the default chunking and 185-218 GB/s tuned (EP 4, Qwen3-30B-A3B's shapes;
+  scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md in pytorch/torchtitan
+  @018740b). A slower link bounds it by its own achievable rate. DeepEP V2 (2026, NCCL's Gin
+  backend) is faster (643-726 GB/s on B200 by its README) and is not this kind;
 - ``hybridep`` (NVIDIA's HybridEP, the other backend of Megatron-Core's ``flex``
   dispatcher, built for NVLink domains such as GB200 NVL72): DeepEP's traffic (one copy
   per destination node and rank), at the hardware profile's efficiencies (no published
@@ -47,21 +54,25 @@ from costmodel.symbols import N_ep, d_ep, g_ep, k_r
 @dataclass(frozen=True)
 class Dispatcher:
     """One dispatcher kind: whether it sends a token once per destination node and rank
-    (``dedup``), and its achieved fraction of NVLink and of a NIC's line rate (``None``:
-    the hardware profile's ``link`` and ``network`` efficiencies)."""
+    (``dedup``), the most it moves over NVLink per rank (``link_rate``, B/s, measured; the
+    link's achievable rate bounds it) and its achieved fraction of a NIC's line rate
+    (``None``: the hardware profile's ``link`` and ``network`` efficiencies)."""
 
     name: str
     dedup: bool
-    link_efficiency: float | None
+    link_rate: float | None
     network_efficiency: float | None
+
+    def link(self, hw: Hardware) -> float:
+        """NVLink B/s per rank on ``hw``: the link's achievable rate, at most ``link_rate``."""
+        achievable = hw.link_bandwidth() * hw.eff("link")
+        return achievable if self.link_rate is None else min(self.link_rate, achievable)
 
 
 DISPATCHERS: dict[str, Dispatcher] = {
-    "all-to-all": Dispatcher(
-        "all-to-all", dedup=False, link_efficiency=None, network_efficiency=None
-    ),
-    "deepep": Dispatcher("deepep", dedup=True, link_efficiency=0.96, network_efficiency=0.86),
-    "hybridep": Dispatcher("hybridep", dedup=True, link_efficiency=None, network_efficiency=None),
+    "all-to-all": Dispatcher("all-to-all", dedup=False, link_rate=None, network_efficiency=None),
+    "deepep": Dispatcher("deepep", dedup=True, link_rate=153e9, network_efficiency=0.86),
+    "hybridep": Dispatcher("hybridep", dedup=True, link_rate=None, network_efficiency=None),
 }
 
 
@@ -81,8 +92,7 @@ def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
     or an array of them, as a sweep holds) on a GPU."""
     if isinstance(names, str):  # one dispatcher (a spec, or a sweep's structure group)
         kind = _checked(names, hw)
-        return (hw.link_bandwidth() * (kind.link_efficiency or hw.eff("link")),
-                hw.network_bw * (kind.network_efficiency or hw.eff("network")),
+        return (kind.link(hw), hw.network_bw * (kind.network_efficiency or hw.eff("network")),
                 float(kind.dedup))  # fmt: skip
     names = np.asarray(names)
     link = network = dedup = np.zeros(names.shape)
@@ -93,9 +103,8 @@ def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:
             continue
         _checked(kind.name, hw)
         seen |= here
-        link_eff = kind.link_efficiency or hw.eff("link")
         net_eff = kind.network_efficiency or hw.eff("network")
-        link = np.where(here, hw.link_bandwidth() * link_eff, link)
+        link = np.where(here, kind.link(hw), link)
         network = np.where(here, hw.network_bw * net_eff, network)
         dedup = np.where(here, float(kind.dedup), dedup)
     if not seen.all():
