@@ -24,6 +24,7 @@ EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
 where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
+KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
 CALIBRATION_BASES = ("published-runs", "measured", "datasheet")
@@ -71,7 +72,9 @@ class Hardware:
     """Fused-attention kernel families measured on this device, by name (``fa2``, ``fa3``,
     ``cudnn``, ``triton-2022``): ``forward`` and ``backward`` efficiency (fractions of the
     dense peak, causal work, at long sequences) and ``half_seq``, the key length per call at
-    which a kernel reaches half of that (0: no per-length data). The first is the device's
+    which a kernel reaches half of that (0: no per-length data), with ``backward_half_seq``
+    the backward's where it differs (FlashAttention-2's and cuDNN's backward saturate at
+    2-2.5x the forward's length on a Hopper GPU). The first is the device's
     default (``attention_kernel = "auto"``); without a table ``efficiency.attention``
     serves both passes at every length."""
     allocator_reserve: float = 1.0
@@ -194,9 +197,9 @@ class Hardware:
             if not isinstance(entry, dict) or not {"forward", "backward"} <= set(entry):
                 raise SpecError(where, f"{where} needs forward and backward efficiencies")
             for key, value in entry.items():
-                checks.choice(f"{where} key", key, ("forward", "backward", "half_seq"))
-                checks.number(f"{where}.{key}", value, allow_zero=key == "half_seq")
-                if key != "half_seq" and value > 1:
+                checks.choice(f"{where} key", key, KERNEL_KEYS)
+                checks.number(f"{where}.{key}", value, allow_zero=key.endswith("half_seq"))
+                if not key.endswith("half_seq") and value > 1:
                     raise SpecError(where, f"{where}.{key} must be in (0, 1] (got {value})")
 
     def _check_calibration(self) -> None:
@@ -237,7 +240,9 @@ class Hardware:
         """Achieved fused-attention FLOP/s in ``dtype`` of ``kernel``'s ``phase`` (forward or
         backward) at ``seq`` keys per call (a number or an array; None: the long-sequence
         limit): peak x efficiency x seq / (seq + half_seq), the saturation FlashAttention-3's
-        per-length benchmarks follow within 2.4 % rms (Shah et al. 2024, Fig. 4-5)."""
+        per-length benchmarks follow within 2.4 % rms (Shah et al. 2024, Fig. 4-5), and torch's
+        FlashAttention-2 and cuDNN kernels measured on a lent H200 within 0.6-2.9 % rms with
+        a half length per pass (``benchmarks/attention_kernels.py``)."""
         if kernel == "auto" and self.attention_kernels:
             kernel = next(iter(self.attention_kernels))
         if kernel == "auto":
@@ -254,6 +259,8 @@ class Hardware:
             )
         achieved = self.peak(dtype) * entry[phase]
         half = entry.get("half_seq", 0)
+        if phase == "backward":  # the backward kernels saturate at longer keys
+            half = entry.get("backward_half_seq", half)
         if seq is None or not half:
             return achieved
         return achieved * np.asarray(seq, dtype=float) / (np.asarray(seq, dtype=float) + half)
