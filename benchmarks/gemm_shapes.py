@@ -14,7 +14,7 @@ Kinds (each row: kind, dtype, m, k, n, experts, seconds; FLOPs = 2·m·k·n per 
   gpt-oss-120b and Mixtral-8x7B (k, n of the gate+up and the down projection).
 
 Timing on a GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed before every call,
-median); on a CPU: ``validate.probes.calibrate.time_call``. Rows are appended to
+median); on a CPU: ``validate.probes.calibrate.time_call`` (``kernel_log.py``). Rows go to
 ``DIR/gemm_shapes.jsonl`` as measured and a rerun skips the keys already there, so an
 interrupted or OOM-ended run resumes. A shape the device cannot run (an OOM, a kind the
 build lacks) is a row with ``error`` and no time.
@@ -22,17 +22,11 @@ build lacks) is a row with ``error`` and no time.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from validate.probes.calibrate import time_call
+from kernel_log import Case, arguments, record, seconds
 
 EXPERTS = {  # (gate+up k, n), (down k, n) of one expert; from each model's config.json
     "qwen3-30b-a3b": ((2048, 1536), (768, 2048)),
@@ -101,60 +95,30 @@ def make_call(kind: str, scaling: str, m: int, k: int, n: int, e: int, device: t
     return lambda: torch._grouped_mm(g.T, x, offs=offs)  # dW = dY^T X per expert: (e, n, k)
 
 
-def seconds(call: Callable[[], Any], device: torch.device) -> float:
-    if device.type == "cuda":
-        import triton.testing
-
-        return triton.testing.do_bench(call, warmup=10, rep=50, return_mode="median") / 1e3
-    return time_call(call, device, 0.05)
-
-
 CASES = (("mm", "bf16"), ("scaled_mm", "tensorwise"), ("scaled_mm", "rowwise"),
          ("grouped_mm", "bf16"), ("grouped_mm_dx", "bf16"), ("grouped_mm_dw", "bf16"))  # fmt: skip
 
 
-def run(out: Path, device: torch.device, quick: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "gemm_shapes.jsonl"
-    done = {json.loads(line)["key"] for line in path.open()} if path.exists() else set()
-    todo = [(kind, scaling, *shape) for kind, scaling in CASES
-            for shape in shapes(kind, device.type == "cuda", quick)]  # fmt: skip
-    with path.open("a") as log:
-        for i, (kind, scaling, m, k, n, e) in enumerate(todo, 1):
-            key = f"{kind}/{scaling}/{e}x{m}x{k}x{n}"
-            if key in done:
-                continue
-            row: dict[str, Any] = {"key": key, "kind": kind, "dtype": scaling, "m": m, "k": k,
-                                   "n": n, "experts": e}  # fmt: skip
-            try:
-                row["seconds"] = seconds(make_call(kind, scaling, m, k, n, e, device), device)
-                tflops = 2 * m * k * n * e / row["seconds"] / 1e12
-                line = f"{row['seconds'] * 1e6:10.1f} us {tflops:8.1f} TFLOP/s"
-            except (RuntimeError, NotImplementedError) as err:  # OOM, unsupported kind
-                row["error"] = str(err).splitlines()[0][:200]
-                line = f"error: {row['error']}"
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            log.write(json.dumps(row) + "\n")
-            log.flush()
-            print(f"[{i}/{len(todo)}] {key}: {line}", flush=True)
+def cases(device: torch.device, quick: bool) -> list[Case]:
+    """Every case of every kind, as ``kernel_log.record`` measures them."""
+
+    def measure(kind: str, scaling: str, m: int, k: int, n: int, e: int):
+        def run() -> tuple[dict[str, Any], str]:
+            t = seconds(make_call(kind, scaling, m, k, n, e, device), device)
+            return {"seconds": t}, f"{t * 1e6:10.1f} us {2 * m * k * n * e / t / 1e12:8.1f} TFLOP/s"
+
+        return run
+
+    return [(f"{kind}/{scaling}/{e}x{m}x{k}x{n}",
+             {"kind": kind, "dtype": scaling, "m": m, "k": k, "n": n, "experts": e},
+             measure(kind, scaling, m, k, n, e))
+            for kind, scaling in CASES
+            for m, k, n, e in shapes(kind, device.type == "cuda", quick)]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="folder for gemm_shapes.jsonl")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--quick", action="store_true", help="a few shapes per kind")
-    args = parser.parse_args(argv)
-    name = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available()
-                                                      else "cpu")  # fmt: skip
-    if name == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is available")
-    device = torch.device(name)
-    if device.type == "cuda":
-        print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
-    run(Path(args.out), device, args.quick)
+    out, device, quick = arguments(__doc__, argv)
+    record(out / "gemm_shapes.jsonl", cases(device, quick), device)
 
 
 if __name__ == "__main__":

@@ -99,3 +99,20 @@ def test_grouped_gemms_cost_their_experts_summed():
     assert len(ratios) == 49
     assert 0.85 <= statistics.median(ratios) <= 0.95
     assert all(0.7 <= r <= 1.3 for r in ratios)
+
+
+@pytest.mark.parametrize(("script", "rows"), [("gemm_shapes", 12), ("attention_kernels", 2)])
+def test_the_kernel_benchmarks_write_rows_and_resume(tmp_path, script, rows):
+    """Both benchmarks on this machine's CPU (their small grids; nothing about speed is
+    asserted): one row per case, appended as measured, none measured again on a rerun."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    main = importlib.import_module(script).main
+    main(["--out", str(tmp_path), "--device", "cpu"])
+    path = tmp_path / f"{script}.jsonl"
+    first = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(first) == rows and all("error" not in r for r in first)
+    main(["--out", str(tmp_path), "--device", "cpu"])
+    assert path.read_text().count("\n") == rows

@@ -48,10 +48,9 @@ class Megatron(Framework):
     ) -> dict[str, sp.Expr]:
         """Low-precision parameters and the gradient buffer whole (fp32, or the parameters'
         dtype, with the fp32 copy of its shard the step makes as ``step_grads``), master and
-        optimizer state
-        over the data-parallel ranks; without a weight copy (pure bf16) the autocast state,
-        but for the optimizer state, which the distributed optimizer shards all the same
-        (as the step's time already counted it: ``optimizer_shards``)."""
+        optimizer state over the data-parallel ranks; without a weight copy (pure bf16) the
+        autocast state, but for the optimizer state, which the distributed optimizer shards
+        all the same (as the step's time already counted it: ``optimizer_shards``)."""
         prec = PRECISIONS[train.precision]
         n, per_shard, opt = shard_of(model, train, par, rank)
         dp = optimizer_shards(par)

@@ -24,8 +24,13 @@ EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
 where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
-KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
+KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")
+"""What a profile states per kernel family (``Hardware.attention_kernels``)."""
+FLASH_LESS_DTYPES = ("fp32", "tf32")
+"""Dtypes no fused kernel family runs (FlashAttention and cuDNN take 16-bit inputs): torch's
+SDPA runs them on its memory-efficient or math kernel, at the ``attention_flops`` measured
+in that dtype where a profile has it (a kernel table describes the 16-bit kernels)."""
 CALIBRATION_KEYS = ("basis", "summary", "runs", "max_mfu", "max_mfu_run")
 CALIBRATION_BASES = ("published-runs", "measured", "datasheet")
 _POSITIVE = ("hbm_bytes", "hbm_bw", "link_bw", "link_bw_bidir", "network_bw")
@@ -241,8 +246,12 @@ class Hardware:
         backward) at ``seq`` keys per call (a number or an array; None: the long-sequence
         limit): peak x efficiency x seq / (seq + half_seq), the saturation FlashAttention-3's
         per-length benchmarks follow within 2.4 % rms (Shah et al. 2024, Fig. 4-5), and torch's
-        FlashAttention-2 and cuDNN kernels measured on a lent H200 within 0.6-2.9 % rms with
-        a half length per pass (``benchmarks/attention_kernels.py``)."""
+        FlashAttention-2 and cuDNN kernels measured on a lent H200 within 0.8-2.0 % rms with
+        a half length per pass (``benchmarks/attention_kernels.py``). ``auto`` in a dtype no
+        kernel family runs (:data:`FLASH_LESS_DTYPES`) is its measured rate where there is
+        one."""
+        if kernel == "auto" and dtype in FLASH_LESS_DTYPES and self.attention_flops.get(dtype):
+            return float(self.attention_flops[dtype])  # torch's SDPA, measured in that dtype
         if kernel == "auto" and self.attention_kernels:
             kernel = next(iter(self.attention_kernels))
         if kernel == "auto":

@@ -122,14 +122,20 @@ def _links(
     }, notes
 
 
-def _rescale_serving(eff: dict[str, float], catalog: dict[str, float]) -> None:
-    """Serving's efficiencies are fitted against the catalog's (``hardware.json``): decode's
-    share of a bandwidth whose copies reach ``hbm``, GEMMs' ratio to ``matmul``. Kept as
-    those ratios on the measured profile, whose copy rate is its bandwidth (``hbm`` 1)."""
+def _rescale_ratios(eff: dict[str, float], catalog: dict[str, float], measured: set[str]) -> None:
+    """Efficiencies the catalog (``hardware.json``) states relative to others: decode's
+    share of a bandwidth whose copies reach ``hbm``, serving's GEMMs and a dtype's own GEMMs
+    (``matmul_<dtype>``) as ratios to ``matmul``. Kept as those ratios on the measured
+    profile, whose copy rate is its bandwidth (``hbm`` 1); a ``matmul_<dtype>`` of a dtype
+    measured here is dropped, its peak carrying its measured rate."""
     if "decode" in eff:
         eff["decode"] = min(1.0, eff["decode"] / catalog.get("hbm", 1.0))
-    if "serve_matmul" in eff:
-        eff["serve_matmul"] = eff["serve_matmul"] * eff["matmul"] / catalog.get("matmul", 1.0)
+    scale = eff["matmul"] / catalog.get("matmul", 1.0)
+    for key in [k for k in eff if k == "serve_matmul" or k.startswith("matmul_")]:
+        if key.removeprefix("matmul_") in measured:
+            del eff[key]
+        else:
+            eff[key] = min(1.0, eff[key] * scale)
 
 
 def build(
@@ -163,7 +169,7 @@ def build(
             **{k: g["flops"] for k, g in gemms.items()},
         }
         eff["matmul"] = 1.0
-    _rescale_serving(eff, profile.get("efficiency") or {})
+    _rescale_ratios(eff, profile.get("efficiency") or {}, set(gemms))
     attention = defaultdict(list)
     for r in _by(records, "attention"):
         attention[r["dtype"]].append(r["flops"] / r["seconds"])
