@@ -170,10 +170,16 @@ def _shared(exprs: Any) -> tuple[list[tuple[sp.Symbol, sp.Expr]], Any]:
     return sp.cse(exprs, order="none")
 
 
+@functools.lru_cache(maxsize=16)
+def _symbol_names(args: tuple[sp.Symbol, ...]) -> tuple[str, ...]:
+    """The symbols' names (printing ~600 symbols per lookup was a tenth of a warm plan)."""
+    return tuple(map(str, args))
+
+
 def on_disk(parts: Sequence[Any], args: Sequence[sp.Symbol], kind: str = "numpy") -> bool:
     """Whether :func:`lambdify_cached` would load ``parts`` from disk (not build them)."""
     folder = cache_dir()
-    name = f"{_digest((kind, *parts, tuple(map(str, args))))}.json"
+    name = f"{_digest((kind, *parts, _symbol_names(tuple(args))))}.json"
     return folder is not None and _exists(folder / name)
 
 
@@ -189,7 +195,7 @@ def lambdify_cached(
     folder = cache_dir()
     path = None
     if folder is not None:
-        path = folder / f"{_digest((kind, *parts, tuple(map(str, args))))}.json"
+        path = folder / f"{_digest((kind, *parts, _symbol_names(tuple(args))))}.json"
         if _exists(path) and (hit := _load(path, kind)) is not None:
             return hit
     keys, exprs = build()
@@ -258,7 +264,27 @@ def projected(
     func.body = [*reversed(kept), func.body[-1]]
     ns = dict(_namespace(kind))
     exec(compile(ast.fix_missing_locations(tree), "<costmodel projection>", "exec"), ns)
+    _SOURCES[ns[func.name]] = ast.unparse(tree)
     return present, ns[func.name]
+
+
+def projected_cached(
+    parts: Sequence[Any], keys: Sequence[str], fn: Callable[..., Any], wanted: Sequence[str],
+    kind: str = "numpy",
+) -> tuple[tuple[str, ...], Callable[..., Any]]:  # fmt: skip
+    """:func:`projected`, kept on disk under ``parts`` (what identifies ``fn``) as
+    :func:`lambdify_cached` keeps what it builds: a new process loads the cut function
+    (compiling its source) instead of cutting it again (parsing and walking ``fn``'s)."""
+    folder = cache_dir()
+    path = None
+    if folder is not None:
+        path = folder / f"{_digest((kind, 'projected', *parts, tuple(wanted)))}.json"
+        if _exists(path) and (hit := _load(path, kind)) is not None:
+            return hit
+    present, cut = projected(keys, fn, wanted, kind)
+    if path is not None:
+        _store(path, present, cut, kind)
+    return present, cut
 
 
 def _names(node: ast.AST) -> set[str]:

@@ -1,41 +1,32 @@
-"""The candidate layouts of a cluster, and the rules that keep the valid ones.
+"""What a plan may vary, and the candidate layouts of a cluster as flat columns.
 
-Enumerates, for ``gpus`` devices, every framework the user allows with its sharding
-(FSDP2: fsdp shards x dp replicas; Megatron: data parallel with the distributed
+``PlanOptions`` lists what the search may vary: every framework the user allows with its
+sharding (FSDP2: fsdp shards x dp replicas; Megatron: data parallel with the distributed
 optimizer; DeepSpeed and the reference model: ZeRO 1/2/3 over all replicas), tensor
 parallelism within a node (with and without sequence parallelism), pipeline parallelism
 (plain and interleaved 1F1B, uneven stages included), context parallelism, expert
-parallelism, the micro-batch per device and the recompute policy, as numpy columns; the
-spec layer's own rules (``config.check`` inside ``checks.collect_masks``) mask the invalid
-ones. ``costmodel.engine.plan`` evaluates and ranks what is left.
+parallelism, the micro-batch per device and the recompute policy. ``costmodel.engine.grid``
+enumerates them, factored; the spec layer's own rules (``config.check`` inside
+``checks.collect_masks``) mask the invalid ones. ``costmodel.engine.plan`` evaluates and
+ranks what is left.
 """
-
 from __future__ import annotations
 
-import functools
-import itertools
-from dataclasses import dataclass, fields
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
 
 from costmodel.config import check
 from costmodel.engine.fit import DEFAULT_HEADROOM, check_headroom
-from costmodel.frameworks.registry import framework_defaults, framework_of, trait
-from costmodel.kinds import ffn
-from costmodel.parallel.dispatch import DISPATCHERS
+from costmodel.engine.grid import KIND as KIND  # re-exported
+from costmodel.engine.grid import SEARCHED as SEARCHED  # re-exported
+from costmodel.engine.grid import candidates, layout_grid
+from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import (
-    EP_DISPATCHERS,
-    FRAMEWORKS,
-    ParallelSpec,
-    expert_tp,
-    grad_accum_of,
-)
+from costmodel.specs.parallel import EP_DISPATCHERS, FRAMEWORKS
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))
 OBJECTIVES = ("time", "cost", "tokens-per-gpu", "mfu")
@@ -126,144 +117,13 @@ def _smooth(n: int, primes: tuple[int, ...] = (2, 3, 5)) -> bool:
     return n == 1
 
 
-@functools.lru_cache(maxsize=4096)
-def _divisors(n: int) -> tuple[int, ...]:
-    """The divisors of ``n`` in increasing order, from its prime factors (sympy's
-    ``divisors``: instant for any count up to 2^53, where a scan up to n would not end)."""
-    return tuple(int(d) for d in sp.divisors(n))
-
-
 def enumerate_layouts(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, gpus: int, options: PlanOptions
 ) -> dict[str, np.ndarray]:
-    """Every combination of the searched fields (before the rules), as columns. Blocks of
-    (framework, sharding, tp, pp, cp, ep) are listed in Python; the choices inside a block
-    (sp, interleave, micro-batch, recompute) are numpy products shared between blocks."""
-    max_tp = options.max_tp or hardware.devices_per_node
-    blocks, inner = [], []
-    for fw, tp, cp in itertools.product(options.frameworks, _divisors(gpus), _divisors(gpus)):
-        if tp > max_tp or gpus % (tp * cp):
-            continue
-        for pp in _divisors(gpus // (tp * cp)):
-            replicas = gpus // (tp * cp * pp)
-            if pp > model.n_layers or train.batch % replicas:
-                continue
-            choices = _choices(tp > 1, pp > 1, train.batch // replicas, options)
-            for (dp, fsdp, zero), (ep, etp) in itertools.product(
-                framework_of(fw).shardings(replicas), _expert_meshes(model, tp, replicas * cp)
-            ):
-                blocks.append((fw, zero, dp, fsdp, tp, pp, cp, ep, etp,
-                               len(choices["recompute"])))  # fmt: skip
-                inner.append(choices)
-    names = ("framework", "zero", "dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "count")
-    per_block = dict(zip(names, zip(*blocks, strict=True), strict=True)) if blocks else {}
-    counts = np.array(per_block.get("count", ()), dtype=np.int64)
-    cols = {n: np.repeat(np.array(per_block.get(n, ()), KIND if n in _KINDS else np.int64),
-                         counts) for n in names[:-1]}  # fmt: skip
-    for n in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
-        cols[n] = np.concatenate([c[n] for c in inner] or [np.zeros(0, np.int64)])
-    cols["sequence_parallel"] = cols["sequence_parallel"].astype(bool)
-    cols["grad_accum"] = grad_accum_of(
-        train.batch, cols["dp"], cols["fsdp"], cols["micro_batch"], field="micro_batch"
-    )
-    cols.update(framework_defaults(cols["framework"]))  # each candidate framework's own
-    size = len(cols["tp"])
-    cols.update(gpus=np.full(size, gpus, np.int64), batch=np.full(size, train.batch, np.int64))
-    cols = _with_dispatchers(_with_ep_overlap(cols), options.dispatchers, hardware)
-    cols["framework"].flags.writeable = False  # the rules' traits reuse their compares
-    return cols
-
-
-def _with_dispatchers(cols: dict, dispatchers: tuple[str, ...], hw: Hardware) -> dict:
-    """Each expert-parallel candidate once per dispatcher asked for (``PlanOptions``);
-    the others keep the spec's default (they dispatch nothing). DeepEP and HybridEP send
-    over NVLink and RDMA: GPUs only."""
-    if hw.kind != "gpu" and any(DISPATCHERS[d].dedup for d in dispatchers):
-        asked = ", ".join(dispatchers)
-        raise SpecError("ep_dispatchers", f"ep_dispatchers {asked}: DeepEP and HybridEP run "
-                        f"on NVIDIA GPUs; on a {hw.kind} use all-to-all")  # fmt: skip
-    first, *others = dispatchers
-    routed = cols["ep"] > 1
-    cols["ep_dispatcher"] = np.full(len(routed), "all-to-all", dtype=KIND)
-    cols["ep_dispatcher"][routed] = first
-    n = int(routed.sum())
-    if not n or not others:
-        return cols
-    twins = [{**{k: v[routed] for k, v in cols.items()},
-              "ep_dispatcher": np.full(n, d, dtype=KIND)} for d in others]  # fmt: skip
-    return {k: np.concatenate([cols[k], *(t[k] for t in twins)]) for k in cols}
-
-
-def _with_ep_overlap(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each Megatron expert-parallel candidate once more with combined 1F1B
-    (``ep_overlap``; the rules drop the twins Megatron would not run): it hides all-to-alls
-    but keeps one chunk more in flight under interleaving, so either may be the fastest
-    that fits."""
-    cols["ep_overlap"] = np.zeros(len(cols["tp"]), dtype=bool)
-    again = (cols["ep"] > 1) & trait(cols["framework"], "combined_1f1b")
-    if not again.any():
-        return cols
-    twin = {k: v[again] for k, v in cols.items()}
-    twin["ep_overlap"] = np.ones(int(again.sum()), dtype=bool)
-    return {k: np.concatenate([cols[k], twin[k]]) for k in cols}
-
-
-_KINDS = {"framework", "recompute", "ep_dispatcher"}
-KIND = np.dtype("<U16")
-"""The candidates' kind columns: fixed-width text (compared in C, unlike Python objects;
-wide enough for every framework, recompute and dispatcher name)."""
-SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", "batch"}
-"""Columns a candidate sets; the rest of the training is the question's."""
-
-
-def _expert_meshes(model: ModelSpec, tp: int, data_ranks: int) -> list[tuple[int, int]]:
-    """(ep, etp) meshes of the expert layers to try: (1, tp) for a dense model; for an MoE
-    model the experts split as the dense layers (etp = tp) or not at all (etp 1, with tp >
-    1), and every divisor of the routed experts such that ep x etp divides the stage's
-    tp x data-parallel ranks: with etp 1, expert parallelism folded over tensor and data
-    parallelism (Megatron-Core's MoE parallel folding, Liu et al. 2025). The layout rules
-    drop the meshes a framework does not run or whose expert group does not nest with the
-    shard group."""
-    if not ffn.routes(model):
-        return [(1, tp)]
-    ranks = tp * data_ranks
-    return [(ep, etp) for etp in dict.fromkeys((tp, 1))
-            for ep in _divisors(model.n_experts) if ranks % (ep * etp) == 0]  # fmt: skip
-
-
-@functools.lru_cache(maxsize=4096)
-def _choices(tp: bool, pp: bool, per_replica: int, options: PlanOptions) -> dict:
-    """The choices inside one block: sp (with tp), interleave (with pp), micro-batch, recompute."""
-    sps = (False, True) if tp else (False,)
-    vs = options.interleave if pp else (1,)
-    rows = list(itertools.product(sps, vs, _micro_batches(per_replica, options), options.recompute))
-    sp_, v, mb, rc = zip(*rows, strict=True) if rows else ((),) * 4
-    return {
-        "sequence_parallel": np.array(sp_, bool),
-        "pp_interleave": np.array(v, np.int64),
-        "micro_batch": np.array(mb, np.int64),
-        "recompute": np.array(rc, dtype=KIND),
-    }
-
-
-def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
-    allowed = options.micro_batches
-    if allowed is None:
-        allowed = [2**i for i in range(per_replica.bit_length())]
-    return [mb for mb in allowed if per_replica % mb == 0]
-
-
-def candidates(
-    cols: dict[str, np.ndarray], train: TrainSpec
-) -> tuple[SimpleNamespace, SimpleNamespace]:
-    """(layout, training) of every candidate: the layout's fields from the columns (the
-    rest at ParallelSpec's defaults), ``train``'s with the searched recompute policy and
-    gradient accumulation."""
-    par = {f.name: cols.get(f.name, f.default) for f in fields(ParallelSpec)}
-    par["etp"] = expert_tp(par["tp"], par["etp"])
-    given = {f.name: getattr(train, f.name) for f in fields(train)}
-    searched = {k: cols[k] for k in ("recompute", "grad_accum", "batch") if k in cols}
-    return SimpleNamespace(**par), SimpleNamespace(**{**given, **searched})
+    """Every candidate of ``gpus`` devices at ``train.batch`` (before the rules), as
+    columns (``costmodel.engine.grid``; the planner checks the factored grid instead)."""
+    grid = layout_grid(model, train, hardware, gpus, options)
+    return grid.rows(grid.allowed)
 
 
 def valid_mask(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) -> np.ndarray:

@@ -26,7 +26,7 @@ from costmodel.engine.layouts import PlanOptions as PlanOptions  # re-exported
 from costmodel.engine.layouts import candidates, no_layout_message
 from costmodel.engine.search import QUANTITIES as QUANTITIES  # re-exported
 from costmodel.engine.search import TIE as TIE  # re-exported
-from costmodel.engine.search import collect, collect_top, evaluate
+from costmodel.engine.search import collect, collect_top, evaluate, first_candidates
 from costmodel.engine.sweep import Table
 from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
@@ -230,8 +230,8 @@ def plan(
         found = collect_top(model, train, hardware, counts, options, batches, budget, top,
                             progress)  # fmt: skip
     if not found.cols:
-        assert found.first is not None
-        raise SpecError("gpus", no_layout_message(found.first, model, train, max(counts)))
+        first = first_candidates(model, train, hardware, counts, options, batches)
+        raise SpecError("gpus", no_layout_message(first, model, train, max(counts)))
     fitting = fits(found.values, budget)
     order = rank(found.cols, found.values, np.flatnonzero(fitting), options.objective)
     return Plan(model, train, hardware, int(max(counts)), options, found.cols, found.values,

@@ -16,7 +16,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.engine.diskcache import lambdify, lambdify_cached, on_disk, projected
+from costmodel.engine.diskcache import lambdify, lambdify_cached, on_disk, projected_cached
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -200,7 +200,7 @@ def compiled_within(
     of them: :func:`compiled_subset`) without sympy (:func:`diskcache.projected`): a search
     that asks for a few quantities of every point and for all of some compiles once."""
     present, fn = compiled_subset(structure, within)
-    return projected(present, fn, keys)
+    return projected_cached(("subset", structure, within), present, fn, keys)
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from costmodel.engine.fit import fits
-from costmodel.engine.layouts import SEARCHED, PlanOptions, enumerate_layouts, valid_mask
+from costmodel.engine.grid import SEARCHED, layout_grid
+from costmodel.engine.layouts import PlanOptions
 from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.engine.workers import compile_all
@@ -78,8 +79,6 @@ class Found:
     values: dict[str, np.ndarray]
     enumerated: int
     valid: int
-    first: dict[str, np.ndarray] | None
-    """The first part enumerated (for the message when nothing is valid)."""
     structures: int = 0
     """Distinct expression structures compiled (or found compiled)."""
     skipped: tuple[int, ...] = field(default=())
@@ -103,12 +102,13 @@ def collect(
     options: PlanOptions, batches: Sequence[int] | None, progress: Progress | None = None,
 ) -> Found:  # fmt: skip
     """Every valid layout of every part, every quantity of each."""
-    cols, enumerated, first = _valid_layouts(model, train, hardware, counts, options, batches)
-    if cols is None:
-        return Found({}, {}, enumerated, 0, first)
+    parts, enumerated = _valid_parts(model, train, hardware, counts, options, batches)
+    if not parts:
+        return Found({}, {}, enumerated, 0)
+    cols = _joined(list(parts.values()))
     structures = _warm(model, train, cols, progress)
     values = evaluate(model, train, hardware, cols)
-    return Found(cols, values, enumerated, len(cols["tp"]), first, len(structures))
+    return Found(cols, values, enumerated, len(cols["tp"]), len(structures))
 
 
 def collect_top(
@@ -117,76 +117,107 @@ def collect_top(
     progress: Progress | None = None,
 ) -> Found:  # fmt: skip
     """The parts that can hold one of the ``top`` best layouts (by tokens/s; module
-    docstring), largest device count first; times only where a layout fits ``budget``."""
+    docstring), largest device count first; times only where a layout fits ``budget``.
+    Counts are evaluated in waves: alone until ``top`` layouts fit, then together up to
+    ``WAVE_ROWS`` candidates (one sweep's structure groups for many counts)."""
     prune = options.objective == "time"
     ceiling = flops_ceiling(train, hardware)
-    peak = hardware.peak(PRECISIONS[train.precision].peak_dtype)
+    bound = _Bound(top, PRECISIONS[train.precision], hardware)
     found: dict[tuple[int, int], tuple[dict, dict]] = {}  # (batch, count): cols, values
-    best, per_token = np.zeros(0), np.inf  # tokens/s of the best fitting; FLOPs per token
-    enumerated, valid, first, skipped, structures = 0, 0, None, [], set()
+    wave: dict[tuple[int, int], dict] = {}
+    enumerated, valid, skipped, structures = 0, 0, [], set()
     for count in sorted({int(c) for c in counts}, reverse=True):
-        if prune and len(best) >= top and count * ceiling / per_token < best[-top] / (1 + TIE):
+        if prune and bound.below(count * ceiling):
             skipped.append(count)
             continue
-        parts, n, part_first = _valid_parts(model, train, hardware, [count], options, batches)
+        parts, n = _valid_parts(model, train, hardware, [count], options, batches)
         enumerated += n
-        if first is None or not len(first["tp"]):  # the first part with candidates
-            first = part_first
-        if not parts:
-            continue
-        cols = _joined(list(parts.values()))
-        bar = None if found else progress  # the first count compiles; the rest reuse it
-        structures |= _warm(model, train, cols, bar)
-        values = evaluate(model, train, hardware, cols, budget)
-        valid += len(cols["tp"])
-        ok = fits(values, budget)
-        keep = ok.copy()  # what fits, and the smallest peak (what a no-fit answer names)
-        keep[np.argmin(values["memory_bytes_per_device.peak"])] = True
-        start = 0
-        for key, part in parts.items():  # kept per part, joined in collect's order
-            end = start + len(part["tp"])
-            here = keep[start:end]
-            found[key] = ({k: v[here] for k, v in part.items()},
-                          {k: v[start:end][here] for k, v in values.items()})  # fmt: skip
-            start = end
-        tokens = values["tokens_per_s"][ok]
-        if len(tokens):
-            best = np.sort(np.concatenate([best, tokens]))[-top:]
-            flops = values["mfu"][ok] * peak * cols["gpus"][ok] / tokens
-            per_token = min(per_token, float(np.min(flops)))
+        wave.update(parts)
+        if wave and (not bound.known or sum(len(p["tp"]) for p in wave.values()) >= WAVE_ROWS):
+            valid += _evaluate_wave(model, train, hardware, wave, budget, found, bound,
+                                    structures, None if found else progress)  # fmt: skip
+            wave = {}
+    if wave:
+        valid += _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures,
+                                None if found else progress)  # fmt: skip
     if not found:
-        return Found({}, {}, enumerated, 0, first, skipped=tuple(sorted(skipped)))
+        return Found({}, {}, enumerated, 0, skipped=tuple(sorted(skipped)))
     order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
     kept = [found[key] for key in dict.fromkeys(order) if key in found]
     cols, values = _joined([c for c, _ in kept]), _joined([v for _, v in kept])
-    return Found(cols, values, enumerated, valid, first, len(structures), tuple(sorted(skipped)))
+    return Found(cols, values, enumerated, valid, len(structures), tuple(sorted(skipped)))
 
 
-def _valid_layouts(model, train, hardware, counts, options, batches):
-    """(valid candidates of every (batch, device count) or None, how many were enumerated,
-    the first part). Each part is filtered as it is enumerated, so memory holds the valid
-    layouts, not every combination (a budget over a batch range enumerates tens of
-    millions)."""
-    parts, enumerated, first = _valid_parts(model, train, hardware, counts, options, batches)
-    if not parts:
-        return None, enumerated, first
-    return _joined(list(parts.values())), enumerated, first
+WAVE_ROWS = 2_000_000
+"""Valid candidates evaluated together at most (about 0.5 GB of columns and values)."""
+
+
+class _Bound:
+    """The tokens/s of the ``top`` best fitting layouts found, and the fewest FLOPs per
+    token any of them executes: a count whose FLOP/s ceiling over those FLOPs is below
+    the ``top``-th best, less the tie margin, places nothing among the ``top``."""
+
+    def __init__(self, top: int, precision: Any, hardware: Hardware) -> None:
+        self.top, self.best, self.per_token = top, np.zeros(0), np.inf
+        self.peak = hardware.peak(precision.peak_dtype)
+
+    @property
+    def known(self) -> bool:
+        return len(self.best) >= self.top
+
+    def below(self, flops: float) -> bool:
+        return self.known and flops / self.per_token < self.best[-self.top] / (1 + TIE)
+
+    def add(self, cols: dict[str, np.ndarray], values: dict[str, np.ndarray], ok: np.ndarray):
+        tokens = values["tokens_per_s"][ok]
+        if len(tokens):
+            self.best = np.sort(np.concatenate([self.best, tokens]))[-self.top :]
+            flops = values["mfu"][ok] * self.peak * cols["gpus"][ok] / tokens
+            self.per_token = min(self.per_token, float(np.min(flops)))
+
+
+def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structures, progress):
+    """Evaluate ``parts`` together; keep in ``found`` per part what fits and the wave's
+    smallest peak (what a no-fit answer names); returns how many were valid."""
+    cols = _joined(list(parts.values()))
+    structures |= _warm(model, train, cols, progress)
+    values = evaluate(model, train, hardware, cols, budget)
+    ok = fits(values, budget)
+    keep = ok.copy()
+    keep[np.argmin(values["memory_bytes_per_device.peak"])] = True
+    start = 0
+    for key, part in parts.items():
+        end = start + len(part["tp"])
+        here = keep[start:end]
+        found[key] = ({k: v[here] for k, v in part.items()},
+                      {k: v[start:end][here] for k, v in values.items()})  # fmt: skip
+        start = end
+    bound.add(cols, values, ok)
+    return len(cols["tp"])
 
 
 def _valid_parts(model, train, hardware, counts, options, batches):
-    """({(batch, count): its valid candidates}, enumerated, the first part), in the order
+    """({(batch, count): its valid candidates}, how many were enumerated), in the order
     batch by batch, count by count (the order rows are ranked in among exact equals)."""
-    parts, enumerated, first = {}, 0, None
+    found, enumerated = {}, 0
+    for count in counts:
+        grid = layout_grid(model, train, hardware, int(count), options, batches)
+        enumerated += int(np.count_nonzero(grid.allowed))
+        for size, part in grid.parts(grid.valid(model, train)).items():
+            found[size, int(count)] = part
+    order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
+    return {key: found[key] for key in dict.fromkeys(order) if key in found}, enumerated
+
+
+def first_candidates(model, train, hardware, counts, options, batches) -> dict[str, np.ndarray]:
+    """The first candidate enumerated, batch by batch, count by count, before the rules
+    (none: empty columns); what a search that found nothing valid names its rule from."""
     for size in batches or [train.batch]:
         for count in counts:
-            sized = train.replace(batch=int(size), grad_accum=1)  # grad_accum is searched
-            part = enumerate_layouts(model, sized, hardware, int(count), options)
-            enumerated += len(part["tp"])
-            first = part if first is None or not len(first["tp"]) else first
-            ok = valid_mask(part, model, train)
-            if ok.any():
-                parts[int(size), int(count)] = {k: v[ok] for k, v in part.items()}
-    return parts, enumerated, first
+            grid = layout_grid(model, train, hardware, int(count), options, [size])
+            if grid.allowed.any():
+                return grid.rows(grid.allowed, limit=1)
+    return grid.rows(grid.allowed, limit=1)
 
 
 def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -204,14 +235,16 @@ def evaluate(
     searched = {k: v for k, v in cols.items() if k in SEARCHED}
     given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
     if budget is None:
-        return sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **searched)
-    values = sweep(model, hardware=hardware, quantities=MEMORY, within=QUANTITIES, **given,
-                   **searched)  # fmt: skip
+        return sweep(model, hardware=hardware, quantities=QUANTITIES, checked=True, **given,
+                     **searched)  # fmt: skip
+    values = sweep(model, hardware=hardware, quantities=MEMORY, within=QUANTITIES,
+                   checked=True, **given, **searched)  # fmt: skip
     keep = fits(values, budget)
     part = {k: v[keep] for k, v in searched.items()}
     found = {}
     if keep.any():
-        found = sweep(model, hardware=hardware, quantities=QUANTITIES, **given, **part)
+        found = sweep(model, hardware=hardware, quantities=QUANTITIES, checked=True, **given,
+                      **part)  # fmt: skip
     for key in TIMES:
         values[key] = np.full(len(keep), np.nan)
         if key in found:

@@ -64,8 +64,8 @@ rules, never rounded to integers."""
 
 def _as_grid(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
-    if name in _WORDS:  # strings as Python objects; flags and stages stay numeric
-        return arr.astype(object) if arr.dtype.kind in "USO" else arr
+    if name in _WORDS:  # words as text (``factorize`` codes them), flags stay numeric
+        return arr
     if name in _REAL:
         return arr.astype(float)
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
@@ -98,6 +98,7 @@ def sweep(
     hardware: str | Hardware | None = None,
     quantities: Iterable[str] | None = None,
     within: Iterable[str] | None = None,
+    checked: bool = False,
     **overrides: Any,
 ) -> dict[str, np.ndarray]:
     """Every quantity over a broadcast grid of spec fields.
@@ -109,7 +110,8 @@ def sweep(
     a quantity that only some structures have (e.g. what full recomputation keeps) is NaN
     where it does not apply. ``within`` (a superset of ``quantities``): compile those and
     cut ``quantities`` out of them (``quantities.compiled_within``), for a caller that
-    also sweeps ``within`` itself.
+    also sweeps ``within`` itself. ``checked``: the caller has checked every point with
+    ``config.check`` (the planner's candidates), which each group then skips.
     """
     quantities = None if quantities is None else list(quantities)
     if "micro_batch" in overrides:
@@ -129,7 +131,7 @@ def sweep(
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
     for idx, group in _groups(columns, shape, layout):
-        specs = _specs(group)
+        specs = _specs(group, checked)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
         if quantities is None:
@@ -177,9 +179,7 @@ def _columns(
         source = {ModelSpec: base, TrainSpec: train_defaults, ParallelSpec: par_defaults}[cls]
         for name in names:
             value = np.asarray(grid.get(name, overrides.get(name, getattr(source, name))))
-            # choices spelled as strings are kept as Python objects; flags and stages
-            # (bool, int) stay numeric, which groups them far faster
-            cols[name] = value.astype(object) if value.dtype.kind in "US" else value
+            cols[name] = value
     given = {k: grid.get(k, v) for k, v in overrides.items()}
     cols.update({k: np.asarray(v) for k, v in following(base, given).items()})
     if layout:  # fields left to each framework's own default
@@ -224,14 +224,26 @@ def _pick(column: np.ndarray, idx: np.ndarray, kind: bool) -> Any:
     return column[idx] if column.ndim else column
 
 
+_WORDS_COMPARED = 16
+"""Words a column of text is coded by comparing (past this many, by sorting)."""
+
+
 def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """(code of each element, a bound n with every code < n); object arrays
-    (choices such as frameworks) through a dict of their few distinct values, far faster
-    than sorting them as strings."""
+    """(code of each element, a bound n with every code < n); text (choices such as
+    frameworks) by comparing with each of its few distinct words, object arrays through a
+    dict of them: both far faster than sorting strings."""
     if values.dtype.kind in "biu" and values.size:  # flags and stages: offsets, no sort
         lo, hi = int(values.min()), int(values.max())
         if hi - lo < 4096:
             return (values - lo).astype(np.int64), hi - lo + 1
+    if values.dtype.kind in "US" and values.size:  # a few words: a compare per word
+        flat, codes = values.ravel(), np.full(values.size, -1, np.int64)
+        for n in range(_WORDS_COMPARED + 1):
+            at = int(np.argmin(codes))  # the first word not yet coded
+            if codes[at] >= 0:
+                return codes, n
+            if n < _WORDS_COMPARED:
+                codes[flat == flat[at]] = n
     if values.dtype != object:
         _, inverse = np.unique(values, return_inverse=True)
         return inverse.ravel().astype(np.int64), int(inverse.max(initial=0)) + 1
@@ -240,9 +252,9 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     return np.fromiter(map(index.__getitem__, items), np.int64, len(items)), len(index)
 
 
-def _specs(group: dict[str, Any]) -> SimpleNamespace:
+def _specs(group: dict[str, Any], checked: bool = False) -> SimpleNamespace:
     """Checked specs of one structure group: real specs built from its first point check
-    the kinds and flags; the specs' rules check every point's sizes."""
+    the kinds and flags; the specs' rules check every point's sizes (unless ``checked``)."""
     first = {k: (v.flat[0] if isinstance(v, np.ndarray) else v) for k, v in group.items()}
     owned = {cls: {k: _plain(first[k]) for k in names} for cls, names in _OWNERS.items()
              if all(k in first for k in names)}  # fmt: skip
@@ -254,7 +266,8 @@ def _specs(group: dict[str, Any]) -> SimpleNamespace:
     p = None
     if par is not None:
         p = SimpleNamespace(**{k: group[k] for k in _OWNERS[ParallelSpec]})
-    check(m, t, p)
+    if not checked:
+        check(m, t, p)
     return SimpleNamespace(model=m, train=t, parallel=p, structure=structure_of(model, train, par))
 
 

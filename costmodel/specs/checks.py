@@ -70,9 +70,40 @@ def require(ok: Any, field: str, message: Callable[[], str]) -> None:
         raise SpecError(field, message())
 
 
-def passing(masks: list[Mask], n: int) -> np.ndarray:
-    """Which of ``n`` points pass every collected rule."""
-    return np.logical_and.reduce([np.broadcast_to(m.ok, (n,)) for m in masks] or [np.ones(n, bool)])
+def passing(
+    masks: list[Mask], shape: int | tuple[int, ...], start: np.ndarray | None = None
+) -> np.ndarray:
+    """Which points of a grid of ``shape`` (``n`` points, or a broadcast grid) pass every
+    collected rule (and ``start``, a bool array of that shape it ands into in place)."""
+    return conjunction([m.ok for m in masks], shape, start)
+
+
+def conjunction(
+    parts: list[Any], shape: int | tuple[int, ...], start: np.ndarray | None = None
+) -> np.ndarray:
+    """The elementwise and of bool arrays that broadcast to ``shape``, at the smallest
+    sizes it can be: each is and-ed into the smallest other that spans its axes, the rest
+    smallest first, so the full grid is touched once, not once per array (a planner's grid
+    of millions of candidates and ~50 rules, most of them on a few axes)."""
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    groups: dict[tuple[int, ...], np.ndarray] = {}
+    for part in parts:
+        part = np.asarray(part, dtype=bool)
+        part = part.reshape((1,) * (len(shape) - part.ndim) + part.shape)
+        groups[part.shape] = groups[part.shape] & part if part.shape in groups else part
+    keys = sorted(groups, key=math.prod)
+    acc = np.ones((1,) * len(shape), bool)
+    for i, key in enumerate(keys):
+        wider = next((k for k in keys[i + 1 :] if all(a in (1, b) for a, b in
+                                                     zip(key, k, strict=True))), None)  # fmt: skip
+        if wider is None:
+            acc = acc & groups[key]
+        else:
+            groups[wider] = groups[wider] & groups[key]
+    if start is None:
+        return np.array(np.broadcast_to(acc, shape))
+    start &= acc
+    return start
 
 
 def refusal(masks: list[Mask], i: int) -> SpecError | None:
@@ -171,6 +202,7 @@ __all__ = [
     "at_most",
     "choice",
     "collect_masks",
+    "conjunction",
     "divides",
     "flag",
     "integer",
