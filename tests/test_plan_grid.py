@@ -9,9 +9,12 @@ import pytest
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.presets import get_model
+from costmodel.engine import threads
 from costmodel.engine.grid import AXES, layout_grid
 from costmodel.engine.layouts import PlanOptions, valid_mask
+from costmodel.engine.search import MEMORY, evaluate
 from costmodel.engine.sweep import factorize
+from costmodel.engine.threads import in_threads
 from costmodel.specs.checks import conjunction
 from costmodel.specs.model import TrainSpec
 
@@ -83,3 +86,22 @@ def test_factorize_codes_text_exactly():
     codes, n = factorize(many)
     assert len(set(codes.tolist())) == 40 and codes.max() < n
     assert all(codes[i] == codes[i + 40] for i in range(160))
+
+
+def test_in_threads_keeps_the_order_of_the_items():
+    assert list(in_threads(lambda x: x * x, range(50), 3)) == [x * x for x in range(50)]
+    assert list(in_threads(lambda x: x, [], 2)) == []
+
+
+def test_a_sweep_on_two_threads_gives_one_threads_numbers(monkeypatch):
+    model, train = get_model("llama3-8b"), TrainSpec(batch=512, seq=4096)
+    grid = layout_grid(model, train, get_hardware("h100-sxm"), 256, PlanOptions())
+    cols = grid.rows(grid.valid(model, train))
+    monkeypatch.setattr(threads, "MIN_POINTS", 1000)  # this sweep's 39,560 use threads
+    results = {}
+    for workers in (1, 2):
+        monkeypatch.setenv("COSTMODEL_WORKERS", str(workers))
+        assert threads.threads_for(len(cols["tp"])) == workers
+        results[workers] = evaluate(model, train, get_hardware("h100-sxm"), cols, MEMORY)
+    for key, values in results[1].items():
+        assert np.array_equal(values, results[2][key], equal_nan=True), key

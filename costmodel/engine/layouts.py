@@ -10,6 +10,7 @@ enumerates them, factored; the spec layer's own rules (``config.check`` inside
 ``checks.collect_masks``) mask the invalid ones. ``costmodel.engine.plan`` evaluates and
 ranks what is left.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -37,7 +37,8 @@ from costmodel.engine.grid import SEARCHED, layout_grid
 from costmodel.engine.layouts import PlanOptions
 from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
 from costmodel.engine.sweep import factorize, sweep
-from costmodel.engine.workers import compile_all
+from costmodel.engine.threads import in_threads
+from costmodel.engine.workers import compile_all, cores
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -118,28 +119,36 @@ def collect_top(
 ) -> Found:  # fmt: skip
     """The parts that can hold one of the ``top`` best layouts (by tokens/s; module
     docstring), largest device count first; times only where a layout fits ``budget``.
-    Counts are evaluated in waves: alone until ``top`` layouts fit, then together up to
-    ``WAVE_ROWS`` candidates (one sweep's structure groups for many counts)."""
+    Counts go alone until ``top`` layouts fit, then ``CHUNK`` at a time (enumerated on
+    every core, evaluated together up to ``WAVE_ROWS`` candidates: one sweep's structure
+    groups for many counts); which counts are searched does not depend on the cores."""
     prune = options.objective == "time"
     ceiling = flops_ceiling(train, hardware)
     bound = _Bound(top, PRECISIONS[train.precision], hardware)
     found: dict[tuple[int, int], tuple[dict, dict]] = {}  # (batch, count): cols, values
-    wave: dict[tuple[int, int], dict] = {}
     enumerated, valid, skipped, structures = 0, 0, [], set()
-    for count in sorted({int(c) for c in counts}, reverse=True):
-        if prune and bound.below(count * ceiling):
-            skipped.append(count)
-            continue
-        parts, n = _valid_parts(model, train, hardware, [count], options, batches)
-        enumerated += n
-        wave.update(parts)
-        if wave and (not bound.known or sum(len(p["tp"]) for p in wave.values()) >= WAVE_ROWS):
-            valid += _evaluate_wave(model, train, hardware, wave, budget, found, bound,
-                                    structures, None if found else progress)  # fmt: skip
-            wave = {}
-    if wave:
-        valid += _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures,
-                                None if found else progress)  # fmt: skip
+    remaining = sorted({int(c) for c in counts}, reverse=True)
+
+    def evaluated(wave: dict) -> int:
+        return _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures,
+                              None if found else progress)  # fmt: skip
+
+    def enumerated_parts(count: int) -> tuple[dict, int]:
+        return _valid_parts(model, train, hardware, [count], options, batches)
+
+    while remaining:
+        chunk = []
+        while remaining and len(chunk) < (CHUNK if bound.known else 1):
+            count = remaining.pop(0)
+            (skipped if prune and bound.below(count * ceiling) else chunk).append(count)
+        wave: dict[tuple[int, int], dict] = {}
+        for parts, n in in_threads(enumerated_parts, chunk, min(cores(), len(chunk))):
+            enumerated += n
+            wave.update(parts)
+            if sum(len(p["tp"]) for p in wave.values()) >= WAVE_ROWS:
+                valid, wave = valid + evaluated(wave), {}
+        if wave:
+            valid += evaluated(wave)
     if not found:
         return Found({}, {}, enumerated, 0, skipped=tuple(sorted(skipped)))
     order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
@@ -150,6 +159,9 @@ def collect_top(
 
 WAVE_ROWS = 2_000_000
 """Valid candidates evaluated together at most (about 0.5 GB of columns and values)."""
+CHUNK = 8
+"""Device counts enumerated together once ``top`` layouts fit (the bound is re-read
+between chunks)."""
 
 
 class _Bound:
@@ -168,31 +180,35 @@ class _Bound:
     def below(self, flops: float) -> bool:
         return self.known and flops / self.per_token < self.best[-self.top] / (1 + TIE)
 
-    def add(self, cols: dict[str, np.ndarray], values: dict[str, np.ndarray], ok: np.ndarray):
+    def add(self, gpus: np.ndarray, values: dict[str, np.ndarray], ok: np.ndarray) -> None:
         tokens = values["tokens_per_s"][ok]
         if len(tokens):
             self.best = np.sort(np.concatenate([self.best, tokens]))[-self.top :]
-            flops = values["mfu"][ok] * self.peak * cols["gpus"][ok] / tokens
+            flops = values["mfu"][ok] * self.peak * gpus[ok] / tokens
             self.per_token = min(self.per_token, float(np.min(flops)))
 
 
 def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structures, progress):
-    """Evaluate ``parts`` together; keep in ``found`` per part what fits and the wave's
-    smallest peak (what a no-fit answer names); returns how many were valid."""
+    """Evaluate ``parts`` together: every layout's memory, then everything of those that
+    fit ``budget`` and of the wave's smallest peak (what a no-fit answer names; its times
+    NaN); kept in ``found`` per part. Returns how many were valid."""
     cols = _joined(list(parts.values()))
     structures |= _warm(model, train, cols, progress)
-    values = evaluate(model, train, hardware, cols, budget)
-    ok = fits(values, budget)
+    memory = evaluate(model, train, hardware, cols, MEMORY, within=QUANTITIES)
+    ok = fits(memory, budget)
     keep = ok.copy()
-    keep[np.argmin(values["memory_bytes_per_device.peak"])] = True
+    keep[np.argmin(memory["memory_bytes_per_device.peak"])] = True
+    values = evaluate(model, train, hardware, {k: v[keep] for k, v in cols.items()})
+    fit = ok[keep]
+    values.update({k: np.where(fit, values[k], np.nan) for k in TIMES if k in values})
+    kept = np.concatenate([[0], np.cumsum(keep)])  # kept rows before each row
     start = 0
     for key, part in parts.items():
         end = start + len(part["tp"])
-        here = keep[start:end]
-        found[key] = ({k: v[here] for k, v in part.items()},
-                      {k: v[start:end][here] for k, v in values.items()})  # fmt: skip
+        found[key] = ({k: v[keep[start:end]] for k, v in part.items()},
+                      {k: v[kept[start] : kept[end]] for k, v in values.items()})  # fmt: skip
         start = end
-    bound.add(cols, values, ok)
+    bound.add(cols["gpus"][keep], values, fit)
     return len(cols["tp"])
 
 
@@ -226,30 +242,16 @@ def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 def evaluate(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, cols: dict[str, np.ndarray],
-    budget: float | None = None,
+    quantities: tuple[str, ...] = QUANTITIES, within: tuple[str, ...] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
-    """The planner's ``QUANTITIES`` of candidate layouts: sweeps over the columns
-    (ParallelSpec fields, ``grad_accum`` and ``recompute``; other layout fields at their
-    defaults), every other training field as ``train`` has it. With a ``budget`` (bytes),
-    the times only of the layouts that fit it (NaN for the others)."""
+    """The planner's ``quantities`` of candidate layouts (checked by the rules already):
+    a sweep over the columns (ParallelSpec fields, ``grad_accum``, ``recompute`` and
+    ``batch``; other layout fields at their defaults), every other training field as
+    ``train`` has it; ``within`` as ``sweep``'s."""
     searched = {k: v for k, v in cols.items() if k in SEARCHED}
     given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
-    if budget is None:
-        return sweep(model, hardware=hardware, quantities=QUANTITIES, checked=True, **given,
-                     **searched)  # fmt: skip
-    values = sweep(model, hardware=hardware, quantities=MEMORY, within=QUANTITIES,
-                   checked=True, **given, **searched)  # fmt: skip
-    keep = fits(values, budget)
-    part = {k: v[keep] for k, v in searched.items()}
-    found = {}
-    if keep.any():
-        found = sweep(model, hardware=hardware, quantities=QUANTITIES, checked=True, **given,
-                      **part)  # fmt: skip
-    for key in TIMES:
-        values[key] = np.full(len(keep), np.nan)
-        if key in found:
-            values[key][keep] = found[key]
-    return values
+    return sweep(model, hardware=hardware, quantities=quantities, within=within, checked=True,
+                 **given, **searched)  # fmt: skip
 
 
 def _warm(model: ModelSpec, train: TrainSpec, cols: dict, progress: Progress | None) -> set:

@@ -30,6 +30,7 @@ from costmodel.engine.quantities import (
     compiled_within,
     structure_of,
 )
+from costmodel.engine.threads import in_threads, threads_for
 from costmodel.frameworks.registry import framework_defaults
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -130,7 +131,9 @@ def sweep(
     points = int(np.prod(shape))
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
-    for idx, group in _groups(columns, shape, layout):
+
+    def evaluated(item: tuple[Any, dict[str, Any]]) -> tuple[Any, tuple[str, ...], list]:
+        idx, group = item
         specs = _specs(group, checked)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
@@ -141,7 +144,11 @@ def sweep(
             keys, fn = compiled_within(specs.structure, tuple(quantities), tuple(within))
         else:
             keys, fn = compiled_subset(specs.structure, tuple(quantities))
-        for key, result in zip(keys, fn(*args), strict=True):
+        return idx, keys, fn(*args)
+
+    threads = threads_for(points) if checked else 1  # the rules raise in this thread only
+    for idx, keys, results in in_threads(evaluated, _groups(columns, shape, layout), threads):
+        for key, result in zip(keys, results, strict=True):
             if idx is None:  # one structure: the grid as broadcast, no copies
                 out[key] = np.broadcast_to(np.asarray(result, np.float64), shape)
                 continue

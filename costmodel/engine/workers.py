@@ -31,15 +31,19 @@ PER_WORKER = 4
 ~0.5 s, about two structures' compile)."""
 
 
+def cores() -> int:
+    """The cores this process may use, at most ``COSTMODEL_WORKERS`` when set."""
+    setting = os.environ.get("COSTMODEL_WORKERS", "")
+    found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return int(setting) if setting.isdigit() and int(setting) > 0 else found or 1
+
+
 def workers_for(pending: int) -> int:
     """Worker processes for ``pending`` structures: one per core (``COSTMODEL_WORKERS`` caps
     it), at least ``PER_WORKER`` structures each; 1: compile in this process."""
-    setting = os.environ.get("COSTMODEL_WORKERS", "")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    most = int(setting) if setting.isdigit() and int(setting) > 0 else cores or 1
     if cache_dir() is None:
         return 1
-    return max(1, min(most, pending // PER_WORKER))
+    return max(1, min(cores(), pending // PER_WORKER))
 
 
 def compile_all(
