@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
@@ -51,21 +51,45 @@ SEARCHED = {*(f.name for f in fields(ParallelSpec)), "grad_accum", "recompute", 
 """Columns a candidate sets; the rest of the training is the question's."""
 
 
+OUTER = AXES.index("block") + 1
+"""The grid's outer axes (batch, dispatcher, combined 1F1B, block): most rules read only
+them, and few of their cells survive those rules (a fifth of Turing-NLG's on 5,120 GPUs)."""
+
+
+@dataclass
+class Selection:
+    """Candidates of a grid: the outer ``cells`` any of them is in (one index array per
+    outer axis, in C order) and, per cell, which of the inner choices (sequence
+    parallelism, interleaving, micro-batch, recompute) are in (``inner``)."""
+
+    cells: tuple[np.ndarray, ...]
+    inner: np.ndarray
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self.inner))
+
+
 @dataclass
 class LayoutGrid:
     """Candidates of ``gpus`` devices: ``blocks`` (one array per :data:`BLOCK` field), the
-    values along every other axis, and ``allowed``, which combinations the search
-    enumerates (sequence parallelism only with tp, interleaving only with pp, micro-batches
-    that divide a replica's share of the batch, twins only of expert-parallel blocks)."""
+    values along every other axis, and ``choices``, what makes a combination one the
+    search enumerates (sequence parallelism only with tp, interleaving only with pp,
+    micro-batches that divide a replica's share of the batch, twins only of
+    expert-parallel blocks), each a bool array on its own axes; ``allowed`` selects them."""
 
     gpus: int
     blocks: dict[str, np.ndarray]
     axes: dict[str, np.ndarray]
-    allowed: np.ndarray | None = None
+    choices: list[np.ndarray] = field(default_factory=list)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(len(self.blocks["tp"]) if k == "block" else len(self.axes[k]) for k in AXES)
+
+    @functools.cached_property
+    def allowed(self) -> Selection:
+        """Every candidate the search enumerates (before the rules)."""
+        return self.select(self.choices)
 
     def along(self, name: str, values: np.ndarray) -> np.ndarray:
         """``values`` on axis ``name`` (one per block or per axis value), shaped to
@@ -89,21 +113,41 @@ class LayoutGrid:
         cols["framework"].flags.writeable = False  # the rules' traits reuse their compares
         return cols
 
-    def valid(self, model: ModelSpec, train: TrainSpec) -> np.ndarray:
-        """Which candidates are allowed and pass every rule (``config.check``, as for one
-        input), in the grid's shape."""
+    def valid(self, model: ModelSpec, train: TrainSpec) -> Selection:
+        """The candidates the search enumerates that pass every rule (``config.check``,
+        as for one input)."""
         par, per_candidate = candidates(self.columns(), train)
         # combinations the search does not enumerate (a micro-batch that does not divide
-        # gives grad_accum 0) may divide by zero; ``allowed`` masks them out
+        # gives grad_accum 0) may divide by zero; ``choices`` leave them out
         with checks.collect_masks() as masks, np.errstate(divide="ignore", invalid="ignore"):
             check(model, per_candidate, par)
-        return checks.passing(masks, self.shape, start=self.allowed.copy())
+        return self.select([*self.choices, *(m.ok for m in masks)])
 
-    def rows(self, mask: np.ndarray, limit: int | None = None) -> dict[str, np.ndarray]:
-        """The candidates where ``mask`` holds (the first ``limit``) as columns, in the
-        order of :data:`AXES`."""
-        flat = np.flatnonzero(mask)[:limit]
-        at = dict(zip(AXES, np.unravel_index(flat, self.shape), strict=True))
+    def select(self, parts: list[np.ndarray]) -> Selection:
+        """The candidates where every one of ``parts`` (bool arrays that broadcast to the
+        grid) holds: the outer cells where those on outer axes only hold, then, for those
+        cells only, the inner choices where the rest hold."""
+        norm = [np.reshape(p, (1,) * (len(AXES) - np.ndim(p)) + np.shape(p)) for p in parts]
+        outer = [p for p in norm if not any(n > 1 for n in p.shape[OUTER:])]
+        keep = checks.conjunction([p.reshape(p.shape[:OUTER]) for p in outer],
+                                  self.shape[:OUTER])  # fmt: skip
+        cells = np.nonzero(keep)
+        picked = []
+        for p in (p for p in norm if any(n > 1 for n in p.shape[OUTER:])):
+            if any(n > 1 for n in p.shape[:OUTER]):
+                at = tuple(c if n > 1 else 0 for c, n in zip(cells, p.shape, strict=False))
+                picked.append(p[at])
+            else:
+                picked.append(p.reshape((1, *p.shape[OUTER:])))
+        inner = checks.conjunction(picked, (len(cells[0]), *self.shape[OUTER:]))
+        return Selection(cells, inner)
+
+    def rows(self, chosen: Selection, limit: int | None = None) -> dict[str, np.ndarray]:
+        """The ``chosen`` candidates (the first ``limit``) as columns, in the order of
+        :data:`AXES`."""
+        flat = np.flatnonzero(chosen.inner)[:limit]
+        cell, *inner = np.unravel_index(flat, chosen.inner.shape)
+        at = dict(zip(AXES, [c[cell] for c in chosen.cells] + inner, strict=True))
         cols = {k: v[at["block"]] for k, v in self.blocks.items()}
         for name in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
             cols[name] = self.axes[name][at[name]]
@@ -119,9 +163,9 @@ class LayoutGrid:
         cols["framework"].flags.writeable = False
         return cols
 
-    def parts(self, mask: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
-        """The candidates where ``mask`` holds, by global batch (the batches with any)."""
-        cols = self.rows(mask)
+    def parts(self, chosen: Selection) -> dict[int, dict[str, np.ndarray]]:
+        """The ``chosen`` candidates by global batch (the batches with any)."""
+        cols = self.rows(chosen)
         ends = np.searchsorted(cols["batch"], self.axes["batch"], side="right").tolist()
         found, start = {}, 0
         for batch, end in zip(self.axes["batch"].tolist(), ends, strict=True):
@@ -158,27 +202,28 @@ def layout_grid(
         "micro_batch": np.array(_micro_batches(most, options), np.int64),
         "recompute": np.array(options.recompute, KIND),
     })  # fmt: skip
-    grid.allowed = _allowed(grid, replicas, routed, combined, options.interleave)
+    grid.choices = _choices(grid, replicas, routed, combined, options.interleave)
     return grid
 
 
-def _allowed(grid: LayoutGrid, replicas: np.ndarray, routed: np.ndarray,
-             combined: np.ndarray, interleave: tuple[int, ...]) -> np.ndarray:  # fmt: skip
-    """The combinations a search enumerates: the batch splits over the block's replicas,
-    sequence parallelism only under tp, interleaving (the degrees asked) only under pp,
-    micro-batches that divide a replica's share, a twin with combined 1F1B only of a block
-    that runs it, a dispatcher past the first only of an expert-parallel block."""
+def _choices(grid: LayoutGrid, replicas: np.ndarray, routed: np.ndarray,
+             combined: np.ndarray, interleave: tuple[int, ...]) -> list[np.ndarray]:  # fmt: skip
+    """What makes a combination one the search enumerates: the batch splits over the
+    block's replicas, sequence parallelism only under tp, interleaving (the degrees asked)
+    only under pp, micro-batches that divide a replica's share, a twin with combined 1F1B
+    only of a block that runs it, a dispatcher past the first only of an expert-parallel
+    block."""
     at, a, b = grid.along, grid.axes, grid.blocks
     batch, replicas = at("batch", a["batch"]), at("block", replicas)
     v = at("pp_interleave", a["pp_interleave"])
-    return checks.conjunction([
+    return [
         batch % replicas == 0,
         ~at("sequence_parallel", a["sequence_parallel"]) | at("block", b["tp"] > 1),
         np.where(at("block", b["pp"] > 1), np.isin(v, interleave), v == 1),
         (batch // replicas) % at("micro_batch", a["micro_batch"]) == 0,
         ~at("ep_overlap", a["ep_overlap"]) | at("block", combined),
         at("ep_dispatcher", np.arange(len(a["ep_dispatcher"])) == 0) | at("block", routed),
-    ], grid.shape)  # fmt: skip
+    ]
 
 
 def _blocks(model: ModelSpec, hardware: Hardware, gpus: int, options: PlanOptions,
@@ -195,12 +240,18 @@ def _blocks(model: ModelSpec, hardware: Hardware, gpus: int, options: PlanOption
             if pp > model.n_layers or not (sizes % replicas == 0).any():
                 continue
             for (dp, fsdp, zero), (ep, etp) in itertools.product(
-                framework_of(fw).shardings(replicas), _expert_meshes(model, tp, replicas * cp)
+                _shardings(fw, replicas), _expert_meshes(model, tp, replicas * cp)
             ):
                 rows.append((fw, zero, dp, fsdp, tp, pp, cp, ep, etp))
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(BLOCK)
     return {name: np.array(col, KIND if name == "framework" else np.int64)
             for name, col in zip(BLOCK, cols, strict=True)}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _shardings(framework: str, replicas: int) -> tuple[tuple[int, int, int], ...]:
+    """(dp, fsdp, zero) of ``replicas`` data-parallel devices the framework tries."""
+    return tuple(framework_of(framework).shardings(replicas))
 
 
 def candidates(

@@ -218,7 +218,7 @@ def _valid_parts(model, train, hardware, counts, options, batches):
     found, enumerated = {}, 0
     for count in counts:
         grid = layout_grid(model, train, hardware, int(count), options, batches)
-        enumerated += int(np.count_nonzero(grid.allowed))
+        enumerated += len(grid.allowed)
         for size, part in grid.parts(grid.valid(model, train)).items():
             found[size, int(count)] = part
     order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
@@ -231,7 +231,7 @@ def first_candidates(model, train, hardware, counts, options, batches) -> dict[s
     for size in batches or [train.batch]:
         for count in counts:
             grid = layout_grid(model, train, hardware, int(count), options, [size])
-            if grid.allowed.any():
+            if len(grid.allowed):
                 return grid.rows(grid.allowed, limit=1)
     return grid.rows(grid.allowed, limit=1)
 
@@ -275,11 +275,12 @@ def _warm(model: ModelSpec, train: TrainSpec, cols: dict, progress: Progress | N
 
 def _first_of_each(flags: list[np.ndarray]) -> list[int]:
     """The first index of each distinct combination of the arrays' values."""
-    code = np.zeros(len(flags[0]), dtype=np.int64)
+    code, space = np.zeros(len(flags[0]), dtype=np.int64), 1
     for key in flags:
         inverse, n = factorize(key)
-        code = code * n + inverse
-    _, first = np.unique(code, return_index=True)
+        code, space = code * n + inverse, space * n
+    small = code.astype(np.uint16) if space <= 2**16 else code  # a radix sort for 16 bits
+    _, first = np.unique(small, return_index=True)
     return [int(i) for i in first]
 
 

@@ -70,20 +70,16 @@ def require(ok: Any, field: str, message: Callable[[], str]) -> None:
         raise SpecError(field, message())
 
 
-def passing(
-    masks: list[Mask], shape: int | tuple[int, ...], start: np.ndarray | None = None
-) -> np.ndarray:
+def passing(masks: list[Mask], shape: int | tuple[int, ...]) -> np.ndarray:
     """Which points of a grid of ``shape`` (``n`` points, or a broadcast grid) pass every
-    collected rule (and ``start``, a bool array of that shape it ands into in place)."""
-    return conjunction([m.ok for m in masks], shape, start)
+    collected rule."""
+    return conjunction([m.ok for m in masks], shape)
 
 
-def conjunction(
-    parts: list[Any], shape: int | tuple[int, ...], start: np.ndarray | None = None
-) -> np.ndarray:
+def conjunction(parts: list[Any], shape: int | tuple[int, ...]) -> np.ndarray:
     """The elementwise and of bool arrays that broadcast to ``shape``, at the smallest
     sizes it can be: each is and-ed into the smallest other that spans its axes, the rest
-    smallest first, so the full grid is touched once, not once per array (a planner's grid
+    smallest first, so the full grid is written once, not once per array (a planner's grid
     of millions of candidates and ~50 rules, most of them on a few axes)."""
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
     groups: dict[tuple[int, ...], np.ndarray] = {}
@@ -100,10 +96,7 @@ def conjunction(
             acc = acc & groups[key]
         else:
             groups[wider] = groups[wider] & groups[key]
-    if start is None:
-        return np.array(np.broadcast_to(acc, shape))
-    start &= acc
-    return start
+    return np.array(np.broadcast_to(acc, shape))
 
 
 def refusal(masks: list[Mask], i: int) -> SpecError | None:
