@@ -21,12 +21,12 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy as sp
 
 from costmodel.config import check
+from costmodel.engine.options import PlanOptions
 from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
 from costmodel.parallel.dispatch import DISPATCHERS
@@ -35,9 +35,6 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, expert_tp, grad_accum_of
-
-if TYPE_CHECKING:
-    from costmodel.engine.layouts import PlanOptions
 
 AXES = ("batch", "ep_dispatcher", "ep_overlap", "block", "sequence_parallel",
         "pp_interleave", "micro_batch", "recompute")  # fmt: skip
