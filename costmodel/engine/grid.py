@@ -145,18 +145,20 @@ class LayoutGrid:
         flat = np.flatnonzero(chosen.inner)[:limit]
         cell, *inner = np.unravel_index(flat, chosen.inner.shape)
         at = dict(zip(AXES, [c[cell] for c in chosen.cells] + inner, strict=True))
-        cols = {k: v[at["block"]] for k, v in self.blocks.items()}
+        block = at["block"]
+        cols = {k: v[block] for k, v in self.blocks.items()}
         for name in ("sequence_parallel", "pp_interleave", "micro_batch", "recompute"):
             cols[name] = self.axes[name][at[name]]
         batch = self.axes["batch"][at["batch"]]
         cols["grad_accum"] = grad_accum_of(batch, cols["dp"], cols["fsdp"],
                                            cols["micro_batch"], field="micro_batch")  # fmt: skip
-        cols.update(framework_defaults(cols["framework"]))
+        defaults = framework_defaults(self.blocks["framework"])  # per block, then gathered
+        cols.update({k: np.asarray(v)[block] for k, v in defaults.items()})
         cols["gpus"] = np.full(len(flat), self.gpus, np.int64)
         cols["batch"] = batch
         cols["ep_overlap"] = self.axes["ep_overlap"][at["ep_overlap"]]
-        dispatcher = self.axes["ep_dispatcher"][at["ep_dispatcher"]]
-        cols["ep_dispatcher"] = np.where(cols["ep"] > 1, dispatcher, "all-to-all").astype(KIND)
+        sent = np.where(self.blocks["ep"] > 1, self.axes["ep_dispatcher"][:, None], "all-to-all")
+        cols["ep_dispatcher"] = sent.astype(KIND)[at["ep_dispatcher"], block]
         cols["framework"].flags.writeable = False
         return cols
 
