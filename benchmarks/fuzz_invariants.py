@@ -50,8 +50,8 @@ QUANTITIES = (
     "memory_bytes_per_device.activations",
 )
 TOL = 1e-9
-LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep", "micro_batch",
-                   "sequence_parallel", "ep_overlap")  # fmt: skip
+LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep", "etp",
+                   "micro_batch", "sequence_parallel", "ep_overlap", "ep_dispatcher")  # fmt: skip
 """The columns that fix a layout but for how its data-parallel ranks split into dp x fsdp
 (and the recompute policy)."""
 
