@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.engine.fit import fits
+from costmodel.engine.fit import PEAK, fits
 from costmodel.engine.grid import SEARCHED, layout_grid
 from costmodel.engine.layouts import PlanOptions
 from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
@@ -59,8 +59,8 @@ TIMES = (
 )  # fmt: skip
 QUANTITIES = TIMES[:10] + MEMORY + TIMES[10:]
 """What the planner evaluates per layout, compiled as one function per structure; a top
-search runs its ``MEMORY`` part (cut from it: ``quantities.compiled_within``) over every
-layout and the whole only where a layout fits."""
+search runs its peak memory (cut from it: ``quantities.compiled_within``) over every layout
+and the whole only where a layout fits."""
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 """Wraps the loop over structures to compile (a progress bar)."""
@@ -194,10 +194,10 @@ def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structur
     NaN); kept in ``found`` per part. Returns how many were valid."""
     cols = _joined(list(parts.values()))
     structures |= _warm(model, train, cols, progress)
-    memory = evaluate(model, train, hardware, cols, MEMORY, within=QUANTITIES)
+    memory = evaluate(model, train, hardware, cols, (PEAK,), within=QUANTITIES)
     ok = fits(memory, budget)
     keep = ok.copy()
-    keep[np.argmin(memory["memory_bytes_per_device.peak"])] = True
+    keep[np.argmin(memory[PEAK])] = True
     values = evaluate(model, train, hardware, {k: v[keep] for k, v in cols.items()})
     fit = ok[keep]
     values.update({k: np.where(fit, values[k], np.nan) for k in TIMES if k in values})
