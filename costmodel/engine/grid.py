@@ -6,9 +6,11 @@ interleaving, micro-batch, recompute), for one global batch, once more with Mega
 combined 1F1B and once per further dispatcher where the block is expert-parallel. Each of
 these is an axis of its own, so the rule table (``costmodel.config.check``, elementwise
 numpy) runs each rule at the size of the fields it reads: a rule on ``tp`` and ``cp`` once
-per block, one on ``recompute`` once per policy; only the verdict has every candidate's
-shape. A search of Turing-NLG 530B on 5,120 GPUs over eight batches enumerates 7.1 M
-candidates, 1.5 M valid, from a few thousand blocks.
+per block, one on ``recompute`` once per policy. The verdict is taken in two steps: the
+outer cells (batch, dispatcher, combined 1F1B, block) that pass the rules on those axes,
+then the inner choices of those cells only (:meth:`LayoutGrid.select`). A search of
+Turing-NLG 530B on 5,120 GPUs over eight batches enumerates 7.1 M candidates, 1.5 M valid,
+from a few thousand blocks.
 
 Valid candidates become columns in the order of :data:`AXES` (C order), the order the
 planner ranks exact equals in.
