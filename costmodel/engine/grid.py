@@ -232,13 +232,14 @@ def _blocks(model: ModelSpec, hardware: Hardware, gpus: int, options: PlanOption
     """(framework, sharding, tp, pp, cp, expert mesh) blocks of ``gpus`` devices whose
     replicas split at least one of the batches ``sizes``, as arrays."""
     max_tp = options.max_tp or hardware.devices_per_node
+    splits = set().union(*(divisors(int(size)) for size in sizes))  # replica counts that split
     rows = []
     for fw, tp, cp in itertools.product(options.frameworks, divisors(gpus), divisors(gpus)):
         if tp > max_tp or gpus % (tp * cp):
             continue
         for pp in divisors(gpus // (tp * cp)):
             replicas = gpus // (tp * cp * pp)
-            if pp > model.n_layers or not (sizes % replicas == 0).any():
+            if pp > model.n_layers or replicas not in splits:
                 continue
             for (dp, fsdp, zero), (ep, etp) in itertools.product(
                 _shardings(fw, replicas), _expert_meshes(model, tp, replicas * cp)
