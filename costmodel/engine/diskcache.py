@@ -183,6 +183,16 @@ def on_disk(parts: Sequence[Any], args: Sequence[sp.Symbol], kind: str = "numpy"
     return folder is not None and _exists(folder / name)
 
 
+def _lookup(key: tuple, kind: str) -> tuple[Path | None, Any]:
+    """(the cache file of ``key`` or None without a cache, the function stored there or
+    None)."""
+    folder = cache_dir()
+    if folder is None:
+        return None, None
+    path = folder / f"{_digest(key)}.json"
+    return path, _load(path, kind) if _exists(path) else None
+
+
 def lambdify_cached(
     parts: Sequence[Any],
     build: Callable[[], tuple[tuple[str, ...], list[sp.Expr]]],
@@ -192,12 +202,9 @@ def lambdify_cached(
     """``(keys, fn)``: a function of ``args`` (of ``kind``: :data:`MODULES`) returning the
     expressions ``build()`` gives, loaded from disk when ``parts`` (what identifies them)
     was built before, so that neither the expressions nor their printing are redone."""
-    folder = cache_dir()
-    path = None
-    if folder is not None:
-        path = folder / f"{_digest((kind, *parts, _symbol_names(tuple(args))))}.json"
-        if _exists(path) and (hit := _load(path, kind)) is not None:
-            return hit
+    path, hit = _lookup((kind, *parts, _symbol_names(tuple(args))), kind)
+    if hit is not None:
+        return hit
     keys, exprs = build()
     fn = lambdify(args, exprs, kind)
     if _reproducible(fn, kind):
@@ -275,12 +282,9 @@ def projected_cached(
     """:func:`projected`, kept on disk under ``parts`` (what identifies ``fn``) as
     :func:`lambdify_cached` keeps what it builds: a new process loads the cut function
     (compiling its source) instead of cutting it again (parsing and walking ``fn``'s)."""
-    folder = cache_dir()
-    path = None
-    if folder is not None:
-        path = folder / f"{_digest((kind, 'projected', *parts, tuple(wanted)))}.json"
-        if _exists(path) and (hit := _load(path, kind)) is not None:
-            return hit
+    path, hit = _lookup((kind, "projected", *parts, tuple(wanted)), kind)
+    if hit is not None:
+        return hit
     present, cut = projected(keys, fn, wanted, kind)
     if path is not None:
         _store(path, present, cut, kind)
