@@ -198,17 +198,19 @@ def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structur
     ok = fits(memory, budget)
     keep = ok.copy()
     keep[np.argmin(memory[PEAK])] = True
-    values = evaluate(model, train, hardware, {k: v[keep] for k, v in cols.items()})
+    chosen = {k: v[keep] for k, v in cols.items()}
+    values = evaluate(model, train, hardware, chosen)
     fit = ok[keep]
     values.update({k: np.where(fit, values[k], np.nan) for k in TIMES if k in values})
     kept = np.concatenate([[0], np.cumsum(keep)])  # kept rows before each row
     start = 0
     for key, part in parts.items():
         end = start + len(part["tp"])
-        found[key] = ({k: v[keep[start:end]] for k, v in part.items()},
-                      {k: v[kept[start] : kept[end]] for k, v in values.items()})  # fmt: skip
+        here = slice(kept[start], kept[end])
+        found[key] = ({k: v[here] for k, v in chosen.items()},
+                      {k: v[here] for k, v in values.items()})  # fmt: skip
         start = end
-    bound.add(cols["gpus"][keep], values, fit)
+    bound.add(chosen["gpus"], values, fit)
     return len(cols["tp"])
 
 
