@@ -1,7 +1,10 @@
 """How fast is the planner? Layout evaluations per second, and one whole search.
 
 Run: ``.venv/bin/python benchmarks/bench_plan.py [--model llama3-70b] [--gpus 1024]``;
-``--calculon`` times Calculon's own question (issue 37, item 6) as the CLI searches it.
+``--calculon`` times Calculon's own question (issue 37, item 6) as the CLI searches it;
+Calculon itself, side by side (its repository at commit caa4b11, ``pip install -e .
+numpy pandas psutil`` in a venv of its own): ``calculon llm-optimal-execution
+models/turing-530B.json 5128 2520 float16 systems/a100_80g.json -m -c 2 out.json``.
 Targets (issue 14): >= 1,000,000 layout evaluations per second with time and memory
 (the vectorised path, one core); Llama-3-70B on 1024 GPUs (>= 100,000 candidates)
 searched in <= 1 s. Reports the search cold (sympy builds and prints every structure; an
