@@ -71,7 +71,9 @@ def question(rng: random.Random) -> dict[str, Any]:
 def evaluate(q: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """(candidate columns, quantities) of every valid layout of ``q``; None if none."""
     from costmodel import TrainSpec, get_hardware, get_model
-    from costmodel.engine.layouts import SEARCHED, PlanOptions, enumerate_layouts, valid_mask
+    from costmodel.engine.grid import SEARCHED
+    from costmodel.engine.layouts import enumerate_layouts, valid_mask
+    from costmodel.engine.options import PlanOptions
     from costmodel.engine.sweep import sweep
     from costmodel.single.precision import PRECISIONS as PREC
     from costmodel.specs.checks import SpecError

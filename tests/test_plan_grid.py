@@ -11,7 +11,8 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine import threads
 from costmodel.engine.grid import AXES, layout_grid
-from costmodel.engine.layouts import PlanOptions, valid_mask
+from costmodel.engine.layouts import valid_mask
+from costmodel.engine.options import PlanOptions
 from costmodel.engine.search import MEMORY, evaluate
 from costmodel.engine.sweep import factorize
 from costmodel.engine.threads import in_threads

@@ -8,7 +8,7 @@ from typing import Any
 from costmodel.cli.args import FRONT, add_inputs, int_arg
 from costmodel.cli.sizing import add_sizing
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import OBJECTIVES
+from costmodel.engine.options import OBJECTIVES
 from costmodel.engine.plan import FRAMEWORK_CHOICES
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS
 from costmodel.specs import checks

@@ -17,11 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.config import check
-from costmodel.engine.grid import KIND as KIND  # re-exported
-from costmodel.engine.grid import SEARCHED as SEARCHED  # re-exported
 from costmodel.engine.grid import candidates, layout_grid
-from costmodel.engine.options import FRAMEWORK_CHOICES as FRAMEWORK_CHOICES  # re-exported
-from costmodel.engine.options import OBJECTIVES as OBJECTIVES  # re-exported
 from costmodel.engine.options import PlanOptions
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError

@@ -21,9 +21,10 @@ import numpy as np
 
 from costmodel.config import check
 from costmodel.engine.fit import budget_bytes, fits
-from costmodel.engine.layouts import FRAMEWORK_CHOICES as FRAMEWORK_CHOICES  # re-exported
-from costmodel.engine.layouts import PlanOptions as PlanOptions  # re-exported
-from costmodel.engine.layouts import candidates, no_layout_message
+from costmodel.engine.grid import candidates
+from costmodel.engine.layouts import no_layout_message
+from costmodel.engine.options import FRAMEWORK_CHOICES as FRAMEWORK_CHOICES  # re-exported
+from costmodel.engine.options import PlanOptions as PlanOptions  # re-exported
 from costmodel.engine.search import QUANTITIES as QUANTITIES  # re-exported
 from costmodel.engine.search import TIE as TIE  # re-exported
 from costmodel.engine.search import collect, collect_top, evaluate, first_candidates
@@ -245,10 +246,7 @@ def evaluate_layout(
     """One layout as the planner evaluates a candidate: refused by the rules that filter
     the candidates (a SpecError naming the field), else its ``QUANTITIES``."""
     cols = {f.name: np.array([getattr(parallel, f.name)]) for f in fields(parallel)}
-    cols.update(recompute=np.array([train.recompute], dtype=object),
-                grad_accum=np.array([train.grad_accum]))  # fmt: skip
-    cols["framework"] = cols["framework"].astype(object)
-    cols["overlap"] = cols["overlap"].astype(object)
+    cols.update(recompute=np.array([train.recompute]), grad_accum=np.array([train.grad_accum]))
     par, per_candidate = candidates(cols, train)
     with checks.collect_masks() as masks:
         check(model, per_candidate, par)

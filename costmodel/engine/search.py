@@ -34,7 +34,7 @@ import numpy as np
 
 from costmodel.engine.fit import PEAK, fits
 from costmodel.engine.grid import SEARCHED, layout_grid
-from costmodel.engine.layouts import PlanOptions
+from costmodel.engine.options import PlanOptions
 from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.engine.threads import in_threads

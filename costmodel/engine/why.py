@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from costmodel.engine.layouts import PlanOptions
+from costmodel.engine.options import PlanOptions
 from costmodel.engine.plan import LAYOUT, plan
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
