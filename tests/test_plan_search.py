@@ -8,10 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import TrainSpec, get_hardware, get_model
+from costmodel import ModelSpec, TrainSpec, get_hardware, get_model
 from costmodel.engine.layouts import device_counts
 from costmodel.engine.plan import LAYOUT, PlanOptions, plan
-from costmodel.engine.search import MEMORY, QUANTITIES, TIMES, flops_ceiling
+from costmodel.engine.search import (
+    MEMORY,
+    QUANTITIES,
+    TIMES,
+    flops_ceiling,
+    recomputed_share,
+)
 from costmodel.engine.sweep import sweep
 from costmodel.frameworks.registry import trait
 from costmodel.single.precision import PRECISIONS
@@ -29,16 +35,37 @@ CASES = {  # model, hardware, training, device count: dense, MoE, fp8, long cont
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_no_valid_layout_runs_faster_than_the_flops_ceiling(case):
-    """The bound's premise: MFU x peak <= the fastest kernel rate, on every valid layout."""
+    """The bounds' premise, on every valid layout: MFU x peak, times the FLOPs its
+    recompute policy re-runs and its pipeline's fill and drain, <= the fastest kernel rate."""
     name, device, train, gpus = CASES[case]
-    hw = get_hardware(device)
-    found = plan(get_model(name), train, hw, gpus, FAST)
+    model, hw = get_model(name), get_hardware(device)
+    found = plan(model, train, hw, gpus, FAST)
     assert found.valid > 10
     peak = hw.peak(PRECISIONS[train.precision].peak_dtype)
-    achieved = found.values["mfu"] * peak
+    cols = found.columns
+    redo = np.vectorize(lambda p: recomputed_share(model, train, p))(cols["recompute"])
+    bubble = 1 + (cols["pp"] - 1) / (cols["pp_interleave"] * cols["grad_accum"])
+    achieved = found.values["mfu"] * peak * (1 + redo) * bubble
     ceiling = flops_ceiling(train, hw)
     assert np.all(achieved <= ceiling * (1 + 1e-12)), (case, achieved.max() / ceiling)
     assert achieved.max() > 0.3 * ceiling  # a bound that means something
+    assert (redo > 0.1).any() and (bubble > 1).any()  # both terms are exercised
+
+
+def test_full_recomputation_re_runs_a_forward_of_the_blocks_but_its_last_matmul():
+    """A GPT block (F = 4D, GELU, no biases) runs 24·D² matmul FLOPs a token forward (QKV
+    and O 8·D², the FFN 16·D²); full recomputation (torch's checkpoint, stopping early)
+    re-runs all but the FFN's down-projection: 16·D². Useful FLOPs a token per layer:
+    three times the 24·D², the causal core's 2·D·(T + 1) pairs' FLOPs x 3 and the head's
+    2·V·D / L x 3. Selective re-runs only the core, which the bound leaves out."""
+    model = ModelSpec(name="gpt", vocab=50304, d_model=2048, n_layers=24, n_heads=16,
+                      d_ff=8192, ffn="gelu", norm="layernorm", pos="learned")  # fmt: skip
+    train = TrainSpec(batch=8, seq=2048)
+    assert recomputed_share(model, train, "none") == 0.0
+    assert recomputed_share(model, train, "selective") == 0.0
+    d, layers, vocab, t = model.d_model, model.n_layers, model.vocab, train.seq
+    useful = 3 * (24 * d * d + 2 * d * (t + 1) + 2 * vocab * d / layers)
+    assert recomputed_share(model, train, "full") == pytest.approx(16 * d * d / useful)
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,8 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
     head = [
         f"{p.model.name} on {_count_text(p, max_gpus)} x {hw.name}: batch {_batch_text(p)} x "
         f"seq {p.train.seq}, {p.train.precision}",
-        f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {int(p.fits.sum()):,} fit "
+        f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid evaluated, "
+        f"{int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
         f"searched in {seconds:.2f} s",
         "",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 
@@ -164,9 +164,15 @@ class LayoutGrid:
         cols["framework"].flags.writeable = False
         return cols
 
-    def parts(self, chosen: Selection) -> dict[int, dict[str, np.ndarray]]:
-        """The ``chosen`` candidates by global batch (the batches with any)."""
+    def parts(
+        self, chosen: Selection, wanted: Callable[[dict], np.ndarray] | None = None
+    ) -> dict[int, dict[str, np.ndarray]]:
+        """The ``chosen`` candidates (those of them ``wanted`` keeps, a bool per row) by
+        global batch (the batches with any)."""
         cols = self.rows(chosen)
+        if wanted is not None:
+            keep = wanted(cols)
+            cols = cols if keep.all() else {k: v[keep] for k, v in cols.items()}
         ends = np.searchsorted(cols["batch"], self.axes["batch"], side="right").tolist()
         found, start = {}, 0
         for batch, end in zip(self.axes["batch"].tolist(), ends, strict=True):

@@ -62,7 +62,8 @@ class Plan:
     order: np.ndarray
     enumerated: int
     valid: int
-    """Candidates every rule accepts (a top search keeps the rows of those that fit)."""
+    """Candidates every rule accepts that were evaluated (a top search leaves out those
+    its bound shows cannot place, and keeps the rows of those that fit)."""
     budget_bytes: float
     structures: int = field(default=0)
     skipped: tuple[int, ...] = field(default=())

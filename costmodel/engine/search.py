@@ -18,20 +18,29 @@ same rows in the same order among them:
   re-runs, communication, bubbles and host time only add). A count whose bound is below
   the ``top``-th best found, less the planner's tie margin (``TIE``), can place no layout
   among the ``top`` (its layouts rank in a later tier) and is not enumerated.
-  ``tests/test_plan_search.py`` checks the bound on every valid layout of dense, MoE,
-  fp8, long-context and TPU searches, and that the pruned search's top rows equal the
-  full search's.
+- **the same bound per candidate**, once ``top`` layouts fit: a recompute policy re-runs
+  a share of the matmuls on top (:func:`recomputed_share`; full recomputation of
+  Turing-NLG 530B, 22 %), and a pipeline idles ``(pp - 1) / v`` micro-batches beside its
+  ``m`` (``costmodel.parallel.timing.step_time``'s bubble), so a candidate's bound is
+  divided by ``(1 + share) x (1 + (pp - 1) / (v x m))``; a candidate whose bound cannot
+  place is not evaluated, and a policy no candidate of a count can place with is not
+  enumerated (Turing-NLG: 470,580 of 1.5 M valid candidates evaluated).
+``tests/test_plan_search.py`` checks the bounds on every valid layout of dense, MoE, fp8,
+long-context and TPU searches, and that the pruned search's top rows equal the full
+search's. A schedule that hides the bubble would have to change the bound with it.
 Units: seconds, bytes, FLOP/s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from costmodel.engine.estimate import symbol_values
 from costmodel.engine.fit import PEAK, fits
 from costmodel.engine.grid import SEARCHED, layout_grid
 from costmodel.engine.options import PlanOptions
@@ -39,6 +48,7 @@ from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, str
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.engine.threads import in_threads
 from costmodel.engine.workers import compile_all, cores
+from costmodel.single.flops import CORE_OPS, flop_conventions, recompute_flops_by_op
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -98,6 +108,24 @@ def flops_ceiling(train: TrainSpec, hardware: Hardware) -> float:
     return max(rates)
 
 
+@lru_cache(maxsize=64)
+def recomputed_share(model: ModelSpec, train: TrainSpec, policy: str) -> float:
+    """The matmul FLOPs recompute ``policy`` re-runs in backward over the useful FLOPs
+    (MFU's numerator; ``costmodel.single.flops.recompute_flops_by_op``): a layout with that
+    policy executes at least ``1 +`` this many useful FLOPs, each at most at the ceiling.
+    The attention core is left out (its recomputed FLOPs are counted over every pair, the
+    fused kernel's time over the causal ones), which only makes the bound looser."""
+    train = train.replace(recompute=policy)
+    redo = sum(v for k, v in recompute_flops_by_op(model, train).items() if k not in CORE_OPS)
+    if redo == 0:
+        return 0.0
+    share = redo / flop_conventions(model, train)["useful"]
+    if not share.free_symbols:
+        return float(share)
+    values = symbol_values(model, train)
+    return float(share.subs({s: values[s] for s in share.free_symbols}))
+
+
 def collect(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, counts: Sequence[int],
     options: PlanOptions, batches: Sequence[int] | None, progress: Progress | None = None,
@@ -128,19 +156,26 @@ def collect_top(
     found: dict[tuple[int, int], tuple[dict, dict]] = {}  # (batch, count): cols, values
     enumerated, valid, skipped, structures = 0, 0, [], set()
     remaining = sorted({int(c) for c in counts}, reverse=True)
+    shares = {p: recomputed_share(model, train, p) for p in options.recompute}
 
     def evaluated(wave: dict) -> int:
         return _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures,
                               None if found else progress)  # fmt: skip
 
-    def enumerated_parts(count: int) -> tuple[dict, int]:
-        return _valid_parts(model, train, hardware, [count], options, batches)
+    def enumerated_parts(item: tuple[int, tuple[str, ...], _Cut]) -> tuple[dict, int]:
+        count, policies, cut = item
+        allowed = replace(options, recompute=policies)
+        wanted = cut.placeable(ceiling, shares) if cut.floor else None
+        return _valid_parts(model, train, hardware, [count], allowed, batches, wanted)
 
     while remaining:
         chunk = []
+        cut = bound.cut() if prune else _Cut()  # read once a chunk: the same on any cores
         while remaining and len(chunk) < (CHUNK if bound.known else 1):
             count = remaining.pop(0)
-            (skipped if prune and bound.below(count * ceiling) else chunk).append(count)
+            policies = tuple(p for p in options.recompute
+                             if cut.may_place(count * ceiling / (1 + shares[p])))  # fmt: skip
+            (chunk.append((count, policies, cut)) if policies else skipped.append(count))
         wave: dict[tuple[int, int], dict] = {}
         for parts, n in in_threads(enumerated_parts, chunk, min(cores(), len(chunk))):
             enumerated += n
@@ -164,10 +199,38 @@ CHUNK = 8
 between chunks)."""
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """What a layout must reach to place among the ``top``: ``floor`` tokens/s (the
+    ``top``-th best found, less the tie margin), each token ``per_token`` useful FLOPs (the
+    fewest of those found); none until ``top`` layouts fit."""
+
+    floor: float = 0.0
+    per_token: float = np.inf
+
+    def may_place(self, flops: Any) -> Any:
+        """Whether a layout whose FLOP/s are bounded by ``flops`` (array or scalar) may."""
+        return np.asarray(flops) / self.per_token >= self.floor
+
+    def placeable(self, ceiling: float, shares: dict[str, float]) -> Callable[[dict], Any]:
+        """Which candidates (of columns, broadcast or not) may place, by the FLOP/s
+        ceiling of their devices over the FLOPs they execute at least: the useful ones,
+        their recompute policy's share again, and the pipeline's fill and drain (the
+        step's ``(pp - 1) / v`` micro-batches idle beside its ``m``:
+        ``costmodel.parallel.timing.step_time``)."""
+
+        def wanted(cols: dict) -> Any:
+            redo = sum(np.where(cols["recompute"] == p, s, 0.0) for p, s in shares.items())
+            bubble = 1 + (cols["pp"] - 1) / (cols["pp_interleave"] * cols["grad_accum"])
+            most = cols["gpus"] * ceiling / (self.per_token * self.floor)  # of the product
+            return bubble <= most / (1 + redo)
+
+        return wanted
+
+
 class _Bound:
     """The tokens/s of the ``top`` best fitting layouts found, and the fewest FLOPs per
-    token any of them executes: a count whose FLOP/s ceiling over those FLOPs is below
-    the ``top``-th best, less the tie margin, places nothing among the ``top``."""
+    token any of them executes (read as a :class:`_Cut`)."""
 
     def __init__(self, top: int, precision: Any, hardware: Hardware) -> None:
         self.top, self.best, self.per_token = top, np.zeros(0), np.inf
@@ -177,8 +240,10 @@ class _Bound:
     def known(self) -> bool:
         return len(self.best) >= self.top
 
-    def below(self, flops: float) -> bool:
-        return self.known and flops / self.per_token < self.best[-self.top] / (1 + TIE)
+    def cut(self) -> _Cut:
+        if not self.known:
+            return _Cut()
+        return _Cut(float(self.best[-self.top]) / (1 + TIE), self.per_token)
 
     def add(self, gpus: np.ndarray, values: dict[str, np.ndarray], ok: np.ndarray) -> None:
         tokens = values["tokens_per_s"][ok]
@@ -214,14 +279,15 @@ def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structur
     return len(cols["tp"])
 
 
-def _valid_parts(model, train, hardware, counts, options, batches):
-    """({(batch, count): its valid candidates}, how many were enumerated), in the order
-    batch by batch, count by count (the order rows are ranked in among exact equals)."""
+def _valid_parts(model, train, hardware, counts, options, batches, wanted=None):
+    """({(batch, count): its valid candidates (those ``wanted`` keeps: ``LayoutGrid.parts``)},
+    how many were enumerated), in the order batch by batch, count by count (the order
+    rows are ranked in among exact equals)."""
     found, enumerated = {}, 0
     for count in counts:
         grid = layout_grid(model, train, hardware, int(count), options, batches)
         enumerated += len(grid.allowed)
-        for size, part in grid.parts(grid.valid(model, train)).items():
+        for size, part in grid.parts(grid.valid(model, train), wanted).items():
             found[size, int(count)] = part
     order = [(int(b), int(c)) for b in batches or [train.batch] for c in counts]
     return {key: found[key] for key in dict.fromkeys(order) if key in found}, enumerated

@@ -212,13 +212,14 @@ def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
         codes = codes * n + inverse
     small = codes.astype(np.uint16) if codes.max(initial=0) < 2**16 else codes
     order = np.argsort(small, kind="stable")  # radix sort for 16-bit keys
-    distinct, starts = np.unique(codes[order], return_index=True)
-    if distinct.size <= 1:
+    ordered = small[order]
+    starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1  # where each group begins
+    if starts.size == 0:
         yield None, {k: c.flat[0] if k in _KINDS or k == "name" else c for k, c in cols.items()}
         return
     flat = {k: np.broadcast_to(c, shape).ravel() if c.size > 1 else c.reshape(())
             for k, c in cols.items()}  # fmt: skip
-    for start, end in zip(starts, [*starts[1:], codes.size], strict=True):
+    for start, end in zip([0, *starts], [*starts, codes.size], strict=True):
         idx = order[start:end]
         yield idx, {k: _pick(c, idx, k in _KINDS or k == "name") for k, c in flat.items()}
 
