@@ -45,3 +45,24 @@ def test_a_damaged_bytecode_entry_is_rebuilt(tmp_path, monkeypatch):
     _, fn = _cached(builds)
     assert builds == [1, 1]  # refused, built again
     assert np.array_equal(fn(np.array([2.0]), np.array([5.0]))[0], [7.0])
+
+
+def test_a_loaded_function_reads_the_globals_lambdify_would_give_it(tmp_path, monkeypatch):
+    """Loading binds only the names the code reads, each to the object sympy's whole
+    numpy namespace holds (numpy.linalg's rebound names and unknown ones take that whole
+    namespace)."""
+    monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path))
+    x, y = sp.symbols("x y")
+    exprs = [sp.floor(x / y), sp.ceiling(x) + sp.log(y), sp.Max(x, y), sp.Min(x, y), sp.Mod(x, y)]
+    built = diskcache.lambdify_cached(("test-globals", 1), lambda: (("a",) * 5, exprs), (x, y))
+    _, loaded = diskcache.lambdify_cached(("test-globals", 1), lambda: 1 / 0, (x, y))
+    whole = diskcache._namespace("numpy")
+    assert loaded is not built[1] and len(loaded.__globals__) < len(whole) / 10  # from disk
+    read = [n for n in loaded.__code__.co_names if n in loaded.__globals__]
+    assert {"floor", "ceil", "log", "maximum", "minimum", "mod"} <= set(read)
+    assert all(loaded.__globals__[n] is whole[n] for n in read)
+    a, b = np.array([7.0, 3.5]), np.array([2.0, 4.0])
+    for got, want in zip(loaded(a, b), built[1](a, b), strict=True):
+        assert np.array_equal(got, want)
+    trace = compile("def f(a):\n    return trace(a)\n", "<test>", "exec")  # numpy.linalg's
+    assert diskcache._globals(trace, "numpy", "f")["trace"] is whole["trace"]
