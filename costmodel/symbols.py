@@ -201,6 +201,7 @@ s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatch
 t_ex = sp.Symbol("t_ex", nonnegative=True)  # exposed host seconds per expert GEMM call
 eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
+k_half = sp.Symbol("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
 
 PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, N_etp, rho_ep, c_cap, m,
                                            v)  # fmt: skip
@@ -234,6 +235,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     N_sm,
     t_m,
     t_n,
+    k_half,
 )
 DESCRIPTIONS.update(
     {
@@ -275,6 +277,8 @@ DESCRIPTIONS.update(
         N_sm: "streaming multiprocessors (GEMM tiles run at once)",
         t_m: "rows of a GEMM result tile",
         t_n: "columns of a GEMM result tile",
+        k_half: "reduction depth at which the precision's GEMMs run at half their efficiency "
+        "(0: every depth at the full efficiency)",
     }
 )
 

@@ -13,7 +13,7 @@ from costmodel import ParallelSpec, TrainSpec, estimate, get_model
 from costmodel.catalog.hardware import get_hardware
 from costmodel.parallel.gemms import gemm_seconds, tile_slots, wave_efficiency
 from costmodel.specs.checks import SpecError
-from costmodel.symbols import C_eff, N_sm, W_hbm, t_m, t_n
+from costmodel.symbols import C_eff, N_sm, W_hbm, k_half, t_m, t_n
 
 A100 = {N_sm: 108, t_m: 256, t_n: 128}
 H100 = get_hardware("h100-sxm")
@@ -64,7 +64,7 @@ def test_backward_prices_dx_and_dw_by_their_own_results():
     1024 results are 16 x 8 = 128 tiles, one wave of 132 (split-K cannot double 128 tiles);
     dX's 4096 x 4096 result is 512 tiles, four waves (528 tile-times)."""
     n, k, n2 = (sp.Integer(x) for x in (4096, 4096, 1024))
-    values = {N_sm: 132, t_m: 256, t_n: 128, C_eff: 1e15, W_hbm: 1e15}
+    values = {N_sm: 132, t_m: 256, t_n: 128, C_eff: 1e15, W_hbm: 1e15, k_half: 0}
     fwd, bwd = (float(e.subs(values)) for e in gemm_seconds(n, k, n2, 2))
     at_rate = 2 * 4096 * 4096 * 1024 / 1e15
     assert fwd == pytest.approx(at_rate * 132 / 128, rel=1e-12)

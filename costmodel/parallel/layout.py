@@ -58,6 +58,7 @@ from costmodel.symbols import (
     d_ep,
     eta_ov,
     g_ep,
+    k_half,
     m,
     rho_ep,
     s_sync,
@@ -194,6 +195,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         t_ex: hw.expert_call_s,
         eta_ov: hw.overlap,
         **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(dtype), strict=True)),
+        k_half: hw.half_depth(dtype),
     }
     for name, (bw, alpha) in group_links(par, hw).items():
         w_sym, a_sym = _SYMBOLS[name]

@@ -118,6 +118,11 @@ class Hardware:
     gemm_tile: tuple[int, int] = (256, 128)
     """Rows and columns of the result tile one SM computes in a large cuBLAS GEMM (NVIDIA's
     "Matrix Multiplication Background User's Guide" uses 256 x 128 on its GPUs)."""
+    gemm_half_depth: dict[str, float] = field(default_factory=dict)
+    """Per dtype, the reduction depth k at which its GEMMs run at half their
+    ``efficiency.matmul_<dtype>``: a GEMM of depth k runs at k / (k + this) of it (a
+    saturating curve; a shallow GEMM's tiles spend more of their time loading and scaling
+    than multiplying). Absent or 0: every depth at the full efficiency."""
     power_w: float = 0.0
     """Board power under training load in W: the datasheet's maximum (TDP), an upper bound of
     the mean draw. 0: not stated (energy is then not reported)."""
@@ -168,6 +173,11 @@ class Hardware:
         for value in tile:
             checks.integer("gemm_tile", value)
         object.__setattr__(self, "gemm_tile", tuple(tile))  # a JSON profile gives a list
+        if not isinstance(self.gemm_half_depth, dict):
+            raise SpecError("gemm_half_depth", "gemm_half_depth must be an object of dtype: k")
+        for dtype, depth in self.gemm_half_depth.items():
+            checks.choice("gemm_half_depth", dtype, DTYPES)
+            checks.number(f"gemm_half_depth.{dtype}", depth, allow_zero=True)
         for table in ("peak_flops", "efficiency", "attention_flops"):
             if not isinstance(getattr(self, table), dict):
                 raise SpecError(table, f"{table} must be an object of dtype: number")
@@ -300,6 +310,11 @@ class Hardware:
         profile measured that dtype apart (Hopper's fp8 GEMMs reach a smaller share of their
         peak than its bf16 ones), else x ``efficiency.matmul``."""
         return self.peak(dtype) * self.efficiency.get(f"matmul_{dtype}", self.eff("matmul"))
+
+    def half_depth(self, dtype: str) -> float:
+        """``gemm_half_depth`` of ``dtype`` (0: its GEMMs' efficiency does not fall with
+        their depth)."""
+        return float(self.gemm_half_depth.get(dtype, 0.0))
 
     def hbm_bandwidth(self) -> float:
         """Achieved device-memory bytes/s: hbm_bw x efficiency.hbm."""
