@@ -225,10 +225,21 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     the framework overlaps the column-parallel linears' backward collectives with their
     GEMMs (``Framework.tp_backward_overlap``), backward also gathers each input shard
     again, and ``backward_overlapped`` says the seconds of it hidden beside the GEMMs.
+    Under sequence parallelism the all-gathers (half of a block's bytes) move a matmul's
+    input, which an fp8 recipe quantises first (``Precision.matmul_input`` bytes a value):
+    Transformer Engine's ``LayerNormLinear``/``LayerNormMLP`` pass the input quantizer to
+    ``gather_along_first_dim`` under fp8, and torchao's ``Float8ColwiseParallel`` and
+    ``PrepareFloat8ModuleInput`` (torchtitan's float8 TP) cast before gathering; the
+    reduce-scatters of the outputs and of the input gradients stay in the compute dtype.
     """
     b_dev, t_dev = device_batch()
     per_token = b_dev * t_dev
-    act = PRECISIONS[train.precision].activation * per_token
+    prec = PRECISIONS[train.precision]
+    act = prec.activation * per_token
+    # under sequence parallelism half of a block's bytes are all-gathers of a matmul's
+    # input, which an fp8 recipe gathers quantised (matmul_input bytes a value)
+    gathered = sp.Rational(prec.activation + prec.matmul_input, 2) * per_token
+    block = gathered if par.sequence_parallel else act
     per_layer = 1 if model.ffn_only or model.parallel_block else 2
     layers = stage_layers(par)
     # all-reduce-equivalent widths per layer (forward, backward): the FFN's D each way,
@@ -244,14 +255,15 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     )
     count = {"full": share * per_layer, "selective-op": per_layer - last}.get(train.recompute, 0)
     ar, steps = bus_factor("all_reduce", Y), ring_steps("all_reduce", Y)
-    fwd_b, bwd_b = m * layers * ar * act * width_fwd, m * layers * ar * act * (width_bwd + again)
+    fwd_b = m * layers * ar * block * width_fwd
+    bwd_b = m * layers * ar * block * (width_bwd + again)
     fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)
     overlapped = sp.Integer(0)
     if par.sequence_parallel and framework_of(par).tp_backward_overlap and not par.async_tp:
         # the input shards gathered again (half an all-reduce) beside dgrad, and the input
         # gradients' reduce-scatters beside wgrad: a backward all-reduce's worth hidden
         # (async TP prices every TP collective by its chunked overlap: exposure.py)
-        hidden_b, hidden_n = m * layers * ar * act * width_bwd, m * layers * per_layer
+        hidden_b, hidden_n = m * layers * ar * block * width_bwd, m * layers * per_layer
         bwd_b, bwd_n = bwd_b + hidden_b / 2, bwd_n + hidden_n / 2
         overlapped = hidden_b / W_Y + hidden_n * steps * a_Y
     if not model.ffn_only:
