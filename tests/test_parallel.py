@@ -77,22 +77,6 @@ def test_tp_all_reduces_per_layer():
     assert sp["comm_bytes.tp"] == pytest.approx(blocks + vocab)
 
 
-def test_fp8_gathers_the_sequence_parallel_inputs_quantised():
-    """Under sequence parallelism a block's all-gathers move the matmuls' inputs, which an
-    fp8 recipe gathers quantised (1 byte a value; Transformer Engine's LayerNormLinear,
-    torchao's Float8ColwiseParallel), while the reduce-scatters stay bf16: the blocks'
-    bytes fall to (1 + 2) / (2 + 2) of bf16's. Without sequence parallelism the block
-    outputs' all-reduces stay bf16 either way."""
-    b, t, d, layers = 16, 512, 768, 12
-    ring = 2 * 3 / 4
-    vocab = ring * (4 * b * t * d + 2 * b * t * d + 3 * 4 * b * t)
-    blocks = 4 * layers * ring * 2 * b * t * d  # bf16, as above
-    fp8 = TrainSpec(batch=16, seq=512, precision="fp8")
-    assert est(train=fp8, tp=4)["comm_bytes.tp"] == pytest.approx(blocks + vocab)
-    gathered = est(train=fp8, tp=4, sequence_parallel=True)["comm_bytes.tp"]
-    assert gathered == pytest.approx(blocks * 3 / 4 + vocab)
-
-
 def test_tp_shards_activations_as_korthikanti_table2():
     # Without SP the attention core, its output and the FFN hidden divide by t; with SP all
     # but the column-parallel matmul inputs, which torch's DTensor saves all-gathered.
