@@ -120,12 +120,15 @@ def test_fp8_attention_runs_in_bf16():
 def test_tp_collectives_are_exposed_unless_async():
     """TP all-reduces sit between dependent matmuls: under the ``max`` rule they still add
     to the step (Megatron without --tp-comm-overlap); async TP cuts each into tp chunks
-    that overlap the matmuls, all but the first chunk's: 7/8 of them hidden at tp 8."""
+    that overlap the matmuls, all but the first chunk's: 7/8 of them hidden at tp 8, less
+    the 1 - overlap of them that contention serialises (``Hardware.overlap``)."""
     model, train = get_model("llama3-8b"), TrainSpec(batch=8, seq=4096)
     sync, hidden = (estimate(model, train, ParallelSpec(tp=8, async_tp=a), H100)
                     for a in (False, True))  # fmt: skip
     tp_time = sync["comm_time_s.tp"]
-    assert sync["time_s.step"] - hidden["time_s.step"] == pytest.approx(7 / 8 * tp_time, rel=1e-9)
+    saved = 7 / 8 * tp_time * H100.overlap  # the matmuls outlast the chunks in each phase
+    assert H100.overlap < 1
+    assert sync["time_s.step"] - hidden["time_s.step"] == pytest.approx(saved, rel=1e-9)
 
 
 def test_pipeline_stage_runs_its_own_layers():
@@ -284,8 +287,9 @@ def test_recomputation_never_speeds_a_step_up(layout, name, device, precision, e
 
 def test_full_recompute_is_slower_in_the_issues_example():
     """The reproducer of issue 38 (CS336 small on 8 MI300X under Megatron, bf16, seq 512,
-    batch 128, micro-batch 2): 14.55 ms without recomputation, 12.63 ms with full (now
-    17.07 ms: the same elementwise work, and the blocks' forward matmuls run again)."""
+    batch 128, micro-batch 2): 14.55 ms without recomputation, 12.63 ms with full (then
+    17.07 ms: the same elementwise work, and the blocks' forward matmuls run again); 14.91 ms
+    without since the profiles price contention beside the overlapped all-reduce."""
     model, hw = get_model("cs336-small"), get_hardware("mi300x")
     par = ParallelSpec(dp=8, framework="megatron")
     step = {}
@@ -293,7 +297,7 @@ def test_full_recompute_is_slower_in_the_issues_example():
         train = TrainSpec(batch=128, seq=512, grad_accum=8, recompute=recompute,
                           precision="bf16")  # fmt: skip
         step[recompute] = estimate(model, train, par, hw)["time_s.step"]
-    assert step["none"] == pytest.approx(0.014552, rel=1e-3)
+    assert step["none"] == pytest.approx(0.014910, rel=1e-3)
     assert step["full"] > step["none"]
 
 
@@ -309,31 +313,17 @@ def test_every_published_run_is_mapped():
 def test_published_errors_hold():
     """The calibration's errors as reported in the closing note of issue 12 (the command:
     ``python -m validate.published``); a change that makes them worse fails here. The worst
-    run's bound is its value now (issue 12's 30 % is the strict xfail below)."""
+    run's bound is issue 12's target, every run within 30 %."""
     rows = [r for run in load_runs() for r in rows_for(run)]
     assert all(r["status"] == "ok" for r in rows)
     stats = {(s["quantity"], s["group"]): s for s in summarize(rows)}
     assert stats[("tokens_per_s_per_gpu", "all")]["median_abs"] <= 0.08
-    assert stats[("tokens_per_s_per_gpu", "all")]["worst_abs"] <= 0.301
+    assert stats[("tokens_per_s_per_gpu", "all")]["worst_abs"] <= 0.30
     assert stats[("memory_bytes_per_gpu", "all")]["median_abs"] <= 0.08
     assert stats[("memory_bytes_per_gpu", "all")]["worst_abs"] <= 0.30
     tt = [r["rel_err"] for r in rows if r["group"] == "torchtitan"
           and r["quantity"] == "tokens_per_s_per_gpu"]  # fmt: skip
     assert abs(statistics.median(tt)) <= 0.05  # the fitted device's bias
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12's target missed by 0.04 points since torch's "
-    "FlashAttention-2 backward was measured (Megatron-LM's 32B at tp 8 x dp 48: "
-    "-30.04 %, -29.79 % before)",
-)
-def test_no_published_run_is_off_by_more_than_30_percent():
-    """Issue 12's target: every run's tokens/s within 30 %. Strict: it fails once met again,
-    so the bound returns to test_published_errors_hold."""
-    rows = [r for run in load_runs() for r in rows_for(run)]
-    worst = max(abs(r["rel_err"]) for r in rows if r["quantity"] == "tokens_per_s_per_gpu")
-    assert worst <= 0.30
 
 
 def test_mosaicml_long_sequences_run_the_2022_triton_kernel():

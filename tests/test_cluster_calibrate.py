@@ -161,20 +161,27 @@ def test_one_rank_checks_plain_training_only():
 
 
 def test_overlap_below_one_adds_its_share_of_the_shorter_side(tmp_path):
-    """Hardware.overlap: each phase loses (1 - overlap) x min(compute, overlapped comm)."""
-    slow = tmp_path / "h100-contended.json"
-    slow.write_text(json.dumps({**HARDWARE["h100-sxm"], "overlap": 0.5}))
-    args = dict(gpus=16, fsdp=16, seq=4096, batch=32)
-    full = estimate("llama3-8b", hardware="h100-sxm", **args).values
-    half = estimate("llama3-8b", hardware=str(slow), **args).values
-    lost = sum(0.5 * min(full[f"time_s.compute_{p}"], full[f"comm_phase_s.fsdp.{p}"])
-               for p in ("forward", "backward"))  # fmt: skip
-    assert lost > 0
-    assert half["time_s.step"] == pytest.approx(full["time_s.step"] + lost, rel=1e-9)
-    assert half["time_s.contention_forward"] + half["time_s.contention_backward"] == (
-        pytest.approx(lost, rel=1e-9)
-    )
-    assert full["time_s.contention_forward"] == 0
+    """Hardware.overlap: each phase loses (1 - overlap) x min(compute, overlapped comm);
+    the catalog's H100 holds Agrawal et al. 2025's 0.81 and loses 0.19 of it."""
+    values = {}
+    for overlap in (1.0, 0.5):
+        path = tmp_path / f"h100-overlap-{overlap}.json"
+        path.write_text(json.dumps({**HARDWARE["h100-sxm"], "overlap": overlap}))
+        values[overlap] = estimate("llama3-8b", hardware=str(path), gpus=16, fsdp=16,
+                                   seq=4096, batch=32).values  # fmt: skip
+    values[0.81] = estimate("llama3-8b", hardware="h100-sxm", gpus=16, fsdp=16, seq=4096,
+                            batch=32).values  # fmt: skip
+    perfect = values[1.0]
+    shorter = sum(min(perfect[f"time_s.compute_{p}"], perfect[f"comm_phase_s.fsdp.{p}"])
+                  for p in ("forward", "backward"))  # fmt: skip
+    assert shorter > 0 and perfect["time_s.contention_forward"] == 0
+    for overlap in (0.5, 0.81):
+        lost = (1 - overlap) * shorter
+        v = values[overlap]
+        assert v["time_s.step"] == pytest.approx(perfect["time_s.step"] + lost, rel=1e-9)
+        assert v["time_s.contention_forward"] + v["time_s.contention_backward"] == (
+            pytest.approx(lost, rel=1e-9)
+        )
 
 
 def test_a_plan_row_becomes_a_layout_or_is_refused(tmp_path):

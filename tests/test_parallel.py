@@ -173,9 +173,9 @@ def test_hfu_at_most_one_at_long_sequences(hw, attention):
 def test_placement_uses_nvlink_inside_a_node_and_network_across():
     links = group_links(ParallelSpec(tp=8, dp=2), H100)
     assert links["tp"][0] == pytest.approx(450e9 * 0.8)
-    assert links["dp"][0] == pytest.approx(50e9 * 0.46)  # one member per node: one NIC
+    assert links["dp"][0] == pytest.approx(50e9 * 0.8)  # one member per node: one NIC
     wide = group_links(ParallelSpec(tp=2, fsdp=16), H100)  # 4 members per node: 4 NICs
-    assert wide["fsdp"][0] == pytest.approx(4 * 50e9 * 0.46)
+    assert wide["fsdp"][0] == pytest.approx(4 * 50e9 * 0.8)
     tpu = group_links(ParallelSpec(fsdp=16, tp=4, mx=2), get_hardware("tpu-v5p"))
     assert tpu["fsdp"][0] == pytest.approx(2 * 1.8e11 * 0.9)
 
