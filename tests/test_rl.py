@@ -21,8 +21,9 @@ def test_the_phases_add_up_to_the_step_and_the_share_is_generations():
     assert sum(out[k] for k in parts) == pytest.approx(out["rl.step_s"])
     assert out["rl.generation_share"] == pytest.approx(out["rl.generation_s"] / out["rl.step_s"])
     assert out["rl.rollout_replicas"] == 4 and out["rl.train_fits"]
-    waves, batch = out["rl.rollout_waves"], out["rl.rollout_batch"]
-    assert waves * batch >= 128 * 8 / 4 > (waves - 1) * batch
+    # every response the mean: each engine runs its 256 at once for 1,024 iterations
+    assert out["rl.rollout_peak_batch"] == 128 * 8 / 4
+    assert out["rl.rollout_iterations"] == 1024 and out["rl.rollout_preemptions"] == 0
 
 
 def test_longer_responses_shift_the_step_toward_generation():
@@ -44,6 +45,7 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
     assert main(ARGV) == 0
     out = capsys.readouterr().out
     assert "limited by:" in out and "assumptions: 8 samples per prompt" in out
+    assert "every response the mean (a lower bound" in out
     assert main([*ARGV, "--json"]) == 0
     assert 0 < json.loads(capsys.readouterr().out)["rl.generation_share"] < 1
 
@@ -54,7 +56,13 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
         (["--rollout-tp", "3"], "rollout_tp must divide rollout GPUs"),
         (["--placement", "separate", "--rollout-gpus", "8"], "rollout_gpus must be in [1, 7]"),
         (["--prompts", "0"], "prompts must be >= 1"),
-        (["--gpus", "1000"], "gpus: the 1000 training GPUs must divide the 512 sequences"),
+        (["--gpus", "1000"], "gpus: the 1000 data-parallel training ranks must divide the 512"),
+        (["--gpus", "24", "--rollout-tp", "8"], "gpus: the 24 data-parallel training ranks"),
+        (["--response-sigma", "-1"], "response_sigma"),
+        (["--max-output", "256"], "output (the mean response, 512) must be at most max_output"),
+        (["--minibatches", "3"], "minibatches (3) must divide the 512 sequences"),
+        (["--train-tp", "3"], "train_tp x train_pp (3) must divide the 8 training GPUs"),
+        (["--rollout-memory", "1.5"], "rollout_memory must be <= 1"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):

@@ -9,16 +9,49 @@ import json
 from costmodel.catalog.hardware import HARDWARE
 from costmodel.catalog.presets import PRESETS
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
-from costmodel.rl.step import COLOCATED_MEMORY
+from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
+from costmodel.specs.parallel import FRAMEWORKS
 from costmodel.units import fmt_bytes, fmt_seconds
 
 
-def _cmd_rl(args: argparse.Namespace) -> int:
-    spec = RLSpec(prompts=args.prompts, samples=args.samples, input=args.input,
+def _spec(args: argparse.Namespace) -> RLSpec:
+    return RLSpec(prompts=args.prompts, samples=args.samples, input=args.input,
                   output=args.output, gpus=args.gpus, placement=args.placement,
                   rollout_gpus=args.rollout_gpus, rollout_tp=args.rollout_tp,
-                  reference=not args.no_reference,
-                  old_logprobs=not args.no_old_logprobs)  # fmt: skip
+                  rollout_memory=args.rollout_memory, response_sigma=args.response_sigma,
+                  max_output=args.max_output, reference=not args.no_reference,
+                  old_logprobs=not args.no_old_logprobs, framework=args.framework,
+                  train_tp=args.train_tp, train_pp=args.train_pp, train_ep=args.train_ep,
+                  sequence_parallel=args.sequence_parallel, pack_tokens=args.pack_tokens,
+                  minibatches=args.minibatches)  # fmt: skip
+
+
+def _assumptions(spec: RLSpec, out: dict) -> str:
+    scorers = [n for n, on in (("old policy", spec.old_logprobs), ("reference", spec.reference))
+               if on]  # fmt: skip
+    if spec.response_sigma:
+        lengths = (
+            f"lognormal response lengths (sigma {spec.response_sigma:g}, mean "
+            f"{out['rl.response_mean']:,.0f}, cut at {out['rl.response_longest']:,})"
+        )
+    else:
+        lengths = (
+            "every response the mean (a lower bound: a rollout waits for its longest; "
+            "--response-sigma and --max-output price the tail)"
+        )
+    packing = (
+        f"packed to {spec.pack_tokens:,} tokens"
+        if spec.pack_tokens
+        else "one sequence per micro-batch"
+    )
+    return (f"{spec.samples} samples per prompt; {lengths}; scoring by "
+            f"{', '.join(scorers) or 'no model'}; training {spec.framework}, {packing}, "
+            f"{spec.minibatches} optimizer step(s); the rollout engine takes "
+            f"{spec.engine_memory():g} of a GPU; bf16 weights synced")  # fmt: skip
+
+
+def _cmd_rl(args: argparse.Namespace) -> int:
+    spec = _spec(args)
     out = rl_step(args.model, spec, args.hardware)
     if args.json:
         print(json.dumps({"model": args.model, "hardware": args.hardware, **out}, indent=2))
@@ -29,23 +62,19 @@ def _cmd_rl(args: argparse.Namespace) -> int:
           f"{spec.output:,} tokens")  # fmt: skip
     rows = [
         ("generation", out["rl.generation_s"],
-         f"{out['rl.rollout_replicas']} replicas of tp {spec.rollout_tp}, "
-         f"{out['rl.rollout_waves']} wave(s) of {out['rl.rollout_batch']} sequences"),
+         f"{out['rl.rollout_replicas']} engines of tp {spec.rollout_tp}, up to "
+         f"{out['rl.rollout_peak_batch']} sequences at once, {out['rl.rollout_iterations']:,} "
+         f"iterations, {out['rl.rollout_preemptions']} preemptions"),
         ("scoring (forward passes)", out["rl.scoring_s"], ""),
         ("training", out["rl.train_s"],
-         f"FSDP2 over {out['rl.train_gpus']} GPUs, peak {fmt_bytes(out['rl.train_peak_bytes'])}"
+         f"{spec.framework} over {out['rl.train_gpus']} GPUs, micro-batch "
+         f"{out['rl.train_micro_batch']}, peak {fmt_bytes(out['rl.train_peak_bytes'])}"
          + ("" if out["rl.train_fits"] else " (does NOT fit)")),
         ("weight sync", out["rl.weight_sync_s"], ""),
     ]  # fmt: skip
     largest = max(rows, key=lambda r: r[1])
     print(f"  limited by: {largest[0]} ({largest[1] / step:.0%} of the step)")
-    scorers = [n for n, on in (("old policy", spec.old_logprobs), ("reference", spec.reference))
-               if on]  # fmt: skip
-    share = COLOCATED_MEMORY if spec.placement == "colocated" else 0.9
-    print(f"  assumptions: {spec.samples} samples per prompt; mean lengths (a wave waits for no "
-          f"long tail); scoring by {', '.join(scorers) or 'no model'}; training FSDP2 at "
-          f"micro-batch 1 as `estimate` lays it out; the rollout engine takes {share:g} of a "
-          f"GPU; bf16 weights synced")  # fmt: skip
+    print(f"  assumptions: {_assumptions(spec, out)}")
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")
     print(f"  {'step':<26} {fmt_seconds(step):>9}  generation {out['rl.generation_share']:.1%}"
@@ -65,7 +94,48 @@ def add_rl(sub, int_arg) -> None:
     p.add_argument("--placement", choices=PLACEMENTS, default="colocated")
     p.add_argument("--rollout-gpus", type=int_arg, default=0, help="separate pools (0: half)")
     p.add_argument("--rollout-tp", type=int_arg, default=1)
+    p.add_argument(
+        "--rollout-memory",
+        type=float,
+        default=0.0,
+        help=f"the engine's share of a GPU (vLLM's gpu_memory_utilization; 0: "
+        f"{COLOCATED_MEMORY:g} colocated, {SEPARATE_MEMORY:g} separate)",
+    )
+    p.add_argument(
+        "--response-sigma",
+        type=float,
+        default=0.0,
+        help="log-space spread of lognormal response lengths (0: all the mean; "
+        f"about {REASONING_SIGMA:g} in reasoning RL)",
+    )
+    p.add_argument(
+        "--max-output",
+        type=int_arg,
+        default=0,
+        help="the longest response (max_new_tokens; 0: the model's positions)",
+    )
     p.add_argument("--no-reference", action="store_true", help="no KL to a reference model")
     p.add_argument("--no-old-logprobs", action="store_true", help="no old-policy forward")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="fsdp2", help="the trainer")
+    p.add_argument("--train-tp", type=int_arg, default=1)
+    p.add_argument("--train-pp", type=int_arg, default=1)
+    p.add_argument("--train-ep", type=int_arg, default=1)
+    p.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="the trainer's tp splits the sequence (needed for MoE under tp > 1)",
+    )
+    p.add_argument(
+        "--pack-tokens",
+        type=int_arg,
+        default=0,
+        help="tokens per packed training micro-batch (0: one sequence each)",
+    )
+    p.add_argument(
+        "--minibatches",
+        type=int_arg,
+        default=1,
+        help="optimizer steps per RL step (rollout batch / training batch)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_rl)

@@ -1,6 +1,7 @@
-"""One RL post-training step: rollouts (``costmodel.serve``), scoring and training
-(``costmodel.estimate``), weight sync; ``python -m costmodel rl``."""
+"""One RL post-training step: rollouts (``costmodel.rl.rollout`` over ``costmodel.serve``),
+scoring and training (``costmodel.estimate``), weight sync; ``python -m costmodel rl``."""
 
-from costmodel.rl.step import PLACEMENTS, RLSpec, rl_step
+from costmodel.rl.spec import PLACEMENTS, RLSpec
+from costmodel.rl.step import rl_step
 
 __all__ = ["PLACEMENTS", "RLSpec", "rl_step"]

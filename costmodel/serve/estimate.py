@@ -121,6 +121,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
         "memory_bytes_per_device.workspace": work,
         "memory_bytes_per_device.total": total,
         "memory_bytes_per_device.budget": budget,
+        "memory_bytes_per_device.kv_room": room,
         "kv_bytes_per_token": per_token,
         "kv_bytes_per_sequence": kv_seq,
         "fits": total <= budget,

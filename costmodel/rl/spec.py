@@ -1,0 +1,114 @@
+"""One RL step's inputs (:class:`RLSpec`), checked once: the rollout's sizes and engines,
+the response lengths' spread, the trainer's layout, and where each runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.parallel import FRAMEWORKS
+
+PLACEMENTS = ("colocated", "separate", "async")
+COLOCATED_MEMORY = 0.5
+"""Share of a GPU the rollout engine takes beside the trainer's (offloaded) state: verl's
+``actor_rollout_ref.rollout.gpu_memory_utilization`` default; separate pools take
+``SEPARATE_MEMORY``."""
+SEPARATE_MEMORY = 0.9
+"""vLLM's ``gpu_memory_utilization`` default, for an engine with its GPUs to itself."""
+REASONING_SIGMA = 1.0
+"""The log-space spread of reasoning-RL response lengths: lognormal with a median near 500
+and a 99th percentile near 5,000 tokens (ln 10 / 2.33); what ``--response-sigma`` is
+suggested as where a run's spread is unknown, not a default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RLSpec:
+    """One RL step's sizes and layout (tokens, sequences, GPUs)."""
+
+    prompts: int
+    samples: int = 8
+    input: int
+    output: int
+    """Mean response tokens."""
+    gpus: int
+    placement: str = "colocated"
+    rollout_gpus: int = 0
+    """Separate pools: GPUs that generate (0: half); colocated: all of them."""
+    rollout_tp: int = 1
+    rollout_memory: float = 0.0
+    """Share of a rollout GPU's memory its engine takes (vLLM's ``gpu_memory_utilization``);
+    0: ``COLOCATED_MEMORY`` colocated, ``SEPARATE_MEMORY`` on a pool of its own."""
+    response_sigma: float = 0.0
+    """Log-space spread of the response lengths (lognormal with mean ``output``,
+    :mod:`costmodel.rl.rollout`); 0: every response ``output`` tokens."""
+    max_output: int = 0
+    """The longest a response may run (the sampler's ``max_new_tokens``, or the context
+    ``max_model_len`` leaves after the prompt); 0: ``output`` when every response is that
+    long, else the model's positions after the prompt."""
+    reference: bool = True
+    """A reference model scores the rollouts (the KL term)."""
+    old_logprobs: bool = True
+    """The old policy scores them (PPO's ratio over several mini-batches)."""
+    framework: str = "fsdp2"
+    """The trainer (``costmodel.frameworks``): FSDP2 shards over the data-parallel GPUs,
+    Megatron keeps replicas with a distributed optimizer."""
+    train_tp: int = 1
+    train_pp: int = 1
+    train_ep: int = 1
+    sequence_parallel: bool = False
+    """The trainer's tp ranks split the sequence outside the matmuls (Megatron's
+    ``sequence_parallel``; required for a mixture-of-experts model under tp > 1)."""
+    pack_tokens: int = 0
+    """Tokens of a packed training micro-batch (sequence packing, or dynamic batching to a
+    token budget: NeMo RL's ``train_mb_tokens``, verl's ``ppo_max_token_len_per_gpu``); 0:
+    one sequence per micro-batch."""
+    minibatches: int = 1
+    """Optimizer steps per RL step: the rollout batch over the training global batch."""
+
+    def __post_init__(self) -> None:
+        for name in ("prompts", "samples", "input", "output", "gpus", "rollout_tp", "train_tp",
+                     "train_pp", "train_ep", "minibatches"):  # fmt: skip
+            checks.integer(name, getattr(self, name))
+        for name in ("rollout_gpus", "max_output", "pack_tokens"):
+            checks.integer(name, getattr(self, name), minimum=0)
+        checks.choice("placement", self.placement, PLACEMENTS)
+        checks.choice("framework", self.framework, FRAMEWORKS)
+        checks.number("response_sigma", self.response_sigma, allow_zero=True)
+        checks.number("rollout_memory", self.rollout_memory, allow_zero=True)
+        checks.at_most("rollout_memory", self.rollout_memory, "1", 1)
+        if self.max_output and self.output > self.max_output:
+            raise SpecError("output", f"output (the mean response, {self.output}) must be at "
+                            f"most max_output ({self.max_output})")  # fmt: skip
+        gen, train = self.pools()
+        if self.placement != "colocated" and not 0 < gen < self.gpus:
+            raise SpecError("rollout_gpus", f"rollout_gpus must be in [1, {self.gpus - 1}] for "
+                            f"separate pools (got {gen})")  # fmt: skip
+        checks.divides("rollout_tp", self.rollout_tp, "rollout GPUs", gen)
+        model_parallel = self.train_tp * self.train_pp
+        if train % model_parallel:
+            raise SpecError("train_tp", f"train_tp x train_pp ({model_parallel}) must divide "
+                            f"the {train} training GPUs")  # fmt: skip
+        sequences = self.prompts * self.samples
+        if sequences % self.minibatches:
+            raise SpecError("minibatches", f"minibatches ({self.minibatches}) must divide the "
+                            f"{sequences} sequences of a step (prompts x samples)")  # fmt: skip
+        ranks = train // model_parallel
+        if not self.pack_tokens and sequences // self.minibatches % ranks:
+            raise SpecError("gpus", f"gpus: the {ranks} data-parallel training ranks must divide "
+                            f"the {sequences // self.minibatches} sequences of a mini-batch "
+                            "(prompts x samples / minibatches), one per micro-batch; or "
+                            "pack them (pack_tokens)")  # fmt: skip
+
+    def pools(self) -> tuple[int, int]:
+        """(GPUs that generate, GPUs that train)."""
+        if self.placement == "colocated":
+            return self.gpus, self.gpus
+        gen = self.rollout_gpus or self.gpus // 2
+        return gen, self.gpus - gen
+
+    def engine_memory(self) -> float:
+        """The rollout engine's share of a GPU's memory (``rollout_memory``)."""
+        if self.rollout_memory:
+            return self.rollout_memory
+        return COLOCATED_MEMORY if self.placement == "colocated" else SEPARATE_MEMORY
