@@ -63,6 +63,11 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
         (["--minibatches", "3"], "minibatches (3) must divide the 512 sequences"),
         (["--train-tp", "3"], "train_tp x train_pp (3) must divide the 8 training GPUs"),
         (["--rollout-memory", "1.5"], "rollout_memory must be <= 1"),
+        (
+            ["--response-sigma", "2", "--max-output", "30000", "--rollout-memory", "0.25"],
+            "do not fit the engine's cache",
+        ),
+        (["--max-output", "900000"], "max_output: input + max_output (900,256) exceed qwen3-8b"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):

@@ -25,6 +25,7 @@ verl, NeMo RL and OpenRLHF: ``LLM.generate`` over the whole batch).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from functools import cache
 from statistics import NormalDist
@@ -34,6 +35,7 @@ import numpy as np
 
 from costmodel.serve import serve
 from costmodel.serve.estimate import decode_step
+from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
@@ -97,48 +99,45 @@ def kv_capacity_tokens(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> int:
 def simulate(model: ModelSpec, spec: ServeSpec, hw: Hardware, lengths: np.ndarray) -> Rollout:
     """One engine generating responses of ``lengths`` to prompts of ``spec.input`` tokens
     (module docstring); ``spec``'s tp, precision and memory share are the engine's."""
-    prompt = spec.input
+    prompt, target = spec.input, np.asarray(lengths, dtype=np.int64)
     capacity = kv_capacity_tokens(model, spec, hw)
-    step = _step_pricer(model, spec, hw)
-    prefill = _prefill_pricer(model, spec, hw)
-    target = np.asarray(lengths, dtype=np.int64)
-    waiting = list(range(len(target)))  # indices, admission order
+    if prompt + int(target.max()) > capacity:
+        raise SpecError("max_output", f"max_output: a {prompt:,}-token prompt and its "
+                        f"{int(target.max()):,}-token response do not fit the engine's cache of "
+                        f"{capacity:,} tokens; lower max_output or raise rollout_memory or "
+                        "rollout_tp")  # fmt: skip
+    step, prefill = _step_pricer(model, spec, hw), _prefill_pricer(model, spec, hw)
+    waiting = deque(range(len(target)))  # indices, admission order
     done = np.zeros(len(target), dtype=np.int64)  # tokens generated so far
-    running: list[int] = []
+    running = np.zeros(0, dtype=np.int64)
     decode_s = prefill_s = 0.0
-    iterations = peak = preemptions = 0
-    while waiting or running:
-        held = sum(prompt + done[i] for i in running)
+    held = iterations = peak = preemptions = 0
+    while waiting or len(running):
         admitted = []
-        while waiting and len(running) < MAX_SEQS and held + prompt + done[waiting[0]] < capacity:
-            i = waiting.pop(0)
-            running.append(i)
-            admitted.append(i)
-            held += prompt + done[i]
-        if not running:
-            raise ValueError("a prompt does not fit the engine's cache")
+        while (waiting and len(running) + len(admitted) < MAX_SEQS
+               and held + prompt + done[waiting[0]] < capacity):  # fmt: skip
+            admitted.append(waiting.popleft())
+            held += prompt + int(done[admitted[-1]])
         if admitted:
-            prefill_s += prefill(len(admitted), prompt + int(np.mean(done[admitted])))
+            prefill_s += prefill(len(admitted), prompt + round(float(done[admitted].mean())))
+            running = np.concatenate([running, admitted])
+        while (capacity - held) < len(running) and len(running) > 1:  # preempt the newest
+            waiting.appendleft(int(running[-1]))
+            held -= prompt + int(done[running[-1]])
+            running, preemptions = running[:-1], preemptions + 1
         room = (capacity - held) // len(running)
-        while room < 1 and len(running) > 1:  # the newest go back to the queue
-            i = running.pop()
-            waiting.insert(0, i)
-            preemptions += 1
-            held -= prompt + done[i]
-            room = (capacity - held) // len(running)
-        left = min(int(target[i] - done[i]) for i in running)
-        k = max(1, min(CHUNK, left, room))
-        context = prompt + float(np.mean(done[running])) + k / 2
+        k = max(1, min(CHUNK, int((target[running] - done[running]).min()), room))
+        context = prompt + float(done[running].mean()) + k / 2
         decode_s += k * step(len(running), context)
-        iterations += k
-        peak = max(peak, len(running))
-        for i in running:
-            done[i] += k
-        running = [i for i in running if done[i] < target[i]]
-    return Rollout(seconds=float(decode_s + prefill_s), decode_s=float(decode_s),
-                   prefill_s=float(prefill_s), iterations=int(iterations), peak_running=int(peak),
-                   preemptions=preemptions, mean_output=float(target.mean()),
-                   longest=int(target.max()))  # fmt: skip
+        iterations, peak = iterations + k, max(peak, len(running))
+        done[running] += k
+        held += k * len(running)
+        finished = done[running] >= target[running]
+        held -= int((prompt + done[running[finished]]).sum())
+        running = running[~finished]
+    return Rollout(seconds=decode_s + prefill_s, decode_s=decode_s, prefill_s=prefill_s,
+                   iterations=iterations, peak_running=peak, preemptions=preemptions,
+                   mean_output=float(target.mean()), longest=int(target.max()))  # fmt: skip
 
 
 def _step_pricer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> Any:

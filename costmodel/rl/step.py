@@ -42,10 +42,17 @@ from costmodel.specs.serving import ServeSpec
 
 
 def response_cap(model: ModelSpec, spec: RLSpec) -> int:
-    """The longest response (``RLSpec.max_output``, or its default)."""
+    """The longest response (``RLSpec.max_output``, or its default): within the model's
+    positions after the prompt, as the engine's ``max_model_len`` is."""
+    room = model.max_positions - spec.input
+    if spec.max_output > room or spec.output > room:
+        which = "max_output" if spec.max_output > room else "output"
+        total = spec.input + max(spec.max_output, spec.output)
+        raise SpecError(which, f"{which}: input + {which} ({total:,}) exceed {model.name}'s "
+                        f"{model.max_positions:,} positions")  # fmt: skip
     if spec.max_output:
         return spec.max_output
-    return spec.output if spec.response_sigma == 0 else model.max_positions - spec.input
+    return spec.output if spec.response_sigma == 0 else room
 
 
 def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
