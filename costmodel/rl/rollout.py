@@ -45,10 +45,11 @@ MAX_SEQS = 1024
 class on GPUs of at least 70 GiB other than the A100 (256 on the others;
 ``EngineArgs.get_batch_defaults``); the engine's KV memory usually binds first."""
 CHUNK = 64
-"""Decode iterations priced at one batch and context at most (seconds change by well under
-1 % across 64 tokens of context)."""
+"""Decode iterations priced at one batch at most, at their middle context (exact while an
+iteration's seconds grow linearly with the cache it reads)."""
 CONTEXT_BUCKET = 32
-"""Mean contexts within this many tokens share one priced decode step."""
+"""Mean contexts are rounded to this many tokens to share priced decode steps (each
+sequence's cache read at most 16 tokens off)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ rollout engine. Seconds per phase and the share of the step spent generating.
   ``input`` + mean-response-token sequences on the training GPUs, laid out as the trainer
   runs them (``framework``, ``train_tp``, ``train_pp``, ``train_ep``): one sequence per
   micro-batch, or as many as ``pack_tokens`` holds (sequence packing; attention is priced
-  per sequence, as varlen kernels run it).
+  per sequence, as varlen kernels run it), each mini-batch rounded up to whole
+  micro-batches on every data-parallel rank.
 - **Weight sync**: the policy's bf16 weights to the rollout engine, colocated over the
   node's links (each GPU gathers its tp shard from the trainer's shards), separate over the
   network (each rollout GPU receives its shard).
