@@ -1,5 +1,5 @@
 """Where an answer is known to be less accurate than dense training on a calibrated GPU
-(tokens/s within 6-9 % median on published runs), one line each.
+(tokens/s within 3-9 % median per device on published runs), one line each.
 
 Each :class:`Caveat` is a rule on an estimate and the sentence it adds to the verdict; the
 numbers in a sentence are measured by ``python -m validate.published`` on the corpus files
@@ -62,7 +62,7 @@ def _datasheet_text(est: Estimate) -> str:
     assert est.hardware is not None
     return (
         f"{est.hardware.name} is datasheet only: no published dense run checks its "
-        "efficiencies, so expect larger errors than the 6-9 % median of calibrated GPUs"
+        "efficiencies, so expect larger errors than the 3-9 % median of calibrated GPUs"
     )
 
 
