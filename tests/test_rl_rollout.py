@@ -85,3 +85,15 @@ def test_the_published_nemo_rl_steps_hold_their_reported_errors():
         errors = [abs(r["share_err"]) for r in table if r["sigma"] == sigma]
         assert statistics.median(errors) == pytest.approx(median, abs=2e-3), sigma
         assert max(errors) == pytest.approx(worst, abs=2e-3), sigma
+
+
+def test_the_published_check_writes_its_rows_and_chart(tmp_path, capsys):
+    assert published.main(["--sigma", "0", "1", "--out", str(tmp_path)]) == 0
+    assert "sigma 1.00: generation share |error| median 13.8%" in capsys.readouterr().out
+    lines = (tmp_path / "rl.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and (tmp_path / "rl.svg").read_text().startswith("<svg")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert published.main(["--runs", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --runs") and err.count("\n") == 1

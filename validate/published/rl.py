@@ -4,7 +4,8 @@ step of ``validate/published/rl_runs.json`` that carries a ``costmodel`` block w
 training, scoring (the forward passes that score the rollouts) and weight sync, and the
 share of the step spent generating, at each response-length spread ``--sigma`` (the
 sources state the mean response length, not its spread: ``costmodel.rl.rollout``). With
-``--out``, one JSON line per run and spread. Torch-free; a few seconds.
+``--out``, one JSON line per run and spread (``rl.jsonl``) and each run's phases, measured
+and predicted, as stacked bars (``rl.svg``). Torch-free; a few seconds.
 """
 
 from __future__ import annotations
@@ -54,14 +55,50 @@ def rows(runs: list[dict[str, Any]], sigmas: list[float]) -> list[dict[str, Any]
     return out
 
 
+def chart(table: list[dict[str, Any]], path: Path) -> None:
+    """Each run's phases, measured and predicted at each spread, as stacked bars (an SVG)."""
+    import altair as alt
+    import vl_convert
+
+    names = {"generation_s": "generation", "train_s": "training",
+             "ref_logprob_s": "scoring", "weight_sync_s": "weight sync"}  # fmt: skip
+    data, seen = [], set()
+    for r in table:
+        run = r["run_id"].removeprefix("nemo_rl_v0.3_")
+        for key, phase in names.items():
+            if (run, key) not in seen:
+                data.append({"run": run, "bar": "measured", "phase": phase,
+                             "seconds": r[f"measured.{key}"]})  # fmt: skip
+            data.append({"run": run, "bar": f"sigma {r['sigma']:g}", "phase": phase,
+                         "seconds": r[f"predicted.{key}"]})  # fmt: skip
+            seen.add((run, key))
+    bars = (
+        alt.Chart(alt.Data(values=data))
+        .mark_bar()
+        .encode(
+            x=alt.X("bar:N", title=None, sort=["measured"]),
+            y=alt.Y("seconds:Q", title="seconds per RL step"),
+            color=alt.Color("phase:N", sort=list(names.values())),
+            column=alt.Column("run:N", title=None),
+            tooltip=["run:N", "bar:N", "phase:N", alt.Tooltip("seconds:Q", format=".1f")],
+        )
+        .properties(width=110, height=260, title="Published RL steps: measured and predicted")
+    )
+    path.write_text(vl_convert.vegalite_to_svg(bars.to_dict()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate.published.rl")
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.0, 0.5, 1.0],
                         help="response-length spreads to predict at")  # fmt: skip
-    parser.add_argument("--out", type=Path, help="write rl.jsonl there")
+    parser.add_argument("--out", type=Path, help="write rl.jsonl and rl.svg there")
     args = parser.parse_args(argv)
-    runs = [r for r in json.loads(args.runs.read_text())["runs"] if r.get("costmodel")]
+    try:
+        runs = [r for r in json.loads(args.runs.read_text())["runs"] if r.get("costmodel")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        print(f"error: --runs {args.runs}: {err}", file=sys.stderr)
+        return 2
     table = rows(runs, args.sigma)
     print(f"{'run':38} {'sigma':>5} {'gen s':>13} {'train s':>13} {'score s':>13} "
           f"{'step s':>13} {'gen share':>15}")  # fmt: skip
@@ -82,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out / "rl.jsonl", "w") as fh:
             for r in table:
                 fh.write(json.dumps(r) + "\n")
+        chart(table, args.out / "rl.svg")
     return 0
 
 
