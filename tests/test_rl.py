@@ -67,7 +67,8 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
             ["--response-sigma", "2", "--max-output", "30000", "--rollout-memory", "0.25"],
             "do not fit the engine's cache",
         ),
-        (["--max-output", "900000"], "max_output: input + max_output (900,256) exceed qwen3-8b"),
+        (["--max-output", "900000"], "max_output: context (input + output = 900,256) exceeds"),
+        (["--output", "90000"], "RoPE scaling by"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):

@@ -12,7 +12,7 @@ import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.rl import RLSpec, rl_step
-from costmodel.rl.rollout import engine_share, response_lengths, simulate
+from costmodel.rl.rollout import engine_share, kv_capacity_tokens, response_lengths, simulate
 from costmodel.specs.serving import ServeSpec
 from validate.published import rl as published
 
@@ -42,8 +42,10 @@ def test_an_engine_waits_for_its_longest_response():
     mean runs until its longest ends, most of those iterations at a shrinking batch, and
     takes longer than the equal batch."""
     spec = ServeSpec(input=150, output=795, tp=1, memory_utilization=0.6)
-    equal = simulate(LLAMA, spec, H100, np.full(256, 795))
-    spread = simulate(LLAMA, spec, H100, engine_share(response_lengths(2048, 795, 1.0, 3946), 8))
+    room = kv_capacity_tokens(LLAMA, spec, H100)
+    equal = simulate(LLAMA, spec, H100, np.full(256, 795), room)
+    lengths = engine_share(response_lengths(2048, 795, 1.0, 3946), 8)
+    spread = simulate(LLAMA, spec, H100, lengths, room)
     assert (equal.iterations, equal.peak_running, equal.preemptions) == (795, 256, 0)
     assert spread.iterations == spread.longest == 3946
     assert spread.seconds > 2.5 * equal.seconds
@@ -55,7 +57,8 @@ def test_memory_the_engine_lacks_preempts_and_recomputes():
     roomy = ServeSpec(input=1024, output=2048, tp=1, memory_utilization=0.9)
     tight = ServeSpec(input=1024, output=2048, tp=1, memory_utilization=0.3)
     lengths = np.full(64, 2048)  # 64 x 3,072 tokens of cache: 25 GB
-    fits, squeezed = simulate(LLAMA, roomy, H100, lengths), simulate(LLAMA, tight, H100, lengths)
+    fits, squeezed = (simulate(LLAMA, s, H100, lengths, kv_capacity_tokens(LLAMA, s, H100))
+                      for s in (roomy, tight))  # fmt: skip
     assert fits.preemptions == 0 < squeezed.preemptions
     assert squeezed.peak_running == fits.peak_running == 64  # admitted while prompts fit
     assert squeezed.iterations > fits.iterations == 2048  # the preempted wait their turn

@@ -97,11 +97,13 @@ def kv_capacity_tokens(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> int:
     return int(est["memory_bytes_per_device.kv_room"] // est["kv_bytes_per_token"])
 
 
-def simulate(model: ModelSpec, spec: ServeSpec, hw: Hardware, lengths: np.ndarray) -> Rollout:
+def simulate(
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, lengths: np.ndarray, capacity: int
+) -> Rollout:
     """One engine generating responses of ``lengths`` to prompts of ``spec.input`` tokens
-    (module docstring); ``spec``'s tp, precision and memory share are the engine's."""
+    (module docstring) in ``capacity`` tokens of cache (:func:`kv_capacity_tokens`);
+    ``spec``'s tp, precision and memory share are the engine's."""
     prompt, target = spec.input, np.asarray(lengths, dtype=np.int64)
-    capacity = kv_capacity_tokens(model, spec, hw)
     if prompt + int(target.max()) > capacity:
         raise SpecError("max_output", f"max_output: a {prompt:,}-token prompt and its "
                         f"{int(target.max()):,}-token response do not fit the engine's cache of "

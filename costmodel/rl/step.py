@@ -27,6 +27,7 @@ rollout engine. Seconds per phase and the share of the step spent generating.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from costmodel.api import estimate
@@ -35,25 +36,25 @@ from costmodel.catalog.presets import get_model
 from costmodel.engine.fit import budget_bytes, fits
 from costmodel.rl import rollout
 from costmodel.rl.spec import RLSpec
-from costmodel.serve import serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving import ServeSpec, check
 
 
-def response_cap(model: ModelSpec, spec: RLSpec) -> int:
-    """The longest response (``RLSpec.max_output``, or its default): within the model's
-    positions after the prompt, as the engine's ``max_model_len`` is."""
-    room = model.max_positions - spec.input
-    if spec.max_output > room or spec.output > room:
-        which = "max_output" if spec.max_output > room else "output"
-        total = spec.input + max(spec.max_output, spec.output)
-        raise SpecError(which, f"{which}: input + {which} ({total:,}) exceed {model.name}'s "
-                        f"{model.max_positions:,} positions")  # fmt: skip
-    if spec.max_output:
-        return spec.max_output
-    return spec.output if spec.response_sigma == 0 else room
+def response_cap(model: ModelSpec, spec: RLSpec, engine: ServeSpec, hw: Hardware) -> int:
+    """The longest response (``RLSpec.max_output``, or its default: ``output`` when every
+    response is that long, else the model's positions after the prompt), checked as
+    ``costmodel.serve`` checks a context: within the model's positions, as the engine's
+    ``max_model_len`` is (the error says what RoPE scaling would allow)."""
+    default = spec.output if spec.response_sigma == 0 else model.max_positions - spec.input
+    cap = spec.max_output or default
+    field = "max_output" if spec.max_output else "output"
+    try:
+        check(model, replace(engine, output=max(cap, spec.output)), hw)
+    except SpecError as err:
+        raise SpecError(field, f"{field}: {err}") from None
+    return cap
 
 
 def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
@@ -61,14 +62,16 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
     replicas = gen // spec.rollout_tp
     engine = ServeSpec(input=spec.input, output=spec.output, tp=spec.rollout_tp,
                        memory_utilization=spec.engine_memory())  # fmt: skip
-    if serve(model, engine, hw)["max_batch"] < 1:
+    cap = response_cap(model, spec, engine, hw)
+    capacity = rollout.kv_capacity_tokens(model, engine, hw)
+    if capacity <= spec.input:
         field = "rollout_memory" if spec.rollout_memory else "rollout_tp"
-        raise SpecError(field, f"{field}: the policy's weights and one sequence do not fit "
+        raise SpecError(field, f"{field}: the policy's weights and one prompt do not fit "
                         f"{spec.engine_memory():g} of {spec.rollout_tp} x {hw.name}; raise "
                         "rollout_memory or rollout_tp")  # fmt: skip
     lengths = rollout.response_lengths(spec.prompts * spec.samples, spec.output,
-                                       spec.response_sigma, response_cap(model, spec))  # fmt: skip
-    run = rollout.simulate(model, engine, hw, rollout.engine_share(lengths, replicas))
+                                       spec.response_sigma, cap)  # fmt: skip
+    run = rollout.simulate(model, engine, hw, rollout.engine_share(lengths, replicas), capacity)
     return {"rl.generation_s": run.seconds, "rl.rollout_prefill_s": run.prefill_s,
             "rl.rollout_replicas": replicas, "rl.rollout_peak_batch": run.peak_running,
             "rl.rollout_iterations": run.iterations, "rl.rollout_preemptions": run.preemptions,

@@ -58,7 +58,8 @@ def rows(runs: list[dict[str, Any]], sigmas: list[float]) -> list[dict[str, Any]
 def chart(table: list[dict[str, Any]], path: Path) -> None:
     """Each run's phases, measured and predicted at each spread, as stacked bars (an SVG)."""
     import altair as alt
-    import vl_convert
+
+    from validate.report.render import chart_svg
 
     names = {"generation_s": "generation", "train_s": "training",
              "ref_logprob_s": "scoring", "weight_sync_s": "weight sync"}  # fmt: skip
@@ -84,7 +85,7 @@ def chart(table: list[dict[str, Any]], path: Path) -> None:
         )
         .properties(width=110, height=260, title="Published RL steps: measured and predicted")
     )
-    path.write_text(vl_convert.vegalite_to_svg(bars.to_dict()))
+    path.write_text(chart_svg(bars))
 
 
 def main(argv: list[str] | None = None) -> int:
