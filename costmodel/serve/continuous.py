@@ -8,10 +8,11 @@ Serve, Agrawal et al. 2024; vLLM V1 and TensorRT-LLM's in-flight batching).
   engine's token budget (``TOKEN_BUDGET``, vLLM V1's ``max_num_batched_tokens`` and
   TensorRT-LLM's ``max_num_tokens``, 8,192). Where the prompts need more than the budget
   leaves, the batch that can be kept full is budget / (1 + input / output).
-- **Its time** is one roofline over both: the decode step's FLOPs and bytes (weights read
-  once for all, every cached entry) plus the prompt tokens' matmul FLOPs, their attention
-  over their prompts at the fused kernel's rate, and the cache they write; tp's all-reduces
-  over all of the iteration's tokens.
+- **Its time** is the matmuls' roofline over both (the decode step's and the prompt tokens'
+  FLOPs, the weights read once for all) followed by the attention core's (the decode queries
+  over every cached entry, the prompts over themselves at the fused kernel's rate; the cache
+  read and written), as ``estimate._phase`` runs them; tp's all-reduces over all of the
+  iteration's tokens.
 - TPOT is an iteration; output tokens/s dp x B per iteration; TTFT the iterations a prompt's
   chunks take at the budget the decodes leave (at least one), each holding the prompt's
   chunk or the steady state's prompt tokens, whichever is more; end to end TTFT + (output
@@ -61,10 +62,10 @@ def iteration(
         prompts' attention and cache)."""
         prompts = tokens / spec.input
         flops = float(terms.linear_flops(model, tokens, prompts).xreplace(vals))
-        nbytes = decode["bytes"] + tokens * per_token
-        return phase(decode["flops"] + flops, prompts * core / attention_rate, nbytes,
-                     b + tokens, model, spec, hw,
-                     hw.decode_bandwidth())  # fmt: skip
+        cores = decode["core_s"] + prompts * core / attention_rate
+        cache = decode["kv_bytes"] + tokens * per_token
+        return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),
+                     b + tokens, model, spec, hw, hw.decode_bandwidth())  # fmt: skip
 
     tokens = b * spec.input / spec.output  # the prompts that start as others finish
     steady = seconds(tokens)

@@ -1,15 +1,16 @@
 """A serving estimate: memory per device, prefill and decode time, TTFT, TPOT, throughput.
 
-Time is a roofline per phase on one device (Williams et al. 2009): the longer of its matmul
-FLOPs at ``efficiency.serve_matmul`` of the peak (else the training ``matmul``; the core of a
-prompt at the fused-attention rate, ``Hardware.attention_peak``; an eager engine's
-elementwise bytes added, :func:`elementwise_s`)
-and its bytes at ``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it), plus
-tp's two all-reduces per layer (after attention and after the FFN; Shoeybi et al. 2019,
-Sec. 3) of the phase's tokens x D activations (:func:`_allreduce_s`), exposed, plus
-``Hardware.serve_layer_s`` per layer; against an eager engine's host dispatch
-(:func:`host_s`: added on a CPU, the longer of the two on a GPU). ``efficiency.decode``,
-``efficiency.serve_matmul`` and ``serve_layer_s`` are fitted on published serving runs
+Time is a roofline per kernel on one device (Williams et al. 2009): the matmuls, then the
+attention core, each the longer of its FLOPs (matmuls at ``efficiency.serve_matmul`` of the
+peak, else the training ``matmul``; a prompt's core at the fused-attention rate,
+``Hardware.attention_peak``) and its bytes (the weights; the cache) at
+``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it); an eager engine's
+elementwise bytes added (:func:`elementwise_s`), tp's two all-reduces per layer (after
+attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of the phase's tokens x D
+activations (:func:`_allreduce_s`), exposed, and ``Hardware.serve_layer_s`` per layer;
+against an eager engine's host dispatch (:func:`host_s`: added on a CPU, the longer of the
+two on a GPU). ``efficiency.decode``, ``efficiency.serve_matmul`` and ``serve_layer_s`` are
+fitted on published serving runs
 (``hardware.json``'s notes).
 
 - **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
@@ -130,20 +131,26 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
 
 
 def _phase(
-    flops: float, core_s: float, nbytes: float, tokens: float, model: ModelSpec,
+    gemms: tuple[float, float], core: tuple[float, float], tokens: float, model: ModelSpec,
     spec: ServeSpec, hw: Hardware, bandwidth: float,
 ) -> dict[str, float]:  # fmt: skip
-    """Seconds of one phase on a device: the roofline, tp's exposed all-reduces and the
-    per-layer step overhead (``Hardware.serve_layer_s``)."""
+    """Seconds of one phase on a device. ``gemms``: the matmuls' (FLOPs, bytes: the weights
+    read); ``core``: the attention core's (seconds of its FLOPs at its rate, bytes: the cache
+    read or written). The two are separate kernels that run one after the other, each the
+    longer of its FLOPs and its bytes (Williams et al. 2009's roofline per kernel: a large
+    batch's matmuls are compute-bound while its attention over the cache is memory-bound,
+    and neither hides the other); then an eager engine's elementwise traffic, tp's exposed
+    all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``)."""
     rate = hw.peak(spec.precision) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
-    compute = flops / rate + core_s
-    compute += elementwise_s(model, spec, hw, tokens)
-    memory = nbytes / bandwidth
+    elementwise = elementwise_s(model, spec, hw, tokens)
+    compute = gemms[0] / rate + core[0] + elementwise
+    memory = (gemms[1] + core[1]) / bandwidth
+    kernels = max(gemms[0] / rate, gemms[1] / bandwidth) + max(core[0], core[1] / bandwidth)
     reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
     comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
     comm += experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
     overhead = model.n_layers * hw.serve_layer_s
-    device = max(compute, memory) + comm + overhead
+    device = kernels + elementwise + comm + overhead
     host = host_s(model, spec, hw)
     # a CPU runs each kernel on the dispatching thread (the two add); a GPU's kernels run
     # while the host dispatches the next (the longer of the two)
@@ -237,13 +244,16 @@ def decode_step(
     keys = sp.Rational(2 * i + o, 2)
     at = {**vals, B: b, T: keys}
     tokens = b * per_seq
-    flops = _num(terms.linear_flops(model, tokens, tokens)
-                 + per_seq * terms.decode_core_flops(model), at) + 2 * tokens * extra  # fmt: skip
+    linear = _num(terms.linear_flops(model, tokens, tokens), at) + 2 * tokens * extra
+    core = per_seq * _num(terms.decode_core_flops(model), at)
     touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
-    read = weights - routed * (1 - touched) + kv_read
-    phase = _phase(flops, 0.0, read, tokens, model, spec, hw, hw.decode_bandwidth())
-    return {"phase": phase, "flops": flops, "bytes": read, "kv_bytes": kv_read,
+    read = weights - routed * (1 - touched)
+    rate = hw.peak(spec.precision) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
+    phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
+                   hw.decode_bandwidth())  # fmt: skip
+    return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
+            "bytes": read + kv_read, "weight_bytes": read, "kv_bytes": kv_read,
             "expert_bytes": routed * touched}  # fmt: skip
 
 
@@ -257,8 +267,8 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     pre_flops = _num(terms.linear_flops(model, b * i, b), at)
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
     rate = prompt_attention_rate(spec, hw)
-    pre_bytes = weights + b * kvb * _num(terms.kv_elements(model), {**at, T: i})
-    pre = _phase(pre_flops, core / rate, pre_bytes, b * i, model, spec, hw,
+    written = b * kvb * _num(terms.kv_elements(model), {**at, T: i})
+    pre = _phase((pre_flops, weights), (core / rate, written), b * i, model, spec, hw,
                  hw.hbm_bandwidth())  # fmt: skip
     dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
