@@ -37,6 +37,7 @@ SERVE = (
     PageInput("acceptance", float, 0.8, lo=0.01, hi=1.0),
     PageInput("prefill_replicas", int, 0, lo=0, hi=4096),
     PageInput("prefill_tp", int, 1, hi=64),
+    PageInput("request_rate", float, 0.0, lo=0.0, hi=1e6),
 )
 
 EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
@@ -46,6 +47,9 @@ ARRIVAL_HELP = (
     "kept full, prompt chunks riding on the decode iterations (steady state)"
 )
 POOL_HELP = "disaggregated serving: replicas that only prefill and send the cache on to decode"
+RATE_HELP = ("requests arriving per second over the replicas: a continuously batched engine "
+             "holding what the rate keeps in flight (Little's law), at most the requests at "
+             "once")  # fmt: skip
 
 
 def _inputs() -> dict[str, Any]:
@@ -77,14 +81,19 @@ def _inputs() -> dict[str, Any]:
         c[2].number_input("prefill replicas (0: colocated)", 0, 4096,
                           key="serve_prefill_replicas", help=POOL_HELP)  # fmt: skip
         c[3].number_input("prefill replica tp", 1, 64, key="serve_prefill_tp")
+        c = st.columns(4)
+        c[0].number_input("requests/s (0: the batch at once)", 0.0, 1e6,
+                          key="serve_request_rate", help=RATE_HELP)  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
 
-def _estimate(v: dict[str, Any], batch: int) -> ServeEstimate:
+def _estimate(v: dict[str, Any], batch: int, rated: bool = False) -> ServeEstimate:
     drafted = v["draft_tokens"] > 0
+    rate = v["request_rate"] if rated and v["request_rate"] > 0 else None
+    arrival = "continuous" if rate else v["arrival"]
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
-                     pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=v["arrival"],
+                     pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,
@@ -127,7 +136,7 @@ def serve_page() -> None:
     st.title("Serve: KV cache, latency and throughput")
     v = _inputs()
     try:
-        est = _estimate(v, v["batch"])
+        est = _estimate(v, v["batch"], rated=True)
     except SpecError as err:
         st.error(err.message)
         return

@@ -12,6 +12,7 @@ from costmodel import get_hardware, get_model
 from costmodel.cli import main
 from costmodel.serve.continuous import TOKEN_BUDGET, kept_batch
 from costmodel.serve.estimate import decode_step, serve
+from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 
 H100 = get_hardware("h100-sxm")
@@ -60,3 +61,46 @@ def test_the_cli_names_the_kept_batch_and_the_iteration(capsys):
 def test_what_continuous_does_not_model_is_one_line_naming_arrival(flags, refused):
     base = ["serve", "--model", "llama3-8b", "--context", "4096", "--arrival", "continuous"]
     assert "arrival" in refused([*base, *flags])
+
+
+def _at(rate: float, dp: int = 1, batch: int = 256):
+    spec = ServeSpec(input=1000, output=500, batch=batch, dp=dp, arrival="continuous",
+                     request_rate=rate)  # fmt: skip
+    return serve(LLAMA, spec, H100).values
+
+
+def test_a_request_rate_keeps_what_littles_law_says_in_flight():
+    """B = λ x end to end at B: the fewest sequences whose time in the engine carries the
+    rate (Little 1961); more requests, more in flight and a longer step."""
+    low, high = _at(2.0), _at(8.0)
+    for rate, v in ((2.0, low), (8.0, high)):
+        held = v["continuous.in_flight"]
+        assert held >= rate * v["time_s.e2e"]  # enough in flight to carry the rate ...
+        fewer = serve(LLAMA, ServeSpec(input=1000, output=500, batch=held - 1,
+                                       arrival="continuous"), H100).values  # fmt: skip
+        assert held - 1 < rate * fewer["time_s.e2e"]  # ... and one fewer is not
+        assert v["throughput.output_tokens_per_s"] == pytest.approx(rate * 500)
+    assert low["continuous.in_flight"] < high["continuous.in_flight"]
+    assert low["time_s.tpot"] < high["time_s.tpot"]
+    # replicas share the rate: two at 2λ hold what one holds at λ
+    assert _at(16.0, dp=2)["continuous.in_flight"] == high["continuous.in_flight"]
+
+
+def test_a_rate_past_what_the_deployment_sustains_is_refused_with_its_capacity():
+    most = serve(LLAMA, ServeSpec(input=1000, output=500, batch=64, arrival="continuous"), H100)
+    capacity = 64 / most["time_s.e2e"]
+    assert _at(1.0, batch=64)["continuous.capacity_requests_per_s"] == pytest.approx(capacity)
+    with pytest.raises(SpecError, match=r"request_rate .*exceeds the .* requests/s") as err:
+        _at(capacity * 1.01, batch=64)
+    assert err.value.field == "request_rate"
+    with pytest.raises(SpecError, match="request_rate needs arrival=continuous"):
+        ServeSpec(input=10, output=10, request_rate=1.0)
+
+
+def test_the_cli_answers_at_a_rate_in_its_own_words(capsys):
+    assert main(["serve", "--model", "llama3-8b", "--input", "1000", "--output", "500",
+                 "--request-rate", "5"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "5 requests/s of (1,000 in + 500 out), 22 in flight a replica" in out
+    assert "requests arrive at 5/s into continuous batching (at most 256 in flight" in out
+    assert "2,500 (2,500 per GPU)" in out

@@ -40,3 +40,15 @@ def test_serve_page_prices_drafts_pools_experts_and_continuous_batching():
     at.number_input(key="serve_ep").set_value(2)  # Llama-3-8B has no experts
     at.button[0].click().run()
     assert not at.exception and "ep > 1 needs a mixture-of-experts model" in at.error[0].value
+
+
+def test_serve_page_answers_at_a_request_rate_and_refuses_past_capacity():
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.number_input(key="serve_request_rate").set_value(2.0)
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert "keep" in at.markdown[0].value and "in flight" in at.markdown[0].value
+    assert at.metric[3].value == "1,000"  # 2 requests/s x 500 tokens
+    at.number_input(key="serve_request_rate").set_value(1e5)
+    at.button[0].click().run()
+    assert not at.exception and "request_rate" in at.error[0].value

@@ -17,6 +17,9 @@ from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 
 DEFAULT_OUTPUT = 128
 """Generated tokens when only ``--context`` is given (the prompt is the rest)."""
+MAX_NUM_SEQS = 256
+"""Sequences in flight at most at a request rate, without ``--batch`` (vLLM's default
+``max_num_seqs``)."""
 
 
 def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int, int]:
@@ -87,6 +90,10 @@ def _experts(spec: ServeSpec) -> str:
 
 
 def _arrival(spec: ServeSpec) -> str:
+    if spec.request_rate:
+        return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
+                f"{spec.batch} in flight a replica; mean steady state, no queueing of random "
+                "arrivals)")  # fmt: skip
     if spec.arrival == "continuous":
         return ("continuous batching kept full, prompts chunked into the decode iterations "
                 "(steady state; no arrival gaps or queueing)")  # fmt: skip
@@ -168,9 +175,11 @@ def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     inp, out = lengths(args.context, args.input, args.output)
-    spec = ServeSpec(input=inp, output=out, batch=args.batch, precision=args.precision,
+    rated = args.request_rate is not None
+    arrival = args.arrival or ("continuous" if rated else "together")
+    spec = ServeSpec(input=inp, output=out, batch=_batch(args, rated), precision=args.precision,
                      kv_dtype=args.kv_dtype, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep,
-                     arrival=args.arrival,
+                     arrival=arrival, request_rate=args.request_rate,
                      block_size=args.block_size, memory_utilization=args.memory_utilization,
                      rope_scaling=args.rope_scaling, engine=args.engine,
                      draft_tokens=args.draft_tokens, acceptance=args.acceptance,
@@ -187,9 +196,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         spec.prefill_replicas
     )
     stages = f", pp {spec.pp}" * (spec.pp > 1)
+    lengths_ = f"({inp:,} in + {out:,} out)"
+    load = (f"{spec.request_rate:g} requests/s of {lengths_}, {est['continuous.in_flight']} in "
+            f"flight a replica" if rated else f"{spec.batch} x {lengths_}")  # fmt: skip
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
-          f"{spec.batch} x ({inp:,} in + {out:,} out), {spec.precision} weights, "
-          f"{spec.kv_dtype} cache")  # fmt: skip
+          f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     rows = _rows(est.values, spec, args.output is None and args.input is None)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
@@ -199,6 +210,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch(args: argparse.Namespace, rated: bool) -> int:
+    """--batch, or without it 1 (a request at a time), or at a request rate the cap of vLLM's
+    ``max_num_seqs`` (256): the rate decides how many are in flight."""
+    if args.batch is not None:
+        return args.batch
+    return MAX_NUM_SEQS if rated else 1
+
+
 def add_serve(sub, int_arg) -> None:
     p = sub.add_parser("serve", help="serving: KV cache, memory, TTFT, TPOT, throughput")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
@@ -206,14 +225,21 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--context", type=int_arg, help="tokens a sequence holds at its end")
     p.add_argument("--input", type=int_arg, help="prompt tokens per request")
     p.add_argument("--output", type=int_arg, help=f"generated tokens (default {DEFAULT_OUTPUT})")
-    p.add_argument("--batch", type=int_arg, default=1, help="requests served at once")
+    p.add_argument("--batch", type=int_arg, help="requests served at once (default 1); with "
+                   f"--request-rate the most in flight (default {MAX_NUM_SEQS}, vLLM's "
+                   "max_num_seqs)")  # fmt: skip
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--tp", type=int_arg, default=1)
-    p.add_argument("--arrival", choices=ARRIVALS, default="together", help="together: the "
+    p.add_argument("--arrival", choices=ARRIVALS, help="together (the default): the "
                    "batch's prompts prefilled at once, then decoded (a static batch); "
-                   "continuous: a continuously batched engine kept full, prompts chunked into "
-                   "the decode iterations (steady state)")  # fmt: skip
+                   "continuous (the default with --request-rate): a continuously batched "
+                   "engine kept full, prompts chunked into the decode iterations (steady "
+                   "state)")  # fmt: skip
+    p.add_argument("--request-rate", type=float, help="requests/s arriving at the deployment "
+                   "(over --dp): continuous batching at the sequences the rate keeps in "
+                   "flight (Little's law); a rate past what the deployment sustains is "
+                   "refused")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, default=1, help="replicas")
     p.add_argument(

@@ -13,19 +13,27 @@ Serve, Agrawal et al. 2024; vLLM V1 and TensorRT-LLM's in-flight batching).
   over every cached entry, the prompts over themselves at the fused kernel's rate; the cache
   read and written), as ``estimate._phase`` runs them; tp's all-reduces over all of the
   iteration's tokens.
+- **At a request rate** λ (``ServeSpec.request_rate``) the engine holds the fewest sequences
+  B that the rate keeps in flight, B = λ / dp x end to end at B (Little's law, Little 1961:
+  the mean number in a system is its arrival rate times the mean time spent in it), at most
+  ``batch`` and what fits; it serves λ requests/s. A rate above what the largest batch
+  sustains has no steady state and is refused; the waiting of random arrivals below it is
+  not modelled (means only, no percentiles).
 - TPOT is an iteration; output tokens/s dp x B per iteration; TTFT the iterations a prompt's
   chunks take at the budget the decodes leave (at least one), each holding the prompt's
   chunk or the steady state's prompt tokens, whichever is more; end to end TTFT + (output
-  − 1) x TPOT. Arrival gaps and queueing are not modelled: the engine is always full (an offline
-  run, or clients that send their next request as the last one ends).
+  − 1) x TPOT (at a request rate, output tokens/s is λ x output). Without a rate the engine is
+  always full: an offline run, or clients that send their next request as the last one ends.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from costmodel.serve import terms
+from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
@@ -81,3 +89,22 @@ def iteration(
         "throughput.total_tokens_per_s": out_rate * (spec.input + spec.output) / spec.output,
         "throughput.output_tokens_per_s_per_gpu": out_rate / spec.dp / spec.tp,
     }  # fmt: skip
+
+
+def in_flight(spec: ServeSpec, e2e: Callable[[int], float], most: int) -> tuple[int, float]:
+    """(sequences a replica holds in flight at ``spec.request_rate``, the requests/s the
+    deployment sustains at ``most``): the fewest B in 1..most with B >= λ / dp x ``e2e(B)``
+    (module docstring; ``e2e`` grows with B, so a bisection finds it). A rate above the
+    deployment's is refused, naming the field."""
+    per_replica = spec.request_rate / spec.dp
+    capacity = spec.dp * most / e2e(most)
+    if spec.request_rate > capacity:
+        raise SpecError("request_rate", f"request_rate ({spec.request_rate:g}/s) exceeds the "
+                        f"{capacity:,.3g} requests/s the deployment sustains ({spec.dp} x "
+                        f"{most} sequences in flight, the most that fit and the batch "
+                        "allows)")  # fmt: skip
+    lo, hi = 1, most
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if mid >= per_replica * e2e(mid) else (mid + 1, hi)
+    return lo, capacity

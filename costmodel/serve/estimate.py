@@ -309,6 +309,9 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     asked = spec.batch
     if spec.arrival == "continuous":  # the sequences the token budget keeps in flight
         spec = replace(spec, batch=continuous.kept_batch(spec))
+    rated = _at_rate(model, spec, hw) if spec.request_rate else {}
+    if rated:
+        spec = replace(spec, batch=rated["continuous.in_flight"])
     vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
@@ -317,10 +320,41 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if spec.arrival == "continuous":
         rate = prompt_attention_rate(spec, hw)
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
+    out.update(rated)
+    return ServeEstimate(out, _notes(spec, asked, out))
+
+
+def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
+    """At ``spec.request_rate``: the sequences a replica holds in flight
+    (``continuous.in_flight``, at most the batch the token budget keeps and what fits), the
+    requests/s the deployment sustains, and the throughput it serves (λ x tokens)."""
+    vals = {**values_for(model), Y: spec.tp}
+    fits = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
+    rate = prompt_attention_rate(spec, hw)
+
+    def e2e(batch: int) -> float:
+        at = replace(spec, batch=batch)
+        return continuous.iteration(model, at, hw, decode_step, _phase, rate)["time_s.e2e"]
+
+    held, capacity = continuous.in_flight(spec, e2e, min(spec.batch, fits))
+    served = spec.request_rate * spec.output
+    return {"continuous.in_flight": held, "continuous.capacity_requests_per_s": capacity,
+            "throughput.output_tokens_per_s": served,
+            "throughput.total_tokens_per_s": served * spec.context / spec.output,
+            "throughput.output_tokens_per_s_per_gpu": served / (spec.dp * spec.tp)}  # fmt: skip
+
+
+def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
+    """What the estimate assumes beyond the spec."""
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")
-    if spec.batch < asked:
+    if spec.request_rate:
+        notes.append(f"{spec.request_rate:g} requests/s keep {spec.batch} sequences in flight "
+                     f"a replica (Little's law); the deployment sustains up to "
+                     f"{out['continuous.capacity_requests_per_s']:,.3g} requests/s; the waiting "
+                     f"of random arrivals is not modelled")  # fmt: skip
+    elif spec.batch < asked:
         notes.append(f"continuous batching keeps {spec.batch} of {asked} sequences in flight: "
                      f"the prompts replacing the finishing ones need the rest of the "
                      f"{continuous.TOKEN_BUDGET:,}-token iteration budget")  # fmt: skip
@@ -330,4 +364,4 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         notes.append("tp all-reduces exposed (not overlapped)")
     if spec.ep > spec.tp:
         notes.append("expert dispatch and combine exposed (not overlapped)")
-    return ServeEstimate(out, notes)
+    return notes

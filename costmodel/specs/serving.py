@@ -68,6 +68,11 @@ class ServeSpec:
 
     arrival: str = "together"
     """``ARRIVALS``: a static batch, or continuous batching in steady state."""
+    request_rate: float | None = None
+    """Requests per second arriving at the deployment, over its ``dp`` replicas: a
+    continuously batched engine then holds as many sequences as the rate keeps in flight
+    (``costmodel.serve.continuous.in_flight``), ``batch`` at most; None: ``batch`` in
+    flight."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
@@ -107,6 +112,11 @@ class ServeSpec:
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         checks.choice("engine", self.engine, ENGINES)
         checks.choice("arrival", self.arrival, ARRIVALS)
+        if self.request_rate is not None:
+            checks.number("request_rate", self.request_rate)
+            if self.arrival != "continuous":
+                raise SpecError("request_rate", "request_rate needs arrival=continuous (an "
+                                "engine that admits requests as they come)")  # fmt: skip
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)
