@@ -244,6 +244,20 @@ def test_the_first_screen_says_whether_it_fits_what_limits_it_and_what_it_assume
     assert main(["serve", "--model", "llama3-8b", "--context", "8192"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "verdict" in lines[1] and "fits" in lines[1]
-    assert "limited by" in lines[2] and "memory bandwidth" in lines[2]
+    assert "limited by" in lines[2] and "the matmuls, memory-bound" in lines[2]
     assert "assumptions" in lines[3] and "0.9 of each device" in lines[3]
     assert "128 generated tokens (default" in lines[3]  # the output length it chose
+
+
+def test_limited_by_names_the_kernel_and_its_bound():
+    """A roofline per kernel: a large batch's decode is limited by its attention over the
+    cache (memory-bound) beside compute-bound matmuls; a small one by reading the weights."""
+    from costmodel.cli.serve import limited_by
+
+    big = serve(get_model("llama3-8b"), ServeSpec(input=128, output=2048, batch=800,
+                precision="fp8", kv_dtype="fp8"), get_hardware("h200")).values  # fmt: skip
+    assert big["time_s.decode_step.matmuls_compute"] > big["time_s.decode_step.matmuls_memory"]
+    assert limited_by(big).startswith("decode: attention over the cache, memory-bound")
+    small = serve(get_model("llama3-8b"), ServeSpec(input=128, output=128, batch=1),
+                  get_hardware("h100-sxm")).values  # fmt: skip
+    assert limited_by(small).startswith("decode: the matmuls, memory-bound")

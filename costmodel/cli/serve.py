@@ -43,8 +43,8 @@ def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int,
 
 
 PARTS = {
-    "compute": "compute (GEMMs)",
-    "memory": "memory bandwidth",
+    "matmuls": "the matmuls",
+    "attention": "attention over the cache",
     "comm": "tp all-reduces",
     "overhead": "per-layer step overhead",
     "host": "host dispatch",
@@ -52,18 +52,22 @@ PARTS = {
 
 
 def limited_by(v: dict[str, Any]) -> str:
-    """The decode step's (a continuous engine's iteration's) largest part, and for memory
-    what its bytes are."""
+    """The decode step's (a continuous engine's iteration's) largest part: its matmuls or its
+    attention, each compute- or memory-bound (a roofline per kernel), its exposed all-reduces,
+    overhead or host; and what a step's bytes are."""
     kind = "iteration" if "time_s.iteration.total" in v else "decode_step"
-    step = v[f"time_s.{kind}.total"]
-    part = max(PARTS, key=lambda k: v[f"time_s.{kind}.{k}"])
-    share = v[f"time_s.{kind}.{part}"] / step
+    t = {k.rsplit(".", 1)[1]: x for k, x in v.items() if k.startswith(f"time_s.{kind}.")}
+    bound = {k: "compute" if t[f"{k}_compute"] >= t[f"{k}_memory"] else "memory"
+             for k in ("matmuls", "attention")}  # fmt: skip
+    parts = {k: (max(t[f"{k}_compute"], t[f"{k}_memory"]) if k in bound else t[k]) for k in PARTS}
+    part = max(parts, key=parts.__getitem__)
     what = "an iteration (decodes and prompt chunks)" if kind == "iteration" else "decode"
-    words = f"{what}: {PARTS[part]} ({share:.0%} of a step)"
-    if part == "memory":
-        kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
-        words += f"; its bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
-    return words
+    how = f", {bound[part]}-bound" if part in bound else ""
+    kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
+    return (
+        f"{what}: {PARTS[part]}{how} ({parts[part] / t['total']:.0%} of a step); its "
+        f"bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
+    )
 
 
 def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:

@@ -145,7 +145,9 @@ def _phase(
     elementwise = elementwise_s(model, spec, hw, tokens)
     compute = gemms[0] / rate + core[0] + elementwise
     memory = (gemms[1] + core[1]) / bandwidth
-    kernels = max(gemms[0] / rate, gemms[1] / bandwidth) + max(core[0], core[1] / bandwidth)
+    matmuls = (gemms[0] / rate, gemms[1] / bandwidth)  # (compute, memory) seconds
+    attention_ = (core[0], core[1] / bandwidth)
+    kernels = max(matmuls) + max(attention_)
     reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
     comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
     comm += experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
@@ -156,7 +158,9 @@ def _phase(
     # while the host dispatches the next (the longer of the two)
     total = device + host if hw.kind == "cpu" else max(device, host)
     return {"compute": compute, "memory": memory, "comm": comm, "overhead": overhead,
-            "host": host, "total": total}  # fmt: skip
+            "host": host, "total": total, "matmuls_compute": matmuls[0],
+            "matmuls_memory": matmuls[1], "attention_compute": attention_[0],
+            "attention_memory": attention_[1]}  # fmt: skip
 
 
 def _eager_precision(spec: ServeSpec) -> str:
