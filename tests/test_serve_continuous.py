@@ -1,6 +1,7 @@
 """Continuous batching in ``serve --arrival continuous`` (issue 40, item 2): the batch the
-iteration token budget keeps in flight, an iteration as one roofline over the decodes and
-the prompt chunks that replace finishing sequences, and the answer's own words."""
+iteration token budget keeps in flight, an iteration of the decodes and the prompt chunks
+that replace finishing sequences, the sequences a request rate keeps in flight, and the
+answer's own words."""
 
 from __future__ import annotations
 

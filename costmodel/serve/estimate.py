@@ -141,7 +141,7 @@ def _phase(
     batch's matmuls are compute-bound while its attention over the cache is memory-bound,
     and neither hides the other); then an eager engine's elementwise traffic, tp's exposed
     all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``)."""
-    rate = hw.peak(spec.precision) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
+    rate = hw.serve_flops(spec.precision)
     elementwise = elementwise_s(model, spec, hw, tokens)
     compute = gemms[0] / rate + core[0] + elementwise
     memory = (gemms[1] + core[1]) / bandwidth
@@ -253,7 +253,7 @@ def decode_step(
     touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
     read = weights - routed * (1 - touched)
-    rate = hw.peak(spec.precision) * hw.efficiency.get("serve_matmul", hw.eff("matmul"))
+    rate = hw.serve_flops(spec.precision)
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
                    hw.decode_bandwidth())  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,

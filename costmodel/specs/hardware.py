@@ -322,6 +322,11 @@ class Hardware:
         """Achieved device-memory bytes/s: hbm_bw x efficiency.hbm."""
         return self.hbm_bw * self.eff("hbm")
 
+    def serve_flops(self, dtype: str) -> float:
+        """FLOP/s a serving step's matmuls run at in ``dtype``: peak x efficiency.serve_matmul
+        (fitted on published serving runs), else efficiency.matmul."""
+        return self.peak(dtype) * self.efficiency.get("serve_matmul", self.eff("matmul"))
+
     def decode_bandwidth(self) -> float:
         """Bytes/s a serving decode step reads its weights and cache at: hbm_bw x
         efficiency.decode (fitted on published serving runs), else efficiency.hbm."""
