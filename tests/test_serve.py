@@ -4,6 +4,7 @@ the decode path against the model's own forward, and the CLI's answers and refus
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -261,3 +262,16 @@ def test_limited_by_names_the_kernel_and_its_bound():
     small = serve(get_model("llama3-8b"), ServeSpec(input=128, output=128, batch=1),
                   get_hardware("h100-sxm")).values  # fmt: skip
     assert limited_by(small).startswith("decode: the matmuls, memory-bound")
+
+
+def test_a_fused_engine_on_an_accelerator_costs_no_host_time_per_kernel():
+    """Serving engines replay CUDA graphs: a measured GPU profile's per-kernel host seconds
+    (``validate.cluster calibrate`` writes them) price only an eager engine's steps."""
+    model = get_model("llama3-8b")
+    hw = dataclasses.replace(get_hardware("h100-sxm"), dispatch_s=2e-5)
+    spec = ServeSpec(input=512, output=64, batch=8)
+    eager_spec = dataclasses.replace(spec, engine="eager")
+    fused, eager = serve(model, spec, hw), serve(model, eager_spec, hw)
+    assert fused["time_s.decode_step.host"] == 0 < eager["time_s.decode_step.host"]
+    plain = serve(model, spec, get_hardware("h100-sxm"))
+    assert fused["time_s.tpot"] == pytest.approx(plain["time_s.tpot"], rel=1e-12)

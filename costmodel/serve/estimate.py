@@ -37,6 +37,7 @@ in steady state (:mod:`costmodel.serve.continuous`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -76,7 +77,14 @@ class ServeEstimate:
 
 def _num(expr: Any, values: dict) -> Any:
     """An exact integer where the expression gives one, else a float."""
-    out = as_expr(expr).xreplace(values)
+    return _evaluated(as_expr(expr), frozenset(values.items()))
+
+
+@functools.lru_cache(maxsize=65536)
+def _evaluated(expr: sp.Expr, values: frozenset) -> Any:
+    """:func:`_num`, once per expression and values (a sweep or a fit asks the same counts
+    of a model again and again; only the hardware's rates change)."""
+    out = expr.xreplace(dict(values))
     return int(out) if out.is_Integer else float(out)
 
 
@@ -170,11 +178,13 @@ def _eager_precision(spec: ServeSpec) -> str:
 
 
 def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
-    """Host seconds to dispatch one step's kernels in an eager engine (the reference model):
-    the training forward's kernel counts (``costmodel.single.kernels``) times
-    ``Hardware.dispatch_s``; 0 where it is 0 (the catalog's GPUs: engines replay CUDA
-    graphs) and for kinds whose eager counts are not modelled."""
-    if not hw.dispatch_s or not attention.projections(model).eager:
+    """Host seconds to dispatch one step's kernels in an eager engine (the reference model),
+    or in any engine on a CPU: the training forward's kernel counts
+    (``costmodel.single.kernels``) times ``Hardware.dispatch_s``; 0 for a fused engine on an
+    accelerator (it replays CUDA graphs), where ``dispatch_s`` is 0, and for kinds whose
+    eager counts are not modelled."""
+    graphed = spec.engine != "eager" and hw.kind != "cpu"
+    if graphed or not hw.dispatch_s or not attention.projections(model).eager:
         return 0.0
     prec = _eager_precision(spec)
     train = TrainSpec(batch=1, seq=2, precision=prec)

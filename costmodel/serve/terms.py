@@ -19,6 +19,7 @@ and tp's Y ranks (``costmodel.symbols``).
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import sympy as sp
@@ -30,17 +31,20 @@ from costmodel.symbols import B, D, E_r, H, L, V, Y, k_r
 EMBEDDINGS = ("embedding", "pos_embedding", "lm_head", "norms")
 
 
+@cache
 def kv_elements(model: Any) -> sp.Expr:
     """Cache elements of one sequence of T tokens on a device, over all layers."""
     proj = attention.projections(model)
     return attention.total(model, lambda kind: kind.cached_keys()) * proj.cached(model)
 
 
+@cache
 def kv_elements_per_token(model: Any) -> sp.Expr:
     """Cache elements one token adds on a device while every layer still keeps it."""
     return L * attention.projections(model).cached(model)
 
 
+@cache
 def block_weights(model: Any) -> sp.Expr:
     """Matrix elements of the blocks one tp rank holds (the routed experts included)."""
     proj = attention.projections(model)
@@ -54,23 +58,27 @@ def block_weights(model: Any) -> sp.Expr:
     return L * attn + ffn_total / Y
 
 
+@cache
 def other_weights(model: Any) -> sp.Expr:
     """Embedding and head (split over Y) and norms and learned positions (whole)."""
     parts = param_breakdown(model)
     return (parts["embedding"] + parts["lm_head"]) / Y + parts["norms"] + parts["pos_embedding"]
 
 
+@cache
 def unread_embedding(model: Any) -> sp.Expr:
     """Elements of the embedding table a step does not read: an untied table's, whose
     lookup reads one row per token (a tied table is read whole as the head)."""
     return sp.Integer(0) if model.tied else param_breakdown(model)["embedding"] / Y
 
 
+@cache
 def expert_weights(model: Any) -> sp.Expr:
     """Routed-expert elements one tp rank holds (0 for a dense model)."""
     return param_breakdown(model).get("experts", sp.Integer(0)) / Y
 
 
+@cache
 def touched_experts(model: Any, tokens: sp.Expr) -> sp.Expr:
     """Share of the routed experts that ``tokens`` route to (uniform routing; module
     docstring); 1 for a dense model, whose expert term is 0."""
@@ -79,6 +87,7 @@ def touched_experts(model: Any, tokens: sp.Expr) -> sp.Expr:
     return 1 - (1 - k_r / E_r) ** tokens
 
 
+@cache
 def linear_flops(model: Any, tokens: sp.Expr, head_tokens: sp.Expr) -> sp.Expr:
     """Matmul FLOPs of the projections, FFNs and head on a device: ``tokens`` through the
     blocks, ``head_tokens`` through the head."""
@@ -93,6 +102,7 @@ def linear_flops(model: Any, tokens: sp.Expr, head_tokens: sp.Expr) -> sp.Expr:
     return tokens * (L * attn + ffn_flops / Y) + 2 * head_tokens * D * V / Y
 
 
+@cache
 def layer_widths(model: Any) -> sp.Expr:
     """Widths one token's pass through a layer writes beside its input on a device: every
     projection's output and the FFN's hidden widths (its per-token FLOPs over 2·D)."""
@@ -105,6 +115,7 @@ def layer_widths(model: Any) -> sp.Expr:
     return outs + sum(per_token.values(), sp.Integer(0)) / (2 * D) / Y / L
 
 
+@cache
 def decode_core_flops(model: Any) -> sp.Expr:
     """One decode step's core on a device: each of B queries over its cached keys, per
     head 2 FLOPs per key and width for the scores and for the values."""
@@ -113,6 +124,7 @@ def decode_core_flops(model: Any) -> sp.Expr:
     return 2 * B * (H / Y) * (width_s + width_v) * keys
 
 
+@cache
 def prefill_core_flops(model: Any) -> sp.Expr:
     """A prompt of T tokens per sequence through the fused kernel's tiles, on a device."""
     d_qk, d_val = attention.projections(model).head_widths(model, "flash")

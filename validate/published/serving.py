@@ -16,10 +16,11 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from costmodel import get_hardware, get_model
+from costmodel import Hardware, get_hardware, get_model
 from costmodel.serve import serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
@@ -48,21 +49,36 @@ def _engine(run: dict[str, Any]) -> tuple[float, int]:
     return ENGINES["vLLM"]
 
 
-def predict(run: dict[str, Any]) -> dict[str, Any]:
-    """costmodel's value of the run's metric, and the batch it was taken at."""
-    share, cap = _engine(run)
+def _spec(run: dict[str, Any], batch: int) -> ServeSpec:
+    share, _ = _engine(run)
+    return ServeSpec(input=run["input"], output=run["output"], batch=batch,
+                     precision=run["precision"], kv_dtype=run["kv_dtype"], tp=run["tp"],
+                     memory_utilization=share, rope_scaling=run["rope_scaling"])  # fmt: skip
+
+
+def batch_of(run: dict[str, Any]) -> int:
+    """The batch a run is priced at: the one it states, or for an offline max-throughput run
+    what its engine fits (memory only: no fitted parameter moves it)."""
+    if run["batch"] != "max":
+        return int(run["batch"])
+    _, cap = _engine(run)
     model, hw = get_model(run["model"]), get_hardware(run["hardware"])
+    fits = serve(model, _spec(run, 1), hw)["max_batch"]
+    return max(1, min(fits, run.get("num_requests") or cap, cap))
 
-    def spec(batch: int) -> ServeSpec:
-        return ServeSpec(input=run["input"], output=run["output"], batch=batch,
-                         precision=run["precision"], kv_dtype=run["kv_dtype"], tp=run["tp"],
-                         memory_utilization=share, rope_scaling=run["rope_scaling"])  # fmt: skip
 
-    batch = run["batch"]
-    if batch == "max":
-        fits = serve(model, spec(1), hw)["max_batch"]
-        batch = max(1, min(fits, run.get("num_requests") or cap, cap))
-    est = serve(model, spec(int(batch)), hw)
+def predict(
+    run: dict[str, Any],
+    tune: Callable[[Hardware], Hardware] | None = None,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """costmodel's value of the run's metric, and the batch it was taken at; ``tune`` sets
+    fitted parameters of the device (``validate.published.loso``), ``batch`` the batch
+    :func:`batch_of` gave."""
+    model, hw = get_model(run["model"]), get_hardware(run["hardware"])
+    hw = tune(hw) if tune is not None else hw
+    batch = batch_of(run) if batch is None else batch
+    est = serve(model, _spec(run, batch), hw)
     return {"predicted": est[METRICS[run["metric"]]], "batch": batch}
 
 
