@@ -78,6 +78,9 @@ class RLSpec:
         checks.choice("placement", self.placement, PLACEMENTS)
         checks.choice("framework", self.framework, FRAMEWORKS)
         checks.number("response_sigma", self.response_sigma, allow_zero=True)
+        checks.at_most("response_sigma", self.response_sigma, "10",
+                       10, "(a log-space spread: 10 already puts the longest response e^20 "
+                       "times past the median)")  # fmt: skip
         checks.number("rollout_memory", self.rollout_memory, allow_zero=True)
         checks.at_most("rollout_memory", self.rollout_memory, "1", 1)
         if self.max_output and self.output > self.max_output:
