@@ -85,6 +85,25 @@ def test_published_moe_pipeline_layouts_are_accepted_and_costed():
     assert a["params.total"] == b["params.total"]
 
 
+def test_the_embedding_and_the_loss_may_each_fill_a_virtual_stage():
+    """Issue 57, item 3: Qwen3-235B's 94 blocks with the embedding and the loss as slots,
+    96 over pp 32 x vpp 3 (the Megatron-MoE-ModelZoo's layout): one slot a virtual stage,
+    the first and the last holding the embedding and the loss alone. Without the slots,
+    96 virtual stages for 94 blocks are refused, naming what a stage must hold."""
+    model = get_model("qwen3-30b-a3b", n_layers=94)
+    train = TrainSpec(batch=2048, seq=4096, grad_accum=512)
+    slots = {"pp_split_embedding": True, "pp_split_loss": True}
+    par = ParallelSpec(framework="megatron", dp=4, tp=2, sequence_parallel=True, pp=32,
+                       pp_interleave=3, ep=8, etp=1, **slots)  # fmt: skip
+    check(model, train, par)
+    assert estimate(model, train, par, H100)["time_s.step"] > 0
+    plain = par.replace(pp_split_embedding=False, pp_split_loss=False)
+    with pytest.raises(SpecError, match=re.escape("pp * pp_interleave must be <= n_layers (a")):
+        check(model, train, plain)
+    with pytest.raises(SpecError, match="n_layers \\+ the embedding and loss slots"):
+        check(model, train, par.replace(pp_interleave=4))
+
+
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [

@@ -240,7 +240,9 @@ def split_slots(par: Any) -> tuple[Any, Any]:
 
 
 def pipeline_rule(par: Any, model: Any) -> None:
-    """Every virtual stage holds at least one slot; with the embedding or the loss counted
+    """Every virtual stage holds at least one slot (a block, or the embedding or the loss
+    where the split counts them as layers: Megatron-Core's pipeline layouts such as
+    ``Et|(tt|)*30L`` give them stages of their own); with the embedding or the loss counted
     as a layer, the slots divide evenly over the pp * pp_interleave virtual stages
     (Megatron-Core's ``get_num_layers_to_build``: "num_layers should be divisible by
     pipeline_model_parallel_size", then by the virtual pipeline size), and those flags
@@ -248,8 +250,11 @@ def pipeline_rule(par: Any, model: Any) -> None:
     stages = np.asarray(par.pp) * np.asarray(par.pp_interleave)
     emb, loss = split_slots(par)
     slots = np.asarray(model.n_layers) + emb + loss
-    checks.at_most("pp * pp_interleave", stages, "n_layers", np.asarray(model.n_layers),
-                   "(a stage holds at least one layer)", field="pp")  # fmt: skip
+    counts = "n_layers + the embedding and loss slots" if (emb + loss).any() else "n_layers"
+    checks.at_most("pp * pp_interleave", stages, counts, slots,
+                   "(a virtual stage holds at least one layer, or the embedding or the loss "
+                   "where pp_split_embedding or pp_split_loss counts it as one)",
+                   field="pp")  # fmt: skip
     counted = (emb + loss) > 0
     for name, flag in (("pp_split_embedding", emb), ("pp_split_loss", loss)):
         ok = (flag == 0) | (np.asarray(par.pp) > 1)

@@ -59,7 +59,12 @@ _RECOMPUTE = (("full", "full"), ("selective", "selective"))
 _PRECISION = (("fp8", "fp8"), ("fp16", "fp16-mixed"))
 _PARALLEL_PATHS = {k: f"parallelism.{k}" for k in ("dp", "fsdp", "tp", "pp", "cp", "ep")}
 _PARALLEL_PATHS["pp_interleave"] = "parallelism.vpp"
-_PARALLEL_PATHS.update({k: f"parallelism.{k}" for k in ("ep_dispatcher", "ep_overlap")})
+_PARALLEL_PATHS.update(
+    {
+        k: f"parallelism.{k}"
+        for k in ("ep_dispatcher", "ep_overlap", "pp_split_embedding", "pp_split_loss")
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,11 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
             for k in ("mx", "my", "slices")
             if f.has(f"parallelism.{k}")
         },  # a TPU run's mesh: ICI axes and slices
+        **{
+            k: f.flag(f"parallelism.{k}")
+            for k in ("pp_split_embedding", "pp_split_loss")
+            if f.has(f"parallelism.{k}")
+        },  # the embedding and loss counted as layers in the pipeline split
         **(_expert_fields(f) if ep > 1 else {}),
     )
     return train, parallel

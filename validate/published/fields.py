@@ -28,6 +28,9 @@ Optional, with their generic default:
   ``n_gpus`` leaves; a stated one must agree). A TPU run's mesh:
   ``parallelism.{mx,my}`` (ICI torus axes its fsdp/dp and tp groups span) and
   ``parallelism.slices`` (slices joined over DCN), 1 where absent.
+  ``parallelism.pp_split_embedding`` and ``parallelism.pp_split_loss``: the embedding and
+  the loss counted as layers in the pipeline split (ParallelSpec's fields), false where
+  absent.
 - ``framework`` (ParallelSpec.framework): ``fsdp2``. ``optimizer_impl``: ``foreach``.
   ``sequence_parallel``: true where tp > 1. ``async_tp`` and ``grad_reduce_fp32``: false.
 - ``recompute`` (TrainSpec.recompute): the policy ``activation_recompute`` starts with
