@@ -11,7 +11,15 @@ Kinds (each row: kind, dtype, m, k, n, experts, seconds; FLOPs = 2·m·k·n per 
 - ``grouped_mm`` and ``grouped_mm_dx`` / ``grouped_mm_dw``: torch's ``_grouped_mm`` (the
   expert GEMMs of torchtitan and NeMo AutoModel), forward and the two backward GEMMs, over
   m tokens per expert and the expert shapes of Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3,
-  gpt-oss-120b and Mixtral-8x7B (k, n of the gate+up and the down projection).
+  gpt-oss-120b and Mixtral-8x7B (k, n of the gate+up and the down projection);
+- ``scaled_grouped_mm``: the same forward in fp8 (e4m3, rowwise scales, bf16 out;
+  ``torch._scaled_grouped_mm``, where the build has it);
+- ``expert_loop``: the per-expert path of Transformer Engine's ``GroupedLinear`` over cuBLAS
+  (Megatron-Core's experts): one bf16 GEMM launched from the host per expert, timed end to
+  end, so that small experts show the launches; ``expert_loop_host``: the host's seconds to
+  launch that loop without waiting for the device (``time.perf_counter``; per launch, it is
+  the ``dispatch_s`` / ``expert_call_s`` the catalog fits, ``costmodel.parallel.host``).
+  8 to 256 experts.
 
 Timing on a GPU: ``triton.testing.do_bench`` (CUDA events, L2 flushed before every call,
 median); on a CPU: ``validate.probes.calibrate.time_call`` (``kernel_log.py``). Rows go to
@@ -22,6 +30,8 @@ build lacks) is a row with ``error`` and no time.
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,9 +49,11 @@ EXPERTS = {  # (gate+up k, n), (down k, n) of one expert; from each model's conf
 
 def shapes(kind: str, cuda: bool, quick: bool) -> Iterator[tuple[int, int, int, int]]:
     """(m, k, n, experts) of each case of ``kind``."""
-    if not cuda:  # a CPU checks the harness on small shapes
+    if not cuda:  # a CPU checks the harness on small shapes (no fp8 grouped GEMM there)
+        if kind == "scaled_grouped_mm":
+            return
         for m, k, n in ((64, 256, 512), (256, 512, 256)):
-            yield (m, k, n, 4 if kind.startswith("grouped") else 1)
+            yield (m, k, n, 4 if kind.startswith(("grouped", "expert")) else 1)
         return
     if kind == "mm":
         rows = (1, 16, 128, 512, 2048, 8192, 32768)
@@ -56,6 +68,8 @@ def shapes(kind: str, cuda: bool, quick: bool) -> Iterator[tuple[int, int, int, 
                     for n in widths)  # fmt: skip
     else:
         experts = (8, 32, 128) if kind != "grouped_mm" else (8, 16, 32, 128)
+        if kind.startswith(("expert_loop", "scaled_grouped")):
+            experts = (8, 32, 64, 256)
         per_expert = (64, 256, 1024, 4096, 16384)
         for pair in EXPERTS.values():
             for k, n in pair:
@@ -87,6 +101,15 @@ def make_call(kind: str, scaling: str, m: int, k: int, n: int, e: int, device: t
     offs = torch.arange(m, e * m + 1, m, device=device, dtype=torch.int32)
     x = torch.randn(e * m, k, device=device, dtype=bf16)
     w = torch.randn(e, n, k, device=device, dtype=bf16)
+    if kind.startswith("expert_loop"):
+        parts = x.split(m)
+        return lambda: [p @ w[i].T for i, p in enumerate(parts)]
+    if kind == "scaled_grouped_mm":
+        xq, wq = _fp8(x), _fp8(w)
+        sa = torch.ones(e * m, device=device)
+        sb = torch.ones(e, n, device=device)
+        return lambda: torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), sa, sb, offs=offs,
+                                                out_dtype=bf16)  # fmt: skip
     if kind == "grouped_mm":
         return lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
     g = torch.randn(e * m, n, device=device, dtype=bf16)
@@ -96,7 +119,24 @@ def make_call(kind: str, scaling: str, m: int, k: int, n: int, e: int, device: t
 
 
 CASES = (("mm", "bf16"), ("scaled_mm", "tensorwise"), ("scaled_mm", "rowwise"),
-         ("grouped_mm", "bf16"), ("grouped_mm_dx", "bf16"), ("grouped_mm_dw", "bf16"))  # fmt: skip
+         ("grouped_mm", "bf16"), ("grouped_mm_dx", "bf16"), ("grouped_mm_dw", "bf16"),
+         ("scaled_grouped_mm", "rowwise"), ("expert_loop", "bf16"),
+         ("expert_loop_host", "bf16"))  # fmt: skip
+
+
+def host_seconds(call: Callable[[], Any], device: torch.device, repeats: int = 20) -> float:
+    """Median host seconds to issue ``call`` (its kernels queued, not waited for; the device
+    drained before each repeat)."""
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(samples)
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
@@ -104,7 +144,11 @@ def cases(device: torch.device, quick: bool) -> list[Case]:
 
     def measure(kind: str, scaling: str, m: int, k: int, n: int, e: int):
         def run() -> tuple[dict[str, Any], str]:
-            t = seconds(make_call(kind, scaling, m, k, n, e, device), device)
+            call = make_call(kind, scaling, m, k, n, e, device)
+            if kind == "expert_loop_host":
+                t = host_seconds(call, device)
+                return {"seconds": t}, f"{t * 1e6:10.1f} us host, {t / e * 1e6:6.2f} us a launch"
+            t = seconds(call, device)
             return {"seconds": t}, f"{t * 1e6:10.1f} us {2 * m * k * n * e / t / 1e12:8.1f} TFLOP/s"
 
         return run
