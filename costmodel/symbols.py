@@ -196,9 +196,12 @@ g_ep = sp.Symbol("g_ep", **_INT)  # ep ranks one node holds
 d_ep = sp.Symbol("d_ep", nonnegative=True)  # 1: one copy per destination rank and node
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
-t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per dispatched kernel
+t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per counted kernel
 s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
-t_ex = sp.Symbol("t_ex", nonnegative=True)  # exposed host seconds per expert GEMM call
+t_ex = sp.Symbol("t_ex", nonnegative=True)  # host seconds per expert GEMM a loop launches
+l_ex = sp.Symbol("l_ex", nonnegative=True)  # 1: the expert GEMMs loop over experts on the host
+g_part = sp.Symbol("g_part", nonnegative=True)  # 1: attention and MoE routing in CUDA graphs
+g_full = sp.Symbol("g_full", nonnegative=True)  # 1: the whole step replayed from a CUDA graph
 eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 k_half = sp.Symbol("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
@@ -231,6 +234,9 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     t_op,
     s_sync,
     t_ex,
+    l_ex,
+    g_part,
+    g_full,
     eta_ov,
     N_sm,
     t_m,
@@ -268,10 +274,13 @@ DESCRIPTIONS.update(
         d_ep: "1 where the dispatcher sends a token once per destination rank and node",
         S_bucket: "DDP bucket bytes",
         R_alloc: "allocator's reserved over allocated bytes",
-        t_op: "host seconds per dispatched kernel",
+        t_op: "host seconds per counted kernel (per eager op, or per fused-count kernel)",
         s_sync: "1 where kernels run on the dispatching thread (CPU), 0 where asynchronous",
-        t_ex: "host seconds per expert GEMM a per-expert grouped linear launches after reading "
-        "its split sizes from the device (exposed)",
+        t_ex: "host seconds per expert GEMM a per-expert grouped linear launches",
+        l_ex: "1 where the expert GEMMs loop over the local experts on the host, 0 for one "
+        "grouped kernel",
+        g_part: "1 where each block's attention and MoE routing replay from CUDA graphs",
+        g_full: "1 where the whole forward and backward replay from one CUDA graph",
         eta_ov: "share of the shorter of compute and overlapped communication that runs "
         "concurrently (1: perfect overlap)",
         N_sm: "streaming multiprocessors (GEMM tiles run at once)",

@@ -128,7 +128,8 @@ def test_dispatchers_are_searched_for_expert_parallel_layouts_only(capsys):
     layout differs from its all-to-all twin in its expert-parallel sends alone: slower
     where they stay in a node (DeepEP V1's measured 153 GB/s against NCCL's 360 GB/s on an
     H100's NVLink), faster where its one copy per node crosses the network. The CLI's fastest
-    DeepEP row (ep 8 x tp 2 spans two nodes) reproduces as an estimate."""
+    DeepEP row reproduces as an estimate (Megatron's host launches bind these micro-batches of
+    2,048 tokens, so it need not be the one whose sends cross nodes)."""
     model, train = get_model("mixtral-8x7b"), TrainSpec(batch=32, seq=2048)
     options = PlanOptions(frameworks=("megatron",), recompute=("none",), micro_batches=(1,),
                           dispatchers=("all-to-all", "deepep"))  # fmt: skip
@@ -155,7 +156,7 @@ def test_dispatchers_are_searched_for_expert_parallel_layouts_only(capsys):
     assert main(argv) == 0
     rows = json.loads(capsys.readouterr().out)["top"]
     best = next(r for r in rows if r["ep_dispatcher"] == "deepep")
-    assert "+deepep" in layout_label(best) and best["ep"] * best["tp"] > 8  # across nodes
+    assert "+deepep" in layout_label(best)
     command = shlex.split(best["estimate_command"])
     assert command[command.index("--ep-dispatcher") + 1] == "deepep"
     est = build(values_of(make_parser().parse_args(command[3:]))).estimate()

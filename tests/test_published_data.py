@@ -289,3 +289,20 @@ def test_a_runs_file_that_is_no_regular_file_or_no_json_is_refused(tmp_path):
         os.mkfifo(fifo)
         with pytest.raises(CorpusError, match="is not a regular file"):
             load_runs(fifo)
+
+
+def test_a_run_states_what_its_recipe_executes():
+    """Issue 57, item 2: what a recipe runs is a field of the run: its CUDA graphs, how its
+    expert GEMMs launch, and the pipeline slots its split gives the embedding and the loss;
+    a value the spec does not know is refused, naming the run's field."""
+    moe = {r["id"]: r for r in load_runs(PACKAGE / "data" / "moe.json")}
+    graphed = case_of(moe["mbridge-26.02-qwen3-30b-a3b-gb200-8gpu"]).parallel
+    assert graphed.cuda_graphs == "partial" and graphed.expert_gemm == "framework"
+    zoo = {r["id"]: r for r in load_runs(PACKAGE / "data" / "moe_modelzoo.json")}
+    split = case_of(zoo["modelzoo-qwen3-235b-h100-256gpu-a2a-ep8-pp32-vpp3"]).parallel
+    assert split.pp_split_embedding and split.pp_split_loss and split.pp * split.pp_interleave == 96
+    for field, value in (("cuda_graphs", "sometimes"), ("expert_gemm", "cutlass")):
+        bad = copy.deepcopy(moe["mbridge-26.02-qwen3-30b-a3b-gb200-8gpu"])
+        bad[field] = value
+        with pytest.raises(CorpusError, match=rf"mbridge-26.02-qwen3-30b-a3b-gb200-8gpu: {field}"):
+            case_of(bad)

@@ -9,6 +9,7 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.catalog.fitted import fitted_lines
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import NOTES, PRESETS, get_model
 from costmodel.cli.args import (
@@ -92,7 +93,7 @@ _SUMMARY = (
     ("  reserved", "memory_bytes_per_device.reserved", fmt_bytes),
     ("time per step", None, None),
     ("  compute", "time_s.compute", None),
-    ("    of it host expert loop", "time_s.expert_host", None),  # (Megatron's MoE layers)
+    ("    of it waiting for the host", "time_s.host_bound", None),  # kernel launches, MoE syncs
     ("  communication", "time_s.comm", None),  # (partly hidden behind compute)
     ("  pipeline bubble", "time_s.bubble", None),
     ("  optimizer", "time_s.optimizer", None),
@@ -270,7 +271,10 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
               f"{fmt_bytes(hw.hbm_bytes)}, {hw.devices_per_node} per node")  # fmt: skip
         print(f"  calibration: {calibration_line(hw, pointer=False)}")
         if args.name:
-            print(f"  fitted and checked: {hw.calibration_text()}\n  source: {hw.source}")
+            print(f"  fitted and checked: {hw.calibration_text()}")
+            for line in fitted_lines(name):
+                print(f"  fitted {line}")
+            print(f"  source: {hw.source}")
     return 0
 
 

@@ -14,17 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from costmodel.catalog.fitted import fitted
 from costmodel.engine.estimate import Estimate
 from costmodel.kinds import ffn
 from costmodel.specs.hardware import Hardware
 
-MOE_RUNS = ("validate/published/data/moe.json", "validate/published/data/holdout_moe.json")
-MOE_RUN_COUNT = 34
-"""Timed runs in :data:`MOE_RUNS`."""
-MOE_MEDIAN_ERROR = 0.093
-"""Median |relative tokens/s error| (predicted over measured, minus 1) on :data:`MOE_RUNS`."""
-MOE_ERROR_RANGE = (-0.458, 0.731)
-"""The most negative (too slow) and most positive (too fast) relative error there."""
+MOE_RECORD = "host"
+"""The fitted record whose fit runs are the published MoE runs on GPUs
+(``costmodel/catalog/data/fitted.json``): its leave-one-source-out figures are the MoE
+caveat's numbers."""
+
+
+def moe_figures() -> dict:
+    """The MoE runs' leave-one-source-out summary (``validate.published --loso``): runs,
+    sources, median and worst |error|, most negative and most positive error."""
+    figs = fitted()[MOE_RECORD].figures
+    return {"runs": figs["runs"], "sources": len(figs["sources"]), **figs["loso"]}
 
 
 @dataclass(frozen=True)
@@ -87,14 +92,19 @@ CAVEATS: tuple[Caveat, ...] = (
     Caveat(
         "moe",
         lambda est: ffn.routes(est.model),
-        lambda est: (
-            f"mixture-of-experts steps are less certain: {MOE_MEDIAN_ERROR:.0%} median "
-            f"tokens/s error on {MOE_RUN_COUNT} published MoE runs, from "
-            f"{MOE_ERROR_RANGE[0]:+.0%} to {MOE_ERROR_RANGE[1]:+.0%}, in both directions "
-            f"(python -m validate.published --runs {' and '.join(MOE_RUNS)})"
-        ),
+        lambda est: _moe_text(),
     ),
 )
+
+
+def _moe_text() -> str:
+    f = moe_figures()
+    return (
+        f"mixture-of-experts steps are less certain: {f['median']:.0%} median tokens/s error "
+        f"on {f['runs']} published MoE runs of {f['sources']} sources, each predicted with "
+        f"the fitted host costs refitted without its source, from {f['low']:+.0%} to "
+        f"{f['high']:+.0%} (python -m validate.published --loso)"
+    )
 
 
 def caveats(est: Estimate, skip: Collection[str] = ()) -> list[str]:

@@ -171,8 +171,9 @@ def layout_label(row: dict[str, Any]) -> str:
 
 def limit_of(row: dict[str, Any], budget: float) -> str:
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
-    the expert-parallel all-to-alls (exposed too), the host's per-expert GEMM launches the
-    device waits for (``costmodel.parallel.host``), data-parallel (FSDP/DP) communication
+    the expert-parallel all-to-alls (exposed too), the host's kernel launches where the
+    device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
+    layers' host syncs), data-parallel (FSDP/DP) communication
     beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step;
     else compute. Memory above 90 % of the budget is named too (a layout that shards less
     would not fit)."""
@@ -186,7 +187,7 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
         "pipeline bubble": row["time_s.bubble"],
         "TP communication": tp,
         "expert all-to-all": ep,
-        "host launches of per-expert GEMMs": row.get("time_s.expert_host", 0.0),
+        "host kernel launches": row.get("time_s.host_bound", 0.0),
         "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp - ep),
         "optimizer step": row["time_s.optimizer"],
     }

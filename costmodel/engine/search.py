@@ -63,7 +63,7 @@ MEMORY = (
 )  # fmt: skip
 TIMES = (
     "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
-    "time_s.compute", "time_s.comm", "time_s.expert_host", "tokens_per_s", "mfu",
+    "time_s.compute", "time_s.comm", "time_s.host_bound", "tokens_per_s", "mfu",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
     "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep", "comm_overlapped_s.tp",
 )  # fmt: skip

@@ -38,6 +38,7 @@ class Megatron(Framework):
     tp_backward_overlap = True
     expert_tensor_parallel = True
     expert_gemm_loop = True
+    module_launches = True
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""

@@ -73,6 +73,12 @@ class Framework:
     exposed (``Hardware.expert_call_s`` per launch). False: one grouped kernel reading its
     offsets on the device (torch's ``_grouped_mm``) or an eager loop already counted as
     kernels."""
+    module_launches: ClassVar[bool] = False
+    """Its fused kernels are launched by Python modules (Megatron-Core's Transformer Engine
+    layers: each counted kernel stands for a module's Python and several launches), so a
+    step with fused elementwise kernels costs the host ``Hardware.launch_s`` per kernel
+    (``costmodel.parallel.host``). False: fused kernels come from torch.compile, whose
+    generated code launches them directly; the host costs ``dispatch_s`` per kernel."""
     tp_backward_overlap: ClassVar[bool] = False
     """Under sequence parallelism, the column-parallel linears' backward saves their input
     shard and gathers it again beside the input-gradient GEMM, and reduce-scatters the

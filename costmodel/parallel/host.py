@@ -1,34 +1,58 @@
-"""Host time of one micro-batch on one device: the kernels a phase dispatches, and the host
-work a device waits for (seconds).
+"""Host time of one micro-batch on one device: the kernels a phase dispatches, the expert
+GEMMs a per-expert loop launches, and the device's idle time at an MoE layer's host sync
+(seconds).
 
 Each kernel costs the host ``Hardware.dispatch_s`` (``costmodel.single.kernels`` counts
 them): a CPU runs it on the dispatching thread, so the two add; an asynchronous accelerator
 queues it, so a phase takes the longer of the device's and the host's time (He 2022,
 "Making Deep Learning Go Brrrr", the overhead-bound regime).
 
-A dropless MoE layer breaks that overlap where its expert GEMMs need their split sizes on
-the host: Megatron-Core's grouped MLP (Transformer Engine's ``GroupedLinear``) takes the
-tokens per local expert as a host list, copied from the device after routing (a
-device-to-host sync in every MoE layer's forward; NVIDIA, "Scalable Training of
-Mixture-of-Experts Models with Megatron Core", 2026, Sec. 4.3.1: dropless routing's host
-sync, and its host overhead growing with fine-grained experts). The device then idles
-while the host walks its loop over the local experts, one GEMM launch each, and so adds
-``Hardware.expert_call_s`` per launch to the device's time: forward fc1 (gate and up
-fused) and fc2, backward the data and weight gradients of both, and the forward again
-where blocks are recomputed in full.
+A dropless MoE layer's forward ends the host's run-ahead: the token counts routing leaves
+on the device are copied to the host, which waits for them before the dispatch (Megatron-
+Core's alltoall dispatcher: ``d2h_event.synchronize()`` in ``_maybe_dtoh_and_synchronize``,
+one per MoE layer forward, the splits reused by backward; DeepEP's host spin on its
+received-token counter; torchtitan's all-to-all ``output_splits.to("cpu")``; Megatron
+without ep still reads ``tokens_per_expert`` for its grouped linears). After it the device
+idles until the host launches the next kernel (one ``dispatch_s``), and since every MoE
+layer has the same kernels, a phase of identical layers still takes the longer of its host
+and device time. Where the grouped expert linears loop over the local experts on the host
+(Transformer Engine's ``GroupedLinear`` over cuBLAS, Megatron-Core's legacy
+``grouped_gemm`` on Hopper: one GEMM launch per expert and linear, ``Hardware.expert_call_s``
+each), that loop is host time too: forward fc1 (gate and up fused) and fc2, backward the
+data and weight gradients of both, and the forward again where blocks are recomputed in
+full. One grouped kernel reading its offsets on the device (torch's ``_grouped_mm``) has
+no loop. Kernels replayed from a CUDA graph cost the host one launch per graph
+(``ParallelSpec.cuda_graphs``: Megatron-Core's partial graphs of attention and the MoE
+router; a whole-step graph, which a sync-free dispatch allows, costs no host time and no
+sync). Published micro-batch sweeps show the shape: AMD's DeepSeek-V2-Lite on one MI355X
+node keeps about 0.38 s per micro-batch at micro-batches 1 and 2, where the host binds,
+then grows with the micro-batch, where the device does (AMD-AGI/Primus
+examples/moe_package; ``validate/published/data/moe_amd_baai.json``). The host seconds
+are fitted (``costmodel/catalog/data/fitted.json``, record ``host``).
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.shares import device_blocks, residual_bytes, routed_blocks
-from costmodel.single.kernels import layer_kernels, model_kernels
+from costmodel.single.kernels import graphed_kernels, layer_kernels, model_kernels
 from costmodel.single.memory import checkpointed_share
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import E_r, N_ep, s_sync, smax, smin, t_ex, t_op
+from costmodel.symbols import (
+    E_r,
+    N_ep,
+    g_full,
+    g_part,
+    l_ex,
+    more_than_one,
+    s_sync,
+    smax,
+    smin,
+    t_ex,
+    t_op,
+)
 
 EXPERT_LINEARS = 2
 """Grouped linears per expert in Megatron-Core's grouped MLP: fc1 (the gated activation's
@@ -38,13 +62,20 @@ two projections fused) and fc2."""
 def host_seconds(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
     """(forward, backward) host seconds of one micro-batch on this stage: the kernels it
     dispatches (``costmodel.single.kernels``: its layers, and the embedding, head and loss,
-    an upper bound for a middle stage) times the host's seconds per kernel."""
+    an upper bound for a middle stage) times the host's seconds per kernel, those CUDA
+    graphs replay counted as one launch per graph, and the expert GEMMs a per-expert loop
+    launches (:func:`expert_launches`) times its seconds per launch; nothing where the
+    whole step replays from one graph."""
     residual = residual_bytes(train, par)
     host = list(model_kernels(model, train, residual))
     for kind, blocks in device_blocks(model, par):  # each FFN kind's blocks, its kernels
         layer = layer_kernels(model, train, residual, block=kind.name)
-        host = [h + blocks * n for h, n in zip(host, layer, strict=True)]
-    return tuple(h * t_op for h in host)
+        captured = graphed_kernels(model, train, block=kind.name)
+        host = [
+            h + blocks * (n - g_part * c) for h, n, c in zip(host, layer, captured, strict=True)
+        ]
+    loop = expert_launches(model, train, par)
+    return tuple((1 - g_full) * (h * t_op + n * t_ex) for h, n in zip(host, loop, strict=True))
 
 
 def with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
@@ -54,18 +85,23 @@ def with_host(device: sp.Expr, host: sp.Expr) -> sp.Expr:
     return smax(device, host) + s_sync * smin(device, host)
 
 
-def exposed_expert_host(
-    model: ModelSpec, train: TrainSpec, par: ParallelSpec
-) -> tuple[sp.Expr, sp.Expr]:
-    """(forward, backward) host seconds of one micro-batch on this stage that the device
-    waits for: each MoE block's launches of its E/ep local experts' GEMMs, under a framework
-    whose grouped linears loop over the experts on the host (``expert_gemm_loop``), at
-    ``t_ex`` seconds each. Forward: fc1 and fc2 per expert; backward their data and weight
-    gradients, plus the forward's again under full recomputation. 0 otherwise."""
-    if not framework_of(par).expert_gemm_loop:
-        return sp.Integer(0), sp.Integer(0)
-    launches = routed_blocks(model, par) * E_r / N_ep * EXPERT_LINEARS
-    forward = launches * t_ex
+def expert_launches(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) expert GEMM launches of one micro-batch on this stage where the
+    grouped linears loop over the E/ep local experts on the host (``l_ex``:
+    ``ParallelSpec.expert_gemm``): fc1 and fc2 per expert forward, their data and weight
+    gradients backward, plus the forward's again under full recomputation; 0 otherwise."""
+    forward = l_ex * routed_blocks(model, par) * E_r / N_ep * EXPERT_LINEARS
     again = checkpointed_share(train) * forward if train.recompute == "full" else 0
-    backward = 2 * forward + again
-    return forward, backward
+    return forward, 2 * forward + again
+
+
+def sync_idle(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) seconds of one micro-batch the device idles at its MoE layers'
+    host syncs: one kernel's host time per routed block's forward (the recomputed forward
+    too, under full recomputation), where the layer reads its token counts on the host
+    (expert parallelism, or a per-expert loop without it); 0 for a dense model and where the
+    whole step replays from one graph (a sync-free dispatch)."""
+    syncs = smax(l_ex, more_than_one(N_ep)) * (1 - g_full)
+    forward = routed_blocks(model, par) * syncs * t_op
+    again = checkpointed_share(train) * forward if train.recompute == "full" else 0
+    return forward, again

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from costmodel.frameworks.registry import trait
 from costmodel.parallel.dispatch import dispatch_rates
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
@@ -58,7 +59,10 @@ from costmodel.symbols import (
     d_ep,
     eta_ov,
     g_ep,
+    g_full,
+    g_part,
     k_half,
+    l_ex,
     m,
     rho_ep,
     s_sync,
@@ -190,9 +194,10 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,
         R_alloc: hw.allocator_reserve,
-        t_op: hw.dispatch_s,
+        t_op: _host_per_kernel(train, par, hw),
         s_sync: float(hw.kind == "cpu"),
         t_ex: hw.expert_call_s,
+        **_host_values(par),
         eta_ov: hw.overlap,
         **dict(zip((N_sm, t_m, t_n), hw.gemm_tiling(dtype), strict=True)),
         k_half: hw.half_depth(dtype),
@@ -202,6 +207,27 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         values[w_sym], values[a_sym] = bw, alpha
     values.update(_ep_values(par, hw))
     return values
+
+
+def _host_per_kernel(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> Any:
+    """Host seconds per counted kernel: ``launch_s`` where a framework's Python modules
+    launch its fused kernels (``module_launches``: Megatron-Core with Transformer Engine),
+    else ``dispatch_s`` (eager ops, and torch.compile's directly launched kernels)."""
+    modules = np.asarray(trait(par.framework, "module_launches"))
+    fused = np.asarray(train.elementwise) == "fused"
+    return _scalar(np.where(modules & fused, hw.fused_launch_s(), hw.dispatch_s))
+
+
+def _host_values(par: ParallelSpec) -> dict[sp.Symbol, Any]:
+    """What the host launches: whether the expert GEMMs loop over the experts (the
+    framework's way where ``expert_gemm`` is ``framework``), and which kernels replay from
+    CUDA graphs (``costmodel.parallel.host``)."""
+    default = trait(par.framework, "expert_gemm_loop")
+    loop = np.where(np.asarray(par.expert_gemm) == "framework", default,
+                    np.asarray(par.expert_gemm) == "loop")  # fmt: skip
+    graphs = np.asarray(par.cuda_graphs)
+    return {l_ex: _scalar(loop.astype(float)), g_part: _scalar((graphs == "partial") * 1.0),
+            g_full: _scalar((graphs == "full") * 1.0)}  # fmt: skip
 
 
 def _ep_values(par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:

@@ -12,8 +12,9 @@ keeps, twice that in backward (an estimate), what recomputation keeps or not. St
 adds, per phase, compute and communication under the overlap rule (``max`` overlaps fully,
 as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B bubble
 (p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer step bound by
-memory traffic. Each phase's kernels also cost host time, and a device waits for the host
-where an MoE layer's expert GEMMs need their split sizes on it (``costmodel.parallel.host``).
+memory traffic. Each phase's kernels (and a per-expert loop's GEMM launches) also cost host
+time, which a phase overlaps with its device time, and a device idles at each MoE layer's
+host sync (``costmodel.parallel.host``).
 MFU counts the model FLOPs (PaLM, App. B; unmasked pairs only); HFU counts what runs,
 recomputation included.
 """
@@ -31,7 +32,7 @@ from costmodel.parallel.communication import communication
 from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
-from costmodel.parallel.host import exposed_expert_host, host_seconds, with_host
+from costmodel.parallel.host import expert_launches, host_seconds, sync_idle, with_host
 from costmodel.parallel.shares import (
     device_batch,
     device_blocks,
@@ -68,9 +69,12 @@ from costmodel.symbols import (
     Y,
     b,
     eta_ov,
+    g_full,
     m,
+    s_sync,
     smax,
     smin,
+    t_ex,
     v,
 )
 
@@ -334,9 +338,11 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         model, train, par, *({k: e[q] for k, e in ops.items()} for q in ("time_s", "backward_s"))
     )
     host_fwd, host_bwd = host_seconds(model, train, par)
-    wait_fwd, wait_bwd = exposed_expert_host(model, train, par)
-    fwd_mb = with_host(fwd_ops + elementwise + extra_fwd / W_hbm, host_fwd) + wait_fwd
-    bwd_mb = with_host(bwd_ops + elementwise_bwd + extra_bwd / W_hbm, host_bwd) + wait_bwd
+    idle_fwd, idle_bwd = sync_idle(model, train, par)
+    dev_fwd = fwd_ops + elementwise + extra_fwd / W_hbm
+    dev_bwd = bwd_ops + elementwise_bwd + extra_bwd / W_hbm
+    fwd_mb = with_host(dev_fwd, host_fwd) + idle_fwd
+    bwd_mb = with_host(dev_bwd, host_bwd) + idle_bwd
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     flops = {k: e["flops"] for k, e in ops.items()}
@@ -371,7 +377,15 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
-        "time_s.expert_host": m * (wait_fwd + wait_bwd),
+        "time_s.expert_host": m * (1 - g_full) * t_ex * sp.Add(*expert_launches(model, train, par)),
+        "time_s.sync_idle": m * (idle_fwd + idle_bwd),
+        "time_s.host_bound": m
+        * sp.Add(
+            *(
+                smax(h - d, 0) + s_sync * smin(d, h) + idle
+                for d, h, idle in ((dev_fwd, host_fwd, idle_fwd), (dev_bwd, host_bwd, idle_bwd))
+            )
+        ),
         "time_s.contention_forward": fwd_lost,
         "time_s.contention_backward": bwd_lost,
         **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),

@@ -156,6 +156,30 @@ def _fused_layer(model: ModelSpec, train: TrainSpec, kind: ffn.FFNKind) -> tuple
     return fwd, bwd + again
 
 
+def graphed_kernels(model: ModelSpec, train: TrainSpec, *, block: str = "dense") -> tuple:
+    """(forward, backward) kernel launches of one block that partial CUDA graphs save the
+    host (``ParallelSpec.cuda_graphs`` ``partial``: Megatron-Core's Transformer Engine graphs
+    of ``attn``, ``moe_router`` and ``moe_preprocess``): the kernels they capture less the
+    one launch each graph costs. The attention's: its matmuls, its norm, RoPE (and the Q/K
+    norms, the latents' norms), the core and the residual add; the FFN kind's
+    (``FFNKind.graphed_kernels``); the recomputed forward's again under full recomputation.
+    Counted with fused elementwise regions (the frameworks that capture graphs fuse them);
+    none with eager elementwise."""
+    if train.elementwise != "fused":
+        return 0, 0
+    kind = ffn.KINDS[block]
+    extra_fwd, extra_bwd, graphs = kind.graphed_kernels(model)
+    fwd, bwd = extra_fwd, extra_bwd
+    if not model.ffn_only:
+        attn = sum(1 for op, _, _ in block_matmuls(model) if op.startswith("attn"))
+        regions = 2 + (1 if model.pos == "rope" else 0) + (2 if model.qk_norm else 0)
+        regions += len(attention.projections(model).norm_widths(model))
+        fwd, bwd = fwd + attn + regions + 1, bwd + 2 * attn + regions + 1
+        graphs += 1
+    again = checkpointed_share(train) if train.recompute == "full" else 0
+    return fwd - graphs, bwd - graphs + again * (fwd - graphs)
+
+
 def model_kernels(model: ModelSpec, train: TrainSpec, residual: int) -> tuple[int, int]:
     """(forward, backward) kernels outside the blocks per micro-batch: the embedding (and
     learned positions), the RoPE tables and the attention masks of the layers' kinds

@@ -87,24 +87,38 @@ class Hardware:
     allocator keeps freed blocks and rounds segments); ``memory_bytes_per_device.reserved``
     is the peak times this, which is what ``torch.cuda.max_memory_reserved`` reports."""
     dispatch_s: float = 0.0
-    """Host seconds per kernel an eager training step dispatches (Python, the autograd
-    record, ATen dispatch, allocation and launch; ``costmodel.single.kernels`` counts the
-    kernels). A CPU runs each kernel on the dispatching thread, so the two add; GPUs and
-    TPUs run them asynchronously, so a phase takes the longer of the device's time and the
-    host's. 0: not measured (the catalog's accelerators); ``python -m validate.probes.calibrate``
-    measures it on the machine it runs on."""
+    """Host seconds per kernel of an eager training step, op by op as torch dispatches them
+    (Python, the autograd record, ATen dispatch, allocation and launch;
+    ``costmodel.single.kernels``' eager counts). A CPU runs each kernel on the dispatching
+    thread, so the two add; GPUs and TPUs run them asynchronously, so a phase takes the
+    longer of the device's time and the host's. 0: not modelled (the catalog's
+    accelerators); ``python -m validate.probes.calibrate`` measures it on the machine it
+    runs on."""
+    launch_s: float | None = None
+    """Host seconds per kernel of a step whose fused kernels Python modules launch
+    (Megatron-Core with Transformer Engine, the framework trait ``module_launches``;
+    ``costmodel.single.kernels``' fused counts: each counted kernel stands for a module's
+    Python and the launches it makes), overlapped with the device's as ``dispatch_s`` is,
+    and idled once by the device at each MoE layer's host sync
+    (``costmodel.parallel.host``). None: ``dispatch_s``. The catalog's GPUs: fitted
+    (``costmodel/catalog/data/fitted.json``, record ``host``), times ``host_slowdown``."""
+    host_slowdown: float = 1.0
+    """How many times longer the node's host CPU takes for a framework's per-kernel host
+    work than the x86 hosts of DGX nodes (Xeon 8480C): GB200's Grace 2.75, a torch Linear
+    forward's CPU time 37.08 us against 13.48 us (Transformer Engine issue #2053, 2025).
+    The fitted host seconds (``launch_s``, ``expert_call_s``) are stated for an x86 host
+    and scaled by this."""
+
     serve_layer_s: float = 0.0
     """Device seconds per layer per serving step beyond the roofline (the gaps between a
     layer's small kernels, their launches and syncs, which a decode step of tens of
     microseconds per layer cannot hide; ``costmodel.serve.estimate``). 0: not modelled."""
     expert_call_s: float = 0.0
     """Host seconds per expert GEMM that a per-expert grouped linear launches (Transformer
-    Engine's ``GroupedLinear`` under Megatron-Core: its Python loop over the local experts'
-    splits and one cuBLAS launch each). The split sizes are read from the device first
-    (the tokens-per-expert counts a dropless router leaves there: a device-to-host sync
-    in every MoE layer), so the device has nothing queued while the host walks the loop:
-    this time adds to the device's (``costmodel.parallel.experts.exposed_expert_host``).
-    0: not modelled (devices and frameworks without such a loop)."""
+    Engine's ``GroupedLinear`` under Megatron-Core: its per-expert Python work over the
+    local experts' splits and one cuBLAS launch each, over 4 streams). Host time beside the
+    kernels' (``costmodel.parallel.host``): the device waits for it only where the host is
+    the slower. 0: not modelled (devices and frameworks without such a loop)."""
     overlap: float = 1.0
     """The share of the shorter of a phase's compute and the communication overlapped with
     it that really runs at the same time (in [0, 1]): the rest serialises, as when a
@@ -153,8 +167,11 @@ class Hardware:
                                 f"{getattr(self, name):g})")  # fmt: skip
         checks.number("allocator_reserve", self.allocator_reserve)
         checks.number("dispatch_s", self.dispatch_s, allow_zero=True)
+        if self.launch_s is not None:
+            checks.number("launch_s", self.launch_s, allow_zero=True)
         checks.number("expert_call_s", self.expert_call_s, allow_zero=True)
         checks.number("serve_layer_s", self.serve_layer_s, allow_zero=True)
+        checks.number("host_slowdown", self.host_slowdown)
         checks.number("overlap", self.overlap, allow_zero=True)
         checks.number("power_w", self.power_w, allow_zero=True)
         checks.at_most("overlap", self.overlap, "1", 1)
@@ -288,6 +305,10 @@ class Hardware:
 
     def eff(self, key: str) -> float:
         return float(self.efficiency.get(key, 1.0))
+
+    def fused_launch_s(self) -> float:
+        """Host seconds per fused-count kernel: ``launch_s``, else ``dispatch_s``."""
+        return self.dispatch_s if self.launch_s is None else self.launch_s
 
     def gemm_tiling(self, dtype: str = "bf16") -> tuple[int, int, int]:
         """(SMs, tile rows, tile cols) for the GEMM quantization of ``dtype``'s Tensor Core

@@ -25,8 +25,12 @@ OverlapRule = Literal["max", "sum"]
 Framework = Literal["reference", "fsdp2", "megatron", "deepspeed", "handwritten"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
+ExpertGemm = Literal["framework", "loop", "grouped"]
+CudaGraphs = Literal["none", "partial", "full"]
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
 EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
+EXPERT_GEMMS: tuple[str, ...] = get_args(ExpertGemm)
+CUDA_GRAPHS: tuple[str, ...] = get_args(CudaGraphs)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 
@@ -97,6 +101,21 @@ class ParallelSpec:
     ``flex`` dispatcher, NeMo AutoModel, torchtitan's DeepEP path) at DeepEP's measured
     rates; ``hybridep`` likewise (NVIDIA's HybridEP, Megatron's ``flex`` dispatcher's
     other backend) at the profile's link and network efficiencies."""
+    expert_gemm: ExpertGemm = "framework"
+    """How the routed experts' GEMMs launch (``costmodel.parallel.host``): ``loop``: one
+    GEMM per local expert and linear, from the host, sized by token counts read back from
+    the device (Transformer Engine's ``GroupedLinear`` over multi-stream cuBLAS, TE 1.9 to
+    2.12; Megatron-Core's legacy ``grouped_gemm`` on Hopper); ``grouped``: one grouped
+    kernel per linear reading its offsets on the device (torch's ``_grouped_mm``;
+    TE's cuBLASLt grouped GEMM, from TE 2.13 on Blackwell and 2.16 on Hopper; its fused
+    grouped MLP); ``framework``: the framework's own (Megatron: loop; the others: grouped)."""
+    cuda_graphs: CudaGraphs = "none"
+    """Kernels replayed from CUDA graphs, which cost the host one launch per graph instead of
+    one per kernel (``costmodel.parallel.host``): ``partial``: each block's attention and
+    its MoE router and token preprocessing (Megatron-Core's Transformer Engine graphs,
+    ``--cuda-graph-scope attn moe_router moe_preprocess``); ``full``: the whole forward and
+    backward (``full_iteration``; an MoE model's dispatch must then be sync-free: static
+    shapes from a capacity); ``none``."""
     mx: int = 1
     """Mesh axes (ICI) used by the fsdp/dp group (Scaling Book M_X)."""
     my: int = 1
@@ -152,6 +171,8 @@ class ParallelSpec:
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
         checks.choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        checks.choice("expert_gemm", self.expert_gemm, EXPERT_GEMMS)
+        checks.choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
         checks.number("ep_imbalance", self.ep_imbalance)
         if self.ep_imbalance < 1:
             raise SpecError("ep_imbalance", "ep_imbalance is the busiest rank's tokens over "

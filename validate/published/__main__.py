@@ -3,11 +3,19 @@ published run, write one JSON line per (run, quantity) as it is computed (``--re
 the runs an interrupted run finished, ``validate.published.journal``), then ``report.md`` and
 ``report.html`` (per-source error table, targets, worst runs, predicted vs measured plot).
 Prints the per-source table. Torch-free; takes a few seconds.
+
+``python -m validate.published --loso [--out DIR] [--resume] [--record]``: every fitted
+parameter of ``costmodel/catalog/data/fitted.json`` refitted without each source of every
+corpus file (training and serving), that source predicted by the refit
+(:mod:`validate.published.loso`); prints in-sample beside leave-one-source-out error and
+writes ``loso.md`` and ``loso.jsonl`` (one line per finished fold; ``--resume`` keeps them).
+``--record`` writes the figures into the records. Training takes seconds, serving minutes.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from validate.published.compare import rows_for, summarize
 from validate.published.corpus import CorpusError, corpus_parser, open_corpus, run_label
@@ -18,8 +26,26 @@ from validate.report.render import _pct
 
 def main(argv: list[str] | None = None) -> int:
     parser = corpus_parser("python -m validate.published", __doc__)
-    parser.add_argument("--resume", action="store_true", help="keep the runs --out finished")
+    parser.add_argument("--resume", action="store_true", help="keep what --out finished")
+    parser.add_argument(
+        "--loso",
+        action="store_true",
+        help="leave-one-source-out over every corpus file (not --runs)",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="with --loso: write the figures into costmodel's fitted.json",
+    )
     args = parser.parse_args(argv)
+    if args.loso or args.record:
+        if args.runs or not args.loso:
+            print("error: --loso takes every corpus file (not --runs); --record needs --loso",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        from validate.published.loso_main import main as loso_main
+
+        return loso_main(Path(args.out), args.resume, args.record)
     try:
         runs, out = open_corpus(args)
         journal = Journal(out, args.resume)

@@ -65,6 +65,7 @@ _PARALLEL_PATHS.update(
         for k in ("ep_dispatcher", "ep_overlap", "pp_split_embedding", "pp_split_loss")
     }
 )
+_PARALLEL_PATHS.update({k: k for k in ("expert_gemm", "cuda_graphs")})
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,7 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
         ParallelSpec,
         _PARALLEL_PATHS,
         framework=f.text("framework"),
+        **{k: f.text(k) for k in ("expert_gemm", "cuda_graphs") if f.has(k)},
         grad_reduce_fp32=f.flag("grad_reduce_fp32"),
         async_tp=f.flag("async_tp"),
         dp=dp,

@@ -31,7 +31,9 @@ Optional, with their generic default:
   ``parallelism.pp_split_embedding`` and ``parallelism.pp_split_loss``: the embedding and
   the loss counted as layers in the pipeline split (ParallelSpec's fields), false where
   absent.
-- ``framework`` (ParallelSpec.framework): ``fsdp2``. ``optimizer_impl``: ``foreach``.
+- ``framework`` (ParallelSpec.framework): ``fsdp2``. ``expert_gemm`` (ParallelSpec's: how
+  the expert GEMMs launch): ``framework``. ``cuda_graphs`` (ParallelSpec's): ``none``.
+  ``optimizer_impl``: ``foreach``.
   ``sequence_parallel``: true where tp > 1. ``async_tp`` and ``grad_reduce_fp32``: false.
 - ``recompute`` (TrainSpec.recompute): the policy ``activation_recompute`` starts with
   (``full``, ``selective``), else ``none``; ``recompute_every`` (TrainSpec's): 1, every

@@ -59,3 +59,33 @@ class Journal:
             _append(self.rows_path, row)
         _append(self.runs_path, {"case": rid, "hash": run_hash(run), "rows": len(rows)})
         return rows
+
+
+class FoldJournal:
+    """The folds ``python -m validate.published --loso`` has finished: ``OUT/loso.jsonl``,
+    one line per fold (its source, the values refitted without it, its rows), flushed and
+    fsynced as it finishes. ``--resume`` keeps the folds of a file written for the same
+    records (their definitions hashed into every line); without it the file starts over."""
+
+    def __init__(self, path: Path, resume: bool, key: str) -> None:
+        self.path, self.key = path, key
+        self.folds: dict[str | None, tuple[dict, list]] = {}
+        if resume:
+            lines = [d for d in _parse_jsonl(path)[0]
+                     if isinstance(d, dict) and d.get("key") == key and "values" in d]  # fmt: skip
+            for d in lines:
+                values = {n: tuple(v) for n, v in d["values"].items()}
+                self.folds[d.get("fold")] = (values, d.get("rows", []))
+            _rewrite(path, lines)
+        else:
+            path.unlink(missing_ok=True)
+
+    def done(self, source: str | None) -> tuple[dict, list] | None:
+        return self.folds.get(source)
+
+    def add(self, source: str | None, assignment: dict, rows: list[dict[str, Any]]) -> None:
+        line = {"key": self.key, "fold": source,
+                "values": {n: list(v) for n, v in assignment.items()},
+                "rows": [_plain(r) for r in rows]}  # fmt: skip
+        _append(self.path, line)
+        self.folds[source] = (assignment, rows)

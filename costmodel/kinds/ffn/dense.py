@@ -152,6 +152,11 @@ class Dense:
         """Kernels beyond the block's matmuls and fused regions: none."""
         return 0, 0
 
+    def graphed_kernels(self, model: ModelSpec) -> tuple[Any, Any, int]:
+        """None: Megatron-Core's partial graphs capture a dense MLP only in the ``mlp``
+        scope, which the recipes costed here do not use."""
+        return 0, 0, 0
+
     def gemms(self, model: ModelSpec) -> dict[str, list[tuple[sp.Expr, ...]]]:
         """Per device under tensor parallelism Y: column-parallel up (and gate), the
         row-parallel down projection (Shoeybi et al. 2019, Sec. 3)."""

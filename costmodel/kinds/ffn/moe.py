@@ -249,6 +249,13 @@ class MoE:
         shared = at_least_one(E_s)
         return 4 + shared * (mats + 1), 2 + 4 + shared * (2 * mats + 1)
 
+    def graphed_kernels(self, model: ModelSpec) -> tuple[Any, Any, int]:
+        """What Megatron-Core's ``moe_router`` and ``moe_preprocess`` graph scopes capture,
+        as one graph: the router's matmul (and the shared gate's), its fused softmax/top-k
+        and the tokens' first permutation; backward their gradients (the matmul's two)."""
+        gate = 1 if model.shared_expert_gate else 0
+        return 3 + gate, 4 + 2 * gate, 1
+
     def gemms(self, model: ModelSpec) -> dict[str, list[tuple[sp.Expr, ...]]]:
         """One device's matmuls, per token of the device's sequence (all of it under
         tensor parallelism, as the dense layers' column-parallel matmuls see it): the

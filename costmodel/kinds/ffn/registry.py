@@ -100,6 +100,11 @@ class FFNKind(Protocol):
         """(forward, backward) kernels beyond the block's matmuls with fused regions."""
         ...
 
+    def graphed_kernels(self, model: ModelSpec) -> tuple[Any, Any, int]:
+        """(forward, backward) kernels with fused regions that a partial CUDA graph captures
+        beyond the attention's, and the graphs they form per pass."""
+        ...
+
     def gemms(self, model: ModelSpec) -> dict[str, list[Gemm]]:
         """One device's matmuls by op as (rows per token, k, n2, how many)."""
         ...
