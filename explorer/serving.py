@@ -14,6 +14,7 @@ import streamlit as st
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.serve import ServeEstimate, serve
+from costmodel.serve.answer import ServeAnswer, answer
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from explorer.page_state import PageInput, finish, start, warn_unused
@@ -89,6 +90,10 @@ def _inputs() -> dict[str, Any]:
 
 
 def _estimate(v: dict[str, Any], batch: int, rated: bool = False) -> ServeEstimate:
+    return serve(get_model(v["model"]), _spec(v, batch, rated), get_hardware(v["hardware"]))
+
+
+def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
     drafted = v["draft_tokens"] > 0
     rate = v["request_rate"] if rated and v["request_rate"] > 0 else None
     arrival = "continuous" if rate else v["arrival"]
@@ -99,7 +104,13 @@ def _estimate(v: dict[str, Any], batch: int, rated: bool = False) -> ServeEstima
                      acceptance=v["acceptance"] if drafted else None,
                      prefill_replicas=v["prefill_replicas"],
                      prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None)  # fmt: skip
-    return serve(get_model(v["model"]), spec, get_hardware(v["hardware"]))
+    return spec
+
+
+def _answer(v: dict[str, Any]) -> ServeAnswer:
+    """The CLI's answer (:func:`costmodel.serve.answer.answer`) to the page's inputs."""
+    spec = _spec(v, v["batch"], rated=True)
+    return answer(get_model(v["model"]), spec, get_hardware(v["hardware"]))
 
 
 def _curve(v: dict[str, Any], most: int) -> list[dict[str, Any]]:
@@ -136,13 +147,25 @@ def serve_page() -> None:
     st.title("Serve: KV cache, latency and throughput")
     v = _inputs()
     try:
-        est = _estimate(v, v["batch"], rated=True)
+        ans = _answer(v)
     except SpecError as err:
         st.error(err.message)
         return
-    fits = "fits" if est["fits"] else "does not fit"
-    st.markdown(f"**{fits}**: up to {est['max_batch']:,} requests at once per replica; "
-                f"{', '.join(est.notes)}.")  # fmt: skip
+    est = ans.estimate
+    if not ans.fits:
+        st.error(f"**Does not fit**: {est['memory_bytes_per_device.total'] / GB:,.1f} GB of "
+                 f"{est['memory_bytes_per_device.budget'] / GB:,.1f} GB per device; up to "
+                 f"{est['max_batch']:,} requests at once per replica. Nearest fit: "
+                 f"{ans.nearest}. No TTFT, TPOT or throughput for a batch that does not "
+                 "fit.")  # fmt: skip
+    else:
+        st.success(f"**Fits**: up to {est['max_batch']:,} requests at once per replica; "
+                   f"{', '.join(est.notes)}.")  # fmt: skip
+    for text in ans.caveats:
+        st.warning(text)
+    if not ans.timed:
+        st.metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
+        return
     c = st.columns(5)
     c[0].metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
     c[1].metric("TTFT", f"{est['time_s.ttft'] * 1e3:,.1f} ms")

@@ -165,3 +165,21 @@ def test_loso_takes_every_corpus_file_not_runs(capsys):
     assert main(["--loso", "--runs", "x.json"]) == 2
     assert "--loso takes every corpus file" in capsys.readouterr().err
     assert main(["--record"]) == 2
+
+
+def test_the_serving_record_states_its_moe_runs_figures_as_its_folds_predict_them():
+    """The MoE serving caveat's numbers: each published MoE serving run predicted with the
+    serving parameters its source's fold refitted without it (the recorded folds), and with
+    the catalog's values, summarised as ``--record`` wrote them."""
+    record = fitted()["serving"]
+    targets, _ = loso.corpus(training=())
+    moe = [t for t in targets if t.traits["moe"]]
+    assert len(moe) == record.figures["moe"]["runs"] > 0
+    preds = loso.Predictions({"serving": record})
+    folds = record.figures["folds"]
+    inside = [preds(t, {"serving": record.values}) / t.measured - 1 for t in moe]
+    outside = [preds(t, {"serving": tuple(folds[t.source])}) / t.measured - 1 for t in moe]
+    for part, errors in (("in_sample", inside), ("loso", outside)):
+        want = record.figures["moe"][part]
+        assert loso.summary(errors)["median"] == pytest.approx(want["median"], abs=5e-4), part
+        assert loso.summary(errors)["worst"] == pytest.approx(want["worst"], abs=5e-4), part

@@ -49,10 +49,14 @@ def test_an_iteration_is_the_decode_step_plus_its_prompt_tokens():
 def test_the_cli_names_the_kept_batch_and_the_iteration(capsys):
     argv = ["serve", "--model", "llama3-8b", "--input", "2048", "--output", "128", "--batch",
             "1024", "--precision", "fp8", "--arrival", "continuous"]  # fmt: skip
-    assert main(argv) == 0
+    assert main([*argv, "--tp", "2", "--kv-dtype", "fp8"]) == 0
     out = capsys.readouterr().out
-    assert "keeps 481 of 1024 sequences in flight" in out
+    assert "keeps 481 of 1024 sequences in flight" in out and "iteration budget" in out
     assert "an iteration (decodes and prompt chunks)" in out
+    assert main(argv) == 0  # one device's cache holds fewer: the engine admits what it holds
+    out = capsys.readouterr().out
+    assert "keeps 235 of 1024 sequences in flight: the cache holds no more" in out
+    assert "verdict                fits" in out and "up to 235 sequences fit" in out
 
 
 @pytest.mark.parametrize(

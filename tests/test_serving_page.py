@@ -15,7 +15,7 @@ def _serve() -> None:
 def test_serve_page_estimates_draws_and_refuses():
     at = AppTest.from_function(_serve, default_timeout=300).run()
     assert not at.exception and not at.error
-    assert "fits" in at.markdown[0].value
+    assert "Fits" in at.success[0].value and not at.warning  # a dense model, calibrated
     assert [m.label for m in at.metric][:3] == ["KV cache per token", "TTFT", "TPOT"]
     assert at.metric[0].value == "131,072 B"  # Llama-3-8B, bf16: 2 x 32 x 8 x 128 x 2
     assert len(at.get("vega_lite_chart")) == 2
@@ -47,8 +47,23 @@ def test_serve_page_answers_at_a_request_rate_and_refuses_past_capacity():
     at.number_input(key="serve_request_rate").set_value(2.0)
     at.button[0].click().run()
     assert not at.exception and not at.error
-    assert "keep" in at.markdown[0].value and "in flight" in at.markdown[0].value
+    assert "keep" in at.success[0].value and "in flight" in at.success[0].value
     assert at.metric[3].value == "1,000"  # 2 requests/s x 500 tokens
     at.number_input(key="serve_request_rate").set_value(1e5)
     at.button[0].click().run()
     assert not at.exception and "request_rate" in at.error[0].value
+
+
+def test_serve_page_withholds_times_for_a_batch_that_does_not_fit_and_names_the_nearest():
+    """As the CLI: no TTFT, TPOT or throughput beside "does not fit", the nearest change that
+    fits, and a mixture-of-experts model's caveat (``costmodel.serve.answer``)."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.selectbox(key="serve_model").set_value("mixtral-8x7b")
+    at.number_input(key="serve_batch").set_value(512)
+    at.button[0].click().run()
+    assert not at.exception
+    (error,) = at.error
+    assert "Does not fit" in error.value and "Nearest fit: --" in error.value
+    assert [m.label for m in at.metric] == ["KV cache per token"]
+    assert not at.get("vega_lite_chart")
+    assert any(w.value.startswith("mixture-of-experts serving is less certain") for w in at.warning)

@@ -9,7 +9,8 @@ from typing import Any
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.serve.estimate import PREFILL_CHUNK, serve
+from costmodel.serve.answer import ServeAnswer, answer
+from costmodel.serve.estimate import PREFILL_CHUNK
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ARRIVALS, ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
@@ -117,22 +118,37 @@ def _drafting(spec: ServeSpec) -> str:
     )
 
 
-def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str, str]]:
-    mem = "memory_bytes_per_device."
-    fit = "fits" if v["fits"] else "does NOT fit"
-    return [
+def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list[tuple[str, str]]:
+    v, mem = ans.estimate.values, "memory_bytes_per_device."
+    fit = "fits" if ans.fits else "does NOT fit"
+    nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
+    memory = [
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
-            f"per device; up to {v['max_batch']} sequences fit",
+            f"per device; up to {v['max_batch']:,} sequences fit{nearest}",
         ),
-        ("limited by", limited_by(v)),
+        *([("limited by", limited_by(v))] if ans.timed else []),
         ("assumptions", assumptions(spec, defaulted)),
+        *[("caveat", text) for text in ans.caveats],
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
         ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"])),
         ("weights", fmt_bytes(v[mem + "weights"])),
         ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
         ("workspace", fmt_bytes(v[mem + "workspace"])),
+    ]
+    if not ans.timed:
+        return [*memory, ("TTFT, TPOT, tokens/s", "none: the batch does not fit")]
+    return memory + _time_rows(v, spec, unit)
+
+
+def _rate(x: float) -> str:
+    """Tokens/s: whole above 10, else with the digits that say it (a CPU's 0.34)."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
+
+
+def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
+    return [
         ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
         ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
         *_speculative_rows(v, spec),
@@ -140,8 +156,8 @@ def _rows(v: dict[str, Any], spec: ServeSpec, defaulted: bool) -> list[tuple[str
         ("end to end", fmt_seconds(v["time_s.e2e"])),
         (
             "output tokens/s",
-            f"{v['throughput.output_tokens_per_s']:,.0f} "
-            f"({v['throughput.output_tokens_per_s_per_gpu']:,.0f} per GPU)",
+            f"{_rate(v['throughput.output_tokens_per_s'])} "
+            f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})",
         ),
         (
             "decode FLOPs / bytes",
@@ -190,11 +206,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                      draft_layers=args.draft_layers, prefill_replicas=args.prefill_replicas,
                      prefill_tp=args.prefill_tp)  # fmt: skip
     model, hw = get_model(args.model), get_hardware(args.hardware)
-    est = serve(model, spec, hw)
+    ans = answer(model, spec, hw)
+    est = ans.estimate
     if args.json:
+        verdict = {"fits": ans.fits, "nearest": ans.nearest, "caveats": ans.caveats}
         print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
-                          "output": out, "context": spec.context, **est.values,
-                          "notes": est.notes}, indent=2))  # fmt: skip
+                          "output": out, "context": spec.context, "verdict": verdict,
+                          **est.values, "notes": est.notes}, indent=2))  # fmt: skip
         return 0
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
         spec.prefill_replicas
@@ -205,7 +223,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             f"flight a replica" if rated else f"{spec.batch} x {lengths_}")  # fmt: skip
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
-    rows = _rows(est.values, spec, args.output is None and args.input is None)
+    unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
+    rows = _rows(ans, spec, args.output is None and args.input is None, unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")

@@ -24,6 +24,10 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 
+MAX_GPUS = 2**18
+"""The largest ``max_gpus`` searched (262,144): above the largest clusters built, and a
+search of every count up to it stays under a minute on two cores."""
+
 
 def device_counts(max_gpus: int, per_node: int) -> list[int]:
     """The device counts a budget of ``max_gpus`` searches: every count up to one node, then
@@ -32,6 +36,8 @@ def device_counts(max_gpus: int, per_node: int) -> list[int]:
     GPUs) would leave its layouts a pipeline of 641 stages or nothing. Bounded: 12,500
     nodes give 191 counts."""
     checks.integer("max_gpus", max_gpus)
+    checks.at_most("max_gpus", max_gpus, f"{MAX_GPUS:,}", MAX_GPUS,
+                   "(the largest training clusters hold 100,000 to 200,000 GPUs)")  # fmt: skip
     if max_gpus <= per_node:
         return list(range(1, max_gpus + 1))
     nodes = [n for n in range(1, max_gpus // per_node + 1) if _smooth(n)]

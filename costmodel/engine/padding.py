@@ -79,10 +79,9 @@ def _rows_padded(lengths: np.ndarray, batch: int, mega: int | None, seed: int) -
         size = mega * batch
         order = np.concatenate([np.sort(order[i : i + size])[::-1]
                                 for i in range(0, len(order), size)])  # fmt: skip
-    rows = np.empty_like(order)
-    for i in range(0, len(order), batch):
-        rows[i : i + batch] = order[i : i + batch].max()
-    return rows
+    starts = np.arange(0, len(order), batch)
+    longest = np.maximum.reduceat(order, starts)
+    return np.repeat(longest, np.diff(np.append(starts, len(order))))
 
 
 def pack_rows(lengths: np.ndarray, max_len: int) -> list[list[int]]:
@@ -100,6 +99,40 @@ def pack_rows(lengths: np.ndarray, max_len: int) -> list[list[int]]:
         rows[r].append(n)
         bisect.insort(free, (space - n, r))
     return rows
+
+
+def packed_row_count(lengths: np.ndarray, max_len: int) -> int:
+    """``len(pack_rows(lengths, max_len))`` in bulk: rows are counted by their space left.
+    Best fit puts a document of n tokens in the row of least space s >= n, and the next of
+    the same length in the same row while s - n >= n: a row of space s takes s // n of
+    them, a new row max_len // n. So a run of equal lengths is placed a whole class of rows
+    at a time, at most (distinct lengths + distinct spaces) steps of numpy for millions of
+    documents, where one bisection per document took minutes."""
+    lengths_, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+    rows = np.zeros(max_len + 1, dtype=np.int64)  # rows by space left
+    opened = 0
+    for n, c in zip(lengths_[::-1].tolist(), counts[::-1].tolist(), strict=True):
+        while c:
+            fits = np.flatnonzero(rows[n:])
+            if not len(fits):  # new rows of max_len // n documents each
+                per = max_len // n
+                full, rest = divmod(c, per)
+                rows[max_len - per * n] += full
+                rows[max_len - rest * n] += bool(rest)
+                opened, c = opened + full + bool(rest), 0
+                continue
+            space = n + int(fits[0])
+            per = space // n
+            used = min(int(rows[space]), c // per)
+            if used:  # whole rows of this space, filled to below n
+                rows[space] -= used
+                rows[space - per * n] += used
+                c -= used * per
+            else:  # fewer documents than one row takes: they all go to one
+                rows[space] -= 1
+                rows[space - c * n] += 1
+                c = 0
+    return opened
 
 
 def strategy_costs(
@@ -130,6 +163,6 @@ def _processed(name: str, docs: np.ndarray, max_len: int, batch: int, seed: int)
     if name in ("pad-to-longest", "bucketing"):
         rows = _rows_padded(docs, batch, MEGABATCH if name == "bucketing" else None, seed)
         return len(rows), float(rows.sum()), float(np.sum(rows**2))
-    packed = pack_rows(docs.astype(np.int64), max_len)
-    quad = float(np.sum(docs**2)) if name == "packing-masked" else len(packed) * max_len**2
-    return len(packed), float(len(packed) * max_len), float(quad)
+    packed = packed_row_count(docs.astype(np.int64), max_len)
+    quad = float(np.sum(docs**2)) if name == "packing-masked" else packed * max_len**2
+    return packed, float(packed * max_len), float(quad)

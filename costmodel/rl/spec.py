@@ -14,6 +14,9 @@ COLOCATED_MEMORY = 0.5
 """Share of a GPU the rollout engine takes beside the trainer's (offloaded) state: verl's
 ``actor_rollout_ref.rollout.gpu_memory_utilization`` default; separate pools take
 ``SEPARATE_MEMORY``."""
+MAX_SEQUENCES = 65_536
+"""The most sequences (prompts x samples) one step takes: the rollout simulates each one
+(:mod:`costmodel.rl.rollout`); 4x the largest published steps (DAPO's 512 x 16, 1,024 x 16)."""
 SEPARATE_MEMORY = 0.9
 """vLLM's ``gpu_memory_utilization`` default, for an engine with its GPUs to itself."""
 REASONING_SIGMA = 1.0
@@ -96,6 +99,9 @@ class RLSpec:
             raise SpecError("train_tp", f"train_tp x train_pp ({model_parallel}) must divide "
                             f"the {train} training GPUs")  # fmt: skip
         sequences = self.prompts * self.samples
+        checks.at_most("prompts x samples", sequences, f"{MAX_SEQUENCES:,}", MAX_SEQUENCES,
+                       "(sequences of one step; published RL steps run up to 16,384)",
+                       field="prompts")  # fmt: skip
         if sequences % self.minibatches:
             raise SpecError("minibatches", f"minibatches ({self.minibatches}) must divide the "
                             f"{sequences} sequences of a step (prompts x samples)")  # fmt: skip

@@ -40,9 +40,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 import sympy as sp
+from sympy.printing.pycode import PythonCodePrinter
 
 from costmodel.kinds import attention, ffn
 from costmodel.serve import continuous, disaggregated, experts, pipeline, speculative, terms
@@ -75,17 +77,55 @@ class ServeEstimate:
         return self.values[key]
 
 
+_TOKENS, _HEAD = sp.symbols("tokens head_tokens", positive=True)
+_LOAD = frozenset({B, T, _TOKENS, _HEAD})
+"""The symbols of a step's load (sequences, cached tokens): a rollout or a sweep prices one
+model at many of them, so the model's sizes are substituted once before them."""
+
+
 def _num(expr: Any, values: dict) -> Any:
     """An exact integer where the expression gives one, else a float."""
-    return _evaluated(as_expr(expr), frozenset(values.items()))
+    sizes = frozenset((k, v) for k, v in values.items() if k not in _LOAD)
+    load = frozenset((k, v) for k, v in values.items() if k in _LOAD)
+    return _evaluated(as_expr(expr), sizes, load)
 
 
 @functools.lru_cache(maxsize=65536)
-def _evaluated(expr: sp.Expr, values: frozenset) -> Any:
+def _evaluated(expr: sp.Expr, sizes: frozenset, load: frozenset) -> Any:
     """:func:`_num`, once per expression and values (a sweep or a fit asks the same counts
     of a model again and again; only the hardware's rates change)."""
-    out = expr.xreplace(dict(values))
-    return int(out) if out.is_Integer else float(out)
+    given = {k.name: Fraction(v) for k, v in load}  # a symbol not given fails if used
+    out = _at_sizes(expr, sizes)(**{s.name: given.get(s.name) for s in _LOAD})
+    if isinstance(out, Fraction | int):
+        return int(out) if Fraction(out).denominator == 1 else float(out)
+    return float(out)
+
+
+def _linear_flops(model: ModelSpec, tokens: int, head_tokens: int, vals: dict) -> Any:
+    """:func:`terms.linear_flops` of ``tokens`` through the blocks and ``head_tokens``
+    through the head: one expression per model, the counts given as values."""
+    expr = terms.linear_flops(model, _TOKENS, _HEAD)
+    return _num(expr, {**vals, _TOKENS: tokens, _HEAD: head_tokens})
+
+
+class _ExactPrinter(PythonCodePrinter):
+    """Python source whose rationals stay exact (``fractions.Fraction``)."""
+
+    def _print_Rational(self, expr: sp.Rational) -> str:
+        return f"Fraction({expr.p}, {expr.q})"
+
+
+_EXACT = {"Fraction": Fraction, "math": math, "Min": min, "Max": max}
+
+
+@functools.lru_cache(maxsize=16384)
+def _at_sizes(expr: sp.Expr, sizes: frozenset) -> Any:
+    """``expr`` with a model's sizes in, as a function of its load symbols (keywords), in
+    exact rational arithmetic: the same number ``xreplace`` gives, without building an
+    expression per load."""
+    args = sorted(_LOAD, key=lambda s: s.name)
+    return sp.lambdify(args, expr.xreplace(dict(sizes)), modules=[_EXACT, "math"],
+                       printer=_ExactPrinter)  # fmt: skip
 
 
 def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
@@ -189,9 +229,11 @@ def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     prec = _eager_precision(spec)
     train = TrainSpec(batch=1, seq=2, precision=prec)
     residual = PRECISIONS[prec].residual
-    counts = {k.name: int(as_expr(n).xreplace(values_for(model))) for k, n in ffn.blocks(model)}
-    kernels = sum(n * layer_kernels(model, train, residual, block=k)[0] for k, n in counts.items())
-    return (kernels + model_kernels(model, train, residual)[0]) * hw.dispatch_s
+    kernels = sum(
+        n * layer_kernels(model, train, residual, block=k.name)[0] for k, n in ffn.blocks(model)
+    )
+    total = as_expr(kernels + model_kernels(model, train, residual)[0]).xreplace(values_for(model))
+    return int(total) * hw.dispatch_s  # an MoE block's counts are in its sizes' symbols
 
 
 def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) -> float:
@@ -258,7 +300,7 @@ def decode_step(
     keys = sp.Rational(2 * i + o, 2)
     at = {**vals, B: b, T: keys}
     tokens = b * per_seq
-    linear = _num(terms.linear_flops(model, tokens, tokens), at) + 2 * tokens * extra
+    linear = _linear_flops(model, tokens, tokens, at) + 2 * tokens * extra
     core = per_seq * _num(terms.decode_core_flops(model), at)
     touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
@@ -278,7 +320,7 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     weights = _read_weights(model, spec, vals)[0]
     at = {**vals, B: b}
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
-    pre_flops = _num(terms.linear_flops(model, b * i, b), at)
+    pre_flops = _linear_flops(model, b * i, b, at)
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
     rate = prompt_attention_rate(spec, hw)
     written = b * kvb * _num(terms.kv_elements(model), {**at, T: i})
@@ -321,12 +363,13 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         return ServeEstimate(out, [f"pp {spec.pp}: the last stage's {layers} blocks and head "
                                    f"priced; micro-batches of {micro} sequences"])  # fmt: skip
     asked = spec.batch
-    if spec.arrival == "continuous":  # the sequences the token budget keeps in flight
-        spec = replace(spec, batch=continuous.kept_batch(spec))
+    vals = {**values_for(model), Y: spec.tp}
+    if spec.arrival == "continuous":  # in flight: what the token budget keeps and the cache holds
+        cached = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
+        spec = replace(spec, batch=min(continuous.kept_batch(spec), cached))
     rated = _at_rate(model, spec, hw) if spec.request_rate else {}
     if rated:
         spec = replace(spec, batch=rated["continuous.in_flight"])
-    vals = {**values_for(model), Y: spec.tp}
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
@@ -369,9 +412,12 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
                      f"{out['continuous.capacity_requests_per_s']:,.3g} requests/s; the waiting "
                      f"of random arrivals is not modelled")  # fmt: skip
     elif spec.batch < asked:
+        budget = continuous.kept_batch(replace(spec, batch=asked))
+        why = (f"the prompts replacing the finishing ones need the rest of the "
+               f"{continuous.TOKEN_BUDGET:,}-token iteration budget" if spec.batch == budget
+               else "the cache holds no more (a request is admitted as blocks free)")  # fmt: skip
         notes.append(f"continuous batching keeps {spec.batch} of {asked} sequences in flight: "
-                     f"the prompts replacing the finishing ones need the rest of the "
-                     f"{continuous.TOKEN_BUDGET:,}-token iteration budget")  # fmt: skip
+                     f"{why}")  # fmt: skip
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")
     if spec.tp > 1:

@@ -183,7 +183,9 @@ def at_most(
     def message() -> str:
         got_v, got_l = _first_bad(ok, value, limit)
         reason = f" {why}" if why else ""
-        return f"{name} must be <= {limit_name}{reason} (got {name}={got_v}, {limit_name}={got_l})"
+        literal = limit_name.replace(",", "") == str(got_l)  # the limit is its own name
+        got = f"{name}={got_v}" + ("" if literal else f", {limit_name}={got_l}")
+        return f"{name} must be <= {limit_name}{reason} (got {got})"
 
     require(ok, field or name, message)
 

@@ -28,6 +28,9 @@ KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
 ARRIVALS = ("together", "continuous")
 """How requests reach the engine: the batch's prompts together, prefilled then decoded (a
 static batch), or a continuously batched engine kept full (``costmodel.serve.continuous``)."""
+MAX_ROPE_SCALING = 1024
+"""The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
+(DeepSeek-V3); a factor far beyond is a typo, not a model."""
 ENGINES = ("fused", "eager")
 """How the engine runs a layer's elementwise work: fused into few kernels (vLLM, SGLang,
 TensorRT-LLM: not priced), or op by op (the reference model: priced)."""
@@ -122,6 +125,8 @@ class ServeSpec:
         checks.number("rope_scaling", self.rope_scaling)
         if self.rope_scaling < 1:
             raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {self.rope_scaling})")
+        checks.at_most("rope_scaling", self.rope_scaling, "1024", MAX_ROPE_SCALING,
+                       "(YaRN factors in use stretch positions 4x to 40x)")  # fmt: skip
 
     def _check_speculative(self) -> None:
         if self.draft_tokens and self.acceptance is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from costmodel import SpecError
+from costmodel import SpecError, get_model
 from costmodel.catalog.files import read_json
 from costmodel.catalog.fitted import Fitted, apply, reads
 from costmodel.kinds import ffn
@@ -111,7 +111,8 @@ def serving_targets(path: Path) -> tuple[list[Target], list[str]]:
         except SpecError as err:
             skipped.append(f"{rid}: {err}")
             continue
-        traits = {"moe": False, "kind": "gpu", "framework": run["engine"], "recompute": "none",
+        moe = ffn.routes(get_model(run["model"]))
+        traits = {"moe": moe, "kind": "gpu", "framework": run["engine"], "recompute": "none",
                   "file": _relative(Path(path))}  # fmt: skip
 
         def one(tune: Tune, run: dict[str, Any] = run, batch: int = batch) -> float:
@@ -317,6 +318,7 @@ def _row(t: Target, inside: float, outside: float, records: dict[str, Fitted],
     return {"source": t.source, "run": t.run, "quantity": t.quantity, "category": t.category,
             "device": t.device, "measured": t.measured, "in_sample": inside, "loso": outside,
             "in_sample_err": inside / t.measured - 1, "loso_err": outside / t.measured - 1,
+            "moe": bool(t.traits["moe"]),
             "fitted_on": [n for n, r in records.items() if selects(r, t)],
             **({"error": error} if error else {})}  # fmt: skip
 
@@ -340,8 +342,20 @@ def figures(result: Result, records: dict[str, Fitted]) -> dict[str, dict[str, A
             "loso": _rounded(summary([r["loso_err"] for r in rows])) if rows else {},
             "refit": list(result.refit[name]),
             "folds": {s: list(result.folds[s][name]) for s in sources},
+            **_moe_part(rows),
         }
     return out
+
+
+def _moe_part(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mixture-of-experts runs' own figures, where a record's runs mix dense and MoE
+    models (serving): a caveat quotes them."""
+    moe = [r for r in rows if r.get("moe")]
+    if not moe or len(moe) == len(rows):
+        return {}
+    return {"moe": {"runs": len(moe), "sources": len({r["source"] for r in moe}),
+                    "in_sample": _rounded(summary([r["in_sample_err"] for r in moe])),
+                    "loso": _rounded(summary([r["loso_err"] for r in moe]))}}  # fmt: skip
 
 
 def _finite(row: dict[str, Any]) -> bool:

@@ -1,0 +1,113 @@
+"""What ``serve`` answers, the same in the CLI, the app and the API: the estimate, whether
+its batch fits, the nearest change that fits when it does not, and the caveats of the
+regime (a mixture-of-experts model, a device no published run checks).
+
+A batch that does not fit has no TTFT, TPOT or throughput (as ``estimate`` withholds a step
+time for a layout that does not fit): :attr:`ServeAnswer.timed` is False and every reader
+shows the memory and the nearest fit instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from costmodel.catalog.fitted import fitted
+from costmodel.engine.caveats import calibration_line
+from costmodel.kinds import ffn
+from costmodel.serve.estimate import ServeEstimate, serve
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.serving import ServeSpec
+
+SERVING_RECORD = "serving"
+"""The fitted record of the serving parameters (``costmodel/catalog/data/fitted.json``):
+its figures on the published MoE serving runs are the MoE caveat's numbers."""
+
+
+@dataclass
+class ServeAnswer:
+    """One serving question's answer: the estimate and what to say beside it."""
+
+    estimate: ServeEstimate
+    fits: bool
+    nearest: str | None = None
+    """Without a fit: the nearest change that fits (flags named as the CLI's)."""
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def timed(self) -> bool:
+        """Whether TTFT, TPOT and throughput are an answer (the batch fits)."""
+        return self.fits
+
+
+def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
+    """The estimate of ``spec``, its verdict, the nearest fit and the caveats."""
+    est = serve(model, spec, hw)
+    fits = bool(est["fits"])
+    nearest = None if fits else nearest_fit(model, spec, hw, est)
+    return ServeAnswer(est, fits, nearest, serve_caveats(model, hw))
+
+
+def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstimate) -> str:
+    """The first change that fits the user's batch, in this order: an fp8 cache, fp8
+    weights, more tp within a node (each doubling), then both fp8 at the largest tp; else
+    the largest batch that fits as asked, or that nothing fits on one node."""
+    for change, flags in _changes(model, spec, hw):
+        try:
+            if serve(model, change, hw)["fits"]:
+                return f"{flags} fits the batch of {spec.batch:,}"
+        except SpecError:
+            continue
+    if est["max_batch"] >= 1:
+        return f"--batch {est['max_batch']:,} fits as asked"
+    return (f"no batch fits on one node of {hw.name} with tp, fp8 weights and an fp8 cache: "
+            "serve with pp or a larger device")  # fmt: skip
+
+
+def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[ServeSpec, str]]:
+    fp8 = bool(hw.peak_flops.get("fp8"))
+    out = []
+    if fp8 and spec.kv_dtype != "fp8":
+        out.append((replace(spec, kv_dtype="fp8"), "--kv-dtype fp8"))
+    if fp8 and spec.precision != "fp8":
+        out.append((replace(spec, precision="fp8"), "--precision fp8"))
+    tp = spec.tp * 2
+    while tp <= hw.devices_per_node:  # a tp the heads refuse is skipped (a SpecError)
+        out.append((replace(spec, tp=tp), f"--tp {tp}"))
+        tp *= 2
+    top = tp // 2
+    if fp8 and top > spec.tp:
+        both = replace(spec, tp=top, precision="fp8", kv_dtype="fp8")
+        out.append((both, f"--tp {top} --precision fp8 --kv-dtype fp8"))
+    return out
+
+
+def serve_caveats(model: ModelSpec, hw: Hardware) -> list[str]:
+    """The regimes of known larger error: a routed (MoE) model, a datasheet-only device."""
+    out = []
+    if ffn.routes(model):
+        out.append(_moe_text())
+    if hw.calibration.get("basis", "datasheet") == "datasheet":
+        out.append(f"{hw.name}: {calibration_line(hw, pointer=False)}; no fitted rate is "
+                   "checked on it, so expect larger errors")  # fmt: skip
+    return out
+
+
+def moe_serving_figures() -> dict:
+    """The published MoE serving runs' figures (``validate.published --loso``): runs,
+    sources, and the leave-one-source-out median, low and high error."""
+    part = fitted()[SERVING_RECORD].figures["moe"]
+    return {"runs": part["runs"], "sources": part["sources"], **part["loso"]}
+
+
+def _moe_text() -> str:
+    f = moe_serving_figures()
+    of = f"{f['sources']} source{'s' * (f['sources'] != 1)}"
+    return (
+        f"mixture-of-experts serving is less certain: on {f['runs']} published MoE serving "
+        f"runs of {of} the predicted figure is off by {f['median']:.0%} at the median, from "
+        f"{f['low']:+.0%} to {f['high']:+.0%}, with the serving parameters refitted without "
+        "each source (python -m validate.published --loso); experts are read as uniform "
+        "routing reaches them"
+    )
