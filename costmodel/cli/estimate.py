@@ -267,7 +267,8 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
         return 0
     for name, hw in rows.items():
         bf16 = hw.peak_flops.get("bf16") or hw.peak_flops.get("fp16") or 0
-        print(f"{name}: {hw.kind}, {bf16 / 1e12:,.0f} TFLOP/s 16-bit dense, "
+        rate = f"{bf16 / 1e12:,.0f} TFLOP/s" if bf16 >= 1e13 else f"{bf16 / 1e9:,.0f} GFLOP/s"
+        print(f"{name}: {hw.kind}, {rate} 16-bit dense, "
               f"{fmt_bytes(hw.hbm_bytes)}, {hw.devices_per_node} per node")  # fmt: skip
         print(f"  calibration: {calibration_line(hw, pointer=False)}")
         if args.name:
