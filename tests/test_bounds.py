@@ -126,3 +126,11 @@ def test_serving_an_moe_model_carries_its_recorded_caveat(capsys):
     assert f"off by {figs['median']:.0%} at the median" in line
     _, dense, _ = _run(capsys, "serve", "--model", "llama3-8b", "--context", "4096")
     assert "caveat" not in dense
+
+
+def test_the_readme_quotes_the_recorded_moe_serving_figures():
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    figs = moe_serving_figures()
+    assert f"({figs['runs']} Mixtral-8x7B runs of one source: {figs['median']:.0%} median" in readme
