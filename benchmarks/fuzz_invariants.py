@@ -14,8 +14,8 @@ in one field only:
   3: gradients too) per device times the shard degree (fsdp; Megatron's distributed
   optimizer: dp x fsdp) equals one device's whole state under the same framework (tp = pp
   = cp = ep = 1);
-- recomputation is monotone: full recompute keeps no more activations than none, and is
-  never faster than none (the same layout otherwise).
+- recomputation is monotone: full recompute keeps no more activations than none, peaks no
+  higher, and is never faster than none (the same layout otherwise).
 
 Each question's counts are appended to ``OUT/draws.jsonl`` as it finishes (a rerun skips
 the draws it holds); the summary prints each invariant's checks, failures and the worst
@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("cs336-small", "cs336-2.7b", "gpt2", "llama3-8b", "llama3-70b", "mixtral-8x7b")
+MODELS = ("cs336-small", "cs336-2.7b", "gpt2", "gemma-2-2b", "llama3-8b", "llama3-70b",
+          "mixtral-8x7b")  # fmt: skip
 DEVICES = ("h100-sxm", "a100-80gb", "mi300x", "b200", "tpu-v5p")
 PRECISIONS = ("bf16-mixed", "fp16-mixed", "bf16", "fp8")
 QUANTITIES = (
@@ -180,6 +181,10 @@ def _check_recompute(cols: dict, v: dict, tally: Tally, where: str) -> None:
     acts = v["memory_bytes_per_device.activations"]
     tally.check(
         "full recompute keeps <= none", acts[b] <= acts[a] * (1 + TOL), acts[b] / acts[a] - 1, where
+    )
+    peak = v["memory_bytes_per_device.peak"]
+    tally.check(
+        "full recompute peaks <= none", peak[b] <= peak[a] * (1 + TOL), peak[b] / peak[a] - 1, where
     )
     step = v["time_s.step"]
     tally.check(

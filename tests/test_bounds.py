@@ -134,3 +134,69 @@ def test_the_readme_quotes_the_recorded_moe_serving_figures():
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     figs = moe_serving_figures()
     assert f"({figs['runs']} Mixtral-8x7B runs of one source: {figs['median']:.0%} median" in readme
+
+
+def test_min_fsdp_that_nothing_fits_says_why_and_what_it_held(capsys):
+    code, out, _ = _run(capsys, "solve", "min-fsdp", "--model", "xxl", "--hardware", "tpu-v5p",
+                        "--framework", "fsdp2", "--budget-gb", "95", "--seq", "8192",
+                        "--batch-tokens", "0", "--json")  # fmt: skip
+    answer = json.loads(out)["answer"]
+    assert code == 0 and answer["fsdp"] is None
+    assert answer["why"].startswith("no fsdp degree up to 65,536 fits")
+    assert answer["assumed"].startswith("8,192 tokens per device (1 x seq 8192; --batch-tokens 0")
+
+
+def test_max_batch_does_not_state_the_micro_batch_it_grows(capsys):
+    code, out, _ = _run(capsys, "solve", "max-batch", "--model", "llama3-8b", "--hardware",
+                        "h100-sxm", "--gpus", "8", "--framework", "fsdp2", "--seq", "4096",
+                        "--json")  # fmt: skip
+    data = json.loads(out)
+    assert code == 0 and data["batch"] == 16
+    assert (
+        "micro-batch per device grows" in data["assumed"] and "micro-batch 1" not in data["assumed"]
+    )
+
+
+def test_max_seq_past_the_models_positions_says_so(capsys):
+    code, out, _ = _run(capsys, "solve", "max-seq", "--model", "llama3-8b", "--hardware",
+                        "h100-sxm", "--gpus", "8", "--framework", "fsdp2", "--batch", "8",
+                        "--json")  # fmt: skip
+    data = json.loads(out)
+    assert (
+        code == 0
+        and data["seq"] > 8192
+        and "past llama3-8b's 8,192 trained positions" in data["note"]
+    )
+
+
+def test_bounds_prints_rates_with_units(capsys):
+    _, out, _ = _run(capsys, "bounds", "--model", "xxl", "--hardware", "tpu-v5p", "--fsdp", "16",
+                     "--tp", "4")  # fmt: skip
+    assert "peak_flops                             459 TFLOP/s per device" in out
+    assert "bandwidth                              180 GB/s per axis" in out
+    assert "459000000000000" not in out
+
+
+def test_a_verdict_prints_the_digits_that_tell_peak_from_budget():
+    from costmodel.engine.fit import Fit
+
+    fit = Fit(fits=False, peak_bytes=21.63 * 2**30, reserved_bytes=22 * 2**30,
+              capacity_bytes=24 * 2**30, budget_bytes=21.6 * 2**30, headroom=0.9)  # fmt: skip
+    assert fit.sentence().startswith("does not fit: peak 21.63 GiB > 21.60 GiB")
+
+
+@pytest.mark.parametrize("framework", ["fsdp2", "reference", "deepspeed", "megatron"])
+def test_full_recompute_never_peaks_above_none(framework):
+    """Issue 60: gemma-2-2b on 8 H100, fsdp2 peaked higher under full recompute (a
+    recomputed block's casts counted where FSDP2 gathers bf16 weights, and where none keeps
+    the same casts); measured on the meta device, the two peaks are equal."""
+    from costmodel import ParallelSpec, TrainSpec, estimate, get_hardware, get_model
+
+    peaks = {}
+    for recompute in ("none", "selective", "full"):
+        degrees = {"fsdp": 8} if framework in ("fsdp2", "deepspeed") else {"dp": 8}
+        train = TrainSpec(batch=8, seq=128, recompute=recompute)
+        par = ParallelSpec(framework=framework, **degrees)
+        est = estimate(get_model("gemma-2-2b"), train, par, get_hardware("h100-sxm"))
+        peaks[recompute] = est["memory_bytes_per_device.peak"]
+    assert peaks["full"] <= peaks["selective"] <= peaks["none"], peaks

@@ -164,7 +164,7 @@ def test_table_text_says_what_the_flags_said(capsys):
             "--price-per-hour", "2", "--full"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "micro-batch 1 per device x 8 replicas x 4 steps" in out
+    assert "micro-batch 1 per device x 8 data-parallel ranks x 4 steps" in out  # fsdp: no replicas
     line = next(x for x in out.splitlines() if x.startswith("tokens_per_s"))
     assert "e+" not in line and "," in line
     cost = next(x for x in out.splitlines() if x.startswith("train_cost"))

@@ -199,7 +199,8 @@ def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
     """Batch, sequence and how the batch is split: sequences per device per micro-batch,
     data-parallel replicas and accumulation steps."""
     replicas = p.batch_step(1) if p is not None else 1
-    split = (f"micro-batch {t.micro_batch // replicas} per device x {replicas} replicas x "
+    ranks = "data-parallel ranks" if p is not None and p.fsdp > 1 else "replicas"
+    split = (f"micro-batch {t.micro_batch // replicas} per device x {replicas} {ranks} x "
              f"{t.grad_accum} steps" if replicas > 1 else
              f"micro-batch {t.micro_batch} x {t.grad_accum} steps")  # fmt: skip
     return (

@@ -78,7 +78,8 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")
     print(f"  {'step':<26} {fmt_seconds(step):>9}  generation {out['rl.generation_share']:.1%}"
-          f" of it; {out['rl.tokens_per_s']:,.0f} tokens/s")  # fmt: skip
+          f" of it; {out['rl.tokens_per_s']:,.0f} tokens/s over the {spec.gpus} GPUs "
+          "(prompts and responses of the step over its time)")  # fmt: skip
     return 0
 
 

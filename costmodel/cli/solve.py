@@ -91,11 +91,25 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
     for key, value in report.items():
         if isinstance(value, dict) and key != "latex":
             for sub, x in value.items():
-                print(f"{key}.{sub:<28} {x:.6g}")
+                print(f"{key}.{sub:<28} {x:.6g}{' s' * key.startswith('time_s')}")
         elif key != "latex":
-            print(f"{key:<38} {value}")
+            print(f"{key:<38} {_bound_text(key, value)}")
     print(f"\ncritical batch B* = {report['latex']['critical_batch_tokens']}")
     return 0
+
+
+_BOUND_UNITS = {"peak_flops": (1e12, "TFLOP/s per device"), "bandwidth": (1e9, "GB/s per axis"),
+                "critical_batch_tokens": (1, "tokens"),
+                "critical_batch_tokens_per_device": (1, "tokens"),
+                "ici_intensity": (1, "FLOPs per byte")}  # fmt: skip
+"""How ``bounds`` prints a number: a scale and its unit."""
+
+
+def _bound_text(key: str, value: Any) -> str:
+    if key not in _BOUND_UNITS or not isinstance(value, int | float):
+        return str(value)
+    scale, unit = _BOUND_UNITS[key]
+    return f"{value / scale:,.4g} {unit}" if scale != 1 else f"{value:,.1f} {unit}"
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
@@ -111,6 +125,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         found = max_fitting(setup.model, setup.train, setup.parallel, setup.hardware, field,
                             _budget(args), args.memory_headroom)  # fmt: skip
         result = {**found, "assumed": _assumed(setup, field)}
+        positions = setup.model.max_positions
+        if field == "seq" and (result["seq"] or 0) > positions:
+            result["note"] = (f"{result['seq']:,} tokens is past {setup.model.name}'s "
+                              f"{positions:,} trained positions: memory allows it, the model "
+                              "needs position scaling (e.g. YaRN) or long-context training "
+                              "for it")  # fmt: skip
         if result[field] is not None:
             train = setup.train.replace(**{field: result[field]})
             at = estimate(setup.model, train, setup.parallel, setup.hardware)
@@ -155,10 +175,18 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
             at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
             result["verdict"] = _verdict(at, args)
         book = {"fsdp": full["fsdp"], "fsdp_usable": _usable(full["fsdp"]),
-                "from": "the full model (per-device peak; the Scaling Book's below)"}  # fmt: skip
-    assumed = (f"{tokens:,} tokens per device ({tokens // train.seq} x seq {train.seq}), "
-               f"budget {budget / GB:,.1f} GB, framework {framework}, {train.precision}, "
-               f"recompute {train.recompute}")  # fmt: skip
+                "from": "the full model (per-device peak; the Scaling Book's below)",
+                **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
+        sequences = setup.train.batch
+        rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
+            "rounded to whole sequences"  # fmt: skip
+        held = (
+            f"{sequences * train.seq:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
+        )
+    else:
+        held = f"{tokens:,} tokens per device (the approximation's activations)"
+    assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
+               f"{train.precision}, recompute {train.recompute}")  # fmt: skip
     return {"answer": {**book, "assumed": assumed}, **result}
 
 
@@ -171,8 +199,11 @@ def _assumed(setup: Any, field: str) -> str:
     """What a max-batch / max-seq answer holds fixed, in words."""
     t, p = setup.train, setup.parallel
     micro = t.batch // p.batch_step(t.grad_accum)
-    held = f"seq {t.seq}" if field == "batch" else f"batch {t.batch}"
-    return (f"{held}, micro-batch {micro} per device x grad-accum {t.grad_accum}, framework "
+    if field == "batch":  # the micro-batch is what grows
+        held = f"seq {t.seq}, grad-accum {t.grad_accum} (the micro-batch per device grows)"
+    else:
+        held = f"batch {t.batch}, micro-batch {micro} per device x grad-accum {t.grad_accum}"
+    return (f"{held}, framework "
             f"{p.framework}, dp {p.dp}, fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, "
             f"recompute {t.recompute}, {t.precision}")  # fmt: skip
 

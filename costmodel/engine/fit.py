@@ -100,24 +100,35 @@ class Fit:
             return f"{self.capacity_bytes / 2**30:,.0f} GiB"
         return f"{self.capacity_bytes / 1e9:,.0f} GB"
 
-    def allowance(self) -> str:
+    def allowance(self, digits: int = 1) -> str:
         """The budget in words: ``72.0 GiB (headroom 0.9 of 80 GiB)``."""
         gib = self.budget_bytes / 2**30
         if self.headroom is None:
-            return f"{gib:,.1f} GiB (the budget given; device {self.capacity()})"
-        return f"{gib:,.1f} GiB (headroom {self.headroom:g} of {self.capacity()})"
+            return f"{gib:,.{digits}f} GiB (the budget given; device {self.capacity()})"
+        return f"{gib:,.{digits}f} GiB (headroom {self.headroom:g} of {self.capacity()})"
 
     def sentence(self) -> str:
         """``fits: peak 31.9 GiB <= 72.0 GiB (headroom 0.9 of 80 GiB); reserved 38.3 GiB``,
-        a reserve over the budget said as such, or ``does not fit: peak 761.9 GiB > ...``."""
+        a reserve over the budget said as such, or ``does not fit: peak 761.9 GiB > ...``;
+        with the digits that tell the peak from the budget (``21.63 GiB > 21.60 GiB``)."""
         peak, reserved = self.peak_bytes / 2**30, self.reserved_bytes / 2**30
+        digits = _telling_digits(peak, self.budget_bytes / 2**30)
         if not self.fits:
-            return f"does not fit: peak {peak:,.1f} GiB > {self.allowance()}"
-        said = f"fits: peak {peak:,.1f} GiB <= {self.allowance()}; reserved {reserved:,.1f} GiB"
+            return f"does not fit: peak {peak:,.{digits}f} GiB > {self.allowance(digits)}"
+        said = (f"fits: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
+                f"{reserved:,.1f} GiB")  # fmt: skip
         if self.reserved_over_budget:
             said += (" is over it: the caching allocator will free cached blocks and retry "
                      "(slower steps; expandable_segments helps)")  # fmt: skip
         return said
+
+
+def _telling_digits(a: float, b: float, most: int = 4) -> int:
+    """Decimals (1 to ``most``) at which ``a`` and ``b`` print differently, if any do."""
+    for digits in range(1, most + 1):
+        if f"{a:.{digits}f}" != f"{b:.{digits}f}":
+            return digits
+    return 1
 
 
 def judge(

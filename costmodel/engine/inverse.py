@@ -27,6 +27,7 @@ from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, batch_step, moe_rule
+from costmodel.units import fmt_bytes
 
 SEARCH_LIMIT = 2**24
 """Largest batch or sequence length ``max_fitting`` tries (sequences or tokens)."""
@@ -102,13 +103,22 @@ def min_fsdp_fitting(
     values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
     fitting = np.flatnonzero(fits(values, allowed))
     at = int(fitting[0]) if fitting.size else int(np.argmin(values[PEAK]))
-    return {
+    out = {
         "fsdp": int(fsdp[at]) if fitting.size else None,
         "per_device_bytes": float(values[PEAK][at]),
         "reserved_bytes": float(values[RESERVED][at]),
         "budget_bytes": allowed,
         "micro_batch_per_device": micro,
     }
+    if not fitting.size:
+        out["why"] = (
+            f"no fsdp degree up to {int(fsdp[-1]):,} fits: the lowest peak, "
+            f"{fmt_bytes(out['per_device_bytes'])} at fsdp {int(fsdp[at]):,}, is above the "
+            f"{fmt_bytes(allowed)} budget; what fsdp does not shrink (the activations of "
+            f"{micro} x {train.seq:,} tokens, the gathered layers) is too large: a shorter "
+            "seq, recompute full, or cp / tp / pp"
+        )
+    return out
 
 
 def _allowed_fsdp(model: ModelSpec, parallel: ParallelSpec, fsdp: np.ndarray) -> np.ndarray:

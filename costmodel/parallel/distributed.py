@@ -164,7 +164,7 @@ def _live_set_peaks(model, train, par, rank, state, acts, live, held) -> dict[st
     if gathered is None:
         return peak_memory(model, train, at_head, acts, **kw)
     at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
-    peaks = peak_memory(model, train, at_head, acts, **kw)
+    peaks = peak_memory(model, train, at_head, acts, casts=False, **kw)
     return framework.block_peaks(
         model, train, par, peaks, state=state, live=live,
         acts_of=lambda ops: sharded_activations(model, train, par, only=ops),
