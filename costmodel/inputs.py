@@ -220,12 +220,26 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
     if gpus is None:
         return parallel
     checks.integer("gpus", gpus)
+    stage = layout.get("zero") if trait(parallel.framework, "zero_stages") else None
     if "dp" not in layout:  # the framework's own split: replicas, or one shard group
-        shard = "fsdp" not in layout and trait(parallel.framework, "shards_by_default")
-        return fill_dp(parallel, gpus, shard=shard)
+        # a ZeRO stage asked for shards over every data-parallel device (DeepSpeed's own)
+        sharding = trait(parallel.framework, "shards_by_default") or bool(stage)
+        return _sharded_somewhere(
+            fill_dp(parallel, gpus, shard="fsdp" not in layout and sharding), stage
+        )
     if parallel.devices != gpus:
         raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus (got "
                         f"{parallel.devices} and gpus={gpus})")  # fmt: skip
+    return _sharded_somewhere(parallel, stage)
+
+
+def _sharded_somewhere(parallel: ParallelSpec, stage: int | None) -> ParallelSpec:
+    """A ZeRO stage the user asked for must shard something: over fsdp ranks (ZeRO's
+    group); fsdp 1 beside dp replicas would silently shard nothing."""
+    if stage and parallel.fsdp == 1 and parallel.dp > 1:
+        raise SpecError("zero", f"zero {stage} shards over the fsdp ranks and fsdp is 1: "
+                        f"nothing would be sharded; give --fsdp (e.g. --fsdp {parallel.dp} "
+                        "--dp 1 for ZeRO over every data-parallel rank)")  # fmt: skip
     return parallel
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from costmodel.catalog.files import MAX_BYTES
 from costmodel.catalog.hardware import device_choices
+from costmodel.frameworks.registry import trait
 from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec
@@ -45,6 +46,18 @@ ALTERNATIVES = {"dp": ("batch", "gpus", "grad_accum", "microbatch"), "gpus": ("t
 """Widgets that can mend an error about an input the sidebar has no widget for (``dp``
 is what the devices leave after the other degrees), or that no value of its own mends
 (no device count takes tp 3 of 32 heads)."""
+
+
+def _given(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs as ``build`` takes them. The ZeRO widget always holds a stage: it is
+    passed where the sidebar sets the shard degree or the framework shards by default; a
+    framework that does not (the reference model's DDP) is left to its default, as the CLI
+    is without ``--zero`` (``--zero`` given asks for a shard group)."""
+    given = {k: values.get(k) for k in SHOWN}
+    framework = given.get("framework") or BY_KEY["framework"].default
+    if given.get("fsdp") is None and not trait(framework, "shards_by_default"):
+        given["zero"] = None  # not given (build drops what is None)
+    return given
 
 
 def choices(key: str) -> tuple[Any, ...]:
@@ -164,7 +177,7 @@ def setup_of(
     if isinstance(model, str):
         return None, {"model": model}
     try:
-        setup = build({k: values.get(k) for k in SHOWN}, model)
+        setup = build(_given(values), model)
     except SpecError as err:
         return None, {widget_of(err.field): err.message}
     except ValueError as err:  # a parser outside the spec layer (e.g. an HF config)
@@ -227,7 +240,7 @@ def failing_field(values: Mapping[str, Any], model: ModelSpec | str | None = Non
     if isinstance(model, str):
         return None
     try:
-        build({k: values.get(k) for k in SHOWN}, model)
+        build(_given(values), model)
     except SpecError as err:
         return err.field.split(".")[0]
     except ValueError:

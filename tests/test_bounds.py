@@ -200,3 +200,46 @@ def test_full_recompute_never_peaks_above_none(framework):
         est = estimate(get_model("gemma-2-2b"), train, par, get_hardware("h100-sxm"))
         peaks[recompute] = est["memory_bytes_per_device.peak"]
     assert peaks["full"] <= peaks["selective"] <= peaks["none"], peaks
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "llama3-70b", "--gpus", "16", "--tp", "8", "--pp", "2", "--framework",
+         "megatron", "--seq", "4096", "--batch", "32"],
+        ["--model", "llama3-8b", "--hardware", "rtx-4090", "--finetune", "qlora", "--recompute",
+         "full"],
+        ["--model", "llama3-8b", "--gpus", "8", "--framework", "fsdp2"],
+        ["--model", "llama3-8b", "--gpus", "8", "--framework", "deepspeed", "--zero", "1"],
+    ],
+)  # fmt: skip
+def test_the_memory_lines_add_up_to_the_peak(capsys, argv):
+    """Every line under "memory per device" but reserved sums to the printed peak (frozen
+    weights, buffers and the transients named), to the rounding of the printed digits."""
+    hardware = [] if "--hardware" in argv else ["--hardware", "h100-sxm"]
+    code, out, _ = _run(capsys, "estimate", *argv, *hardware)
+    assert code == 0
+    lines = out.split("memory per device", 1)[1].split("time per step", 1)[0].splitlines()
+    parts = {}
+    for line in lines:
+        label, _, value = line.strip().partition("  ")
+        if value:
+            amount = float(
+                value.split("minus ")[-1].split(" GiB")[0].split(" MiB")[0].replace(",", "")
+            )
+            scale = 2**30 if " GiB" in value else 2**20
+            parts[label.strip()] = amount * scale * (-1 if "minus" in value else 1)
+    peak = parts.pop("peak")
+    parts.pop("reserved")
+    assert "frozen weights" in parts or "qlora" not in argv
+    assert sum(parts.values()) == pytest.approx(peak, abs=0.006 * 2**30 * len(parts))
+
+
+def test_a_zero_stage_asked_for_shards_or_is_refused(capsys):
+    base = ["estimate", "--model", "llama3-8b", "--gpus", "8", "--hardware", "h100-sxm"]
+    code, out, _ = _run(capsys, *base, "--zero", "2")
+    assert code == 0 and "ZeRO-2 over fsdp 8" in out  # was: DDP, nothing sharded, no note
+    code, _, err = _run(capsys, *base, "--dp", "8", "--zero", "2")
+    assert code == 2 and "zero 2 shards over the fsdp ranks and fsdp is 1" in err
+    _, out, _ = _run(capsys, *base, "--framework", "deepspeed")
+    assert "ZeRO-3 (costmodel's default for a ZeRO framework; DeepSpeed's own is stage 0" in out

@@ -64,7 +64,7 @@ def test_zero_1_under_deepspeed_shards_the_optimizer_state():
     one, three = _json(*args, "--zero", "1"), _json(*args, "--zero", "3")
     opt = {z: d["memory_bytes_per_device"]["optimizer"] for z, d in ((1, one), (3, three))}
     assert opt[1] == opt[3]  # the optimizer state over the 8 devices under both stages
-    full = _json(*args, "--zero", "1", "--dp", "8")["memory_bytes_per_device"]["optimizer"]
+    full = _json(*args, "--dp", "8")["memory_bytes_per_device"]["optimizer"]  # DDP: whole
     assert opt[1] == pytest.approx(full / 8)
 
 

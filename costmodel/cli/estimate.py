@@ -89,6 +89,17 @@ _SUMMARY = (
     ("  gradients", "memory_bytes_per_device.grads", fmt_bytes),
     ("  optimizer", "memory_bytes_per_device.optimizer", fmt_bytes),
     ("  activations", "memory_bytes_per_device.activations", fmt_bytes),
+    ("  frozen weights", "memory_bytes_per_device.frozen", fmt_bytes),
+    ("  buffers", "memory_bytes_per_device.buffers", fmt_bytes),
+    (
+        "  transients",
+        "memory_bytes_per_device.rest_at_peak",
+        lambda x: (
+            fmt_bytes(x)
+            if x >= 0
+            else f"minus {fmt_bytes(-x)}: the lines above are not all alive at once"
+        ),
+    ),
     ("  peak", "memory_bytes_per_device.peak", fmt_bytes),
     ("  reserved", "memory_bytes_per_device.reserved", fmt_bytes),
     ("time per step", None, None),
@@ -104,9 +115,24 @@ _SUMMARY = (
 (bubble, master copy, ...) is left out, a None quantity heads the rows below it."""
 
 
+_PARTS = ("params", "master", "grads", "optimizer", "activations", "frozen", "buffers")
+"""The per-device memory lines the summary adds up to the peak."""
+
+
+def _rest_at_peak(v: dict[str, Any]) -> dict[str, float]:
+    """The peak beyond the listed parts (logits, gathered layers, a gradient's cast, ...),
+    or what of them is not alive at once (negative), so that the lines add up to it."""
+    key = "memory_bytes_per_device."
+    if key + "peak" not in v:
+        return {}
+    listed = sum(float(v.get(key + part) or 0) for part in _PARTS)
+    return {key + "rest_at_peak": float(v[key + "peak"]) - listed}
+
+
 def _summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
-    """The summary's rows; a layout that does not fit shows its memory and no speed."""
-    v = est.values
+    """The summary's rows; a layout that does not fit shows its memory and no speed. The
+    memory lines add up to the peak (:func:`_rest_at_peak`)."""
+    v = {**est.values, **_rest_at_peak(est.values)}
     shown = {k for _, k, _ in _SUMMARY if k and (v.get(k) or (k == "time_s.step" and k in v))}
     if not fits:
         shown -= {k for _, k, _ in _SUMMARY if k and k.startswith(("time_s.", "tokens_"))}

@@ -111,8 +111,12 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     t, p = est.train, est.parallel
     assert p is not None
     micro = t.batch // p.batch_step(t.grad_accum)
+    zero = ""
+    if framework_of(p).zero_stages and p.fsdp > 1 and "zero" in defaulted:
+        zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework; DeepSpeed's own "
+                "is stage 0; --zero 1, 2 or 3)")  # fmt: skip
     return (
-        f"{framework_words(p, defaulted)}; {degrees(p)}; micro-batch {micro} per device x "
+        f"{framework_words(p, defaulted)}{zero}; {degrees(p)}; micro-batch {micro} per device x "
         f"grad-accum {t.grad_accum}; recompute {t.recompute}; {t.precision}; "
         f"attention {t.attention} (kernel {t.attention_kernel}); {t.optimizer}"
     )
