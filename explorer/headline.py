@@ -12,8 +12,10 @@ from typing import Any
 
 import streamlit as st
 
+from costmodel.engine.caveats import caveats
 from costmodel.engine.fit import Fit, judge
 from costmodel.engine.nearest import micro_per_device, more_devices, nearest_fit
+from costmodel.engine.plan import limit_of
 from costmodel.engine.verdict import layout_line, peak_named
 from costmodel.inputs import Setup
 from costmodel.units import GIB, fmt_count
@@ -76,6 +78,10 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     assumed.markdown(f"Assumed: {setup_line(setup)}")
     for note in setup.notes:
         assumed.caption(note)
+    if fit.fits and not stale:  # what the CLI's verdict says beside a fit
+        st.markdown(f"**Limited by** {limit_of(v, fit.budget_bytes)}.")
+    for text in caveats(setup.estimate()):
+        st.warning(text)
     st.caption(f"Layout: {layout_line(setup.train, setup.parallel, setup.hardware)}")
 
 

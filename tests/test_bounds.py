@@ -243,3 +243,18 @@ def test_a_zero_stage_asked_for_shards_or_is_refused(capsys):
     assert code == 2 and "zero 2 shards over the fsdp ranks and fsdp is 1" in err
     _, out, _ = _run(capsys, *base, "--framework", "deepspeed")
     assert "ZeRO-3 (costmodel's default for a ZeRO framework; DeepSpeed's own is stage 0" in out
+
+
+def test_a_device_comparison_says_what_each_device_rests_on_and_its_memory_adds_up(capsys):
+    code, out, _ = _run(capsys, "plan", "--model", "llama3-8b", "--hardware",
+                        "h100-sxm,b200,mi300x", "--gpus", "8", "--seq", "4096",
+                        "--global-batch", "64")  # fmt: skip
+    assert code == 0
+    for name in ("h100-sxm", "b200", "mi300x"):
+        assert f"calibration of {name}: " in out
+    assert "calibration of mi300x: datasheet only" in out
+    line = next(x for x in out.splitlines() if "memory per device (GiB)" in x)
+    terms, peak = line.split(": ", 1)[1].split(" = peak ")
+    total = sum(float(t.split()[-1]) for t in terms.split(" + "))
+    assert total == pytest.approx(float(peak.split(";")[0]), abs=0.06 * terms.count("+"))
+    assert "; reserved " in line

@@ -140,7 +140,12 @@ def test_cli(capsys):
     plan = ",".join(f"{k}={v}" for k, v in PUBLISHED.items())
     assert main([*args, "--plan", plan]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("the plan given\n") and "34 rounds of 2 sequence(s)" in out
+    head, given = out.splitlines()[:2]
+    assert (
+        head
+        == "llama3-8b on one h100-sxm, its host over pcie5 (overlap 1): batch 68 x seq 8192, bf16"
+    )
+    assert given == "the plan given" and "34 rounds of 2 sequence(s)" in out
     assert main([*args[:-4], "--host-budget-gb", "5", "--device-budget-gb", "30"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "host_budget must be >=" in err

@@ -73,6 +73,10 @@ def _cmd_offload(args: argparse.Namespace) -> int:
     head = configs[0]
     broken = [k.removesuffix("_ok") for k, ok in head.fits.items() if not ok]
     title = "the plan given" if args.plan else "fastest plan"
+    link = f"{args.link_gbps:g} GB/s" if args.link_gbps is not None else args.link
+    print(f"{setup.model.name} on one {hw.name}, its host over {link} (overlap "
+          f"{args.overlap:g}): batch {setup.train.batch} x seq {setup.train.seq}, "
+          f"{setup.train.precision}")  # fmt: skip
     print(title + (f" (does NOT fit the {' and '.join(broken)} budget)" if broken else ""))
     print("\n".join("  " + line for line in explain(head, spec)))
     if len(configs) > 1:

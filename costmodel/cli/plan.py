@@ -116,9 +116,14 @@ def breakdown(row: dict[str, Any]) -> str:
     groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp", "ep") if row[f"comm_time_s.{k}"] > 0]
     comm = ", ".join(f"{k} {row[f'comm_time_s.{k}']:.3f}" for k in groups) or "none"
     peak = row["memory_bytes_per_device.peak"] / GIB
+    rest = peak - sum(row[f"memory_bytes_per_device.{k}"] for k in parts) / GIB
+    rest_text = (f" + transients {rest:,.1f}" if rest >= 0 else
+                 f" - {-rest:,.1f} (the parts are not all alive at once)")  # fmt: skip
+    reserved = row["memory_bytes_per_device.reserved"] / GIB
     return "\n".join([
         f"\nbest: {layout_label(row)}",
-        f"  memory per device (GiB): {mem}; peak with transients {peak:,.1f}",
+        f"  memory per device (GiB): {mem}{rest_text} = peak {peak:,.1f}; reserved "
+        f"{reserved:,.1f}",
         f"  step (s): {phases} = {row['time_s.step']:.3f} (compute {row['time_s.compute']:.3f})",
         f"  communication per step (s, hidden or exposed): {comm}",
     ])  # fmt: skip

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.catalog.hardware import get_hardware
+from costmodel.engine.caveats import calibration_line
 from costmodel.engine.plan import Plan, layout_label, score
 from costmodel.specs.checks import SpecError
 from costmodel.units import GIB
@@ -96,6 +98,9 @@ def compare_text(order: list[Searched], objective: str, no_fit: dict[str, str]) 
             f"{r['mfu']:>6.1%} {r['memory_bytes_per_device.peak'] / GIB:>9.1f}{extra}"
         )
     lines += [f"  {s.hardware}: {no_fit[s.hardware]}" for s in order if s.best is None]
+    for s in order:
+        line = calibration_line(get_hardware(s.hardware), pointer=False)
+        lines.append(f"  calibration of {s.hardware}: {line}")
     return "\n".join(lines)
 
 
