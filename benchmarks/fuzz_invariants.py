@@ -11,7 +11,8 @@ in one field only:
 - per-device activations do not depend on how the data-parallel ranks are split into
   replicas and shards (same framework, degrees, micro-batch and recompute);
 - sharding divides exactly: what a ZeRO stage shards (1: master and optimizer state; 2 and
-  3: gradients too) per device times the shard degree (fsdp; Megatron's distributed
+  3: gradients too; under autocast, whose fp32 parameters are the model's, the master at
+  stage 3 only) per device times the shard degree (fsdp; Megatron's distributed
   optimizer: dp x fsdp) equals one device's whole state under the same framework (tp = pp
   = cp = ep = 1);
 - recomputation is monotone: full recompute keeps no more activations than none, peaks no
@@ -85,7 +86,7 @@ def evaluate(q: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.nda
             batch=q["batch"], seq=min(q["seq"], model.max_positions), precision=q["precision"]
         )
         hw.peak(PREC[q["precision"]].peak_dtype)
-        options = PlanOptions(frameworks=("fsdp2", "megatron", "deepspeed"))
+        options = PlanOptions(frameworks=("fsdp2", "megatron", "deepspeed", "reference"))
         cols = enumerate_layouts(model, train, hw, q["gpus"], options)
         ok = valid_mask(cols, model, train)
     except SpecError:
@@ -196,6 +197,8 @@ def _check_recompute(cols: dict, v: dict, tally: Tally, where: str) -> None:
 
 
 def _check_sharding(q: dict, cols: dict, v: dict, tally: Tally, where: str) -> None:
+    from costmodel.frameworks.registry import trait
+
     flat = (cols["tp"] == 1) & (cols["pp"] == 1) & (cols["cp"] == 1) & (cols["ep"] == 1)
     if not flat.any():
         return
@@ -210,6 +213,8 @@ def _check_sharding(q: dict, cols: dict, v: dict, tally: Tally, where: str) -> N
         # shards over the fsdp group and replicates over dp
         degree = cols["fsdp"] * (cols["dp"] if fw == "megatron" else 1)
         for zero, sharded in terms.items():
+            if trait(str(fw), "autocast") and zero < 3:  # its fp32 parameters are the model's:
+                sharded = tuple(t for t in sharded if t != "master")  # sharded at stage 3 only
             rows = flat & (cols["framework"] == fw) & (cols["zero"] == zero)
             if whole is None or not rows.any():
                 continue
