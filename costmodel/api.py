@@ -30,7 +30,7 @@ from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
 from costmodel.engine import sweep as _sweep
 from costmodel.engine.estimate import Estimate
-from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, fits
 from costmodel.engine.sweep import Table
 from costmodel.frameworks.registry import trait
 from costmodel.inputs import build
@@ -154,8 +154,12 @@ def sweep(
     then every quantity, as arrays of the grid's shape (``.frame()`` for pandas,
     ``costmodel.table(result)`` for either)."""
     grid = dict(overrides)
+    _check_broadcast({**grid, **({"gpus": gpus} if gpus is not None else {})})
     if gpus is not None:
         grid.update(_fill_gpus(gpus, grid))
+    if "batch" not in grid and ("dp" in grid or "fsdp" in grid):  # estimate's default batch
+        grid["batch"] = _default_batch(grid)
+    if gpus is not None:
         hardware = hardware or _required("gpus")
         if microbatch is None and "grad_accum" not in grid:
             microbatch = _one_sequence(grid)
@@ -165,10 +169,41 @@ def sweep(
     inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
     if microbatch is not None:
         inputs["microbatch"] = microbatch
-    inputs.update({k: grid[k] for k in ("dp", "fsdp") if k in grid})
+    inputs.update({k: grid[k] for k in ("dp", "fsdp", "batch") if k in grid})
     shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
     cols = {k: np.broadcast_to(np.asarray(v), shape) for k, v in inputs.items()}
+    if hardware is not None and PEAK in out:  # the fit rule, as estimate's verdict
+        hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+        out["fits"] = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
     return Table({**cols, **out})
+
+
+def _check_broadcast(grid: dict[str, Any]) -> None:
+    """Arrays of the grid numpy can broadcast together, or one line naming two that do not."""
+    shaped = [(k, np.shape(v)) for k, v in grid.items() if np.ndim(v)]
+    try:
+        np.broadcast_shapes(*(shape for _, shape in shaped))
+    except ValueError:
+        pairs = [(x, y) for i, x in enumerate(shaped) for y in shaped[i + 1 :]]
+        (a, sa), (b, sb) = next((p for p in pairs if not _broadcasts(p[0][1], p[1][1])), pairs[0])
+        raise SpecError(a, f"{a} (shape {sa}) and {b} (shape {sb}) do not broadcast: give "
+                        f"arrays of one length, or crossed shapes (e.g. np.array({a})[:, "
+                        "None])") from None  # fmt: skip
+
+
+def _broadcasts(a: tuple, b: tuple) -> bool:
+    try:
+        np.broadcast_shapes(a, b)
+    except ValueError:
+        return False
+    return True
+
+
+def _default_batch(grid: dict[str, Any]) -> Any:
+    """``estimate``'s batch where none is given: TrainSpec's default, or the smallest
+    multiple of the data-parallel devices above it (``inputs._default_batch``)."""
+    ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
+    return -(-TrainSpec().batch // ranks) * ranks
 
 
 def _one_sequence(grid: dict[str, Any]) -> int | None:

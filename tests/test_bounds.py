@@ -258,3 +258,18 @@ def test_a_device_comparison_says_what_each_device_rests_on_and_its_memory_adds_
     total = sum(float(t.split()[-1]) for t in terms.split(" + "))
     assert total == pytest.approx(float(peak.split(";")[0]), abs=0.06 * terms.count("+"))
     assert "; reserved " in line
+
+
+def test_a_sweep_takes_estimates_default_batch_says_what_fits_and_names_arrays_that_clash():
+    import costmodel as cm
+    from costmodel.specs.checks import SpecError
+
+    swept = cm.sweep("llama3-8b", hardware="h100-sxm", fsdp=8, reshard_after_forward=[True, False])
+    one = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, fsdp=8)
+    assert swept["batch"].tolist() == [one.train.batch] * 2 == [8, 8]  # was: refused at batch 4
+    assert swept["fits"].tolist() == [True, True]
+    assert swept["memory_bytes_per_device.peak"][0] == one["memory_bytes_per_device.peak"]
+    with pytest.raises(
+        SpecError, match=r"fsdp \(shape \(2,\)\) and tp \(shape \(3,\)\) do not broadcast"
+    ):
+        cm.sweep("llama3-8b", hardware="h100-sxm", fsdp=[8, 4], tp=[1, 2, 4])
