@@ -336,9 +336,7 @@ def min_fsdp(
     out = inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                                    budget, headroom=memory_headroom)  # fmt: skip
     if out["fsdp"] is None:
-        out["reason"] = (f"no fsdp degree fits: the smallest peak is "
-                         f"{out['per_device_bytes'] / GIB:,.1f} GiB > "
-                         f"{out['budget_bytes'] / GIB:,.1f} GiB")  # fmt: skip
+        out["reason"] = out["why"]
     return out
 
 

@@ -240,4 +240,6 @@ def test_an_inverse_with_no_answer_says_why():
     out = cm.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8)
     assert out["seq"] is None and "does not fit: peak" in out["reason"]
     tiny = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=8192, budget_gib=1)
-    assert tiny["fsdp"] is None and "no fsdp degree fits" in tiny["reason"]
+    assert tiny["fsdp"] is None and tiny["reason"].startswith("no fsdp degree up to")
+    some = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=2048, budget_gib=40)
+    assert (some["fsdp"], some["fsdp_usable"]) == (5, 8)  # 5 fits; 8 is the degree to run

@@ -174,7 +174,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
             batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
             at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
             result["verdict"] = _verdict(at, args)
-        book = {"fsdp": full["fsdp"], "fsdp_usable": _usable(full["fsdp"]),
+        book = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
                 "from": "the full model (per-device peak; the Scaling Book's below)",
                 **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
         sequences = setup.train.batch
@@ -188,11 +188,6 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
                f"{train.precision}, recompute {train.recompute}")  # fmt: skip
     return {"answer": {**book, "assumed": assumed}, **result}
-
-
-def _usable(fsdp: int | None) -> int | None:
-    """A degree people run: the next power of two (None: nothing fits)."""
-    return None if fsdp is None else 1 << (fsdp - 1).bit_length()
 
 
 def _assumed(setup: Any, field: str) -> str:

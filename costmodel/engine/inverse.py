@@ -92,8 +92,9 @@ def min_fsdp_fitting(
     headroom: float | None = None,
 ) -> dict:
     """Smallest FSDP degree (1..max_fsdp) that fits ``budget`` bytes per device (default:
-    the fit rule's headroom x device memory). Each device keeps its micro-batch of
-    sequences, so the global batch grows with the degree:
+    the fit rule's headroom x device memory), and ``fsdp_usable``, the power of two at or
+    above it (a degree node sizes divide; 7 fits where 8 GPUs run 8). Each device keeps
+    its micro-batch of sequences, so the global batch grows with the degree:
     batch = dp · fsdp · micro-batch · grad_accum."""
     allowed = budget_bytes(hardware, headroom, budget)
     micro = train.batch // parallel.batch_step(train.grad_accum)
@@ -103,8 +104,10 @@ def min_fsdp_fitting(
     values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
     fitting = np.flatnonzero(fits(values, allowed))
     at = int(fitting[0]) if fitting.size else int(np.argmin(values[PEAK]))
+    found = int(fsdp[at]) if fitting.size else None
     out = {
-        "fsdp": int(fsdp[at]) if fitting.size else None,
+        "fsdp": found,
+        "fsdp_usable": None if found is None else 1 << (found - 1).bit_length(),
         "per_device_bytes": float(values[PEAK][at]),
         "reserved_bytes": float(values[RESERVED][at]),
         "budget_bytes": allowed,
