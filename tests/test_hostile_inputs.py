@@ -285,3 +285,55 @@ def test_a_hostile_runs_file_is_one_line_or_rows_that_say_why(tmp_path, name, ca
         assert rc == 0
         rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").open()]
         assert rows and all(r["status"] == "error" and r["error"] for r in rows), rows
+
+
+PLAN = ["plan", "--model", "cs336-small", "--seq", "512", "--frameworks", "fsdp2",
+        "--recompute", "none", "--json"]  # fmt: skip
+LISTS_AND_RANGES = [
+    (["--hardware", "h100-sxm,,b200", "--gpus", "2", "--global-batch", "8"], "hardware", False),
+    (["--hardware", "h100-sxm,nonexistent", "--gpus", "2", "--global-batch", "8"], "hardware",
+     True),
+    (["--hardware", ",", "--gpus", "2", "--global-batch", "8"], "hardware", True),
+    (["--hardware", "h100-sxm," * 2000, "--gpus", "2", "--global-batch", "8"], "hardware", False),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "64:8"], "global_batch", True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", ":"], "global_batch", True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "1:" + "9" * 30], "global_batch",
+     True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "0:8"], "global_batch", True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch-tokens", "1000:100"],
+     "global_batch_tokens", True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "8", "--micro-batches", "0,1"],
+     "micro_batches", True),
+    (["--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "8", "--micro-batches",
+      ",".join(["1"] * 5000)], "micro_batches", False),
+    (["--hardware", "h100-sxm,b200", "--gpus", "2", "--global-batch", "8", "--price-per-hour",
+      "1,nan"], "price_per_hour", True),
+    (["--hardware", "h100-sxm", "--max-gpus", str(2**53), "--global-batch", "8"], "max_gpus", True),
+    (["--hardware", "h100-sxm", "--max-gpus", "0", "--global-batch", "8"], "max_gpus", True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "field", "refuse"), LISTS_AND_RANGES)
+def test_plans_lists_and_ranges_are_answered_or_refused_in_one_line(flags, field, refuse):
+    """Issue 60: plan's comma lists and LO:HI ranges, hostile, answer (valid JSON) or are
+    refused naming the field; none hangs (each of these returns in seconds)."""
+    _assert_clean([*PLAN[:1], *PLAN[1:], *flags], field, refuse)
+
+
+BOUNDED = [
+    (["serve", "--model", "llama3-8b", "--context", "4096", "--rope-scaling", "1e308", "--json"],
+     "rope_scaling"),
+    (["serve", "--model", "mixtral-8x7b", "--context", "4096", "--hardware", "cpu", "--json"],
+     None),
+    (["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", "64", "--input", "512",
+      "--output", "2048", "--samples", "1000000", "--json"], "prompts"),
+    (["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", str(10**12), "--input", "512",
+      "--output", "2048", "--json"], "prompts"),
+    (["padding", "--model", "llama3-8b", "--seq", "4096", "--distribution",
+      "lognormal:median=700,sigma=1", "--samples", str(10**12), "--json"], "samples"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "field"), BOUNDED)
+def test_the_issue_60_reproducers_answer_or_refuse_in_one_line(argv, field):
+    _assert_clean(argv, field or "", field is not None)

@@ -45,7 +45,10 @@ def _batch_range(text: str) -> tuple[int, int]:
     low, colon, high = text.partition(":")
     if colon and not low.strip():
         low = "1"
-    return int_arg(low), int_arg(high if colon else low)
+    ends = int_arg(low), int_arg(high if colon else low)
+    if max(ends) > 2**53:
+        raise argparse.ArgumentTypeError(f"global batch {text!r}: an end past 2^53 is no batch")
+    return ends
 
 
 def global_batch(args: argparse.Namespace, seq: int) -> tuple[int, int]:
