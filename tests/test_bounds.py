@@ -273,3 +273,15 @@ def test_a_sweep_takes_estimates_default_batch_says_what_fits_and_names_arrays_t
         SpecError, match=r"fsdp \(shape \(2,\)\) and tp \(shape \(3,\)\) do not broadcast"
     ):
         cm.sweep("llama3-8b", hardware="h100-sxm", fsdp=[8, 4], tp=[1, 2, 4])
+
+
+def test_an_estimate_evaluates_a_formula_by_replacing_every_symbol_at_once():
+    import costmodel as cm
+    from costmodel.specs.checks import SpecError
+
+    est = cm.estimate("cs336-small", hardware="h100-sxm", gpus=2, batch=8, seq=256)
+    step = est.expr("time_s.step")
+    assert est.evaluate(step) == pytest.approx(est["time_s.step"], rel=1e-12)
+    assert est.evaluate("memory_bytes_per_device.peak") == est["memory_bytes_per_device.peak"]
+    with pytest.raises(SpecError, match="no value for: z"):
+        est.evaluate(step + cm.symbol("T") * 0 + __import__("sympy").Symbol("z"))
