@@ -285,3 +285,16 @@ def test_an_estimate_evaluates_a_formula_by_replacing_every_symbol_at_once():
     assert est.evaluate("memory_bytes_per_device.peak") == est["memory_bytes_per_device.peak"]
     with pytest.raises(SpecError, match="no value for: z"):
         est.evaluate(step + cm.symbol("T") * 0 + __import__("sympy").Symbol("z"))
+
+
+def test_a_serving_estimate_reads_as_a_dict_and_prints_short():
+    from costmodel import get_hardware, get_model
+    from costmodel.serve import serve
+    from costmodel.specs.serving import ServeSpec
+
+    est = serve(
+        get_model("llama3-8b"), ServeSpec(input=1000, output=100, batch=8), get_hardware("h100-sxm")
+    )
+    assert "fits" in est and dict(est) == est.values and len(est) == len(est.values)
+    text = repr(est)
+    assert text.startswith("ServeEstimate(fits (") and "TPOT" in text and len(text) < 200

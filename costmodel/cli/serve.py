@@ -138,7 +138,11 @@ def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list
         ("workspace", fmt_bytes(v[mem + "workspace"])),
     ]
     if not ans.timed:
-        return [*memory, ("TTFT, TPOT, tokens/s", "none: the batch does not fit")]
+        pool = []
+        if spec.prefill_replicas and not v["disaggregated.prefill_fits"]:
+            pool = [("prefill pool", f"{spec.prefill_replicas} x tp {spec.prefill_degree}: a "
+                     "prefill replica does NOT fit")]  # fmt: skip
+        return [*memory, *pool, ("TTFT, TPOT, tokens/s", "none: the batch does not fit")]
     return memory + _time_rows(v, spec, unit)
 
 

@@ -50,8 +50,9 @@ def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
 
 
 def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstimate) -> str:
-    """The first change that fits the user's batch, in this order: an fp8 cache, fp8
-    weights, more tp within a node (each doubling), then both fp8 at the largest tp; else
+    """The first change that fits the user's batch, in this order: a disaggregated
+    deployment's larger prefill tp, an fp8 cache, fp8 weights, more tp within a node (each
+    doubling), then both fp8 at the largest tp; else
     the largest batch that fits as asked, or that nothing fits on one node."""
     for change, flags in _changes(model, spec, hw):
         try:
@@ -68,6 +69,10 @@ def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstim
 def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[ServeSpec, str]]:
     fp8 = bool(hw.peak_flops.get("fp8"))
     out = []
+    degree = spec.prefill_degree * 2
+    while spec.prefill_replicas and degree <= hw.devices_per_node:  # the prefill pool's own
+        out.append((replace(spec, prefill_tp=degree), f"--prefill-tp {degree}"))
+        degree *= 2
     if fp8 and spec.kv_dtype != "fp8":
         out.append((replace(spec, kv_dtype="fp8"), "--kv-dtype fp8"))
     if fp8 and spec.precision != "fp8":

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -66,15 +67,33 @@ def act_bytes(spec: ServeSpec) -> int:
     return 4 if spec.precision == "fp32" else 2
 
 
-@dataclass
-class ServeEstimate:
-    """Numbers by dotted name (bytes, seconds, FLOPs, tokens/s) and notes."""
+@dataclass(repr=False)
+class ServeEstimate(Mapping):
+    """Numbers by dotted name (bytes, seconds, FLOPs, tokens/s) and notes; read-only and
+    dict-like (``est["time_s.tpot"]``, ``"fits" in est``, ``dict(est)``)."""
 
     values: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __repr__(self) -> str:
+        v = self.values
+        fit = "fits" if v.get("fits") else "does not fit"
+        head = [f"{fit} ({v.get('max_batch', '?')} sequences fit)"]
+        shown = (("time_s.ttft", "TTFT", 1e3, " ms"), ("time_s.tpot", "TPOT", 1e3, " ms"),
+                 ("throughput.output_tokens_per_s", "tokens/s", 1, ""))  # fmt: skip
+        for key, label, scale, unit in shown:
+            if key in v:
+                head.append(f"{label} {v[key] * scale:,.4g}{unit}")
+        return f"ServeEstimate({', '.join(head)}; {len(v)} quantities)"
 
 
 _TOKENS, _HEAD = sp.symbols("tokens head_tokens", positive=True)
