@@ -11,10 +11,10 @@ import altair as alt
 import numpy as np
 import streamlit as st
 
+from costmodel.answers.serve import ServeAnswer, answer
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.serve import ServeEstimate, serve
-from costmodel.serve.answer import ServeAnswer, answer
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from explorer.page_state import PageInput, finish, start, warn_unused
@@ -108,7 +108,7 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
 
 
 def _answer(v: dict[str, Any]) -> ServeAnswer:
-    """The CLI's answer (:func:`costmodel.serve.answer.answer`) to the page's inputs."""
+    """The CLI's answer (:func:`costmodel.answers.serve.answer`) to the page's inputs."""
     spec = _spec(v, v["batch"], rated=True)
     return answer(get_model(v["model"]), spec, get_hardware(v["hardware"]))
 

@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
+from costmodel.answers.serve import SERVING_RECORD, moe_serving_figures
 from costmodel.catalog.fitted import fitted
 from costmodel.cli import main
 from costmodel.engine.padding import pack_rows, packed_row_count
-from costmodel.serve.answer import SERVING_RECORD, moe_serving_figures
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -56,7 +56,7 @@ def test_serve_page_answers_at_a_request_rate_and_refuses_past_capacity():
 
 def test_serve_page_withholds_times_for_a_batch_that_does_not_fit_and_names_the_nearest():
     """As the CLI: no TTFT, TPOT or throughput beside "does not fit", the nearest change that
-    fits, and a mixture-of-experts model's caveat (``costmodel.serve.answer``)."""
+    fits, and a mixture-of-experts model's caveat (``costmodel.answers.serve``)."""
     at = AppTest.from_function(_serve, default_timeout=300).run()
     at.selectbox(key="serve_model").set_value("mixtral-8x7b")
     at.number_input(key="serve_batch").set_value(512)

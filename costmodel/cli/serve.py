@@ -7,9 +7,9 @@ import argparse
 import json
 from typing import Any
 
+from costmodel.answers.serve import ServeAnswer, answer
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.serve.answer import ServeAnswer, answer
 from costmodel.serve.estimate import PREFILL_CHUNK
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError

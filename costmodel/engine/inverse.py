@@ -27,7 +27,6 @@ from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, batch_step, moe_rule
-from costmodel.units import fmt_bytes
 
 SEARCH_LIMIT = 2**24
 """Largest batch or sequence length ``max_fitting`` tries (sequences or tokens)."""
@@ -116,8 +115,8 @@ def min_fsdp_fitting(
     if not fitting.size:
         out["why"] = (
             f"no fsdp degree up to {int(fsdp[-1]):,} fits: the lowest peak, "
-            f"{fmt_bytes(out['per_device_bytes'])} at fsdp {int(fsdp[at]):,}, is above the "
-            f"{fmt_bytes(allowed)} budget; what fsdp does not shrink (the activations of "
+            f"{out['per_device_bytes'] / 2**30:,.2f} GiB at fsdp {int(fsdp[at]):,}, is above "
+            f"the {allowed / 2**30:,.2f} GiB budget; what fsdp does not shrink (the activations of "
             f"{micro} x {train.seq:,} tokens, the gathered layers) is too large: a shorter "
             "seq, recompute full, or cp / tp / pp"
         )

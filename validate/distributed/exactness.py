@@ -24,25 +24,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from validate.distributed.ddp import NaiveDDP
+from validate.distributed.fsdp_checks import Norm
 from validate.fsdp import FSDP
 
 LR, ROWS, SEQ, VOCAB = 0.01, 20, 8, 100
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
-
-
 def model() -> nn.Module:
     """The issue's toy model, seeded."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Embedding(VOCAB, 64), RMSNorm(64), nn.Linear(64, 128), nn.ReLU(),
-                         RMSNorm(128), nn.Linear(128, 64), nn.Linear(64, VOCAB))  # fmt: skip
+    return nn.Sequential(nn.Embedding(VOCAB, 64), Norm(64), nn.Linear(64, 128), nn.ReLU(),
+                         Norm(128), nn.Linear(128, 64), nn.Linear(64, VOCAB))  # fmt: skip
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor]:
