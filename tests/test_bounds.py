@@ -298,3 +298,14 @@ def test_a_serving_estimate_reads_as_a_dict_and_prints_short():
     assert "fits" in est and dict(est) == est.values and len(est) == len(est.values)
     text = repr(est)
     assert text.startswith("ServeEstimate(fits (") and "TPOT" in text and len(text) < 200
+
+
+def test_help_on_the_serving_and_rl_specs_shows_each_fields_words():
+    import pydoc
+
+    from costmodel.rl.spec import RLSpec
+    from costmodel.specs.serving import ServeSpec
+
+    serve_text = pydoc.render_doc(ServeSpec, renderer=pydoc.plaintext)
+    assert "Prompt tokens per request." in serve_text and "kv_dtype: str = 'bf16'" in serve_text
+    assert "Mean response tokens." in pydoc.render_doc(RLSpec, renderer=pydoc.plaintext)

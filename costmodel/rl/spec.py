@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.fields import document_fields
 from costmodel.specs.parallel import FRAMEWORKS
 
 PLACEMENTS = ("colocated", "separate", "async")
@@ -124,3 +125,6 @@ class RLSpec:
         if self.rollout_memory:
             return self.rollout_memory
         return COLOCATED_MEMORY if self.placement == "colocated" else SEPARATE_MEMORY
+
+
+document_fields(RLSpec)

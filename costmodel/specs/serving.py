@@ -18,6 +18,7 @@ from typing import Any
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.fields import document_fields
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 """Bytes per element of the weight and cache dtypes."""
@@ -47,14 +48,20 @@ class ServeSpec:
     batch: int = 1
     """Requests served at once."""
     precision: str = "bf16"
+    """``PRECISIONS``: the weights' and GEMMs' dtype (fp8 checkpoints keep the embedding,
+    head and norms in bf16)."""
     kv_dtype: str = "bf16"
+    """``KV_DTYPES``: the cache's dtype (an fp8 checkpoint's engine serves an fp8 cache)."""
     tp: int = 1
+    """Tensor-parallel devices of a replica, within one node."""
     dp: int = 1
+    """Replicas, each serving its own requests."""
     block_size: int = 16
     """Tokens per cache block (paged attention, Kwon et al. 2023, Sec. 4.1)."""
     memory_utilization: float = 0.9
     """Share of a device's memory the engine may take (weights, cache, activations)."""
     engine: str = "fused"
+    """``ENGINES``: elementwise work fused (serving engines) or op by op (priced)."""
     rope_scaling: float = 1.0
     """Factor by which RoPE scaling (YaRN, Peng et al. 2023) stretches the positions."""
     draft_tokens: int = 0
@@ -156,6 +163,9 @@ class ServeSpec:
     @property
     def prefill_degree(self) -> int:
         return self.tp if self.prefill_tp is None else self.prefill_tp
+
+
+document_fields(ServeSpec)
 
 
 def check(model: Any, spec: ServeSpec, hw: Any) -> None:
