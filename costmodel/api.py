@@ -33,7 +33,7 @@ from costmodel.engine.estimate import Estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, fits
 from costmodel.engine.sweep import Table
 from costmodel.frameworks.registry import trait
-from costmodel.inputs import build
+from costmodel.inputs import build, default_batch
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -158,7 +158,8 @@ def sweep(
     if gpus is not None:
         grid.update(_fill_gpus(gpus, grid))
     if "batch" not in grid and ("dp" in grid or "fsdp" in grid):  # estimate's default batch
-        grid["batch"] = _default_batch(grid)
+        ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
+        grid["batch"] = default_batch(TrainSpec().batch, ranks)
     if gpus is not None:
         hardware = hardware or _required("gpus")
         if microbatch is None and "grad_accum" not in grid:
@@ -197,13 +198,6 @@ def _broadcasts(a: tuple, b: tuple) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _default_batch(grid: dict[str, Any]) -> Any:
-    """``estimate``'s batch where none is given: TrainSpec's default, or the smallest
-    multiple of the data-parallel devices above it (``inputs._default_batch``)."""
-    ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
-    return -(-TrainSpec().batch // ranks) * ranks
 
 
 def _one_sequence(grid: dict[str, Any]) -> int | None:

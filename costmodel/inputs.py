@@ -244,12 +244,14 @@ def _sharded_somewhere(parallel: ParallelSpec, stage: int | None) -> ParallelSpe
 
 
 def _default_batch(train: TrainSpec, par: ParallelSpec) -> TrainSpec:
-    """A batch not given: TrainSpec's default where it divides over the data-parallel
-    devices, else the smallest multiple of them above it (one sequence per device)."""
-    step = par.dp * par.fsdp
-    if train.batch % step == 0:
-        return train
-    return train.replace(batch=-(-train.batch // step) * step)
+    """A batch not given (:func:`default_batch`)."""
+    return train.replace(batch=default_batch(train.batch, par.dp * par.fsdp))
+
+
+def default_batch(batch: Any, ranks: Any) -> Any:
+    """``batch`` where it divides over the ``ranks`` data-parallel devices, else the
+    smallest multiple of them above it (one sequence per device); numbers or arrays."""
+    return -(-batch // ranks) * ranks
 
 
 def _notes(

@@ -163,7 +163,7 @@ def serve_page() -> None:
                    f"{', '.join(est.notes)}.")  # fmt: skip
     for text in ans.caveats:
         st.warning(text)
-    if not ans.timed:
+    if not ans.fits:
         st.metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
         return
     c = st.columns(5)

@@ -439,13 +439,3 @@ def test_the_book_never_answers_a_critical_batch_of_zero():
     assert any("every batch is compute-bound" in i.value for i in at.info)
     at = _app(gpus="8", fsdp="8", batch="64")
     assert metric(at, "critical batch (book, tokens per step)") != "0"
-
-
-def test_the_estimate_page_says_what_limits_a_fit_and_its_caveats():
-    """Issue 60: Mixtral on 64 GPUs showed a green "Fits" and MFU with neither the MoE
-    caveat nor what limits the step, which the CLI's verdict carries."""
-    at = _app(model="mixtral-8x7b", gpus="64", framework="fsdp2", batch="64", seq="2048")
-    assert not at.exception
-    assert any(s.value.startswith("Fits") for s in at.success)
-    assert any(m.value.startswith("**Limited by**") for m in at.markdown)
-    assert any(w.value.startswith("mixture-of-experts steps are less certain") for w in at.warning)

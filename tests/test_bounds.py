@@ -283,6 +283,8 @@ def test_an_estimate_evaluates_a_formula_by_replacing_every_symbol_at_once():
     step = est.expr("time_s.step")
     assert est.evaluate(step) == pytest.approx(est["time_s.step"], rel=1e-12)
     assert est.evaluate("memory_bytes_per_device.peak") == est["memory_bytes_per_device.peak"]
+    with pytest.raises(SpecError, match="a quantity's name or a sympy expression"):
+        est.evaluate(1.5)  # nothing a caller passes is parsed
     with pytest.raises(SpecError, match="no value for: z"):
         est.evaluate(step + cm.symbol("T") * 0 + __import__("sympy").Symbol("z"))
 

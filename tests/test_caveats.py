@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from costmodel import SpecError, get_hardware
 from costmodel.catalog.fitted import fitted
@@ -156,3 +157,17 @@ def test_the_tpu_calibrations_state_what_their_runs_measure():
         assert max(errors) == pytest.approx(worst, abs=5e-4), name
         summary = get_hardware(name).calibration["summary"]
         assert f"{median:.1%}".replace("%", " %") in summary, name
+
+
+def test_the_estimate_page_says_what_limits_a_fit_and_its_caveats():
+    """Issue 60: Mixtral on 64 GPUs showed a green "Fits" and MFU with neither the MoE
+    caveat nor what limits the step, which the CLI's verdict carries."""
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "app.py"), default_timeout=120)
+    for key, value in {"model": "mixtral-8x7b", "gpus": "64", "framework": "fsdp2",
+                       "batch": "64", "seq": "2048"}.items():  # fmt: skip
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception
+    assert any(s.value.startswith("Fits") for s in at.success)
+    assert any(m.value.startswith("**Limited by**") for m in at.markdown)
+    assert any(w.value.startswith("mixture-of-experts steps are less certain") for w in at.warning)

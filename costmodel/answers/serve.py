@@ -3,7 +3,7 @@ its batch fits, the nearest change that fits when it does not, and the caveats o
 regime (a mixture-of-experts model, a device no published run checks).
 
 A batch that does not fit has no TTFT, TPOT or throughput (as ``estimate`` withholds a step
-time for a layout that does not fit): :attr:`ServeAnswer.timed` is False and every reader
+time for a layout that does not fit): where :attr:`ServeAnswer.fits` is False every reader
 shows the memory and the nearest fit instead.
 """
 
@@ -34,11 +34,6 @@ class ServeAnswer:
     nearest: str | None = None
     """Without a fit: the nearest change that fits (flags named as the CLI's)."""
     caveats: list[str] = field(default_factory=list)
-
-    @property
-    def timed(self) -> bool:
-        """Whether TTFT, TPOT and throughput are an answer (the batch fits)."""
-        return self.fits
 
 
 def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:

@@ -23,6 +23,7 @@ from costmodel.cli.args import (
 )
 from costmodel.engine.caveats import calibration_line
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.fit import PEAK, rest_at_peak
 from costmodel.engine.nearest import MAX_FSDP
 from costmodel.engine.verdict import verdict
 from costmodel.inputs import BY_KEY
@@ -115,24 +116,12 @@ _SUMMARY = (
 (bubble, master copy, ...) is left out, a None quantity heads the rows below it."""
 
 
-_PARTS = ("params", "master", "grads", "optimizer", "activations", "frozen", "buffers")
-"""The per-device memory lines the summary adds up to the peak."""
-
-
-def _rest_at_peak(v: dict[str, Any]) -> dict[str, float]:
-    """The peak beyond the listed parts (logits, gathered layers, a gradient's cast, ...),
-    or what of them is not alive at once (negative), so that the lines add up to it."""
-    key = "memory_bytes_per_device."
-    if key + "peak" not in v:
-        return {}
-    listed = sum(float(v.get(key + part) or 0) for part in _PARTS)
-    return {key + "rest_at_peak": float(v[key + "peak"]) - listed}
-
-
 def _summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
     """The summary's rows; a layout that does not fit shows its memory and no speed. The
-    memory lines add up to the peak (:func:`_rest_at_peak`)."""
-    v = {**est.values, **_rest_at_peak(est.values)}
+    memory lines add up to the peak (``engine.fit.rest_at_peak``)."""
+    v = dict(est.values)
+    if PEAK in v:
+        v["memory_bytes_per_device.rest_at_peak"] = rest_at_peak(v)
     shown = {k for _, k, _ in _SUMMARY if k and (v.get(k) or (k == "time_s.step" and k in v))}
     if not fits:
         shown -= {k for _, k, _ in _SUMMARY if k and k.startswith(("time_s.", "tokens_"))}

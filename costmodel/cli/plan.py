@@ -17,7 +17,7 @@ from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, 
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
 from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
 from costmodel.cli.timeline import timeline_path, write_timeline
-from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.plan import Plan, PlanOptions, layout_label, plan
 from costmodel.engine.sizing import train_days
@@ -108,15 +108,14 @@ def _batch_text(p: Plan) -> str:
 
 def breakdown(row: dict[str, Any]) -> str:
     """The best layout's memory by component and time by phase (communication by group)."""
-    parts = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations")
-    mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in parts
+    mem = " + ".join(f"{k} {row[f'memory_bytes_per_device.{k}'] / GIB:,.1f}" for k in MEMORY_PARTS
                      if k != "frozen" or row[f"memory_bytes_per_device.{k}"])  # fmt: skip
     steps = ("forward", "backward", "bubble", "optimizer")
     phases = " + ".join(f"{k} {row[f'time_s.{k}']:.3f}" for k in steps)
     groups = [k for k in ("fsdp", "dp", "tp", "pp", "cp", "ep") if row[f"comm_time_s.{k}"] > 0]
     comm = ", ".join(f"{k} {row[f'comm_time_s.{k}']:.3f}" for k in groups) or "none"
     peak = row["memory_bytes_per_device.peak"] / GIB
-    rest = peak - sum(row[f"memory_bytes_per_device.{k}"] for k in parts) / GIB
+    rest = rest_at_peak(row) / GIB
     rest_text = (f" + transients {rest:,.1f}" if rest >= 0 else
                  f" - {-rest:,.1f} (the parts are not all alive at once)")  # fmt: skip
     reserved = row["memory_bytes_per_device.reserved"] / GIB

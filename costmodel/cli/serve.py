@@ -128,7 +128,7 @@ def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
             f"per device; up to {v['max_batch']:,} sequences fit{nearest}",
         ),
-        *([("limited by", limited_by(v))] if ans.timed else []),
+        *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, defaulted)),
         *[("caveat", text) for text in ans.caveats],
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
@@ -137,7 +137,7 @@ def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list
         ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
         ("workspace", fmt_bytes(v[mem + "workspace"])),
     ]
-    if not ans.timed:
+    if not ans.fits:
         pool = []
         if spec.prefill_replicas and not v["disaggregated.prefill_fits"]:
             pool = [("prefill pool", f"{spec.prefill_replicas} x tp {spec.prefill_degree}: a "

@@ -89,7 +89,10 @@ class Estimate:
         """The number of ``expr`` (or of the quantity named so) here: every symbol replaced
         by its value at once (``xreplace``: a fraction of a second where ``.subs``, which
         simplifies after each symbol, takes tens of seconds on a step-time formula)."""
-        formula = self.expr(expr) if isinstance(expr, str) else sp.sympify(expr)
+        formula = self.expr(expr) if isinstance(expr, str) else expr
+        if not isinstance(formula, sp.Basic):
+            raise SpecError("expr", f"evaluate takes a quantity's name or a sympy expression "
+                            f"(got {type(expr).__name__})")  # fmt: skip
         out = formula.xreplace(self.symbol_values())
         if out.free_symbols:
             names = ", ".join(sorted(str(s) for s in out.free_symbols))

@@ -45,6 +45,16 @@ margin the planner always used; ``memory_headroom`` overrides it everywhere (CLI
 
 PEAK = "memory_bytes_per_device.peak"
 RESERVED = "memory_bytes_per_device.reserved"
+MEMORY_PARTS = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations")
+"""The per-device memory components (``memory_bytes_per_device.*``) a table lists."""
+
+
+def rest_at_peak(values: Mapping[str, Any]) -> float:
+    """Bytes of the peak beyond :data:`MEMORY_PARTS` (logits, gathered layers, a gradient's
+    cast, ...), negative where those parts are not all alive at once: what a table adds so
+    that its lines sum to the peak."""
+    listed = sum(float(values.get(f"memory_bytes_per_device.{k}") or 0) for k in MEMORY_PARTS)
+    return float(values[PEAK]) - listed
 
 
 def check_headroom(headroom: Any) -> float:
