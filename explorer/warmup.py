@@ -130,14 +130,14 @@ def _as_the_page_does(setup: Setup, structure: tuple) -> None:
     the rest are scalar estimates of the same structure)."""
     from costmodel.engine.fit import budget_bytes, judge
     from explorer.formulas import formula_rows
-    from explorer.headline import nearest_answer
+    from explorer.headline import answer_of
     from explorer.inverse import full_min_fsdp
 
     est = setup.estimate()
     formula_rows(structure)
-    if not judge(est.values, setup.hardware).fits:
-        nearest_answer(setup)
     if setup.parallel is not None and setup.hardware is not None:
+        if not judge(est.values, setup.hardware).fits:
+            answer_of(setup)  # the verdict's nearest change that fits
         full_min_fsdp(setup, budget_bytes(setup.hardware))
 
 

@@ -178,16 +178,21 @@ def test_llama3_70b_json_has_the_verdict_and_no_mfu_in_it(capsys):
     assert "mfu" in data  # the quantity stays, for whoever asks for it by name
 
 
-def test_llama3_8b_on_one_h100_does_not_fit_and_says_how_many_devices_would(capsys):
-    code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
-                       "--seq", "8192", "--batch", "4")  # fmt: skip
-    assert code == 0 and row(out, "verdict").startswith("does not fit: peak")
-    assert row(out, "nearest fit").startswith("none on these devices")
-    more = row(out, "more devices")
-    assert more.startswith("3 devices (fsdp 3") and "--recompute full --microbatch 1" in more
-    code, again, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
-                         "--seq", "8192", *more[more.rindex("(") + 1 : -1].split())  # fmt: skip
-    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+def test_llama3_8b_on_one_h100_names_the_planners_layout_at_the_same_batch(capsys):
+    """Issue 60: with no change fitting on one device, the way out was "3 devices (fsdp 3,
+    global batch 24)": another batch. It is now the planner's own answer at batch 4 (the one
+    ``plan`` gives), and its flags reproduce it."""
+    argv = ("estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "8192",
+            "--batch", "4")  # fmt: skip
+    code, out, _ = run(capsys, *argv, "--json")
+    near = json.loads(out)["verdict"]["nearest_fit"]
+    assert code == 0 and near["change"].startswith("the planner's layout on 4 devices at batch 4")
+    assert near["inputs"]["gpus"] == 4 and "--gpus 4" in near["flags"]
+    code, again, _ = run(capsys, *argv, *near["flags"].split(), "--json")
+    data = json.loads(again)
+    assert code == 0 and data["verdict"]["fits"] and data["train"]["batch"] == 4
+    assert data["memory_bytes_per_device"]["peak"] == pytest.approx(near["peak_bytes"], rel=1e-9)
+    assert data["time_s"]["step"] == pytest.approx(near["step_s"], rel=1e-9)
 
 
 def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):

@@ -24,7 +24,6 @@ from costmodel.cli.args import (
 from costmodel.engine.caveats import calibration_line
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import PEAK, rest_at_peak
-from costmodel.engine.nearest import MAX_FSDP
 from costmodel.engine.verdict import verdict
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
@@ -49,8 +48,6 @@ def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("training", _EXTRA["train_days"](answer["train_days"]) + cost))
     elif "nearest_fit" in answer:
         rows.append(("nearest fit", _nearest_text(answer["nearest_fit"])))
-        if "more_devices" in answer:
-            rows.append(("more devices", _more_text(answer["more_devices"])))
     rows += [("layout", answer["layout"]), ("assumptions", answer["assumptions"])]
     rows.append(("calibration", answer["calibration"]))
     rows += [("caveat", text) for text in answer.get("caveats", ())]
@@ -59,20 +56,12 @@ def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _nearest_text(near: dict[str, Any] | None) -> str:
     if near is None:
-        return ("none on these devices (tried recompute full, micro-batch 1, sharding over "
-                "every data-parallel rank)")  # fmt: skip
+        return ("none at this batch on these devices or up to 8x them, with any layout, "
+                "recompute or micro-batch (the planner's search): a shorter sequence, a "
+                "smaller model or a device with more memory")  # fmt: skip
     return (f"{near['change']}: peak {near['peak_bytes'] / GIB:,.1f} GiB, reserved "
             f"{near['reserved_bytes'] / GIB:,.1f} GiB, step {_fmt_seconds(near['step_s'])} "
             f"({near['flags']})")  # fmt: skip
-
-
-def _more_text(more: dict[str, Any] | None) -> str:
-    if more is None:
-        return (f"none up to fsdp {MAX_FSDP:,} with recompute full and micro-batch 1: a "
-                "shorter sequence, a smaller model or a device with more memory")  # fmt: skip
-    return (f"{more['devices']:,} devices (fsdp {more['fsdp']}, global batch {more['batch']:,}"
-            f"): peak {more['peak_bytes'] / GIB:,.1f} GiB, reserved "
-            f"{more['reserved_bytes'] / GIB:,.1f} GiB ({more['flags']})")  # fmt: skip
 
 
 _UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")

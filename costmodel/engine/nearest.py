@@ -1,6 +1,6 @@
-"""The nearest change that makes a layout fit, found with a few bounded estimates.
+"""The nearest change that makes a layout fit, keeping the user's batch.
 
-Three changes that cut per-device memory on the same devices and batch, each one a flag:
+First three changes that cut per-device memory on the same devices and batch:
 
 1. ``recompute full`` (activations of one block per layer kept: Korthikanti et al. 2022);
 2. a micro-batch of 1 sequence per device (``--microbatch 1``: more gradient-accumulation
@@ -11,26 +11,37 @@ Three changes that cut per-device memory on the same devices and batch, each one
 Each single change is tried, then each pair, then all three (at most 7 estimates); among
 the fewest changes that fit, the fastest step wins, and a micro-batch change is then
 raised back to the largest power of two that still fits (a few more estimates). When
-none fits on these devices, :func:`more_devices` asks the smallest FSDP degree that fits
-with all three (one ``sweep``, ``engine.inverse.min_fsdp_fitting``). Fits is the rule of
+none fits, the planner's own search answers (:func:`costmodel.engine.why.nearest_fitting`:
+every layout of these devices at the same global batch, then 2, 4 and 8 times the
+devices), so ``estimate`` and ``plan`` name the same way out. An answer's ``inputs`` are
+the input names of :mod:`costmodel.inputs` (``microbatch``, ``gpus``, the specs' fields),
+which the app sets as widgets and ``flags`` spells as CLI flags. Fits is the rule of
 :mod:`costmodel.engine.fit`.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, fits
-from costmodel.engine.inverse import min_fsdp_fitting
-from costmodel.frameworks.registry import framework_of
+from costmodel.engine.options import PlanOptions
+from costmodel.engine.plan import layout_label
+from costmodel.engine.why import nearest_fitting
+from costmodel.frameworks.registry import framework_of, trait
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
-Change = tuple[str, dict[str, Any], dict[str, Any], str]
-"""(words, TrainSpec changes, ParallelSpec changes, CLI flags)."""
+Change = tuple[str, dict[str, Any]]
+"""(words, the inputs it sets: recompute, microbatch, dp/fsdp/zero)."""
+
+PLANNED = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "pp_interleave",
+           "cp", "ep", "etp", "ep_dispatcher", "ep_overlap", "grad_reduce_fp32",
+           "recompute")  # fmt: skip
+"""A plan row's layout fields that are inputs of the same name."""
 
 
 def micro_per_device(train: TrainSpec, par: ParallelSpec) -> int:
@@ -38,17 +49,23 @@ def micro_per_device(train: TrainSpec, par: ParallelSpec) -> int:
     return train.batch // par.batch_step(train.grad_accum)
 
 
-def _micro(train: TrainSpec, par: ParallelSpec, micro: int) -> Change:
-    accum = train.batch // par.batch_step(micro)
-    return (f"micro-batch {micro} per device (grad-accum {accum})", {"grad_accum": accum}, {},
-            f"--microbatch {micro}")  # fmt: skip
+def flags(inputs: dict[str, Any]) -> str:
+    """The CLI flags that set ``inputs`` (``--no-KEY`` for a false switch)."""
+    out = []
+    for key, value in inputs.items():
+        name = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(name if value else "--no-" + name[2:])
+        else:
+            out.append(f"{name} {value}")
+    return " ".join(out)
 
 
 def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
     """The changes this layout can still take (one already in effect is left out)."""
     out: list[Change] = []
     if train.recompute != "full":
-        out.append(("recompute full", {"recompute": "full"}, {}, "--recompute full"))
+        out.append(("recompute full", {"recompute": "full"}))
     if micro_per_device(train, par) > 1:
         out.append(_micro(train, par, 1))
     replicas, fw = par.dp * par.fsdp, framework_of(par)
@@ -56,19 +73,25 @@ def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
     if (dp, fsdp) != (par.dp, par.fsdp) or (fsdp > 1 and zero > par.zero):
         stage = f", ZeRO-{zero}" if fw.zero_stages else ""
         out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}{stage})",
-                    {}, {"dp": dp, "fsdp": fsdp, "zero": zero},
-                    f"--dp {dp} --fsdp {fsdp} --zero {zero}"))  # fmt: skip
+                    {"dp": dp, "fsdp": fsdp, "zero": zero}))  # fmt: skip
     return out
+
+
+def _micro(train: TrainSpec, par: ParallelSpec, micro: int) -> Change:
+    accum = train.batch // par.batch_step(micro)
+    return f"micro-batch {micro} per device (grad-accum {accum})", {"microbatch": micro}
 
 
 def _apply(est: Estimate, chosen: tuple[Change, ...]) -> Estimate | None:
     """The estimate with ``chosen`` applied (None where a rule refuses the result)."""
-    t_changes = {k: v for c in chosen for k, v in c[1].items()}
-    p_changes = {k: v for c in chosen for k, v in c[2].items()}
+    inputs = {k: v for _, given in chosen for k, v in given.items()}
     assert est.parallel is not None
+    par = est.parallel.replace(**{k: inputs[k] for k in ("dp", "fsdp", "zero") if k in inputs})
+    train = est.train.replace(**{k: inputs[k] for k in ("recompute",) if k in inputs})
+    if "microbatch" in inputs:
+        train = train.replace(grad_accum=train.batch // par.batch_step(inputs["microbatch"]))
     try:
-        return estimate(est.model, est.train.replace(**t_changes),
-                        est.parallel.replace(**p_changes), est.hardware)  # fmt: skip
+        return estimate(est.model, train, par, est.hardware)
     except SpecError:
         return None
 
@@ -76,10 +99,10 @@ def _apply(est: Estimate, chosen: tuple[Change, ...]) -> Estimate | None:
 def nearest_fit(
     est: Estimate, headroom: float | None = None, budget: float | None = None
 ) -> dict[str, Any] | None:
-    """The fewest of :func:`changes` that make ``est`` fit (the fastest of those), as
-    ``{change, flags, inputs, peak_bytes, reserved_bytes, step_s, mfu}`` (``inputs``: the
-    changed fields of TrainSpec and ParallelSpec); None when even all of
-    them together do not fit."""
+    """The nearest way to fit ``est`` at its global batch, as ``{change, inputs, flags,
+    peak_bytes, reserved_bytes, step_s, mfu}``: the fewest of :func:`changes` that fit
+    (the fastest of those), else the planner's best layout (:func:`planned`); None when
+    nothing fits up to 8 times the devices."""
     assert est.parallel is not None and est.hardware is not None
     allowed = budget_bytes(est.hardware, headroom, budget)
     options = changes(est.train, est.parallel)
@@ -92,16 +115,17 @@ def nearest_fit(
         if found:
             _, chosen, got = min(found, key=lambda f: f[0])
             chosen, got = _largest_micro(est, chosen, got, allowed)
-            return _answer(chosen, got)
-    return None
+            inputs = {k: v for _, given in chosen for k, v in given.items()}
+            return _answer(" + ".join(c[0] for c in chosen), inputs, got.values)
+    return planned(est, allowed)
 
 
 def _largest_micro(est: Estimate, chosen: tuple[Change, ...], got: Estimate, allowed: float):
     """With a micro-batch of 1 among ``chosen``, the largest power of two that still fits."""
     assert est.parallel is not None
-    if not any(c[3].startswith("--microbatch") for c in chosen):
+    if not any("microbatch" in c[1] for c in chosen):
         return chosen, got
-    rest = tuple(c for c in chosen if not c[3].startswith("--microbatch"))
+    rest = tuple(c for c in chosen if "microbatch" not in c[1])
     micro, top = 2, micro_per_device(est.train, est.parallel)
     while micro < top and top % micro == 0:
         bigger = (*rest, _micro(est.train, est.parallel, micro))
@@ -112,42 +136,43 @@ def _largest_micro(est: Estimate, chosen: tuple[Change, ...], got: Estimate, all
     return chosen, got
 
 
-def _answer(chosen: tuple[Change, ...], got: Estimate) -> dict[str, Any]:
-    v = got.values
-    return {
-        "change": " + ".join(c[0] for c in chosen),
-        "flags": " ".join(c[3] for c in chosen),
-        "inputs": {k: x for c in chosen for k, x in (*c[1].items(), *c[2].items())},
-        "peak_bytes": v["memory_bytes_per_device.peak"],
-        "reserved_bytes": v["memory_bytes_per_device.reserved"],
-        "step_s": v["time_s.step"],
-        "mfu": v["mfu"],
-    }
+def _answer(change: str, inputs: dict[str, Any], v: Any) -> dict[str, Any]:
+    return {"change": change, "inputs": inputs, "flags": flags(inputs),
+            "peak_bytes": float(v["memory_bytes_per_device.peak"]),
+            "reserved_bytes": float(v["memory_bytes_per_device.reserved"]),
+            "step_s": float(v["time_s.step"]), "mfu": float(v["mfu"])}  # fmt: skip
 
 
-MAX_FSDP = 1024
-"""Largest FSDP degree :func:`more_devices` tries (one sweep of this many rows)."""
-
-
-def more_devices(
-    est: Estimate, headroom: float | None = None, budget: float | None = None
-) -> dict[str, Any] | None:
-    """The devices a layout needs when no change of :func:`changes` fits on its own: the
-    smallest FSDP degree (up to :data:`MAX_FSDP`) that fits with recompute full and one
-    sequence per device per micro-batch, the other degrees kept (so the global batch
-    grows with it); None when none does."""
-    p = est.parallel
-    assert p is not None and est.hardware is not None
-    train = est.train.replace(recompute="full", grad_accum=est.train.batch // (p.dp * p.fsdp))
+def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
+    """The planner's fastest layout that fits within ``allowed`` bytes at ``est``'s global
+    batch: on its devices with every layout, recompute policy and micro-batch, then on 2, 4
+    and 8 times them (:func:`costmodel.engine.why.nearest_fitting`), its framework first
+    (where the planner searches it); None when none fits or the planner cannot state the
+    question (a spec it refuses)."""
+    p, hw = est.parallel, est.hardware
+    assert p is not None and hw is not None
     try:
-        found = min_fsdp_fitting(est.model, train, p, est.hardware, budget, MAX_FSDP, headroom)
+        share = min(1.0, allowed / hw.hbm_bytes)
+        options = PlanOptions(memory_headroom=share)  # the planner's frameworks, or the user's
+        if trait(p.framework, "planned"):
+            options = replace(options, frameworks=(p.framework,))
+        row = nearest_fitting(est.model, est.train, hw, p.devices, options, [est.train.batch])
     except SpecError:
         return None
-    if found["fsdp"] is None:
+    if row is None:
         return None
-    devices = p.replace(fsdp=found["fsdp"]).devices
-    batch = p.dp * found["fsdp"] * train.grad_accum
-    return {"fsdp": found["fsdp"], "devices": devices, "batch": batch,
-            "peak_bytes": found["per_device_bytes"], "reserved_bytes": found["reserved_bytes"],
-            "flags": f"--gpus {devices} --dp {p.dp} --fsdp {found['fsdp']} --batch {batch} "
-                     "--recompute full --microbatch 1"}  # fmt: skip
+    inputs = {k: row[k] for k in PLANNED if row[k] != _current(est, k)}
+    if row["etp"] == row["tp"]:
+        inputs.pop("etp", None)  # the experts split as the dense layers: the default
+    inputs["microbatch"] = row["micro_batch"]
+    if row["gpus"] != p.devices:
+        inputs = {"gpus": row["gpus"], **inputs}
+    more = f" on {row['gpus']:,} devices" if row["gpus"] != p.devices else ""
+    return _answer(f"the planner's layout{more} at batch {est.train.batch:,}: "
+                   f"{layout_label(row)}", inputs, row)  # fmt: skip
+
+
+def _current(est: Estimate, key: str) -> Any:
+    """The estimate's value of a planned layout field."""
+    assert est.parallel is not None
+    return getattr(est.train if key == "recompute" else est.parallel, key)

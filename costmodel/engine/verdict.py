@@ -20,7 +20,7 @@ from typing import Any
 
 from costmodel.engine.caveats import calibration_line, caveats
 from costmodel.engine.estimate import Estimate
-from costmodel.engine.nearest import more_devices, nearest_fit
+from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import FRAMEWORK_CHOICES, limit_of
 from costmodel.frameworks.registry import framework_of
 from costmodel.single.precision import PRECISIONS
@@ -158,8 +158,6 @@ def verdict(
         out.update({k: v[k] for k in ("train_days", "train_cost") if k in v})
     elif nearest:
         out["nearest_fit"] = nearest_fit(est, headroom, budget)
-        if out["nearest_fit"] is None:
-            out["more_devices"] = more_devices(est, headroom, budget)
     out["layout"] = layout_line(est.train, est.parallel, est.hardware)
     out["assumptions"] = assumptions(est, defaulted)
     out["calibration"] = calibration_line(est.hardware)
