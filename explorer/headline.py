@@ -1,9 +1,11 @@
 """The Estimate page's first answer: the verdict by the one fit rule, the setup it assumed
 beside it, and for a layout that does not fit the nearest change that does, one click away.
 
-The nearest change is :func:`costmodel.engine.nearest.nearest_fit` (recompute, a smaller
-micro-batch, sharding over every data-parallel rank), or when none fits on these devices
-:func:`~costmodel.engine.nearest.more_devices`; the button sets the widgets it names.
+What it says is :func:`costmodel.engine.verdict.verdict`, the answer ``estimate`` prints and
+``--json`` and the Export tab give: the fit sentence, what limits the step, the caveats and
+the nearest change that fits (recompute, a smaller micro-batch, sharding over every
+data-parallel rank, else the planner's layout at the same batch), whose button sets the
+inputs it names.
 """
 
 from __future__ import annotations
@@ -12,11 +14,9 @@ from typing import Any
 
 import streamlit as st
 
-from costmodel.engine.caveats import caveats
 from costmodel.engine.fit import Fit, judge
-from costmodel.engine.nearest import micro_per_device, more_devices, nearest_fit
-from costmodel.engine.plan import limit_of
-from costmodel.engine.verdict import layout_line, peak_named
+from costmodel.engine.nearest import micro_per_device
+from costmodel.engine.verdict import peak_named, verdict
 from costmodel.inputs import Setup
 from costmodel.units import GIB, fmt_count
 
@@ -59,74 +59,62 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
         cols[5].metric("days to train", "–", "set a token budget", **off)
 
 
+def answer_of(setup: Setup) -> dict[str, Any]:
+    """The CLI's verdict on the setup (``estimate --json``'s ``"verdict"``)."""
+    return verdict(setup.estimate(), notes=setup.notes)
+
+
+answer = st.cache_data(show_spinner=False, max_entries=64)(answer_of)
+
+
 def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     """Metrics, then the verdict with the setup it assumed beside it."""
     assert setup.parallel is not None and setup.hardware is not None
     fit = judge(v, setup.hardware)
     _metrics(setup, v, fit)
     where = f"on {setup.parallel.devices} × {setup.hardware.name} (dp={setup.parallel.dp})"
-    said = fit.sentence().split(": ", 1)[1]
-    verdict, assumed = st.columns([3, 2])
-    if stale:  # no green "Fits" for inputs that are not the current ones
-        verdict.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
-    elif fit.fits:
-        verdict.success(f"Fits: {said} (per device, {where}).")
-    else:
-        verdict.error(f"Does not fit: {said} (per device, {where}).")
-        with verdict:
-            _nearest(setup)
+    said = fit.sentence(warn=False).split(": ", 1)[1]
+    verdict_col, assumed = st.columns([3, 2])
     assumed.markdown(f"Assumed: {setup_line(setup)}")
     for note in setup.notes:
         assumed.caption(note)
-    if fit.fits and not stale:  # what the CLI's verdict says beside a fit
-        st.markdown(f"**Limited by** {limit_of(v, fit.budget_bytes)}.")
-    for text in caveats(setup.estimate()):
-        st.warning(text)
-    st.caption(f"Layout: {layout_line(setup.train, setup.parallel, setup.hardware)}")
-
-
-def _nearest(setup: Setup) -> None:
-    """The nearest change that fits, with a button that makes it."""
-    found = nearest_change(setup)
-    if found is None:
-        st.caption("No change of recompute, micro-batch or sharding fits, on up to "
-                   "1,024-way sharding.")  # fmt: skip
+    if stale:  # no green "Fits" for inputs that are not the current ones
+        verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
         return
-    words, inputs = found
-    st.markdown(f"Nearest change that fits: {words}.")
+    said_of = answer(setup)
+    if fit.fits:
+        verdict_col.success(f"Fits: {said} (per device, {where}).")
+        if fit.reserve_warning():
+            verdict_col.warning(f"The {fit.reserve_warning()}.")
+    else:
+        verdict_col.error(f"Does not fit: {said} (per device, {where}).")
+        with verdict_col:
+            _nearest(said_of.get("nearest_fit"))
+    if "limited_by" in said_of:
+        st.markdown(f"**Limited by** {said_of['limited_by']}.")
+    for text in said_of["caveats"]:
+        st.warning(text)
+    st.caption(f"Layout: {said_of['layout']}")
+
+
+def _nearest(near: dict[str, Any] | None) -> None:
+    """The nearest change that fits, with a button that makes it."""
+    if near is None:
+        st.caption("Nothing fits at this batch on these devices or up to 8 times them, with "
+                   "any layout, recompute or micro-batch.")  # fmt: skip
+        return
+    st.markdown(f"Nearest change that fits: {near['change']}: peak "
+                f"{near['peak_bytes'] / GIB:,.1f} GiB, step {near['step_s']:.3g} s.")  # fmt: skip
     st.button("Apply the nearest change that fits", key="apply_nearest", type="primary",
-              on_click=_set, args=(inputs,))  # fmt: skip
-
-
-def nearest_answer(setup: Setup) -> tuple[str, dict[str, Any]] | None:
-    """(what changes, in words; the sidebar values that make it), or None."""
-    est = setup.estimate()
-    near = nearest_fit(est)
-    if near is not None:
-        words = (f"{near['change']}: peak {near['peak_bytes'] / GIB:,.1f} GiB, step "
-                 f"{near['step_s']:.3g} s")  # fmt: skip
-        return words, widget_values(near["inputs"])
-    more = more_devices(est)
-    if more is None:
-        return None
-    inputs = {"gpus": more["devices"], "fsdp": more["fsdp"], "batch": more["batch"],
-              "recompute": "full", "microbatch": 1, "grad_accum": None}  # fmt: skip
-    words = (
-        f"{more['devices']:,} GPUs (fsdp {more['fsdp']}, batch {more['batch']:,}, "
-        f"recompute full, micro-batch 1): peak {more['peak_bytes'] / GIB:,.1f} GiB"
-    )
-    return words, inputs
-
-
-nearest_change = st.cache_data(show_spinner=False, max_entries=64)(nearest_answer)
+              on_click=_set, args=(widget_values(near["inputs"]),))  # fmt: skip
 
 
 def widget_values(changes: dict[str, Any]) -> dict[str, Any]:
     """Sidebar values that make a :func:`nearest_fit` change: dp is left to fill the
-    devices; an accumulation count given replaces the micro-batch."""
+    devices; a micro-batch given replaces the accumulation count."""
     out = {k: x for k, x in changes.items() if k != "dp"}
-    if "grad_accum" in out:
-        out["microbatch"] = None
+    if "microbatch" in out:
+        out["grad_accum"] = None
     return out
 
 

@@ -15,7 +15,7 @@ from costmodel.inputs import Setup
 from costmodel.units import fmt_quantity
 from explorer import charts, warmup
 from explorer.formulas import formulas_tab
-from explorer.headline import headline
+from explorer.headline import answer, headline
 from explorer.inverse import inverse_tab
 from explorer.labels import label
 from explorer.page_state import remember_estimate, warn_unused
@@ -152,13 +152,23 @@ def _result(setup: Setup, stale: bool) -> None:
     with tabs[4]:
         inverse_tab(setup)
     with tabs[5]:
-        _export(v)
+        _export(setup, v, stale)
 
 
-def _export(v: dict[str, float]) -> None:
-    st.download_button(
-        "estimate.json", json.dumps(v, indent=2), "estimate.json", "application/json"
-    )
+def export_data(setup: Setup, stale: bool = False) -> dict[str, Any]:
+    """``estimate --json``'s object: the verdict first (not for inputs that are not the
+    current ones), then the model, training, layout, device and every quantity by group."""
+    data = setup.estimate().to_dict()
+    if not stale and setup.parallel is not None:
+        data = {"verdict": answer(setup), **data}
+    return data
+
+
+def _export(setup: Setup, v: dict[str, float], stale: bool) -> None:
+    """The JSON of :func:`export_data` and a CSV of the quantities."""
+    data = export_data(setup, stale)
+    st.download_button("estimate.json", json.dumps(data, indent=2, allow_nan=False),
+                       "estimate.json", "application/json")  # fmt: skip
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["quantity", "value"])

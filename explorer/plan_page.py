@@ -33,6 +33,11 @@ from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
+WORDS = {"pp_interleave": "interleave", "sequence_parallel": "sequence parallel",
+         "ep_dispatcher": "dispatcher", "ep_overlap": "all-to-all overlap",
+         "grad_reduce_fp32": "fp32 gradient reduce", "micro_batch": "micro-batch",
+         "grad_accum": "accumulation", "gpus": "GPUs"}  # fmt: skip
+"""What the differs column calls a layout field (the rest by their own short names)."""
 
 
 PRECISIONS = BY_KEY["precision"].choices or ()
@@ -170,18 +175,22 @@ def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
     for n, i in enumerate(idx, 1):
         r = p.row(i)
         changed = differences(r, best)["changed"]
-        rows.append({"#": n, "recommended": "✓" if i == pick else "", "layout": layout_label(r),
-                     "step (s)": round(r["time_s.step"], 4),
+        rows.append({"#": n, "recommended": "✓" if i == pick else "",
+                     "estimate": plan_charts.estimate_link(p, i, model),
+                     "layout": layout_label(r), "step (s)": round(r["time_s.step"], 4),
                      "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
-                     "differs from ✓": ", ".join(f"{k} {a}→{b}" for k, (a, b) in
-                                                 changed.items()),
+                     "differs from ✓": ", ".join(f"{WORDS.get(k, k)} {_word(a)}→{_word(b)}"
+                                                 for k, (a, b) in changed.items()),
                      "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
                      "tokens/s per GPU": round(r["tokens_per_s"] / r["gpus"]),
                      "MFU (%)": round(100 * r["mfu"], 1),
                      "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
-                     "limited by": r["limit"],
-                     "estimate": plan_charts.estimate_link(p, i, model)})  # fmt: skip
+                     "limited by": r["limit"]})  # fmt: skip
     return rows
+
+
+def _word(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _table(p: Plan, top: int, model: str) -> None:
@@ -215,6 +224,7 @@ def plan_page() -> None:
     except SpecError as err:
         st.error(f"No layout: {err.message}")
         return
+    _batch_warning(inp)
     fit = int(p.fits.sum())
     st.caption(f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {fit:,} fit in "
                f"{p.budget_bytes / GIB:,.1f} GiB per device. Rows fastest first; the "
@@ -240,6 +250,19 @@ def plan_page() -> None:
     st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
     if fit:
         _timeline(p, inp["top"])
+
+
+def _batch_warning(inp: dict[str, Any]) -> None:
+    """A global batch smaller than the devices: most of them split single sequences (tp,
+    pp, cp), far below peak; said, with where the batch came from."""
+    if inp["batch"] >= inp["gpus"]:
+        return
+    came = st.session_state.get("_plan", {}).get("_from", {}).get("batch") == inp["batch"]
+    where = " (taken from the Estimate page)" if came else ""
+    st.warning(f"A global batch of {inp['batch']:,} sequences{where} is fewer than the "
+               f"{inp['gpus']:,} GPUs: every layout splits sequences over devices and runs "
+               "far below peak. A training run's batch is usually several sequences per "
+               "GPU: raise the global batch.")  # fmt: skip
 
 
 def _nearest(p: Plan) -> None:

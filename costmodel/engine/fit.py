@@ -117,17 +117,26 @@ class Fit:
             return f"{gib:,.{digits}f} GiB (the budget given; device {self.capacity()})"
         return f"{gib:,.{digits}f} GiB (headroom {self.headroom:g} of {self.capacity()})"
 
-    def sentence(self) -> str:
+    def reserve_warning(self) -> str | None:
+        """What a reserve over the budget means, or None where it is within."""
+        if not self.reserved_over_budget:
+            return None
+        return (f"reserved {self.reserved_bytes / 2**30:,.1f} GiB is over the budget: the "
+                "caching allocator will free cached blocks and retry (slower steps; "
+                "expandable_segments helps)")  # fmt: skip
+
+    def sentence(self, warn: bool = True) -> str:
         """``fits: peak 31.9 GiB <= 72.0 GiB (headroom 0.9 of 80 GiB); reserved 38.3 GiB``,
-        a reserve over the budget said as such, or ``does not fit: peak 761.9 GiB > ...``;
-        with the digits that tell the peak from the budget (``21.63 GiB > 21.60 GiB``)."""
+        a reserve over the budget said as such (``warn``), or ``does not fit: peak 761.9 GiB
+        > ...``; with the digits that tell the peak from the budget (``21.63 GiB > 21.60
+        GiB``)."""
         peak, reserved = self.peak_bytes / 2**30, self.reserved_bytes / 2**30
         digits = _telling_digits(peak, self.budget_bytes / 2**30)
         if not self.fits:
             return f"does not fit: peak {peak:,.{digits}f} GiB > {self.allowance(digits)}"
         said = (f"fits: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
                 f"{reserved:,.1f} GiB")  # fmt: skip
-        if self.reserved_over_budget:
+        if warn and self.reserved_over_budget:
             said += (" is over it: the caching allocator will free cached blocks and retry "
                      "(slower steps; expandable_segments helps)")  # fmt: skip
         return said

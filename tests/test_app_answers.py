@@ -1,0 +1,67 @@
+"""The Estimate and Plan pages say what the CLI says (issue 60): the verdict, its nearest
+fit, the caveats and the export are the CLI's ``--json`` answer; a reserve over the budget
+is a warning beside a fit, not inside it; the Plan page says when its batch is smaller
+than the GPUs, names its layout changes in words and shows the estimate link first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from costmodel.cli import main
+from costmodel.inputs import build
+from explorer.pages import export_data
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+ESTIMATE = {"model": "gpt2", "hardware": "a100-80gb", "gpus": 8, "seq": 1024, "batch": 4,
+            "precision": "bf16-mixed", "framework": "fsdp2"}  # fmt: skip
+
+LLAMA_8 = {"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "seq": 8192,
+           "batch": 64, "framework": "fsdp2"}  # fmt: skip
+"""A fit whose reserve (the allocator's, 1.2 x the peak) is over the 0.9 budget."""
+
+
+def _app(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def _page() -> None:
+    from explorer.plan_page import plan_page
+
+    plan_page()
+
+
+def test_the_export_is_the_clis_json(capsys):
+    data = export_data(build(LLAMA_8))
+    argv = ["estimate", *(f"--{k}={v}" for k, v in LLAMA_8.items()), "--json"]
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert list(data) == list(cli) and next(iter(data)) == "verdict"
+    assert data["verdict"]["fits"] == cli["verdict"]["fits"] is True
+    assert data["verdict"]["memory"] == cli["verdict"]["memory"]
+    assert data["time_s"] == cli["time_s"] and data["model"] == cli["model"]
+
+
+def test_a_reserve_over_the_budget_is_a_warning_beside_the_fit():
+    at = _app(**{k: str(v) for k, v in LLAMA_8.items()})
+    assert not at.exception and "Fits" in at.success[0].value
+    assert "over" not in at.success[0].value
+    assert any(w.value.startswith("The reserved") and "over the budget" in w.value
+               for w in at.warning)  # fmt: skip
+
+
+def test_a_plan_batch_smaller_than_the_gpus_is_said_and_the_table_reads_in_words():
+    at = AppTest.from_function(_page, default_timeout=300)
+    at.session_state["_estimate_inputs"] = ESTIMATE
+    at.run()
+    assert not at.exception and not at.error
+    said = [w.value for w in at.warning if "fewer than the 8 GPUs" in w.value]
+    assert said and "(taken from the Estimate page)" in said[0]
+    table = at.dataframe[0].value
+    assert list(table.columns[:3]) == ["#", "recommended", "estimate"]
+    assert not table["differs from ✓"].str.contains("_").any()
