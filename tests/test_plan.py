@@ -207,3 +207,14 @@ def test_uneven_pipeline_stages_are_searched():
              PlanOptions(frameworks=("megatron",), recompute=("full",)))  # fmt: skip
     assert 3 in set(p.columns["pp"].tolist())
     assert math.isfinite(p.values["time_s.step"][p.columns["pp"] == 3].max())
+
+
+def test_plan_takes_batch_as_estimate_and_the_api_name_it(capsys):
+    """Issue 60: ``plan --global-batch`` vs ``estimate --batch`` vs ``plan(batch=...)``."""
+    argv = ["plan", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+            "1024", "--recompute", "none", "--frameworks", "fsdp2", "--json"]  # fmt: skip
+    assert main([*argv, "--global-batch", "32"]) == 0
+    long = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--batch", "32"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert {**short, "seconds": 0} == {**long, "seconds": 0}  # all but the wall time

@@ -90,9 +90,12 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     batch = g.add_mutually_exclusive_group(required=True)
     batch.add_argument(
         "--global-batch",
+        "--batch",
+        dest="global_batch",
         type=_batch_range,
-        help="sequences per optimizer step, or a range LO:HI or :HI (up to HI; "
-        "the 8 largest batches in it with no prime factor above 7, and HI)",
+        help="sequences per optimizer step (--batch too, as estimate and the Python API "
+        "name it), or a range LO:HI or :HI (up to HI; the 8 largest batches in it with no "
+        "prime factor above 7, and HI)",
     )
     batch.add_argument("--global-batch-tokens", type=_batch_range,
                        help="tokens per optimizer step (a multiple of --seq), or a range of "
