@@ -5,7 +5,7 @@ Run: ``./scripts/setup.sh && .venv/bin/streamlit run app.py``. Every number come
 Plan page searches every layout of a cluster for the fastest that fits
 (``costmodel.engine.plan``); Offload plans training larger than device memory
 (``costmodel.engine.offload``); Padding compares padding, bucketing and packing
-(``costmodel.engine.padding``); Serve estimates serving a model (``costmodel.serve``);
+(``costmodel.engine.padding``); Serve estimates serving a model (``costmodel.serving``);
 the last plots ``validate.run`` results when a results
 folder exists.
 """

@@ -11,6 +11,7 @@ Quick start (a notebook; the CLI's names and units, see :mod:`costmodel.api`)::
     costmodel.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=[2048, 4096])
     costmodel.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8, framework="fsdp2")
     costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=8192).table()
+    costmodel.serve("llama3-70b", hardware="h100-sxm", tp=4, input=2000, output=500, batch=32)
 
 Symbols: ``from costmodel.symbols import T, D`` or ``costmodel.symbol("T")``, never
 ``sympy.Symbol("T")`` (the package's carry assumptions; see :mod:`costmodel.symbols`).
@@ -25,6 +26,7 @@ from costmodel.api import (
     max_seq,
     min_fsdp,
     plan,
+    serve,
     solve,
     sweep,
     table,
@@ -61,6 +63,7 @@ __all__ = [
     "min_fsdp",
     "plan",
     "quantities",
+    "serve",
     "solve",
     "sweep",
     "symbol",

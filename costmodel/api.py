@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.answers.serve import ServeAnswer, answer, spec_of
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.hf import model_from_hf_config, model_from_hf_dict
+from costmodel.catalog.presets import get_model
 from costmodel.engine import estimate as _engine
 from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
@@ -238,6 +240,25 @@ def plan(
                                 memory_headroom=memory_headroom)  # fmt: skip
     counter = _count_on_stderr if progress is True else (progress or None)
     return _plan.plan(setup.model, setup.train, get_hardware(hardware), gpus, options, counter)
+
+
+def serve(
+    model: str | ModelSpec, hardware: str | Hardware = "h100-sxm", **inputs: Any
+) -> ServeAnswer:
+    """Serving ``model`` on ``hardware`` (``serve`` of the CLI, by its names without the
+    dashes: ``context`` or ``input`` and ``output``, ``batch``, ``tp``, ``kv_dtype``,
+    ``request_rate``, ...; the CLI's defaults): the estimate (memory, TTFT, TPOT,
+    throughput; dict-like), whether the batch fits, the nearest change that fits when it
+    does not, and the caveats (:class:`costmodel.answers.serve.ServeAnswer`)."""
+    spec_model = model if isinstance(model, ModelSpec) else get_model(_preset(model))
+    hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)
+    return answer(spec_model, spec_of(inputs), hw)
+
+
+def _preset(model: Any) -> str:
+    if not isinstance(model, str):
+        raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
+    return model
 
 
 def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:

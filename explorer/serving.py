@@ -1,4 +1,4 @@
-"""The Serve page: a model served on a layout (``costmodel.serve``, what ``python -m
+"""The Serve page: a model served on a layout (``costmodel.serving``, what ``python -m
 costmodel serve`` prints): memory per device split into weights, cache and workspace, TTFT,
 TPOT and throughput, and the throughput-latency curve over the batch. Bad input is a
 message naming the field."""
@@ -14,7 +14,7 @@ import streamlit as st
 from costmodel.answers.serve import ServeAnswer, answer
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.serve import ServeEstimate, serve
+from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from explorer.page_state import PageInput, finish, start, warn_unused

@@ -55,9 +55,9 @@ ALLOWED = {
         "symbols",
         "catalog",
     },
-    "serve": {"serve", "kinds", "single", "specs", "symbols"},
-    "answers": {"answers", "serve", "engine", "catalog", "kinds", "specs"},
-    "rl": {"rl", "api", "engine", "serve", "catalog", "specs"},
+    "serving": {"serving", "kinds", "single", "specs", "symbols"},
+    "answers": {"answers", "serving", "engine", "catalog", "kinds", "specs"},
+    "rl": {"rl", "api", "engine", "serving", "catalog", "specs"},
     "book": {"book", "engine", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
     "cli": {
@@ -65,7 +65,7 @@ ALLOWED = {
         "inputs",
         "engine",
         "book",
-        "serve",
+        "serving",
         "answers",
         "rl",
         "catalog",
@@ -73,7 +73,7 @@ ALLOWED = {
         "specs",
         "units",
     },
-    "api": {"api", "inputs", "engine", "catalog", REGISTRY, "specs"},
+    "api": {"api", "inputs", "engine", "answers", "catalog", REGISTRY, "specs"},
 }
 # imports made only when a function runs, or only for type hints: module -> the layers
 # it may reach that way beyond ALLOWED (the registry's default Framework.state builds on

@@ -291,7 +291,7 @@ def test_an_estimate_evaluates_a_formula_by_replacing_every_symbol_at_once():
 
 def test_a_serving_estimate_reads_as_a_dict_and_prints_short():
     from costmodel import get_hardware, get_model
-    from costmodel.serve import serve
+    from costmodel.serving import serve
     from costmodel.specs.serving import ServeSpec
 
     est = serve(

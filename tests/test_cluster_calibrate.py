@@ -384,7 +384,7 @@ def test_the_lent_h100s_serving_run_is_re_predicted_from_its_files():
     from dataclasses import replace
 
     from costmodel import get_model
-    from costmodel.serve import serve
+    from costmodel.serving import serve
     from costmodel.specs.serving import ServeSpec
 
     hw = hardware_from_dict("h100-measured", _h100_profile())

@@ -14,8 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
-from costmodel.serve import terms
-from costmodel.serve.estimate import serve
+from costmodel.serving import terms
+from costmodel.serving.estimate import serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 from costmodel.symbols import B, T, Y, values_for

@@ -8,8 +8,8 @@ import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
-from costmodel.serve.disaggregated import handoff_s, prefill_spec
-from costmodel.serve.estimate import PREFILL_CHUNK, serve
+from costmodel.serving.disaggregated import handoff_s, prefill_spec
+from costmodel.serving.estimate import PREFILL_CHUNK, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from costmodel import get_hardware, get_model
-from costmodel.serve.estimate import decode_step, serve
-from costmodel.serve.experts import alltoall_s
+from costmodel.serving.estimate import decode_step, serve
+from costmodel.serving.experts import alltoall_s
 from costmodel.specs.serving import ServeSpec
 
 H100 = get_hardware("h100-sxm")

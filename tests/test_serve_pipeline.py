@@ -10,8 +10,8 @@ import math
 import pytest
 
 from costmodel import get_hardware, get_model
-from costmodel.serve.estimate import serve
-from costmodel.serve.pipeline import send_s, stage_model
+from costmodel.serving.estimate import serve
+from costmodel.serving.pipeline import send_s, stage_model
 from costmodel.specs.serving import ServeSpec
 
 H100 = get_hardware("h100-sxm")

@@ -11,8 +11,8 @@ import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
-from costmodel.serve.estimate import decode_step, serve
-from costmodel.serve.speculative import tokens_per_cycle
+from costmodel.serving.estimate import decode_step, serve
+from costmodel.serving.speculative import tokens_per_cycle
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 

@@ -9,12 +9,15 @@ shows the memory and the nearest fit instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from costmodel.catalog.fitted import fitted
 from costmodel.engine.caveats import calibration_line
 from costmodel.kinds import ffn
-from costmodel.serve.estimate import ServeEstimate, serve
+from costmodel.serving.estimate import ServeEstimate, serve
+from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
@@ -25,15 +28,87 @@ SERVING_RECORD = "serving"
 its figures on the published MoE serving runs are the MoE caveat's numbers."""
 
 
-@dataclass
-class ServeAnswer:
-    """One serving question's answer: the estimate and what to say beside it."""
+DEFAULT_OUTPUT = 128
+"""Generated tokens when only ``context`` is given (the prompt is the rest)."""
+MAX_NUM_SEQS = 256
+"""Sequences in flight at most at a request rate, without ``batch`` (vLLM's default
+``max_num_seqs``)."""
+WORKLOAD = ("context", "input", "output")
+"""The lengths of a request: any two of them, or ``context`` alone."""
+SERVE_INPUTS = (*WORKLOAD, *(f.name for f in fields(ServeSpec) if f.name not in WORKLOAD))
+"""What a serving question takes, by the CLI's names without the dashes."""
+
+
+def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int, int]:
+    """(input, output) from any two of context, input and output (or context alone: the
+    last ``DEFAULT_OUTPUT`` tokens generated); one line naming the field otherwise."""
+    for name, value in (("context", context), ("input", inp), ("output", out)):
+        if value is not None:
+            checks.integer(name, value, minimum=2 if name == "context" else 1)
+    if context is None:
+        if inp is None:
+            raise SpecError("context", "give --context, or --input (and --output)")
+        return inp, DEFAULT_OUTPUT if out is None else out
+    if inp is not None and out is not None and inp + out != context:
+        raise SpecError("context", f"context ({context}) must be input + output ({inp + out})")
+    if inp is not None and inp >= context:
+        raise SpecError("input", f"input ({inp}) must be < context ({context})")
+    out = out if out is not None else (context - inp if inp is not None else DEFAULT_OUTPUT)
+    if out >= context:
+        raise SpecError("output", f"output ({out}) must be < context ({context})")
+    return context - out, out
+
+
+def spec_of(values: Mapping[str, Any]) -> ServeSpec:
+    """The serving spec of a question as the CLI and the API state it (``SERVE_INPUTS``;
+    None: not given): the lengths from any two of context, input and output; the batch 1
+    (a request at a time), or at a request rate vLLM's ``max_num_seqs`` cap; arrival
+    ``together``, or ``continuous`` at a request rate; every other field ServeSpec's
+    default. An unknown name is a SpecError naming it."""
+    unknown = sorted(set(values) - set(SERVE_INPUTS))
+    if unknown:
+        raise SpecError(unknown[0], f"unknown serving input(s): {', '.join(unknown)}; "
+                        f"known: {', '.join(SERVE_INPUTS)}")  # fmt: skip
+    given = {k: v for k, v in values.items() if v is not None}
+    inp, out = lengths(given.pop("context", None), given.pop("input", None),
+                       given.pop("output", None))  # fmt: skip
+    rated = given.get("request_rate") is not None
+    given.setdefault("batch", MAX_NUM_SEQS if rated else 1)
+    given.setdefault("arrival", "continuous" if rated else "together")
+    return ServeSpec(input=inp, output=out, **given)
+
+
+@dataclass(repr=False)
+class ServeAnswer(Mapping):
+    """One serving question's answer: the estimate and what to say beside it. Dict-like
+    over the estimate's numbers (``ans["time_s.tpot"]``; a batch that does not fit keeps
+    them for whoever asks by name, as ``estimate`` does, but its repr shows none)."""
 
     estimate: ServeEstimate
     fits: bool
     nearest: str | None = None
     """Without a fit: the nearest change that fits (flags named as the CLI's)."""
     caveats: list[str] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.estimate[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.estimate)
+
+    def __len__(self) -> int:
+        return len(self.estimate)
+
+    def __repr__(self) -> str:
+        v = self.estimate.values
+        if not self.fits:
+            return (f"ServeAnswer(does not fit: {v['max_batch']:,} sequences fit; nearest "
+                    f"fit: {self.nearest}; {len(self.caveats)} caveat(s))")  # fmt: skip
+        shown = [f"{label} {v[key] * scale:,.4g}{unit}" for key, label, scale, unit in (
+            ("time_s.ttft", "TTFT", 1e3, " ms"), ("time_s.tpot", "TPOT", 1e3, " ms"),
+            ("throughput.output_tokens_per_s", "tokens/s", 1, "")) if key in v]  # fmt: skip
+        return (f"ServeAnswer(fits: {v['max_batch']:,} sequences fit; {', '.join(shown)}; "
+                f"{len(self.caveats)} caveat(s))")  # fmt: skip
 
 
 def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:

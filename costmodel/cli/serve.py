@@ -1,5 +1,5 @@
 """``python -m costmodel serve``: serving a model: its KV cache, memory per device, TTFT, TPOT
-and throughput for a workload (``costmodel.serve``)."""
+and throughput for a workload (``costmodel.serving``)."""
 
 from __future__ import annotations
 
@@ -7,41 +7,19 @@ import argparse
 import json
 from typing import Any
 
-from costmodel.answers.serve import ServeAnswer, answer
+from costmodel.answers.serve import (
+    DEFAULT_OUTPUT,
+    MAX_NUM_SEQS,
+    SERVE_INPUTS,
+    ServeAnswer,
+    answer,
+    spec_of,
+)
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.serve.estimate import PREFILL_CHUNK
-from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
+from costmodel.serving.estimate import PREFILL_CHUNK
 from costmodel.specs.serving import ARRIVALS, ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
-
-DEFAULT_OUTPUT = 128
-"""Generated tokens when only ``--context`` is given (the prompt is the rest)."""
-MAX_NUM_SEQS = 256
-"""Sequences in flight at most at a request rate, without ``--batch`` (vLLM's default
-``max_num_seqs``)."""
-
-
-def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int, int]:
-    """(input, output) from any two of context, input and output (or context alone: the
-    last ``DEFAULT_OUTPUT`` tokens generated); one line naming the field otherwise."""
-    for name, value in (("context", context), ("input", inp), ("output", out)):
-        if value is not None:
-            checks.integer(name, value, minimum=2 if name == "context" else 1)
-    if context is None:
-        if inp is None:
-            raise SpecError("context", "give --context, or --input (and --output)")
-        return inp, DEFAULT_OUTPUT if out is None else out
-    if inp is not None and out is not None and inp + out != context:
-        raise SpecError("context", f"context ({context}) must be input + output ({inp + out})")
-    if inp is not None and inp >= context:
-        raise SpecError("input", f"input ({inp}) must be < context ({context})")
-    out = out if out is not None else (context - inp if inp is not None else DEFAULT_OUTPUT)
-    if out >= context:
-        raise SpecError("output", f"output ({out}) must be < context ({context})")
-    return context - out, out
-
 
 PARTS = {
     "matmuls": "the matmuls",
@@ -198,17 +176,8 @@ def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    inp, out = lengths(args.context, args.input, args.output)
-    rated = args.request_rate is not None
-    arrival = args.arrival or ("continuous" if rated else "together")
-    spec = ServeSpec(input=inp, output=out, batch=_batch(args, rated), precision=args.precision,
-                     kv_dtype=args.kv_dtype, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep,
-                     arrival=arrival, request_rate=args.request_rate,
-                     block_size=args.block_size, memory_utilization=args.memory_utilization,
-                     rope_scaling=args.rope_scaling, engine=args.engine,
-                     draft_tokens=args.draft_tokens, acceptance=args.acceptance,
-                     draft_layers=args.draft_layers, prefill_replicas=args.prefill_replicas,
-                     prefill_tp=args.prefill_tp)  # fmt: skip
+    spec = spec_of({k: getattr(args, k, None) for k in SERVE_INPUTS})
+    inp, out, rated = spec.input, spec.output, spec.request_rate is not None
     model, hw = get_model(args.model), get_hardware(args.hardware)
     ans = answer(model, spec, hw)
     est = ans.estimate
@@ -235,14 +204,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     for note in est.notes:
         print(f"  note: {note}")
     return 0
-
-
-def _batch(args: argparse.Namespace, rated: bool) -> int:
-    """--batch, or without it 1 (a request at a time), or at a request rate the cap of vLLM's
-    ``max_num_seqs`` (256): the rate decides how many are in flight."""
-    if args.batch is not None:
-        return args.batch
-    return MAX_NUM_SEQS if rated else 1
 
 
 def add_serve(sub, int_arg) -> None:

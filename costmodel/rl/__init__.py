@@ -1,4 +1,4 @@
-"""One RL post-training step: rollouts (``costmodel.rl.rollout`` over ``costmodel.serve``),
+"""One RL post-training step: rollouts (``costmodel.rl.rollout`` over ``costmodel.serving``),
 scoring and training (``costmodel.estimate``), weight sync; ``python -m costmodel rl``."""
 
 from costmodel.rl.spec import PLACEMENTS, RLSpec

@@ -13,8 +13,8 @@ verl, NeMo RL and OpenRLHF: ``LLM.generate`` over the whole batch).
   memory; when the running ones' next tokens do not fit, it preempts the most recently
   admitted, which later prefill their prompt and what they had generated again (V1's
   recompute preemption).
-- **An iteration** decodes one token of every running sequence: costmodel.serve's decode
-  step (``costmodel.serve.estimate.decode_step``) at that batch and their mean context,
+- **An iteration** decodes one token of every running sequence: costmodel.serving's decode
+  step (``costmodel.serving.estimate.decode_step``) at that batch and their mean context,
   priced once per ``CHUNK`` iterations at most; the prompts admitted in it add their
   prefill (``serve``'s prefill of that many prompts).
 - The rollout's seconds are its slowest engine's: the sum of its iterations. Not modelled:
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.serve import serve
-from costmodel.serve.estimate import decode_step
+from costmodel.serving import serve
+from costmodel.serving.estimate import decode_step
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec

@@ -45,7 +45,7 @@ from costmodel.specs.serving import ServeSpec, check
 def response_cap(model: ModelSpec, spec: RLSpec, engine: ServeSpec, hw: Hardware) -> int:
     """The longest response (``RLSpec.max_output``, or its default: ``output`` when every
     response is that long, else the model's positions after the prompt), checked as
-    ``costmodel.serve`` checks a context: within the model's positions, as the engine's
+    ``costmodel.serving`` checks a context: within the model's positions, as the engine's
     ``max_model_len`` is (the error says what RoPE scaling would allow)."""
     default = spec.output if spec.response_sigma == 0 else model.max_positions - spec.input
     cap = spec.max_output or default

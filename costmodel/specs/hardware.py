@@ -112,7 +112,7 @@ class Hardware:
     serve_layer_s: float = 0.0
     """Device seconds per layer per serving step beyond the roofline (the gaps between a
     layer's small kernels, their launches and syncs, which a decode step of tens of
-    microseconds per layer cannot hide; ``costmodel.serve.estimate``). 0: not modelled."""
+    microseconds per layer cannot hide; ``costmodel.serving.estimate``). 0: not modelled."""
     expert_call_s: float = 0.0
     """Host seconds per expert GEMM that a per-expert grouped linear launches (Transformer
     Engine's ``GroupedLinear`` under Megatron-Core: its per-expert Python work over the

@@ -28,7 +28,7 @@ fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
 ARRIVALS = ("together", "continuous")
 """How requests reach the engine: the batch's prompts together, prefilled then decoded (a
-static batch), or a continuously batched engine kept full (``costmodel.serve.continuous``)."""
+static batch), or a continuously batched engine kept full (``costmodel.serving.continuous``)."""
 MAX_ROPE_SCALING = 1024
 """The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
 (DeepSeek-V3); a factor far beyond is a typo, not a model."""
@@ -81,7 +81,7 @@ class ServeSpec:
     request_rate: float | None = None
     """Requests per second arriving at the deployment, over its ``dp`` replicas: a
     continuously batched engine then holds as many sequences as the rate keeps in flight
-    (``costmodel.serve.continuous.in_flight``), ``batch`` at most; None: ``batch`` in
+    (``costmodel.serving.continuous.in_flight``), ``batch`` at most; None: ``batch`` in
     flight."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""

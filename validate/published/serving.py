@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel import Hardware, get_hardware, get_model
-from costmodel.serve import serve
+from costmodel.serving import serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 

@@ -1,5 +1,5 @@
 """Decoding with a KV cache on the reference model: the cache costmodel's serving terms
-count (``costmodel/serve/terms.py``), allocated at once and written one token at a time.
+count (``costmodel/serving/terms.py``), allocated at once and written one token at a time.
 
 - MHA/GQA/MQA layers cache each kv head's key (after RoPE and QK-norm) and value:
   (B, K, slots, d_h) twice; a sliding-window layer's slots are its last W tokens, a ring

@@ -13,7 +13,7 @@ Per case (a preset, cut to a few layers on a CPU; B sequences; a prompt of I tok
 
 Weights and cache in fp32 on a CPU, bf16 on a GPU; timing by
 ``validate.probes.calibrate.time_call`` (CUDA events on GPUs); predictions on the run's
-profile (its host seconds per kernel included, ``costmodel.serve.estimate.host_s``).
+profile (its host seconds per kernel included, ``costmodel.serving.estimate.host_s``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from costmodel import get_model
-from costmodel.serve import serve
+from costmodel.serving import serve
 from costmodel.specs.serving import ServeSpec
 from validate.probes.calibrate import time_call
 from validate.reference.decode import allocate, cache_bytes, decode_step, full_logits

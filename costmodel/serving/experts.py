@@ -21,7 +21,7 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 from __future__ import annotations
 
 from costmodel.kinds import ffn
-from costmodel.serve import terms
+from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec

@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from costmodel.serve import terms
+from costmodel.serving import terms
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec

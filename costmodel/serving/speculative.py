@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from costmodel.serve import terms
+from costmodel.serving import terms
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
 from costmodel.symbols import Y, values_for
@@ -53,7 +53,7 @@ def fuse_elements(model: ModelSpec) -> int:
 
 def cycle(model: ModelSpec, spec: ServeSpec, hw: Any, step: Callable[..., dict]) -> dict:
     """One draft-and-verify cycle (module docstring) by ``step``, the decode step
-    (``costmodel.serve.estimate.decode_step``): seconds and tokens."""
+    (``costmodel.serving.estimate.decode_step``): seconds and tokens."""
     gamma = spec.draft_tokens
     assert spec.acceptance is not None  # ServeSpec requires it with draft_tokens
     verify = step(model, spec, hw, per_seq=gamma + 1)["phase"]["total"]

@@ -29,10 +29,10 @@ fitted on published serving runs
   device.
 
 Each option a deployment adds is priced by its own module on top of these steps:
-speculative decoding (:mod:`costmodel.serve.speculative`), experts whole over devices across
-replicas (:mod:`costmodel.serve.experts`), pipeline stages (:mod:`costmodel.serve.pipeline`),
-prefill on replicas of its own (:mod:`costmodel.serve.disaggregated`) and continuous batching
-in steady state (:mod:`costmodel.serve.continuous`).
+speculative decoding (:mod:`costmodel.serving.speculative`), experts whole over devices across
+replicas (:mod:`costmodel.serving.experts`), pipeline stages (:mod:`costmodel.serving.pipeline`),
+prefill on replicas of its own (:mod:`costmodel.serving.disaggregated`) and continuous batching
+in steady state (:mod:`costmodel.serving.continuous`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from costmodel.kinds import attention, ffn
-from costmodel.serve import continuous, disaggregated, experts, pipeline, speculative, terms
+from costmodel.serving import continuous, disaggregated, experts, pipeline, speculative, terms
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS

@@ -1,0 +1,66 @@
+"""``costmodel.serve``: the CLI's serving question in Python, with its names and defaults
+(issue 60: there was no top-level serve, and the subpackage held the name)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import costmodel
+from costmodel.cli import main
+
+
+def test_serve_in_python_is_the_cli_answer(capsys):
+    ans = costmodel.serve("llama3-70b", hardware="h100-sxm", tp=4, input=2000, output=500,
+                          batch=32)  # fmt: skip
+    assert (
+        main(
+            [
+                "serve",
+                "--model",
+                "llama3-70b",
+                "--hardware",
+                "h100-sxm",
+                "--tp",
+                "4",
+                "--input",
+                "2000",
+                "--output",
+                "500",
+                "--batch",
+                "32",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    cli = json.loads(capsys.readouterr().out)
+    assert ans.fits is cli["verdict"]["fits"] is True
+    for key in ("time_s.ttft", "time_s.tpot", "throughput.output_tokens_per_s", "max_batch"):
+        assert ans[key] == cli[key], key
+    assert repr(ans).startswith("ServeAnswer(fits: 200 sequences fit; TTFT 5,065 ms")
+
+
+def test_serve_takes_the_cli_defaults():
+    """Context alone: the last 128 tokens generated, one request at a time; at a request
+    rate, continuous batching of at most 256 in flight."""
+    one = costmodel.serve("llama3-8b", context=4096)
+    assert one["time_s.tpot"] > 0 and one.estimate["max_batch"] >= 1
+    rated = costmodel.serve("llama3-8b", input=1000, output=200, request_rate=1.0)
+    assert "continuous.in_flight" in rated
+
+
+def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():
+    ans = costmodel.serve("mixtral-8x7b", context=4096, batch=512)
+    assert not ans.fits and ans.nearest and "mixture-of-experts" in ans.caveats[0]
+    assert "TTFT" not in repr(ans) and "nearest fit: --" in repr(ans)
+
+
+@pytest.mark.parametrize(("inputs", "field"), [({"inputs": 3}, "inputs"),
+                                               ({"batch": 0, "context": 4096}, "batch"),
+                                               ({"output": 10}, "context")])  # fmt: skip
+def test_a_wrong_serving_input_names_its_field(inputs, field):
+    with pytest.raises(costmodel.SpecError) as err:
+        costmodel.serve("llama3-8b", **inputs)
+    assert err.value.field == field
