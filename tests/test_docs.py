@@ -26,6 +26,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 COMMAND = "python -m costmodel "
+PATH = re.compile(r"`((?:costmodel|validate|explorer|tests|benchmarks|scripts|notebooks|docs)"
+                  r"/[\w./-]*)`")  # fmt: skip
+"""A repository path a page names in backticks."""
 
 
 def _joined(text: str) -> list[str]:
@@ -97,6 +100,12 @@ def test_the_comparison_catches_a_stale_number():
     assert missing(["verdict fits: ...", "step 4.273 s"], printed) is None
     assert missing(["verdict fits: peak 32.0 GiB"], printed) == "verdict fits: peak 32.0 GiB"
     assert missing(["step 4.273 s"], printed) == "step 4.273 s"  # not the first line
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_repository_path_a_page_names_exists(page):
+    for path in PATH.findall(page.read_text()):
+        assert (ROOT / path.rstrip(".")).exists() or any(ROOT.glob(path.rstrip("."))), path
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
