@@ -23,7 +23,7 @@ from costmodel.units import GIB, fmt_count
 
 def setup_line(setup: Setup) -> str:
     """What the verdict assumed, in one line: model, framework, degrees, micro-batch x
-    accumulation, recompute."""
+    accumulation, recompute, precision and fine-tuning (LoRA, QLoRA)."""
     par, train = setup.parallel, setup.train
     assert par is not None and setup.hardware is not None
     degrees = f"dp {par.dp} × fsdp {par.fsdp} × tp {par.tp} × pp {par.pp} × cp {par.cp}"
@@ -33,7 +33,14 @@ def setup_line(setup: Setup) -> str:
     return (f"**{setup.model.name}** · framework **{par.framework}** · {par.devices} × "
             f"{setup.hardware.name}: {degrees} · micro-batch {micro} per device × "
             f"{train.grad_accum} accumulation steps · recompute {train.recompute} · "
-            f"{train.precision}")  # fmt: skip
+            f"{train.precision}{_tuning(train)}")  # fmt: skip
+
+
+def _tuning(train: Any) -> str:
+    """`` · LoRA rank 16 on q, v`` (QLoRA: the frozen weights in 4 bits), or nothing."""
+    if train.finetune == "full":
+        return ""
+    return f" · {train.finetune} rank {train.lora_rank} on {train.lora_targets}"
 
 
 def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:

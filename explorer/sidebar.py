@@ -15,6 +15,7 @@ import streamlit as st
 
 from costmodel import ModelSpec
 from costmodel.catalog.hf import model_from_hf_dict, parse_config
+from costmodel.frameworks.registry import trait
 from costmodel.inputs import BY_KEY
 from explorer.labels import help_of, label
 from explorer.state import (
@@ -75,6 +76,19 @@ def _tri_state(value: bool | None) -> str:
     return {None: "framework's default", True: "yes", False: "no"}[value]
 
 
+_ZERO_UNUSED = (
+    "Not used: nothing is sharded. Set the FSDP / ZeRO shard group, or pick a "
+    "framework that shards by default (fsdp2, deepspeed), and the stage applies."
+)
+
+
+def _zero_used() -> bool:
+    """Whether the ZeRO stage applies: a shard group is set, or the framework shards over
+    the data-parallel devices by default (``explorer.state._given`` passes it then)."""
+    framework = st.session_state.get("framework") or BY_KEY["framework"].default
+    return st.session_state.get("fsdp") is not None or bool(trait(framework, "shards_by_default"))
+
+
 def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     """The input's widget, then its message slot directly under it."""
     field, text, help_ = BY_KEY[key], label(key), help_of(key)
@@ -87,7 +101,9 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     elif options and key in ("overlap",):
         container.radio(text, options, key=key, horizontal=True, help=help_)
     elif options:
-        container.selectbox(text, options, key=key, help=help_)
+        unused = key == "zero" and not _zero_used()
+        container.selectbox(text, options, key=key, disabled=unused,
+                            help=_ZERO_UNUSED if unused else help_)  # fmt: skip
     elif field.kind is float:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:

@@ -65,3 +65,14 @@ def test_a_plan_batch_smaller_than_the_gpus_is_said_and_the_table_reads_in_words
     table = at.dataframe[0].value
     assert list(table.columns[:3]) == ["#", "recommended", "estimate"]
     assert not table["differs from ✓"].str.contains("_").any()
+
+
+def test_the_zero_stage_is_greyed_where_nothing_is_sharded_and_lora_is_assumed():
+    """Issue 60: the sidebar said "ZeRO stage 3" beside a layout line of "nothing sharded",
+    and the Assumed line left LoRA out."""
+    at = _app(model="llama3-8b", finetune="lora", hardware="rtx-4090", batch="2", seq="1024")
+    assert not at.exception and at.selectbox(key="zero").disabled
+    assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
+    assert "lora rank 16 on all-linear" in assumed
+    sharded = _app(model="llama3-8b", framework="fsdp2", gpus="8", batch="64")
+    assert not sharded.selectbox(key="zero").disabled
