@@ -64,3 +64,15 @@ def test_a_wrong_serving_input_names_its_field(inputs, field):
     with pytest.raises(costmodel.SpecError) as err:
         costmodel.serve("llama3-8b", **inputs)
     assert err.value.field == field
+
+
+def test_the_cli_names_the_defaults_it_took(capsys):
+    """``--input`` alone: 128 generated tokens and one request at a time, each said with
+    its flag (the output's default went unsaid where only the input was given)."""
+    assert main(["serve", "--model", "llama3-8b", "--input", "2000"]) == 0
+    said = capsys.readouterr().out
+    assert "128 generated tokens (default; --output)" in said
+    assert "one request at a time (default; --batch)" in said
+    assert main(["serve", "--model", "llama3-8b", "--input", "2000", "--output", "100",
+                 "--batch", "4"]) == 0  # fmt: skip
+    assert "(default;" not in capsys.readouterr().out

@@ -49,10 +49,16 @@ def limited_by(v: dict[str, Any]) -> str:
     )
 
 
-def assumptions(spec: ServeSpec, output_defaulted: bool = False) -> str:
-    """Every setting the numbers assume, given or default."""
+def assumptions(
+    spec: ServeSpec, output_defaulted: bool = False, batch_defaulted: bool = False
+) -> str:
+    """Every setting the numbers assume, given or default (a default named with its flag)."""
     engine = "fuses its elementwise ops" if spec.engine == "fused" else "runs op by op"
     output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
+    if batch_defaulted:
+        output += (f"at most {spec.batch} in flight (vLLM's max_num_seqs; --batch), "
+                   if spec.request_rate is not None else
+                   "one request at a time (default; --batch), ")  # fmt: skip
     return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "
             f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
@@ -96,7 +102,9 @@ def _drafting(spec: ServeSpec) -> str:
     )
 
 
-def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list[tuple[str, str]]:
+def _rows(
+    ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool], unit: str
+) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = "fits" if ans.fits else "does NOT fit"
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
@@ -107,7 +115,7 @@ def _rows(ans: ServeAnswer, spec: ServeSpec, defaulted: bool, unit: str) -> list
             f"per device; up to {v['max_batch']:,} sequences fit{nearest}",
         ),
         *([("limited by", limited_by(v))] if ans.fits else []),
-        ("assumptions", assumptions(spec, defaulted)),
+        ("assumptions", assumptions(spec, *defaulted)),
         *[("caveat", text) for text in ans.caveats],
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
         ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"])),
@@ -197,7 +205,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
-    rows = _rows(ans, spec, args.output is None and args.input is None, unit)
+    output_defaulted = args.output is None and (args.context is None or args.input is None)
+    rows = _rows(ans, spec, (output_defaulted, args.batch is None), unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")
