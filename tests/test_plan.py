@@ -218,3 +218,15 @@ def test_plan_takes_batch_as_estimate_and_the_api_name_it(capsys):
     assert main([*argv, "--batch", "32"]) == 0
     short = json.loads(capsys.readouterr().out)
     assert {**short, "seconds": 0} == {**long, "seconds": 0}  # all but the wall time
+
+
+def test_a_batch_range_holds_what_a_prime_gpu_count_can_place():
+    """Issue 58, Calculon's question: 5,128 GPUs (8 x 641) at a batch up to 2,520 was "no
+    valid layout", the range's 7-smooth batches never a multiple of 641; 1,923 = 3 x 641
+    (tp 8 x dp 641, Calculon's answer) is searched now."""
+    from costmodel.engine.layouts import batch_choices
+
+    assert 1923 not in batch_choices(1, 2520)
+    assert 1923 in batch_choices(1, 2520, counts=[5128])
+    assert batch_choices(1, 2520, counts=[1024]) == batch_choices(1, 2520)  # no prime > 7
+    assert batch_choices(1000, 1200, counts=[5128]) == batch_choices(1000, 1200)  # none fits

@@ -182,7 +182,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     setup = build({**values, "batch": 1})  # the batch is the search's (its seq gives tokens)
     low, high = global_batch(args, setup.train.seq)
     setup = replace(setup, train=setup.train.replace(batch=high))
-    batches = batch_choices(low, high) if low != high else None
+    counts = [args.gpus] if args.gpus is not None else []
+    batches = batch_choices(low, high, counts=counts) if low != high else None
     _check_cost_flags(args)
     prices = prices_for(list(args.hardware), args.price_per_hour)
     if len(set(args.hardware)) < len(args.hardware):

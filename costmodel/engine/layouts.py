@@ -14,6 +14,8 @@ policy. ``costmodel.engine.grid`` enumerates them, factored; the spec layer's ow
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from costmodel.config import check
@@ -44,10 +46,13 @@ def device_counts(max_gpus: int, per_node: int) -> list[int]:
     return sorted({*range(1, per_node), *(per_node * n for n in nodes)})
 
 
-def batch_choices(low: int, high: int, keep: int = 8) -> list[int]:
+def batch_choices(low: int, high: int, keep: int = 8, counts: Iterable[int] = ()) -> list[int]:
     """The global batches a range searches: the ``keep`` largest in [low, high] with no
-    prime factor above 7 (batches are chosen to split evenly: 2,520 = 2^3 3^2 5 7), and
-    ``high`` itself. A SpecError naming ``global_batch`` for an empty or reversed range."""
+    prime factor above 7 (batches are chosen to split evenly: 2,520 = 2^3 3^2 5 7),
+    ``high`` itself, and for each prime factor above 7 of a device count in ``counts`` its
+    largest multiple in the range (5,128 GPUs = 8 x 641 place data-parallel ranks only in
+    multiples of 641: 1,923 of a batch up to 2,520, Calculon's answer). A SpecError naming
+    ``global_batch`` for an empty or reversed range."""
     checks.integer("global_batch", low)
     checks.integer("global_batch", high)
     if low > high:
@@ -57,7 +62,21 @@ def batch_choices(low: int, high: int, keep: int = 8) -> list[int]:
         if b == high or _smooth(b, (2, 3, 5, 7)):
             found.append(b)
         b -= 1
-    return sorted(found)
+    for p in sorted({p for c in counts for p in _large_primes(c)}):
+        if high // p * p >= low:
+            found.append(high // p * p)
+    return sorted(set(found))
+
+
+def _large_primes(n: int) -> list[int]:
+    """The prime factors of ``n`` above 7."""
+    out, d = [], 2
+    while d * d <= n:
+        while n % d == 0:
+            out.append(d)
+            n //= d
+        d += 1
+    return [p for p in (*out, *([n] if n > 1 else [])) if p > 7]
 
 
 def _smooth(n: int, primes: tuple[int, ...] = (2, 3, 5)) -> bool:
