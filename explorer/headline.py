@@ -66,9 +66,11 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
         cols[5].metric("days to train", "–", "set a token budget", **off)
 
 
-def answer_of(setup: Setup) -> dict[str, Any]:
-    """The CLI's verdict on the setup (``estimate --json``'s ``"verdict"``)."""
-    return verdict(setup.estimate(), notes=setup.notes)
+def answer_of(setup: Setup, planner: bool = False) -> dict[str, Any]:
+    """The CLI's verdict on the setup (``estimate --json``'s ``"verdict"``); its nearest
+    fit without the planner's search unless asked (a click: a search of new layouts takes
+    seconds to a minute the first time)."""
+    return verdict(setup.estimate(), notes=setup.notes, planner=planner)
 
 
 answer = st.cache_data(show_spinner=False, max_entries=64)(answer_of)
@@ -88,7 +90,7 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     if stale:  # no green "Fits" for inputs that are not the current ones
         verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
         return
-    said_of = answer(setup)
+    said_of = current_answer(setup)
     if fit.fits:
         verdict_col.success(f"Fits: {said} (per device, {where}).")
         if fit.reserve_warning():
@@ -96,7 +98,7 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     else:
         verdict_col.error(f"Does not fit: {said} (per device, {where}).")
         with verdict_col:
-            _nearest(said_of.get("nearest_fit"))
+            _nearest(said_of.get("nearest_fit") or _planned(setup))
     if "limited_by" in said_of:
         st.markdown(f"**Limited by** {said_of['limited_by']}.")
     for text in said_of["caveats"]:
@@ -104,11 +106,36 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
     st.caption(f"Layout: {said_of['layout']}")
 
 
+PLANNER_KEY = "search_nearest"
+"""Session key: the setups whose nearest fit the planner was asked to search."""
+
+
+def current_answer(setup: Setup) -> dict[str, Any]:
+    """The verdict as the page shows it: with the planner's nearest fit once asked."""
+    return answer(setup, planner=repr(setup) in st.session_state.get(PLANNER_KEY, ()))
+
+
+def _planned(setup: Setup) -> dict[str, Any] | None:
+    """The planner's nearest fit, once asked by the button (``estimate`` asks it always)."""
+    asked = st.session_state.setdefault(PLANNER_KEY, set())
+    key = repr(setup)
+    if key not in asked:
+        st.caption("No change of recompute, micro-batch or sharding fits on these devices.")
+        st.button("Search every layout at this batch (the planner: these devices, then 2, "
+                  "4 and 8 times them)", key="search_planner", on_click=asked.add,
+                  args=(key,))  # fmt: skip
+        return None
+    with st.spinner("searching the layouts that fit"):
+        found = current_answer(setup).get("nearest_fit")
+    if found is None:
+        st.caption("Nothing fits at this batch on these devices or up to 8 times them, with "
+                   "any layout, recompute or micro-batch.")  # fmt: skip
+    return found
+
+
 def _nearest(near: dict[str, Any] | None) -> None:
     """The nearest change that fits, with a button that makes it."""
     if near is None:
-        st.caption("Nothing fits at this batch on these devices or up to 8 times them, with "
-                   "any layout, recompute or micro-batch.")  # fmt: skip
         return
     st.markdown(f"Nearest change that fits: {near['change']}: peak "
                 f"{near['peak_bytes'] / GIB:,.1f} GiB, step {near['step_s']:.3g} s.")  # fmt: skip

@@ -15,7 +15,7 @@ from costmodel.inputs import Setup
 from costmodel.units import fmt_quantity
 from explorer import charts, warmup
 from explorer.formulas import formulas_tab
-from explorer.headline import answer, headline
+from explorer.headline import current_answer, headline
 from explorer.inverse import inverse_tab
 from explorer.labels import label
 from explorer.page_state import remember_estimate, warn_unused
@@ -157,10 +157,11 @@ def _result(setup: Setup, stale: bool) -> None:
 
 def export_data(setup: Setup, stale: bool = False) -> dict[str, Any]:
     """``estimate --json``'s object: the verdict first (not for inputs that are not the
-    current ones), then the model, training, layout, device and every quantity by group."""
+    current ones; its nearest fit the planner's once the page asked it), then the model,
+    training, layout, device and every quantity by group."""
     data = setup.estimate().to_dict()
     if not stale and setup.parallel is not None:
-        data = {"verdict": answer(setup), **data}
+        data = {"verdict": current_answer(setup), **data}
     return data
 
 

@@ -76,3 +76,16 @@ def test_the_zero_stage_is_greyed_where_nothing_is_sharded_and_lora_is_assumed()
     assert "lora rank 16 on all-linear" in assumed
     sharded = _app(model="llama3-8b", framework="fsdp2", gpus="8", batch="64")
     assert not sharded.selectbox(key="zero").disabled
+
+
+def test_the_planners_nearest_fit_is_one_click_and_its_inputs_fit():
+    """No change of recompute, micro-batch or sharding fits Llama-3-8B at seq 8192 on one
+    H100: the page offers the planner's search (what ``estimate`` prints) as a click, and
+    applying its answer fits at the same batch."""
+    at = _app(model="llama3-8b", hardware="h100-sxm", gpus="1", batch="4", seq="8192")
+    assert not at.exception and "Does not fit" in at.error[0].value
+    at.button(key="search_planner").click().run()
+    assert any("the planner's layout on 4 devices at batch 4" in m.value for m in at.markdown)
+    at.button(key="apply_nearest").click().run()
+    assert not at.exception and "Fits" in at.success[0].value
+    assert at.number_input(key="gpus").value == 4 and at.number_input(key="batch").value == 4

@@ -97,12 +97,16 @@ def _apply(est: Estimate, chosen: tuple[Change, ...]) -> Estimate | None:
 
 
 def nearest_fit(
-    est: Estimate, headroom: float | None = None, budget: float | None = None
+    est: Estimate,
+    headroom: float | None = None,
+    budget: float | None = None,
+    planner: bool = True,
 ) -> dict[str, Any] | None:
     """The nearest way to fit ``est`` at its global batch, as ``{change, inputs, flags,
     peak_bytes, reserved_bytes, step_s, mfu}``: the fewest of :func:`changes` that fit
-    (the fastest of those), else the planner's best layout (:func:`planned`); None when
-    nothing fits up to 8 times the devices."""
+    (the fastest of those), else (``planner``) the planner's best layout
+    (:func:`planned`); None when nothing fits up to 8 times the devices (or, without the
+    planner, with these changes)."""
     assert est.parallel is not None and est.hardware is not None
     allowed = budget_bytes(est.hardware, headroom, budget)
     options = changes(est.train, est.parallel)
@@ -117,7 +121,7 @@ def nearest_fit(
             chosen, got = _largest_micro(est, chosen, got, allowed)
             inputs = {k: v for _, given in chosen for k, v in given.items()}
             return _answer(" + ".join(c[0] for c in chosen), inputs, got.values)
-    return planned(est, allowed)
+    return planned(est, allowed) if planner else None
 
 
 def _largest_micro(est: Estimate, chosen: tuple[Change, ...], got: Estimate, allowed: float):

@@ -137,13 +137,15 @@ def verdict(
     defaulted: Collection[str] = (),
     nearest: bool = True,
     notes: Collection[str] = (),
+    planner: bool = True,
 ) -> dict[str, Any]:
     """The answer first, as a JSON-ready dict: ``fits``, ``memory`` (the rule's numbers),
     ``summary``; when it fits, step time, tokens/s per device, MFU with its peak, what
-    limits the step and (when asked) days and cost; when not, ``nearest_fit`` (or None);
-    then ``layout``, ``assumptions``, ``calibration`` (what the device's numbers rest on),
-    ``caveats`` (:mod:`costmodel.engine.caveats`: regimes of known error) and the ``notes``
-    of the setup (defaults it took as the framework would, a pipeline's bubble warning:
+    limits the step and (when asked) days and cost; when not, ``nearest_fit`` (or None;
+    ``planner`` False: without the planner's search); then ``layout``, ``assumptions``,
+    ``calibration`` (what the device's numbers rest on), ``caveats``
+    (:mod:`costmodel.engine.caveats`: regimes of known error) and the ``notes`` of the
+    setup (defaults it took as the framework would, a pipeline's bubble warning:
     ``costmodel.inputs.Setup.notes``)."""
     fit = est.fit(headroom, budget)
     assert est.parallel is not None and est.hardware is not None
@@ -157,7 +159,7 @@ def verdict(
                    limited_by=limit_of(v, fit.budget_bytes))  # fmt: skip
         out.update({k: v[k] for k in ("train_days", "train_cost") if k in v})
     elif nearest:
-        out["nearest_fit"] = nearest_fit(est, headroom, budget)
+        out["nearest_fit"] = nearest_fit(est, headroom, budget, planner)
     out["layout"] = layout_line(est.train, est.parallel, est.hardware)
     out["assumptions"] = assumptions(est, defaulted)
     out["calibration"] = calibration_line(est.hardware)
