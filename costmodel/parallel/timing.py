@@ -136,7 +136,7 @@ def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[st
     per_pair, nbytes = projections.core_traffic(model, train.attention, b_dev, t_dev, a)
     if train.attention == "naive":
         flops = attention.per_layer(model, lambda kind: per_pair * kind.naive_pairs())
-        nbytes += 6 * a * b_dev * (H / Y) * T * T
+        nbytes += _score_passes(train) * a * b_dev * (H / Y) * T * T
         if train.dropout:  # the probabilities' dropout: read, write, bool mask
             nbytes += (2 * a + 1) * b_dev * (H / Y) * T * T
         seconds = flops / C_eff + nbytes / W_hbm
@@ -153,6 +153,15 @@ def _attention_core(model: ModelSpec, train: TrainSpec, b_dev, t_dev) -> dict[st
         "time_s": fused(C_attn),
         "backward_s": backward_factor("attn_core", train) * fused(C_attn_b),
     }
+
+
+def _score_passes(train: TrainSpec) -> int:
+    """Passes over the T x T scores of a naive core's forward beyond its matmuls' own: the
+    first matmul writes them and the second reads the probabilities (2); scale, mask and
+    softmax between them read and write once where they are one kernel (fused elementwise:
+    Megatron-LM's ``FusedScaleMaskSoftmax``, on by default since 2020, or torch.compile),
+    twice as eager PyTorch runs them (the masked scores, then the probabilities)."""
+    return 4 if train.elementwise == "fused" else 6
 
 
 def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr]) -> sp.Expr:
