@@ -45,12 +45,15 @@ EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices sp
            "replicas (attention data parallel)")  # fmt: skip
 ARRIVAL_HELP = (
     "together: a static batch, prompts prefilled at once; continuous: an engine "
-    "kept full, prompt chunks riding on the decode iterations (steady state)"
+    "kept full, prompt chunks riding on the decode iterations (steady state; at a rate its "
+    "mean); poisson (with a rate, the default): random arrivals simulated one by one, "
+    "queueing included"
 )
 POOL_HELP = "disaggregated serving: replicas that only prefill and send the cache on to decode"
-RATE_HELP = ("requests arriving per second over the replicas: a continuously batched engine "
-             "holding what the rate keeps in flight (Little's law), at most the requests at "
-             "once")  # fmt: skip
+RATE_HELP = ("requests arriving per second over the replicas, at random (poisson: simulated "
+             "with their queueing, TTFT and TPOT percentiles) or as a steady state "
+             "(continuous: what the rate keeps in flight by Little's law), at most the "
+             "requests at once")  # fmt: skip
 
 
 def _inputs() -> dict[str, Any]:
@@ -96,7 +99,7 @@ def _estimate(v: dict[str, Any], batch: int, rated: bool = False) -> ServeEstima
 def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
     drafted = v["draft_tokens"] > 0
     rate = v["request_rate"] if rated and v["request_rate"] > 0 else None
-    arrival = "continuous" if rate else v["arrival"]
+    arrival = v["arrival"] if not rate or v["arrival"] != "together" else "poisson"  # the CLI's
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
                      precision=v["precision"], kv_dtype=v["kv_dtype"],
@@ -172,6 +175,14 @@ def serve_page() -> None:
     c[2].metric("TPOT", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
     c[4].metric("memory per device", f"{est['memory_bytes_per_device.total'] / GB:,.1f} GB")
+    if "workload.ttft_s.p99" in est.values:
+        w = "workload."
+        st.caption(f"Simulated, {est[w + 'counted']:,} requests counted: TTFT p50 "
+                   f"{est[w + 'ttft_s.p50'] * 1e3:,.1f} ms, p90 {est[w + 'ttft_s.p90'] * 1e3:,.1f}"
+                   f" ms, p99 {est[w + 'ttft_s.p99'] * 1e3:,.1f} ms; TPOT p50 "
+                   f"{est[w + 'tpot_s.p50'] * 1e3:,.2f} ms, p99 "
+                   f"{est[w + 'tpot_s.p99'] * 1e3:,.2f} ms; {est[w + 'requests_per_s']:,.3g} "
+                   "requests/s served.")  # fmt: skip
     if "speculative.tokens_per_cycle" in est.values:
         st.caption(f"Speculative decoding: {est['speculative.tokens_per_cycle']:.2f} tokens per "
                    f"draft-and-verify cycle of "

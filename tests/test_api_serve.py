@@ -44,11 +44,11 @@ def test_serve_in_python_is_the_cli_answer(capsys):
 
 def test_serve_takes_the_cli_defaults():
     """Context alone: the last 128 tokens generated, one request at a time; at a request
-    rate, continuous batching of at most 256 in flight."""
+    rate, random arrivals simulated (at most 256 in flight)."""
     one = costmodel.serve("llama3-8b", context=4096)
     assert one["time_s.tpot"] > 0 and one.estimate["max_batch"] >= 1
     rated = costmodel.serve("llama3-8b", input=1000, output=200, request_rate=1.0)
-    assert "continuous.in_flight" in rated
+    assert "workload.ttft_s.p99" in rated and "at most 256 in flight" in rated.estimate.notes[0]
 
 
 def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():

@@ -104,7 +104,7 @@ def test_a_rate_past_what_the_deployment_sustains_is_refused_with_its_capacity()
 
 def test_the_cli_answers_at_a_rate_in_its_own_words(capsys):
     assert main(["serve", "--model", "llama3-8b", "--input", "1000", "--output", "500",
-                 "--request-rate", "5"]) == 0  # fmt: skip
+                 "--request-rate", "5", "--arrival", "continuous"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "5 requests/s of (1,000 in + 500 out), 22 in flight a replica" in out
     assert "requests arrive at 5/s into continuous batching (at most 256 in flight" in out

@@ -42,11 +42,17 @@ def test_serve_page_prices_drafts_pools_experts_and_continuous_batching():
     assert not at.exception and "ep > 1 needs a mixture-of-experts model" in at.error[0].value
 
 
-def test_serve_page_answers_at_a_request_rate_and_refuses_past_capacity():
+def test_serve_page_answers_at_a_request_rate_as_the_cli_does():
+    """A rate alone: random arrivals simulated (the CLI's default), percentiles shown; as a
+    steady state (continuous) the rate's means, and past capacity refused."""
     at = AppTest.from_function(_serve, default_timeout=300).run()
     at.number_input(key="serve_request_rate").set_value(2.0)
     at.button[0].click().run()
     assert not at.exception and not at.error
+    assert "requests simulated" in at.success[0].value
+    assert any("TTFT p50" in c.value and "p99" in c.value for c in at.caption)
+    at.selectbox(key="serve_arrival").set_value("continuous")
+    at.button[0].click().run()
     assert "keep" in at.success[0].value and "in flight" in at.success[0].value
     assert at.metric[3].value == "1,000"  # 2 requests/s x 500 tokens
     at.number_input(key="serve_request_rate").set_value(1e5)

@@ -62,9 +62,10 @@ def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int,
 def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     """The serving spec of a question as the CLI and the API state it (``SERVE_INPUTS``;
     None: not given): the lengths from any two of context, input and output; the batch 1
-    (a request at a time), or at a request rate vLLM's ``max_num_seqs`` cap; arrival
-    ``together``, or ``continuous`` at a request rate; every other field ServeSpec's
-    default. An unknown name is a SpecError naming it."""
+    (a request at a time), or for a rate or a closed loop vLLM's ``max_num_seqs`` cap;
+    arrival ``together``, ``poisson`` at a request rate (what benchmarks send, simulated),
+    ``continuous`` for a closed loop of ``concurrency`` users; every other field
+    ServeSpec's default. An unknown name is a SpecError naming it."""
     unknown = sorted(set(values) - set(SERVE_INPUTS))
     if unknown:
         raise SpecError(unknown[0], f"unknown serving input(s): {', '.join(unknown)}; "
@@ -73,8 +74,9 @@ def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     inp, out = lengths(given.pop("context", None), given.pop("input", None),
                        given.pop("output", None))  # fmt: skip
     rated = given.get("request_rate") is not None
-    given.setdefault("batch", MAX_NUM_SEQS if rated else 1)
-    given.setdefault("arrival", "continuous" if rated else "together")
+    users = given.get("concurrency") is not None
+    given.setdefault("batch", MAX_NUM_SEQS if rated or users else 1)
+    given.setdefault("arrival", "poisson" if rated else "continuous" if users else "together")
     return ServeSpec(input=inp, output=out, **given)
 
 

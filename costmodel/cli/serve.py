@@ -57,7 +57,7 @@ def assumptions(
     output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
     if batch_defaulted:
         output += (f"at most {spec.batch} in flight (vLLM's max_num_seqs; --batch), "
-                   if spec.request_rate is not None else
+                   if spec.request_rate is not None or spec.concurrency else
                    "one request at a time (default; --batch), ")  # fmt: skip
     return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "
@@ -79,6 +79,12 @@ def _experts(spec: ServeSpec) -> str:
 
 
 def _arrival(spec: ServeSpec) -> str:
+    if spec.simulated:
+        load = (f"requests arrive at random (Poisson) at {spec.request_rate:g}/s"
+                if spec.request_rate is not None else
+                f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
+        return (f"{load}, {spec.requests:,} simulated one by one through continuous batching "
+                "(queueing included; --arrival continuous: the mean steady state)")  # fmt: skip
     if spec.request_rate:
         return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
                 f"{spec.batch} in flight a replica; mean steady state, no queueing of random "
@@ -137,7 +143,21 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
 
 
+def _spread(v: dict[str, Any], name: str) -> str:
+    """``mean 1.2 s, p50 ..., p90 ..., p99 ...`` of a simulated workload's figure."""
+    parts = [f"{k} {fmt_seconds(v[f'workload.{name}_s.{k}'])}" for k in ("mean", "p50", "p90",
+                                                                       "p99")]  # fmt: skip
+    return ", ".join(parts)
+
+
 def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
+    if spec.simulated:
+        return [("TTFT (queue + prefill)", _spread(v, "ttft")),
+                ("TPOT (after the first)", _spread(v, "tpot")),
+                ("end to end", _spread(v, "e2e")),
+                ("served", f"{v['workload.requests_per_s']:,.3g} requests/s, "
+                 f"{_rate(v['throughput.output_tokens_per_s'])} output tokens/s "
+                 f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})")]  # fmt: skip
     return [
         ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
         ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
@@ -183,9 +203,21 @@ def _pool_rows(v: dict[str, Any], spec: ServeSpec) -> list[tuple[str, str]]:
              f"{fmt_seconds(v[d + 'handoff_s'])}")]  # fmt: skip
 
 
+def _load(spec: ServeSpec, est: Any, lengths_: str) -> str:
+    """The workload in the header line."""
+    if spec.arrival == "poisson":
+        return f"{spec.request_rate:g} requests/s at random of {lengths_}"
+    if spec.concurrency:
+        return f"{spec.concurrency:,} users of {lengths_}"
+    if spec.request_rate:
+        return (f"{spec.request_rate:g} requests/s of {lengths_}, "
+                f"{est['continuous.in_flight']} in flight a replica")  # fmt: skip
+    return f"{spec.batch} x {lengths_}"
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     spec = spec_of({k: getattr(args, k, None) for k in SERVE_INPUTS})
-    inp, out, rated = spec.input, spec.output, spec.request_rate is not None
+    inp, out = spec.input, spec.output
     model, hw = get_model(args.model), get_hardware(args.hardware)
     ans = answer(model, spec, hw)
     est = ans.estimate
@@ -200,8 +232,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     stages = f", pp {spec.pp}" * (spec.pp > 1)
     lengths_ = f"({inp:,} in + {out:,} out)"
-    load = (f"{spec.request_rate:g} requests/s of {lengths_}, {est['continuous.in_flight']} in "
-            f"flight a replica" if rated else f"{spec.batch} x {lengths_}")  # fmt: skip
+    load = _load(spec, est, lengths_)
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
@@ -230,13 +261,21 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--tp", type=int_arg, default=1)
     p.add_argument("--arrival", choices=ARRIVALS, help="together (the default): the "
                    "batch's prompts prefilled at once, then decoded (a static batch); "
-                   "continuous (the default with --request-rate): a continuously batched "
-                   "engine kept full, prompts chunked into the decode iterations (steady "
-                   "state)")  # fmt: skip
+                   "continuous (the default with --concurrency): a continuously batched "
+                   "engine, prompts chunked into the decode iterations (without a rate or "
+                   "users: kept full, steady state); poisson (the default with "
+                   "--request-rate): random arrivals, simulated")  # fmt: skip
     p.add_argument("--request-rate", type=float, help="requests/s arriving at the deployment "
-                   "(over --dp): continuous batching at the sequences the rate keeps in "
-                   "flight (Little's law); a rate past what the deployment sustains is "
-                   "refused")  # fmt: skip
+                   "(over --dp): by default at random (Poisson), simulated request by request "
+                   "with their queueing (mean and p50/p90/p99 TTFT, TPOT); with --arrival "
+                   "continuous the mean steady state (Little's law; a rate past what the "
+                   "deployment sustains refused)")  # fmt: skip
+    p.add_argument("--concurrency", type=int_arg, help="a closed loop of this many users, each "
+                   "sending its next request when its last ends (benchmarks' "
+                   "--max-concurrency), simulated request by request")  # fmt: skip
+    p.add_argument("--requests", type=int_arg, default=1000, help="requests a simulated "
+                   "workload (--request-rate, --concurrency) serves; the first tenth warms "
+                   "the engine up")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, default=1, help="replicas")
     p.add_argument(

@@ -52,6 +52,28 @@ def kept_batch(spec: ServeSpec) -> int:
     return max(1, min(spec.batch, most))
 
 
+def pricer(
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, phase: Any, attention_rate: float
+) -> Callable[[dict[str, Any], int, float], dict[str, float]]:
+    """``seconds(decode, b, tokens)``: an iteration of ``b`` decodes (``decode``, their
+    decode step: ``estimate.decode_step``) and ``tokens`` prompt tokens (their share of
+    whole prompts' attention and cache), by ``phase`` (``estimate._phase``)."""
+    vals = {**values_for(model), Y: spec.tp}
+    core = float(terms.prefill_core_flops(model).xreplace({**vals, B: 1, T: spec.input}))
+    per_token = DTYPE_BYTES[spec.kv_dtype] * float(
+        terms.kv_elements(model).xreplace({**vals, T: spec.input})) / spec.input  # fmt: skip
+
+    def seconds(decode: dict[str, Any], b: int, tokens: float) -> dict[str, float]:
+        prompts = tokens / spec.input
+        flops = float(terms.linear_flops(model, tokens, prompts).xreplace(vals))
+        cores = decode["core_s"] + prompts * core / attention_rate
+        cache = decode["kv_bytes"] + tokens * per_token
+        return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),
+                     b + tokens, model, spec, hw, hw.decode_bandwidth())  # fmt: skip
+
+    return seconds
+
+
 def iteration(
     model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, attention_rate: float
 ) -> dict[str, Any]:
@@ -60,20 +82,10 @@ def iteration(
     ``phase`` the roofline (``estimate._phase``)."""
     b = spec.batch  # the caller's batch is already the kept one (kept_batch)
     decode = step(model, spec, hw)
-    vals = {**values_for(model), Y: spec.tp}
-    core = float(terms.prefill_core_flops(model).xreplace({**vals, B: 1, T: spec.input}))
-    per_token = DTYPE_BYTES[spec.kv_dtype] * float(
-        terms.kv_elements(model).xreplace({**vals, T: spec.input})) / spec.input  # fmt: skip
+    price = pricer(model, spec, hw, phase, attention_rate)
 
     def seconds(tokens: float) -> dict[str, float]:
-        """An iteration of the decodes and ``tokens`` prompt tokens (their share of whole
-        prompts' attention and cache)."""
-        prompts = tokens / spec.input
-        flops = float(terms.linear_flops(model, tokens, prompts).xreplace(vals))
-        cores = decode["core_s"] + prompts * core / attention_rate
-        cache = decode["kv_bytes"] + tokens * per_token
-        return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),
-                     b + tokens, model, spec, hw, hw.decode_bandwidth())  # fmt: skip
+        return price(decode, b, tokens)
 
     tokens = b * spec.input / spec.output  # the prompts that start as others finish
     steady = seconds(tokens)

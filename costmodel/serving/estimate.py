@@ -48,7 +48,15 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from costmodel.kinds import attention, ffn
-from costmodel.serving import continuous, disaggregated, experts, pipeline, speculative, terms
+from costmodel.serving import (
+    continuous,
+    disaggregated,
+    experts,
+    pipeline,
+    queueing,
+    speculative,
+    terms,
+)
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.kernels import layer_kernels, model_kernels
 from costmodel.single.precision import PRECISIONS
@@ -383,18 +391,21 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
                                    f"priced; micro-batches of {micro} sequences"])  # fmt: skip
     asked = spec.batch
     vals = {**values_for(model), Y: spec.tp}
-    if spec.arrival == "continuous":  # in flight: what the token budget keeps and the cache holds
+    if spec.arrival != "together":  # in flight: what the token budget keeps, the cache holds
         cached = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
-        spec = replace(spec, batch=min(continuous.kept_batch(spec), cached))
-    rated = _at_rate(model, spec, hw) if spec.request_rate else {}
+        kept = spec.batch if spec.simulated else continuous.kept_batch(spec)
+        spec = replace(spec, batch=min(kept, cached))
+    rated = _at_rate(model, spec, hw) if spec.request_rate and not spec.simulated else {}
     if rated:
         spec = replace(spec, batch=rated["continuous.in_flight"])
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
         out.update(disaggregated.pools(model, spec, hw, out, serve, PREFILL_CHUNK))
-    if spec.arrival == "continuous":
-        rate = prompt_attention_rate(spec, hw)
+    rate = prompt_attention_rate(spec, hw)
+    if spec.simulated:  # request by request: its means are the answer's times
+        out.update(queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests))
+    elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
     return ServeEstimate(out, _notes(spec, asked, out))
@@ -423,14 +434,16 @@ def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
 def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
     """What the estimate assumes beyond the spec."""
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
+    if spec.simulated:
+        notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")
-    if spec.request_rate:
+    if spec.request_rate and not spec.simulated:
         notes.append(f"{spec.request_rate:g} requests/s keep {spec.batch} sequences in flight "
                      f"a replica (Little's law); the deployment sustains up to "
                      f"{out['continuous.capacity_requests_per_s']:,.3g} requests/s; the waiting "
                      f"of random arrivals is not modelled")  # fmt: skip
-    elif spec.batch < asked:
+    elif spec.batch < asked and not spec.simulated:
         budget = continuous.kept_batch(replace(spec, batch=asked))
         why = (f"the prompts replacing the finishing ones need the rest of the "
                f"{continuous.TOKEN_BUDGET:,}-token iteration budget" if spec.batch == budget

@@ -26,9 +26,13 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 """Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run), or
 fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
-ARRIVALS = ("together", "continuous")
+ARRIVALS = ("together", "continuous", "poisson")
 """How requests reach the engine: the batch's prompts together, prefilled then decoded (a
-static batch), or a continuously batched engine kept full (``costmodel.serving.continuous``)."""
+static batch); a continuously batched engine kept full, or at a request rate its mean steady
+state (``costmodel.serving.continuous``); or requests at a rate arriving at random, served
+one by one by a continuously batching engine (``costmodel.serving.queueing``)."""
+MAX_REQUESTS = 100_000
+"""The most requests a workload simulation serves (``requests``)."""
 MAX_ROPE_SCALING = 1024
 """The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
 (DeepSeek-V3); a factor far beyond is a typo, not a model."""
@@ -77,12 +81,20 @@ class ServeSpec:
     layer; Li et al. 2024, DeepSeek-AI 2024 Sec. 2.2)."""
 
     arrival: str = "together"
-    """``ARRIVALS``: a static batch, or continuous batching in steady state."""
+    """``ARRIVALS``: a static batch, continuous batching in steady state, or random
+    (Poisson) arrivals at ``request_rate``, simulated (``costmodel.serving.queueing``)."""
     request_rate: float | None = None
-    """Requests per second arriving at the deployment, over its ``dp`` replicas: a
-    continuously batched engine then holds as many sequences as the rate keeps in flight
-    (``costmodel.serving.continuous.in_flight``), ``batch`` at most; None: ``batch`` in
-    flight."""
+    """Requests per second arriving at the deployment, over its ``dp`` replicas. Under
+    ``continuous`` the engine holds as many sequences as the rate keeps in flight
+    (``costmodel.serving.continuous.in_flight``; means, no queueing), ``batch`` at most;
+    under ``poisson`` the requests are simulated one by one; None: ``batch`` in flight."""
+    concurrency: int | None = None
+    """A closed loop of this many users over the ``dp`` replicas, each sending its next
+    request when its last one ends (benchmarks' ``--max-concurrency``), simulated
+    (``costmodel.serving.queueing``); ``batch`` at most in flight a replica."""
+    requests: int = 1000
+    """Requests a simulated workload (``poisson`` or ``concurrency``) serves, the first
+    tenth not counted (the engine filling up)."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
@@ -122,11 +134,7 @@ class ServeSpec:
         checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         checks.choice("engine", self.engine, ENGINES)
         checks.choice("arrival", self.arrival, ARRIVALS)
-        if self.request_rate is not None:
-            checks.number("request_rate", self.request_rate)
-            if self.arrival != "continuous":
-                raise SpecError("request_rate", "request_rate needs arrival=continuous (an "
-                                "engine that admits requests as they come)")  # fmt: skip
+        self._check_workload()
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)
@@ -134,6 +142,28 @@ class ServeSpec:
             raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {self.rope_scaling})")
         checks.at_most("rope_scaling", self.rope_scaling, "1024", MAX_ROPE_SCALING,
                        "(YaRN factors in use stretch positions 4x to 40x)")  # fmt: skip
+
+    def _check_workload(self) -> None:
+        checks.integer("requests", self.requests)
+        checks.at_most("requests", self.requests, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
+        if self.request_rate is not None:
+            checks.number("request_rate", self.request_rate)
+            if self.arrival == "together":
+                raise SpecError("request_rate", "request_rate needs arrival=continuous or "
+                                "poisson (an engine admitting requests as they come)")  # fmt: skip
+        elif self.arrival == "poisson":
+            raise SpecError("arrival", "arrival=poisson needs request_rate (requests/s)")
+        if self.concurrency is not None:
+            checks.integer("concurrency", self.concurrency)
+            checks.at_most("concurrency", self.concurrency, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
+            if self.request_rate is not None or self.arrival != "continuous":
+                raise SpecError("concurrency", "concurrency (a closed loop of users) needs "
+                                "arrival=continuous and no request_rate")  # fmt: skip
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the workload is served request by request (``costmodel.serving.queueing``)."""
+        return self.arrival == "poisson" or self.concurrency is not None
 
     def _check_speculative(self) -> None:
         if self.draft_tokens and self.acceptance is None:
@@ -189,10 +219,10 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
     if spec.pp > model.n_layers:
         raise SpecError("pp", f"pp ({spec.pp}) must be <= the {model.n_layers} layers (a stage "
                         "holds at least one)")  # fmt: skip
-    if spec.arrival == "continuous" and (spec.draft_tokens or spec.prefill_replicas or spec.pp > 1):
+    if spec.arrival != "together" and (spec.draft_tokens or spec.prefill_replicas or spec.pp > 1):
         raise SpecError(
             "arrival",
-            "arrival=continuous is modelled for tp, ep and dp replicas: "
+            f"arrival={spec.arrival} is modelled for tp, ep and dp replicas: "
             "not yet with speculative decoding, disaggregated prefill or pp",
         )
     if spec.pp > 1 and (spec.draft_tokens or spec.prefill_replicas):

@@ -1,0 +1,175 @@
+"""Serving workloads as benchmarks state them, simulated request by request: an open loop
+of requests arriving at a rate (Poisson, as vLLM's ``benchmark_serving --request-rate`` and
+MLPerf Inference's Server scenario send them), or a closed loop of C users, each sending its
+next request when the last one ends (``--max-concurrency``, GenAI-Perf's concurrency).
+
+One replica's engine runs iterations as vLLM V1's scheduler does (Orca, Yu et al. 2022;
+chunked prefill, Agrawal et al. 2024, Sarathi-Serve): it admits waiting requests while it
+runs fewer than ``batch`` and their caches fit; an iteration decodes one token of every
+request whose prompt is in, and fills the rest of the token budget (``TOKEN_BUDGET``) with
+chunks of prompts in admission order; a request's first token comes at the end of the
+iteration that finishes its prompt. Each iteration is priced by the same step model as
+``serve`` (:func:`costmodel.serving.continuous.pricer`: the decodes at their mean cache,
+the prompt tokens beside them), so a request's TTFT includes its wait in the queue and
+behind running iterations, and its TPOT the prompts that other requests chunk into its
+decode iterations (as Vidur, Agrawal et al. 2024, simulates over profiled operators).
+Arrivals are drawn from a seeded generator: the same question gives the same numbers. The
+first tenth of the requests warm the engine up and are not counted. Units: seconds,
+requests/s, tokens/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from costmodel.serving.continuous import TOKEN_BUDGET, pricer
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.serving import ServeSpec
+
+MAX_TOKENS = 2_000_000
+"""The most output tokens one replica decodes in a simulation (requests x output): at one
+sequence an iteration, about 12 s of work on one core."""
+CONTEXT_BUCKET = 64
+"""Decodes' mean cache rounded to this many tokens to share priced iterations."""
+WARMUP = 0.1
+"""Share of the requests, the first to arrive, not counted (the engine filling up)."""
+
+
+@dataclass
+class _Request:
+    arrival: float
+    prefilled: int = 0
+    generated: int = 0
+    first: float = math.nan
+    done: float = math.nan
+
+
+def simulate(
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, rate: float,
+    requests: int, seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """TTFT, TPOT and end to end (mean, p50, p90, p99) and throughput of ``requests``
+    requests over the deployment (module docstring): at ``spec.request_rate`` requests/s
+    (Poisson over ``dp`` replicas) or ``spec.concurrency`` users (``dp`` share them),
+    ``spec.batch`` at most in flight a replica. ``step`` and ``phase`` are
+    ``estimate.decode_step`` and ``estimate._phase``; ``rate`` the prompt attention rate."""
+    per_replica = max(1, math.ceil(requests / spec.dp))
+    if per_replica * spec.output > MAX_TOKENS:
+        raise SpecError("requests", f"requests ({requests:,}) x output ({spec.output:,}) per "
+                        f"replica must be <= {MAX_TOKENS:,} tokens to simulate")  # fmt: skip
+    seconds = _iteration_seconds(model, spec, hw, step, phase, rate)
+    rng = np.random.default_rng(seed)
+    if spec.request_rate is not None:
+        gaps = rng.exponential(spec.dp / spec.request_rate, per_replica)
+        reqs = [_Request(float(t)) for t in np.cumsum(gaps)]
+        users = 0
+    else:
+        users = max(1, math.ceil(spec.concurrency / spec.dp))
+        reqs = [_Request(0.0) for _ in range(min(users, per_replica))]
+    clock = _run(reqs, spec, seconds, users, per_replica)
+    return _summary(reqs, spec, clock)
+
+
+def _iteration_seconds(model, spec, hw, step, phase, rate):
+    """``seconds(decodes, mean cache, prompt tokens)`` of one iteration, each distinct
+    (decodes, cache bucket, prompt tokens) priced once."""
+    price = pricer(model, spec, hw, phase, rate)
+
+    @cache
+    def decode(b: int, cached: int) -> dict[str, Any]:
+        return step(model, replace(spec, batch=b, input=cached, output=1), hw)
+
+    @cache
+    def seconds(b: int, cached: int, tokens: int) -> float:
+        d = decode(max(b, 1), max(cached, 1))
+        if b == 0:  # prompts alone: the weights still read once
+            d = {**d, "linear_flops": 0.0, "core_s": 0.0, "kv_bytes": 0.0}
+        return float(price(d, b, tokens)["total"])
+
+    return lambda b, cached, tokens: seconds(
+        b, CONTEXT_BUCKET * max(1, round(cached / CONTEXT_BUCKET)), tokens
+    )
+
+
+def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total: int) -> float:
+    """Iterate the engine until ``total`` requests are done; a closed loop appends each
+    user's next request as its last one ends. Returns the clock."""
+    waiting, running, clock, nxt = deque(), [], 0.0, 0
+    while nxt < len(reqs) or waiting or running:
+        while nxt < len(reqs) and reqs[nxt].arrival <= clock:
+            waiting.append(reqs[nxt])
+            nxt += 1
+        while waiting and len(running) < spec.batch:
+            running.append(waiting.popleft())
+        if not running:
+            clock = reqs[nxt].arrival  # idle until the next arrival
+            continue
+        decoding = [r for r in running if r.prefilled == spec.input]
+        budget, chunks = TOKEN_BUDGET - len(decoding), []
+        for r in running:
+            if r.prefilled < spec.input and budget > 0:
+                take = min(spec.input - r.prefilled, budget)
+                chunks.append((r, take))
+                budget -= take
+        cached = sum(spec.input + r.generated for r in decoding) / max(1, len(decoding))
+        clock += seconds(len(decoding), cached, sum(t for _, t in chunks))
+        for r in decoding:
+            r.generated += 1
+        for r, take in chunks:
+            r.prefilled += take
+            if r.prefilled == spec.input:
+                r.first, r.generated = clock, 1
+        for r in [r for r in running if r.generated >= spec.output]:
+            r.done = clock
+            running.remove(r)
+            if users and len(reqs) < total:  # the user sends its next request now
+                reqs.append(_Request(clock))
+    return clock
+
+
+def _summary(reqs: list[_Request], spec: ServeSpec, clock: float) -> dict[str, Any]:
+    """Mean and p50/p90/p99 of TTFT, TPOT (after the first token) and end to end over the
+    counted requests, the requests and tokens/s the deployment served over their span; the
+    means are the answer's ``time_s.*`` and its throughput."""
+    counted = reqs[int(WARMUP * len(reqs)) :]
+    ttft = np.array([r.first - r.arrival for r in counted])
+    e2e = np.array([r.done - r.arrival for r in counted])
+    tpot = (np.array([r.done - r.first for r in counted]) / max(1, spec.output - 1)
+            if spec.output > 1 else np.zeros(len(counted)))  # fmt: skip
+    start = min(r.arrival for r in counted)
+    window = max(r.done for r in counted) - start
+    out: dict[str, Any] = {"workload.requests": len(reqs), "workload.counted": len(counted)}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out[f"workload.{name}_s.mean"] = float(values.mean())
+        for q in (50, 90, 99):
+            out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
+    served = spec.dp * len(counted) / window if window > 0 else math.inf
+    out["workload.requests_per_s"] = served
+    tokens = served * spec.output
+    out.update({"time_s.ttft": out["workload.ttft_s.mean"], "time_s.tpot":
+                out["workload.tpot_s.mean"], "time_s.e2e": out["workload.e2e_s.mean"],
+                "throughput.output_tokens_per_s": tokens,
+                "throughput.total_tokens_per_s": tokens * (spec.input + spec.output) / spec.output,
+                "throughput.output_tokens_per_s_per_gpu": tokens / spec.dp / spec.tp})  # fmt: skip
+    return out
+
+
+def note(spec: ServeSpec, out: dict[str, Any]) -> str:
+    """What a simulated workload was, in words."""
+    load = (f"{spec.request_rate:g} requests/s arriving at random (Poisson)"
+            if spec.request_rate is not None else
+            f"{spec.concurrency:,} users, each sending a request as its last ends")  # fmt: skip
+    return (
+        f"{out['workload.requests']:,} requests simulated, {load}, the first "
+        f"{WARMUP:.0%} not counted; at most {spec.batch} in flight a replica, prompts "
+        f"chunked into iterations of {TOKEN_BUDGET:,} tokens; decode at each "
+        "iteration's mean cache (seed 0: the same question, the same numbers)"
+    )

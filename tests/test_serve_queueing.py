@@ -1,0 +1,87 @@
+"""Workloads as benchmarks state them (``costmodel.serving.queueing``, issue 59): random
+arrivals at a rate and a closed loop of users, simulated request by request over the same
+step model as ``serve``."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import get_hardware, get_model
+from costmodel.answers.serve import spec_of
+from costmodel.cli import main
+from costmodel.serving.continuous import TOKEN_BUDGET
+from costmodel.serving.estimate import serve
+from costmodel.specs.checks import SpecError
+from costmodel.specs.serving import ServeSpec
+
+LLAMA, H100 = get_model("llama3-8b"), get_hardware("h100-sxm")
+
+
+def _at(rate: float, **kw) -> dict:
+    spec = ServeSpec(input=1000, output=200, batch=256, arrival="poisson", request_rate=rate,
+                     **kw)  # fmt: skip
+    return serve(LLAMA, spec, H100).values
+
+
+def test_a_light_load_is_one_request_alone():
+    """At 0.2 requests/s a request rarely meets another: TTFT is one prompt's prefill and
+    TPOT one sequence's decode step, as the static batch of 1 prices them."""
+    v = _at(0.2, requests=200)
+    alone = serve(LLAMA, ServeSpec(input=1000, output=200, batch=1), H100).values
+    assert v["workload.ttft_s.p50"] == pytest.approx(alone["time_s.ttft"], rel=0.05)
+    assert v["workload.tpot_s.p50"] == pytest.approx(alone["time_s.tpot"], rel=0.05)
+    assert v["workload.requests_per_s"] == pytest.approx(0.2, rel=0.25)
+
+
+def test_latency_grows_with_the_rate_and_past_capacity_the_queue_does():
+    """More requests a second: longer TPOT (bigger iterations) and TTFT; past what the
+    engine serves, requests wait in the queue (TTFT of seconds) and it serves its capacity."""
+    light, busy, over = _at(2.0), _at(15.0), _at(60.0)
+    assert light["workload.tpot_s.mean"] < busy["workload.tpot_s.mean"]
+    assert light["workload.ttft_s.p99"] < busy["workload.ttft_s.p99"] < 1.0
+    assert over["workload.ttft_s.mean"] > 2.0 and over["workload.requests_per_s"] < 60.0
+    for v in (light, busy, over):
+        assert (v["workload.ttft_s.p50"] <= v["workload.ttft_s.p90"]
+                <= v["workload.ttft_s.p99"])  # fmt: skip
+        assert v["time_s.ttft"] == v["workload.ttft_s.mean"]  # the answer's times are these
+
+
+def test_the_same_question_gives_the_same_numbers_and_replicas_share_the_rate():
+    assert _at(10.0) == _at(10.0)
+    two = _at(20.0, dp=2)
+    assert two["workload.requests_per_s"] == pytest.approx(2 * _at(10.0)["workload.requests_per_s"],
+                                                           rel=0.1)  # fmt: skip
+
+
+def test_a_closed_loop_keeps_its_users_in_flight():
+    """C users and no think time: Little's law holds exactly, C = served x end to end."""
+    spec = ServeSpec(input=1000, output=200, batch=256, arrival="continuous", concurrency=32)
+    v = serve(LLAMA, spec, H100).values
+    assert v["workload.requests_per_s"] * v["workload.e2e_s.mean"] == pytest.approx(32, rel=0.05)
+    # all 32 prompts (32,000 tokens) prefill in iterations of the budget before a first token
+    assert v["workload.ttft_s.mean"] > (32 * 1000 // TOKEN_BUDGET) * v["workload.tpot_s.mean"]
+
+
+def test_defaults_follow_what_the_user_gives():
+    assert spec_of({"input": 10, "output": 5, "request_rate": 1.0}).arrival == "poisson"
+    assert spec_of({"input": 10, "output": 5, "concurrency": 8}).arrival == "continuous"
+    assert spec_of({"input": 10, "output": 5, "concurrency": 8}).batch == 256
+    with pytest.raises(SpecError, match="concurrency") as err:
+        ServeSpec(input=10, output=5, arrival="continuous", concurrency=8, request_rate=1.0)
+    assert err.value.field == "concurrency"
+    with pytest.raises(SpecError) as err:
+        ServeSpec(input=10, output=5, arrival="poisson")
+    assert err.value.field == "arrival"
+    with pytest.raises(SpecError) as err:
+        ServeSpec(input=10, output=5, arrival="poisson", request_rate=1.0, requests=10**6)
+    assert err.value.field == "requests"
+
+
+def test_the_cli_prints_the_spread_and_the_workload(capsys):
+    assert main(["serve", "--model", "llama3-8b", "--input", "1000", "--output", "200",
+                 "--request-rate", "5", "--requests", "300"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "5 requests/s at random of (1,000 in + 200 out)" in out
+    for row in ("TTFT (queue + prefill)  mean", "TPOT (after the first)  mean", "served"):
+        assert row in out, row
+    assert "p99" in out and "300 requests simulated" in out
