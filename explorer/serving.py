@@ -100,6 +100,8 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
     drafted = v["draft_tokens"] > 0
     rate = v["request_rate"] if rated and v["request_rate"] > 0 else None
     arrival = v["arrival"] if not rate or v["arrival"] != "together" else "poisson"  # the CLI's
+    if rate is None and arrival == "poisson":  # the curve's batches: the engine kept full
+        arrival = "continuous"
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
                      precision=v["precision"], kv_dtype=v["kv_dtype"],

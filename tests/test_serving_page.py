@@ -51,6 +51,9 @@ def test_serve_page_answers_at_a_request_rate_as_the_cli_does():
     assert not at.exception and not at.error
     assert "requests simulated" in at.success[0].value
     assert any("TTFT p50" in c.value and "p99" in c.value for c in at.caption)
+    at.selectbox(key="serve_arrival").set_value("poisson")  # stated: the same, and its curve
+    at.button[0].click().run()
+    assert not at.exception and "requests simulated" in at.success[0].value
     at.selectbox(key="serve_arrival").set_value("continuous")
     at.button[0].click().run()
     assert "keep" in at.success[0].value and "in flight" in at.success[0].value
