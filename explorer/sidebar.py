@@ -102,8 +102,8 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
         container.radio(text, options, key=key, horizontal=True, help=help_)
     elif options:
         unused = key == "zero" and not _zero_used()
-        container.selectbox(text, options, key=key, disabled=unused,
-                            help=_ZERO_UNUSED if unused else help_)  # fmt: skip
+        container.selectbox(f"{text} ({_ZERO_UNUSED})" if unused else text, options, key=key,
+                            disabled=unused, help=help_)  # fmt: skip
     elif field.kind is float:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:
