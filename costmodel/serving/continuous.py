@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from costmodel.serving import terms
@@ -120,3 +121,20 @@ def in_flight(spec: ServeSpec, e2e: Callable[[int], float], most: int) -> tuple[
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if mid >= per_replica * e2e(mid) else (mid + 1, hi)
     return lo, capacity
+
+
+def notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
+    """What the steady state assumes: at a rate, the sequences Little's law keeps in flight
+    and the capacity; without one, why fewer than the ``asked`` batch stay in flight."""
+    if spec.request_rate:
+        return [f"{spec.request_rate:g} requests/s keep {spec.batch} sequences in flight a "
+                f"replica (Little's law); the deployment sustains up to "
+                f"{out['continuous.capacity_requests_per_s']:,.3g} requests/s; the waiting of "
+                "random arrivals is not modelled (--arrival poisson simulates it)"]  # fmt: skip
+    if spec.batch >= asked:
+        return []
+    budget = kept_batch(replace(spec, batch=asked))
+    why = (f"the prompts replacing the finishing ones need the rest of the {TOKEN_BUDGET:,}-"
+           "token iteration budget" if spec.batch == budget
+           else "the cache holds no more (a request is admitted as blocks free)")  # fmt: skip
+    return [f"continuous batching keeps {spec.batch} of {asked} sequences in flight: {why}"]

@@ -438,18 +438,8 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
         notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")
-    if spec.request_rate and not spec.simulated:
-        notes.append(f"{spec.request_rate:g} requests/s keep {spec.batch} sequences in flight "
-                     f"a replica (Little's law); the deployment sustains up to "
-                     f"{out['continuous.capacity_requests_per_s']:,.3g} requests/s; the waiting "
-                     f"of random arrivals is not modelled")  # fmt: skip
-    elif spec.batch < asked and not spec.simulated:
-        budget = continuous.kept_batch(replace(spec, batch=asked))
-        why = (f"the prompts replacing the finishing ones need the rest of the "
-               f"{continuous.TOKEN_BUDGET:,}-token iteration budget" if spec.batch == budget
-               else "the cache holds no more (a request is admitted as blocks free)")  # fmt: skip
-        notes.append(f"continuous batching keeps {spec.batch} of {asked} sequences in flight: "
-                     f"{why}")  # fmt: skip
+    if spec.arrival == "continuous":
+        notes += continuous.notes(spec, asked, out)
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")
     if spec.tp > 1:

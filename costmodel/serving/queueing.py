@@ -53,19 +53,20 @@ class _Request:
 
 
 def simulate(
-    model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, rate: float,
+    model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, attention_rate: float,
     requests: int, seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """TTFT, TPOT and end to end (mean, p50, p90, p99) and throughput of ``requests``
     requests over the deployment (module docstring): at ``spec.request_rate`` requests/s
     (Poisson over ``dp`` replicas) or ``spec.concurrency`` users (``dp`` share them),
     ``spec.batch`` at most in flight a replica. ``step`` and ``phase`` are
-    ``estimate.decode_step`` and ``estimate._phase``; ``rate`` the prompt attention rate."""
+    ``estimate.decode_step`` and ``estimate._phase``; ``attention_rate`` the prompt
+    attention kernel's FLOP/s."""
     per_replica = max(1, math.ceil(requests / spec.dp))
     if per_replica * spec.output > MAX_TOKENS:
         raise SpecError("requests", f"requests ({requests:,}) x output ({spec.output:,}) per "
                         f"replica must be <= {MAX_TOKENS:,} tokens to simulate")  # fmt: skip
-    seconds = _iteration_seconds(model, spec, hw, step, phase, rate)
+    seconds = _iteration_seconds(model, spec, hw, step, phase, attention_rate)
     rng = np.random.default_rng(seed)
     if spec.request_rate is not None:
         gaps = rng.exponential(spec.dp / spec.request_rate, per_replica)
