@@ -11,11 +11,13 @@ import altair as alt
 import numpy as np
 import streamlit as st
 
-from costmodel.answers.serve import ServeAnswer, answer
+from costmodel.answers.serve import ServeAnswer, answer, assumptions
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
@@ -25,7 +27,8 @@ SERVE = (
     PageInput("model", str, "llama3-8b", choices("model")),
     PageInput("hardware", str, "h100-sxm", device_choices()),
     PageInput("precision", str, "bf16", PRECISIONS),
-    PageInput("kv_dtype", str, "bf16", KV_DTYPES),
+    PageInput("kv_dtype", str, "auto", ("auto", *KV_DTYPES)),
+    PageInput("engine", str, DEFAULT_ENGINE, tuple(ENGINES)),
     PageInput("tp", int, 1, hi=64),
     PageInput("arrival", str, "together", ARRIVALS),
     PageInput("pp", int, 1, hi=256),
@@ -49,6 +52,10 @@ ARRIVAL_HELP = (
     "mean); poisson (with a rate, the default): random arrivals simulated one by one, "
     "queueing included"
 )
+ENGINE_HELP = (
+    "the engine and release served on: its defaults (max sequences, tokens an "
+    "iteration, memory share, cache dtype) and its host time per iteration"
+)
 POOL_HELP = "disaggregated serving: replicas that only prefill and send the cache on to decode"
 RATE_HELP = ("requests arriving per second over the replicas, at random (poisson: simulated "
              "with their queueing, TTFT and TPOT percentiles) or as a steady state "
@@ -64,7 +71,9 @@ def _inputs() -> dict[str, Any]:
         c[0].selectbox("model", choices("model"), key="serve_model")
         c[1].selectbox("device", device_choices(), key="serve_hardware")
         c[2].selectbox("weights", PRECISIONS, key="serve_precision")
-        c[3].selectbox("KV cache", KV_DTYPES, key="serve_kv_dtype")
+        c[3].selectbox("KV cache", ("auto", *KV_DTYPES), key="serve_kv_dtype",
+                       help="auto: the engine's rule (the weights' 16-bit dtype; "
+                       "TensorRT-LLM: fp8 beside fp8 weights)")  # fmt: skip
         c = st.columns(4)
         c[0].number_input("tensor parallel", 1, 64, key="serve_tp")
         c[1].number_input("prompt tokens", 1, 2**24, key="serve_input")
@@ -88,6 +97,8 @@ def _inputs() -> dict[str, Any]:
         c = st.columns(4)
         c[0].number_input("requests/s (0: the batch at once)", 0.0, 1e6,
                           key="serve_request_rate", help=RATE_HELP)  # fmt: skip
+        c[1].selectbox("serving engine", tuple(ENGINES), key="serve_engine", help=ENGINE_HELP,
+                       format_func=lambda k: f"{k}: {ENGINES[k].title}")  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -104,7 +115,8 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
         arrival = "continuous"
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
-                     precision=v["precision"], kv_dtype=v["kv_dtype"],
+                     precision=v["precision"], engine=v["engine"],
+                     kv_dtype=None if v["kv_dtype"] == "auto" else v["kv_dtype"],
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,
                      prefill_replicas=v["prefill_replicas"],
@@ -166,6 +178,7 @@ def serve_page() -> None:
     else:
         st.success(f"**Fits**: up to {est['max_batch']:,} requests at once per replica; "
                    f"{', '.join(est.notes)}.")  # fmt: skip
+    st.caption(f"Assumed: {assumptions(_spec(v, v['batch'], rated=True))}.")
     for text in ans.caveats:
         st.warning(text)
     if not ans.fits:

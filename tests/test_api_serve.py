@@ -9,6 +9,7 @@ import pytest
 
 import costmodel
 from costmodel.cli import main
+from costmodel.specs.engines import DEFAULT, ENGINES
 
 
 def test_serve_in_python_is_the_cli_answer(capsys):
@@ -44,11 +45,14 @@ def test_serve_in_python_is_the_cli_answer(capsys):
 
 def test_serve_takes_the_cli_defaults():
     """Context alone: the last 128 tokens generated, one request at a time; at a request
-    rate, random arrivals simulated (at most 256 in flight)."""
+    rate, random arrivals simulated (at most the engine's max_num_seqs in flight, or what
+    fits)."""
     one = costmodel.serve("llama3-8b", context=4096)
     assert one["time_s.tpot"] > 0 and one.estimate["max_batch"] >= 1
     rated = costmodel.serve("llama3-8b", input=1000, output=200, request_rate=1.0)
-    assert "workload.ttft_s.p99" in rated and "at most 256 in flight" in rated.estimate.notes[0]
+    most = min(ENGINES[DEFAULT].max_seqs, rated.estimate["max_batch"])
+    assert "workload.ttft_s.p99" in rated
+    assert f"at most {most} in flight" in rated.estimate.notes[0]
 
 
 def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():
@@ -73,6 +77,7 @@ def test_the_cli_names_the_defaults_it_took(capsys):
     said = capsys.readouterr().out
     assert "128 generated tokens (default; --output)" in said
     assert "one request at a time (default; --batch)" in said
+    assert "engine vLLM V1 (asynchronous scheduling) (default; --engine)" in said
     assert main(["serve", "--model", "llama3-8b", "--input", "2000", "--output", "100",
-                 "--batch", "4"]) == 0  # fmt: skip
+                 "--batch", "4", "--engine", "vllm"]) == 0  # fmt: skip
     assert "(default;" not in capsys.readouterr().out

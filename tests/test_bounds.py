@@ -309,5 +309,7 @@ def test_help_on_the_serving_and_rl_specs_shows_each_fields_words():
     from costmodel.specs.serving import ServeSpec
 
     serve_text = pydoc.render_doc(ServeSpec, renderer=pydoc.plaintext)
-    assert "Prompt tokens per request." in serve_text and "kv_dtype: str = 'bf16'" in serve_text
+    assert (
+        "Prompt tokens per request." in serve_text and "kv_dtype: str | None = None" in serve_text
+    )
     assert "Mean response tokens." in pydoc.render_doc(RLSpec, renderer=pydoc.plaintext)

@@ -76,15 +76,15 @@ def test_packing_runs_fewer_fuller_micro_batches_and_a_faster_step():
 
 
 def test_the_published_nemo_rl_steps_hold_their_reported_errors():
-    """The five NeMo-RL v0.3 runs (validate/published/rl_runs.json): with every response the
-    mean, generation is priced 2-8x short and its share 44 % off (median); with a lognormal
-    spread of 0.5 or 1 (the sources state the mean only) the share is within 7.5 % and
-    13.8 % (median), 23.9 % and 26.7 % (worst)."""
+    """The five NeMo-RL v0.3 runs (validate/published/rl_runs.json), the rollout on vLLM V1
+    with its scheduling in step: with every response the mean, generation is priced short and
+    its share 32 % off (median); with a lognormal spread of 0.5 or 1 (the sources state the
+    mean only) the share is within 6.6 % and 16.7 % (median), 22.4 % and 27.2 % (worst)."""
     runs = [r for r in published.json.loads(published.RUNS.read_text())["runs"]
             if r.get("costmodel")]  # fmt: skip
     assert len(runs) == 5
     table = published.rows(runs, [0.0, 0.5, 1.0])
-    for sigma, median, worst in ((0.0, 0.438, 0.753), (0.5, 0.075, 0.239), (1.0, 0.138, 0.267)):
+    for sigma, median, worst in ((0.0, 0.322, 0.730), (0.5, 0.066, 0.224), (1.0, 0.167, 0.272)):
         errors = [abs(r["share_err"]) for r in table if r["sigma"] == sigma]
         assert statistics.median(errors) == pytest.approx(median, abs=2e-3), sigma
         assert max(errors) == pytest.approx(worst, abs=2e-3), sigma
@@ -92,7 +92,7 @@ def test_the_published_nemo_rl_steps_hold_their_reported_errors():
 
 def test_the_published_check_writes_its_rows_and_chart(tmp_path, capsys):
     assert published.main(["--sigma", "0", "1", "--out", str(tmp_path)]) == 0
-    assert "sigma 1.00: generation share |error| median 13.8%" in capsys.readouterr().out
+    assert "sigma 1.00: generation share |error| median 16.7%" in capsys.readouterr().out
     lines = (tmp_path / "rl.jsonl").read_text().splitlines()
     assert len(lines) == 10 and (tmp_path / "rl.svg").read_text().startswith("<svg")
     bad = tmp_path / "bad.json"

@@ -11,10 +11,13 @@ import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
-from costmodel.serving.continuous import TOKEN_BUDGET, kept_batch
+from costmodel.serving.continuous import kept_batch
 from costmodel.serving.estimate import decode_step, serve
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT, ENGINES
 from costmodel.specs.serving import ServeSpec
+
+TOKEN_BUDGET = ENGINES[DEFAULT].token_budget
 
 H100 = get_hardware("h100-sxm")
 LLAMA = get_model("llama3-8b")
@@ -107,5 +110,6 @@ def test_the_cli_answers_at_a_rate_in_its_own_words(capsys):
                  "--request-rate", "5", "--arrival", "continuous"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "5 requests/s of (1,000 in + 500 out), 22 in flight a replica" in out
-    assert "requests arrive at 5/s into continuous batching (at most 256 in flight" in out
+    cap = ENGINES[DEFAULT].max_seqs
+    assert f"requests arrive at 5/s into continuous batching (at most {cap} in flight" in out
     assert "2,500 (2,500 per GPU)" in out

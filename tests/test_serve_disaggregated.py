@@ -9,9 +9,12 @@ import pytest
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
 from costmodel.serving.disaggregated import handoff_s, prefill_spec
-from costmodel.serving.estimate import PREFILL_CHUNK, serve
+from costmodel.serving.estimate import serve
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT, ENGINES
 from costmodel.specs.serving import ServeSpec
+
+PREFILL_CHUNK = ENGINES[DEFAULT].token_budget
 
 H100 = get_hardware("h100-sxm")
 MODEL = get_model("llama3-70b")

@@ -9,10 +9,12 @@ import pytest
 from costmodel import get_hardware, get_model
 from costmodel.answers.serve import spec_of
 from costmodel.cli import main
-from costmodel.serving.continuous import TOKEN_BUDGET
 from costmodel.serving.estimate import serve
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT, ENGINES
 from costmodel.specs.serving import ServeSpec
+
+TOKEN_BUDGET = ENGINES[DEFAULT].token_budget
 
 LLAMA, H100 = get_model("llama3-8b"), get_hardware("h100-sxm")
 
@@ -65,7 +67,9 @@ def test_a_closed_loop_keeps_its_users_in_flight():
 def test_defaults_follow_what_the_user_gives():
     assert spec_of({"input": 10, "output": 5, "request_rate": 1.0}).arrival == "poisson"
     assert spec_of({"input": 10, "output": 5, "concurrency": 8}).arrival == "continuous"
-    assert spec_of({"input": 10, "output": 5, "concurrency": 8}).batch == 256
+    assert spec_of({"input": 10, "output": 5, "concurrency": 8}).batch == ENGINES[DEFAULT].max_seqs
+    sglang = spec_of({"input": 10, "output": 5, "concurrency": 8, "engine": "sglang"})
+    assert sglang.batch == ENGINES["sglang"].max_seqs
     with pytest.raises(SpecError, match="concurrency") as err:
         ServeSpec(input=10, output=5, arrival="continuous", concurrency=8, request_rate=1.0)
     assert err.value.field == "concurrency"

@@ -76,3 +76,22 @@ def test_serve_page_withholds_times_for_a_batch_that_does_not_fit_and_names_the_
     assert [m.label for m in at.metric] == ["KV cache per token"]
     assert not at.get("vega_lite_chart")
     assert any(w.value.startswith("mixture-of-experts serving is less certain") for w in at.warning)
+
+
+def test_serve_page_shows_the_engine_and_the_workload_and_prices_the_one_chosen():
+    """The Assumed line says what the CLI's assumptions say (engine, its host time, the
+    workload); another engine is another answer, with its own defaults."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
+    assert "engine vLLM V1" in said and "the batch's prompts arrive together" in said
+    tpot = at.metric[2].value
+    at.selectbox(key="serve_engine").set_value("vllm-0.5")
+    at.button[0].click().run()
+    said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
+    assert not at.exception and "engine vLLM 0.5 (V0)" in said and "whole prompts" in said
+    assert at.metric[2].value != tpot
+    at.selectbox(key="serve_engine").set_value("trtllm")
+    at.selectbox(key="serve_precision").set_value("fp8")
+    at.button[0].click().run()
+    said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
+    assert "fp8 weights, fp8 cache" in said  # TensorRT-LLM's rule, the cache left on auto

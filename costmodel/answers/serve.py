@@ -19,6 +19,8 @@ from costmodel.kinds import ffn
 from costmodel.serving.estimate import ServeEstimate, serve
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import Engine, engine
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
@@ -30,9 +32,6 @@ its figures on the published MoE serving runs are the MoE caveat's numbers."""
 
 DEFAULT_OUTPUT = 128
 """Generated tokens when only ``context`` is given (the prompt is the rest)."""
-MAX_NUM_SEQS = 256
-"""Sequences in flight at most at a request rate, without ``batch`` (vLLM's default
-``max_num_seqs``)."""
 WORKLOAD = ("context", "input", "output")
 """The lengths of a request: any two of them, or ``context`` alone."""
 SERVE_INPUTS = (*WORKLOAD, *(f.name for f in fields(ServeSpec) if f.name not in WORKLOAD))
@@ -62,7 +61,7 @@ def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int,
 def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     """The serving spec of a question as the CLI and the API state it (``SERVE_INPUTS``;
     None: not given): the lengths from any two of context, input and output; the batch 1
-    (a request at a time), or for a rate or a closed loop vLLM's ``max_num_seqs`` cap;
+    (a request at a time), or for a rate or a closed loop the engine's ``max_num_seqs`` cap;
     arrival ``together``, ``poisson`` at a request rate (what benchmarks send, simulated),
     ``continuous`` for a closed loop of ``concurrency`` users; every other field
     ServeSpec's default. An unknown name is a SpecError naming it."""
@@ -75,7 +74,8 @@ def spec_of(values: Mapping[str, Any]) -> ServeSpec:
                        given.pop("output", None))  # fmt: skip
     rated = given.get("request_rate") is not None
     users = given.get("concurrency") is not None
-    given.setdefault("batch", MAX_NUM_SEQS if rated or users else 1)
+    cap = engine(given.get("engine", DEFAULT_ENGINE)).max_seqs
+    given.setdefault("batch", cap if rated or users else 1)
     given.setdefault("arrival", "poisson" if rated else "continuous" if users else "together")
     return ServeSpec(input=inp, output=out, **given)
 
@@ -187,4 +187,91 @@ def _moe_text() -> str:
         f"{f['low']:+.0%} to {f['high']:+.0%}, with the serving parameters refitted without "
         "each source (python -m validate.published --loso); experts are read as uniform "
         "routing reaches them"
+    )
+
+
+def assumptions(
+    spec: ServeSpec,
+    output_defaulted: bool = False,
+    batch_defaulted: bool = False,
+    engine_defaulted: bool = False,
+) -> str:
+    """Every setting the numbers assume, given or default (a default named with its flag)."""
+    kind = spec.engine_kind
+    output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
+    if batch_defaulted:
+        output += (f"at most {spec.batch} in flight (the engine's default; --batch), "
+                   if spec.request_rate is not None or spec.concurrency else
+                   "one request at a time (default; --batch), ")  # fmt: skip
+    return (f"{output}engine {kind.title} ({_said(engine_defaulted)}--engine): "
+            f"{_host(kind)}; {spec.precision} weights, {spec.kv_dtype} cache in blocks of "
+            f"{spec.block_size}; "
+            f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
+            f"{spec.memory_utilization:g} of each device; {_budget(spec)}; "
+            f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
+
+
+def _budget(spec: ServeSpec) -> str:
+    if spec.token_budget is None:
+        return "whole prompts a step (up to the model's context)"
+    return f"at most {spec.token_budget:,} tokens an iteration"
+
+
+def _said(default: bool) -> str:
+    return "default; " if default else ""
+
+
+def _host(kind: Engine) -> str:
+    """What the engine's host costs an iteration, in words."""
+    if not kind.fused:
+        return "elementwise ops and kernel launches priced op by op"
+
+    def cost(fixed: float, per: float) -> str:
+        return " + ".join([f"{fixed * 1e3:.3g} ms"] * bool(fixed)
+                          + [f"{per * 1e6:.3g} us a sequence"] * bool(per))  # fmt: skip
+
+    parts = [f"{cost(fixed, per)} {what}" for what, fixed, per in (
+        ("waited for", kind.step_s, kind.seq_s),
+        ("beside the device", kind.async_step_s, kind.async_seq_s)) if fixed or per]  # fmt: skip
+    return f"host per iteration {', '.join(parts)}" if parts else "host time not priced"
+
+
+def _experts(spec: ServeSpec) -> str:
+    if spec.ep == 1:
+        return ""
+    if spec.ep == spec.tp:
+        return f", ep {spec.ep} (whole experts over each replica's tp ranks)"
+    return (
+        f", ep {spec.ep}: whole experts over {spec.ep // spec.tp} replicas' tp ranks, "
+        "tokens dispatched to them and combined back (uniform routing)"
+    )
+
+
+def _arrival(spec: ServeSpec) -> str:
+    if spec.simulated:
+        load = (f"requests arrive at random (Poisson) at {spec.request_rate:g}/s"
+                if spec.request_rate is not None else
+                f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
+        return (f"{load}, {spec.requests:,} simulated one by one through continuous batching "
+                "(queueing included; --arrival continuous: the mean steady state)")  # fmt: skip
+    if spec.request_rate:
+        return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
+                f"{spec.batch} in flight a replica; mean steady state, no queueing of random "
+                "arrivals)")  # fmt: skip
+    if spec.arrival == "continuous":
+        return ("continuous batching kept full, prompts chunked into the decode iterations "
+                "(steady state; no arrival gaps or queueing)")  # fmt: skip
+    if spec.prefill_replicas:
+        return ("prompts prefilled apart and their cache sent over the network; no queueing "
+                "modelled")  # fmt: skip
+    return "the batch's prompts arrive together"
+
+
+def _drafting(spec: ServeSpec) -> str:
+    if not spec.draft_tokens:
+        return "; no speculative decoding"
+    return (
+        f"; a {spec.draft_layers}-layer drafter of the model's shape proposes "
+        f"{spec.draft_tokens} tokens a step, each accepted with probability "
+        f"{spec.acceptance:g} (chain drafts, no tree)"
     )

@@ -10,6 +10,8 @@ from costmodel.catalog.hardware import HARDWARE
 from costmodel.catalog.presets import PRESETS
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
 from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import ENGINES
 from costmodel.specs.parallel import FRAMEWORKS
 from costmodel.units import fmt_bytes, fmt_seconds
 
@@ -18,6 +20,7 @@ def _spec(args: argparse.Namespace) -> RLSpec:
     return RLSpec(prompts=args.prompts, samples=args.samples, input=args.input,
                   output=args.output, gpus=args.gpus, placement=args.placement,
                   rollout_gpus=args.rollout_gpus, rollout_tp=args.rollout_tp,
+                  rollout_engine=args.rollout_engine or DEFAULT_ENGINE,
                   rollout_memory=args.rollout_memory, response_sigma=args.response_sigma,
                   max_output=args.max_output, reference=not args.no_reference,
                   old_logprobs=not args.no_old_logprobs, framework=args.framework,
@@ -46,8 +49,9 @@ def _assumptions(spec: RLSpec, out: dict) -> str:
     )
     return (f"{spec.samples} samples per prompt; {lengths}; scoring by "
             f"{', '.join(scorers) or 'no model'}; training {spec.framework}, {packing}, "
-            f"{spec.minibatches} optimizer step(s); the rollout engine takes "
-            f"{spec.engine_memory():g} of a GPU; bf16 weights synced")  # fmt: skip
+            f"{spec.minibatches} optimizer step(s); the rollout engine "
+            f"{ENGINES[spec.rollout_engine].title} takes {spec.engine_memory():g} of a GPU; "
+            "bf16 weights synced")  # fmt: skip
 
 
 def _cmd_rl(args: argparse.Namespace) -> int:
@@ -95,6 +99,8 @@ def add_rl(sub, int_arg) -> None:
     p.add_argument("--placement", choices=PLACEMENTS, default="colocated")
     p.add_argument("--rollout-gpus", type=int_arg, default=0, help="separate pools (0: half)")
     p.add_argument("--rollout-tp", type=int_arg, default=1)
+    p.add_argument("--rollout-engine", choices=list(ENGINES), help="the rollout's serving "
+                   f"engine (default {DEFAULT_ENGINE}; see serve --engine)")  # fmt: skip
     p.add_argument(
         "--rollout-memory",
         type=float,

@@ -9,16 +9,17 @@ from typing import Any
 
 from costmodel.answers.serve import (
     DEFAULT_OUTPUT,
-    MAX_NUM_SEQS,
     SERVE_INPUTS,
     ServeAnswer,
     answer,
+    assumptions,
     spec_of,
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.serving.estimate import PREFILL_CHUNK
-from costmodel.specs.serving import ARRIVALS, ENGINES, KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import ENGINES
+from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 
 PARTS = {
@@ -26,7 +27,7 @@ PARTS = {
     "attention": "attention over the cache",
     "comm": "tp all-reduces",
     "overhead": "per-layer step overhead",
-    "host": "host dispatch",
+    "host": "the host (dispatch, the engine's scheduling and output processing)",
 }
 
 
@@ -49,67 +50,8 @@ def limited_by(v: dict[str, Any]) -> str:
     )
 
 
-def assumptions(
-    spec: ServeSpec, output_defaulted: bool = False, batch_defaulted: bool = False
-) -> str:
-    """Every setting the numbers assume, given or default (a default named with its flag)."""
-    engine = "fuses its elementwise ops" if spec.engine == "fused" else "runs op by op"
-    output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
-    if batch_defaulted:
-        output += (f"at most {spec.batch} in flight (vLLM's max_num_seqs; --batch), "
-                   if spec.request_rate is not None or spec.concurrency else
-                   "one request at a time (default; --batch), ")  # fmt: skip
-    return (f"{output}{spec.precision} weights, {spec.kv_dtype} cache in blocks of "
-            f"{spec.block_size}; "
-            f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
-            f"{spec.memory_utilization:g} of each device and {engine}; prefill of at most "
-            f"{PREFILL_CHUNK:,} tokens a step; "
-            f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
-
-
-def _experts(spec: ServeSpec) -> str:
-    if spec.ep == 1:
-        return ""
-    if spec.ep == spec.tp:
-        return f", ep {spec.ep} (whole experts over each replica's tp ranks)"
-    return (
-        f", ep {spec.ep}: whole experts over {spec.ep // spec.tp} replicas' tp ranks, "
-        "tokens dispatched to them and combined back (uniform routing)"
-    )
-
-
-def _arrival(spec: ServeSpec) -> str:
-    if spec.simulated:
-        load = (f"requests arrive at random (Poisson) at {spec.request_rate:g}/s"
-                if spec.request_rate is not None else
-                f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
-        return (f"{load}, {spec.requests:,} simulated one by one through continuous batching "
-                "(queueing included; --arrival continuous: the mean steady state)")  # fmt: skip
-    if spec.request_rate:
-        return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
-                f"{spec.batch} in flight a replica; mean steady state, no queueing of random "
-                "arrivals)")  # fmt: skip
-    if spec.arrival == "continuous":
-        return ("continuous batching kept full, prompts chunked into the decode iterations "
-                "(steady state; no arrival gaps or queueing)")  # fmt: skip
-    if spec.prefill_replicas:
-        return ("prompts prefilled apart and their cache sent over the network; no queueing "
-                "modelled")  # fmt: skip
-    return "the batch's prompts arrive together"
-
-
-def _drafting(spec: ServeSpec) -> str:
-    if not spec.draft_tokens:
-        return "; no speculative decoding"
-    return (
-        f"; a {spec.draft_layers}-layer drafter of the model's shape proposes "
-        f"{spec.draft_tokens} tokens a step, each accepted with probability "
-        f"{spec.acceptance:g} (chain drafts, no tree)"
-    )
-
-
 def _rows(
-    ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool], unit: str
+    ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool, bool], unit: str
 ) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = "fits" if ans.fits else "does NOT fit"
@@ -237,7 +179,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
     output_defaulted = args.output is None and (args.context is None or args.input is None)
-    rows = _rows(ans, spec, (output_defaulted, args.batch is None), unit)
+    rows = _rows(ans, spec, (output_defaulted, args.batch is None, args.engine is None), unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")
@@ -254,10 +196,12 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--input", type=int_arg, help="prompt tokens per request")
     p.add_argument("--output", type=int_arg, help=f"generated tokens (default {DEFAULT_OUTPUT})")
     p.add_argument("--batch", type=int_arg, help="requests served at once (default 1); with "
-                   f"--request-rate the most in flight (default {MAX_NUM_SEQS}, vLLM's "
+                   "--request-rate or --concurrency the most in flight (default: the engine's "
                    "max_num_seqs)")  # fmt: skip
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")
-    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, help="the cache's dtype (default: the "
+                   "engine's rule: the weights' 16-bit dtype; TensorRT-LLM an fp8 cache beside "
+                   "fp8 weights)")  # fmt: skip
     p.add_argument("--tp", type=int_arg, default=1)
     p.add_argument("--arrival", choices=ARRIVALS, help="together (the default): the "
                    "batch's prompts prefilled at once, then decoded (a static batch); "
@@ -286,18 +230,13 @@ def add_serve(sub, int_arg) -> None:
         "whole over ep devices spanning ep/tp replicas (attention data parallel)",
     )
     p.add_argument("--block-size", type=int_arg, default=16, help="tokens per cache block")
-    p.add_argument(
-        "--memory-utilization",
-        type=float,
-        default=0.9,
-        help="share of device memory the engine takes (vLLM's default 0.9)",
-    )
-    p.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="fused",
-        help="fused (vLLM, SGLang, TensorRT-LLM) or eager (op by op: priced)",
-    )
+    p.add_argument("--memory-utilization", type=float, help="share of device memory the "
+                   "engine takes (default: the engine's, e.g. vLLM's 0.9)")  # fmt: skip
+    p.add_argument("--engine", choices=list(ENGINES), help=f"the serving engine (default "
+                   f"{DEFAULT_ENGINE}): " + "; ".join(f"{k}: {e.title}"
+                                                      for k, e in ENGINES.items()))  # fmt: skip
+    p.add_argument("--token-budget", type=int_arg, help="tokens an iteration may hold (vLLM's "
+                   "max_num_batched_tokens; default: the engine's)")  # fmt: skip
     p.add_argument("--rope-scaling", type=float, default=1.0,
                    help="factor RoPE scaling stretches the positions by")  # fmt: skip
     p.add_argument(

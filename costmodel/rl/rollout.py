@@ -9,10 +9,10 @@ verl, NeMo RL and OpenRLHF: ``LLM.generate`` over the whole batch).
   The engine holding the longest response sets the rollout's time, so each engine is given
   every ``replicas``-th of the sorted lengths, the first engine the longest.
 - **An engine** is vLLM V1's scheduler (``vllm/v1/core/sched/scheduler.py``): it admits
-  waiting sequences while it runs fewer than ``MAX_SEQS`` and their prompts fit its KV
-  memory; when the running ones' next tokens do not fit, it preempts the most recently
-  admitted, which later prefill their prompt and what they had generated again (V1's
-  recompute preemption).
+  waiting sequences while it runs fewer than its engine's ``max_seqs`` and their prompts fit
+  its KV memory; when the running ones' next tokens do not fit, it preempts the most
+  recently admitted, which later prefill their prompt and what they had generated again
+  (V1's recompute preemption).
 - **An iteration** decodes one token of every running sequence: costmodel.serving's decode
   step (``costmodel.serving.estimate.decode_step``) at that batch and their mean context,
   priced once per ``CHUNK`` iterations at most; the prompts admitted in it add their
@@ -40,10 +40,6 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
 
-MAX_SEQS = 1024
-"""Sequences an engine runs at once: vLLM V1's ``max_num_seqs`` default for its ``LLM``
-class on GPUs of at least 70 GiB other than the A100 (256 on the others;
-``EngineArgs.get_batch_defaults``); the engine's KV memory usually binds first."""
 CHUNK = 64
 """Decode iterations priced at one batch at most, at their middle context (exact while an
 iteration's seconds grow linearly with the cache it reads)."""
@@ -117,7 +113,7 @@ def simulate(
     held = iterations = peak = preemptions = 0
     while waiting or len(running):
         admitted = []
-        while (waiting and len(running) + len(admitted) < MAX_SEQS
+        while (waiting and len(running) + len(admitted) < spec.engine_kind.max_seqs
                and held + prompt + done[waiting[0]] < capacity):  # fmt: skip
             admitted.append(waiting.popleft())
             held += prompt + int(done[admitted[-1]])

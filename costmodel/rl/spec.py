@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import ENGINES
 from costmodel.specs.fields import document_fields
 from costmodel.specs.parallel import FRAMEWORKS
 
@@ -43,6 +45,9 @@ class RLSpec:
     rollout_gpus: int = 0
     """Separate pools: GPUs that generate (0: half); colocated: all of them."""
     rollout_tp: int = 1
+    rollout_engine: str = DEFAULT_ENGINE
+    """The rollout's serving engine (``costmodel.specs.engines``: vllm by generation,
+    sglang, trtllm): its host time per iteration and its most sequences at once."""
     rollout_memory: float = 0.0
     """Share of a rollout GPU's memory its engine takes (vLLM's ``gpu_memory_utilization``);
     0: ``COLOCATED_MEMORY`` colocated, ``SEPARATE_MEMORY`` on a pool of its own."""
@@ -80,6 +85,7 @@ class RLSpec:
         for name in ("rollout_gpus", "max_output", "pack_tokens"):
             checks.integer(name, getattr(self, name), minimum=0)
         checks.choice("placement", self.placement, PLACEMENTS)
+        checks.choice("rollout_engine", self.rollout_engine, ENGINES)
         checks.choice("framework", self.framework, FRAMEWORKS)
         checks.number("response_sigma", self.response_sigma, allow_zero=True)
         checks.at_most("response_sigma", self.response_sigma, "10",

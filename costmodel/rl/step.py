@@ -61,6 +61,7 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
     gen, _ = spec.pools()
     replicas = gen // spec.rollout_tp
     engine = ServeSpec(input=spec.input, output=spec.output, tp=spec.rollout_tp,
+                       engine=spec.rollout_engine,
                        memory_utilization=spec.engine_memory())  # fmt: skip
     cap = response_cap(model, spec, engine, hw)
     capacity = rollout.kv_capacity_tokens(model, engine, hw)

@@ -5,8 +5,8 @@ Serve, Agrawal et al. 2024; vLLM V1 and TensorRT-LLM's in-flight batching).
 
 - **An iteration** holds B decode tokens and, on average, the B / output prompts that
   start per iteration (as many finish), B x input / output prompt tokens, within the
-  engine's token budget (``TOKEN_BUDGET``, vLLM V1's ``max_num_batched_tokens`` and
-  TensorRT-LLM's ``max_num_tokens``, 8,192). Where the prompts need more than the budget
+  engine's token budget (``Engine.token_budget``: vLLM V1's ``max_num_batched_tokens``,
+  TensorRT-LLM's ``max_num_tokens``). Where the prompts need more than the budget
   leaves, the batch that can be kept full is budget / (1 + input / output).
 - **Its time** is the matmuls' roofline over both (the decode step's and the prompt tokens'
   FLOPs, the weights read once for all) followed by the attention core's (the decode queries
@@ -40,16 +40,12 @@ from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
 from costmodel.symbols import B, T, Y, values_for
 
-TOKEN_BUDGET = 8192
-"""Tokens an iteration may hold (vLLM V1's ``max_num_batched_tokens`` default, TensorRT-LLM's
-``max_num_tokens`` default)."""
-
 
 def kept_batch(spec: ServeSpec) -> int:
     """Sequences the engine keeps in flight: ``batch``, or as many as leave the token budget
     room for the prompts that replace the finishing ones, B x (1 + input / output) tokens
     an iteration."""
-    most = math.floor(TOKEN_BUDGET / (1 + spec.input / spec.output))
+    most = math.floor(spec.token_budget / (1 + spec.input / spec.output))
     return max(1, min(spec.batch, most))
 
 
@@ -70,7 +66,8 @@ def pricer(
         cores = decode["core_s"] + prompts * core / attention_rate
         cache = decode["kv_bytes"] + tokens * per_token
         return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),
-                     b + tokens, model, spec, hw, hw.decode_bandwidth())  # fmt: skip
+                     b + tokens, model, spec, hw, hw.decode_bandwidth(),
+                     sequences=b + math.ceil(prompts))  # fmt: skip
 
     return seconds
 
@@ -91,7 +88,7 @@ def iteration(
     tokens = b * spec.input / spec.output  # the prompts that start as others finish
     steady = seconds(tokens)
     t = steady["total"]
-    chunk = min(spec.input, max(TOKEN_BUDGET - b, 1))
+    chunk = min(spec.input, max(spec.token_budget - b, 1))
     ttft = math.ceil(spec.input / chunk) * seconds(max(tokens, chunk))["total"]
     out_rate = spec.dp * b / t
     return {
@@ -134,7 +131,8 @@ def notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
     if spec.batch >= asked:
         return []
     budget = kept_batch(replace(spec, batch=asked))
-    why = (f"the prompts replacing the finishing ones need the rest of the {TOKEN_BUDGET:,}-"
+    why = (f"the prompts replacing the finishing ones need the rest of the "
+           f"{spec.token_budget:,}-"
            "token iteration budget" if spec.batch == budget
            else "the cache holds no more (a request is admitted as blocks free)")  # fmt: skip
     return [f"continuous batching keeps {spec.batch} of {asked} sequences in flight: {why}"]

@@ -3,7 +3,7 @@ decode replicas that only decode (DistServe, Zhong et al. 2024; Splitwise, Patel
 2024; DeepSeek-V3's deployment, Sec. 3.4; NVIDIA Dynamo).
 
 - **Prefill pool**: ``prefill_replicas`` replicas of ``prefill_tp`` devices run prompts in
-  steps of up to ``PREFILL_CHUNK`` tokens, n = max(1, PREFILL_CHUNK // input) prompts a
+  steps of up to the engine's token budget C, n = max(1, C // input) prompts a
   step, each step the colocated estimate's prefill of n prompts on that replica.
   Capacity: replicas x n prompts per step time.
 - **Hand-off**: a prompt's cache (its input tokens, every layer, one copy) crosses the

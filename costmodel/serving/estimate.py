@@ -5,12 +5,13 @@ attention core, each the longer of its FLOPs (matmuls at ``efficiency.serve_matm
 peak, else the training ``matmul``; a prompt's core at the fused-attention rate,
 ``Hardware.attention_peak``) and its bytes (the weights; the cache) at
 ``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it); an eager engine's
-elementwise bytes added (:func:`elementwise_s`), tp's two all-reduces per layer (after
-attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of the phase's tokens x D
+elementwise bytes added (``costmodel.serving.eager``), tp's two all-reduces per layer
+(after attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of the phase's tokens x D
 activations (:func:`_allreduce_s`), exposed, and ``Hardware.serve_layer_s`` per layer;
-against an eager engine's host dispatch (:func:`host_s`: added on a CPU, the longer of the
-two on a GPU). ``efficiency.decode``, ``efficiency.serve_matmul`` and ``serve_layer_s`` are
-fitted on published serving runs
+against an eager engine's host dispatch (added on a CPU, the longer of the two on a GPU);
+then the serving engine's own host time per iteration (``costmodel.specs.engines``: what
+the device waits for added, the rest overlapped). ``efficiency.decode``,
+``efficiency.serve_matmul`` and ``serve_layer_s`` are fitted on published serving runs
 (``hardware.json``'s notes).
 
 - **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
@@ -20,13 +21,13 @@ fitted on published serving runs
   the roofline); bytes: the weights (routed experts: those the step's tokens reach) and
   every cached key and value read once.
 - **End to end**: TTFT + (output − 1) x TPOT; output tokens/s = dp x B x output over it.
-- **Memory** per device: weights (fp8 precision keeps embedding, head and norms in
-  bf16, as fp8 checkpoints do), the cache in whole ``block_size`` blocks, and a workspace:
-  one layer's activations for the prompt tokens of a step (at most ``PREFILL_CHUNK``, vLLM's
-  ``max_num_batched_tokens``), in 16 bits, over the widths the layer writes (2 x D for the
-  norm and residual, the projections' outputs, the FFN's hidden), and the last tokens' fp32
-  logits. ``max_batch`` is the largest B whose memory fits ``memory_utilization`` of the
-  device.
+- **Memory** per device: weights (fp8 precision keeps embedding, head and norms in bf16, as
+  fp8 checkpoints do), the cache in whole ``block_size`` blocks, and a workspace: one
+  layer's activations for the prompt tokens of a step (at most the engine's token budget,
+  vLLM's ``max_num_batched_tokens``), in 16 bits, over the widths the layer writes (2 x D
+  for the norm and residual, the projections' outputs, the FFN's hidden), and the last
+  tokens' fp32 logits. ``max_batch`` is the largest B whose memory fits
+  ``memory_utilization`` of the device.
 
 Each option a deployment adds is priced by its own module on top of these steps:
 speculative decoding (:mod:`costmodel.serving.speculative`), experts whole over devices across
@@ -47,27 +48,21 @@ from typing import Any
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
-from costmodel.kinds import attention, ffn
 from costmodel.serving import (
     continuous,
     disaggregated,
+    eager,
     experts,
     pipeline,
     queueing,
     speculative,
     terms,
 )
-from costmodel.single.elementwise import eager_bytes
-from costmodel.single.kernels import layer_kernels, model_kernels
-from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
-from costmodel.symbols import B, D, F, H, K, T, Y, as_expr, values_for
-
-PREFILL_CHUNK = 8192
-"""Prompt tokens per engine step (vLLM V1's default ``max_num_batched_tokens``)."""
+from costmodel.symbols import B, D, T, Y, as_expr, values_for
 
 
 def act_bytes(spec: ServeSpec) -> int:
@@ -181,14 +176,15 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     kv_seq_paged = paged_cache_bytes(model, spec, spec.context)
     width = _num(2 * D + terms.layer_widths(model), vals)
     logits = 4 * model.vocab / spec.tp
-    work = act * width * min(spec.batch * spec.input, PREFILL_CHUNK) + logits * spec.batch
+    chunk = spec.token_budget
+    work = act * width * min(spec.batch * spec.input, chunk) + logits * spec.batch
     budget = hw.hbm_bytes * spec.memory_utilization
     draft = {"weights": 0, "per_sequence": 0}
     if spec.draft_tokens:
         draft = speculative.extra_memory(model, spec, wb, paged_cache_bytes)
     drafter = draft["weights"] + spec.batch * draft["per_sequence"]
     total = weights + spec.batch * kv_seq_paged + work + drafter
-    room = budget - weights - act * width * PREFILL_CHUNK - draft["weights"]
+    room = budget - weights - act * width * chunk - draft["weights"]
     return {
         "memory_bytes_per_device.drafter": drafter,
         "memory_bytes_per_device.weights": weights,
@@ -207,7 +203,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
 
 def _phase(
     gemms: tuple[float, float], core: tuple[float, float], tokens: float, model: ModelSpec,
-    spec: ServeSpec, hw: Hardware, bandwidth: float,
+    spec: ServeSpec, hw: Hardware, bandwidth: float, sequences: float | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """Seconds of one phase on a device. ``gemms``: the matmuls' (FLOPs, bytes: the weights
     read); ``core``: the attention core's (seconds of its FLOPs at its rate, bytes: the cache
@@ -215,9 +211,12 @@ def _phase(
     longer of its FLOPs and its bytes (Williams et al. 2009's roofline per kernel: a large
     batch's matmuls are compute-bound while its attention over the cache is memory-bound,
     and neither hides the other); then an eager engine's elementwise traffic, tp's exposed
-    all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``)."""
+    all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``); then the
+    host's: the kernels' dispatch where the engine runs op by op (:func:`eager.host_s`) and the
+    engine's own per iteration of ``sequences`` (default the batch;
+    ``costmodel.specs.engines``)."""
     rate = hw.serve_flops(spec.precision)
-    elementwise = elementwise_s(model, spec, hw, tokens)
+    elementwise = eager.elementwise_s(model, spec, hw, tokens)
     compute = gemms[0] / rate + core[0] + elementwise
     memory = (gemms[1] + core[1]) / bandwidth
     matmuls = (gemms[0] / rate, gemms[1] / bandwidth)  # (compute, memory) seconds
@@ -228,56 +227,18 @@ def _phase(
     comm += experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
     overhead = model.n_layers * hw.serve_layer_s
     device = kernels + elementwise + comm + overhead
-    host = host_s(model, spec, hw)
-    # a CPU runs each kernel on the dispatching thread (the two add); a GPU's kernels run
-    # while the host dispatches the next (the longer of the two)
-    total = device + host if hw.kind == "cpu" else max(device, host)
+    dispatch = eager.host_s(model, spec, hw)
+    kind = spec.engine_kind
+    sequences = spec.batch if sequences is None else sequences
+    host = dispatch + kind.host_s(sequences)
+    # a CPU runs each kernel on the dispatching thread (all of it adds); a GPU's kernels run
+    # while the host dispatches the next (the longer of the two), then the engine's own
+    total = device + host if hw.kind == "cpu" else kind.iteration_s(max(device, dispatch),
+                                                                     sequences)  # fmt: skip
     return {"compute": compute, "memory": memory, "comm": comm, "overhead": overhead,
             "host": host, "total": total, "matmuls_compute": matmuls[0],
             "matmuls_memory": matmuls[1], "attention_compute": attention_[0],
             "attention_memory": attention_[1]}  # fmt: skip
-
-
-def _eager_precision(spec: ServeSpec) -> str:
-    """The training precision whose eager kernels and bytes the reference model's serving
-    runs: fp32 throughout, or 16-bit compute over fp32 residuals."""
-    return "fp32" if spec.precision == "fp32" else "bf16-mixed"
-
-
-def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
-    """Host seconds to dispatch one step's kernels in an eager engine (the reference model),
-    or in any engine on a CPU: the training forward's kernel counts
-    (``costmodel.single.kernels``) times ``Hardware.dispatch_s``; 0 for a fused engine on an
-    accelerator (it replays CUDA graphs), where ``dispatch_s`` is 0, and for kinds whose
-    eager counts are not modelled."""
-    graphed = spec.engine != "eager" and hw.kind != "cpu"
-    if graphed or not hw.dispatch_s or not attention.projections(model).eager:
-        return 0.0
-    prec = _eager_precision(spec)
-    train = TrainSpec(batch=1, seq=2, precision=prec)
-    residual = PRECISIONS[prec].residual
-    kernels = sum(
-        n * layer_kernels(model, train, residual, block=k.name)[0] for k, n in ffn.blocks(model)
-    )
-    total = as_expr(kernels + model_kernels(model, train, residual)[0]).xreplace(values_for(model))
-    return int(total) * hw.dispatch_s  # an MoE block's counts are in its sizes' symbols
-
-
-def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) -> float:
-    """Seconds of ``tokens``' elementwise work through the layers in an eager engine: the
-    reference model's bytes per token and layer (``costmodel.single.elementwise``, heads and
-    FFN split over tp) at the HBM bandwidth; 0 for a fused engine, and for kinds whose eager
-    bytes are not modelled."""
-    if spec.engine != "eager" or not attention.projections(model).eager:
-        return 0.0
-    prec = PRECISIONS[_eager_precision(spec)]
-    vals = {**values_for(model), Y: spec.tp}
-    per_token = 0.0
-    for kind, count in ffn.blocks(model):
-        fwd = eager_bytes(model, prec.residual, prec.activation, block=kind.name)[0]
-        split = fwd.xreplace({F: F / Y, H: H / Y, K: K / Y})
-        per_token += float((count * split).xreplace(vals))
-    return tokens * per_token / hw.hbm_bandwidth()
 
 
 def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
@@ -379,6 +340,9 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if model.ffn_only:
         raise SpecError("model", f"{model.name} has no attention and no cache to serve")
     check(model, spec, hw)
+    if spec.token_budget is None:  # whole prompts: the model's context length
+        positions = int(model.max_positions * spec.rope_scaling)
+        spec = replace(spec, token_budget=spec.engine_kind.budget(positions))
     for name, degree in (("tp", spec.tp), ("prefill_tp", spec.prefill_degree)):
         if degree > hw.devices_per_node:
             raise SpecError(name, f"{name} ({degree}) must be <= {hw.name}'s "
@@ -394,6 +358,8 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if spec.arrival != "together":  # in flight: what the token budget keeps, the cache holds
         cached = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
         kept = spec.batch if spec.simulated else continuous.kept_batch(spec)
+        if spec.concurrency:  # a closed loop never holds more than its users
+            kept = min(kept, -(-spec.concurrency // spec.dp))
         spec = replace(spec, batch=min(kept, cached))
     rated = _at_rate(model, spec, hw) if spec.request_rate and not spec.simulated else {}
     if rated:
@@ -401,7 +367,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     out = _memory(model, spec, hw, vals)
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
-        out.update(disaggregated.pools(model, spec, hw, out, serve, PREFILL_CHUNK))
+        out.update(disaggregated.pools(model, spec, hw, out, serve, spec.token_budget))
     rate = prompt_attention_rate(spec, hw)
     if spec.simulated:  # request by request: its means are the answer's times
         out.update(queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests))
@@ -438,7 +404,7 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
         notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:
         notes.append("disaggregated: no queueing modelled (both pools keep up)")
-    if spec.arrival == "continuous":
+    if spec.arrival == "continuous" and not spec.simulated:
         notes += continuous.notes(spec, asked, out)
     if out["bytes_per_device.decode_step_experts"]:
         notes.append("routed experts read by a decode step: uniform routing")

@@ -6,16 +6,16 @@ next request when the last one ends (``--max-concurrency``, GenAI-Perf's concurr
 One replica's engine runs iterations as vLLM V1's scheduler does (Orca, Yu et al. 2022;
 chunked prefill, Agrawal et al. 2024, Sarathi-Serve): it admits waiting requests while it
 runs fewer than ``batch`` and their caches fit; an iteration decodes one token of every
-request whose prompt is in, and fills the rest of the token budget (``TOKEN_BUDGET``) with
-chunks of prompts in admission order; a request's first token comes at the end of the
-iteration that finishes its prompt. Each iteration is priced by the same step model as
-``serve`` (:func:`costmodel.serving.continuous.pricer`: the decodes at their mean cache,
-the prompt tokens beside them), so a request's TTFT includes its wait in the queue and
-behind running iterations, and its TPOT the prompts that other requests chunk into its
-decode iterations (as Vidur, Agrawal et al. 2024, simulates over profiled operators).
-Arrivals are drawn from a seeded generator: the same question gives the same numbers. The
-first tenth of the requests warm the engine up and are not counted. Units: seconds,
-requests/s, tokens/s.
+request whose prompt is in, and fills the rest of the engine's token budget
+(``Engine.token_budget``) with chunks of prompts in admission order; a request's first token
+comes at the end of the iteration that finishes its prompt. Each iteration is priced by the
+same step model as ``serve`` (:func:`costmodel.serving.continuous.pricer`: the decodes at
+their mean cache, the prompt tokens beside them), so a request's TTFT includes its wait in
+the queue and behind running iterations, and its TPOT the prompts that other requests chunk
+into its decode iterations (as Vidur, Agrawal et al. 2024, simulates over profiled
+operators). Arrivals are drawn from a seeded generator: the same question gives the same
+numbers. The first tenth of the requests warm the engine up and are not counted. Units:
+seconds, requests/s, tokens/s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.serving.continuous import TOKEN_BUDGET, pricer
+from costmodel.serving.continuous import pricer
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
@@ -114,7 +114,7 @@ def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total:
             clock = reqs[nxt].arrival  # idle until the next arrival
             continue
         decoding = [r for r in running if r.prefilled == spec.input]
-        budget, chunks = TOKEN_BUDGET - len(decoding), []
+        budget, chunks = spec.token_budget - len(decoding), []
         for r in running:
             if r.prefilled < spec.input and budget > 0:
                 take = min(spec.input - r.prefilled, budget)
@@ -171,6 +171,6 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
     return (
         f"{out['workload.requests']:,} requests simulated, {load}, the first "
         f"{WARMUP:.0%} not counted; at most {spec.batch} in flight a replica, prompts "
-        f"chunked into iterations of {TOKEN_BUDGET:,} tokens; decode at each "
+        f"chunked into iterations of {spec.token_budget:,} tokens; decode at each "
         "iteration's mean cache (seed 0: the same question, the same numbers)"
     )

@@ -5,8 +5,9 @@ sequence's cache holds ``context = input + output`` tokens. ``batch`` requests r
 (the engine's concurrency). Weights and GEMMs run in ``precision``, the cache in
 ``kv_dtype``; ``tp`` ranks split each layer (Megatron's split, as vLLM, SGLang and
 TensorRT-LLM run it), ``dp`` replicas serve apart (throughput adds up). The cache is paged in
-blocks of ``block_size`` tokens (vLLM's default 16), and the engine may use
-``memory_utilization`` of each device's memory (vLLM's ``gpu_memory_utilization``, 0.9).
+blocks of ``block_size`` tokens (vLLM's default 16), and the ``engine``
+(``costmodel.specs.engines``) may use ``memory_utilization`` of each device's memory;
+what is not given (the cache dtype, the memory share) is the engine's default.
 Every field is checked here once, by name; :func:`check` adds what depends on the model and
 the device.
 """
@@ -18,6 +19,8 @@ from typing import Any
 
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
+from costmodel.specs.engines import ENGINES, Engine, engine
 from costmodel.specs.fields import document_fields
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -36,9 +39,6 @@ MAX_REQUESTS = 100_000
 MAX_ROPE_SCALING = 1024
 """The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
 (DeepSeek-V3); a factor far beyond is a typo, not a model."""
-ENGINES = ("fused", "eager")
-"""How the engine runs a layer's elementwise work: fused into few kernels (vLLM, SGLang,
-TensorRT-LLM: not priced), or op by op (the reference model: priced)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,18 +54,27 @@ class ServeSpec:
     precision: str = "bf16"
     """``PRECISIONS``: the weights' and GEMMs' dtype (fp8 checkpoints keep the embedding,
     head and norms in bf16)."""
-    kv_dtype: str = "bf16"
-    """``KV_DTYPES``: the cache's dtype (an fp8 checkpoint's engine serves an fp8 cache)."""
+    kv_dtype: str | None = None
+    """``KV_DTYPES``: the cache's dtype; None: the engine's rule for ``precision`` (the
+    weights' 16-bit dtype, or TensorRT-LLM's fp8 cache beside fp8 weights)."""
     tp: int = 1
     """Tensor-parallel devices of a replica, within one node."""
     dp: int = 1
     """Replicas, each serving its own requests."""
     block_size: int = 16
     """Tokens per cache block (paged attention, Kwon et al. 2023, Sec. 4.1)."""
-    memory_utilization: float = 0.9
-    """Share of a device's memory the engine may take (weights, cache, activations)."""
-    engine: str = "fused"
-    """``ENGINES``: elementwise work fused (serving engines) or op by op (priced)."""
+    memory_utilization: float | None = None
+    """Share of a device's memory the engine may take (weights, cache, activations); None:
+    the engine's default."""
+    engine: str = DEFAULT_ENGINE
+    """The serving engine (``costmodel.specs.engines.ENGINES``: vllm, vllm-0.6,
+    vllm-0.5, sglang, trtllm, or eager, the reference model op by op): its defaults and its
+    host time per iteration."""
+    token_budget: int | None = None
+    """Tokens an iteration may hold (vLLM's ``max_num_batched_tokens``, SGLang's
+    ``chunked_prefill_size``, TensorRT-LLM's ``max_num_tokens``); None: the engine's default
+    (for an engine that prefills whole prompts, the model's context length, set by
+    ``serve``)."""
     rope_scaling: float = 1.0
     """Factor by which RoPE scaling (YaRN, Peng et al. 2023) stretches the positions."""
     draft_tokens: int = 0
@@ -131,8 +140,17 @@ class ServeSpec:
                                 "(disaggregated prefill)")  # fmt: skip
         self._check_speculative()
         checks.choice("precision", self.precision, PRECISIONS)
-        checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         checks.choice("engine", self.engine, ENGINES)
+        kind = engine(self.engine)
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", kind.cache_dtype(self.precision))
+        if self.memory_utilization is None:
+            object.__setattr__(self, "memory_utilization", kind.memory_share(self.tp))
+        checks.choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        if self.token_budget is None and not kind.whole_prompts:
+            object.__setattr__(self, "token_budget", kind.token_budget)
+        if self.token_budget is not None:
+            checks.integer("token_budget", self.token_budget)
         checks.choice("arrival", self.arrival, ARRIVALS)
         self._check_workload()
         checks.number("memory_utilization", self.memory_utilization)
@@ -159,6 +177,11 @@ class ServeSpec:
             if self.request_rate is not None or self.arrival != "continuous":
                 raise SpecError("concurrency", "concurrency (a closed loop of users) needs "
                                 "arrival=continuous and no request_rate")  # fmt: skip
+
+    @property
+    def engine_kind(self) -> Engine:
+        """The serving engine this workload runs on (``costmodel.specs.engines``)."""
+        return engine(self.engine)
 
     @property
     def simulated(self) -> bool:

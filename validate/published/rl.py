@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.rl import RLSpec, rl_step
+from validate.published.serving import engine_of
 
 RUNS = Path(__file__).with_name("rl_runs.json")
 PHASES = {"generation_s": "rl.generation_s", "train_s": "rl.train_s",
@@ -26,11 +27,15 @@ PHASES = {"generation_s": "rl.generation_s", "train_s": "rl.train_s",
 
 
 def spec_of(run: dict[str, Any], sigma: float) -> tuple[str, RLSpec, str]:
-    """(model, spec, hardware) of a run's ``costmodel`` block at response spread ``sigma``."""
+    """(model, spec, hardware) of a run's ``costmodel`` block at response spread ``sigma``;
+    the rollout engine the release current at the run's date (NeMo-RL v0.3, July 2025:
+    vLLM V1 with its scheduling in step, ``serving.engine_of``)."""
     cm = run["costmodel"]
     spec = RLSpec(prompts=run["prompts_per_step"], samples=run["samples_per_prompt"],
                   input=cm["input"], output=round(run["mean_response_len"]), gpus=cm["gpus"],
                   rollout_tp=cm["rollout_tp"], rollout_memory=cm["rollout_memory"],
+                  rollout_engine=engine_of({"engine": run["rollout_engine"],
+                                            "source": run["date"]}),
                   response_sigma=sigma, max_output=cm["max_total"] - cm["input"],
                   framework=cm["framework"], train_tp=cm["train_tp"], train_pp=cm["train_pp"],
                   train_ep=cm.get("train_ep", 1), pack_tokens=cm["max_total"],

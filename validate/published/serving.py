@@ -6,13 +6,15 @@ Torch-free; a second or two.
 
 A run's batch is what its source states, or for an offline max-throughput run ("max") what
 its engine fits: costmodel's ``max_batch`` at the engine's memory share, at most the run's
-requests and the engine's batch cap (``ENGINES``).
+requests and the engine's batch cap (``costmodel.specs.engines``: the run's engine kind,
+:func:`engine_of`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -23,17 +25,25 @@ from typing import Any
 from costmodel import Hardware, get_hardware, get_model
 from costmodel.serving import serve
 from costmodel.specs.checks import SpecError
+from costmodel.specs.engines import engine
 from costmodel.specs.serving import ServeSpec
 
 RUNS = Path(__file__).with_name("serving_runs.json")
-ENGINES = {
-    "TensorRT-LLM": (0.95, 2048),
-    "vLLM": (0.9, 256),
-    "NVIDIA NIM": (0.9, 2048),
-}
-"""engine -> (memory share, batch cap): TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``
-0.95 in the perf overview's runs and ``trtllm-build``'s default ``max_batch_size`` 2048;
-vLLM's ``gpu_memory_utilization`` 0.9 and ``max_num_seqs`` 256; NIM runs TensorRT-LLM."""
+ENGINE_RULES = (
+    ("TensorRT-LLM", "trtllm"),
+    ("NVIDIA NIM", "trtllm"),
+    ("vLLM", "vllm"),
+)
+"""A run's engine string -> the engine kind (``costmodel.specs.engines``); NIM's LLM
+containers run TensorRT-LLM. A vLLM run's generation comes from its stated version
+(:func:`engine_of`)."""
+VLLM_BY_DATE = (("2024-09", "vllm-0.6"), ("2025-03", "vllm-0.8"))
+"""Where a vLLM run states no version, the generation current at the source's date (in its
+name): vLLM 0.6.0 came out in September 2024, V1 became the default in 0.8.0 (March
+2025); before either, ``vllm-0.5``. Without a date: the current engine."""
+MEMORY_SHARE = {"trtllm": 0.95}
+"""The memory share the runs state where it is not the engine's default: TensorRT-LLM's
+perf overviews set ``kv_cache_free_gpu_mem_fraction`` 0.95."""
 METRICS = {
     "output_tokens_per_s": "throughput.output_tokens_per_s",
     "ttft_s": "time_s.ttft",
@@ -42,18 +52,33 @@ METRICS = {
 }
 
 
-def _engine(run: dict[str, Any]) -> tuple[float, int]:
-    for name, setting in ENGINES.items():
-        if run["engine"].lower().startswith(name.lower()):
-            return setting
-    return ENGINES["vLLM"]
+def engine_of(run: dict[str, Any]) -> str:
+    """The engine kind a run is priced with: by its engine string (``ENGINE_RULES``), for
+    vLLM by the version it states (< 0.6: ``vllm-0.5``, 0.6-0.7: ``vllm-0.6``, 0.8-0.10:
+    ``vllm-0.8``, later ``vllm``: asynchronous scheduling is off in 0.10.2, on by default
+    in later releases) or else by its source's date (``VLLM_BY_DATE``)."""
+    kind = next((k for name, k in ENGINE_RULES if run["engine"].startswith(name)), "vllm")
+    if kind != "vllm":
+        return kind
+    version = re.match(r"(\d+)\.(\d+)", str(run.get("engine_version") or ""))
+    if version:
+        minor = (int(version[1]), int(version[2]))
+        for below, kind in (((0, 6), "vllm-0.5"), ((0, 8), "vllm-0.6"), ((0, 11), "vllm-0.8")):
+            if minor < below:
+                return kind
+        return "vllm"
+    date = re.search(r"(\d{4}-\d{2})-\d{2}", run["source"])
+    if not date:
+        return "vllm"
+    return next((k for since, k in reversed(VLLM_BY_DATE) if date[1] >= since), "vllm-0.5")
 
 
 def _spec(run: dict[str, Any], batch: int) -> ServeSpec:
-    share, _ = _engine(run)
+    kind = engine_of(run)
     return ServeSpec(input=run["input"], output=run["output"], batch=batch,
                      precision=run["precision"], kv_dtype=run["kv_dtype"], tp=run["tp"],
-                     memory_utilization=share, rope_scaling=run["rope_scaling"])  # fmt: skip
+                     engine=kind, memory_utilization=MEMORY_SHARE.get(kind),
+                     rope_scaling=run["rope_scaling"])  # fmt: skip
 
 
 def batch_of(run: dict[str, Any]) -> int:
@@ -61,7 +86,7 @@ def batch_of(run: dict[str, Any]) -> int:
     what its engine fits (memory only: no fitted parameter moves it)."""
     if run["batch"] != "max":
         return int(run["batch"])
-    _, cap = _engine(run)
+    cap = engine(engine_of(run)).max_seqs
     model, hw = get_model(run["model"]), get_hardware(run["hardware"])
     fits = serve(model, _spec(run, 1), hw)["max_batch"]
     return max(1, min(fits, run.get("num_requests") or cap, cap))

@@ -13,7 +13,7 @@ Per case (a preset, cut to a few layers on a CPU; B sequences; a prompt of I tok
 
 Weights and cache in fp32 on a CPU, bf16 on a GPU; timing by
 ``validate.probes.calibrate.time_call`` (CUDA events on GPUs); predictions on the run's
-profile (its host seconds per kernel included, ``costmodel.serving.estimate.host_s``).
+profile (its host seconds per kernel included, ``costmodel.serving.eager.host_s``).
 """
 
 from __future__ import annotations
