@@ -61,6 +61,19 @@ def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():
     assert "TTFT" not in repr(ans) and "nearest fit: --" in repr(ans)
 
 
+def test_the_json_of_a_batch_that_does_not_fit_has_its_memory_and_no_times(capsys):
+    """``--json`` says what the text says: memory and the nearest fit, no TTFT, TPOT or
+    throughput for a batch that does not fit (issue 60's probe: it printed them)."""
+    assert main(["serve", "--model", "llama3-8b", "--context", "4096", "--batch", "512",
+                 "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"]["fits"] is False and out["verdict"]["nearest"]
+    assert out["memory_bytes_per_device.total"] > out["memory_bytes_per_device.budget"]
+    assert not [k for k in out if k.startswith(("time_s.", "throughput."))]
+    assert main(["serve", "--model", "llama3-8b", "--context", "4096", "--json"]) == 0
+    assert "time_s.tpot" in json.loads(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize(("inputs", "field"), [({"inputs": 3}, "inputs"),
                                                ({"batch": 0, "context": 4096}, "batch"),
                                                ({"output": 10}, "context")])  # fmt: skip

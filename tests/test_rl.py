@@ -44,10 +44,24 @@ def test_async_overlaps_generation_with_training():
 def test_the_cli_prints_the_step_and_its_json(capsys):
     assert main(ARGV) == 0
     out = capsys.readouterr().out
-    assert "limited by:" in out and "assumptions: 8 samples per prompt" in out
+    assert "verdict: fits; limited by" in out and "assumptions: 8 samples per prompt" in out
     assert "every response the mean (a lower bound" in out
     assert main([*ARGV, "--json"]) == 0
-    assert 0 < json.loads(capsys.readouterr().out)["rl.generation_share"] < 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"]["fits"] and 0 < out["rl.generation_share"] < 1
+
+
+def test_a_step_whose_training_does_not_fit_says_so_first_and_gives_no_step_time(capsys):
+    """Issue 60's probe: one GPU's training peak (152.6 GiB) was inside the training row while
+    the headline said 'limited by: generation' and a 14 h step followed."""
+    argv = ["rl", "--model", "qwen3-8b", "--gpus", "1", "--prompts", "64", "--input", "512",
+            "--output", "2048"]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  verdict: does NOT fit: training peaks at")
+    assert lines[-1] == "  step: none: training does not fit"
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == {"fits": False}
 
 
 @pytest.mark.parametrize(

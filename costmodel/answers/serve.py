@@ -113,6 +113,29 @@ class ServeAnswer(Mapping):
                 f"{len(self.caveats)} caveat(s))")  # fmt: skip
 
 
+TIMED = (
+    "time_s.",
+    "throughput.",
+    "workload.",
+    "flops_per_device.",
+    "bytes_per_device.",
+    "continuous.",
+    "speculative.",
+    "disaggregated.",
+    "pipeline.",
+)
+"""The prefixes of an estimate's time and throughput quantities: what an answer withholds
+where the batch does not fit."""
+
+
+def shown_values(ans: ServeAnswer) -> dict[str, Any]:
+    """The estimate's quantities an answer shows: all of them where the batch fits, its
+    memory only where it does not (as the text and the app show no time for it)."""
+    values = ans.estimate.values
+    return dict(values) if ans.fits else {k: v for k, v in values.items()
+                                          if not k.startswith(TIMED)}  # fmt: skip
+
+
 def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
     """The estimate of ``spec``, its verdict, the nearest fit and the caveats."""
     est = serve(model, spec, hw)

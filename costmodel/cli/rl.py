@@ -58,7 +58,9 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     spec = _spec(args)
     out = rl_step(args.model, spec, args.hardware)
     if args.json:
-        print(json.dumps({"model": args.model, "hardware": args.hardware, **out}, indent=2))
+        verdict = {"fits": bool(out["rl.train_fits"])}
+        print(json.dumps({"model": args.model, "hardware": args.hardware, "verdict": verdict,
+                          **out}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]
     print(f"{args.model} on {args.gpus} x {args.hardware} ({spec.placement}): "
@@ -76,8 +78,15 @@ def _cmd_rl(args: argparse.Namespace) -> int:
          + ("" if out["rl.train_fits"] else " (does NOT fit)")),
         ("weight sync", out["rl.weight_sync_s"], ""),
     ]  # fmt: skip
+    if not out["rl.train_fits"]:  # no step time for a step that does not fit (as estimate)
+        print(f"  verdict: does NOT fit: training peaks at {fmt_bytes(out['rl.train_peak_bytes'])}"
+              f" a GPU, more than {args.hardware} holds: train on more GPUs (--gpus), or split "
+              "the model further (--train-tp, --train-pp)")  # fmt: skip
+        print(f"  assumptions: {_assumptions(spec, out)}")
+        print("  step: none: training does not fit")
+        return 0
     largest = max(rows, key=lambda r: r[1])
-    print(f"  limited by: {largest[0]} ({largest[1] / step:.0%} of the step)")
+    print(f"  verdict: fits; limited by {largest[0]} ({largest[1] / step:.0%} of the step)")
     print(f"  assumptions: {_assumptions(spec, out)}")
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")

@@ -13,6 +13,7 @@ from costmodel.answers.serve import (
     ServeAnswer,
     answer,
     assumptions,
+    shown_values,
     spec_of,
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
@@ -167,7 +168,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         verdict = {"fits": ans.fits, "nearest": ans.nearest, "caveats": ans.caveats}
         print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
                           "output": out, "context": spec.context, "verdict": verdict,
-                          **est.values, "notes": est.notes}, indent=2))  # fmt: skip
+                          **shown_values(ans), "notes": est.notes}, indent=2))  # fmt: skip
         return 0
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
         spec.prefill_replicas
