@@ -10,6 +10,7 @@ import pytest
 from costmodel import get_hardware, get_model
 from costmodel.serving.estimate import decode_step, serve
 from costmodel.serving.experts import alltoall_s
+from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 
 H100 = get_hardware("h100-sxm")
@@ -40,14 +41,21 @@ def test_ep_over_two_replicas_holds_half_the_experts_a_device():
 
 
 def test_dispatch_and_combine_cross_the_network_beyond_a_node():
-    """Each device sends its 64 / 8 tokens' 8 copies of 7,168 bf16 activations each way
-    per MoE layer; of 16 ranks, 7 share its node (NVLink) and 8 do not (the network)."""
+    """Each device sends its 64 / 8 tokens' 8 copies of 7,168 activations each way per MoE
+    layer, dispatched in fp8 (the weights' dtype) and combined in bf16; of 16 ranks, 7 share
+    its node (NVLink) and 8 do not (the network)."""
     spec = ServeSpec(**BASE, ep=16)
-    per_way = 64 / 8 * 8 * 7168 * 2
-    local = per_way * 7 / 16 / (H100.link_bw * H100.eff("link"))
-    remote = per_way * 8 / 16 / (H100.network_bw * H100.eff("network"))
-    want = 2 * 58 * (H100.network_latency_s + max(local, remote))
-    assert alltoall_s(DSV3, spec, H100, 64, 2) == pytest.approx(want)
+    assert spec.precision == "fp8"
+
+    def one_way(nbytes: int) -> float:
+        per_way = 64 / 8 * 8 * 7168 * nbytes
+        local = per_way * 7 / 16 / (H100.link_bw * H100.eff("link"))
+        remote = per_way * 8 / 16 / (H100.network_bw * H100.eff("network"))
+        return H100.network_latency_s + max(local, remote)
+
+    assert alltoall_s(DSV3, spec, H100, 64, 2) == pytest.approx(58 * (one_way(1) + one_way(2)))
+    bf16 = ServeSpec(**{**BASE, "precision": "bf16"}, ep=16)
+    assert alltoall_s(DSV3, bf16, H100, 64, 2) == pytest.approx(58 * 2 * one_way(2))
     assert alltoall_s(DSV3, ServeSpec(**BASE, ep=8), H100, 64, 2) == 0  # ep = tp: all-reduce
     tp = decode_step(DSV3, ServeSpec(**BASE), H100)["phase"]["comm"]
     ep = decode_step(DSV3, spec, H100)["phase"]["comm"]
@@ -66,3 +74,20 @@ def test_dispatch_and_combine_cross_the_network_beyond_a_node():
 def test_bad_expert_layouts_are_one_line_naming_ep(model, flags, refused):
     base = ["serve", "--model", model, "--context", "2048", "--precision", "fp8"]
     assert "ep" in refused([*base, *flags])
+
+
+def test_redundant_experts_add_copies_a_device_holds_and_let_ep_divide_them():
+    """DeepSeek-V3's 256 experts do not split over 72 devices; with 32 copies (288 slots,
+    the paper's decode deployment) each device holds 4 whole experts: 4 / (256 / 72) of the
+    weights of an even split, and a step's tokens spread over the copies."""
+    base = {**BASE, "tp": 1, "dp": 72}
+    with pytest.raises(SpecError) as err:
+        serve(DSV3, ServeSpec(**base, ep=72), H100)
+    assert err.value.field == "ep" and "--redundant-experts" in str(err.value)
+    est = serve(DSV3, ServeSpec(**base, ep=72, redundant_experts=32), H100)
+    even = serve(DSV3, ServeSpec(**{**base, "dp": 64}, ep=64), H100)  # 4 experts each too
+    held, split = (e["memory_bytes_per_device.weights"] for e in (est, even))
+    assert held == pytest.approx(split) and est["fits"]
+    with pytest.raises(SpecError) as err:
+        ServeSpec(**BASE, redundant_experts=8)
+    assert err.value.field == "redundant_experts"

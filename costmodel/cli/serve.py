@@ -26,7 +26,7 @@ from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 PARTS = {
     "matmuls": "the matmuls",
     "attention": "attention over the cache",
-    "comm": "tp all-reduces",
+    "comm": "communication (tp all-reduces, expert dispatch and combine)",
     "overhead": "per-layer step overhead",
     "host": "the host (dispatch, the engine's scheduling and output processing)",
 }
@@ -230,6 +230,9 @@ def add_serve(sub, int_arg) -> None:
         help="expert parallelism: routed experts "
         "whole over ep devices spanning ep/tp replicas (attention data parallel)",
     )
+    p.add_argument("--redundant-experts", type=lambda t: int_arg(t) if t != "0" else 0,
+                   default=0, help="with --ep: extra copies of routed experts over the ep "
+                   "devices (EPLB; DeepSeek-V3 serves 32): ep divides experts + them")  # fmt: skip
     p.add_argument("--block-size", type=int_arg, default=16, help="tokens per cache block")
     p.add_argument("--memory-utilization", type=float, help="share of device memory the "
                    "engine takes (default: the engine's, e.g. vLLM's 0.9)")  # fmt: skip

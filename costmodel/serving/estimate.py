@@ -61,7 +61,7 @@ from costmodel.serving import (
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check
+from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
 from costmodel.symbols import B, D, T, Y, as_expr, values_for
 
 
@@ -215,7 +215,7 @@ def _phase(
     host's: the kernels' dispatch where the engine runs op by op (:func:`eager.host_s`) and the
     engine's own per iteration of ``sequences`` (default the batch;
     ``costmodel.specs.engines``)."""
-    rate = hw.serve_flops(spec.precision)
+    rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
     elementwise = eager.elementwise_s(model, spec, hw, tokens)
     compute = gemms[0] / rate + core[0] + elementwise
     memory = (gemms[1] + core[1]) / bandwidth
@@ -250,8 +250,8 @@ def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
 
 def prompt_attention_rate(spec: ServeSpec, hw: Hardware) -> float:
     """FLOP/s of the fused attention kernel over a prompt of ``input`` keys, in the
-    activations' dtype (16 bits beside fp8 GEMMs)."""
-    dtype = "bf16" if spec.precision == "fp8" else spec.precision
+    activations' dtype (16 bits beside fp8 and fp4 GEMMs)."""
+    dtype = spec.precision if spec.precision in ("fp16", "fp32") else "bf16"
     return float(hw.attention_peak(dtype, seq=spec.input))
 
 
@@ -293,7 +293,7 @@ def decode_step(
     touched = experts.touched(model, spec, tokens, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
     read = weights - routed * (1 - touched)
-    rate = hw.serve_flops(spec.precision)
+    rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
                    hw.decode_bandwidth())  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,

@@ -4,17 +4,20 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 ``--data-parallel-size``, SGLang's DP attention, DeepSeek-V3's deployment, Sec. 3.4).
 
 - **Weights**: a device holds E / ep whole routed experts in place of every expert's 1 / tp
-  slice; attention, dense blocks and shared experts stay split over tp.
+  slice ((E + R) / ep with R redundant copies, EPLB's); attention, dense blocks and shared
+  experts stay split over tp.
 - **A decode step's experts**: the group's tokens (the batch of each of its ep / tp
   replicas) are routed together, so a device reads those of its E / ep experts that they
-  reach: E / ep x (1 − (1 − k/E)^tokens) under uniform routing. Its FLOPs are the tp
-  layout's: tokens x k / ep expert passes against tokens / tp x k slices.
+  reach: E / ep x (1 − (1 − k/E)^tokens) under uniform routing (with R copies, the (E + R) /
+  ep a device holds, each copy taking its share of its expert's tokens). Its FLOPs are the
+  tp layout's: tokens x k / ep expert passes against tokens / tp x k slices.
 - **Dispatch and combine** (ep > tp): after attention each device sends its 1 / tp share of
   its replica's tokens, k copies each, to the experts' devices and gets their outputs back,
   in place of the MoE layer's tp all-reduce: 2 x tokens / tp x k x D activations each way
   per MoE layer, of which (ep − 1) / ep leave the device; the share bound for other nodes
   crosses the network (``network_bw``), the rest NVLink, concurrently (the longer counts),
-  after one latency each (DeepEP's normal kernels; Zhao et al. 2025). With ep = tp the
+  after one latency each (DeepEP's normal kernels; Zhao et al. 2025); the dispatch in the
+  expert GEMMs' narrower input dtype, the combine in 16 bits. With ep = tp the
   experts split over the replica's own ranks and the all-reduce stays as it is.
 """
 
@@ -24,15 +27,18 @@ from costmodel.kinds import ffn
 from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
 from costmodel.symbols import E_r, k_r
 
 
 def expert_elements(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
-    """Routed-expert elements on a device: every expert's 1 / tp slice, or E / ep whole
-    experts (the same total over ep devices)."""
+    """Routed-expert elements on a device: every expert's 1 / tp slice, or (E + R) / ep
+    whole experts, R the redundant copies (the same total over ep devices without them)."""
     sliced = float(terms.expert_weights(model).xreplace(vals))
-    return sliced if spec.ep == 1 else sliced * spec.tp / spec.ep
+    if spec.ep == 1:
+        return sliced
+    copies = (model.n_experts + spec.redundant_experts) / model.n_experts
+    return sliced * spec.tp / spec.ep * copies
 
 
 def group_tokens(spec: ServeSpec, tokens: int) -> int:
@@ -47,7 +53,8 @@ def touched(model: ModelSpec, spec: ServeSpec, tokens: int, vals: dict) -> float
     if not ffn.routes(model):
         return 1.0
     share = terms.touched_experts(model, group_tokens(spec, tokens))
-    return float(share.xreplace({E_r: vals[E_r], k_r: vals[k_r]}))
+    slots = vals[E_r] + spec.redundant_experts  # a token reaches one copy of its expert
+    return float(share.xreplace({E_r: slots, k_r: vals[k_r]}))
 
 
 def moe_layers(model: ModelSpec) -> int:
@@ -57,15 +64,25 @@ def moe_layers(model: ModelSpec) -> int:
 
 def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: int) -> float:
     """Seconds of a step's dispatches and combines over the MoE layers for one replica's
-    ``tokens`` (``nbytes`` per activation), 0 unless ep > tp (module docstring)."""
+    ``tokens``, 0 unless ep > tp (module docstring): the combine in the activations'
+    ``nbytes``, the dispatch in the expert GEMMs' input dtype where it is narrower (fp8 or
+    fp4 weights: the tokens are quantized before they are sent, as DeepSeek-V3's deployment
+    and DeepEP do, Sec. 3.3)."""
     if spec.ep <= spec.tp:
         return 0.0
+    sent = min(nbytes, DTYPE_BYTES[spec.precision])
+    return moe_layers(model) * (_one_way(model, spec, hw, tokens, sent)
+                                + _one_way(model, spec, hw, tokens, nbytes))  # fmt: skip
+
+
+def _one_way(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: float) -> float:
+    """One dispatch or combine: NVLink and the network concurrently, after one latency."""
     per_way = tokens / spec.tp * model.experts_per_token * model.d_model * nbytes
     node = min(spec.ep, hw.devices_per_node)
     local = per_way * (node - 1) / spec.ep / (hw.link_bw * hw.eff("link"))
     remote = per_way * (spec.ep - node) / spec.ep / (hw.network_bw * hw.eff("network"))
     alpha = hw.network_latency_s if spec.ep > node else hw.link_latency_s
-    return 2 * moe_layers(model) * (alpha + max(local, remote))
+    return alpha + max(local, remote)
 
 
 def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:

@@ -18,7 +18,7 @@ from costmodel.specs.model import FlashFamily
 
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 _SHARED_KEYS = ("matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul")
 EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak

@@ -23,12 +23,19 @@ from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES, Engine, engine
 from costmodel.specs.fields import document_fields
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-"""Bytes per element of the weight and cache dtypes."""
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-"""Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run), or
-fp32 (CPUs, and the reference model in ``validate.run --suite serve``)."""
-KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp32")
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "nvfp4": 0.5625,
+               "mxfp4": 0.53125}  # fmt: skip
+"""Bytes per element of the weight and cache dtypes, block scales included: NVFP4 is 4-bit
+E2M1 elements with an fp8 (E4M3) scale per 16 (4.5 bits; NVIDIA's NVFP4 format, its
+per-tensor fp32 scale negligible), MXFP4 4-bit elements with an 8-bit (E8M0) scale per 32
+(4.25 bits; OCP Microscaling Formats (MX) v1.0, Sec. 5)."""
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32")
+"""Weights and GEMMs: 16-bit, fp8 (W8A8, the fp8 checkpoints vLLM and TensorRT-LLM run),
+NVFP4 (W4A4 at the device's fp4 peak: Blackwell's NVFP4 checkpoints), MXFP4 (4-bit weights
+beside 8-bit activations where the device computes fp4, MXFP8 W4A8 as gpt-oss runs on
+Blackwell, else 16-bit: W4A16), or fp32 (CPUs, and the reference model in ``validate.run
+--suite serve``)."""
+KV_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "int8", "fp32")
 ARRIVALS = ("together", "continuous", "poisson")
 """How requests reach the engine: the batch's prompts together, prefilled then decoded (a
 static batch); a continuously batched engine kept full, or at a request rate its mean steady
@@ -110,6 +117,11 @@ class ServeSpec:
     """Expert parallelism: a mixture-of-experts model's routed experts split whole over ep
     devices spanning the tp ranks of ep / tp replicas, each replica attending its own
     requests (attention data parallelism); 1: every expert split over tp."""
+    redundant_experts: int = 0
+    """Extra copies of routed experts spread over the ep devices (DeepSeek-V3's deployment
+    keeps 32 in prefill and decode, Sec. 3.4; SGLang's and vLLM's EPLB
+    ``--ep-num-redundant-experts``): a device holds (E + R) / ep experts, the load per copy
+    balanced; 0: none."""
     prefill_replicas: int = 0
     """Disaggregated serving: replicas of ``prefill_tp`` devices that only prefill, handing
     each prompt's cache to the ``dp`` decode replicas (DistServe, Zhong et al. 2024;
@@ -133,6 +145,10 @@ class ServeSpec:
             checks.integer(name, getattr(self, name))
         checks.integer("draft_tokens", self.draft_tokens, minimum=0)
         checks.integer("prefill_replicas", self.prefill_replicas, minimum=0)
+        checks.integer("redundant_experts", self.redundant_experts, minimum=0)
+        if self.redundant_experts and self.ep == 1:
+            raise SpecError("redundant_experts", "redundant_experts needs ep > 1 (copies of "
+                            "routed experts spread over the expert-parallel devices)")  # fmt: skip
         if self.prefill_tp is not None:
             checks.integer("prefill_tp", self.prefill_tp)
             if not self.prefill_replicas:
@@ -261,9 +277,20 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
             raise SpecError(name, f"{name} ({degree}) and the {kv} kv heads must divide one "
                             "another")  # fmt: skip
     for field, dtype in (("precision", spec.precision), ("kv_dtype", spec.kv_dtype)):
-        peak = "int8" if dtype == "int8" else dtype
-        if not hw.peak_flops.get(peak):
-            raise SpecError(field, f"{field} {dtype}: {hw.name} has no {dtype} support")
+        needs = "fp4" if dtype == "nvfp4" else "bf16" if dtype == "mxfp4" else dtype
+        if not hw.peak_flops.get(needs):
+            raise SpecError(field, f"{field} {dtype}: {hw.name} has no {needs} support")
+
+
+def gemm_dtype(precision: str, hw: Any) -> str:
+    """The dtype a serving step's matmuls run at for ``precision`` weights on ``hw``
+    (``PRECISIONS``): NVFP4's fp4; MXFP4's fp8 where the device computes fp4 (W4A8) and its
+    16-bit otherwise (W4A16); the rest their own."""
+    if precision == "nvfp4":
+        return "fp4"
+    if precision == "mxfp4":
+        return "fp8" if hw.peak_flops.get("fp4") else "bf16"
+    return precision
 
 
 def _check_ep(model: Any, spec: ServeSpec) -> None:
@@ -273,7 +300,12 @@ def _check_ep(model: Any, spec: ServeSpec) -> None:
     if not model.n_experts:
         raise SpecError("ep", f"ep > 1 needs a mixture-of-experts model ({model.name} has no "
                         "routed experts)")  # fmt: skip
-    checks.divides("ep", spec.ep, "n_experts", model.n_experts)
+    slots = model.n_experts + spec.redundant_experts
+    if slots % spec.ep:
+        field = "redundant_experts" if spec.redundant_experts else "ep"
+        raise SpecError(field, f"ep ({spec.ep}) must divide the {model.n_experts} routed experts "
+                        f"plus {spec.redundant_experts} redundant ({slots}): each device holds "
+                        "as many (--redundant-experts adds copies to make it divide)")  # fmt: skip
     if spec.ep % spec.tp or spec.dp % (spec.ep // spec.tp):
         raise SpecError("ep", f"ep ({spec.ep}) must span whole replicas: a multiple of tp "
                         f"({spec.tp}) whose ep / tp divides dp ({spec.dp})")  # fmt: skip

@@ -50,9 +50,9 @@ class Engine:
     memory_utilization: float
     """Share of a device's memory the engine takes by default."""
     fp8_cache_with_fp8_weights: bool
-    """Whether an fp8 checkpoint is served with an fp8 cache unless the user says otherwise
-    (TensorRT-LLM); else the cache is 16-bit (vLLM's and SGLang's ``auto``: the model's
-    dtype)."""
+    """Whether an fp8 (or NVFP4) checkpoint is served with an fp8 cache unless the user says
+    otherwise (TensorRT-LLM); else the cache is 16-bit (vLLM's and SGLang's ``auto``: the
+    model's dtype)."""
     step_s: float
     """Host seconds per iteration the device waits for (scheduling, preparing the inputs,
     sampling's launch, whatever its size)."""
@@ -98,7 +98,7 @@ class Engine:
 
     def cache_dtype(self, precision: str) -> str:
         """The cache dtype the engine serves ``precision`` weights with by default."""
-        if precision == "fp8" and self.fp8_cache_with_fp8_weights:
+        if precision in ("fp8", "nvfp4") and self.fp8_cache_with_fp8_weights:
             return "fp8"
         return "fp32" if precision == "fp32" else "fp16" if precision == "fp16" else "bf16"
 
