@@ -129,12 +129,12 @@ def _book_critical_batch(setup: Setup) -> None:
         return
     tokens = report["critical_batch_tokens"]
     if tokens == 0:  # "B* = 0" would read as an answer; there is nothing to hide
-        st.info(f"No FSDP or tensor-parallel communication (fsdp {report['fsdp']}, tp "
-                f"{report['tp']}): in the book's model every batch is compute-bound.")  # fmt: skip
+        st.info(f"fsdp {report['fsdp']}, tp {report['tp']}: {report['regime']} (the book's "
+                "model).")  # fmt: skip
         return
     st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
     if tokens is None:
-        st.warning("Tensor parallelism alone is communication-bound at this degree.")
+        st.warning(f"fsdp {report['fsdp']}, tp {report['tp']}: {report['regime']}.")
         return
     per_device = report["critical_batch_tokens_per_device"]
     st.metric(

@@ -315,3 +315,23 @@ def test_help_on_the_serving_and_rl_specs_shows_each_fields_words():
         "Prompt tokens per request." in serve_text and "kv_dtype: str | None = None" in serve_text
     )
     assert "Mean response tokens." in pydoc.render_doc(RLSpec, renderer=pydoc.plaintext)
+
+
+@pytest.mark.parametrize(("layout", "says"), [
+    (["--fsdp", "8", "--tp", "8"], "critical batch B* = 348,154 tokens: compute-bound above B*"),
+    (["--tp", "8"], "critical batch B* = 0 tokens: compute-bound at any batch (tp below"),
+    (["--tp", "16"], "critical batch B* = none: never compute-bound"),
+    ([], "critical batch B* = 0 tokens: no communication: compute-bound at any batch"),
+])  # fmt: skip
+def test_bounds_says_the_regime_in_words_for_every_layout(capsys, layout, says):
+    """Issue 60's probe: fsdp x tp layouts failed with "Cannot convert complex to float"
+    (B* solved symbolically went negative, its square root complex), tp 8 (below the
+    book's tp_max_degree 9.78) printed the same "B* = \\infty" as tp 16, and one device an
+    unexplained 0. B* is now solved at the layout's numbers, each group on its own link
+    (tp on NVLink, the fsdp group across nodes on the network), and said in words."""
+    argv = ["bounds", "--model", "llama3-8b", "--hardware", "h100-sxm", *layout]
+    code, out, err = _run(capsys, *argv)
+    assert code == 0 and not err
+    assert out.splitlines()[-1].startswith(says)
+    assert "conditions.tp_max_degree                9.78047 devices" in out
+    assert "\\" not in out  # no LaTeX in the text

@@ -9,11 +9,13 @@ Austin et al. 2025, "How to Scale Your Model", ch. 5 (Training): a Transformer a
 of FFN blocks (attention ignored up to ~32k context), ``k`` matrices of D x F per block
 (2 for W_in/W_out; SwiGLU's gate behaves like W_in, so 3). Bandwidth ``W`` is a link's
 bidirectional ICI bandwidth per mesh axis, collectives approximated as bytes / (W · axes)
-(the book drops the (N-1)/N ring factor). Forward pass, per device, bf16 (2 bytes):
+(the book drops the (N-1)/N ring factor); on GPUs each group's own link: ``W`` the FSDP
+group's (NVLink, or the network across nodes) and ``W_tp`` the tensor-parallel group's
+(NVLink inside a node), the same on a TPU's torus. Forward pass, per device, bf16 (2 bytes):
 
     T_math = 2·k·B·D·F·L / (X·Y·C)
     T_fsdp = 2·k·D·F·L / (Y·W·M_X)        (AllGather the weight shards; only if X > 1)
-    T_tp   = 4·B·D·L / (X·W·M_Y)          (AllGather In, ReduceScatter Out; only if Y > 1)
+    T_tp   = 4·B·D·L / (X·W_tp·M_Y)       (AllGather In, ReduceScatter Out; only if Y > 1)
 
 A full step multiplies math by 3, FSDP by 3 (AllGather twice, ReduceScatter once) and TP
 by 2 (four collectives, the backward In gather shared with the forward). The critical
@@ -39,11 +41,13 @@ from costmodel.symbols import DESCRIPTIONS, M_X, M_Y, C, D, F, L, X, Y
 
 B_tok = sp.Symbol("B_tok", positive=True)
 W_ici = sp.Symbol("W_ici", positive=True)
+W_tp = sp.Symbol("W_tp", positive=True)
 N_chips = sp.Symbol("N", positive=True)
 DESCRIPTIONS.update(
     {
         B_tok: "tokens per step (Scaling Book approximation)",
         W_ici: "one link's bandwidth per axis (Scaling Book approximation)",
+        W_tp: "the tensor-parallel group's link bandwidth (Scaling Book approximation)",
         N_chips: "chips X·Y (Scaling Book approximation)",
     }
 )
@@ -57,7 +61,7 @@ def terms(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str,
     return {
         "math": scale[0] * 2 * k * B_tok * D * F * L / (X * Y * C),
         "fsdp": scale[1] * 2 * k * D * F * L / (Y * W_ici * M_X) if fsdp > 1 else sp.Integer(0),
-        "tp": scale[2] * 4 * B_tok * D * L / (X * W_ici * M_Y) if tp > 1 else sp.Integer(0),
+        "tp": scale[2] * 4 * B_tok * D * L / (X * W_tp * M_Y) if tp > 1 else sp.Integer(0),
     }
 
 
@@ -70,24 +74,41 @@ def critical_batch(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> 
     return roots[0] if roots else sp.oo
 
 
+def critical_value(t: dict[str, sp.Expr], values: dict) -> tuple[float | None, str]:
+    """(B* in tokens or None, the regime in words) of the terms at ``values``: T_math = a·B,
+    T_tp = b·B and T_fsdp = c, so B* = c / (a − b) where a > b; without communication every
+    batch is compute-bound (B* = 0); where b >= a (tensor parallelism past its degree) no
+    batch is."""
+    a, b, c = (float(t[k].subs(values).subs(B_tok, 1)) if k != "fsdp"
+               else float(t[k].subs(values)) for k in ("math", "tp", "fsdp"))  # fmt: skip
+    if b == 0 and c == 0:
+        return 0.0, "no communication: compute-bound at any batch"
+    if a <= b:
+        return None, ("never compute-bound: tp's collectives grow with the batch as fast as "
+                      "the math (tp above tp_max_degree)")  # fmt: skip
+    if c == 0:
+        return 0.0, "compute-bound at any batch (tp below tp_max_degree, no fsdp gathers)"
+    return c / (a - b), "compute-bound above B*"
+
+
 def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
     """The book's closed forms (forward pass), each a bound on one quantity.
 
     - ``fsdp_min_batch_per_device``: B/X > (C/W)/M_X (DP and FSDP alike);
-    - ``tp_max_degree``: Y < k/2 · F · M_Y / (C/W) (independent of batch);
-    - ``mixed_min_batch_per_device``: B/N > 8 (C/W)² / (k · F · M_X · M_Y), the zero of the
-      discriminant of the quadratic in X (4α²/(F·M_X·M_Y) for k = 2);
-    - ``mixed_optimal_fsdp``: X = sqrt(2·B·N·M_X / (k·F·M_Y)), minimising T_fsdp + T_tp for
-      N = X·Y chips (sqrt(B·N·M_X/(F·M_Y)) for k = 2).
+    - ``tp_max_degree``: Y < k/2 · F · M_Y / (C/W_tp) (independent of batch);
+    - ``mixed_min_batch_per_device``: B/N > 8 (C/W)(C/W_tp) / (k · F · M_X · M_Y), the zero
+      of the discriminant of the quadratic in X (4α²/(F·M_X·M_Y) for k = 2 and one W);
+    - ``mixed_optimal_fsdp``: X = sqrt(2·B·N·M_X·W / (k·F·M_Y·W_tp)), minimising T_fsdp +
+      T_tp for N = X·Y chips (sqrt(B·N·M_X/(F·M_Y)) for k = 2 and one W).
     """
     k = ffn_matrices(model)
-    alpha = C / W_ici
+    alpha, alpha_tp = C / W_ici, C / W_tp
     n = N_chips
     return {
         "fsdp_min_batch_per_device": alpha / M_X,
-        "tp_max_degree": sp.Rational(k, 2) * F * M_Y / alpha,
-        "mixed_min_batch_per_device": 8 * alpha**2 / (k * F * M_X * M_Y),
-        "mixed_optimal_fsdp": sp.sqrt(2 * B_tok * n * M_X / (k * F * M_Y)),
+        "tp_max_degree": sp.Rational(k, 2) * F * M_Y / alpha_tp,
+        "mixed_min_batch_per_device": 8 * alpha * alpha_tp / (k * F * M_X * M_Y),
+        "mixed_optimal_fsdp": sp.sqrt(2 * B_tok * n * M_X * W_ici / (k * F * M_Y * W_tp)),
     }
 
 
@@ -140,23 +161,28 @@ def bounds_report(
                         "mixture-of-experts models")  # fmt: skip
     peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
     link, link_name = fsdp_link(parallel, hardware)
+    tp_link = hardware.link_bandwidth()  # tp innermost: inside a node (or a torus axis)
     if bandwidth is not None:
-        link, link_name = bandwidth, "as given (--bandwidth)"
+        link, link_name, tp_link = bandwidth, "as given (--bandwidth)", bandwidth
     checks.number("peak_flops", peak)
     checks.number("bandwidth", link)
     fsdp, tp = parallel.fsdp, parallel.tp
-    values = {C: peak, W_ici: link, X: fsdp, Y: tp, M_X: parallel.mx, M_Y: parallel.my,
+    values = {C: peak, W_ici: link, W_tp: tp_link, X: fsdp, Y: tp, M_X: parallel.mx,
+              M_Y: parallel.my,
               D: model.d_model, F: model.d_ff, L: model.n_layers}  # fmt: skip
     t = terms(model, fsdp, tp, forward_only)
     b_star = critical_batch(model, fsdp, tp, forward_only)
-    finite = b_star != sp.oo
-    at = {**values, B_tok: b_star}
+    b_value, regime = critical_value(t, values)
+    finite = b_value is not None
+    at = {**values, B_tok: b_value or 0}
     times = {name: float(e.subs(at)) if finite else float("inf") for name, e in t.items()}
     comm = times["fsdp"] + times["tp"]
     step = max(times["math"], comm) if parallel.overlap == "max" else times["math"] + comm
     n_dev = fsdp * tp
-    b_value = float(b_star.subs(values)) if finite else None
-    at_b = {**values, N_chips: n_dev, B_tok: b_star.subs(values) if finite else 0}
+    at_b = {**values, N_chips: n_dev, B_tok: b_value or 0}
+    shown = {k: float(e.subs(at_b)) for k, e in conditions(model).items()}
+    if not finite:  # the best split of a batch no layout makes compute-bound: none
+        shown.pop("mixed_optimal_fsdp")
     return {
         "approximation": LABEL,
         "model": model.name,
@@ -168,13 +194,15 @@ def bounds_report(
         "forward_only": forward_only,
         "peak_flops": peak,
         "bandwidth": link,
+        "tp_bandwidth": tp_link,
         "link": link_name,
         "warnings": _link_warnings(link_name, hardware),
         "ici_intensity": peak / link,
         "critical_batch_tokens": b_value,
         "critical_batch_tokens_per_device": b_value / n_dev if finite else None,
+        "regime": regime,
         "time_s_at_critical_batch": {**times, "step": step},
-        "conditions": {k: float(e.subs(at_b)) for k, e in conditions(model).items()},
+        "conditions": shown,
         "latex": {
             "critical_batch_tokens": sp.latex(b_star),
             **{f"T_{k}": sp.latex(e) for k, e in t.items()},

@@ -91,14 +91,27 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
     for key, value in report.items():
         if isinstance(value, dict) and key != "latex":
             for sub, x in value.items():
-                print(f"{key}.{sub:<28} {x:.6g}{' s' * key.startswith('time_s')}")
+                unit = " s" if key.startswith("time_s") else _CONDITION_UNITS.get(sub, "")
+                print(f"{key}.{sub:<28} {x:.6g}{unit}")
         elif key != "latex":
             print(f"{key:<38} {_bound_text(key, value)}")
-    print(f"\ncritical batch B* = {report['latex']['critical_batch_tokens']}")
+    b_star = report["critical_batch_tokens"]
+    said = "none" if b_star is None else f"{b_star:,.0f} tokens"
+    print(f"\ncritical batch B* = {said}: {report['regime']}")
     return 0
 
 
+_CONDITION_UNITS = {
+    "fsdp_min_batch_per_device": " tokens",
+    "tp_max_degree": " devices",
+    "mixed_min_batch_per_device": " tokens",
+    "mixed_optimal_fsdp": " devices",
+}
+"""The units of the book's conditions as ``bounds`` prints them."""
+
+
 _BOUND_UNITS = {"peak_flops": (1e12, "TFLOP/s per device"), "bandwidth": (1e9, "GB/s per axis"),
+                "tp_bandwidth": (1e9, "GB/s per axis"),
                 "critical_batch_tokens": (1, "tokens"),
                 "critical_batch_tokens_per_device": (1, "tokens"),
                 "ici_intensity": (1, "FLOPs per byte")}  # fmt: skip
