@@ -321,13 +321,8 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
     budget = _budget(budget_gb, budget_gib)
-    out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
-                              field, budget, headroom)  # fmt: skip
-    if out[field] is None:  # the smallest value the layout allows does not fit: say so
-        smallest = _engine.estimate(setup.model, setup.train, setup.parallel, setup.hardware)
-        out["reason"] = (f"even {field} {getattr(setup.train, field):,} "
-                         f"{smallest.fit(headroom, budget).sentence()}")  # fmt: skip
-    return out
+    return inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                               field, budget, headroom)  # fmt: skip
 
 
 def min_fsdp(

@@ -8,6 +8,8 @@ import contextlib
 import io
 import json
 
+import pytest
+
 from costmodel.cli import main
 
 
@@ -61,3 +63,13 @@ def test_bounds_names_the_link_and_warns_across_nodes():
     with contextlib.redirect_stdout(out):
         main([*args, "--fsdp", "64"])
     assert out.getvalue().startswith("warning: the fsdp group crosses nodes")
+
+
+@pytest.mark.parametrize("question", ["max-seq", "max-batch"])
+def test_a_question_nothing_answers_says_why_in_the_cli_as_the_api_does(capsys, question):
+    """Issue 60's probe: ``solve max-seq`` printed ``seq None`` with no reason where the
+    Python API gave one; the reason now comes from the one search both call."""
+    assert main(["solve", question, "--model", "llama3-8b", "--hardware", "h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    field = question.split("-")[1]
+    assert f"reason                             even {field} 1 does not fit: peak" in out

@@ -59,7 +59,9 @@ def max_fitting(
     fit rule's headroom x device memory, :func:`costmodel.engine.fit.budget_bytes`).
 
     The search stops at :data:`SEARCH_LIMIT` (or the model's learned positions); when the
-    answer is that bound, ``limited_by`` says so: the budget did not set it."""
+    answer is that bound, ``limited_by`` says so: the budget did not set it. Where even the
+    smallest value the layout allows does not fit, the answer is None and ``reason`` says
+    why (its peak against the budget)."""
     checks.choice("field", field, ("batch", "seq"))
     allowed = budget_bytes(hardware, headroom, budget)
     step = parallel.batch_step(train.grad_accum) if field == "batch" else parallel.seq_step()
@@ -73,6 +75,9 @@ def max_fitting(
     top = max(step, limit - limit % step)
     best = largest_fitting(fitting, step, top, step)
     out: dict = {field: best, "budget_bytes": allowed}
+    if best is None:  # the smallest value the layout allows does not fit: say so
+        smallest = estimate(model, train.replace(**{field: step}), parallel, hardware)
+        out["reason"] = f"even {field} {step:,} {smallest.fit(headroom, budget).sentence()}"
     if best == top:
         bound = (
             f"the model's {limit:,} learned positions" if learned else f"the search limit, {top:,}"
