@@ -172,3 +172,16 @@ def test_the_estimate_page_says_what_limits_a_fit_and_its_caveats():
     assert any(s.value.startswith("Fits") for s in at.success)
     assert any(m.value.startswith("**Limited by**") for m in at.markdown)
     assert any(w.value.startswith("mixture-of-experts steps are less certain") for w in at.warning)
+
+
+def test_a_sequence_past_the_models_positions_is_priced_with_a_caveat(capsys):
+    """Issue 60's probe: ``estimate --seq 200000`` on Llama-3-8B said nothing of its 8,192
+    positions, where ``serve`` refuses and ``solve`` notes it."""
+    from costmodel.cli import main
+
+    argv = ["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--cp", "8", "--batch", "8"]  # fmt: skip
+    assert main([*argv, "--seq", "200000"]) == 0
+    assert "seq 200,000 is past llama3-8b's 8,192 trained positions" in capsys.readouterr().out
+    assert main([*argv, "--seq", "8192"]) == 0
+    assert "trained positions" not in capsys.readouterr().out

@@ -86,7 +86,15 @@ def _mfu_text(est: Estimate) -> str:
     )
 
 
+def _positions_text(est: Estimate) -> str:
+    model, seq = est.model, est.train.seq
+    return (f"seq {seq:,} is past {model.name}'s {model.max_positions:,} trained positions: "
+            "memory and time are priced as asked, but the model needs position scaling "
+            "(RoPE scaling such as YaRN) or long-context training for it")  # fmt: skip
+
+
 CAVEATS: tuple[Caveat, ...] = (
+    Caveat("positions", lambda est: est.train.seq > est.model.max_positions, _positions_text),
     Caveat("datasheet", lambda est: _basis(est) == "datasheet", _datasheet_text),
     Caveat("mfu", _mfu_above, _mfu_text),
     Caveat(
