@@ -217,6 +217,12 @@ def build(
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
     parallel = ParallelSpec(**layout)
+    if not trait(parallel.framework, "zero_stages"):  # the framework's own sharding
+        if "zero" in layout:
+            raise SpecError("zero", f"framework={parallel.framework} shards as "
+                            f"{trait(parallel.framework, 'sharding')}: --zero picks a stage "
+                            "under deepspeed and reference, not here")  # fmt: skip
+        parallel = parallel.replace(zero=trait(parallel.framework, "zero_stage"))
     if gpus is None:
         return parallel
     checks.integer("gpus", gpus)

@@ -82,11 +82,15 @@ _ZERO_UNUSED = (
 )
 
 
-def _zero_used() -> bool:
-    """Whether the ZeRO stage applies: a shard group is set, or the framework shards over
-    the data-parallel devices by default (``explorer.state._given`` passes it then)."""
+def _zero_unused() -> str | None:
+    """Why the ZeRO stage does not apply (None where it does): nothing is sharded (no
+    shard group, and the framework does not shard by default), or the framework runs its
+    own stage (``explorer.state._given`` passes the stage only where it applies)."""
     framework = st.session_state.get("framework") or BY_KEY["framework"].default
-    return st.session_state.get("fsdp") is not None or bool(trait(framework, "shards_by_default"))
+    if not trait(framework, "zero_stages"):
+        return f"Not used: {framework} shards as {trait(framework, 'sharding')}."
+    sharded = st.session_state.get("fsdp") is not None or trait(framework, "shards_by_default")
+    return None if sharded else _ZERO_UNUSED
 
 
 def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
@@ -101,9 +105,9 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     elif options and key in ("overlap",):
         container.radio(text, options, key=key, horizontal=True, help=help_)
     elif options:
-        unused = key == "zero" and not _zero_used()
-        container.selectbox(f"{text} ({_ZERO_UNUSED})" if unused else text, options, key=key,
-                            disabled=unused, help=help_)  # fmt: skip
+        unused = _zero_unused() if key == "zero" else None
+        container.selectbox(f"{text} ({unused})" if unused else text, options, key=key,
+                            disabled=bool(unused), help=help_)  # fmt: skip
     elif field.kind is float:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:

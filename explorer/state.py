@@ -51,11 +51,13 @@ is what the devices leave after the other degrees), or that no value of its own 
 def _given(values: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs as ``build`` takes them. The ZeRO widget always holds a stage: it is
     passed where the sidebar sets the shard degree or the framework shards by default; a
-    framework that does not (the reference model's DDP) is left to its default, as the CLI
-    is without ``--zero`` (``--zero`` given asks for a shard group)."""
+    framework that does not (the reference model's DDP), or that runs its own stage (FSDP2,
+    Megatron), is left to its default, as the CLI is without ``--zero`` (``--zero`` given
+    asks for a shard group)."""
     given = {k: values.get(k) for k in SHOWN}
     framework = given.get("framework") or BY_KEY["framework"].default
-    if given.get("fsdp") is None and not trait(framework, "shards_by_default"):
+    unsharded = given.get("fsdp") is None and not trait(framework, "shards_by_default")
+    if unsharded or not trait(framework, "zero_stages"):  # or the framework's own stage
         given["zero"] = None  # not given (build drops what is None)
     return given
 

@@ -74,8 +74,11 @@ def test_the_zero_stage_is_greyed_where_nothing_is_sharded_and_lora_is_assumed()
     assert not at.exception and at.selectbox(key="zero").disabled
     assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
     assert "lora rank 16 on all-linear" in assumed
-    sharded = _app(model="llama3-8b", framework="fsdp2", gpus="8", batch="64")
+    sharded = _app(model="llama3-8b", framework="deepspeed", gpus="8", batch="64")
     assert not sharded.selectbox(key="zero").disabled
+    own = _app(model="llama3-8b", framework="fsdp2", gpus="8", batch="64")  # FSDP2's own
+    assert own.selectbox(key="zero").disabled and "fsdp2 shards as FSDP" in own.selectbox(
+        key="zero").label  # fmt: skip
 
 
 def test_the_planners_nearest_fit_is_one_click_and_its_inputs_fit():

@@ -214,3 +214,16 @@ def test_a_batch_not_given_divides_over_the_data_parallel_devices():
     assert setup.train.batch == 4 and setup.notes[0].startswith("batch 4 sequences")
     with pytest.raises(SpecError, match="must divide batch"):
         build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "batch": 4})
+
+
+@pytest.mark.parametrize(("framework", "stage"), [("megatron", 1), ("fsdp2", 3)])
+def test_a_framework_that_shards_its_own_way_runs_its_stage_and_refuses_zero(framework, stage):
+    """Issue 60's probe: ``--zero 2`` under Megatron was silently ignored (and its JSON said
+    ZeRO-3 where ``plan`` said 1); under FSDP2 it changed the communication, not the memory.
+    A framework without ZeRO stages runs its own (the planner's) and refuses --zero."""
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "framework": framework}
+    assert build(base).parallel.zero == stage
+    with pytest.raises(SpecError) as err:
+        build({**base, "zero": 2})
+    assert err.value.field == "zero" and f"framework={framework} shards as" in str(err.value)
+    assert build({**base, "framework": "deepspeed", "zero": 2}).parallel.zero == 2

@@ -19,6 +19,7 @@ from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_te
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
+from costmodel.engine.nearest import stated_layout
 from costmodel.engine.plan import Plan, PlanOptions, layout_label, plan
 from costmodel.engine.sizing import train_days
 from costmodel.engine.why import difference_text, differences, nearest_fitting
@@ -139,7 +140,8 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     and training inputs as given, the cluster, and the row's layout, micro-batch and
     recompute (every flag stated, so no default is taken for it)."""
     argv = ["python", "-m", "costmodel", "estimate"]
-    stated = {**given, **{k: row[k] for k in _ROW_FLAGS}, "microbatch": row["micro_batch"],
+    stated = {**given, **{k: row[k] for k in stated_layout(row, _ROW_FLAGS)},
+              "microbatch": row["micro_batch"],
               "hardware": row.get("hardware", args.hardware), "gpus": row["gpus"],
               "batch": row["batch"]}  # fmt: skip
     if stated["etp"] == stated["tp"]:

@@ -44,6 +44,14 @@ PLANNED = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "
 """A plan row's layout fields that are inputs of the same name."""
 
 
+def stated_layout(row: dict[str, Any], fields: tuple[str, ...] = PLANNED) -> tuple[str, ...]:
+    """The ``fields`` of a plan row its ``estimate`` states: all but the ZeRO stage of a
+    framework that shards its own way (``--zero`` is refused there; the row's stage is what
+    that framework runs)."""
+    own = not trait(row["framework"], "zero_stages")
+    return tuple(k for k in fields if not (k == "zero" and own))
+
+
 def micro_per_device(train: TrainSpec, par: ParallelSpec) -> int:
     """Sequences per device per micro-batch: batch / (dp · fsdp · grad_accum)."""
     return train.batch // par.batch_step(train.grad_accum)
@@ -71,9 +79,10 @@ def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
     replicas, fw = par.dp * par.fsdp, framework_of(par)
     dp, fsdp, zero = max(fw.shardings(replicas), key=lambda s: (s[1], s[2]))
     if (dp, fsdp) != (par.dp, par.fsdp) or (fsdp > 1 and zero > par.zero):
-        stage = f", ZeRO-{zero}" if fw.zero_stages else ""
-        out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}{stage})",
-                    {"dp": dp, "fsdp": fsdp, "zero": zero}))  # fmt: skip
+        stage = {"zero": zero} if fw.zero_stages else {}  # else the framework's own
+        named = f", ZeRO-{zero}" if stage else ""
+        out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}{named})",
+                    {"dp": dp, "fsdp": fsdp, **stage}))  # fmt: skip
     return out
 
 
@@ -165,7 +174,7 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
         return None
     if row is None:
         return None
-    inputs = {k: row[k] for k in PLANNED if row[k] != _current(est, k)}
+    inputs = {k: row[k] for k in stated_layout(row) if row[k] != _current(est, k)}
     if row["etp"] == row["tp"]:
         inputs.pop("etp", None)  # the experts split as the dense layers: the default
     inputs["microbatch"] = row["micro_batch"]

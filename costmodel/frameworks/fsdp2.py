@@ -153,6 +153,10 @@ class FSDP2(Framework):
     and residual, unsharded weights only for the units in flight."""
 
     name = "fsdp2"
+    sharding = (
+        "FSDP: parameters, gradients and optimizer state over the fsdp ranks (ZeRO-3; "
+        "--no-reshard-after-forward keeps the gathered parameters to the backward, as ZeRO-2 does)"
+    )
     shards_by_default = True
     dtensor_tp = True
     torch_pipelining = True

@@ -201,6 +201,7 @@ class Handwritten(Framework):
     """``validate/fsdp.py``: ZeRO-3 over fsdp alone, nothing prefetched or overlapped."""
 
     name = "handwritten"
+    sharding = "ZeRO-3 over the fsdp ranks"
     shards_by_default = True
     exposes_fsdp = True
     runs_moe = False

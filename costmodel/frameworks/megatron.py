@@ -31,6 +31,11 @@ class Megatron(Framework):
     """Megatron-Core with the distributed optimizer."""
 
     name = "megatron"
+    sharding = (
+        "its distributed optimizer: master weights and optimizer state over the "
+        "data-parallel ranks (ZeRO-1 in DeepSpeed's terms)"
+    )
+    zero_stage = 1
     distributed_optimizer = True
     params_persist = True
     grads_always_live = True
@@ -42,7 +47,7 @@ class Megatron(Framework):
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""
-        return [(replicas, 1, 1)]
+        return [(replicas, 1, self.zero_stage)]
 
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None

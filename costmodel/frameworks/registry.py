@@ -92,6 +92,12 @@ class Framework:
     """The planner may choose this framework."""
     zero_stages: ClassVar[bool] = False
     """The user picks the ZeRO stage (a layout label names it)."""
+    sharding: ClassVar[str] = ""
+    """How the framework shards its state where the user does not pick a ZeRO stage, in
+    words (what ``--zero`` would contradict)."""
+    zero_stage: ClassVar[int] = 3
+    """The ZeRO stage the framework runs where the user does not pick one (the planner's
+    ``shardings`` use it, and so does every question stated by inputs)."""
     shards_by_default: ClassVar[bool] = False
     """With no sharding degree stated, the data-parallel devices form one shard group
     (torchtitan's ``dp_shard = -1``; DeepSpeed's ZeRO over its data-parallel group); else
