@@ -30,7 +30,7 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
-from costmodel.frameworks.registry import trait
+from costmodel.frameworks.registry import framework_of, trait
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -222,7 +222,7 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
             raise SpecError("zero", f"framework={parallel.framework} shards as "
                             f"{trait(parallel.framework, 'sharding')}: --zero picks a stage "
                             "under deepspeed and reference, not here")  # fmt: skip
-        parallel = parallel.replace(zero=trait(parallel.framework, "zero_stage"))
+        parallel = parallel.replace(zero=framework_of(parallel).own_stage(parallel.fsdp))
     if gpus is None:
         return parallel
     checks.integer("gpus", gpus)

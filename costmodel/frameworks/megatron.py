@@ -33,7 +33,8 @@ class Megatron(Framework):
     name = "megatron"
     sharding = (
         "its distributed optimizer: master weights and optimizer state over the "
-        "data-parallel ranks (ZeRO-1 in DeepSpeed's terms)"
+        "data-parallel ranks (ZeRO-1 in DeepSpeed's terms), or Megatron-FSDP (ZeRO-3) "
+        "over --fsdp ranks"
     )
     zero_stage = 1
     distributed_optimizer = True
@@ -44,6 +45,12 @@ class Megatron(Framework):
     expert_tensor_parallel = True
     expert_gemm_loop = True
     module_launches = True
+
+    def own_stage(self, fsdp: int) -> int:
+        """The distributed optimizer's ZeRO-1 over replicas; over fsdp > 1 shard ranks,
+        Megatron-FSDP (``--use-megatron-fsdp``), whose default
+        ``data_parallel_sharding_strategy`` ``optim_grads_params`` is ZeRO-3."""
+        return 3 if fsdp > 1 else self.zero_stage
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""

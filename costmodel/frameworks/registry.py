@@ -97,7 +97,7 @@ class Framework:
     words (what ``--zero`` would contradict)."""
     zero_stage: ClassVar[int] = 3
     """The ZeRO stage the framework runs where the user does not pick one (the planner's
-    ``shardings`` use it, and so does every question stated by inputs)."""
+    ``shardings`` use it, and so does every question stated by inputs; :meth:`own_stage`)."""
     shards_by_default: ClassVar[bool] = False
     """With no sharding degree stated, the data-parallel devices form one shard group
     (torchtitan's ``dp_shard = -1``; DeepSpeed's ZeRO over its data-parallel group); else
@@ -109,6 +109,11 @@ class Framework:
     def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
         """Layouts this framework refuses beyond the shared rules, at the points ``on``
         (a bool or bool array; the fields may be arrays); nothing by default."""
+
+    def own_stage(self, fsdp: int) -> int:
+        """The ZeRO stage the framework runs over ``fsdp`` shard ranks where the user picks
+        none (``zero_stage``)."""
+        return self.zero_stage
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """(dp, fsdp, zero) of ``replicas`` data-parallel devices the planner tries: ZeRO

@@ -45,6 +45,7 @@ from costmodel import (
 )
 from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
+from costmodel.frameworks.registry import framework_of
 from costmodel.single.params import param_breakdown
 from costmodel.symbols import values_for
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
@@ -170,6 +171,17 @@ def _spec(f: RunFields, build: Callable[..., Any], paths: dict[str, str], **kwar
         f.fail(paths.get("", build.__name__), str(err))
 
 
+def _own_stage(framework: str, fsdp: int) -> dict[str, int]:
+    """The ZeRO stage of a framework that shards its own way (Megatron's distributed
+    optimizer: 1; Megatron-FSDP over fsdp ranks: 3), as ``costmodel.inputs`` states it for
+    the CLI; none for the others."""
+    try:
+        fw = framework_of(framework)
+    except SpecError:
+        return {}  # an unknown framework: ParallelSpec names it
+    return {} if fw.zero_stages else {"zero": fw.own_stage(fsdp)}
+
+
 def _hardware(f: RunFields) -> Hardware:
     """The catalog device the run's ``hardware`` names, with the inter-node line rate it
     states per node (``network_gbps_per_node``) in place of the catalog's (a DGX's NICs)."""
@@ -281,6 +293,7 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
         ParallelSpec,
         _PARALLEL_PATHS,
         framework=f.text("framework"),
+        **_own_stage(f.text("framework"), fsdp),
         **{k: f.text(k) for k in ("expert_gemm", "cuda_graphs") if f.has(k)},
         grad_reduce_fp32=f.flag("grad_reduce_fp32"),
         async_tp=f.flag("async_tp"),
