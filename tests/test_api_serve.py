@@ -94,3 +94,16 @@ def test_the_cli_names_the_defaults_it_took(capsys):
     assert main(["serve", "--model", "llama3-8b", "--input", "2000", "--output", "100",
                  "--batch", "4", "--engine", "vllm"]) == 0  # fmt: skip
     assert "(default;" not in capsys.readouterr().out
+
+
+def test_serve_takes_gpus_as_the_other_commands_do():
+    """Issue 60's probe: ``serve`` had no ``--gpus``; it now fills the replicas (dp) with
+    what tp x pp leave, and refuses a count they do not divide or a dp that disagrees."""
+    ans = costmodel.serve("llama3-8b", gpus=8, tp=2, input=1000, output=100)
+    same = costmodel.serve("llama3-8b", dp=4, tp=2, input=1000, output=100)
+    assert ans["throughput.output_tokens_per_s"] == same["throughput.output_tokens_per_s"]
+    for inputs, says in (({"gpus": 7, "tp": 2}, "must be a multiple of tp x pp (2)"),
+                         ({"gpus": 8, "tp": 2, "dp": 2}, "must be tp x pp x dp (4)")):  # fmt: skip
+        with pytest.raises(costmodel.SpecError) as err:
+            costmodel.serve("llama3-8b", input=1000, output=100, **inputs)
+        assert err.value.field == "gpus" and says in str(err.value)

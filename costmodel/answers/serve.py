@@ -34,8 +34,10 @@ DEFAULT_OUTPUT = 128
 """Generated tokens when only ``context`` is given (the prompt is the rest)."""
 WORKLOAD = ("context", "input", "output")
 """The lengths of a request: any two of them, or ``context`` alone."""
-SERVE_INPUTS = (*WORKLOAD, *(f.name for f in fields(ServeSpec) if f.name not in WORKLOAD))
-"""What a serving question takes, by the CLI's names without the dashes."""
+SERVE_INPUTS = (*WORKLOAD, "gpus",
+                *(f.name for f in fields(ServeSpec) if f.name not in WORKLOAD))  # fmt: skip
+"""What a serving question takes, by the CLI's names without the dashes (``gpus``: the
+devices of the deployment, its replicas the rest of tp x pp, as ``estimate`` fills dp)."""
 
 
 def lengths(context: int | None, inp: int | None, out: int | None) -> tuple[int, int]:
@@ -72,12 +74,30 @@ def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     given = {k: v for k, v in values.items() if v is not None}
     inp, out = lengths(given.pop("context", None), given.pop("input", None),
                        given.pop("output", None))  # fmt: skip
+    _replicas(given)
     rated = given.get("request_rate") is not None
     users = given.get("concurrency") is not None
     cap = engine(given.get("engine", DEFAULT_ENGINE)).max_seqs
     given.setdefault("batch", cap if rated or users else 1)
     given.setdefault("arrival", "poisson" if rated else "continuous" if users else "together")
     return ServeSpec(input=inp, output=out, **given)
+
+
+def _replicas(given: dict[str, Any]) -> None:
+    """``gpus`` as replicas: dp = gpus / (tp x pp), or a check that dp says the same."""
+    gpus = given.pop("gpus", None)
+    if gpus is None:
+        return
+    checks.integer("gpus", gpus)
+    if given.get("prefill_replicas"):
+        raise SpecError("gpus", "gpus with prefill_replicas: give dp (decode replicas) and "
+                        "prefill_replicas instead")  # fmt: skip
+    per = given.get("tp", 1) * given.get("pp", 1)
+    if gpus % per:
+        raise SpecError("gpus", f"gpus ({gpus}) must be a multiple of tp x pp ({per})")
+    if given.get("dp", gpus // per) != gpus // per:
+        raise SpecError("gpus", f"gpus ({gpus}) must be tp x pp x dp ({per * given['dp']})")
+    given["dp"] = gpus // per
 
 
 @dataclass(repr=False)

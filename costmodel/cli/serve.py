@@ -204,6 +204,8 @@ def add_serve(sub, int_arg) -> None:
                    "engine's rule: the weights' 16-bit dtype; TensorRT-LLM an fp8 cache beside "
                    "fp8 weights)")  # fmt: skip
     p.add_argument("--tp", type=int_arg, default=1)
+    p.add_argument("--gpus", type=int_arg, help="devices of the deployment: replicas (--dp) "
+                   "of tp x pp each")  # fmt: skip
     p.add_argument("--arrival", choices=ARRIVALS, help="together (the default): the "
                    "batch's prompts prefilled at once, then decoded (a static batch); "
                    "continuous (the default with --concurrency): a continuously batched "
@@ -222,7 +224,7 @@ def add_serve(sub, int_arg) -> None:
                    "workload (--request-rate, --concurrency) serves; the first tenth warms "
                    "the engine up")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
-    p.add_argument("--dp", type=int_arg, default=1, help="replicas")
+    p.add_argument("--dp", type=int_arg, help="replicas (default 1, or what --gpus leaves)")
     p.add_argument(
         "--ep",
         type=int_arg,
