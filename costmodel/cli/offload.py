@@ -128,6 +128,15 @@ def _lengths(args: argparse.Namespace) -> Any:
     return synthetic_lengths(args.distribution, args.samples, args.seq or 1024, args.seed)
 
 
+def _truncated(lengths: Any, seq: int) -> dict[str, Any]:
+    """The documents longer than a row, which every strategy cuts at ``seq`` tokens, and
+    the share of all tokens cut off."""
+    over = lengths > seq
+    dropped = int((lengths[over] - seq).sum())
+    return {"documents": int(over.sum()), "tokens": dropped,
+            "tokens_fraction": dropped / float(lengths.sum())}  # fmt: skip
+
+
 def _cmd_padding(args: argparse.Namespace) -> int:
     checks.integer("seed", args.seed, minimum=0)
     setup = build(values_of(args))
@@ -138,11 +147,19 @@ def _cmd_padding(args: argparse.Namespace) -> int:
     if budget is not None:  # a budget needs hardware, hence a layout
         for row in rows.values():
             row.update(budget_cost(row, setup.parallel.devices, budget, setup.price_per_hour))
+    cut = _truncated(lengths, setup.train.seq)
     if args.json:
-        print(json.dumps({"documents": len(lengths), "strategies": rows}, indent=2))
+        print(json.dumps({"documents": len(lengths), "truncated": cut, "strategies": rows},
+                         indent=2))  # fmt: skip
         return 0
+    said = " (default; --seq)" if "seq" not in values_of(args) else ""
     print(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens, rows of "
-          f"{setup.train.seq:,}, batch {setup.train.batch}")  # fmt: skip
+          f"{setup.train.seq:,}{said}, batch {setup.train.batch}")  # fmt: skip
+    if cut["documents"]:
+        share = cut["documents"] / len(lengths)
+        print(f"note: {cut['documents']:,} documents ({share:.1%}) are longer than a row: each "
+              f"is cut at {setup.train.seq:,} tokens, dropping {cut['tokens_fraction']:.1%} of "
+              "the tokens (a longer --seq keeps them)")  # fmt: skip
     print(f"{'strategy':<16}{'rows':>10}{'pad tokens':>12}{'wasted FLOPs':>14}{'tokens/s':>12}"
           + ("  days" if budget else ""))  # fmt: skip
     for name, r in rows.items():
