@@ -69,6 +69,8 @@ def test_a_step_whose_training_does_not_fit_says_so_first_and_gives_no_step_time
     [
         (["--rollout-tp", "3"], "rollout_tp must divide rollout GPUs"),
         (["--placement", "separate", "--rollout-gpus", "8"], "rollout_gpus must be in [1, 7]"),
+        (["--rollout-gpus", "4"], "rollout_gpus (4) applies to separate pools"),  # was ignored
+        (["--rollout-engine", "tgi"], "invalid choice: 'tgi'"),
         (["--prompts", "0"], "prompts must be >= 1"),
         (["--gpus", "1000"], "gpus: the 1000 data-parallel training ranks must divide the 512"),
         (["--gpus", "24", "--rollout-tp", "8"], "gpus: the 24 data-parallel training ranks"),

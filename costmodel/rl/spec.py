@@ -96,6 +96,10 @@ class RLSpec:
         if self.max_output and self.output > self.max_output:
             raise SpecError("output", f"output (the mean response, {self.output}) must be at "
                             f"most max_output ({self.max_output})")  # fmt: skip
+        if self.placement == "colocated" and self.rollout_gpus not in (0, self.gpus):
+            raise SpecError("rollout_gpus", f"rollout_gpus ({self.rollout_gpus}) applies to "
+                            "separate pools: colocated, every one of the "
+                            f"{self.gpus} GPUs generates (give placement separate)")  # fmt: skip
         gen, train = self.pools()
         if self.placement != "colocated" and not 0 < gen < self.gpus:
             raise SpecError("rollout_gpus", f"rollout_gpus must be in [1, {self.gpus - 1}] for "
