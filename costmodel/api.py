@@ -229,9 +229,12 @@ def plan(
     **inputs: Any,
 ) -> _plan.Plan:
     """The fastest layouts of ``gpus`` devices that fit (``plan`` of the CLI): ``batch``
-    sequences per step (the CLI's ``--global-batch``); the other inputs (seq, precision,
-    ...) as the CLI's. ``progress`` counts the layout structures compiled on stderr (the
+    sequences per step (the CLI's ``--global-batch``); ``framework`` searches that one
+    framework alone (``frameworks`` several); the other inputs (seq, precision, ...) as
+    the CLI's. ``progress`` counts the layout structures compiled on stderr (the
     slow part of a first call), or is a callable ``(items, total) -> items``."""
+    if "framework" in inputs:  # one framework, as estimate names it
+        frameworks = (inputs.pop("framework"),)
     values, spec = _values(model, {**inputs, "batch": batch})
     setup = build(values, spec)
     options = _plan.PlanOptions(frameworks=tuple(frameworks), recompute=tuple(recompute),

@@ -244,3 +244,11 @@ def test_an_inverse_with_no_answer_says_why():
     assert tiny["fsdp"] is None and tiny["reason"].startswith("no fsdp degree up to")
     some = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=2048, budget_gib=40)
     assert (some["fsdp"], some["fsdp_usable"]) == (5, 8)  # 5 fits; 8 is the degree to run
+
+
+def test_plan_takes_one_framework_by_estimates_name():
+    """Issue 60's probe: ``plan(..., framework="fsdp2")`` said "hardware is required with
+    framework" though hardware was given (plan takes ``frameworks``)."""
+    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096,
+                       framework="fsdp2", progress=False)  # fmt: skip
+    assert set(p.table(5)["framework"]) == {"fsdp2"}
