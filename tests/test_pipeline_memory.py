@@ -24,13 +24,15 @@ from validate.distributed.pipeline import (
 
 STATE = ("params", "grads", "optimizer", "buffers")
 PEAKS = ("peak_forward_backward", "peak")
+SLOW = pytest.mark.slow  # each case is a launch of gloo ranks; these three only with -m slow
 ONE_F_ONE_B = [
     PipelineCase(),
-    PipelineCase(precision="bf16-mixed"),
+    pytest.param(PipelineCase(precision="bf16-mixed"), marks=SLOW),
     PipelineCase(n_layers=5),  # uneven: 3 + 2 blocks
     PipelineCase(world=4),  # the first rank runs every forward before its first backward
-    PipelineCase(micro_batches=2, batch=4),  # as many micro-batches as stages
-    # mixture of experts: a dense block and an MoE block on the first rank, two on the last
+    pytest.param(PipelineCase(micro_batches=2, batch=4), marks=SLOW),  # micro-batches = stages
+    # mixture of experts (bf16): a dense block and an MoE block on the first rank, two on the
+    # last
     PipelineCase(precision="bf16-mixed", experts=4),
 ]
 INTERLEAVED = [PipelineCase(schedule="interleaved", virtual=2)]

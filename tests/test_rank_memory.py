@@ -62,21 +62,44 @@ CASES += [LayoutCase("fsdp2", experts=4), LayoutCase("ddp", precision="bf16-mixe
 # expert parallelism over both ranks (balanced routing): DDP for the rest, or FSDP2 as
 # torchtitan shards it (the dense parameters over both ranks, each rank's experts whole)
 CASES += [LayoutCase("ep", precision="bf16-mixed", experts=4), LayoutCase("ep-fsdp2", experts=4)]
-PEAK_PARAMS = [pytest.param(c, q, id=f"{c.name}-{q}") for c in CASES for q in PEAKS]
+ALSO = {
+    "ddp": "fp32",
+    "zero1": "fp32",
+    "fsdp2": "fp32",
+    "fsdp2-noreshard": "bf16-mixed",
+    "fsdp-by-hand": "fp32",
+    "tp": "bf16-mixed",
+    "tp-sp": "fp32",
+    "cp": "bf16-mixed",
+}
+"""The precision each dense layout runs in the default suite (both precisions between them);
+the other one is ``slow`` (``pytest -m slow``): each case is a launch of gloo ranks, and
+these launches set the suite's time on two cores."""
+SLOW = frozenset(LayoutCase(lay, precision=p) for lay in LAYOUTS for p in ("fp32", "bf16-mixed")
+                 if p != ALSO[lay])  # fmt: skip
+
+
+def _param(case: LayoutCase, *more: str) -> object:
+    marks = [pytest.mark.slow] if case in SLOW else []
+    return pytest.param(case, *more, id="-".join((case.name, *more)), marks=marks)
+
+
+CASE_PARAMS = [_param(c) for c in CASES]
+PEAK_PARAMS = [_param(c, q) for c in CASES for q in PEAKS]
 
 
 def _rel(pred: float, measured: float) -> float:
     return abs(pred - measured) / measured
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_state_bytes_summed_over_ranks_are_exact(case: LayoutCase) -> None:
     results, pred = run(case)
     for q in STATE:
         assert sum(r[q] for r in results) == pred[q] * case.world, q
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_bytes_kept_after_forward_within_half_a_percent(case: LayoutCase) -> None:
     results, pred = run(case)
     for r in results:
@@ -90,7 +113,7 @@ def test_peaks_within_five_percent(case: LayoutCase, quantity: str) -> None:
         assert _rel(pred[quantity], r[quantity]) <= 0.05, (pred[quantity], r[quantity])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16-mixed", marks=pytest.mark.slow)])
 def test_fsdp2_peaks_by_position_are_within_a_thousandth(precision: str) -> None:
     """FSDP2's schedule (costmodel.frameworks.fsdp2): two units in flight at the last block
     and at the head, the head's reduce-scatter input held into the top block's backward,
@@ -103,10 +126,10 @@ def test_fsdp2_peaks_by_position_are_within_a_thousandth(precision: str) -> None
             assert _rel(pred[q], r[q]) < 1e-3, (q, pred[q], r[q])
 
 
-HAND = [c for c in CASES if c.layout == "fsdp-by-hand"]
+HAND = [_param(c) for c in CASES if c.layout == "fsdp-by-hand"]
 
 
-@pytest.mark.parametrize("case", HAND, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", HAND)
 def test_fsdp_by_hand_peaks_by_position_are_within_a_gathered_matrix(case: LayoutCase) -> None:
     """costmodel.frameworks.handwritten's positions are exact to 0.2 %; a rank may hold one
     gathered matrix more, when gloo's worker thread releases an all-gather's output after
@@ -206,7 +229,7 @@ def test_live_bytes_sees_a_storage_resized_to_nothing() -> None:
         del y
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+@pytest.mark.parametrize("precision", [pytest.param("fp32", marks=pytest.mark.slow), "bf16-mixed"])
 def test_ring_attention_sends_what_costmodel_predicts(precision: str) -> None:
     """Context parallelism by hand (validate.distributed.context): each rank sends, per
     layer, its K/V chunk N - 1 hops in forward and backward and fp32 K/V gradient
