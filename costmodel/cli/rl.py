@@ -100,14 +100,19 @@ def add_rl(sub, int_arg) -> None:
     p = sub.add_parser("rl", help="one RL step: generation, scoring, training, weight sync")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
     p.add_argument("--hardware", default="h100-sxm", help=f"{', '.join(HARDWARE)} or .json")
-    p.add_argument("--gpus", type=int_arg, required=True)
+    p.add_argument("--gpus", type=int_arg, required=True, help="GPUs of the step (generation "
+                   "and training)")  # fmt: skip
     p.add_argument("--prompts", type=int_arg, required=True, help="prompts per step")
     p.add_argument("--samples", type=int_arg, default=8, help="responses per prompt (G)")
     p.add_argument("--input", type=int_arg, required=True, help="prompt tokens")
     p.add_argument("--output", type=int_arg, required=True, help="mean response tokens")
-    p.add_argument("--placement", choices=PLACEMENTS, default="colocated")
+    p.add_argument("--placement", choices=PLACEMENTS, default="colocated", help="colocated "
+                   "(the default): every GPU generates, then trains; separate: two pools, one "
+                   "after the other; async: generation beside scoring and training, one step "
+                   "off-policy")  # fmt: skip
     p.add_argument("--rollout-gpus", type=int_arg, default=0, help="separate pools (0: half)")
-    p.add_argument("--rollout-tp", type=int_arg, default=1)
+    p.add_argument("--rollout-tp", type=int_arg, default=1, help="tensor parallelism of a "
+                   "rollout engine (its replicas fill the generating GPUs)")  # fmt: skip
     p.add_argument("--rollout-engine", choices=list(ENGINES), help="the rollout's serving "
                    f"engine (default {DEFAULT_ENGINE}; see serve --engine)")  # fmt: skip
     p.add_argument(
@@ -133,9 +138,10 @@ def add_rl(sub, int_arg) -> None:
     p.add_argument("--no-reference", action="store_true", help="no KL to a reference model")
     p.add_argument("--no-old-logprobs", action="store_true", help="no old-policy forward")
     p.add_argument("--framework", choices=FRAMEWORKS, default="fsdp2", help="the trainer")
-    p.add_argument("--train-tp", type=int_arg, default=1)
-    p.add_argument("--train-pp", type=int_arg, default=1)
-    p.add_argument("--train-ep", type=int_arg, default=1)
+    p.add_argument("--train-tp", type=int_arg, default=1, help="the trainer's tensor parallelism")
+    p.add_argument("--train-pp", type=int_arg, default=1, help="the trainer's pipeline stages")
+    p.add_argument("--train-ep", type=int_arg, default=1, help="the trainer's expert "
+                   "parallelism (a mixture-of-experts model)")  # fmt: skip
     p.add_argument(
         "--sequence-parallel",
         action="store_true",
@@ -153,5 +159,5 @@ def add_rl(sub, int_arg) -> None:
         default=1,
         help="optimizer steps per RL step (rollout batch / training batch)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the step's numbers as JSON")
     p.set_defaults(func=_cmd_rl)
