@@ -73,7 +73,23 @@ def framework_rules(par: Any, model: Any, train: Any) -> None:
                    "run mixture-of-experts models")  # fmt: skip
     ep_overlap_rule(par, train.recompute)
     for framework, where in each(par.framework):
+        zero_rule(framework, par, where)
         framework.rules(par, model, train, where)
+
+
+def zero_rule(framework: Any, par: Any, where: Any) -> None:
+    """A framework that shards its own way (no ``zero_stages``) runs its own stage
+    (``Framework.own_stage``; 3, the unset default, is taken as it); any other stage is
+    refused, naming how it shards."""
+    if framework.zero_stages:
+        return
+    zero, fsdp = np.asarray(par.zero), np.asarray(par.fsdp)
+    own = np.vectorize(framework.own_stage, otypes=[int])(fsdp)
+    ok = ~np.asarray(where, dtype=bool) | (zero == own) | (zero == 3)
+    checks.require(ok, "zero", lambda: f"framework={framework.name} shards as "
+                   f"{framework.sharding}: zero must be {_first(ok, own)} (got "
+                   f"{_first(ok, zero)}); --zero picks a stage under deepspeed and "
+                   "reference")  # fmt: skip
 
 
 def finetune_rule(par: Any, finetune: str) -> None:

@@ -217,11 +217,8 @@ def build(
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
     parallel = ParallelSpec(**layout)
-    if not trait(parallel.framework, "zero_stages"):  # the framework's own sharding
-        if "zero" in layout:
-            raise SpecError("zero", f"framework={parallel.framework} shards as "
-                            f"{trait(parallel.framework, 'sharding')}: --zero picks a stage "
-                            "under deepspeed and reference, not here")  # fmt: skip
+    if "zero" not in layout and not trait(parallel.framework, "zero_stages"):
+        # the framework's own stage (config.zero_rule refuses another one, on every path)
         parallel = parallel.replace(zero=framework_of(parallel).own_stage(parallel.fsdp))
     if gpus is None:
         return parallel

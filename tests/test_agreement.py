@@ -24,6 +24,7 @@ import pytest
 from costmodel import ModelSpec, ParallelSpec, TrainSpec, estimate, get_hardware, sweep
 from costmodel.cli import main
 from costmodel.engine.plan import evaluate_layout
+from costmodel.frameworks.registry import trait
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import FRAMEWORKS
 
@@ -62,6 +63,8 @@ def _structures(rng: np.random.Generator, n: int = 24) -> list[dict[str, Any]]:
         }
         if entry["framework"] == "handwritten":  # what it runs: ZeRO-3, no recompute, no pp
             entry.update(zero=3, recompute="none", pp=False)
+        if not trait(entry["framework"], "zero_stages"):  # its own stage (3: not given)
+            entry["zero"] = 3
         pool.append(entry)
     return pool
 
@@ -134,6 +137,7 @@ BREAKERS = (  # one change that some rule refuses, applied to a random share of 
     {"ep_overlap": True, "framework": "fsdp2", "n_experts": 4, "experts_per_token": 1, "ep": 2},
     {"kv_lora_rank": 16, "rope_head_dim": 8, "tp": 2},
     {"cp": 2, "attention": "naive"},
+    {"framework": "megatron", "zero": 2},  # a stage a framework that shards its own way lacks
 )
 
 

@@ -218,10 +218,6 @@ class Handwritten(Framework):
             checks.require(ok, name, lambda n=name, d=degree, ok=ok: "framework=handwritten "
                            f"shards over fsdp only: {n} must be 1 (got "
                            f"{checks._first_bad(ok, d)[0]})")  # fmt: skip
-        zero = np.asarray(par.zero)
-        ok = off | (zero == 3)
-        checks.require(ok, "zero", lambda: "framework=handwritten is ZeRO-3: zero must be 3 "
-                       f"(got {checks._first_bad(ok, zero)[0]})")  # fmt: skip
         checks.require(off | ~np.asarray(model.tied, dtype=bool), "tied", lambda: "framework="
                        "handwritten does not support a tied embedding and head (a parameter "
                        "shared by two modules)")  # fmt: skip
