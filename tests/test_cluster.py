@@ -12,6 +12,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from costmodel import ParallelSpec, TrainSpec, estimate, get_hardware, get_model
+from costmodel.frameworks.registry import framework_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import FRAMEWORKS
 from validate.published.compare import rows_for, summarize
@@ -230,6 +231,12 @@ layouts = st.fixed_dictionaries(
         "sequence_parallel": st.booleans(),
         "zero": st.sampled_from([1, 2, 3]),
     }
+).map(  # a framework that shards its own way runs its own stage (config.zero_rule)
+    lambda lay: (
+        lay
+        if framework_of(lay["framework"]).zero_stages
+        else {**lay, "zero": framework_of(lay["framework"]).own_stage(lay["fsdp"])}
+    )
 )
 
 
