@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.frameworks.registry import each, trait
+from costmodel.frameworks.registry import each, fixed_stage, trait
 from costmodel.specs import checks
 from costmodel.specs.attention import window_rules
 from costmodel.specs.finetune import finetune_rules
@@ -81,10 +81,10 @@ def zero_rule(framework: Any, par: Any, where: Any) -> None:
     """A framework that shards its own way (no ``zero_stages``) runs its own stage
     (``Framework.own_stage``; 3, the unset default, is taken as it); any other stage is
     refused, naming how it shards."""
-    if framework.zero_stages:
+    own = fixed_stage(framework.name, np.asarray(par.fsdp))
+    if own is None:
         return
-    zero, fsdp = np.asarray(par.zero), np.asarray(par.fsdp)
-    own = np.vectorize(framework.own_stage, otypes=[int])(fsdp)
+    zero = np.asarray(par.zero)
     ok = ~np.asarray(where, dtype=bool) | (zero == own) | (zero == 3)
     checks.require(ok, "zero", lambda: f"framework={framework.name} shards as "
                    f"{framework.sharding}: zero must be {_first(ok, own)} (got "

@@ -22,7 +22,7 @@ import numpy as np
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, fits
 from costmodel.engine.sweep import sweep
-from costmodel.frameworks.registry import framework_of, trait
+from costmodel.frameworks.registry import fixed_stage, trait
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -105,10 +105,9 @@ def min_fsdp_fitting(
     fsdp = _allowed_fsdp(model, parallel, np.arange(1, max_fsdp + 1))
     fixed = {**_fields(train), **_fields(parallel)}
     fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
-    own = framework_of(parallel)
-    if not own.zero_stages and parallel.zero == own.own_stage(parallel.fsdp):
+    if parallel.zero == fixed_stage(parallel.framework, parallel.fsdp):
         # the framework's own stage at each degree (Megatron-FSDP over fsdp > 1)
-        fixed["zero"] = np.vectorize(own.own_stage, otypes=[int])(fsdp)
+        fixed["zero"] = fixed_stage(parallel.framework, fsdp)
     values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
     fitting = np.flatnonzero(fits(values, allowed))
     at = int(fitting[0]) if fitting.size else int(np.argmin(values[PEAK]))

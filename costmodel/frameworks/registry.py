@@ -195,6 +195,18 @@ def framework_defaults(framework: Any, given: Any = ()) -> dict[str, Any]:
     return {field: trait(framework, name) for field, name in DEFAULTS.items() if field not in given}
 
 
+def fixed_stage(framework: str, fsdp: Any) -> Any:
+    """The ZeRO stage a framework that shards its own way runs over ``fsdp`` shard ranks
+    (a number, or an int array for an array of degrees); None where the user picks it
+    (``zero_stages``). Inputs fill it, ``config.zero_rule`` holds every path to it."""
+    fw = framework_of(framework)
+    if fw.zero_stages:
+        return None
+    return (
+        fw.own_stage(fsdp) if np.ndim(fsdp) == 0 else np.vectorize(fw.own_stage, otypes=[int])(fsdp)
+    )
+
+
 def trait(framework: Any, name: str) -> Any:
     """A trait of the framework(s) named: a value for a name, a bool array for an array."""
     if isinstance(framework, str):

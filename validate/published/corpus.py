@@ -45,7 +45,7 @@ from costmodel import (
 )
 from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
-from costmodel.frameworks.registry import framework_of
+from costmodel.frameworks.registry import fixed_stage
 from costmodel.single.params import param_breakdown
 from costmodel.symbols import values_for
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
@@ -172,14 +172,13 @@ def _spec(f: RunFields, build: Callable[..., Any], paths: dict[str, str], **kwar
 
 
 def _own_stage(framework: str, fsdp: int) -> dict[str, int]:
-    """The ZeRO stage of a framework that shards its own way (Megatron's distributed
-    optimizer: 1; Megatron-FSDP over fsdp ranks: 3), as ``costmodel.inputs`` states it for
-    the CLI; none for the others."""
+    """The ZeRO stage of a framework that shards its own way, as ``costmodel.inputs``
+    states it for the CLI (``fixed_stage``); none for the others."""
     try:
-        fw = framework_of(framework)
+        own = fixed_stage(framework, fsdp)
     except SpecError:
         return {}  # an unknown framework: ParallelSpec names it
-    return {} if fw.zero_stages else {"zero": fw.own_stage(fsdp)}
+    return {} if own is None else {"zero": own}
 
 
 def _hardware(f: RunFields) -> Hardware:
