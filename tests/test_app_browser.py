@@ -19,6 +19,9 @@ from explorer.serve import CHROMIUM, CHROMIUM_FLAGS, app_server
 ROOT = Path(__file__).parent.parent
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
 FLAGS = CHROMIUM_FLAGS
+# What one rerun may take on a loaded 2-core machine from a cold expression cache (a new
+# structure compiles its formulas first): this test checks what the page shows, not how fast.
+RERUN_MS = 300_000
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
@@ -38,7 +41,7 @@ def _page(browser):
     """A page whose actions wait as long as a loaded 2-core machine needs: this test
     checks what the page shows, not how fast (benchmarks/bench_app.py measures that)."""
     page = browser.new_page(viewport={"width": 1600, "height": 1100})
-    page.set_default_timeout(120_000)
+    page.set_default_timeout(RERUN_MS)
     return page
 
 
@@ -52,13 +55,13 @@ def test_app_in_chromium(server):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = _page(browser)
-        page.goto(f"{server}/?model=gpt2&batch=64&seq=512", timeout=60_000)
-        page.get_by_text("What will training this transformer cost?").wait_for(timeout=60_000)
-        page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=60_000)
-        page.get_by_text("Fits:").wait_for(timeout=60_000)
+        page.goto(f"{server}/?model=gpt2&batch=64&seq=512", timeout=RERUN_MS)
+        page.get_by_text("What will training this transformer cost?").wait_for(timeout=RERUN_MS)
+        page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=RERUN_MS)
+        page.get_by_text("Fits:").wait_for(timeout=RERUN_MS)
         assert _metric(page, "parameters") == "124.44 M"
         assert "of 80 GiB" in page.locator('[data-testid="stMetric"]').nth(1).inner_text()
-        page.locator(".vega-embed").first.wait_for(timeout=60_000)
+        page.locator(".vega-embed").first.wait_for(timeout=RERUN_MS)
         page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)
         before = _metric(page, "memory per device (GiB)")
         # (the batch is accumulated: micro-batch 1); the help button has a label of its own
@@ -68,7 +71,7 @@ def test_app_in_chromium(server):
         page.wait_for_function(
             "([sel, old]) => document.querySelectorAll(sel)[1]?.innerText !== old",
             arg=['[data-testid="stMetricValue"]', before],
-            timeout=30_000,
+            timeout=RERUN_MS,
         )
         assert float(_metric(page, "memory per device (GiB)")) > float(before)
         assert "seq=768" in page.url  # the URL follows the widgets
@@ -77,7 +80,7 @@ def test_app_in_chromium(server):
 
 
 def _box(locator) -> dict:
-    locator.wait_for(timeout=60_000)
+    locator.wait_for(timeout=RERUN_MS)
     return locator.bounding_box()
 
 
@@ -90,7 +93,7 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = _page(browser)
-        page.goto(f"{server}/?model=llama3-8b&gpus=8", timeout=60_000)
+        page.goto(f"{server}/?model=llama3-8b&gpus=8", timeout=RERUN_MS)
         side = page.locator('[data-testid="stSidebar"]')
         error = side.get_by_text("dp * fsdp * grad_accum must divide batch")
         batch = side.get_by_label("batch (sequences per step)", exact=True)
@@ -98,19 +101,19 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
         assert _box(batch)["y"] < _box(error)["y"] < _box(seq)["y"]  # under its widget
         page.screenshot(path=str(ARTIFACTS / "app-field-error.png"), full_page=True)
         side.get_by_role("button", name="Use batch = 8").click(no_wait_after=True)
-        page.get_by_text("Nearest change that fits:").wait_for(timeout=90_000)
+        page.get_by_text("Nearest change that fits:").wait_for(timeout=RERUN_MS)
         assert "llama3-8b" in page.get_by_text("Assumed:").inner_text()
         page.get_by_role("button", name="Apply the nearest change that fits").click(
             no_wait_after=True  # a Streamlit button reruns over the websocket, no navigation
         )
-        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=90_000)
+        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=RERUN_MS)
         assert "fsdp=8" in page.url
         page.get_by_role("link", name="Plan").click()
-        page.get_by_text("Plan: the fastest layout that fits").wait_for(timeout=60_000)
-        page.wait_for_url("**/plan?**", timeout=60_000)
+        page.get_by_text("Plan: the fastest layout that fits").wait_for(timeout=RERUN_MS)
+        page.wait_for_url("**/plan?**", timeout=RERUN_MS)
         assert "model=llama3-8b" in page.url and "gpus=8" in page.url and "batch=8" in page.url
         page.get_by_role("link", name="Estimate").click()
-        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=90_000)
+        page.get_by_text(re.compile("^Fits: ")).wait_for(timeout=RERUN_MS)
         assumed = page.get_by_text("Assumed:").inner_text()  # the inputs survived the visit
         assert "llama3-8b" in assumed and "dp 1 × fsdp 8" in assumed
         config = tmp_path / "config.json"
@@ -119,8 +122,8 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
                           '"num_attention_heads": 16, "num_key_value_heads": 4, '
                           '"intermediate_size": 2816}')  # fmt: skip
         side.locator('input[type="file"]').set_input_files(str(config))
-        side.get_by_text("model: my-org/tiny-llama").wait_for(timeout=60_000)
-        page.wait_for_url("**config=**", timeout=30_000)
+        side.get_by_text("model: my-org/tiny-llama").wait_for(timeout=RERUN_MS)
+        page.wait_for_url("**config=**", timeout=RERUN_MS)
         assert "model=" not in page.url
         page.screenshot(path=str(ARTIFACTS / "app-upload.png"), full_page=True)
         browser.close()

@@ -52,10 +52,37 @@ def is_oom(err: BaseException) -> bool:
 
 
 def free_bytes(device: torch.device) -> int:
-    """Memory a case may still allocate on ``device`` (bytes)."""
+    """Memory a case may still allocate on ``device`` (bytes).
+
+    On the host this is the kernel's ``MemAvailable`` (free pages plus the page cache it can
+    drop), capped by the cgroup's remaining limit where one is set; ``MemFree`` alone reads a
+    few hundred MiB on a machine whose cache is full after an install, and would skip every case.
+    """
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
+    return min(_meminfo_available(), _cgroup_left())
+
+
+def _meminfo_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _cgroup_left() -> int:
+    """The cgroup v2 limit less its usage (bytes); unbounded where no limit is set."""
+    root = Path("/sys/fs/cgroup")
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return sys.maxsize
+        return int(limit) - int((root / "memory.current").read_text())
+    except (OSError, ValueError):
+        return sys.maxsize
 
 
 def _free(device: torch.device) -> None:
