@@ -334,7 +334,22 @@ def subs_safe(expr: sp.Expr) -> sp.Expr:
     value; ``.subs`` in any order gives it)."""
     if not expr.has(sp.Max, sp.Min):
         return expr
-    return expr.replace(lambda e: type(e) in _SAFE, lambda e: _SAFE[type(e)](*e.args))
+    done: dict[sp.Basic, sp.Basic] = {}
+
+    def rebuild(e: sp.Basic) -> sp.Basic:
+        # bottom up, each shared subtree once; a Max/Min is built as its safe kind directly:
+        # ``expr.replace`` rebuilt each as a Max first, whose argument comparisons
+        # (``_find_localzeros``) took 10-25 s on a step-time formula
+        if not e.args:
+            return e
+        if e in done:
+            return done[e]
+        args = tuple(rebuild(a) for a in e.args)
+        safe = _SAFE.get(type(e))
+        done[e] = out = safe(*args) if safe else e if args == e.args else e.func(*args)
+        return out
+
+    return rebuild(expr)
 
 
 SYMBOLS: dict[str, sp.Symbol] = {
