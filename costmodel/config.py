@@ -79,13 +79,13 @@ def framework_rules(par: Any, model: Any, train: Any) -> None:
 
 def zero_rule(framework: Any, par: Any, where: Any) -> None:
     """A framework that shards its own way (no ``zero_stages``) runs its own stage
-    (``Framework.own_stage``; 3, the unset default, is taken as it); any other stage is
-    refused, naming how it shards."""
+    (``Framework.own_stage``, what an unset ``zero`` is); any other stage is refused,
+    naming how it shards."""
     own = fixed_stage(framework.name, np.asarray(par.fsdp))
     if own is None:
         return
     zero = np.asarray(par.zero)
-    ok = ~np.asarray(where, dtype=bool) | (zero == own) | (zero == 3)
+    ok = ~np.asarray(where, dtype=bool) | (zero == own)
     checks.require(ok, "zero", lambda: f"framework={framework.name} shards as "
                    f"{framework.sharding}: zero must be {_first(ok, own)} (got "
                    f"{_first(ok, zero)}); --zero picks a stage under deepspeed and "

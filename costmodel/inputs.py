@@ -30,7 +30,7 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
-from costmodel.frameworks.registry import fixed_stage, trait
+from costmodel.frameworks.registry import trait
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -216,10 +216,7 @@ def build(
 
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
-    parallel = ParallelSpec(**layout)
-    own = fixed_stage(parallel.framework, parallel.fsdp)
-    if "zero" not in layout and own is not None:  # config.zero_rule refuses another one
-        parallel = parallel.replace(zero=own)
+    parallel = ParallelSpec(**layout)  # an unset zero is the framework's own stage
     if gpus is None:
         return parallel
     checks.integer("gpus", gpus)

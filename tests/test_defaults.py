@@ -96,3 +96,36 @@ def test_the_cli_prints_the_notes_with_the_verdict():
     notes = data["verdict"]["notes"]
     assert any("fsdp2 shards over all 8" in n for n in notes)
     assert any("micro-batch 1 per device" in n for n in notes)
+
+
+def test_an_unset_zero_is_the_frameworks_own_stage_and_follows_it():
+    """Issue 60: ``--zero 3`` under Megatron over replicas was taken as the unset default
+    (and priced as the distributed optimizer); unset is now the framework's own stage."""
+    from costmodel import ParallelSpec
+
+    assert ParallelSpec().zero == 3 and ParallelSpec(framework="megatron", dp=8).zero == 1
+    fsdp = ParallelSpec(framework="megatron", fsdp=8)
+    assert fsdp.zero == 3  # Megatron-FSDP
+    assert fsdp.replace(fsdp=1, dp=8).zero == 1
+    assert fsdp.replace(framework="deepspeed").zero == 3
+    assert ParallelSpec(framework="deepspeed", zero=2, fsdp=8).replace(fsdp=4).zero == 2
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--framework", "megatron", "--zero", "3"])  # fmt: skip
+    assert code == 2 and "zero must be 1 (got 3)" in err.getvalue()
+
+
+def test_megatron_fsdp_shards_parameters_and_gradients():
+    """Megatron-FSDP (zero 3 over --fsdp ranks) holds 1/fsdp of the bf16 parameters and of
+    the gradient buffer, where the distributed optimizer keeps both whole."""
+    args = ("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq", "4096",
+            "--batch", "8", "--framework", "megatron")  # fmt: skip
+    dist, fsdp = _json(*args, "--dp", "8"), _json(*args, "--fsdp", "8", "--dp", "1")
+    assert "Megatron-FSDP (ZeRO-3) over fsdp 8" in fsdp["verdict"]["layout"]
+    for part in ("params", "grads"):
+        whole = dist["memory_bytes_per_device"][part]
+        assert fsdp["memory_bytes_per_device"][part] == pytest.approx(whole / 8, rel=1e-3)
+    assert (
+        fsdp["memory_bytes_per_device"]["optimizer"] == dist["memory_bytes_per_device"]["optimizer"]
+    )

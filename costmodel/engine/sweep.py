@@ -31,7 +31,7 @@ from costmodel.engine.quantities import (
     structure_of,
 )
 from costmodel.engine.threads import in_threads, threads_for
-from costmodel.frameworks.registry import framework_defaults
+from costmodel.frameworks.registry import framework_defaults, own_stage
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -192,6 +192,8 @@ def _columns(
     if layout:  # fields left to each framework's own default
         stated = {k for k, v in {**overrides, **grid}.items() if v is not None}
         cols.update(framework_defaults(cols["framework"], stated))
+        if "zero" not in stated:  # each framework's own stage over each fsdp
+            cols["zero"] = np.asarray(own_stage(cols["framework"], cols["fsdp"]))
         cols["etp"] = expert_tp(cols["tp"], cols["etp"] if "etp" in stated else None)
     return cols
 

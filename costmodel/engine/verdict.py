@@ -46,6 +46,8 @@ def sharding(par: ParallelSpec) -> str:
     framework shards over the cp ranks), or DDP when nothing is sharded."""
     fw = framework_of(par)
     replicas = f", replicated over dp {par.dp} (HSDP)" if par.dp > 1 else ""
+    if fw.distributed_optimizer and par.zero == 3 and par.fsdp > 1:
+        return f"Megatron-FSDP (ZeRO-3) over fsdp {par.fsdp}{replicas}"
     if fw.distributed_optimizer:
         ranks = par.dp * par.fsdp * par.cp
         if ranks > 1:

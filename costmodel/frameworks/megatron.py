@@ -25,6 +25,7 @@ from costmodel.parallel.state import shard_of
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols import X
 
 
 class Megatron(Framework):
@@ -38,6 +39,7 @@ class Megatron(Framework):
     )
     zero_stage = 1
     distributed_optimizer = True
+    zero3_prefetch = True  # Megatron-FSDP gathers the next layer while one runs
     params_persist = True
     grads_always_live = True
     combined_1f1b = True
@@ -63,12 +65,19 @@ class Megatron(Framework):
         dtype, with the fp32 copy of its shard the step makes as ``step_grads``), master and
         optimizer state over the data-parallel ranks; without a weight copy (pure bf16) the
         autocast state, but for the optimizer state, which the distributed optimizer shards
-        all the same (as the step's time already counted it: ``optimizer_shards``)."""
+        all the same (as the step's time already counted it: ``optimizer_shards``). Under
+        Megatron-FSDP (zero 3 over fsdp > 1: ``data_parallel_sharding_strategy``
+        ``optim_grads_params``) the parameters and the gradient buffer are sharded over the
+        fsdp ranks too, the running and the prefetched layer gathered beside them."""
         prec = PRECISIONS[train.precision]
         n, per_shard, opt = shard_of(model, train, par, rank)
         dp = optimizer_shards(par)
         if not prec.weight_copy:
             return {**super().state(model, train, par, rank), "optimizer": opt(dp)}
+        if par.zero == 3:  # Megatron-FSDP: parameters and gradient buffer sharded as well
+            grad = prec.grad if par.grad_reduce_fp32 else prec.activation
+            return {"params": prec.activation * per_shard(X), "master": prec.param * per_shard(dp),
+                    "grads": grad * per_shard(X), "optimizer": opt(dp)}  # fmt: skip
         grads, step_grads = prec.grad * n, sp.Integer(0)
         if not par.grad_reduce_fp32:
             grads, step_grads = prec.activation * n, prec.grad * per_shard(dp)

@@ -195,6 +195,16 @@ def framework_defaults(framework: Any, given: Any = ()) -> dict[str, Any]:
     return {field: trait(framework, name) for field, name in DEFAULTS.items() if field not in given}
 
 
+def own_stage(framework: Any, fsdp: Any) -> Any:
+    """The ZeRO stage a framework runs over ``fsdp`` shard ranks where none is given
+    (``Framework.own_stage``), elementwise over arrays of names and degrees."""
+    if np.ndim(framework) == 0 and np.ndim(fsdp) == 0:
+        return framework_of(str(framework)).own_stage(int(fsdp))
+    return np.vectorize(lambda f, x: framework_of(f).own_stage(int(x)), otypes=[int])(
+        framework, fsdp
+    )
+
+
 def fixed_stage(framework: str, fsdp: Any) -> Any:
     """The ZeRO stage a framework that shards its own way runs over ``fsdp`` shard ranks
     (a number, or an int array for an array of degrees); None where the user picks it

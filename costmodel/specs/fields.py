@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import textwrap
+import types
 import typing
 from dataclasses import MISSING, fields
 from typing import Any, Literal, get_args
@@ -23,10 +24,13 @@ def choices_of(cls: type, name: str) -> tuple[Any, ...] | None:
 def _literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
     """Field -> choices of a spec class's ``Literal`` fields (type hints resolved once:
     ``typing.get_type_hints`` costs ~0.3 ms, and specs are built in loops)."""
-    hints = typing.get_type_hints(cls)
-    return {
-        name: get_args(hint) for name, hint in hints.items() if typing.get_origin(hint) is Literal
-    }
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) in (types.UnionType, typing.Union):  # Literal[...] | None
+            hint = next((a for a in get_args(hint) if a is not type(None)), hint)
+        if typing.get_origin(hint) is Literal:
+            out[name] = get_args(hint)
+    return out
 
 
 def check_fields(spec: Any, integers: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> None:

@@ -43,8 +43,10 @@ class ParallelSpec:
     """Data-parallel replicas (gradients all-reduced; with fsdp > 1 this is HSDP)."""
     fsdp: int = 1
     """Sharding group X: ZeRO over these devices."""
-    zero: ZeroStage = 3
-    """ZeRO stage over the fsdp group: 1 optimizer state, 2 + gradients, 3 + parameters."""
+    zero: ZeroStage | None = None
+    """ZeRO stage over the fsdp group: 1 optimizer state, 2 + gradients, 3 + parameters;
+    unset, the framework's own over this fsdp (``Framework.own_stage``: 3, Megatron's
+    distributed optimizer 1, or Megatron-FSDP's 3 over fsdp > 1)."""
     tp: int = 1
     """Tensor (Megatron) parallel degree Y."""
     sequence_parallel: bool = False
@@ -163,6 +165,8 @@ class ParallelSpec:
     def __post_init__(self) -> None:
         if self.grad_reduce_fp32 is None:
             object.__setattr__(self, "grad_reduce_fp32", self._default("grad_reduce_fp32"))
+        if self.zero is None:
+            object.__setattr__(self, "zero", self._own_stage())
         object.__setattr__(self, "etp", expert_tp(self.tp, self.etp))
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my",
                     "slices")  # fmt: skip
@@ -203,6 +207,14 @@ class ParallelSpec:
 
         return bool(framework_defaults(self.framework)[field])
 
+    def _own_stage(self) -> int:
+        """The framework's own ZeRO stage over this fsdp (``frameworks.registry``)."""
+        checks.choice("framework", self.framework, FRAMEWORKS)
+        checks.integer("fsdp", self.fsdp)
+        from costmodel.frameworks.registry import own_stage  # imports specs
+
+        return int(own_stage(self.framework, self.fsdp))
+
     def replace(self, **changes: Any) -> ParallelSpec:
         """A copy with ``changes``; a field left at its framework's default follows a
         changed framework to the new one's."""
@@ -213,6 +225,9 @@ class ParallelSpec:
         follows = "framework" in changes and "grad_reduce_fp32" not in changes
         if follows and values["grad_reduce_fp32"] == self._default("grad_reduce_fp32"):
             values["grad_reduce_fp32"] = None
+        moved = "framework" in changes or "fsdp" in changes
+        if moved and "zero" not in changes and values["zero"] == self._own_stage():
+            values["zero"] = None  # the own stage follows the framework and fsdp
         if "tp" in changes and "etp" not in changes and np.all(values["etp"] == self.tp):
             values["etp"] = None  # etp left at tp follows it
         return ParallelSpec(**{**values, **changes})
