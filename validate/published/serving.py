@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from costmodel import Hardware, get_hardware, get_model
+from costmodel.answers.serve import spec_of
 from costmodel.serving import serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import engine
-from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving import MAX_REQUESTS, ServeSpec
 
 RUNS = Path(__file__).with_name("serving_runs.json")
 ENGINE_RULES = (
@@ -73,23 +74,53 @@ def engine_of(run: dict[str, Any]) -> str:
     return next((k for since, k in reversed(VLLM_BY_DATE) if date[1] >= since), "vllm-0.5")
 
 
-def _spec(run: dict[str, Any], batch: int) -> ServeSpec:
+LAYOUT = ("dp", "pp", "ep", "concurrency", "request_rate")
+"""Fields a run may state beyond the one-replica static batch (absent: the default)."""
+STATISTICS = {"median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
+"""A latency's statistic as stated -> the simulated workload's percentile (``mean``: the
+metric itself)."""
+
+
+def _spec(run: dict[str, Any], batch: int | None) -> ServeSpec:
+    """The run as ``costmodel serve`` states it (``answers.serve.spec_of``, the CLI's and
+    the API's rules: a closed loop of ``concurrency`` users or a ``request_rate`` is
+    simulated, at most the engine's batch cap in flight where the run states no batch)."""
     kind = engine_of(run)
-    return ServeSpec(input=run["input"], output=run["output"], batch=batch,
-                     precision=run["precision"], kv_dtype=run["kv_dtype"], tp=run["tp"],
-                     engine=kind, memory_utilization=MEMORY_SHARE.get(kind),
-                     rope_scaling=run["rope_scaling"])  # fmt: skip
+    values = {"input": run["input"], "output": run["output"], "batch": batch,
+              "precision": run["precision"], "kv_dtype": run.get("kv_dtype"), "tp": run["tp"],
+              "engine": kind, "memory_utilization": MEMORY_SHARE.get(kind),
+              "rope_scaling": run.get("rope_scaling")}  # fmt: skip
+    values.update({k: run[k] for k in LAYOUT if run.get(k) is not None})
+    simulated = run.get("concurrency") is not None or run.get("request_rate") is not None
+    if simulated and run.get("num_requests"):
+        values["requests"] = min(int(run["num_requests"]), MAX_REQUESTS)
+    return spec_of(values)
 
 
-def batch_of(run: dict[str, Any]) -> int:
-    """The batch a run is priced at: the one it states, or for an offline max-throughput run
-    what its engine fits (memory only: no fitted parameter moves it)."""
+def batch_of(run: dict[str, Any]) -> int | None:
+    """The batch a run is priced at: the one it states, for an offline max-throughput run
+    what its engine fits (memory only: no fitted parameter moves it), or None (the engine's
+    cap) for a simulated workload that states none."""
+    if run.get("batch") is None:
+        return None
     if run["batch"] != "max":
         return int(run["batch"])
     cap = engine(engine_of(run)).max_seqs
     model, hw = get_model(run["model"]), get_hardware(run["hardware"])
     fits = serve(model, _spec(run, 1), hw)["max_batch"]
     return max(1, min(fits, run.get("num_requests") or cap, cap))
+
+
+def quantity(run: dict[str, Any]) -> str:
+    """The estimate's key for the run's metric and its statistic (a latency's percentile
+    comes from the simulated workload)."""
+    stat = run.get("statistic") or "mean"
+    if stat == "mean" or run["metric"] not in ("ttft_s", "tpot_s", "e2e_s"):
+        return METRICS[run["metric"]]
+    if stat not in STATISTICS:
+        raise SpecError("statistic", f"statistic must be mean or one of "
+                        f"{', '.join(STATISTICS)} (got {stat!r})")  # fmt: skip
+    return f"workload.{run['metric']}.{STATISTICS[stat]}"
 
 
 def predict(
@@ -104,7 +135,11 @@ def predict(
     hw = tune(hw) if tune is not None else hw
     batch = batch_of(run) if batch is None else batch
     est = serve(model, _spec(run, batch), hw)
-    return {"predicted": est[METRICS[run["metric"]]], "batch": batch}
+    key = quantity(run)
+    if key not in est:
+        raise SpecError("statistic", f"{run.get('statistic')} {run['metric']} needs a simulated "
+                        "workload (concurrency or request_rate)")  # fmt: skip
+    return {"predicted": est[key], "batch": batch}
 
 
 def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
