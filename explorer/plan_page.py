@@ -23,7 +23,7 @@ from costmodel.engine.plan import (
 )
 from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes, train_days
 from costmodel.engine.timeline import segments
-from costmodel.engine.why import differences, nearest_fitting
+from costmodel.engine.why import change_words, differences, nearest_fitting
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
@@ -33,13 +33,6 @@ from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
 RECOMPUTE = ("none", "selective", "selective-op", "full")
-WORDS = {"pp_interleave": "interleave", "sequence_parallel": "sequence parallel",
-         "ep_dispatcher": "dispatcher", "ep_overlap": "all-to-all overlap",
-         "grad_reduce_fp32": "fp32 gradient reduce", "micro_batch": "micro-batch",
-         "grad_accum": "accumulation", "gpus": "GPUs"}  # fmt: skip
-"""What the differs column calls a layout field (the rest by their own short names)."""
-
-
 PRECISIONS = BY_KEY["precision"].choices or ()
 INPUTS = (
     PageInput("model", str, "llama3-8b", choices("model")),
@@ -179,18 +172,13 @@ def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
                      "estimate": plan_charts.estimate_link(p, i, model),
                      "layout": layout_label(r), "step (s)": round(r["time_s.step"], 4),
                      "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
-                     "differs from ✓": ", ".join(f"{WORDS.get(k, k)} {_word(a)}→{_word(b)}"
-                                                 for k, (a, b) in changed.items()),
+                     "differs from ✓": change_words(changed, "→"),
                      "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
                      "tokens/s per GPU": round(r["tokens_per_s"] / r["gpus"]),
                      "MFU (%)": round(100 * r["mfu"], 1),
                      "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
                      "limited by": r["limit"]})  # fmt: skip
     return rows
-
-
-def _word(value: Any) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _table(p: Plan, top: int, model: str) -> None:

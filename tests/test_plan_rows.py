@@ -76,3 +76,13 @@ def test_the_command_states_every_layout_flag(rows):
     for flag in ("--framework", "--dp", "--fsdp", "--tp", "--pp", "--cp", "--ep", "--microbatch",
                  "--recompute", "--gpus", "--batch", "--hardware"):  # fmt: skip
         assert f" {flag} " in command, flag
+
+
+def test_the_cli_and_the_app_name_a_changed_field_alike():
+    """Issue 60: the CLI's "how the next differ" said ``sequence_parallel True->False`` where
+    the app's column says it in words; both read ``engine.why.change_words``."""
+    from costmodel.engine.why import change_words
+
+    changed = {"sequence_parallel": [True, False], "micro_batch": [1, 2], "dp": [1, 2]}
+    assert change_words(changed) == "sequence parallel on->off, micro-batch 1->2, dp 1->2"
+    assert change_words(changed, "→").startswith("sequence parallel on→off")

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from costmodel.engine.options import PlanOptions
 from costmodel.engine.plan import LAYOUT, plan
 from costmodel.specs.checks import SpecError
@@ -24,6 +26,25 @@ RECOMPUTE = ("none", "selective", "selective-op", "full")
 SHARDING = ("fsdp2", "megatron")
 FACTORS = (1, 2, 4, 8)
 """Device multiples tried for a way out, in order (1: the same devices, wider options)."""
+
+
+WORDS = {"pp_interleave": "interleave", "sequence_parallel": "sequence parallel",
+         "ep_dispatcher": "dispatcher", "ep_overlap": "all-to-all overlap",
+         "grad_reduce_fp32": "fp32 gradient reduce", "micro_batch": "micro-batch",
+         "grad_accum": "accumulation", "gpus": "GPUs"}  # fmt: skip
+"""What a changed layout field is called in words (the CLI's and the app's; the rest by
+their own short names)."""
+
+
+def change_words(changed: dict[str, Any], arrow: str = "->") -> str:
+    """``dp 1->2, sequence parallel on->off`` of :func:`differences`' ``changed``."""
+
+    def word(value: Any) -> str:
+        return ("on" if value else "off") if isinstance(value, bool | np.bool_) else str(value)
+
+    return ", ".join(
+        f"{WORDS.get(k, k)} {word(a)}{arrow}{word(b)}" for k, (a, b) in changed.items()
+    )
 
 
 def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +62,7 @@ def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
 def difference_text(row: dict[str, Any], best: dict[str, Any]) -> str:
     """E.g. ``-0.9 % tokens/s, +1.1 GiB: dp 1->2, fsdp 4->2``."""
     d = differences(row, best)
-    fields = ", ".join(f"{k} {a}->{b}" for k, (a, b) in d["changed"].items()) or "same layout"
+    fields = change_words(d["changed"]) or "same layout"
     speed = round(100 * d["tokens_per_s_change"], 1) + 0.0  # no "-0.0"
     peak = round(d["peak_change_bytes"] / GIB, 1) + 0.0
     return f"{speed:+.1f} % tokens/s, {peak:+,.1f} GiB: {fields}"
