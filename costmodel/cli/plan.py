@@ -20,7 +20,7 @@ from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.nearest import stated_layout
-from costmodel.engine.plan import Plan, PlanOptions, layout_label, plan
+from costmodel.engine.plan import TIE, Plan, PlanOptions, layout_label, plan
 from costmodel.engine.sizing import train_days
 from costmodel.engine.why import difference_text, differences, nearest_fitting
 from costmodel.inputs import build
@@ -305,7 +305,10 @@ def _nearest_text(row: dict | None) -> str:
 def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | None) -> None:
     print(_table(result, rows, seconds, max_gpus))
     if len(rows) > 1:
-        print("\nhow the next differ from #1:")
+        print(
+            f"\nhow the next differ from #1 (layouts within {TIE:.1%} of the best rank by "
+            "fewer model-parallel devices, then less memory):"
+        )
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0])}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
