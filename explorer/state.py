@@ -34,8 +34,10 @@ CLUSTER += ("overlap",)
 CLUSTER += ("grad_reduce_fp32",)
 COST = ("token_budget", "price_per_hour")
 SHOWN: tuple[str, ...] = ("model", *MODEL_OVERRIDES, *TRAINING, *CLUSTER, *COST)
-APP_REQUIRED = {"model": "cs336-2.7b", "hardware": "h100-sxm"}
-"""What the app starts with where costmodel has no default (the CLI asks for them)."""
+APP_REQUIRED = {"model": "cs336-2.7b", "hardware": "h100-sxm", "zero": 3}
+"""What the app starts with where costmodel has no default (the CLI asks for them, or, for
+the ZeRO stage, takes the framework's own: the widget always holds a stage, which
+:func:`_given` passes only where the user picks one)."""
 
 FIELDS: tuple[Input, ...] = tuple(BY_KEY[k] for k in SHOWN)
 APP_UNSET = {"fsdp": None}

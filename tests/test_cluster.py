@@ -298,8 +298,9 @@ def test_full_recompute_is_slower_in_the_issues_example():
     batch 128, micro-batch 2): 14.55 ms without recomputation, 12.63 ms with full (then
     17.07 ms: the same elementwise work, and the blocks' forward matmuls run again); 14.91 ms
     without since the profiles price contention beside the overlapped all-reduce, 16.03 ms
-    since the MI300X's GEMMs run at AMD's measured rate, on the device alone: the host's
-    launches under Megatron (``Hardware.launch_s``) now set it."""
+    since the MI300X's GEMMs run at AMD's measured rate, 16.68 ms since they pay tile and
+    wave quantization over its 304 compute units, on the device alone: the host's launches
+    under Megatron (``Hardware.launch_s``) now set it."""
     model, hw = get_model("cs336-small"), get_hardware("mi300x")
     device = dataclasses.replace(hw, launch_s=0.0)  # the device's time alone
     par = ParallelSpec(dp=8, framework="megatron")
@@ -309,7 +310,7 @@ def test_full_recompute_is_slower_in_the_issues_example():
                           precision="bf16")  # fmt: skip
         step[recompute] = estimate(model, train, par, hw)["time_s.step"]
         alone[recompute] = estimate(model, train, par, device)["time_s.step"]
-    assert alone["none"] == pytest.approx(0.016027, rel=1e-3)
+    assert alone["none"] == pytest.approx(0.016681, rel=1e-3)
     assert alone["full"] > alone["none"] and step["full"] > step["none"]
     # Megatron's host launches bind so small a model: its modules' Python, not the GPU
     assert step["none"] > 5 * alone["none"]

@@ -45,8 +45,8 @@ class ParallelSpec:
     """Sharding group X: ZeRO over these devices."""
     zero: ZeroStage | None = None
     """ZeRO stage over the fsdp group: 1 optimizer state, 2 + gradients, 3 + parameters;
-    unset, the framework's own over this fsdp (``Framework.own_stage``: 3, Megatron's
-    distributed optimizer 1, or Megatron-FSDP's 3 over fsdp > 1)."""
+    unset, the framework's own over this fsdp: 3, but 1 under Megatron's distributed
+    optimizer (3 over fsdp > 1: Megatron-FSDP)."""
     tp: int = 1
     """Tensor (Megatron) parallel degree Y."""
     sequence_parallel: bool = False
