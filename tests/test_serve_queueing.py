@@ -89,3 +89,33 @@ def test_the_cli_prints_the_spread_and_the_workload(capsys):
     for row in ("TTFT (queue + prefill)  mean", "TPOT (after the first)  mean", "served"):
         assert row in out, row
     assert "p99" in out and "300 requests simulated" in out
+
+
+def test_served_is_the_rate_offered_below_capacity_whatever_the_requests():
+    """Issue 60's probe: served counted the drain after the last arrival, so a light load
+    read 10-20 % below its rate, by how few requests were simulated. Now it is the rate the
+    seeded draw offers, and past capacity the note says the queue grows."""
+    for n in (200, 1000, 3000):
+        v = _at(2.0, requests=n)
+        assert v["workload.requests_per_s"] == pytest.approx(v["workload.offered_per_s"])
+        assert v["workload.offered_per_s"] == pytest.approx(2.0, rel=0.15)
+    spec = spec_of({"input": 1000, "output": 200, "request_rate": 100.0})
+    answer = serve(LLAMA, spec, H100)
+    assert "OVERLOADED: 100 requests/s offered" in " ".join(answer.notes)
+    assert answer["workload.requests_per_s"] < 50
+
+
+def test_a_closed_loops_first_wave_is_not_its_steady_state():
+    """256 users all send at once: that burst's waits (4.8 s at p90) set the percentiles
+    while only the first tenth of 1,000 requests was left out; the first wave is now left
+    out, so 1,000 and 10,000 requests agree. As many users as requests is one burst, counted
+    whole (a benchmark of that many prompts)."""
+    short, long = (serve(LLAMA, spec_of({"input": 1000, "output": 200, "concurrency": 256,
+                                         "requests": n}), H100).values
+                   for n in (1000, 10000))  # fmt: skip
+    assert short["workload.ttft_s.p90"] < 0.5 and long["workload.ttft_s.p90"] < 0.5
+    assert short["workload.counted"] == 1000 - 256
+    burst = serve(LLAMA, spec_of({"input": 1000, "output": 200, "concurrency": 100,
+                                  "requests": 100}), H100)  # fmt: skip
+    assert burst["workload.counted"] == 100
+    assert any("one burst" in n for n in burst.notes)

@@ -161,13 +161,25 @@ def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
     est = serve(model, spec, hw)
     fits = bool(est["fits"])
     nearest = None if fits else nearest_fit(model, spec, hw, est)
-    return ServeAnswer(est, fits, nearest, serve_caveats(model, hw))
+    return ServeAnswer(est, fits, nearest, serve_caveats(model, hw) + _over_cap(spec))
+
+
+def _over_cap(spec: ServeSpec) -> list[str]:
+    """A static batch above the engine's ``max_num_seqs``, which it would not run at once."""
+    kind = spec.engine_kind
+    if spec.arrival != "together" or spec.batch <= kind.max_seqs:
+        return []
+    return [
+        f"a batch of {spec.batch:,} is above {kind.title}'s max_num_seqs of "
+        f"{kind.max_seqs:,}: the engine runs at most that many at once and the rest wait; "
+        "priced as one batch as asked (--concurrency or --request-rate applies the cap)"
+    ]
 
 
 def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstimate) -> str:
     """The first change that fits the user's batch, in this order: a disaggregated
     deployment's larger prefill tp, an fp8 cache, fp8 weights, more tp within a node (each
-    doubling), then both fp8 at the largest tp; else
+    doubling), more tp with an fp8 cache, then both fp8 at the largest tp; else
     the largest batch that fits as asked, or that nothing fits on one node."""
     for change, flags in _changes(model, spec, hw):
         try:
@@ -197,6 +209,10 @@ def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[Serv
         out.append((replace(spec, tp=tp), f"--tp {tp}"))
         tp *= 2
     top = tp // 2
+    tp = spec.tp * 2
+    while fp8 and spec.kv_dtype != "fp8" and tp <= top:  # more tp with the cache alone fp8
+        out.append((replace(spec, tp=tp, kv_dtype="fp8"), f"--tp {tp} --kv-dtype fp8"))
+        tp *= 2
     if fp8 and top > spec.tp:
         both = replace(spec, tp=top, precision="fp8", kv_dtype="fp8")
         out.append((both, f"--tp {top} --precision fp8 --kv-dtype fp8"))

@@ -26,7 +26,7 @@ from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
 PARTS = {
     "matmuls": "the matmuls",
     "attention": "attention over the cache",
-    "comm": "communication (tp all-reduces, expert dispatch and combine)",
+    "comm": "communication (tp all-reduces)",
     "overhead": "per-layer step overhead",
     "host": "the host (dispatch, the engine's scheduling and output processing)",
 }
@@ -43,10 +43,13 @@ def limited_by(v: dict[str, Any]) -> str:
     parts = {k: (max(t[f"{k}_compute"], t[f"{k}_memory"]) if k in bound else t[k]) for k in PARTS}
     part = max(parts, key=parts.__getitem__)
     what = "an iteration (decodes and prompt chunks)" if kind == "iteration" else "decode"
+    named = PARTS[part]
+    if part == "comm" and v.get("bytes_per_device.decode_step_experts"):  # dispatch too
+        named = "communication (tp all-reduces, expert dispatch and combine)"
     how = f", {bound[part]}-bound" if part in bound else ""
     kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
     return (
-        f"{what}: {PARTS[part]}{how} ({parts[part] / t['total']:.0%} of a step); its "
+        f"{what}: {named}{how} ({parts[part] / t['total']:.0%} of a step); its "
         f"bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
     )
 
@@ -155,7 +158,8 @@ def _load(spec: ServeSpec, est: Any, lengths_: str) -> str:
     if spec.request_rate:
         return (f"{spec.request_rate:g} requests/s of {lengths_}, "
                 f"{est['continuous.in_flight']} in flight a replica")  # fmt: skip
-    return f"{spec.batch} x {lengths_}"
+    per = f" a replica ({spec.batch * spec.dp:,} in all)" if spec.dp > 1 else ""
+    return f"{spec.batch:,} x {lengths_}{per}"
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -196,7 +200,8 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--context", type=int_arg, help="tokens a sequence holds at its end")
     p.add_argument("--input", type=int_arg, help="prompt tokens per request")
     p.add_argument("--output", type=int_arg, help=f"generated tokens (default {DEFAULT_OUTPUT})")
-    p.add_argument("--batch", type=int_arg, help="requests served at once (default 1); with "
+    p.add_argument("--batch", type=int_arg, help="requests served at once by each replica "
+                   "(default 1; --concurrency and --request-rate are the whole deployment's); with "
                    "--request-rate or --concurrency the most in flight (default: the engine's "
                    "max_num_seqs)")  # fmt: skip
     p.add_argument("--precision", choices=PRECISIONS, default="bf16")

@@ -403,7 +403,10 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
     if spec.simulated:
         notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:
-        notes.append("disaggregated: no queueing modelled (both pools keep up)")
+        notes.append(
+            "disaggregated: queueing between the pools is not modelled (the slower "
+            "pool sets the rate)"
+        )
     if spec.arrival == "continuous" and not spec.simulated:
         notes += continuous.notes(spec, asked, out)
     if out["bytes_per_device.decode_step_experts"]:

@@ -14,8 +14,12 @@ their mean cache, the prompt tokens beside them), so a request's TTFT includes i
 the queue and behind running iterations, and its TPOT the prompts that other requests chunk
 into its decode iterations (as Vidur, Agrawal et al. 2024, simulates over profiled
 operators). Arrivals are drawn from a seeded generator: the same question gives the same
-numbers. The first tenth of the requests warm the engine up and are not counted. Units:
-seconds, requests/s, tokens/s.
+numbers. The first requests warm the engine up and are not counted: the first tenth, and
+under a closed loop the first wave of users, who all send at once (a loop with no more
+requests than users is one burst, counted whole, as a benchmark of that many prompts
+measures it). The rate served is the completions while requests still arrive over that
+span (an open loop below capacity serves what it is offered; the drain after the last
+arrival is not the deployment's rate). Units: seconds, requests/s, tokens/s.
 """
 
 from __future__ import annotations
@@ -73,10 +77,10 @@ def simulate(
         reqs = [_Request(float(t)) for t in np.cumsum(gaps)]
         users = 0
     else:
-        users = max(1, math.ceil(spec.concurrency / spec.dp))
+        users = users_of(spec)
         reqs = [_Request(0.0) for _ in range(min(users, per_replica))]
     clock = _run(reqs, spec, seconds, users, per_replica)
-    return _summary(reqs, spec, clock)
+    return _summary(reqs, spec, clock, users)
 
 
 def _iteration_seconds(model, spec, hw, step, phase, rate):
@@ -136,24 +140,26 @@ def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total:
     return clock
 
 
-def _summary(reqs: list[_Request], spec: ServeSpec, clock: float) -> dict[str, Any]:
+def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0) -> dict[str, Any]:
     """Mean and p50/p90/p99 of TTFT, TPOT (after the first token) and end to end over the
-    counted requests, the requests and tokens/s the deployment served over their span; the
-    means are the answer's ``time_s.*`` and its throughput."""
-    counted = reqs[int(WARMUP * len(reqs)) :]
+    counted requests (module docstring), the requests and tokens/s the deployment served
+    (:func:`_served`); the means are the answer's ``time_s.*`` and its throughput."""
+    skip = int(WARMUP * len(reqs))
+    if users:  # a closed loop: its first wave is a burst, unless it is the whole workload
+        skip = 0 if len(reqs) <= users else max(skip, users)
+    counted = reqs[skip:]
     ttft = np.array([r.first - r.arrival for r in counted])
     e2e = np.array([r.done - r.arrival for r in counted])
     tpot = (np.array([r.done - r.first for r in counted]) / max(1, spec.output - 1)
             if spec.output > 1 else np.zeros(len(counted)))  # fmt: skip
-    start = min(r.arrival for r in counted)
-    window = max(r.done for r in counted) - start
     out: dict[str, Any] = {"workload.requests": len(reqs), "workload.counted": len(counted)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out[f"workload.{name}_s.mean"] = float(values.mean())
         for q in (50, 90, 99):
             out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
-    served = spec.dp * len(counted) / window if window > 0 else math.inf
+    served = spec.dp * _served(reqs, counted, users)
     out["workload.requests_per_s"] = served
+    out["workload.offered_per_s"] = spec.dp * offered(reqs, counted)
     tokens = served * spec.output
     out.update({"time_s.ttft": out["workload.ttft_s.mean"], "time_s.tpot":
                 out["workload.tpot_s.mean"], "time_s.e2e": out["workload.e2e_s.mean"],
@@ -163,14 +169,56 @@ def _summary(reqs: list[_Request], spec: ServeSpec, clock: float) -> dict[str, A
     return out
 
 
+def _served(reqs: list[_Request], counted: list[_Request], users: int) -> float:
+    """Requests a replica completes per second in steady state. A closed loop of ``users``:
+    users over the mean end to end (Little's law; no think time). An open loop: the rate
+    its counted requests complete at, first to last, which is the rate offered where the
+    deployment keeps up and its capacity where the queue grows. A burst (every request at
+    once): the requests over the time to the last one done."""
+    start = min(r.arrival for r in counted)
+    if users and len(reqs) > users:
+        return users / float(np.mean([r.done - r.arrival for r in counted]))
+    done = sorted(r.done for r in counted)
+    if not users and len(done) > 1 and done[-1] > done[0]:
+        return min((len(done) - 1) / (done[-1] - done[0]), offered(reqs, counted))
+    window = done[-1] - start
+    return len(counted) / window if window > 0 else math.inf
+
+
+def offered(reqs: list[_Request], counted: list[_Request]) -> float:
+    """Requests a replica received per second over the counted arrivals' span (a seeded
+    Poisson draw's rate, near the one asked for)."""
+    start, end = min(r.arrival for r in counted), max(r.arrival for r in reqs)
+    return (len(counted) - 1) / (end - start) if end > start else math.inf
+
+
+def users_of(spec: ServeSpec) -> int:
+    """A closed loop's users per replica."""
+    return max(1, math.ceil((spec.concurrency or 0) / spec.dp))
+
+
 def note(spec: ServeSpec, out: dict[str, Any]) -> str:
-    """What a simulated workload was, in words."""
+    """What a simulated workload was, in words, and where its figures are not a steady
+    state: an offered rate above what the deployment serves (its queue grows without bound,
+    TTFT with the requests simulated), a closed loop of few requests per user."""
     load = (f"{spec.request_rate:g} requests/s arriving at random (Poisson)"
             if spec.request_rate is not None else
             f"{spec.concurrency:,} users, each sending a request as its last ends")  # fmt: skip
-    return (
-        f"{out['workload.requests']:,} requests simulated, {load}, the first "
-        f"{WARMUP:.0%} not counted; at most {spec.batch} in flight a replica, prompts "
-        f"chunked into iterations of {spec.token_budget:,} tokens; decode at each "
+    skipped = out["workload.requests"] - out["workload.counted"]
+    text = (
+        f"{out['workload.requests'] * spec.dp:,} requests simulated, {load}, the first "
+        f"{skipped * spec.dp:,} not counted; at most {spec.batch:,} in flight a replica, "
+        f"prompts chunked into iterations of {spec.token_budget:,} tokens; decode at each "
         "iteration's mean cache (seed 0: the same question, the same numbers)"
     )
+    served = out["workload.requests_per_s"]
+    if spec.request_rate is not None and served < 0.9 * out["workload.offered_per_s"]:
+        text += (f"; OVERLOADED: {spec.request_rate:g} requests/s offered, "
+                 f"{served:.3g} served: the queue grows without bound, so TTFT grows with "
+                 "--requests; lower --request-rate or add replicas (--dp)")  # fmt: skip
+    elif spec.concurrency is not None and skipped == 0 and out["workload.requests"] > 1:
+        text += "; every request sent at once (no more requests than users): one burst"
+    elif spec.concurrency is not None and out["workload.requests"] < 10 * users_of(spec):
+        text += ("; fewer than 10 requests a user: the figures move with --requests until "
+                 "the users fall out of step")  # fmt: skip
+    return text

@@ -57,7 +57,8 @@ class ServeSpec:
     output: int
     """Generated tokens per request (the first comes from prefill)."""
     batch: int = 1
-    """Requests served at once."""
+    """Requests served at once by each of the ``dp`` replicas (``concurrency`` and
+    ``request_rate`` are the whole deployment's)."""
     precision: str = "bf16"
     """``PRECISIONS``: the weights' and GEMMs' dtype (fp8 checkpoints keep the embedding,
     head and norms in bf16)."""
