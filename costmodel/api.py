@@ -61,7 +61,9 @@ def _values(model: str | ModelSpec | None, inputs: dict[str, Any]) -> tuple[dict
     """(flat inputs for ``build``, a ModelSpec given as an object or None)."""
     for name, cli in _CLI_NAMES.items():
         if name in inputs:
-            raise SpecError(name, f"unknown input {name}: the CLI's name is {cli}")
+            plan = " (plan's --global-batch)" * (name == "global_batch")
+            raise SpecError(name, f"unknown input {name}: the Python name is {cli}{plan}, "
+                            "as the CLI's flags without their dashes")  # fmt: skip
     if "model" in inputs or "hf_config" in inputs:
         raise SpecError("model", "give the model as the first argument")
     if isinstance(model, ModelSpec):

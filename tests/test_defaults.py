@@ -129,3 +129,13 @@ def test_megatron_fsdp_shards_parameters_and_gradients():
     assert (
         fsdp["memory_bytes_per_device"]["optimizer"] == dist["memory_bytes_per_device"]["optimizer"]
     )
+
+
+def test_the_json_of_a_layout_that_does_not_fit_has_no_mfu():
+    """Issue 60's probe: the text gives no MFU for a layout that does not fit, the JSON
+    gave 0.364; now null, as the text (the step time stays, as --full prints it)."""
+    data = _json("--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64", "--tp", "8",
+                 "--pp", "2", "--seq", "8192", "--batch", "64")  # fmt: skip
+    assert data["verdict"]["fits"] is False
+    assert data["mfu"] is None and data["hfu"] is None and data["tflops_per_device"] is None
+    assert data["time_s"]["step"] > 0

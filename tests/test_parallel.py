@@ -302,7 +302,9 @@ def test_cli_estimate_with_layout(capsys):
     assert out["parallel"]["dp"] == 4 and out["train"]["grad_accum"] == 32
     for key in ("forward", "backward", "optimizer", "step"):
         assert out["time_s"][key] > 0
-    assert 0 < out["mfu"] < 1 and out["tokens_per_s"] > 0 and "cp" in out["comm_bytes"]
+    assert out["tokens_per_s"] > 0 and "cp" in out["comm_bytes"]
+    # an MFU only for a layout that fits (this one's 8,192-token sequences do not)
+    assert (0 < out["mfu"] < 1) if out["verdict"]["fits"] else out["mfu"] is None
 
 
 def test_cli_bounds_and_solve(capsys):

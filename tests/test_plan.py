@@ -146,7 +146,7 @@ def test_the_next_layouts_say_how_they_differ_from_the_best(capsys):
             "--top", "3"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "how the next differ from #1:" in out and "-0.0" not in out
+    assert "how the next differ from #1 (" in out and "-0.0" not in out
     assert main([*argv, "--json"]) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     assert "vs_best" not in top[0]

@@ -7,6 +7,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec
 
 
@@ -24,5 +25,5 @@ NOTES: dict[str, str] = _DATA["_notes"]
 def get_model(name: str, **overrides: Any) -> ModelSpec:
     """The preset ``name`` with field overrides, validated (``get_model("gpt2", vocab=50304)``)."""
     if name not in PRESETS:
-        raise ValueError(f"model must be one of {', '.join(PRESETS)} (got {name!r})")
+        raise SpecError("model", f"model must be one of {', '.join(PRESETS)} (got {name!r})")
     return ModelSpec(name=name, **PRESETS[name]).replace(**overrides)

@@ -60,7 +60,12 @@ class Estimate:
     """What the inputs took by default (``costmodel.inputs.Setup.notes``)."""
 
     def __getitem__(self, key: str) -> int | float:
-        return self.values[key]
+        try:
+            return self.values[key]
+        except KeyError:
+            near = [k for k in self.values if str(key) in k][:5] or ["time_s.step", "mfu"]
+            raise KeyError(f"unknown quantity {key!r}; e.g. {', '.join(near)} "
+                           "(est.keys() lists them all)") from None  # fmt: skip
 
     def __contains__(self, key: object) -> bool:
         return key in self.values

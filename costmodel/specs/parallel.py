@@ -324,6 +324,10 @@ def layout_rules(
                        f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
+    for flag in ("sequence_parallel", "async_tp"):  # each splits work over the tp ranks
+        ok = ~np.asarray(getattr(par, flag, False), dtype=bool) | (tp > 1)
+        checks.require(ok, flag, lambda f=flag: f"{f} works over the tensor-parallel ranks: it "
+                       "needs tp > 1")  # fmt: skip
     checks.divides("slices", getattr(par, "slices", 1), "the device count", device_count(par))
     moe_rule(par, model, shards_over_cp)
 
@@ -346,6 +350,12 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
                    "mixture-of-experts model (n_experts >= 1)")  # fmt: skip
     checks.require(moe | (ep == 1), "ep", lambda: "ep > 1 needs a mixture-of-experts model "
                    "(n_experts >= 1)")  # fmt: skip
+    imbalance = np.asarray(getattr(par, "ep_imbalance", 1.0))
+    checks.require(moe | (imbalance == 1), "ep_imbalance", lambda: "ep_imbalance needs a "
+                   "mixture-of-experts model (n_experts >= 1)")  # fmt: skip
+    plain = np.asarray(getattr(par, "ep_dispatcher", "all-to-all")) == "all-to-all"
+    checks.require(plain | (ep > 1), "ep_dispatcher", lambda: "ep_dispatcher picks how tokens "
+                   "travel between expert-parallel ranks: it needs ep > 1")  # fmt: skip
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
     expert_mesh_rule(par, model, moe, shards_over_cp)
     first = first_round_layers(par, model)
