@@ -17,7 +17,9 @@ def fmt_bytes(n: float) -> str:
 
 def fmt_count(n: float, unit: str = "") -> str:
     """``3,406,809,600 (3.41 B)``; exact digits first, then a readable scale."""
-    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "B" if not unit else "G"), (1e6, "M")):
+    scales = ((1e21, "Z"), (1e18, "E")) if unit else ()  # a count of things stops at P
+    for scale, suffix in (*scales, (1e15, "P"), (1e12, "T"), (1e9, "B" if not unit else "G"),
+                          (1e6, "M")):  # fmt: skip
         if abs(n) >= scale:
             short = f"{n / scale:,.2f} {suffix}{unit}"
             exact = f"{n:,.0f}" if float(n).is_integer() else f"{n:,.4g}"

@@ -292,3 +292,15 @@ def test_the_runs_no_fit_used_are_all_stated_and_their_error_is_the_documented_o
     assert len({r["source"] for r in results}) == 7
     median = statistics.median(abs(r["rel_err"]) for r in results)
     assert median == pytest.approx(0.152, abs=0.005)
+
+
+def test_serve_json_says_what_it_priced(capsys):
+    """Issue 60's probe: a saved serve --json could not say which engine, dtypes or layout
+    it priced; it now holds the spec and the text's assumptions and limit."""
+    assert main(["serve", "--model", "llama3-70b", "--tp", "4", "--input", "2000",
+                 "--output", "500", "--batch", "32", "--json"]) == 0  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert data["spec"]["engine"] == "vllm" and data["spec"]["tp"] == 4
+    assert data["spec"]["kv_dtype"] == "bf16" and data["spec"]["precision"] == "bf16"
+    assert "engine vLLM V1" in data["verdict"]["assumptions"]
+    assert data["verdict"]["limited_by"].startswith("decode:")

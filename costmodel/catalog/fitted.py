@@ -190,7 +190,8 @@ def fitted_lines(device: str) -> list[str]:
             continue
         inside, loso = figs["in_sample"], figs["loso"]
         lines.append(
-            f"{head}; fitted on {figs['runs']} runs of {len(figs['sources'])} sources: "
+            f"{head}; fitted on {figs['runs']} runs of {len(figs['sources'])} "
+            f"source{'s' * (len(figs['sources']) != 1)}: "
             f"median |error| {inside['median']:.1%} in-sample, {loso['median']:.1%} with "
             f"each source left out of the fit (worst {loso['worst']:.0%})"
         )

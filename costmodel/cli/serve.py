@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from costmodel.answers.serve import (
@@ -168,11 +169,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     model, hw = get_model(args.model), get_hardware(args.hardware)
     ans = answer(model, spec, hw)
     est = ans.estimate
-    if args.json:
-        verdict = {"fits": ans.fits, "nearest": ans.nearest, "caveats": ans.caveats}
+    output_defaulted = args.output is None and (args.context is None or args.input is None)
+    defaulted = (output_defaulted, args.batch is None, args.engine is None)
+    if args.json:  # the text's verdict, assumptions and limit, and the spec priced
+        verdict = {"fits": ans.fits, "nearest": ans.nearest, "caveats": ans.caveats,
+                   "limited_by": limited_by(est.values) if ans.fits else None,
+                   "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
-                          "output": out, "context": spec.context, "verdict": verdict,
-                          **shown_values(ans), "notes": est.notes}, indent=2))  # fmt: skip
+                          "output": out, "context": spec.context, "spec": asdict(spec),
+                          "verdict": verdict, **shown_values(ans), "notes": est.notes},
+                         indent=2))  # fmt: skip
         return 0
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
         spec.prefill_replicas
@@ -183,8 +189,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
-    output_defaulted = args.output is None and (args.context is None or args.input is None)
-    rows = _rows(ans, spec, (output_defaulted, args.batch is None, args.engine is None), unit)
+    rows = _rows(ans, spec, defaulted, unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")
