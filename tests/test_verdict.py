@@ -50,8 +50,10 @@ def test_the_rule_judges_the_peak_against_headroom_times_capacity_and_says_the_r
         "memory_bytes_per_device.peak": budget,
         "memory_bytes_per_device.reserved": 1.2 * budget,
     }
-    fit = judge(values, H100)
-    assert fit.fits and fit.reserved_over_budget and "is over it" in fit.sentence()
+    fit = judge(values, H100)  # 86.4 GiB reserved: over the card's 80 GiB, which it says
+    assert fit.fits and fit.reserved_over_budget and "is over the device's 80 GiB" in fit.sentence()
+    within = judge({**values, "memory_bytes_per_device.reserved": 1.05 * budget}, H100)
+    assert within.reserved_over_budget and "is over it" in within.sentence()
     assert fits(values, budget) and not fits(values, budget * (1 - 1e-12))  # <= is in
     assert not judge(values, H100, headroom=0.8).fits  # the user's headroom overrides
     assert judge(values, H100, budget=80 * GIB).headroom is None  # solve's --budget-gb

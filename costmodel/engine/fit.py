@@ -136,7 +136,14 @@ class Fit:
             return f"does not fit: peak {peak:,.{digits}f} GiB > {self.allowance(digits)}"
         said = (f"fits: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
                 f"{reserved:,.1f} GiB")  # fmt: skip
-        if warn and self.reserved_over_budget:
+        if warn and self.reserved_bytes > self.capacity_bytes:
+            cap = self.capacity()
+            if not cap.endswith("GiB"):
+                cap += f" ({self.capacity_bytes / 2**30:,.1f} GiB)"
+            said += (f" is over the device's {cap}: the allocator cannot hold that "
+                     "much, so expect retries that free cached blocks and a risk of running out "
+                     "(expandable_segments helps; a smaller micro-batch is safer)")  # fmt: skip
+        elif warn and self.reserved_over_budget:
             said += (" is over it: the caching allocator will free cached blocks and retry "
                      "(slower steps; expandable_segments helps)")  # fmt: skip
         return said
