@@ -139,3 +139,15 @@ def test_the_json_of_a_layout_that_does_not_fit_has_no_mfu():
     assert data["verdict"]["fits"] is False
     assert data["mfu"] is None and data["hfu"] is None and data["tflops_per_device"] is None
     assert data["time_s"]["step"] > 0
+
+
+def test_the_json_memory_parts_add_up_to_the_peak():
+    """Issue 60's probe: the text's transients line had no JSON key, so the JSON's parts
+    summed to 24.7 of a 34.2 GB peak."""
+    from costmodel.engine.fit import MEMORY_PARTS
+
+    data = _json("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--fsdp", "8",
+                 "--framework", "fsdp2", "--seq", "8192", "--batch", "32", "--recompute", "full")  # fmt: skip
+    mem = data["memory_bytes_per_device"]
+    total = sum(mem.get(k) or 0 for k in (*MEMORY_PARTS, "transients"))
+    assert mem["transients"] > 0 and total == pytest.approx(mem["peak"], rel=1e-12)

@@ -232,6 +232,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         raise SpecError("memory_headroom", "memory_headroom needs --hardware (a device)")
     if args.json:
         out = est.to_dict()
+        if PEAK in est.values:  # the text's transients line: the parts then add to the peak
+            out["memory_bytes_per_device"]["transients"] = rest_at_peak(est.values)
         if answer and not answer["fits"]:  # no answer for a layout that does not fit, as in text
             out.update({k: None for k in _UNFIT if k in out})
         print(json.dumps({"verdict": answer, **out} if answer else out, indent=2, allow_nan=False))
