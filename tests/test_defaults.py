@@ -147,7 +147,8 @@ def test_the_json_memory_parts_add_up_to_the_peak():
     from costmodel.engine.fit import MEMORY_PARTS
 
     data = _json("--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--fsdp", "8",
-                 "--framework", "fsdp2", "--seq", "8192", "--batch", "32", "--recompute", "full")  # fmt: skip
+                 "--framework", "fsdp2", "--seq", "8192", "--batch", "32",
+                 "--recompute", "full")  # fmt: skip
     mem = data["memory_bytes_per_device"]
     total = sum(mem.get(k) or 0 for k in (*MEMORY_PARTS, "transients"))
     assert mem["transients"] > 0 and total == pytest.approx(mem["peak"], rel=1e-12)
