@@ -132,6 +132,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         result = _min_fsdp(args)
     else:
         field = "batch" if args.question == "max-batch" else "seq"
+        solved = ("batch", "microbatch") if field == "batch" else ("seq",)
+        given = [k for k in solved if getattr(args, k, None) is not None]
+        if given:  # what the question solves for is not an input of it
+            why = "it grows the micro-batch per device" if field == "batch" else "its length"
+            raise SpecError(given[0], f"{args.question} solves for the {field}: drop "
+                            f"--{given[0]} ({why})")  # fmt: skip
         setup = build(values_of(args), solving=field)
         if setup.parallel is None or setup.hardware is None:
             raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
