@@ -231,13 +231,17 @@ layouts = st.fixed_dictionaries(
         "sequence_parallel": st.booleans(),
         "zero": st.sampled_from([1, 2, 3]),
     }
-).map(  # a framework that shards its own way runs its own stage (config.zero_rule)
-    lambda lay: (
-        lay
-        if framework_of(lay["framework"]).zero_stages
-        else {**lay, "zero": framework_of(lay["framework"]).own_stage(lay["fsdp"])}
-    )
+).map(  # a framework that shards its own way runs its own stage (config.zero_rule), what
+    # an unset zero is; sequence parallelism splits over tp ranks, so only with tp > 1
+    lambda lay: {
+        **{k: v for k, v in lay.items() if k != "zero" or _picks_stage(lay["framework"])},
+        "sequence_parallel": lay["sequence_parallel"] and lay["tp"] > 1,
+    }
 )
+
+
+def _picks_stage(framework: str) -> bool:
+    return framework_of(framework).zero_stages
 
 
 @settings(max_examples=30, deadline=None)

@@ -103,11 +103,15 @@ def test_deepep_sends_fewer_copies_over_the_network_and_finishes_sooner():
     assert tuple(DISPATCHERS) == EP_DISPATCHERS  # every choice of the spec registered
 
 
-def test_a_dense_model_sends_nothing_whatever_the_dispatcher():
+def test_a_dense_model_sends_nothing_and_takes_no_dispatcher():
+    """Nothing travels without experts; a dispatcher named for them is refused (issue 60's
+    probe: it was accepted and changed nothing)."""
     dense = get_model("llama3-8b")
-    for name in DISPATCHERS:
-        values = _ep(ParallelSpec(dp=8, framework="megatron", ep_dispatcher=name), model=dense)
-        assert values["comm_bytes.ep"] == 0 and values["comm_time_s.ep"] == 0
+    values = _ep(ParallelSpec(dp=8, framework="megatron"), model=dense)
+    assert values["comm_bytes.ep"] == 0 and values["comm_time_s.ep"] == 0
+    for name in set(DISPATCHERS) - {"all-to-all"}:
+        with pytest.raises(SpecError, match=r"ep_dispatcher .* needs ep > 1"):
+            _ep(ParallelSpec(dp=8, framework="megatron", ep_dispatcher=name), model=dense)
 
 
 def test_sweep_over_dispatchers_agrees_with_estimate():
