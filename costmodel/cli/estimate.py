@@ -136,6 +136,10 @@ def _table(est: Estimate, answer: dict[str, Any] | None = None, *, full: bool = 
     every quantity ``estimate`` computes."""
     v = est.values
     rows = [("model", f"{est.model.name}"), ("train", _train_line(est.train, est.parallel))]
+    if answer is None:  # no device: what the numbers are of (the verdict says it otherwise)
+        rows.append(("assumed", "one device without a layout, costmodel's reference model "
+                     "(torch.autocast: fp32 parameters and residual stream); --hardware and "
+                     "--gpus for a verdict, a layout and a framework"))  # fmt: skip
     fits = answer is None or answer["fits"]
     rows += [("", "")] + (_full_rows(v) if full else _summary_rows(est, fits))
     ratios = ("mfu", "hfu")
