@@ -166,11 +166,11 @@ def test_routed_experts_a_decode_step_reads():
                 "--context",
                 "1000",
                 "--kv-dtype",
-                "fp8",
+                "nvfp4",
                 "--hardware",
                 "a100-80gb",
             ],
-            "kv_dtype fp8: a100-80gb has no fp8",
+            "kv_dtype nvfp4: a100-80gb has no fp4",
         ),
         (["--model", "llama3-8b", "--context", "1000", "--tp", "3"], "tp must divide n_heads"),
         (["--model", "llama3-8b", "--context", "1000", "--tp", "16"], "8 devices per node"),
@@ -304,3 +304,15 @@ def test_serve_json_says_what_it_priced(capsys):
     assert data["spec"]["kv_dtype"] == "bf16" and data["spec"]["precision"] == "bf16"
     assert "engine vLLM V1" in data["verdict"]["assumptions"]
     assert data["verdict"]["limited_by"].startswith("decode:")
+
+
+def test_an_fp8_cache_is_stored_on_any_gpu():
+    """Issue 60's probe: vLLM stores an fp8 cache on Ampere and converts it in the attention
+    kernel (vllm-project/vllm#2279); it was refused for want of fp8 FLOP/s. Half the cache
+    bytes of bf16's, the attention still priced in 16 bits."""
+    a100 = get_hardware("a100-80gb")
+    spec = ServeSpec(input=1000, output=200, batch=8)
+    bf16, fp8 = (serve(get_model("llama3-8b"), dataclasses.replace(spec, kv_dtype=k), a100)
+                 for k in ("bf16", "fp8"))  # fmt: skip
+    per = "kv_bytes_per_token"
+    assert fp8[per] * 2 == bf16[per]

@@ -195,12 +195,13 @@ def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstim
 
 def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[ServeSpec, str]]:
     fp8 = bool(hw.peak_flops.get("fp8"))
+    fp8_cache = fp8 or hw.kind == "gpu"  # stored and converted in the kernel (specs.serving)
     out = []
     degree = spec.prefill_degree * 2
     while spec.prefill_replicas and degree <= hw.devices_per_node:  # the prefill pool's own
         out.append((replace(spec, prefill_tp=degree), f"--prefill-tp {degree}"))
         degree *= 2
-    if fp8 and spec.kv_dtype != "fp8":
+    if fp8_cache and spec.kv_dtype != "fp8":
         out.append((replace(spec, kv_dtype="fp8"), "--kv-dtype fp8"))
     if fp8 and spec.precision != "fp8":
         out.append((replace(spec, precision="fp8"), "--precision fp8"))
@@ -210,7 +211,7 @@ def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[Serv
         tp *= 2
     top = tp // 2
     tp = spec.tp * 2
-    while fp8 and spec.kv_dtype != "fp8" and tp <= top:  # more tp with the cache alone fp8
+    while fp8_cache and spec.kv_dtype != "fp8" and tp <= top:  # more tp, the cache alone fp8
         out.append((replace(spec, tp=tp, kv_dtype="fp8"), f"--tp {tp} --kv-dtype fp8"))
         tp *= 2
     if fp8 and top > spec.tp:

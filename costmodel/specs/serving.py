@@ -241,7 +241,10 @@ document_fields(ServeSpec)
 def check(model: Any, spec: ServeSpec, hw: Any) -> None:
     """What depends on the model and the device: the context within the model's positions
     (stretched by ``rope_scaling``), tp dividing the heads (and the kv heads, or they divide
-    tp), a cache dtype and a precision the device computes in."""
+    tp), a precision the device computes in, and a cache dtype it computes in or, for an
+    fp8 or int8 cache on a GPU, stores and converts in the attention kernel (vLLM's fp8
+    cache: "not limited on Hopper. Volta/Ampere are both ok", vllm-project/vllm#2279; the
+    attention is priced in 16 bits either way)."""
     positions = int(model.max_positions * spec.rope_scaling)
     if spec.context > positions:
         if model.pos == "learned":
@@ -279,7 +282,8 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
                             "another")  # fmt: skip
     for field, dtype in (("precision", spec.precision), ("kv_dtype", spec.kv_dtype)):
         needs = "fp4" if dtype == "nvfp4" else "bf16" if dtype == "mxfp4" else dtype
-        if not hw.peak_flops.get(needs):
+        stored = field == "kv_dtype" and dtype in ("fp8", "int8") and hw.kind == "gpu"
+        if not (stored or hw.peak_flops.get(needs)):
             raise SpecError(field, f"{field} {dtype}: {hw.name} has no {needs} support")
 
 
