@@ -209,12 +209,7 @@ def fixed_stage(framework: str, fsdp: Any) -> Any:
     """The ZeRO stage a framework that shards its own way runs over ``fsdp`` shard ranks
     (a number, or an int array for an array of degrees); None where the user picks it
     (``zero_stages``). Inputs fill it, ``config.zero_rule`` holds every path to it."""
-    fw = framework_of(framework)
-    if fw.zero_stages:
-        return None
-    return (
-        fw.own_stage(fsdp) if np.ndim(fsdp) == 0 else np.vectorize(fw.own_stage, otypes=[int])(fsdp)
-    )
+    return None if framework_of(framework).zero_stages else own_stage(framework, fsdp)
 
 
 def trait(framework: Any, name: str) -> Any:

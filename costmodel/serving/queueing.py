@@ -17,9 +17,10 @@ operators). Arrivals are drawn from a seeded generator: the same question gives 
 numbers. The first requests warm the engine up and are not counted: the first tenth, and
 under a closed loop the first wave of users, who all send at once (a loop with no more
 requests than users is one burst, counted whole, as a benchmark of that many prompts
-measures it). The rate served is the completions while requests still arrive over that
-span (an open loop below capacity serves what it is offered; the drain after the last
-arrival is not the deployment's rate). Units: seconds, requests/s, tokens/s.
+measures it). The rate served is the steady one (:func:`_served`): under a closed loop the
+users over the mean end to end (Little's law), under an open loop what is offered below
+capacity and the capacity above it; the drain after the last arrival is not counted.
+Units: seconds, requests/s, tokens/s.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0
             out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
     served = spec.dp * _served(reqs, counted, users)
     out["workload.requests_per_s"] = served
-    out["workload.offered_per_s"] = spec.dp * offered(reqs, counted)
+    if not users:  # an open loop's arrivals, as the seeded draw made them
+        out["workload.offered_per_s"] = spec.dp * offered(reqs, counted)
     tokens = served * spec.output
     out.update({"time_s.ttft": out["workload.ttft_s.mean"], "time_s.tpot":
                 out["workload.tpot_s.mean"], "time_s.e2e": out["workload.e2e_s.mean"],
@@ -175,13 +177,12 @@ def _served(reqs: list[_Request], counted: list[_Request], users: int) -> float:
     its counted requests complete at, first to last, which is the rate offered where the
     deployment keeps up and its capacity where the queue grows. A burst (every request at
     once): the requests over the time to the last one done."""
-    start = min(r.arrival for r in counted)
     if users and len(reqs) > users:
         return users / float(np.mean([r.done - r.arrival for r in counted]))
     done = sorted(r.done for r in counted)
     if not users and len(done) > 1 and done[-1] > done[0]:
         return min((len(done) - 1) / (done[-1] - done[0]), offered(reqs, counted))
-    window = done[-1] - start
+    window = done[-1] - min(r.arrival for r in counted)
     return len(counted) / window if window > 0 else math.inf
 
 
