@@ -21,12 +21,12 @@ from typing import Any
 from costmodel.engine.caveats import calibration_line, caveats
 from costmodel.engine.estimate import Estimate
 from costmodel.engine.nearest import nearest_fit
-from costmodel.engine.plan import FRAMEWORK_CHOICES, limit_of
+from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
-from costmodel.specs.parallel import ParallelSpec
+from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec
 
 _DTYPE_OF_BYTES = {4: "fp32", 2: "bf16", 1: "fp8"}
 
@@ -104,7 +104,7 @@ def framework_words(par: ParallelSpec, defaulted: Collection[str] = ()) -> str:
     doc = doc[:1].lower() + doc[1:].rstrip(".")
     if framework_of(par).autocast:
         doc += " under torch.autocast: fp32 parameters and residual stream"
-    return f"{shown} (the default: {doc}; --framework picks one of {', '.join(FRAMEWORK_CHOICES)})"
+    return f"{shown} (the default: {doc}; --framework picks one of {', '.join(FRAMEWORKS)})"
 
 
 def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
