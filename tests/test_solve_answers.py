@@ -72,4 +72,28 @@ def test_a_question_nothing_answers_says_why_in_the_cli_as_the_api_does(capsys, 
     assert main(["solve", question, "--model", "llama3-8b", "--hardware", "h100-sxm"]) == 0
     out = capsys.readouterr().out
     field = question.split("-")[1]
-    assert f"reason                             even {field} 1 does not fit: peak" in out
+    assert out.startswith(f"answer   none fits 72.00 GiB (77.31 GB) per device: even {field} 1 "
+                          "does not fit: peak")  # fmt: skip
+
+
+def test_solve_and_bounds_answer_in_sentences_with_units(capsys):
+    """Issue 60's leftover: ``solve min-fsdp`` and ``bounds`` printed key dumps (dotted keys,
+    raw floats). The answer leads, with its units; the book's closed form beside it."""
+    assert main(["solve", "min-fsdp", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                 "--seq", "8192"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("answer   fsdp 8: the smallest degree whose per-device peak, ")
+    assert "book     fsdp 4 (3.34 exact) by the Scaling Book approximation" in out
+    assert "full_model." not in out and "fsdp_exact" not in out
+    # the book has no answer (the unsharded activations exceed the budget): the full model's
+    # answer stands and the book's line says why, in GiB
+    assert main(["solve", "min-fsdp", "--model", "llama3-70b", "--hardware", "h100-sxm",
+                 "--budget-gb", "80", "--seq", "8192"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "the unsharded activations alone (113.48 GiB) exceed the budget (74.51 GiB)" in out
+    assert main(["bounds", "--model", "xxl", "--hardware", "tpu-v5p", "--fsdp", "16", "--tp",
+                 "4", "--mx", "2", "--my", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("answer      critical batch B* = 23,387 tokens a step (365 per device)")
+    assert "459 TFLOP/s; fsdp over ICI" in out and "C/W = 2,550 FLOPs per byte" in out
+    assert "time_s_at_critical_batch" not in out

@@ -118,11 +118,16 @@ def fsdp_link(parallel: ParallelSpec, hardware: Hardware) -> tuple[float, str]:
     nodes the g members a node holds sending through g NICs, min(NVLink, g x the device's
     network share) per rank (as ``costmodel.parallel.layout.group_links`` places groups,
     tp innermost, without its achieved fractions)."""
+    return group_link(parallel.tp, parallel.fsdp, hardware)
+
+
+def group_link(stride: int, degree: int, hardware: Hardware) -> tuple[float, str]:
+    """(bytes/s, its name) of a group of ``degree`` ranks ``stride`` apart (tp: 1 apart;
+    fsdp: tp apart): :func:`fsdp_link`'s rule for any group."""
     nvlink = hardware.link_bandwidth()
     if hardware.kind == "tpu":
         return nvlink, "ICI (per mesh axis, both directions)"
-    stride, degree = parallel.tp, parallel.fsdp
-    if stride * degree <= hardware.devices_per_node:
+    if stride * degree <= hardware.devices_per_node or degree == 1:
         return nvlink, f"NVLink (inside one node of {hardware.devices_per_node})"
     g = int(members_per_node(stride, degree, hardware.devices_per_node))
     nodes = -(-stride * degree // hardware.devices_per_node)
@@ -131,11 +136,12 @@ def fsdp_link(parallel: ParallelSpec, hardware: Hardware) -> tuple[float, str]:
                   f"{hardware.network_bw / 1e9:,.0f} GB/s per ring crossing a node)")  # fmt: skip
 
 
-def _link_warnings(link_name: str, hardware: Hardware) -> list[str]:
-    if not link_name.startswith("network"):
-        return []
+def _link_warnings(links: dict[str, str], hardware: Hardware) -> list[str]:
+    """One warning per group (fsdp, tp) whose ring crosses nodes."""
     nvlink = hardware.link_bandwidth() / 1e9
-    return [f"the fsdp group crosses nodes: W is the {link_name}, not NVLink ({nvlink:,.0f} GB/s)"]
+    return [f"the {group} group crosses nodes: its W is the {name}, not NVLink "
+            f"({nvlink:,.0f} GB/s)" for group, name in links.items()
+            if name.startswith("network")]  # fmt: skip
 
 
 def bounds_report(
@@ -161,9 +167,10 @@ def bounds_report(
                         "mixture-of-experts models")  # fmt: skip
     peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
     link, link_name = fsdp_link(parallel, hardware)
-    tp_link = hardware.link_bandwidth()  # tp innermost: inside a node (or a torus axis)
+    tp_link, tp_name = group_link(1, parallel.tp, hardware)  # tp innermost
+    crossing = {"fsdp": link_name, "tp": tp_name}
     if bandwidth is not None:
-        link, link_name, tp_link = bandwidth, "as given (--bandwidth)", bandwidth
+        link, link_name, tp_link, crossing = bandwidth, "as given (--bandwidth)", bandwidth, {}
     checks.number("peak_flops", peak)
     checks.number("bandwidth", link)
     fsdp, tp = parallel.fsdp, parallel.tp
@@ -196,7 +203,8 @@ def bounds_report(
         "bandwidth": link,
         "tp_bandwidth": tp_link,
         "link": link_name,
-        "warnings": _link_warnings(link_name, hardware),
+        "tp_link": tp_name if bandwidth is None else link_name,
+        "warnings": _link_warnings(crossing, hardware),
         "ici_intensity": peak / link,
         "critical_batch_tokens": b_value,
         "critical_batch_tokens_per_device": b_value / n_dev if finite else None,

@@ -109,8 +109,9 @@ def min_fsdp(
     if floor >= budget_bytes:
         raise SpecError(
             "budget",
-            f"the unsharded activations alone ({floor:.4g} B) exceed the budget "
-            f"({budget_bytes:.4g} B): shard more of them or use fewer tokens",
+            f"the unsharded activations alone ({floor / 2**30:,.2f} GiB) exceed the budget "
+            f"({budget_bytes / 2**30:,.2f} GiB): shard more of them (a larger "
+            "sharded-activation-fraction), use fewer tokens, or recompute",
         )
     n_real = (state + fraction * acts) / (budget_bytes - floor)
     n = max(1, math.ceil(n_real - 1e-12))
@@ -125,5 +126,6 @@ def min_fsdp(
         "activation_bytes": acts,
         "per_device_bytes": per_device,
         "budget_bytes": budget_bytes,
+        "sharded_activation_fraction": fraction,
         "latex": sp.latex(exprs["n_at_budget"]),
     }

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from costmodel.book.bounds import bounds_report
+from costmodel.book.bounds import LABEL, bounds_report
 from costmodel.book.fsdp import min_fsdp
 from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import (
@@ -18,6 +18,7 @@ from costmodel.cli.args import (
     values_of,
 )
 from costmodel.cli.estimate import format_rows, verdict_rows
+from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
@@ -26,7 +27,7 @@ from costmodel.inputs import BY_KEY, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.units import GB, GIB, fmt_bytes
+from costmodel.units import GB, GIB
 
 
 def _budget(args: argparse.Namespace) -> float | None:
@@ -40,18 +41,12 @@ def _budget(args: argparse.Namespace) -> float | None:
     return None
 
 
-def _print(result: dict, as_json: bool) -> None:
+def _print(result: dict, as_json: bool, rows: list[tuple[str, str]]) -> None:
+    """The answer as JSON (every field), or as ``rows`` (the answer first, in words)."""
     if as_json:
         print(json.dumps(result, indent=2, default=str, allow_nan=False))
         return
-    for key, value in result.items():
-        if key in ("latex", "verdict"):
-            continue
-        if isinstance(value, dict):
-            _print({f"{key}.{k}": v for k, v in value.items()}, False)
-            continue
-        shown = fmt_bytes(value) if key.endswith("_bytes") and value is not None else value
-        print(f"{key:<34} {shown}")
+    print(format_rows(rows))
 
 
 _VARIED = ("batch", "grad_accum", "microbatch", "fsdp", "gpus")
@@ -88,41 +83,8 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
         return 0
     for warning in report.pop("warnings"):
         print(f"warning: {warning}")
-    for key, value in report.items():
-        if isinstance(value, dict) and key != "latex":
-            for sub, x in value.items():
-                unit = " s" if key.startswith("time_s") else _CONDITION_UNITS.get(sub, "")
-                print(f"{key}.{sub:<28} {x:.6g}{unit}")
-        elif key != "latex":
-            print(f"{key:<38} {_bound_text(key, value)}")
-    b_star = report["critical_batch_tokens"]
-    said = "none" if b_star is None else f"{b_star:,.0f} tokens"
-    print(f"\ncritical batch B* = {said}: {report['regime']}")
+    print(format_rows(bounds_rows(report, args.hardware)))
     return 0
-
-
-_CONDITION_UNITS = {
-    "fsdp_min_batch_per_device": " tokens",
-    "tp_max_degree": " devices",
-    "mixed_min_batch_per_device": " tokens",
-    "mixed_optimal_fsdp": " devices",
-}
-"""The units of the book's conditions as ``bounds`` prints them."""
-
-
-_BOUND_UNITS = {"peak_flops": (1e12, "TFLOP/s per device"), "bandwidth": (1e9, "GB/s per axis"),
-                "tp_bandwidth": (1e9, "GB/s per axis"),
-                "critical_batch_tokens": (1, "tokens"),
-                "critical_batch_tokens_per_device": (1, "tokens"),
-                "ici_intensity": (1, "FLOPs per byte")}  # fmt: skip
-"""How ``bounds`` prints a number: a scale and its unit."""
-
-
-def _bound_text(key: str, value: Any) -> str:
-    if key not in _BOUND_UNITS or not isinstance(value, int | float):
-        return str(value)
-    scale, unit = _BOUND_UNITS[key]
-    return f"{value / scale:,.4g} {unit}" if scale != 1 else f"{value:,.1f} {unit}"
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
@@ -130,6 +92,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         check_headroom(args.memory_headroom)
     if args.question == "min-fsdp":
         result = _min_fsdp(args)
+        rows = min_fsdp_rows(result)
     else:
         field = "batch" if args.question == "max-batch" else "seq"
         solved = ("batch", "microbatch") if field == "batch" else ("seq",)
@@ -154,7 +117,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             train = setup.train.replace(**{field: result[field]})
             at = estimate(setup.model, train, setup.parallel, setup.hardware)
             result["verdict"] = _verdict(at, args)
-    _print(result, args.json)
+        rows = max_rows(result, field)
+    _print(result, args.json, rows)
     if not args.json and "verdict" in result:
         print(f"\nat that answer:\n{format_rows(verdict_rows(result['verdict']))}")
     return 0
@@ -179,8 +143,15 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         budget = budget_bytes(get_hardware(args.hardware), args.memory_headroom)
     tokens = train.seq if args.batch_tokens is None else args.batch_tokens
     framework = values_of(args).get("framework", BY_KEY["framework"].default)
-    result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction, framework)
-    book = {"fsdp": result["fsdp"], "fsdp_usable": result["fsdp_power_of_two"],
+    try:
+        result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction,
+                          framework)  # fmt: skip
+    except SpecError as err:  # the book has no answer; the full model (--hardware) may
+        if args.hardware is None or err.field != "budget":
+            raise
+        result = {"approximation": LABEL, "framework": framework, "fsdp": None,
+                  "why": err.message}  # fmt: skip
+    book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),
             "from": "the Scaling Book approximation (--hardware: the full model)"}  # fmt: skip
     if args.hardware is not None:  # the same question: one device's tokens, fsdp varied
         given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
