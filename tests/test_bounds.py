@@ -42,17 +42,17 @@ def test_serving_an_moe_model_on_a_cpu_answers(capsys, as_json):
     ("argv", "says"),
     [
         (["serve", "--model", "llama3-8b", "--rope-scaling", "1e308", "--context", "4096"],
-         "rope_scaling must be <= 1024"),
+         "--rope-scaling must be <= 1024"),
         (["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", "1000000000000", "--input",
-          "512", "--output", "2048"], "prompts x samples must be <= 65,536"),
+          "512", "--output", "2048"], "--prompts x --samples must be <= 65,536"),
         (["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", "64", "--input", "512",
-          "--output", "2048", "--samples", "1000000"], "prompts x samples must be <= 65,536"),
+          "--output", "2048", "--samples", "1000000"], "--prompts x --samples must be <= 65,536"),
         (["padding", "--model", "llama3-8b", "--seq", "4096", "--distribution",
           "lognormal:median=700,sigma=1", "--samples", "1000000000000"],
          "samples must be <= 16,777,216"),
         (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--max-gpus",
           "9007199254740992", "--seq", "4096", "--global-batch", "64"],
-         "max_gpus must be <= 262,144"),
+         "--max-gpus must be <= 262,144"),
     ],
 )  # fmt: skip
 def test_unbounded_inputs_are_refused_in_one_line(capsys, argv, says):

@@ -110,10 +110,10 @@ def test_formula_prints_pretty_and_latex(capsys):
     ("argv", "message"),
     [
         (["--model", "gpt5"], "model must be one of"),
-        (["--model", "llama3-8b", "--n-kv-heads", "5"], "n_kv_heads must divide n_heads"),
-        (["--model", "gpt2", "--seq", "4096"], "seq must be <= max_positions"),
+        (["--model", "llama3-8b", "--n-kv-heads", "5"], "--n-kv-heads must divide --n-heads"),
+        (["--model", "gpt2", "--seq", "4096"], "--seq must be <= --max-positions"),
         (["--model", "gpt2", "--formula", "flops.nothing"], "is not a quantity"),
-        (["--d-model", "64"], "without model or hf_config, give vocab, n_layers"),
+        (["--d-model", "64"], "without model or --hf-config, give vocab, --n-layers"),
     ],
 )
 def test_bad_input_is_one_line(capsys, argv, message):
@@ -200,7 +200,7 @@ def test_estimate_prints_a_summary_and_every_quantity_with_full(capsys):
         (["attention", "--batch", "1", "--seq", "4096", "--head-dim", "64", "--tile", "100000"],
          "tile must be at most seq"),
         (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
-          "--global-batch", "64", "--max-tp", "0"], "max_tp must be >= 1 (got 0)"),
+          "--global-batch", "64", "--max-tp", "0"], "--max-tp must be >= 1 (got 0)"),
         (["offload", "--model", "llama3-8b", "--hardware", "h100-sxm", "--top", "-1",
           "--device-budget-gb", "40", "--host-budget-gb", "200"], "top must be >= 1 (got -1)"),
         (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm",
@@ -213,3 +213,19 @@ def test_hostile_layout_questions_get_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_errors_name_the_flags_a_user_types(capsys):
+    """Issue 60's leftover: the CLI's errors named fields as Python does (``n_kv_heads``,
+    ``pp_interleave``); they now name the flags, and leave other words, dotted quantities
+    and names the command has no flag for as they are."""
+    from costmodel.cli import as_flags, make_parser
+
+    assert main(["estimate", "--model", "llama3-8b", "--n-kv-heads", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --n-kv-heads must divide --n-heads (got --n-heads=32, --n-kv-heads=5)" in err
+    estimate = make_parser()._subparsers._group_actions[0].choices["estimate"]
+    said = as_flags("pp * pp_interleave must be <= n_layers; see memory_bytes.peak, "
+                    "made_up_name and the tp all-reduces", estimate)  # fmt: skip
+    assert said == ("--pp * --pp-interleave must be <= --n-layers; see memory_bytes.peak, "
+                    "made_up_name and the tp all-reduces")  # fmt: skip

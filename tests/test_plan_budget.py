@@ -71,8 +71,8 @@ def test_a_budget_row_reproduces_in_estimate(budget_plan, capsys):
     [
         (["--gpus", "8", "--max-gpus", "16"], "not allowed with argument"),
         ([], "one of the arguments --gpus --max-gpus is required"),
-        (["--max-gpus", "0"], "max_gpus must be >= 1"),
-        (["--max-gpus", "-8"], "max_gpus must be >= 1"),
+        (["--max-gpus", "0"], "--max-gpus must be >= 1"),
+        (["--max-gpus", "-8"], "--max-gpus must be >= 1"),
     ],
 )
 def test_a_bad_budget_is_one_line(capsys, extra, words):

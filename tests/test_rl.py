@@ -67,23 +67,23 @@ def test_a_step_whose_training_does_not_fit_says_so_first_and_gives_no_step_time
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--rollout-tp", "3"], "rollout_tp must divide rollout GPUs"),
-        (["--placement", "separate", "--rollout-gpus", "8"], "rollout_gpus must be in [1, 7]"),
-        (["--rollout-gpus", "4"], "rollout_gpus (4) applies to separate pools"),  # was ignored
+        (["--rollout-tp", "3"], "--rollout-tp must divide rollout GPUs"),
+        (["--placement", "separate", "--rollout-gpus", "8"], "--rollout-gpus must be in [1, 7]"),
+        (["--rollout-gpus", "4"], "--rollout-gpus (4) applies to separate pools"),  # was ignored
         (["--rollout-engine", "tgi"], "invalid choice: 'tgi'"),
         (["--prompts", "0"], "prompts must be >= 1"),
         (["--gpus", "1000"], "gpus: the 1000 data-parallel training ranks must divide the 512"),
         (["--gpus", "24", "--rollout-tp", "8"], "gpus: the 24 data-parallel training ranks"),
-        (["--response-sigma", "-1"], "response_sigma"),
-        (["--max-output", "256"], "output (the mean response, 512) must be at most max_output"),
+        (["--response-sigma", "-1"], "--response-sigma"),
+        (["--max-output", "256"], "output (the mean response, 512) must be at most --max-output"),
         (["--minibatches", "3"], "minibatches (3) must divide the 512 sequences"),
-        (["--train-tp", "3"], "train_tp x train_pp (3) must divide the 8 training GPUs"),
-        (["--rollout-memory", "1.5"], "rollout_memory must be <= 1"),
+        (["--train-tp", "3"], "--train-tp x --train-pp (3) must divide the 8 training GPUs"),
+        (["--rollout-memory", "1.5"], "--rollout-memory must be <= 1"),
         (
             ["--response-sigma", "2", "--max-output", "30000", "--rollout-memory", "0.25"],
             "do not fit the engine's cache",
         ),
-        (["--max-output", "900000"], "max_output: context (input + output = 900,256) exceeds"),
+        (["--max-output", "900000"], "--max-output: context (input + output = 900,256) exceeds"),
         (["--output", "90000"], "RoPE scaling by"),
     ],
 )

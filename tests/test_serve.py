@@ -170,7 +170,7 @@ def test_routed_experts_a_decode_step_reads():
                 "--hardware",
                 "a100-80gb",
             ],
-            "kv_dtype nvfp4: a100-80gb has no fp4",
+            "--kv-dtype nvfp4: a100-80gb has no fp4",
         ),
         (["--model", "llama3-8b", "--context", "1000", "--tp", "3"], "tp must divide n_heads"),
         (["--model", "llama3-8b", "--context", "1000", "--tp", "16"], "8 devices per node"),
@@ -185,7 +185,7 @@ def test_routed_experts_a_decode_step_reads():
         ),
         (
             ["--model", "llama3-8b", "--context", "1000", "--memory-utilization", "1.5"],
-            "memory_utilization must be <= 1",
+            "--memory-utilization must be <= 1",
         ),
         (["--model", "xxl", "--input", "10"], "no attention"),
     ],

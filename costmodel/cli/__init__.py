@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import NoReturn
 
@@ -58,5 +59,37 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (ValueError, KeyError, TypeError) as err:
         message = err.args[0] if err.args else str(err)
+        message = as_flags(str(message), _subcommand(parser, args.command))
         print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+_SNAKE = re.compile(r"(?<![\w.`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w.(`])")
+"""A snake_case word standing alone (not a dotted quantity, a call or code in backticks)."""
+_WORD = re.compile(
+    r"(?<![\w.`-])([a-z][a-z0-9]*)(?=\s*\*|\s+x\s|=|\s+must\b)"  # x * ..., x x ..., x=, x must
+    r"|(?<=\* )([a-z][a-z0-9]*)\b|(?<=\bx )([a-z][a-z0-9]*)\b|(?<=divide )([a-z][a-z0-9]*)\b"
+)
+"""A one-word field where a rule names it: a factor of a product, ``got x=``, ``x must``."""
+
+
+def as_flags(message: str, parser: argparse.ArgumentParser | None) -> str:
+    """An error sentence in the command line's words: each snake_case field name that is a
+    flag of ``parser`` becomes that flag (``n_kv_heads`` -> ``--n-kv-heads``); the specs
+    name fields as Python does, which the API and the app keep."""
+    if parser is None:
+        return message
+    flags = {}
+    for action in parser._actions:
+        long = [o for o in action.option_strings if o.startswith("--") and o[2:5] != "no-"]
+        if long:
+            flags.setdefault(action.dest, long[0])
+    message = _SNAKE.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
+    return _WORD.sub(lambda m: flags.get(m.group(m.lastindex), m.group(0)), message)
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(name)
+    return None
