@@ -158,10 +158,11 @@ def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0
         out[f"workload.{name}_s.mean"] = float(values.mean())
         for q in (50, 90, 99):
             out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
-    served = spec.dp * _served(reqs, counted, users)
+    asked = None if users else spec.request_rate / spec.dp
+    served = spec.dp * _served(reqs, counted, users, asked)
     out["workload.requests_per_s"] = served
-    if not users:  # an open loop's arrivals, as the seeded draw made them
-        out["workload.offered_per_s"] = spec.dp * offered(reqs, counted)
+    if not users:  # an open loop: the rate asked (the seeded draw's is near it)
+        out["workload.offered_per_s"] = spec.request_rate
     tokens = served * spec.output
     out.update({"time_s.ttft": out["workload.ttft_s.mean"], "time_s.tpot":
                 out["workload.tpot_s.mean"], "time_s.e2e": out["workload.e2e_s.mean"],
@@ -171,17 +172,29 @@ def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0
     return out
 
 
-def _served(reqs: list[_Request], counted: list[_Request], users: int) -> float:
+KEEPS_UP = 0.97
+"""An open loop keeps up where its requests complete at this share of the rate they
+arrived at in the seeded draw or more (the rest is the draw's noise over the window)."""
+
+
+def _served(
+    reqs: list[_Request], counted: list[_Request], users: int, asked: float | None = None
+) -> float:
     """Requests a replica completes per second in steady state. A closed loop of ``users``:
-    users over the mean end to end (Little's law; no think time). An open loop: the rate
-    its counted requests complete at, first to last, which is the rate offered where the
-    deployment keeps up and its capacity where the queue grows. A burst (every request at
-    once): the requests over the time to the last one done."""
+    users over the mean end to end (Little's law; no think time). An open loop at ``asked``
+    requests/s a replica: that rate where the deployment keeps up (its completions keep
+    pace with the seeded draw's arrivals, whose own rate is only near the one asked: a
+    window of a few hundred Poisson arrivals is off by several percent), else the rate its
+    counted requests complete at, first to last: its capacity, as the queue grows. A burst
+    (every request at once): the requests over the time to the last one done."""
     if users and len(reqs) > users:
         return users / float(np.mean([r.done - r.arrival for r in counted]))
     done = sorted(r.done for r in counted)
     if not users and len(done) > 1 and done[-1] > done[0]:
-        return min((len(done) - 1) / (done[-1] - done[0]), offered(reqs, counted))
+        completing, arriving = (len(done) - 1) / (done[-1] - done[0]), offered(reqs, counted)
+        if asked is not None and completing >= KEEPS_UP * arriving:
+            return asked
+        return min(completing, arriving, asked or math.inf)
     window = done[-1] - min(r.arrival for r in counted)
     return len(counted) / window if window > 0 else math.inf
 
