@@ -178,7 +178,8 @@ def _over_cap(spec: ServeSpec) -> list[str]:
 
 def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstimate) -> str:
     """The first change that fits the user's batch, in this order: a disaggregated
-    deployment's larger prefill tp, an fp8 cache, fp8 weights, more tp within a node (each
+    deployment's larger prefill tp, a mixture-of-experts model's experts over every device
+    of its replicas (ep), an fp8 cache, fp8 weights, more tp within a node (each
     doubling), more tp with an fp8 cache, then both fp8 at the largest tp; else
     the largest batch that fits as asked, or that nothing fits on one node."""
     for change, flags in _changes(model, spec, hw):
@@ -201,6 +202,9 @@ def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[Serv
     while spec.prefill_replicas and degree <= hw.devices_per_node:  # the prefill pool's own
         out.append((replace(spec, prefill_tp=degree), f"--prefill-tp {degree}"))
         degree *= 2
+    devices = spec.tp * spec.dp
+    if model.n_experts and spec.dp > 1 and spec.ep < devices:  # experts over every device
+        out.append((replace(spec, ep=devices), f"--ep {devices}"))
     if fp8_cache and spec.kv_dtype != "fp8":
         out.append((replace(spec, kv_dtype="fp8"), "--kv-dtype fp8"))
     if fp8 and spec.precision != "fp8":

@@ -67,10 +67,12 @@ def main(argv: list[str] | None = None) -> int:
 _SNAKE = re.compile(r"(?<![\w.`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w.(`])")
 """A snake_case word standing alone (not a dotted quantity, a call or code in backticks)."""
 _WORD = re.compile(
-    r"(?<![\w.`-])([a-z][a-z0-9]*)(?=\s*\*|\s+x\s|=|\s+must\b)"  # x * ..., x x ..., x=, x must
+    r"(?<![\w.`-])([a-z][a-z0-9]*)(?=\s*\*|\s+x\s|=|\s+(?:must|needs)\b)"
     r"|(?<=\* )([a-z][a-z0-9]*)\b|(?<=\bx )([a-z][a-z0-9]*)\b|(?<=divide )([a-z][a-z0-9]*)\b"
+    r"|^([a-z][a-z0-9]*)\b(?![.(`])"
 )
-"""A one-word field where a rule names it: a factor of a product, ``got x=``, ``x must``."""
+"""A one-word field where a rule names it: a factor of a product, ``got x=``, ``x must``,
+the sentence's subject."""
 
 
 def as_flags(message: str, parser: argparse.ArgumentParser | None) -> str:

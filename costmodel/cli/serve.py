@@ -49,10 +49,19 @@ def limited_by(v: dict[str, Any]) -> str:
         named = "communication (tp all-reduces, expert dispatch and combine)"
     how = f", {bound[part]}-bound" if part in bound else ""
     kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
+    held = v.get("workload.in_flight")
+    load = "" if held is None else f" at the mean {held:,} in flight a replica"
     return (
-        f"{what}: {named}{how} ({parts[part] / t['total']:.0%} of a step); its "
+        f"{what}{load}: {named}{how} ({parts[part] / t['total']:.0%} of a step); its "
         f"bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
     )
+
+
+def _how_many(most: int) -> str:
+    """How many sequences fit a replica, in words (none: not even one's cache)."""
+    if most < 1:
+        return "not one sequence's cache fits beside the weights"
+    return f"up to {most:,} sequence{'s' * (most != 1)} fit"
 
 
 def _rows(
@@ -65,7 +74,7 @@ def _rows(
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
-            f"per device; up to {v['max_batch']:,} sequences fit{nearest}",
+            f"per device; {_how_many(v['max_batch'])}{nearest}",
         ),
         *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),

@@ -370,7 +370,12 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         out.update(disaggregated.pools(model, spec, hw, out, serve, spec.token_budget))
     rate = prompt_attention_rate(spec, hw)
     if spec.simulated:  # request by request: its means are the answer's times
-        out.update(queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests))
+        sim = queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests)
+        # its step as the load holds it: the mean in flight a replica (Little's law)
+        held = sim["workload.requests_per_s"] / spec.dp * sim["time_s.e2e"]
+        held = max(1, min(spec.batch, round(held)))
+        out.update(_times(model, replace(spec, batch=held), hw, vals))
+        out.update(sim, **{"workload.in_flight": held})
     elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
