@@ -155,8 +155,9 @@ def sweep(
     default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch)
     sets grad_accum (with ``gpus``, 1 unless grad_accum is given, as the CLI). Returns a
     :class:`Table`: every input given (with the dp, fsdp and micro-batch that gpus gave),
-    then every quantity, as arrays of the grid's shape (``.frame()`` for pandas,
-    ``costmodel.table(result)`` for either)."""
+    then every quantity, as arrays of the grid's shape, and with a device ``fits`` (the fit
+    rule of ``estimate``'s verdict: a row's times are what it would take if it fitted)
+    (``.frame()`` for pandas, ``costmodel.table(result)`` for either)."""
     grid = dict(overrides)
     _check_broadcast({**grid, **({"gpus": gpus} if gpus is not None else {})})
     if gpus is not None:
@@ -170,6 +171,9 @@ def sweep(
             microbatch = _one_sequence(grid)
     if microbatch is not None:
         grid["micro_batch"] = microbatch
+    asked = None if quantities is None else list(quantities)
+    if asked is not None and hardware is not None and PEAK not in asked:
+        quantities = [*asked, PEAK]  # the fit rule's input: every row says whether it fits
     out = _sweep.sweep(model, hardware=hardware, quantities=quantities, **grid)
     inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
     if microbatch is not None:
@@ -180,11 +184,16 @@ def sweep(
     if hardware is not None and PEAK in out:  # the fit rule, as estimate's verdict
         hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
         out["fits"] = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
+        if asked is not None and PEAK not in asked:
+            del out[PEAK]
     return Table({**cols, **out})
 
 
 def _check_broadcast(grid: dict[str, Any]) -> None:
     """Arrays of the grid numpy can broadcast together, or one line naming two that do not."""
+    empty = next((k for k, v in grid.items() if np.ndim(v) and np.size(v) == 0), None)
+    if empty is not None:
+        raise SpecError(empty, f"{empty} is an empty list: give at least one value")
     shaped = [(k, np.shape(v)) for k, v in grid.items() if np.ndim(v)]
     try:
         np.broadcast_shapes(*(shape for _, shape in shaped))

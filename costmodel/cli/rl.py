@@ -7,7 +7,7 @@ import argparse
 import json
 
 from costmodel.catalog.hardware import HARDWARE
-from costmodel.catalog.presets import PRESETS
+from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
 from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -54,16 +54,26 @@ def _assumptions(spec: RLSpec, out: dict) -> str:
             "bf16 weights synced")  # fmt: skip
 
 
+DEFAULT_HARDWARE = "h100-sxm"
+"""The device ``rl`` prices on where ``--hardware`` is not given (said in its header)."""
+
+
+def _moe(model: str) -> bool:
+    return get_model(model).n_experts > 0
+
+
 def _cmd_rl(args: argparse.Namespace) -> int:
     spec = _spec(args)
-    out = rl_step(args.model, spec, args.hardware)
+    hardware = args.hardware or DEFAULT_HARDWARE
+    out = rl_step(args.model, spec, hardware)
     if args.json:
         verdict = {"fits": bool(out["rl.train_fits"])}
-        print(json.dumps({"model": args.model, "hardware": args.hardware, "verdict": verdict,
+        print(json.dumps({"model": args.model, "hardware": hardware, "verdict": verdict,
                           **out}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]
-    print(f"{args.model} on {args.gpus} x {args.hardware} ({spec.placement}): "
+    said = " (the default --hardware)" * (args.hardware is None)
+    print(f"{args.model} on {args.gpus} x {hardware}{said} ({spec.placement}): "
           f"{spec.prompts} prompts x {spec.samples} samples of {spec.input:,} + "
           f"{spec.output:,} tokens")  # fmt: skip
     rows = [
@@ -80,8 +90,10 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     if not out["rl.train_fits"]:  # no step time for a step that does not fit (as estimate)
         print(f"  verdict: does NOT fit: training peaks at {fmt_bytes(out['rl.train_peak_bytes'])}"
-              f" a GPU, more than {args.hardware} holds: train on more GPUs (--gpus), or split "
-              "the model further (--train-tp, --train-pp)")  # fmt: skip
+              f" a GPU, over the {fmt_bytes(out['rl.train_budget_bytes'])} the fit rule allows "
+              f"on {hardware} (0.9 of its memory): train on more GPUs (--gpus), or split the "
+              f"model further (--train-tp, --train-pp"
+              f"{', --train-ep' * _moe(args.model)})")  # fmt: skip
         print(f"  assumptions: {_assumptions(spec, out)}")
         print("  step: none: training does not fit")
         return 0
@@ -99,7 +111,8 @@ def _cmd_rl(args: argparse.Namespace) -> int:
 def add_rl(sub, int_arg) -> None:
     p = sub.add_parser("rl", help="one RL step: generation, scoring, training, weight sync")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
-    p.add_argument("--hardware", default="h100-sxm", help=f"{', '.join(HARDWARE)} or .json")
+    p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "
+                   f"{DEFAULT_HARDWARE})")  # fmt: skip
     p.add_argument("--gpus", type=int_arg, required=True, help="GPUs of the step (generation "
                    "and training)")  # fmt: skip
     p.add_argument("--prompts", type=int_arg, required=True, help="prompts per step")

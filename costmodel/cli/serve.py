@@ -172,10 +172,14 @@ def _load(spec: ServeSpec, est: Any, lengths_: str) -> str:
     return f"{spec.batch:,} x {lengths_}{per}"
 
 
+DEFAULT_HARDWARE = "h100-sxm"
+"""The device ``serve`` prices on where ``--hardware`` is not given (said in its header)."""
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     spec = spec_of({k: getattr(args, k, None) for k in SERVE_INPUTS})
     inp, out = spec.input, spec.output
-    model, hw = get_model(args.model), get_hardware(args.hardware)
+    model, hw = get_model(args.model), get_hardware(args.hardware or DEFAULT_HARDWARE)
     ans = answer(model, spec, hw)
     est = ans.estimate
     output_defaulted = args.output is None and (args.context is None or args.input is None)
@@ -195,7 +199,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     stages = f", pp {spec.pp}" * (spec.pp > 1)
     lengths_ = f"({inp:,} in + {out:,} out)"
     load = _load(spec, est, lengths_)
-    print(f"{model.name} on {spec.gpus} x {hw.name} (tp {spec.tp}{stages}, dp {spec.dp}{pools}): "
+    said = " (the default --hardware)" * (args.hardware is None)
+    print(f"{model.name} on {spec.gpus} x {hw.name}{said} (tp {spec.tp}{stages}, dp {spec.dp}"
+          f"{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
     rows = _rows(ans, spec, defaulted, unit)
@@ -210,7 +216,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def add_serve(sub, int_arg) -> None:
     p = sub.add_parser("serve", help="serving: KV cache, memory, TTFT, TPOT, throughput")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
-    p.add_argument("--hardware", default="h100-sxm", help=f"{', '.join(HARDWARE)} or .json")
+    p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "
+                   f"{DEFAULT_HARDWARE})")  # fmt: skip
     p.add_argument("--context", type=int_arg, help="tokens a sequence holds at its end")
     p.add_argument("--input", type=int_arg, help="prompt tokens per request")
     p.add_argument("--output", type=int_arg, help=f"generated tokens (default {DEFAULT_OUTPUT})")

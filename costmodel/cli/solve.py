@@ -67,23 +67,29 @@ def _layout_only(args: argparse.Namespace) -> ParallelSpec:
     return par
 
 
+BOUNDS_HARDWARE = "tpu-v5p"
+"""The device ``bounds`` answers for where ``--hardware`` is not given: the book's TPU."""
+
+
 def _cmd_bounds(args: argparse.Namespace) -> int:
     model, train = build_model_only(args)
     report = bounds_report(
         model,
         _layout_only(args),
-        get_hardware(args.hardware),
+        get_hardware(args.hardware or BOUNDS_HARDWARE),
         precision=train.precision,
         forward_only=args.forward_only,
         peak_flops=args.peak_flops,
         bandwidth=args.bandwidth,
     )
     if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
+        hardware = args.hardware or BOUNDS_HARDWARE
+        print(json.dumps({"hardware": hardware, **report}, indent=2, allow_nan=False))
         return 0
     for warning in report.pop("warnings"):
         print(f"warning: {warning}")
-    print(format_rows(bounds_rows(report, args.hardware)))
+    said = f"{BOUNDS_HARDWARE} (the default --hardware: the Scaling Book's chip)"
+    print(format_rows(bounds_rows(report, args.hardware or said)))
     return 0
 
 
@@ -198,7 +204,7 @@ def add_bounds_and_solve(sub: Any) -> None:
         "bounds", help="batch at which training is compute-bound (Scaling Book ch. 5)"
     )
     add_model_args(bnd)
-    add_layout_args(bnd, hardware_default="tpu-v5p")
+    add_layout_args(bnd)
     bnd.add_argument("--forward-only", action="store_true")
     bnd.add_argument("--peak-flops", type=float, help="override C (FLOP/s)")
     bnd.add_argument("--bandwidth", type=float, help="override W per axis (bytes/s)")

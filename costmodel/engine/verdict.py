@@ -128,7 +128,8 @@ def peak_named(train: TrainSpec, hardware: Hardware) -> tuple[str, float]:
     """The peak MFU is against, named: (``bf16 dense peak 989 TFLOP/s``, FLOP/s)."""
     dtype = PRECISIONS[train.precision].peak_dtype
     flops = hardware.peak(dtype)
-    return f"{dtype} dense peak {flops / 1e12:,.0f} TFLOP/s", flops
+    rate = f"{flops / 1e12:,.0f} TFLOP/s" if flops >= 1e13 else f"{flops / 1e9:,.0f} GFLOP/s"
+    return f"{dtype} dense peak {rate}", flops
 
 
 def verdict(

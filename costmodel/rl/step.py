@@ -121,6 +121,7 @@ def rl_step(model_name: str, spec: RLSpec, hardware: str) -> dict[str, Any]:
         "rl.step_s": step, "rl.generation_share": out["rl.generation_s"] / step,
         "rl.train_gpus": train_gpus, "rl.rollout_gpus": gen_gpus,
         "rl.train_fits": fits(est.values, budget_bytes(hw)),
+        "rl.train_budget_bytes": budget_bytes(hw),
         "rl.train_peak_bytes": est["memory_bytes_per_device.peak"],
         "rl.train_micro_batch": est.train.batch // est.parallel.batch_step(est.train.grad_accum),
         "rl.tokens_per_s": spec.prompts * spec.samples
