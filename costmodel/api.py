@@ -32,7 +32,7 @@ from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
 from costmodel.engine import sweep as _sweep
 from costmodel.engine.estimate import Estimate
-from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, fits
+from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, budget_from, fits
 from costmodel.engine.sweep import Table
 from costmodel.frameworks.registry import trait
 from costmodel.inputs import build, default_batch
@@ -289,20 +289,6 @@ def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
         sys.stderr.write("\n")
 
 
-def _budget(budget_gb: float | None, budget_gib: float | None) -> float | None:
-    """Bytes from ``budget_gb`` (1e9) or ``budget_gib`` (2^30), as ``solve --budget-gb``."""
-    if budget_gb is not None and budget_gib is not None:
-        raise SpecError("budget_gb", "give budget_gb or budget_gib, not both")
-    for name, value, unit in (("budget_gb", budget_gb, GB), ("budget_gib", budget_gib, GIB)):
-        if value is not None:
-            checks.number(name, value)
-            if value > 1e6:
-                raise SpecError(name, f"{name} is in {'GB' if unit == GB else 'GiB'}, "
-                                f"not bytes (got {value:g})")  # fmt: skip
-            return value * unit
-    return None
-
-
 def max_batch(
     model: str | ModelSpec,
     *,
@@ -334,7 +320,7 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     setup = build(values, spec, solving=field)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
-    budget = _budget(budget_gb, budget_gib)
+    budget = budget_from(budget_gb, budget_gib)
     return inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                                field, budget, headroom)  # fmt: skip
 
@@ -356,7 +342,7 @@ def min_fsdp(
     setup = build(values, spec)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")
-    budget = _budget(budget_gb, budget_gib)
+    budget = budget_from(budget_gb, budget_gib)
     out = inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                                    budget, headroom=memory_headroom)  # fmt: skip
     if out["fsdp"] is None:

@@ -252,3 +252,24 @@ def test_plan_takes_one_framework_by_estimates_name():
     p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096,
                        framework="fsdp2", progress=False)  # fmt: skip
     assert set(p.table(5)["framework"]) == {"fsdp2"}
+
+
+def test_notebook_answers_say_what_the_cli_says():
+    """Issue 60's probe: a sweep of a few quantities had no ``fits`` column (step times of
+    layouts 3x over the budget read as real), ``sweep(seq=[])`` was an IndexError, a Table
+    printed as a dict of arrays, and ``max_seq`` gave a length past the model's positions
+    without the CLI's note or what it held fixed."""
+    table = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64,
+                            framework="fsdp2", seq=[8192, 32768],
+                            quantities=["time_s.step"])  # fmt: skip
+    assert list(table["fits"]) == [True, False]
+    assert "memory_bytes_per_device.peak" not in table  # asked for the step only
+    assert repr(table).startswith("Table of 2 rows x 9 columns\n")
+    assert "time_s.step" in repr(table).splitlines()[1]
+    with pytest.raises(cm.SpecError, match="seq is an empty list"):
+        cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, seq=[])
+    longest = cm.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, fsdp=8, batch=8)
+    assert longest["seq"] > 8192 and "past llama3-8b's 8,192 trained positions" in longest["note"]
+    assert longest["assumed"].startswith("batch 8, micro-batch 1 per device x grad-accum 1")
+    with pytest.raises(cm.SpecError, match="budget_gb is in GB, not bytes"):
+        cm.max_batch("llama3-8b", hardware="h100-sxm", budget_gb=1e308)

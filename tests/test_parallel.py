@@ -372,7 +372,7 @@ def test_cli_layout_errors(capsys):
         main(["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "6", "--tp", "4"])
         == 2
     )
-    assert "must divide gpus" in capsys.readouterr().err
+    assert "must divide --gpus" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("attention", ["naive", "flash"])
@@ -425,12 +425,12 @@ def test_zero3_gathers_two_layers_or_the_stage(pp, in_flight):
 def test_max_seq_says_when_it_stops_at_its_limit(capsys):
     """Found by a new user: solve max-seq returned 2^24 without a word when more fits."""
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
-                 "--budget-gb", "1e9"]) == 0  # fmt: skip
+                 "--budget-gb", "1e6"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith("answer   seq 16,777,216: the largest whose per-device peak fits")
     assert "seq reached the search limit, 16,777,216" in out
     assert main(["solve", "max-seq", "--model", "gpt2", "--hardware", "h100-sxm",
-                 "--budget-gb", "1e9", "--json"]) == 0  # fmt: skip
+                 "--budget-gb", "1e6", "--json"]) == 0  # fmt: skip
     result = json.loads(capsys.readouterr().out)
     assert result["seq"] == 1024 and "1,024 learned positions" in result["limited_by"]
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",

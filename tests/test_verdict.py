@@ -76,9 +76,9 @@ def test_every_published_run_fits_by_the_rule():
 def test_bad_headroom_names_its_field(capsys):
     code, _, err = run(capsys, "estimate", "--model", "gpt2", "--hardware", "h100-sxm",
                        "--memory-headroom", "1.5")  # fmt: skip
-    assert code == 2 and "memory_headroom must be <= 1 (got 1.5)" in err
+    assert code == 2 and "--memory-headroom must be <= 1 (got 1.5)" in err
     code, _, err = run(capsys, "estimate", "--model", "gpt2", "--memory-headroom", "0.8")
-    assert code == 2 and "memory_headroom needs --hardware" in err
+    assert code == 2 and "--memory-headroom needs --hardware" in err
 
 
 @pytest.fixture(scope="module")

@@ -20,25 +20,18 @@ from costmodel.cli.args import (
 from costmodel.cli.estimate import format_rows, verdict_rows
 from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
-from costmodel.engine.fit import budget_bytes, check_headroom
+from costmodel.engine.fit import budget_bytes, budget_from, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
 from costmodel.engine.verdict import verdict
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.units import GB, GIB
+from costmodel.units import GB
 
 
 def _budget(args: argparse.Namespace) -> float | None:
-    if args.budget_gb is not None and args.budget_gib is not None:
-        raise SpecError("budget", "give --budget-gb or --budget-gib, not both")
-    for field, unit in (("budget_gb", GB), ("budget_gib", GIB)):
-        value = getattr(args, field)
-        if value is not None:
-            checks.number(field, value)
-            return value * unit
-    return None
+    return budget_from(args.budget_gb, args.budget_gib)
 
 
 def _print(result: dict, as_json: bool, rows: list[tuple[str, str]]) -> None:
@@ -112,13 +105,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
         found = max_fitting(setup.model, setup.train, setup.parallel, setup.hardware, field,
                             _budget(args), args.memory_headroom)  # fmt: skip
-        result = {**found, "assumed": _assumed(setup, field)}
-        positions = setup.model.max_positions
-        if field == "seq" and (result["seq"] or 0) > positions:
-            result["note"] = (f"{result['seq']:,} tokens is past {setup.model.name}'s "
-                              f"{positions:,} trained positions: memory allows it, the model "
-                              "needs position scaling (e.g. YaRN) or long-context training "
-                              "for it")  # fmt: skip
+        result = dict(found)
         if result[field] is not None:
             train = setup.train.replace(**{field: result[field]})
             at = estimate(setup.model, train, setup.parallel, setup.hardware)
@@ -184,19 +171,6 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
                f"{train.precision}, recompute {train.recompute}")  # fmt: skip
     return {"answer": {**book, "assumed": assumed}, **result}
-
-
-def _assumed(setup: Any, field: str) -> str:
-    """What a max-batch / max-seq answer holds fixed, in words."""
-    t, p = setup.train, setup.parallel
-    micro = t.batch // p.batch_step(t.grad_accum)
-    if field == "batch":  # the micro-batch is what grows
-        held = f"seq {t.seq}, grad-accum {t.grad_accum} (the micro-batch per device grows)"
-    else:
-        held = f"batch {t.batch}, micro-batch {micro} per device x grad-accum {t.grad_accum}"
-    return (f"{held}, framework "
-            f"{p.framework}, dp {p.dp}, fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, "
-            f"recompute {t.recompute}, {t.precision}")  # fmt: skip
 
 
 def add_bounds_and_solve(sub: Any) -> None:

@@ -173,3 +173,19 @@ def judge(
         budget_bytes=allowed,
         headroom=None if budget is not None else (headroom or DEFAULT_HEADROOM),
     )
+
+
+def budget_from(budget_gb: float | None, budget_gib: float | None) -> float | None:
+    """Bytes of a budget given in GB (1e9 bytes) or GiB (2^30), one of them (``solve
+    --budget-gb``, the API's ``budget_gb``); None where neither is given. A figure above
+    a million is refused as bytes given where GB were meant."""
+    if budget_gb is not None and budget_gib is not None:
+        raise SpecError("budget_gb", "give budget_gb or budget_gib, not both")
+    for name, value, unit, said in (("budget_gb", budget_gb, 1e9, "GB"),
+                                    ("budget_gib", budget_gib, 2**30, "GiB")):  # fmt: skip
+        if value is not None:
+            checks.number(name, value)
+            if value > 1e6:
+                raise SpecError(name, f"{name} is in {said}, not bytes (got {value:g})")
+            return value * unit
+    return None

@@ -78,12 +78,30 @@ def max_fitting(
     if best is None:  # the smallest value the layout allows does not fit: say so
         smallest = estimate(model, train.replace(**{field: step}), parallel, hardware)
         out["reason"] = f"even {field} {step:,} {smallest.fit(headroom, budget).sentence()}"
+    if field == "seq" and not learned and best is not None and best > model.max_positions:
+        out["note"] = (f"{best:,} tokens is past {model.name}'s {model.max_positions:,} "
+                       "trained positions: memory allows it, the model needs position scaling "
+                       "(e.g. YaRN) or long-context training for it")  # fmt: skip
+    out["assumed"] = held_fixed(train, parallel, field)
     if best == top:
         bound = (
             f"the model's {limit:,} learned positions" if learned else f"the search limit, {top:,}"
         )
         out["limited_by"] = f"{field} reached {bound}, not the budget: more may fit"
     return out
+
+
+def held_fixed(train: TrainSpec, parallel: ParallelSpec, field: str) -> str:
+    """What a max-batch / max-seq answer holds fixed, in words."""
+    t, p = train, parallel
+    micro = t.batch // p.batch_step(t.grad_accum)
+    if field == "batch":  # the micro-batch is what grows
+        held = f"seq {t.seq}, grad-accum {t.grad_accum} (the micro-batch per device grows)"
+    else:
+        held = f"batch {t.batch}, micro-batch {micro} per device x grad-accum {t.grad_accum}"
+    return (f"{held}, framework "
+            f"{p.framework}, dp {p.dp}, fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, "
+            f"recompute {t.recompute}, {t.precision}")  # fmt: skip
 
 
 def min_fsdp_fitting(

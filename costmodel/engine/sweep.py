@@ -75,6 +75,20 @@ def _as_grid(name: str, value: Any) -> np.ndarray:
     return arr
 
 
+REPR_ROWS = 10
+"""Rows a Table's repr shows."""
+REPR_COLUMNS = 12
+"""Columns a Table's repr shows at most: beyond, :data:`REPR_PREFERRED` (a plan's rows)."""
+REPR_PREFERRED = ("rank", "gpus", "label", "time_s.step", "tokens_per_s", "mfu",
+                  "memory_bytes_per_device.peak", "fits", "limit")  # fmt: skip
+
+
+def _cell(x: Any) -> str:
+    if isinstance(x, float | np.floating):
+        return f"{x:.4g}"
+    return str(x)
+
+
 class Table(dict):
     """Numpy arrays of one shape by name (a grid's inputs and quantities); :meth:`columns`
     flattens them, :meth:`frame` makes a pandas DataFrame (one row per grid point)."""
@@ -82,6 +96,23 @@ class Table(dict):
     def columns(self) -> dict[str, np.ndarray]:
         """Every array flattened to one column (the rows of the grid, C order)."""
         return {k: np.asarray(v).ravel() for k, v in self.items()}
+
+    def __repr__(self) -> str:
+        """The first rows as text, one column per name (numbers to 4 significant digits)."""
+        cols = self.columns()
+        rows, every = len(next(iter(cols.values()), ())), len(cols)
+        if every > REPR_COLUMNS:  # a plan's rows: what ranks them first
+            cols = {k: cols[k] for k in REPR_PREFERRED if k in cols} or dict(
+                list(cols.items())[:REPR_COLUMNS]
+            )
+        shown = {k: [_cell(x) for x in v[:REPR_ROWS]] for k, v in cols.items()}
+        widths = {k: max(len(k), *(len(c) for c in v), 1) for k, v in shown.items()}
+        lines = ["  ".join(k.rjust(widths[k]) for k in shown)]
+        for i in range(min(rows, REPR_ROWS)):
+            lines.append("  ".join(shown[k][i].rjust(widths[k]) for k in shown))
+        more = f"\n... {rows - REPR_ROWS:,} more rows (.frame() or .columns())" * (rows > REPR_ROWS)
+        some = f" ({len(cols)} shown; .frame() or .columns() for all)" * (every > len(cols))
+        return f"Table of {rows:,} rows x {every} columns{some}\n" + "\n".join(lines) + more
 
     def frame(self) -> Any:
         """The columns as a pandas DataFrame (pandas is optional: ``pip install pandas``)."""
