@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from costmodel import ModelSpec, ParallelSpec, TrainSpec, estimate, get_hardware, sweep
-from costmodel.cli import main
+from costmodel.cli import as_flags, main, make_parser
 from costmodel.engine.plan import evaluate_layout
 from costmodel.frameworks.registry import trait
 from costmodel.specs.checks import SpecError
@@ -37,6 +37,9 @@ RTOL = 1e-12
 MODEL_KINDS = ("mha", "gqa", "gpt", "moe", "mla", "window")
 FLAGS = ("zero", "sequence_parallel", "grad_reduce_fp32", "async_tp", "reshard_after_forward",
          "ep_overlap")  # fmt: skip
+
+ESTIMATE = make_parser()._subparsers._group_actions[0].choices["estimate"]
+"""The estimate command's parser (its flags name the fields in its errors)."""
 
 
 def _structures(rng: np.random.Generator, n: int = 24) -> list[dict[str, Any]]:
@@ -267,4 +270,5 @@ def test_invalid_configurations_are_refused_alike(configs):
         want = (err.field, str(err))
         for entry in (via_sweep, via_plan):
             assert _refusal(entry, config) == want, (entry.__name__, config)
-        assert _refusal(via_cli, config) == ("cli", str(err)), config
+        flags = as_flags(str(err), ESTIMATE)  # the CLI names flags where the API names fields
+        assert _refusal(via_cli, config) == ("cli", flags), config

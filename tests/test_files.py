@@ -28,7 +28,7 @@ def test_a_fifo_is_refused_not_read(capsys, fifo, flag, field):
     argv = ["estimate", flag, str(fifo)] + (["--model", "gpt2"] if flag == "--hardware" else [])
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"{field}: {fifo} is not a regular file" in err and err.count("\n") == 1
+    assert f"{flag}: {fifo} is not a regular file" in err and err.count("\n") == 1
 
 
 def test_a_device_is_refused_not_read(capsys):

@@ -17,6 +17,8 @@ from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, 
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
 from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
 from costmodel.cli.timeline import timeline_path, write_timeline
+from costmodel.engine.caveats import caveats
+from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.nearest import stated_layout
@@ -262,7 +264,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
                "enumerated": result.enumerated, "valid": result.valid,
                "skipped_counts": list(result.skipped),
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
-               "seconds": s.seconds, "top": rows}  # fmt: skip
+               "seconds": s.seconds, "top": rows, "caveats": best_caveats(result)}  # fmt: skip
         if not rows:
             out["no_fit"] = no_fit_text(result, hints=nearest is None)
             out["nearest_fit"] = nearest
@@ -302,6 +304,16 @@ def _nearest_text(row: dict | None) -> str:
             f"  {row['estimate_command']}")  # fmt: skip
 
 
+def best_caveats(result: Plan) -> list[str]:
+    """What ``estimate`` cautions of the best layout (``costmodel.engine.caveats``)."""
+    if not len(result.order):
+        return []
+    best = int(result.order[0])
+    est = estimate(result.model, result.train_spec(best), result.parallel_spec(best),
+                   result.hardware)  # fmt: skip
+    return caveats(est)
+
+
 def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | None) -> None:
     print(_table(result, rows, seconds, max_gpus))
     if len(rows) > 1:
@@ -312,6 +324,8 @@ def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | 
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0])}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
+    for text in best_caveats(result):
+        print(f"  caveat: {text}")
     print("\neach row as estimate computes it:")
     print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
 
