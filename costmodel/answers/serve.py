@@ -316,8 +316,9 @@ def _arrival(spec: ServeSpec) -> str:
         load = (f"requests arrive at random (Poisson) at {spec.request_rate:g}/s"
                 if spec.request_rate is not None else
                 f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
+        other = "; --arrival continuous: the mean steady state" * (spec.request_rate is not None)
         return (f"{load}, {spec.requests:,} simulated one by one through continuous batching "
-                "(queueing included; --arrival continuous: the mean steady state)")  # fmt: skip
+                f"(queueing included{other})")  # fmt: skip
     if spec.request_rate:
         return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
                 f"{spec.batch} in flight a replica; mean steady state, no queueing of random "

@@ -234,9 +234,10 @@ def add_serve(sub, int_arg) -> None:
                    "of tp x pp each")  # fmt: skip
     p.add_argument("--arrival", choices=ARRIVALS, help="together (the default): the "
                    "batch's prompts prefilled at once, then decoded (a static batch); "
-                   "continuous (the default with --concurrency): a continuously batched "
-                   "engine, prompts chunked into the decode iterations (without a rate or "
-                   "users: kept full, steady state); poisson (the default with "
+                   "continuous: a continuously batched engine, prompts chunked into the "
+                   "decode iterations (alone: kept full, steady state; with --request-rate: "
+                   "its mean steady state; --concurrency is always simulated); poisson (the "
+                   "default with "
                    "--request-rate): random arrivals, simulated")  # fmt: skip
     p.add_argument("--request-rate", type=float, help="requests/s arriving at the deployment "
                    "(over --dp): by default at random (Poisson), simulated request by request "
