@@ -60,6 +60,13 @@ def budget_cost(
     return out
 
 
+RANKED_BY = {"time": "time (the most tokens/s)",
+             "cost": "cost (the fewest device-seconds per token; dollars with a price and a "
+                     "--token-budget)",
+             "tokens-per-gpu": "tokens/s per GPU", "mfu": "MFU"}  # fmt: skip
+"""How a plan's header says what ranks its rows (``--objective``)."""
+
+
 def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | None) -> str:
     hw, width = p.hardware, max([58, *(len(layout_label(r)) for r in rows)])
     varied = [k for k in ("gpus", "batch") if len(set(p.columns[k].tolist())) > 1]
@@ -70,7 +77,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid evaluated, "
         f"{int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
-        f"searched in {seconds:.2f} s",
+        f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
         f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",

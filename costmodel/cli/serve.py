@@ -19,6 +19,7 @@ from costmodel.answers.serve import (
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.serving.queueing import overloaded
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
@@ -69,6 +70,10 @@ def _rows(
 ) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = "fits" if ans.fits else "does NOT fit"
+    per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
+    if ans.fits and overloaded(spec, v):
+        fit = (f"fits, but OVERLOADED ({v['workload.requests_per_s']:.3g} of "
+               f"{spec.request_rate:g} requests/s served)")  # fmt: skip
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
     memory = [
         (
@@ -79,8 +84,8 @@ def _rows(
         *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),
         *[("caveat", text) for text in ans.caveats],
-        ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"])),
-        ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"])),
+        ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"]) + per_device),
+        ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"]) + per_device),
         ("weights", fmt_bytes(v[mem + "weights"])),
         ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
         ("workspace", fmt_bytes(v[mem + "workspace"])),

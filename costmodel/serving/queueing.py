@@ -211,6 +211,13 @@ def users_of(spec: ServeSpec) -> int:
     return max(1, math.ceil((spec.concurrency or 0) / spec.dp))
 
 
+def overloaded(spec: ServeSpec, out: dict[str, Any]) -> bool:
+    """Whether an open loop is offered more than it serves (under 0.9 of the rate)."""
+    if spec.request_rate is None or "workload.offered_per_s" not in out:
+        return False
+    return out["workload.requests_per_s"] < 0.9 * out["workload.offered_per_s"]
+
+
 def note(spec: ServeSpec, out: dict[str, Any]) -> str:
     """What a simulated workload was, in words, and where its figures are not a steady
     state: an offered rate above what the deployment serves (its queue grows without bound,
@@ -226,7 +233,7 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
         "iteration's mean cache (seed 0: the same question, the same numbers)"
     )
     served = out["workload.requests_per_s"]
-    if spec.request_rate is not None and served < 0.9 * out["workload.offered_per_s"]:
+    if overloaded(spec, out):
         text += (f"; OVERLOADED: {spec.request_rate:g} requests/s offered, "
                  f"{served:.3g} served: the queue grows without bound, so TTFT grows with "
                  "--requests; lower --request-rate or add replicas (--dp)")  # fmt: skip
