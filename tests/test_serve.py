@@ -210,7 +210,9 @@ def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
     """validate/published/serving_runs.json: every run stated; 9.5 % median |error| over
     the 343 runs with the GPUs' efficiency.decode, serve_matmul and serve_layer_s (30.0 %
     without), a roofline per kernel (15.1 % with one over each phase); TensorRT-LLM v1.0's
-    60 FP8 runs, 55 of them never used for the fit, 5.7 %."""
+    60 FP8 runs, 55 of them never used for the fit, 6.4 % (5.7 % while the H200 held
+    141 GB, not the 141 GiB it reports: a larger cache on one H200 moved its long-output
+    runs from slow to fast)."""
     from validate.published import serving
 
     runs = json.loads(serving.RUNS.read_text())["runs"]
@@ -220,7 +222,7 @@ def test_published_serving_runs_are_all_stated_and_predicted(tmp_path, capsys):
     errors = sorted(abs(r["rel_err"]) for r in results)
     assert errors[len(errors) // 2] < 0.097
     v1 = sorted(abs(r["rel_err"]) for r in results if r["source"].endswith("v1.0"))
-    assert len(v1) == 60 and statistics.median(v1) < 0.06
+    assert len(v1) == 60 and statistics.median(v1) < 0.065
     assert serving.main(["--out", str(tmp_path)]) == 0
     assert "all" in capsys.readouterr().out
     assert (tmp_path / "serving.svg").read_text().startswith("<svg")
@@ -283,7 +285,7 @@ def test_a_fused_engine_on_an_accelerator_costs_no_host_time_per_kernel():
 def test_the_runs_no_fit_used_are_all_stated_and_their_error_is_the_documented_one():
     """validate/published/serving_holdout.json (docs/serving.md): 176 runs of documents no
     fit used, every one expressible (closed loops, latency medians, request bursts), at the
-    15.2 % median |error| the docs quote; nothing in the file is fitted."""
+    14.7 % median |error| the docs quote; nothing in the file is fitted."""
     from validate.published import serving
 
     path = serving.RUNS.with_name("serving_holdout.json")
@@ -291,7 +293,7 @@ def test_the_runs_no_fit_used_are_all_stated_and_their_error_is_the_documented_o
     assert len(results) == 176 and all(r["rel_err"] is not None for r in results)
     assert len({r["source"] for r in results}) == 7
     median = statistics.median(abs(r["rel_err"]) for r in results)
-    assert median == pytest.approx(0.152, abs=0.005)
+    assert median == pytest.approx(0.147, abs=0.005)
 
 
 def test_serve_json_says_what_it_priced(capsys):
