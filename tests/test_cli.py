@@ -103,7 +103,11 @@ def test_human_table_says_which_gigabytes(capsys):
 def test_formula_prints_pretty_and_latex(capsys):
     assert main(["estimate", "--model", "cs336-small", "--formula", "params.attn_k"]) == 0
     text = capsys.readouterr().out
-    assert "LaTeX: D K L d_{h}" in text and "value: 7077888" in text
+    assert "LaTeX: D K L d_{h}" in text and "value: 7,077,888" in text
+    assert (
+        main(["estimate", "--model", "cs336-small", "--formula", "memory_bytes.activations"]) == 0
+    )
+    assert "\nvalue: 537,382,916 B = 512.49 MiB (537.38 MB)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -170,9 +170,32 @@ def fitted() -> dict[str, Fitted]:
         raise SpecError("fitted", f"{where}: bad record ({err})") from None
 
 
+AXIS_WORDS = {
+    "clock ratio": ("the clock a 500 W cap leaves, of the SXM5's", ""),
+    "efficiency.network": ("achieved share of the NIC line rate", ""),
+    "allocator_reserve": ("allocator reserve", " reserved bytes per allocated byte"),
+    "host seconds per launch (x86 host)": ("host time per kernel launch", " s"),
+    "efficiency.matmul": ("achieved share of peak in GEMMs", ""),
+    "efficiency.attention": ("achieved share of peak in attention", ""),
+    "efficiency.decode": ("achieved share of HBM bandwidth in decode", ""),
+    "serve_matmul ratio": ("serving GEMMs' share of the training GEMM efficiency", ""),
+    "serve_layer_s": ("serving overhead per layer per step", " s"),
+}
+"""How a fitted axis reads in words, and its unit (``costmodel hardware NAME``)."""
+
+
 def _values_text(record: Fitted) -> str:
-    """The record's fitted values by axis, e.g. ``efficiency.network 0.8``."""
-    return ", ".join(f"{axis.name} {axis.value:.4g}" for axis in record.axes)
+    """The record's fitted values by axis, in words with units, e.g. ``achieved share of
+    the NIC line rate 0.8 (efficiency.network)``."""
+    said = []
+    for axis in record.axes:
+        words, unit = AXIS_WORDS.get(axis.name, (axis.name, ""))
+        value = f"{axis.value:.4g}{unit}"
+        if unit == " s" and axis.value < 1e-3:
+            value = f"{axis.value * 1e6:.3g} µs"
+        field = f" ({axis.name})" if " " not in axis.name and words != axis.name else ""
+        said.append(f"{words} {value}{field}")
+    return ", ".join(said)
 
 
 def fitted_lines(device: str) -> list[str]:

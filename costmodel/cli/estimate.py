@@ -203,6 +203,19 @@ _EXTRA = {
 }
 
 
+def _with_unit(key: str, value: float) -> str:
+    """A quantity's value with its unit, as its key names it (bytes, seconds, FLOPs)."""
+    if "bytes" in key.split(".")[0]:
+        return f"{value:,.0f} B = {fmt_bytes(value)}"
+    if key.startswith("time_s."):
+        return f"{value:.6g} s"
+    if key.startswith("flops"):
+        return _fmt_flops(value)
+    if key in _EXTRA:
+        return _EXTRA[key](value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:.6g}"
+
+
 def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
     """Batch, sequence and how the batch is split: sequences per device per micro-batch,
     data-parallel replicas and accumulation steps."""
@@ -226,7 +239,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
                             "this estimate (--full lists them, e.g. flops.forward)")  # fmt: skip
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
-        print(f"\nvalue: {est[args.formula]}")
+        print(f"\nvalue: {_with_unit(args.formula, est[args.formula])}")
         return 0
     answer = None
     if est.parallel is not None:
