@@ -40,7 +40,7 @@ def test_serve_in_python_is_the_cli_answer(capsys):
     assert ans.fits is cli["verdict"]["fits"] is True
     for key in ("time_s.ttft", "time_s.tpot", "throughput.output_tokens_per_s", "max_batch"):
         assert ans[key] == cli[key], key
-    assert repr(ans).startswith("ServeAnswer(fits: 200 sequences fit; TTFT 5,065 ms")
+    assert repr(ans).startswith("ServeAnswer(fits: 200 sequences fit; TTFT 5.065 s")
 
 
 def test_serve_takes_the_cli_defaults():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel import get_hardware, get_model
+from costmodel import serve as cm_serve
 from costmodel.answers.serve import spec_of
 from costmodel.cli import main
 from costmodel.serving.estimate import serve
@@ -128,3 +129,15 @@ def test_replicas_below_capacity_serve_the_rate_offered(dp):
     percent off the one asked; below capacity the deployment serves what is offered."""
     v = _at(20, dp=dp, requests=1000)
     assert v["workload.requests_per_s"] == v["workload.offered_per_s"] == 20
+
+
+@pytest.mark.parametrize("dp", [1, 3])
+def test_a_rate_past_capacity_is_overloaded_however_short_the_window(dp):
+    """The second probe: 1,000 requests over 3 replicas of 381 slots never built a queue, so
+    300 requests/s read as served at a rate 4x what the deployment sustains. An open loop
+    serves at most the steady-state capacity (the continuous model's), and says so."""
+    v = _at(300, dp=dp, requests=1000)
+    capacity = v["workload.capacity_per_s"]
+    assert v["workload.requests_per_s"] <= capacity < 0.9 * 300
+    answer = cm_serve("llama3-8b", input=1000, output=200, request_rate=300, dp=dp)
+    assert answer.overloaded and "OVERLOADED" in repr(answer)

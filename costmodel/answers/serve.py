@@ -17,6 +17,7 @@ from costmodel.catalog.fitted import fitted
 from costmodel.engine.caveats import calibration_line
 from costmodel.kinds import ffn
 from costmodel.serving.estimate import ServeEstimate, serve
+from costmodel.serving.queueing import overloaded
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -126,11 +127,29 @@ class ServeAnswer(Mapping):
         if not self.fits:
             return (f"ServeAnswer(does not fit: {v['max_batch']:,} sequences fit; nearest "
                     f"fit: {self.nearest}; {len(self.caveats)} caveat(s))")  # fmt: skip
-        shown = [f"{label} {v[key] * scale:,.4g}{unit}" for key, label, scale, unit in (
-            ("time_s.ttft", "TTFT", 1e3, " ms"), ("time_s.tpot", "TPOT", 1e3, " ms"),
-            ("throughput.output_tokens_per_s", "tokens/s", 1, "")) if key in v]  # fmt: skip
-        return (f"ServeAnswer(fits: {v['max_batch']:,} sequences fit; {', '.join(shown)}; "
+        shown = [f"{label} {_seconds(v[key])}" for key, label in (
+            ("time_s.ttft", "TTFT"), ("time_s.tpot", "TPOT")) if key in v]  # fmt: skip
+        shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
+        fit = "fits"
+        if self.overloaded:
+            fit = (f"fits, OVERLOADED: {v['workload.requests_per_s']:.3g} of "
+                   f"{v['workload.offered_per_s']:.3g} requests/s served")  # fmt: skip
+        return (f"ServeAnswer({fit}: {v['max_batch']:,} sequences fit; {', '.join(shown)}; "
                 f"{len(self.caveats)} caveat(s))")  # fmt: skip
+
+    @property
+    def overloaded(self) -> bool:
+        """Whether an open loop is offered more requests/s than the deployment serves."""
+        return overloaded(self.estimate.values)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the estimate assumes beyond the spec (the CLI's ``note`` lines)."""
+        return self.estimate.notes
+
+
+def _seconds(t: float) -> str:
+    return f"{t * 1e3:,.4g} ms" if t < 1 else f"{t:,.4g} s"
 
 
 TIMED = (

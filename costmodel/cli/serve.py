@@ -71,7 +71,7 @@ def _rows(
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = "fits" if ans.fits else "does NOT fit"
     per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
-    if ans.fits and overloaded(spec, v):
+    if ans.fits and overloaded(v):
         fit = (f"fits, but OVERLOADED ({v['workload.requests_per_s']:.3g} of "
                f"{spec.request_rate:g} requests/s served)")  # fmt: skip
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
@@ -190,7 +190,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     output_defaulted = args.output is None and (args.context is None or args.input is None)
     defaulted = (output_defaulted, args.batch is None, args.engine is None)
     if args.json:  # the text's verdict, assumptions and limit, and the spec priced
-        verdict = {"fits": ans.fits, "nearest": ans.nearest, "caveats": ans.caveats,
+        verdict = {"fits": ans.fits, "overloaded": ans.overloaded, "nearest": ans.nearest,
+                   "caveats": ans.caveats,
                    "limited_by": limited_by(est.values) if ans.fits else None,
                    "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,

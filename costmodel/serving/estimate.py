@@ -370,7 +370,10 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         out.update(disaggregated.pools(model, spec, hw, out, serve, spec.token_budget))
     rate = prompt_attention_rate(spec, hw)
     if spec.simulated:  # request by request: its means are the answer's times
-        sim = queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests)
+        most = spec.batch if spec.request_rate is None else None
+        capacity = math.inf if most is not None else _capacity(model, spec, hw)
+        sim = queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests,
+                                capacity=capacity)  # fmt: skip
         # its step as the load holds it: the mean in flight a replica (Little's law)
         held = sim["workload.requests_per_s"] / spec.dp * sim["time_s.e2e"]
         held = max(1, min(spec.batch, round(held)))
@@ -380,6 +383,19 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
     return ServeEstimate(out, _notes(spec, asked, out))
+
+
+def _capacity(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
+    """Requests/s the deployment sustains in steady state: ``dp`` replicas of the most
+    sequences in flight (the batch cap, and what fits) over their end to end, as
+    ``continuous.in_flight`` prices it."""
+    vals = {**values_for(model), Y: spec.tp}
+    fits = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
+    most = min(spec.batch, fits)
+    at = replace(spec, batch=most)
+    rate = prompt_attention_rate(spec, hw)
+    e2e = continuous.iteration(model, at, hw, decode_step, _phase, rate)["time_s.e2e"]
+    return spec.dp * most / e2e
 
 
 def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
@@ -59,14 +60,16 @@ class _Request:
 
 def simulate(
     model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, attention_rate: float,
-    requests: int, seed: int = 0,
+    requests: int, seed: int = 0, capacity: float = math.inf,
 ) -> dict[str, Any]:  # fmt: skip
     """TTFT, TPOT and end to end (mean, p50, p90, p99) and throughput of ``requests``
     requests over the deployment (module docstring): at ``spec.request_rate`` requests/s
     (Poisson over ``dp`` replicas) or ``spec.concurrency`` users (``dp`` share them),
     ``spec.batch`` at most in flight a replica. ``step`` and ``phase`` are
     ``estimate.decode_step`` and ``estimate._phase``; ``attention_rate`` the prompt
-    attention kernel's FLOP/s."""
+    attention kernel's FLOP/s; ``capacity`` the requests/s the deployment sustains in
+    steady state (``serving.continuous``): an open loop serves no more, however few requests
+    the window holds (too few to build the queue a rate past it makes)."""
     per_replica = max(1, math.ceil(requests / spec.dp))
     if per_replica * spec.output > MAX_TOKENS:
         raise SpecError("requests", f"requests ({requests:,}) x output ({spec.output:,}) per "
@@ -81,7 +84,7 @@ def simulate(
         users = users_of(spec)
         reqs = [_Request(0.0) for _ in range(min(users, per_replica))]
     clock = _run(reqs, spec, seconds, users, per_replica)
-    return _summary(reqs, spec, clock, users)
+    return _summary(reqs, spec, clock, users, capacity)
 
 
 def _iteration_seconds(model, spec, hw, step, phase, rate):
@@ -141,7 +144,10 @@ def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total:
     return clock
 
 
-def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0) -> dict[str, Any]:
+def _summary(
+    reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0,
+    capacity: float = math.inf,
+) -> dict[str, Any]:  # fmt: skip
     """Mean and p50/p90/p99 of TTFT, TPOT (after the first token) and end to end over the
     counted requests (module docstring), the requests and tokens/s the deployment served
     (:func:`_served`); the means are the answer's ``time_s.*`` and its throughput."""
@@ -160,6 +166,9 @@ def _summary(reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0
             out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
     asked = None if users else spec.request_rate / spec.dp
     served = spec.dp * _served(reqs, counted, users, asked)
+    if not users:  # a window too short to build the queue still serves at most capacity
+        served = min(served, capacity)
+        out["workload.capacity_per_s"] = capacity
     out["workload.requests_per_s"] = served
     if not users:  # an open loop: the rate asked (the seeded draw's is near it)
         out["workload.offered_per_s"] = spec.request_rate
@@ -211,9 +220,10 @@ def users_of(spec: ServeSpec) -> int:
     return max(1, math.ceil((spec.concurrency or 0) / spec.dp))
 
 
-def overloaded(spec: ServeSpec, out: dict[str, Any]) -> bool:
-    """Whether an open loop is offered more than it serves (under 0.9 of the rate)."""
-    if spec.request_rate is None or "workload.offered_per_s" not in out:
+def overloaded(out: Mapping[str, Any]) -> bool:
+    """Whether an open loop (its answer's ``out``) is offered more than it serves (under 0.9
+    of the rate)."""
+    if "workload.offered_per_s" not in out:
         return False
     return out["workload.requests_per_s"] < 0.9 * out["workload.offered_per_s"]
 
@@ -233,7 +243,7 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
         "iteration's mean cache (seed 0: the same question, the same numbers)"
     )
     served = out["workload.requests_per_s"]
-    if overloaded(spec, out):
+    if overloaded(out):
         text += (f"; OVERLOADED: {spec.request_rate:g} requests/s offered, "
                  f"{served:.3g} served: the queue grows without bound, so TTFT grows with "
                  "--requests; lower --request-rate or add replicas (--dp)")  # fmt: skip
