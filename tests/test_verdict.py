@@ -198,12 +198,13 @@ def test_llama3_8b_on_one_h100_names_the_planners_layout_at_the_same_batch(capsy
 
 
 def test_llama3_8b_on_tpu_v5e_does_not_fit(capsys):
-    """16 GB (1e9 bytes) of HBM, no caching allocator (reserved = peak)."""
+    """16 GiB of HBM (Google's 16 GB, read as the GiB a device holds), no caching
+    allocator (reserved = peak)."""
     code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "tpu-v5e",
                        "--seq", "8192", "--batch", "4", "--json")  # fmt: skip
     v = json.loads(out)["verdict"]
-    assert code == 0 and not v["fits"] and v["summary"].endswith("(headroom 0.9 of 16 GB)")
-    assert v["memory"]["budget_bytes"] == pytest.approx(0.9 * 16e9)
+    assert code == 0 and not v["fits"] and v["summary"].endswith("(headroom 0.9 of 16 GiB)")
+    assert v["memory"]["budget_bytes"] == pytest.approx(0.9 * 16 * 2**30)
 
 
 def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):

@@ -26,9 +26,12 @@ def _words(kind: type, name: str):
         items = tuple(t.strip() for t in text.split(",") if t.strip())
         if not items:
             raise argparse.ArgumentTypeError(f"{name}: give a comma-separated list")
-        if kind is float:
+        if kind is float:  # one per --hardware kind: kept in order, repeats and all
             return tuple(_float(name, t) for t in items)
-        return tuple(int_arg(t) for t in items) if kind is int else items
+        values = tuple(int_arg(t) for t in items) if kind is int else items
+        if name == "hardware":
+            return values
+        return tuple(dict.fromkeys(values))  # a choice listed twice is searched once
 
     return parse
 

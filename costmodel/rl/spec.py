@@ -96,6 +96,12 @@ class RLSpec:
         if self.max_output and self.output > self.max_output:
             raise SpecError("output", f"output (the mean response, {self.output}) must be at "
                             f"most max_output ({self.max_output})")  # fmt: skip
+        longest = self.input + (self.max_output or self.output)
+        if self.pack_tokens and self.pack_tokens < longest:
+            bound = "max_output" if self.max_output else "output"
+            raise SpecError("pack_tokens", f"pack_tokens ({self.pack_tokens:,}) must hold the "
+                            f"longest sequence, input + {bound} = {longest:,} tokens (0: no "
+                            "packing)")  # fmt: skip
         if self.placement == "colocated" and self.rollout_gpus not in (0, self.gpus):
             raise SpecError("rollout_gpus", f"rollout_gpus ({self.rollout_gpus}) applies to "
                             "separate pools: colocated, every one of the "
