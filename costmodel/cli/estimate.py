@@ -42,10 +42,13 @@ def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
                      f"MFU {answer['mfu']:.1%} of {answer['mfu_peak']}"))  # fmt: skip
         rows.append(("limited by", answer["limited_by"]))
         if "train_days" in answer:
-            cost = (
-                f", {_EXTRA['train_cost'](answer['train_cost'])}" if "train_cost" in answer else ""
-            )
-            rows.append(("training", _EXTRA["train_days"](answer["train_days"]) + cost))
+            cost = ""
+            if "train_cost" in answer:
+                price = answer.get("price_per_device_hour", 0)
+                cost = f", ${answer['train_cost']:,.2f} at ${price:,.2f} per device-hour"
+            days = _EXTRA["train_days"](answer["train_days"])
+            tokens = fmt_count(answer["train_tokens"])
+            rows.append(("training", f"{days} for {tokens} tokens{cost}"))
     elif "nearest_fit" in answer:
         rows.append(("nearest fit", _nearest_text(answer["nearest_fit"])))
     rows += [("layout", answer["layout"]), ("assumptions", answer["assumptions"])]
@@ -301,6 +304,9 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
             print(f"  fitted and checked: {hw.calibration_text()}")
             for line in fitted_lines(name):
                 print(f"  fitted {line}")
+            if hw.host_slowdown != 1 and hw.launch_s:
+                print(f"  host: {hw.host_slowdown:g}x slower than the fit's x86 host: "
+                      f"{hw.launch_s * 1e6:,.3g} µs per kernel launch on this one")  # fmt: skip
             print(f"  source: {hw.source}")
     return 0
 

@@ -120,8 +120,16 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     return (
         f"{framework_words(p, defaulted)}{zero}; {degrees(p)}; micro-batch {micro} per device x "
         f"grad-accum {t.grad_accum}; recompute {t.recompute}; {t.precision}; "
-        f"attention {t.attention} (kernel {t.attention_kernel}); {t.optimizer}"
+        f"attention {t.attention} (kernel {t.attention_kernel}); {t.optimizer}{_tuned(t)}"
     )
+
+
+def _tuned(t: TrainSpec) -> str:
+    """A fine-tuning's adapters, in the assumptions line (nothing for full training)."""
+    if t.finetune == "full":
+        return ""
+    frozen = "4-bit NF4 frozen weights" if t.finetune == "qlora" else "frozen 16-bit weights"
+    return f"; {t.finetune}: rank-{t.lora_rank} adapters on {t.lora_targets}, {frozen}"
 
 
 def peak_named(train: TrainSpec, hardware: Hardware) -> tuple[str, float]:
@@ -161,6 +169,11 @@ def verdict(
                    mfu=v["mfu"], mfu_peak=named, mfu_peak_flops=flops,
                    limited_by=limit_of(v, fit.budget_bytes))  # fmt: skip
         out.update({k: v[k] for k in ("train_days", "train_cost") if k in v})
+        if "train_days" in v:  # what the days and cost are of (the inputs, as numbers)
+            out["train_tokens"] = v["train_days"] * 86400 * v["tokens_per_s"]
+            hours = v["train_days"] * 24 * est.parallel.devices
+            if "train_cost" in v and hours:
+                out["price_per_device_hour"] = v["train_cost"] / hours
     elif nearest:
         out["nearest_fit"] = nearest_fit(est, headroom, budget, planner)
     out["layout"] = layout_line(est.train, est.parallel, est.hardware)
