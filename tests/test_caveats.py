@@ -117,8 +117,10 @@ def test_the_hardware_command_lists_every_device_and_explains_one(capsys):
     assert main(["hardware", "a100-80gb"]) == 0
     one = capsys.readouterr().out
     assert "fitted and checked: efficiency.network 0.8 " in one and "source: NVIDIA A100" in one
-    assert ("\n  fitted network: achieved share of the NIC line rate 0.8 (efficiency.network); "
-            "fitted on 66 runs of 6 sources") in one
+    assert (
+        "\n  fitted network: achieved share of the NIC line rate 0.8 (efficiency.network); "
+        "fitted on 66 runs of 6 sources"
+    ) in one
     assert main(["hardware", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["h100-sxm"]["calibration"]["max_mfu"] == 0.5369
