@@ -3,8 +3,10 @@
 Counters: parameter ``numel``; ``FlopCounterMode`` forward and backward, by op; bytes alive
 after forward and bytes packed by ``saved_tensors_hooks``, de-duplicated by storage.
 Tolerance: zero. Every per-layer expression is linear in L, so the complete matrix of kinds
-runs on two-layer versions of every preset, and at full depth for the three reference
-models (2.7B, Llama-3-8B, XXL) and one configuration of every preset.
+runs on two-layer versions of each structure's first preset, the other presets on
+:data:`CORE` (every precision, kernel and recompute policy once), at full depth for the
+three reference models (2.7B's every kind) and one configuration of every preset. The
+complete matrix of every preset runs with ``-m slow``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import itertools
 import pytest
 
 from costmodel import PRESETS, TrainSpec, get_model
+from costmodel.engine.quantities import structure_of
 from costmodel.specs.checks import SpecError
 from validate.probes.accounting import compare
 
@@ -44,16 +47,39 @@ def _by_cost(name: str) -> list:
     return [pytest.mark.slow] if name in WIDEST else []
 
 
+def _structure(name: str) -> tuple:
+    return structure_of(get_model(name), TrainSpec(), None)
+
+
+REPRESENTATIVE = {next(n for n in PRESETS if _structure(n) == s)
+                  for s in {_structure(n) for n in PRESETS}}  # fmt: skip
+"""The first preset of each structure (kinds and flags: ``engine.quantities.structure_of``):
+13 of 28. Presets of one structure run the same code paths at other sizes."""
+CORE = [("fp32", "naive", "none"), ("bf16-mixed", "flash", "full"),
+        ("bf16-mixed", "naive", "selective"), ("fp32", "flash", "selective-op")]  # fmt: skip
+"""Every precision, kernel and recompute policy once: what every preset runs by default."""
+
+
+def _cost(name: str, kind: tuple | None = None, second_shape: bool = False) -> list:
+    """The slow suite's: DeepSeek-V3's matrix; beyond each structure's first preset, its
+    second shape and the kinds past :data:`CORE` (the full matrix of every preset in
+    ``-m slow``)."""
+    wide = name in WIDEST
+    repeat = name not in REPRESENTATIVE and (second_shape or (kind is not None and
+                                                              kind not in CORE))  # fmt: skip
+    return [pytest.mark.slow] if wide or repeat else []
+
+
 SHAPES = [
-    pytest.param(name, batch, seq, marks=_by_cost(name))
+    pytest.param(name, batch, seq, *kind, marks=_cost(name, kind, (batch, seq) == (1, 64)))
     for name in PRESETS
     for batch, seq in ((1, 64), (3, 200))
     if not get_model(name).moe or batch == 3
+    for kind in MATRIX
 ]  # MoE presets: one shape (their loops are slow)
 
 
-@pytest.mark.parametrize(("name", "batch", "seq"), SHAPES)
-@pytest.mark.parametrize(("precision", "attention", "recompute"), MATRIX)
+@pytest.mark.parametrize(("name", "batch", "seq", "precision", "attention", "recompute"), SHAPES)
 def test_every_preset_two_layers(name, batch, seq, precision, attention, recompute):
     model = _few_experts(_two_layers(name))
     assert_exact(
@@ -79,8 +105,11 @@ def _few_experts(model):
     return model.replace(n_experts=8, experts_per_token=min(2, model.experts_per_token))
 
 
-@pytest.mark.parametrize("name", FULL_SCALE)
-@pytest.mark.parametrize(("precision", "attention", "recompute"), MATRIX)
+@pytest.mark.parametrize(("name", "precision", "attention", "recompute"), [
+    pytest.param(name, *kind, marks=[pytest.mark.slow] if name != FULL_SCALE[0]
+                 and kind not in CORE else [])
+    for name in FULL_SCALE for kind in MATRIX
+])  # fmt: skip
 def test_reference_models_full_scale(name, precision, attention, recompute):
     assert_exact(
         get_model(name),
@@ -130,7 +159,10 @@ def test_every_preset_full_scale_every_kind(name):
         )
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_by_cost(n)) for n in PRESETS])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=_by_cost(n) or ([] if n in REPRESENTATIVE else [pytest.mark.slow]))
+    for n in PRESETS
+])  # fmt: skip
 @pytest.mark.parametrize("recompute", RECOMPUTE)
 def test_dropout_two_layers(name, recompute):
     """Branch and attention-probability dropout (Megatron's 0.1): bool masks, the dropped
