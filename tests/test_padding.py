@@ -149,3 +149,14 @@ def test_documents_longer_than_a_row_are_said_to_be_cut(capsys, tmp_path):
     assert main(["padding", "--model", "llama3-8b", "--lengths", str(lengths), "--seq", "4096",
                  "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["truncated"]["documents"] == 0
+
+
+def test_a_distribution_is_drawn_whole_and_its_cut_said(capsys):
+    """The second probe: documents of a distribution were clipped at --seq when drawn, so a
+    fixed 100,000-token length read as 4,096 tokens, 0 % padding and nothing truncated."""
+    argv = ["padding", "--model", "llama3-8b", "--seq", "4096", "--batch", "32",
+            "--distribution", "fixed:length=100000", "--samples", "64"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "64 documents, mean 100,000.0 tokens" in out
+    assert "note: 64 documents (100.0%) are longer than a row" in out

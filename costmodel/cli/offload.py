@@ -125,7 +125,8 @@ def _lengths(args: argparse.Namespace) -> Any:
         raise SpecError("lengths", "give either --lengths FILE or --distribution NAME:k=v,...")
     if args.lengths is not None:
         return read_lengths(args.lengths)
-    return synthetic_lengths(args.distribution, args.samples, args.seq or 1024, args.seed)
+    # the documents as drawn (up to 2^24 tokens): a row cuts them, and says so, as for a file
+    return synthetic_lengths(args.distribution, args.samples, 2**24, args.seed)
 
 
 def _truncated(lengths: Any, seq: int) -> dict[str, Any]:

@@ -325,8 +325,9 @@ def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | 
     print(_table(result, rows, seconds, max_gpus))
     if len(rows) > 1:
         print(
-            f"\nhow the next differ from #1 (layouts within {TIE:.1%} of the best rank by "
-            "fewer model-parallel devices, then less memory):"
+            f"\nhow the next differ from #1 (ties: the layouts within {TIE:.1%} of the "
+            "fastest not yet ranked rank by fewer GPUs, then fewer model-parallel devices, "
+            "then less memory):"
         )
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0])}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
