@@ -153,7 +153,11 @@ def test_attention_command_json(capsys):
     # P (8 x 16384² fp32) dominates what naive keeps: 8.6 GB of the total
     assert out["memory_bytes.after_forward"] == 4 * (4 * 8 * 16384 * 16 + 8 * 16384**2) + 16384**2
     assert main([*argv, "--kernel", "flash", "--hardware", "h100-sxm"]) == 0
-    assert "time_s.forward" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("attention on h100-sxm: batch 8 x seq 16,384, 1 head(s) (default) "
+                          "of 16, full (non-causal; --causal masks), flash, tiles of 64 "
+                          "(default), fp32 (default)\n")  # fmt: skip
+    assert "time forward (roofline)" in out and "TFLOP" in out
 
 
 def test_attention_command_bad_input(capsys):

@@ -33,15 +33,51 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    print(_header(args))
     for key, value in result.items():
         if key.startswith("time_s"):
             shown = f"{value * 1e3:.3f} ms"
         elif "bytes" in key:
             shown = fmt_bytes(value)
         else:
-            shown = fmt_count(value)
-        print(f"{key:<28} {shown}")
+            shown = fmt_count(value, "FLOP")
+        print(f"  {LABELS.get(key, key):<40} {shown}")
+    if args.hardware is not None:
+        hw = get_hardware(args.hardware)
+        if result["memory_bytes.peak"] > hw.hbm_bytes:
+            print(f"note: the peak, {fmt_bytes(result['memory_bytes.peak'])}, is more than "
+                  f"{hw.name}'s {fmt_bytes(hw.hbm_bytes)}: this call would not fit")  # fmt: skip
     return 0
+
+
+LABELS = {
+    "flops.forward": "FLOPs forward (every score, as counted)",
+    "flops.backward": "FLOPs backward (every score, as counted)",
+    "flops.forward_executed": "FLOPs forward (the kernel runs)",
+    "flops.backward_executed": "FLOPs backward (the kernel runs)",
+    "memory_bytes.after_forward": "memory kept after forward",
+    "memory_bytes.peak": "peak memory",
+    "hbm_bytes.forward": "HBM traffic forward",
+    "hbm_bytes.backward": "HBM traffic backward",
+    "hbm_bytes": "HBM traffic, forward and backward",
+    "time_s.forward": "time forward (roofline)",
+    "time_s.backward": "time backward (roofline)",
+}
+"""How ``attention`` names each quantity (its key in ``--json``)."""
+
+
+def _header(args: argparse.Namespace) -> str:
+    """The call as priced, each default said."""
+    defaults = {"heads": 1, "dtype": "fp32", "tile": 64, "kernel": "flash"}
+    said = {k: " (default)" if getattr(args, k) == v else "" for k, v in defaults.items()}
+    mask = "causal" if args.causal else "full (non-causal; --causal masks)"
+    on = f" on {args.hardware}" if args.hardware else ""
+    tile = f", tiles of {args.tile}{said['tile']}" if args.kernel == "flash" else ""
+    return (
+        f"attention{on}: batch {args.batch} x seq {args.seq:,}, {args.heads} head(s)"
+        f"{said['heads']} of {args.head_dim}, {mask}, {args.kernel}{said['kernel']}{tile}, "
+        f"{args.dtype}{said['dtype']}"
+    )
 
 
 def add_attention(sub, int_arg) -> None:
@@ -49,10 +85,20 @@ def add_attention(sub, int_arg) -> None:
     att.add_argument("--batch", type=int_arg, required=True)
     att.add_argument("--seq", type=int_arg, required=True)
     att.add_argument("--head-dim", type=int_arg, required=True)
-    att.add_argument("--heads", type=int_arg, default=1)
-    att.add_argument("--kernel", choices=KERNELS, default="flash")
-    att.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp32")
-    att.add_argument("--causal", action="store_true")
+    att.add_argument("--heads", type=int_arg, default=1, help="heads (default 1)")
+    att.add_argument(
+        "--kernel",
+        choices=KERNELS,
+        default="flash",
+        help="naive (the scores materialised) or flash (tiled; default)",
+    )
+    att.add_argument(
+        "--dtype",
+        choices=tuple(DTYPE_BYTES),
+        default="fp32",
+        help="the operands' dtype (default fp32, as validate/ measures on CPU)",
+    )
+    att.add_argument("--causal", action="store_true", help="a causal mask (default: none)")
     att.add_argument("--tile", type=int_arg, default=64, help="flash tile size B")
     att.add_argument("--hardware", help=f"adds roofline time: {', '.join(HARDWARE)} or .json")
     att.add_argument("--json", action="store_true")
