@@ -157,7 +157,7 @@ def test_attention_command_json(capsys):
     assert out.startswith("attention on h100-sxm: batch 8 x seq 16,384, 1 head(s) (default) "
                           "of 16, full (non-causal; --causal masks), flash (default), tiles of 64 "
                           "(default), fp32 (default)\n")  # fmt: skip
-    assert "time forward (roofline)" in out and "TFLOP" in out
+    assert "time forward (roofline)" in out and "GFLOP" in out
 
 
 def test_attention_command_bad_input(capsys):
