@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -35,9 +36,15 @@ PARTS = {
 
 
 def limited_by(v: dict[str, Any]) -> str:
-    """The decode step's (a continuous engine's iteration's) largest part: its matmuls or its
+    """The pool that limits a disaggregated deployment where it is the prefill pool; else
+    the decode step's (a continuous engine's iteration's) largest part: its matmuls or its
     attention, each compute- or memory-bound (a roofline per kernel), its exposed all-reduces,
     overhead or host; and what a step's bytes are."""
+    d = "disaggregated."
+    if v.get(d + "prefill_requests_per_s", float("inf")) < v.get(d + "decode_requests_per_s", 0):
+        return (f"the prefill pool: {v[d + 'prefill_requests_per_s']:,.2f} requests/s against "
+                f"the decode pool's {v[d + 'decode_requests_per_s']:,.2f} (--prefill-replicas "
+                f"{math.ceil(v[d + 'prefill_replicas_to_balance'])} keeps up)")  # fmt: skip
     kind = "iteration" if "time_s.iteration.total" in v else "decode_step"
     t = {k.rsplit(".", 1)[1]: x for k, x in v.items() if k.startswith(f"time_s.{kind}.")}
     bound = {k: "compute" if t[f"{k}_compute"] >= t[f"{k}_memory"] else "memory"
