@@ -174,9 +174,10 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     the expert-parallel all-to-alls (exposed too), the host's kernel launches where the
     device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
     layers' host syncs), data-parallel (FSDP/DP) communication
-    beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step;
-    else compute. Memory above 90 % of the budget is named too (a layout that shards less
-    would not fit)."""
+    beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step
+    (named after compute where compute is still half the step or more); else compute.
+    Memory above 90 % of the budget is named too (a layout that shards less would not
+    fit)."""
     step = row["time_s.step"]
     tp = (row["comm_time_s.tp"] - row.get("comm_overlapped_s.tp", 0.0)) * row.get(
         "comm_exposed_share.tp", 1.0
@@ -192,7 +193,11 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
         "optimizer step": row["time_s.optimizer"],
     }
     name, worst = max(parts.items(), key=lambda kv: kv[1])
-    text = f"{name} ({worst / step:.0%} of the step)" if worst > 0.05 * step else "compute"
+    text = "compute"
+    if worst > 0.05 * step and row["time_s.compute"] >= 0.5 * step:  # compute still leads
+        text = f"compute; {name} {worst / step:.0%} of the step, exposed"
+    elif worst > 0.05 * step:
+        text = f"{name} ({worst / step:.0%} of the step)"
     used = row["memory_bytes_per_device.peak"] / budget
     return f"{text}; memory {used:.0%} of budget" if used > 0.9 else text
 
