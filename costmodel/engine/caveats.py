@@ -52,7 +52,8 @@ def calibration_line(hardware: Hardware, *, pointer: bool = True) -> str:
     cal, name = hardware.calibration, hardware.name
     basis = cal.get("basis", "datasheet")
     if basis == "measured":
-        return f"measured on the machine ({name}: python -m validate.probes.calibrate)"
+        return (f"measured on the machine the profile names ({name}: not necessarily yours; "
+                "python -m validate.probes.calibrate measures yours)")  # fmt: skip
     n = cal.get("runs", 0)
     runs = f"{n} published run{'s' * (n != 1)} of {name} in the corpus" if n else ""
     if basis == "datasheet":
