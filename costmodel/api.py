@@ -14,6 +14,7 @@ are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budge
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -100,7 +101,7 @@ def estimate(
         raise SpecError("hardware", "with keyword inputs, name the hardware (or give specs)")
     values, spec = _values(model, {**inputs, "hardware": hardware})
     setup = build(values, spec)
-    return replace(setup.estimate(), notes=setup.notes)
+    return replace(setup.estimate(), notes=[as_fields(n) for n in setup.notes])
 
 
 def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
@@ -355,3 +356,9 @@ def solve(question: str, model: str | ModelSpec, **inputs: Any) -> dict[str, Any
     questions = {"max-batch": max_batch, "max-seq": max_seq, "min-fsdp": min_fsdp}
     checks.choice("question", question, tuple(questions))
     return questions[question](model, **inputs)
+
+
+def as_fields(text: str) -> str:
+    """A note in the API's words: the CLI's flags (``--grad-accum``) as the keyword names a
+    call takes (``grad_accum``)."""
+    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_"), text)
