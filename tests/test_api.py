@@ -12,6 +12,7 @@ import pytest
 import sympy as sp
 
 import costmodel as cm
+from costmodel.api import as_fields
 from costmodel.inputs import build
 from costmodel.symbols import SYMBOLS, T, subs_safe, symbol
 
@@ -29,7 +30,9 @@ def test_estimate_by_name_is_the_clis_setup(est8):
     assert est8.values == setup.estimate().values
     assert est8.parallel == setup.parallel and est8.parallel.fsdp == 8  # fsdp2 shards
     assert est8.train.grad_accum == 8  # micro-batch 1, as the CLI
-    assert est8.notes == setup.notes and any("micro-batch 1" in n for n in est8.notes)
+    assert est8.notes == [as_fields(n) for n in setup.notes]  # keywords, not flags
+    assert any("micro-batch 1" in n for n in est8.notes)
+    assert not any("--" in n for n in est8.notes)
 
 
 def test_estimate_with_specs_still_works():
