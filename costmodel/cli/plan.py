@@ -80,7 +80,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
-        f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}  limit",
+        f"{'tok/s/' + _unit(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit",
     ]
     for i, r in enumerate(rows, 1):
         extra = ""
@@ -95,6 +95,11 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
     return "\n".join(head)
+
+
+def _unit(hw: Any) -> str:
+    """What a device is called in a column header: GPU, chip (TPU) or device."""
+    return {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
 
 
 def _count_text(p: Plan, max_gpus: int | None) -> str:
