@@ -141,3 +141,10 @@ def test_a_rate_past_capacity_is_overloaded_however_short_the_window(dp):
     assert v["workload.requests_per_s"] <= capacity < 0.9 * 300
     answer = cm_serve("llama3-8b", input=1000, output=200, request_rate=300, dp=dp)
     assert answer.overloaded and "OVERLOADED" in repr(answer)
+
+
+def test_requests_without_a_workload_is_refused(refused):
+    """The second probe: --requests without a rate or users was ignored without a word."""
+    said = refused(["serve", "--model", "llama3-8b", "--input", "100", "--output", "10",
+                    "--requests", "5"])  # fmt: skip
+    assert "--requests sizes a simulated workload: give --request-rate or --concurrency" in said

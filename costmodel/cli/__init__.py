@@ -69,7 +69,7 @@ _SNAKE = re.compile(r"(?<![\w.`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w.(`])")
 _WORD = re.compile(
     r"(?<![\w.`-])([a-z][a-z0-9]*)(?=\s*\*|\s+x\s|=|\s+(?:must|needs)\b)"
     r"|(?<=\* )([a-z][a-z0-9]*)\b|(?<=\bx )([a-z][a-z0-9]*)\b|(?<=divide )([a-z][a-z0-9]*)\b"
-    r"|^([a-z][a-z0-9]*)\b(?![.(`])"
+    r"|(?<=\bor )([a-z][a-z0-9]*)\b(?![.(`])|^([a-z][a-z0-9]*)\b(?![.(`])"
 )
 """A one-word field where a rule names it: a factor of a product, ``got x=``, ``x must``,
 the sentence's subject."""

@@ -260,9 +260,9 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--concurrency", type=int_arg, help="a closed loop of this many users, each "
                    "sending its next request when its last ends (benchmarks' "
                    "--max-concurrency), simulated request by request")  # fmt: skip
-    p.add_argument("--requests", type=int_arg, default=1000, help="requests a simulated "
-                   "workload (--request-rate, --concurrency) serves; the first tenth warms "
-                   "the engine up")  # fmt: skip
+    p.add_argument("--requests", type=int_arg, help="requests a simulated workload "
+                   "(--request-rate, --concurrency) serves (default 1,000); the first tenth "
+                   "warms the engine up")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, help="replicas (default 1, or what --gpus leaves)")
     p.add_argument(
