@@ -175,7 +175,8 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
     layers' host syncs), data-parallel (FSDP/DP) communication
     beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step
-    (named after compute where compute is still half the step or more); else compute.
+    (named after compute where compute is half the step or more and the part less); else
+    compute.
     Memory above 90 % of the budget is named too (a layout that shards less would not
     fit)."""
     step = row["time_s.step"]
@@ -194,7 +195,7 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     }
     name, worst = max(parts.items(), key=lambda kv: kv[1])
     text = "compute"
-    if worst > 0.05 * step and row["time_s.compute"] >= 0.5 * step:  # compute still leads
+    if 0.05 * step < worst < 0.5 * step <= row["time_s.compute"]:  # compute still leads
         text = f"compute; {name} {worst / step:.0%} of the step, exposed"
     elif worst > 0.05 * step:
         text = f"{name} ({worst / step:.0%} of the step)"
