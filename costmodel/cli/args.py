@@ -100,3 +100,8 @@ def build_model_only(args: argparse.Namespace) -> tuple[ModelSpec, Any]:
     """(model, train) of a command that takes no layout."""
     setup = build({k: v for k, v in values_of(args).items() if BY_KEY[k].section != "cluster"})
     return setup.model, setup.train
+
+
+def device_word(hw: Any) -> str:
+    """What a device is called in a column or a unit: GPU, chip (a TPU) or device."""
+    return {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")

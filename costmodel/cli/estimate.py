@@ -24,7 +24,7 @@ from costmodel.cli.args import (
 from costmodel.engine.caveats import calibration_line
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import PEAK, rest_at_peak
-from costmodel.engine.verdict import verdict
+from costmodel.engine.verdict import rate_words, verdict
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
@@ -296,8 +296,7 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
         return 0
     for name, hw in rows.items():
         bf16 = hw.peak_flops.get("bf16") or hw.peak_flops.get("fp16") or 0
-        rate = f"{bf16 / 1e12:,.0f} TFLOP/s" if bf16 >= 1e13 else f"{bf16 / 1e9:,.0f} GFLOP/s"
-        print(f"{name}: {hw.kind}, {rate} 16-bit dense, "
+        print(f"{name}: {hw.kind}, {rate_words(bf16)} 16-bit dense, "
               f"{fmt_bytes(hw.hbm_bytes)}, {hw.devices_per_node} per node")  # fmt: skip
         print(f"  calibration: {calibration_line(hw, pointer=False)}")
         if args.name:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
-from costmodel.cli.args import flag, negation, values_of
+from costmodel.cli.args import device_word, flag, negation, values_of
 from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, global_batch
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
 from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
@@ -80,7 +80,7 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
-        f"{'tok/s/' + _unit(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit",
+        f"{'tok/s/' + device_word(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit",
     ]
     for i, r in enumerate(rows, 1):
         extra = ""
@@ -95,11 +95,6 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
             f"{r['memory_bytes_per_device.peak'] / GIB:>9.1f}  {r['limit']}{extra}"
         )
     return "\n".join(head)
-
-
-def _unit(hw: Any) -> str:
-    """What a device is called in a column header: GPU, chip (TPU) or device."""
-    return {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
 
 
 def _count_text(p: Plan, max_gpus: int | None) -> str:

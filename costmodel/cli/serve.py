@@ -20,6 +20,7 @@ from costmodel.answers.serve import (
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.cli.args import device_word
 from costmodel.serving.queueing import overloaded
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
@@ -216,7 +217,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"{model.name} on {spec.gpus} x {hw.name}{said} (tp {spec.tp}{stages}, dp {spec.dp}"
           f"{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
-    unit = {"gpu": "GPU", "tpu": "chip"}.get(hw.kind, "device")
+    unit = device_word(hw)
     rows = _rows(ans, spec, defaulted, unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:

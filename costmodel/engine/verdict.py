@@ -136,8 +136,12 @@ def peak_named(train: TrainSpec, hardware: Hardware) -> tuple[str, float]:
     """The peak MFU is against, named: (``bf16 dense peak 989 TFLOP/s``, FLOP/s)."""
     dtype = PRECISIONS[train.precision].peak_dtype
     flops = hardware.peak(dtype)
-    rate = f"{flops / 1e12:,.0f} TFLOP/s" if flops >= 1e13 else f"{flops / 1e9:,.0f} GFLOP/s"
-    return f"{dtype} dense peak {rate}", flops
+    return f"{dtype} dense peak {rate_words(flops)}", flops
+
+
+def rate_words(flops: float) -> str:
+    """A peak in words: ``989 TFLOP/s``, or ``396 GFLOP/s`` below 10 TFLOP/s (a CPU)."""
+    return f"{flops / 1e12:,.0f} TFLOP/s" if flops >= 1e13 else f"{flops / 1e9:,.0f} GFLOP/s"
 
 
 def verdict(

@@ -389,19 +389,13 @@ def _capacity(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     """Requests/s the deployment sustains in steady state: ``dp`` replicas of the most
     sequences in flight (the batch cap, and what fits) over their end to end, as
     ``continuous.in_flight`` prices it."""
-    vals = {**values_for(model), Y: spec.tp}
-    fits = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
-    most = min(spec.batch, fits)
-    at = replace(spec, batch=most)
-    rate = prompt_attention_rate(spec, hw)
-    e2e = continuous.iteration(model, at, hw, decode_step, _phase, rate)["time_s.e2e"]
-    return spec.dp * most / e2e
+    most, e2e = _load(model, spec, hw)
+    return spec.dp * most / e2e(most)
 
 
-def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
-    """At ``spec.request_rate``: the sequences a replica holds in flight
-    (``continuous.in_flight``, at most the batch the token budget keeps and what fits), the
-    requests/s the deployment sustains, and the throughput it serves (λ x tokens)."""
+def _load(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> tuple[int, Any]:
+    """(the most sequences a replica holds: the batch cap and what fits, a sequence's end
+    to end at a batch held in flight) of a continuously batching engine."""
     vals = {**values_for(model), Y: spec.tp}
     fits = max(1, _memory(model, replace(spec, batch=1), hw, vals)["max_batch"])
     rate = prompt_attention_rate(spec, hw)
@@ -410,7 +404,15 @@ def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
         at = replace(spec, batch=batch)
         return continuous.iteration(model, at, hw, decode_step, _phase, rate)["time_s.e2e"]
 
-    held, capacity = continuous.in_flight(spec, e2e, min(spec.batch, fits))
+    return min(spec.batch, fits), e2e
+
+
+def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
+    """At ``spec.request_rate``: the sequences a replica holds in flight
+    (``continuous.in_flight``, at most the batch the token budget keeps and what fits), the
+    requests/s the deployment sustains, and the throughput it serves (λ x tokens)."""
+    most, e2e = _load(model, spec, hw)
+    held, capacity = continuous.in_flight(spec, e2e, most)
     served = spec.request_rate * spec.output
     return {"continuous.in_flight": held, "continuous.capacity_requests_per_s": capacity,
             "throughput.output_tokens_per_s": served,
