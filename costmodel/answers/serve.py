@@ -135,7 +135,7 @@ class ServeAnswer(Mapping):
         shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
         fit = "fits"
         if self.overloaded:
-            fit = (f"fits, OVERLOADED: {v['workload.requests_per_s']:.3g} of "
+            fit = (f"fits, OVERLOADED: {v['workload.sustained_per_s']:.3g} of "
                    f"{v['workload.offered_per_s']:.3g} requests/s served")  # fmt: skip
         return (f"ServeAnswer({fit}: {v['max_batch']:,} sequences fit; {', '.join(shown)}; "
                 f"{len(self.caveats)} caveat(s))")  # fmt: skip
@@ -339,7 +339,9 @@ def _arrival(spec: ServeSpec) -> str:
                 if spec.request_rate is not None else
                 f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
         other = "; --arrival continuous: the mean steady state" * (spec.request_rate is not None)
-        return (f"{load}, {spec.requests:,} simulated one by one through continuous batching "
+        count = ("the steady state of many" if spec.requests is None else
+                 f"a benchmark of {spec.requests:,}")  # fmt: skip
+        return (f"{load}, {count} simulated one by one through continuous batching "
                 f"(queueing included{other})")  # fmt: skip
     if spec.request_rate:
         return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "

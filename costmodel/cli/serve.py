@@ -80,7 +80,7 @@ def _rows(
     fit = "fits" if ans.fits else "does NOT fit"
     per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
     if ans.fits and overloaded(v):
-        fit = (f"fits, but OVERLOADED ({v['workload.requests_per_s']:.3g} of "
+        fit = (f"fits, but OVERLOADED ({v['workload.sustained_per_s']:.3g} of "
                f"{spec.request_rate:g} requests/s served)")  # fmt: skip
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
     memory = [
@@ -119,12 +119,23 @@ def _spread(v: dict[str, Any], name: str) -> str:
     return ", ".join(parts)
 
 
+def _over_run(v: dict[str, Any], spec: ServeSpec) -> str:
+    """A benchmark's served rate is over its run, drain included: say so, and the steady
+    rate beside it."""
+    if spec.requests is None:
+        return ""
+    return (
+        f" over the run of {spec.requests:,} (drain included; "
+        f"{v['workload.sustained_per_s']:,.3g} sustained)"
+    )
+
+
 def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
     if spec.simulated:
         return [("TTFT (queue + prefill)", _spread(v, "ttft")),
                 ("TPOT (after the first)", _spread(v, "tpot")),
                 ("end to end", _spread(v, "e2e")),
-                ("served", f"{v['workload.requests_per_s']:,.3g} requests/s, "
+                ("served", f"{v['workload.requests_per_s']:,.3g} requests/s{_over_run(v, spec)}, "
                  f"{_rate(v['throughput.output_tokens_per_s'])} output tokens/s "
                  f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})")]  # fmt: skip
     return [
@@ -261,9 +272,11 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--concurrency", type=int_arg, help="a closed loop of this many users, each "
                    "sending its next request when its last ends (benchmarks' "
                    "--max-concurrency), simulated request by request")  # fmt: skip
-    p.add_argument("--requests", type=int_arg, help="requests a simulated workload "
-                   "(--request-rate, --concurrency) serves (default 1,000); the first tenth "
-                   "warms the engine up")  # fmt: skip
+    p.add_argument("--requests", type=int_arg, help="a benchmark of this many requests "
+                   "(--request-rate, --concurrency), measured as vLLM's and SGLang's "
+                   "bench_serving measure one: every request counted, throughput over the "
+                   "run, the drain after the last arrival included (default: the steady "
+                   "state)")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, help="replicas (default 1, or what --gpus leaves)")
     p.add_argument(

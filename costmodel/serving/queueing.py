@@ -38,7 +38,7 @@ from costmodel.serving.continuous import pricer
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving import STEADY_REQUESTS, ServeSpec
 
 MAX_TOKENS = 2_000_000
 """The most output tokens one replica decodes in a simulation (requests x output): at one
@@ -60,7 +60,7 @@ class _Request:
 
 def simulate(
     model: ModelSpec, spec: ServeSpec, hw: Hardware, step: Any, phase: Any, attention_rate: float,
-    requests: int, seed: int = 0, capacity: float = math.inf,
+    requests: int | None, seed: int = 0, capacity: float = math.inf,
 ) -> dict[str, Any]:  # fmt: skip
     """TTFT, TPOT and end to end (mean, p50, p90, p99) and throughput of ``requests``
     requests over the deployment (module docstring): at ``spec.request_rate`` requests/s
@@ -69,7 +69,11 @@ def simulate(
     ``estimate.decode_step`` and ``estimate._phase``; ``attention_rate`` the prompt
     attention kernel's FLOP/s; ``capacity`` the requests/s the deployment sustains in
     steady state (``serving.continuous``): an open loop serves no more, however few requests
-    the window holds (too few to build the queue a rate past it makes)."""
+    the window holds (too few to build the queue a rate past it makes). ``requests`` None:
+    the steady state of ``STEADY_REQUESTS``; a number: a benchmark of that many
+    (``ServeSpec.requests``)."""
+    benchmark = requests is not None
+    requests = STEADY_REQUESTS if requests is None else requests
     per_replica = max(1, math.ceil(requests / spec.dp))
     if per_replica * spec.output > MAX_TOKENS:
         raise SpecError("requests", f"requests ({requests:,}) x output ({spec.output:,}) per "
@@ -84,7 +88,7 @@ def simulate(
         users = users_of(spec)
         reqs = [_Request(0.0) for _ in range(min(users, per_replica))]
     clock = _run(reqs, spec, seconds, users, per_replica)
-    return _summary(reqs, spec, clock, users, capacity)
+    return _summary(reqs, spec, clock, users, capacity, benchmark)
 
 
 def _iteration_seconds(model, spec, hw, step, phase, rate):
@@ -146,15 +150,18 @@ def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total:
 
 def _summary(
     reqs: list[_Request], spec: ServeSpec, clock: float, users: int = 0,
-    capacity: float = math.inf,
+    capacity: float = math.inf, benchmark: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Mean and p50/p90/p99 of TTFT, TPOT (after the first token) and end to end over the
-    counted requests (module docstring), the requests and tokens/s the deployment served
-    (:func:`_served`); the means are the answer's ``time_s.*`` and its throughput."""
+    counted requests (module docstring: all of a benchmark's), the requests and tokens/s
+    the deployment served: its steady rate (:func:`_served`), or a benchmark's, its
+    requests over its run, first arrival to last completion; the means are the answer's
+    ``time_s.*`` and its throughput."""
     skip = int(WARMUP * len(reqs))
     if users:  # a closed loop: its first wave is a burst, unless it is the whole workload
         skip = 0 if len(reqs) <= users else max(skip, users)
-    counted = reqs[skip:]
+    steady = reqs[skip:]
+    counted = reqs if benchmark else steady
     ttft = np.array([r.first - r.arrival for r in counted])
     e2e = np.array([r.done - r.arrival for r in counted])
     tpot = (np.array([r.done - r.first for r in counted]) / max(1, spec.output - 1)
@@ -165,10 +172,15 @@ def _summary(
         for q in (50, 90, 99):
             out[f"workload.{name}_s.p{q}"] = float(np.percentile(values, q))
     asked = None if users else spec.request_rate / spec.dp
-    served = spec.dp * _served(reqs, counted, users, asked)
+    sustained = spec.dp * _served(reqs, steady, users, asked)
     if not users:  # a window too short to build the queue still serves at most capacity
-        served = min(served, capacity)
+        sustained = min(sustained, capacity)
         out["workload.capacity_per_s"] = capacity
+    out["workload.sustained_per_s"] = sustained
+    served = sustained
+    if benchmark:  # as bench_serving divides: completed over the run's duration
+        served = spec.dp * len(reqs) / (clock - min(r.arrival for r in reqs))
+        served = min(served, capacity) if not users else served
     out["workload.requests_per_s"] = served
     if not users:  # an open loop: the rate asked (the seeded draw's is near it)
         out["workload.offered_per_s"] = spec.request_rate
@@ -225,7 +237,7 @@ def overloaded(out: Mapping[str, Any]) -> bool:
     of the rate)."""
     if "workload.offered_per_s" not in out:
         return False
-    return out["workload.requests_per_s"] < 0.9 * out["workload.offered_per_s"]
+    return out["workload.sustained_per_s"] < 0.9 * out["workload.offered_per_s"]
 
 
 def note(spec: ServeSpec, out: dict[str, Any]) -> str:
@@ -236,18 +248,27 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
             if spec.request_rate is not None else
             f"{spec.concurrency:,} users, each sending a request as its last ends")  # fmt: skip
     skipped = out["workload.requests"] - out["workload.counted"]
+    simulated = out["workload.requests"] * spec.dp
+    if spec.requests is not None:
+        what = (f"a benchmark of {simulated:,} requests, {load}, every one counted, its "
+                "throughput over its run, first arrival to last completion (as vLLM's and "
+                "SGLang's bench_serving measure it)")  # fmt: skip
+    else:
+        what = (f"the steady state: {simulated:,} requests simulated, {load}, the first "
+                f"{skipped * spec.dp:,} and the drain after the last arrival not counted "
+                "(--requests N: a benchmark of N)")  # fmt: skip
     text = (
-        f"{out['workload.requests'] * spec.dp:,} requests simulated, {load}, the first "
-        f"{skipped * spec.dp:,} not counted; at most {spec.batch:,} in flight a replica, "
-        f"prompts chunked into iterations of {spec.token_budget:,} tokens; decode at each "
-        "iteration's mean cache (seed 0: the same question, the same numbers)"
+        f"{what}; at most {spec.batch:,} in flight a replica, prompts chunked into iterations "
+        f"of {spec.token_budget:,} tokens; decode at each iteration's mean cache (seed 0: the "
+        "same question, the same numbers)"
     )
-    served = out["workload.requests_per_s"]
+    served = out["workload.sustained_per_s"]
     if overloaded(out):
         text += (f"; OVERLOADED: {spec.request_rate:g} requests/s offered, "
                  f"{served:.3g} served: the queue grows without bound, so TTFT grows with "
                  "--requests; lower --request-rate or add replicas (--dp)")  # fmt: skip
-    elif spec.concurrency is not None and skipped == 0 and out["workload.requests"] > 1:
+    elif (spec.concurrency is not None and out["workload.requests"] > 1
+          and out["workload.requests"] <= users_of(spec)):  # fmt: skip
         text += "; every request sent at once (no more requests than users): one burst"
     elif spec.concurrency is not None and out["workload.requests"] < 10 * users_of(spec):
         text += ("; fewer than 10 requests a user: the figures move with --requests until "

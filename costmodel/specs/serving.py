@@ -43,6 +43,8 @@ state (``costmodel.serving.continuous``); or requests at a rate arriving at rand
 one by one by a continuously batching engine (``costmodel.serving.queueing``)."""
 MAX_REQUESTS = 100_000
 """The most requests a workload simulation serves (``requests``)."""
+STEADY_REQUESTS = 1000
+"""Requests simulated for a steady state (``requests`` None)."""
 MAX_ROPE_SCALING = 1024
 """The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
 (DeepSeek-V3); a factor far beyond is a typo, not a model."""
@@ -109,9 +111,12 @@ class ServeSpec:
     """A closed loop of this many users over the ``dp`` replicas, each sending its next
     request when its last one ends (benchmarks' ``--max-concurrency``), simulated
     (``costmodel.serving.queueing``); ``batch`` at most in flight a replica."""
-    requests: int = 1000
-    """Requests a simulated workload (``poisson`` or ``concurrency``) serves, the first
-    tenth not counted (the engine filling up)."""
+    requests: int | None = None
+    """A benchmark of this many requests (``poisson`` or ``concurrency``), measured as
+    vLLM's and SGLang's ``bench_serving`` measure one: every request counted, throughput
+    over the whole run, first arrival to last completion (the drain after the last arrival
+    included). None: the steady state, from ``STEADY_REQUESTS`` simulated requests, the
+    first tenth (the engine filling up) and the drain not counted."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
@@ -179,8 +184,9 @@ class ServeSpec:
                        "(YaRN factors in use stretch positions 4x to 40x)")  # fmt: skip
 
     def _check_workload(self) -> None:
-        checks.integer("requests", self.requests)
-        checks.at_most("requests", self.requests, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
+        if self.requests is not None:
+            checks.integer("requests", self.requests)
+            checks.at_most("requests", self.requests, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
         if self.request_rate is not None:
             checks.number("request_rate", self.request_rate)
             if self.arrival == "together":

@@ -34,6 +34,7 @@ ENGINE_RULES = (
     ("TensorRT-LLM", "trtllm"),
     ("NVIDIA NIM", "trtllm"),
     ("vLLM", "vllm"),
+    ("SGLang", "sglang"),
 )
 """A run's engine string -> the engine kind (``costmodel.specs.engines``); NIM's LLM
 containers run TensorRT-LLM. A vLLM run's generation comes from its stated version
