@@ -212,6 +212,9 @@ def build(
     notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip
+    if price and not budget:
+        notes = (*notes, f"--price-per-hour {price:g} prices a token budget: give "
+                 "--token-budget for the days and the cost")  # fmt: skip
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
 
 

@@ -276,3 +276,14 @@ def test_notebook_answers_say_what_the_cli_says():
     assert longest["assumed"].startswith("batch 8, micro-batch 1 per device x grad-accum 1")
     with pytest.raises(cm.SpecError, match="budget_gb is in GB, not bytes"):
         cm.max_batch("llama3-8b", hardware="h100-sxm", budget_gb=1e308)
+
+
+def test_a_device_quantity_without_a_device_says_it_needs_one():
+    """A probe: estimate("gpt2")["time_s.step"] said unknown quantity 'time_s.step' and
+    suggested time_s.step; a price without a token budget was dropped without a word."""
+    with pytest.raises(KeyError, match=r"'time_s\.step' needs a device"):
+        cm.estimate("gpt2")["time_s.step"]
+    with pytest.raises(KeyError, match="unknown quantity 'nope'"):
+        cm.estimate("gpt2")["nope"]
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, price_per_hour=2.5)
+    assert any("give token_budget for the days and the cost" in n for n in est.notes)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+import costmodel
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
 from costmodel.serving import terms
@@ -332,3 +333,13 @@ def test_an_fp8_cache_is_stored_on_any_gpu():
                  for k in ("bf16", "fp8"))  # fmt: skip
     per = "kv_bytes_per_token"
     assert fp8[per] * 2 == bf16[per]
+
+
+def test_an_engine_that_holds_no_sequence_does_not_fit():
+    """A probe: at 0.2 of an H100 the weights and a batch-1 workspace fit, but the engine's
+    full token-budget workspace leaves no room for one sequence's cache: vLLM would not
+    start. The verdict said "fits" and printed TTFT and TPOT."""
+    answer = costmodel.serve("llama3-8b", hardware="h100-sxm", input=2000, output=500,
+                      memory_utilization=0.2)  # fmt: skip
+    assert answer["max_batch"] == 0 and not answer.fits
+    assert "does not fit" in repr(answer)

@@ -168,3 +168,10 @@ def test_a_benchmark_of_n_requests_is_measured_over_its_run():
     assert long["workload.requests_per_s"] == pytest.approx(5.0, rel=0.05)
     answer = cm_serve("llama3-8b", input=1000, output=200, request_rate=5, requests=50)
     assert not answer.overloaded  # a drain is not a queue
+
+
+def test_a_benchmark_has_at_least_one_request_a_user():
+    """A probe: --concurrency 32 --requests 1 was headlined as 32 users with one in flight."""
+    with pytest.raises(SpecError) as err:
+        spec_of({"input": 1000, "output": 200, "concurrency": 32, "requests": 1})
+    assert err.value.field == "requests" and "concurrency=32" in str(err.value)

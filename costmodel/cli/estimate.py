@@ -238,8 +238,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     est = setup.estimate()
     if args.formula:
         if args.formula not in est.values:
-            raise SpecError("formula", f"formula {args.formula[:60]!r} is not a quantity of "
-                            "this estimate (--full lists them, e.g. flops.forward)")  # fmt: skip
+            raise SpecError("formula", f"formula: {est.missing(args.formula[:60])}")
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
         print(f"\nvalue: {_with_unit(args.formula, est[args.formula])}")

@@ -42,6 +42,12 @@ from costmodel.symbols import (
     values_for,
 )
 
+DEVICE_ROOTS = frozenset(("comm_bytes", "comm_exposed_share", "comm_overlapped_s",
+                          "comm_phase_s", "comm_time_s", "hfu", "memory_bytes_per_device",
+                          "mfu", "roofline", "tflops_per_device", "time_s", "tokens_per_s",
+                          "train_days", "train_cost"))  # fmt: skip
+"""The quantities' first parts that only a layout on a device has."""
+
 
 @dataclass(frozen=True, repr=False)
 class Estimate:
@@ -63,9 +69,15 @@ class Estimate:
         try:
             return self.values[key]
         except KeyError:
-            near = [k for k in self.values if str(key) in k][:5] or ["time_s.step", "mfu"]
-            raise KeyError(f"unknown quantity {key!r}; e.g. {', '.join(near)} "
-                           "(est.keys() lists them all)") from None  # fmt: skip
+            raise KeyError(self.missing(key)) from None
+
+    def missing(self, key: str) -> str:
+        """Why ``key`` is not a quantity of this estimate: one that needs a device (a
+        layout's memory, communication and time), or one it does not know."""
+        if self.hardware is None and str(key).split(".")[0] in DEVICE_ROOTS:
+            return f"{key!r} needs a device: give hardware (the CLI's --hardware)"
+        near = [k for k in self.values if str(key) in k][:5] or sorted(self.values)[:3]
+        return f"unknown quantity {key!r}; e.g. {', '.join(near)} (est.keys() lists them all)"
 
     def __contains__(self, key: object) -> bool:
         return key in self.values

@@ -185,6 +185,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     drafter = draft["weights"] + spec.batch * draft["per_sequence"]
     total = weights + spec.batch * kv_seq_paged + work + drafter
     room = budget - weights - act * width * chunk - draft["weights"]
+    max_batch = max(0, int(room // (kv_seq_paged + logits + draft["per_sequence"])))
     return {
         "memory_bytes_per_device.drafter": drafter,
         "memory_bytes_per_device.weights": weights,
@@ -196,8 +197,8 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
         "memory_bytes_per_device.kv_room": room,
         "kv_bytes_per_token": per_token,
         "kv_bytes_per_sequence": kv_seq,
-        "fits": total <= budget,
-        "max_batch": max(0, int(room // (kv_seq_paged + logits + draft["per_sequence"]))),
+        "fits": total <= budget and max_batch >= 1,  # an engine that holds no sequence
+        "max_batch": max_batch,  # does not start (it profiles a full token budget's work)
     }
 
 

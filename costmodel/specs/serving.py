@@ -200,6 +200,10 @@ class ServeSpec:
             if self.request_rate is not None or self.arrival != "continuous":
                 raise SpecError("concurrency", "concurrency (a closed loop of users) needs "
                                 "arrival=continuous and no request_rate")  # fmt: skip
+            if self.requests is not None and self.requests < self.concurrency:
+                raise SpecError("requests", f"requests must be >= concurrency (got requests="
+                                f"{self.requests:,}, concurrency={self.concurrency:,}): each "
+                                "of the users sends at least one")  # fmt: skip
 
     @property
     def engine_kind(self) -> Engine:
