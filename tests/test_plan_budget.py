@@ -100,8 +100,16 @@ def test_the_cost_objective_ranks_device_seconds_per_token():
     p = found["cost"]
     fits = p.fits
     every = p["gpus"] / p["tokens_per_s"]
-    assert per_token["cheap"] <= every.min() * 1.005  # the best within the tie band
-    assert mfu["mfu"] >= found["mfu"]["mfu"].max() / 1.005
+    safe = p["memory_bytes_per_device.reserved"] <= hw.hbm_bytes  # a reserve over the card
+    assert per_token["cheap"] <= every[safe].min() * 1.005  # ranks last; the best safe one
+    assert cheap["memory_bytes_per_device.reserved"] <= hw.hbm_bytes  # within the tie band
+    risky = p["memory_bytes_per_device.reserved"] > hw.hbm_bytes  # ranked order
+    assert risky.any() and not (risky[:-1] & ~risky[1:]).any()  # every risky after the safe
+    assert "over the device's 80" in p.row(int(p.order[-1]))["limit"]
+    m = found["mfu"]
+    assert (
+        mfu["mfu"] >= m["mfu"][m["memory_bytes_per_device.reserved"] <= hw.hbm_bytes].max() / 1.005
+    )
     with pytest.raises(SpecError, match="objective"):
         PlanOptions(objective="speed")
     assert fits.sum() == len(p)

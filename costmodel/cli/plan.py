@@ -326,10 +326,11 @@ def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | 
     if len(rows) > 1:
         print(
             f"\nhow the next differ from #1 (ties: the layouts within {TIE:.1%} of the "
-            "fastest not yet ranked rank by fewer GPUs, then fewer model-parallel devices, "
-            "then less memory):"
+            "best not yet ranked rank by fewer GPUs, then fewer model-parallel devices, "
+            "then less memory; a reserve over the device's memory ranks last):"
         )
-        print("\n".join(f"{i:>3}  {difference_text(r, rows[0])}"
+        objective = result.options.objective
+        print("\n".join(f"{i:>3}  {difference_text(r, rows[0], objective)}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
     for text in best_caveats(result):

@@ -75,7 +75,7 @@ class Plan:
         out = {k: _plain(self.columns[k][i]) for k in LAYOUT}
         out.update({k: float(self.values[k][i]) for k in QUANTITIES})
         out["fits"] = bool(self.fits[i])
-        out["limit"] = limit_of(out, self.budget_bytes)
+        out["limit"] = limit_of(out, self.budget_bytes, self.hardware.hbm_bytes)
         return out
 
     def top(self, k: int = 10) -> list[dict[str, Any]]:
@@ -169,7 +169,7 @@ def layout_label(row: dict[str, Any]) -> str:
             f"ga{row['grad_accum']} {row['recompute']}")  # fmt: skip
 
 
-def limit_of(row: dict[str, Any], budget: float) -> str:
+def limit_of(row: dict[str, Any], budget: float, capacity: float = np.inf) -> str:
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
     the expert-parallel all-to-alls (exposed too), the host's kernel launches where the
     device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
@@ -178,7 +178,7 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     (named after compute where compute is half the step or more and the part less); else
     compute.
     Memory above 90 % of the budget is named too (a layout that shards less would not
-    fit)."""
+    fit), and reserved bytes over the device's ``capacity`` (a risk of running out)."""
     step = row["time_s.step"]
     tp = (row["comm_time_s.tp"] - row.get("comm_overlapped_s.tp", 0.0)) * row.get(
         "comm_exposed_share.tp", 1.0
@@ -200,7 +200,11 @@ def limit_of(row: dict[str, Any], budget: float) -> str:
     elif worst > 0.05 * step:
         text = f"{name} ({worst / step:.0%} of the step)"
     used = row["memory_bytes_per_device.peak"] / budget
-    return f"{text}; memory {used:.0%} of budget" if used > 0.9 else text
+    text = f"{text}; memory {used:.0%} of budget" if used > 0.9 else text
+    reserved = row.get("memory_bytes_per_device.reserved", 0.0)
+    if reserved > capacity:
+        text += f"; reserved {reserved / 2**30:,.1f} GiB over the device's {capacity / 2**30:,.0f}"
+    return text
 
 
 def plan(
@@ -242,7 +246,8 @@ def plan(
         first = first_candidates(model, train, hardware, counts, options, batches)
         raise SpecError("gpus", no_layout_message(first, model, train, max(counts)))
     fitting = fits(found.values, budget)
-    order = rank(found.cols, found.values, np.flatnonzero(fitting), options.objective)
+    order = rank(found.cols, found.values, np.flatnonzero(fitting), options.objective,
+                 hardware.hbm_bytes)  # fmt: skip
     return Plan(model, train, hardware, int(max(counts)), options, found.cols, found.values,
                 fitting, order, found.enumerated, found.valid, budget, found.structures,
                 found.skipped)  # fmt: skip
@@ -280,11 +285,14 @@ def rank(
     values: dict[str, np.ndarray],
     idx: np.ndarray,
     objective: str = "time",
+    capacity: float = np.inf,
 ) -> np.ndarray:
     """``idx`` best first by ``objective`` (:func:`score`); ties (``TIE``) go to the layout
     on fewer devices (a budget's search), then with the fewest model-parallel devices (tp x
     pp x cp: fewer collectives on the critical path, fewer ways to go wrong), then with
-    the smaller peak memory."""
+    the smaller peak memory. A layout whose reserved bytes (the caching allocator's,
+    ``engine.fit``) exceed the device's ``capacity`` ranks after every one that does not:
+    its peak fits the budget, but the allocator would retry and may run out."""
     key = score(cols, values, objective)
     idx = idx[np.argsort(key[idx], kind="stable")]
     best = key[idx]
@@ -295,7 +303,8 @@ def rank(
         tier[start:end], start, n = n, end, n + 1
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
-    return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier))]
+    at_risk = values["memory_bytes_per_device.reserved"][idx] > capacity
+    return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier, at_risk))]
 
 
 def _plain(value: Any) -> Any:

@@ -59,13 +59,24 @@ def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     return {"tokens_per_s_change": speed, "peak_change_bytes": peak, "changed": changed}
 
 
-def difference_text(row: dict[str, Any], best: dict[str, Any]) -> str:
-    """E.g. ``-0.9 % tokens/s, +1.1 GiB: dp 1->2, fsdp 4->2``."""
+MEASURES = {"time": ("tokens/s", "tokens_per_s", False),
+            "cost": ("tokens/s per GPU", "tokens_per_s", True),
+            "tokens-per-gpu": ("tokens/s per GPU", "tokens_per_s", True),
+            "mfu": ("MFU", "mfu", False)}  # fmt: skip
+"""What a plan's objective ranks by, as a row's change from the best reads it: (words,
+quantity, per GPU)."""
+
+
+def difference_text(row: dict[str, Any], best: dict[str, Any], objective: str = "time") -> str:
+    """E.g. ``-0.9 % tokens/s, +1.1 GiB: dp 1->2, fsdp 4->2``, in what ``objective`` ranks
+    by (``MEASURES``: under ``cost`` tokens/s per GPU, device-seconds per token's inverse)."""
     d = differences(row, best)
     fields = change_words(d["changed"]) or "same layout"
-    speed = round(100 * d["tokens_per_s_change"], 1) + 0.0  # no "-0.0"
+    words, key, per_gpu = MEASURES[objective]
+    ratio = row[key] / best[key] * (best["gpus"] / row["gpus"] if per_gpu else 1)
+    speed = round(100 * (ratio - 1), 1) + 0.0  # no "-0.0"
     peak = round(d["peak_change_bytes"] / GIB, 1) + 0.0
-    return f"{speed:+.1f} % tokens/s, {peak:+,.1f} GiB: {fields}"
+    return f"{speed:+.1f} % {words}, {peak:+,.1f} GiB: {fields}"
 
 
 def widened(options: PlanOptions) -> PlanOptions:
