@@ -226,6 +226,14 @@ def _required(field: str) -> str:
     raise SpecError("hardware", f"hardware is required with {field}")
 
 
+def _choices(name: str, given: Any) -> tuple[Any, ...]:
+    """A search's choices: one (a string or a number) or several, never none."""
+    chosen = (given,) if isinstance(given, str | int) else tuple(given)
+    if not chosen:
+        raise SpecError(name, f"{name} must name at least one choice (got none)")
+    return chosen
+
+
 def plan(
     model: str | ModelSpec,
     *,
@@ -249,9 +257,10 @@ def plan(
         frameworks = (inputs.pop("framework"),)
     values, spec = _values(model, {**inputs, "batch": batch})
     setup = build(values, spec)
-    options = _plan.PlanOptions(frameworks=tuple(frameworks), recompute=tuple(recompute),
+    options = _plan.PlanOptions(frameworks=_choices("frameworks", frameworks),
+                                recompute=_choices("recompute", recompute),
                                 micro_batches=None if microbatches is None else
-                                tuple(microbatches), max_tp=max_tp,
+                                _choices("microbatches", microbatches), max_tp=max_tp,
                                 memory_headroom=memory_headroom)  # fmt: skip
     counter = _count_on_stderr if progress is True else (progress or None)
     return _plan.plan(setup.model, setup.train, get_hardware(hardware), gpus, options, counter)

@@ -232,3 +232,24 @@ def test_a_batch_range_holds_what_a_prime_gpu_count_can_place():
     assert 1923 in batch_choices(1, 2520, counts=[5128])
     assert batch_choices(1, 2520, counts=[1024]) == batch_choices(1, 2520)  # no prime > 7
     assert batch_choices(1000, 1200, counts=[5128]) == batch_choices(1000, 1200)  # none fits
+
+
+def test_the_probes_plan_questions_answer_in_their_own_terms(capsys):
+    """A probe: --micro-batches 3 blamed --global-batch (a multiple of dp 8); the API read
+    frameworks="megatron" letter by letter and an empty list as a numpy reshape error; a
+    host-bound tp 16 step said "limited by compute" with 22 % of it on the device."""
+    import costmodel
+
+    assert main(["plan", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8",
+                 "--global-batch", "64", "--micro-batches", "3"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "into --micro-batches of 3" in err and "8, 16, 32, 64" in err
+    one = costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=64, frameworks="megatron",
+                         progress=False)  # fmt: skip
+    assert set(one["framework"]) == {"megatron"}
+    with pytest.raises(SpecError, match="microbatches must name at least one"):
+        costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=64, microbatches=[])
+    assert main(["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "16",
+                 "--tp", "16", "--seq", "4096", "--batch", "16", "--framework", "megatron",
+                 "--sequence-parallel"]) == 0  # fmt: skip
+    assert "limited by   TP communication (43% of the step)" in capsys.readouterr().out

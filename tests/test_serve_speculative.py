@@ -103,3 +103,17 @@ def test_the_cli_reports_the_cycle(capsys):
     assert out["time_s.tpot"] < out["time_s.decode_step.total"]
     with pytest.raises(SpecError, match="acceptance"):
         ServeSpec(input=10, output=10, draft_tokens=1)
+
+
+def test_the_memory_lines_add_up_with_a_drafter(capsys):
+    """A probe: the drafter's weights and caches were in the total but not in the lines."""
+    assert main(["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1000",
+                 "--output", "500", "--batch", "16", "--draft-tokens", "4",
+                 "--acceptance", "0.9", "--json"]) == 0  # fmt: skip
+    data, mem = json.loads(capsys.readouterr().out), "memory_bytes_per_device."
+    parts = ("weights", "kv_cache_paged", "workspace", "drafter")
+    assert sum(data[mem + k] for k in parts) == pytest.approx(data[mem + "total"])
+    assert main(["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1000",
+                 "--output", "500", "--batch", "16", "--draft-tokens", "4",
+                 "--acceptance", "0.9"]) == 0  # fmt: skip
+    assert "drafter                574.00 MiB" in capsys.readouterr().out

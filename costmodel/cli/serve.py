@@ -97,6 +97,7 @@ def _rows(
         ("weights", fmt_bytes(v[mem + "weights"])),
         ("KV cache (paged)", fmt_bytes(v[mem + "kv_cache_paged"])),
         ("workspace", fmt_bytes(v[mem + "workspace"])),
+        *([("drafter", fmt_bytes(v[mem + "drafter"]))] if v.get(mem + "drafter") else []),
     ]
     if not ans.fits:
         pool = []

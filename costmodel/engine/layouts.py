@@ -104,10 +104,19 @@ def valid_mask(cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec) 
 
 
 def no_layout_message(
-    cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec, gpus: int
-) -> str:
-    """Why nothing is valid: the rule the simplest candidate breaks, in its own words."""
+    cols: dict[str, np.ndarray], model: ModelSpec, train: TrainSpec, gpus: int,
+    micro_batches: tuple[int, ...] | None = None,
+) -> str:  # fmt: skip
+    """Why nothing is valid: the rule the simplest candidate breaks, in its own words; a
+    batch no replica of the asked micro-batch sizes can split, with the replicas' batches."""
     if not len(cols["tp"]):
+        degrees = [d for d in range(1, gpus + 1) if gpus % d == 0 and train.batch % d == 0]
+        if micro_batches and degrees:
+            shares = ", ".join(f"{train.batch // d:,}" for d in reversed(degrees))
+            sizes = ", ".join(map(str, micro_batches))
+            return (f"no layout of {gpus} GPUs splits batch {train.batch} into micro_batches "
+                    f"of {sizes}: a replica's batch (the global batch over a data-parallel "
+                    f"degree: {shares}) must be a multiple of one")  # fmt: skip
         return (f"no layout of {gpus} GPUs splits batch {train.batch}: the global batch must "
                 "be a multiple of the data-parallel degree of some layout")  # fmt: skip
     first = {k: v[:1] for k, v in cols.items()}

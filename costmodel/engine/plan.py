@@ -175,8 +175,8 @@ def limit_of(row: dict[str, Any], budget: float, capacity: float = np.inf) -> st
     device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
     layers' host syncs), data-parallel (FSDP/DP) communication
     beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step
-    (named after compute where compute is half the step or more and the part less); else
-    compute.
+    (named after compute where the device's own compute, its waits for the host left
+    out, is half the step or more and the part less); else compute.
     Memory above 90 % of the budget is named too (a layout that shards less would not
     fit), and reserved bytes over the device's ``capacity`` (a risk of running out)."""
     step = row["time_s.step"]
@@ -195,7 +195,8 @@ def limit_of(row: dict[str, Any], budget: float, capacity: float = np.inf) -> st
     }
     name, worst = max(parts.items(), key=lambda kv: kv[1])
     text = "compute"
-    if 0.05 * step < worst < 0.5 * step <= row["time_s.compute"]:  # compute still leads
+    device = row["time_s.compute"] - row.get("time_s.host_bound", 0.0)  # not its host waits
+    if 0.05 * step < worst < 0.5 * step <= device:  # compute still leads
         text = f"compute; {name} {worst / step:.0%} of the step, exposed"
     elif worst > 0.05 * step:
         text = f"{name} ({worst / step:.0%} of the step)"
@@ -244,7 +245,8 @@ def plan(
                             progress)  # fmt: skip
     if not found.cols:
         first = first_candidates(model, train, hardware, counts, options, batches)
-        raise SpecError("gpus", no_layout_message(first, model, train, max(counts)))
+        raise SpecError("gpus", no_layout_message(first, model, train, max(counts),
+                                                  options.micro_batches))  # fmt: skip
     fitting = fits(found.values, budget)
     order = rank(found.cols, found.values, np.flatnonzero(fitting), options.objective,
                  hardware.hbm_bytes)  # fmt: skip
