@@ -86,6 +86,8 @@ def as_flags(message: str, parser: argparse.ArgumentParser | None) -> str:
         long = [o for o in action.option_strings if o.startswith("--") and o[2:5] != "no-"]
         for name in (action.dest, *(o[2:].replace("-", "_") for o in long)) if long else ():
             flags.setdefault(name, long[0])  # the field, and any alias, as the first flag
+            if name.endswith("_gb"):  # a byte field the command takes in GB (--device-budget-gb)
+                flags.setdefault(name[:-3], long[0])
     message = _SNAKE.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
     return _WORD.sub(lambda m: flags.get(m.group(m.lastindex), m.group(0)), message)
 

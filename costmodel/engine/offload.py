@@ -33,6 +33,8 @@ last forward block's weights at the start of backward, and GEMM efficiency by ch
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from costmodel.engine.offload_terms import OffloadConfig, Terms, block_terms
@@ -85,15 +87,19 @@ def plan_offload(
 ) -> list[OffloadConfig]:
     """The ``top`` fastest feasible plans (ties: the one using less memory first)."""
     checks.integer("top", top)
+    if spec.device_budget > hw.hbm_bytes:
+        raise SpecError("device_budget", f"device_budget must be <= {hw.name}'s memory, "
+                        f"{hw.hbm_bytes / 1e9:.2f} GB (got {spec.device_budget / 1e9:.2f} "
+                        "GB)")  # fmt: skip
     offloadable(model, train)
-    found: list[tuple[float, float, Terms, tuple[int, int, int, int]]] = []
+    found: list[tuple[float, float, Terms, tuple[int, int, int, int, int]]] = []
     for chunk, seqs in chunk_candidates(train, spec):
         terms = block_terms(model, train, hw, spec, chunk, seqs)
         found += _search(terms, spec, top)
     if not found:
         raise _why_nothing_fits(model, train, hw, spec)
     found.sort(key=lambda f: (round(f[0], 6), f[1]))  # a report for the winners only
-    return [t.config(*choice, spec) for _, _, t, choice in found[:top]]
+    return [t.config(*choice[:4], spec, choice[4]) for _, _, t, choice in found[:top]]
 
 
 def _why_nothing_fits(
@@ -116,21 +122,41 @@ def _why_nothing_fits(
                      "raise either")  # fmt: skip
 
 
+def _fastest_pinning(t: Terms, choice: tuple, spec: OffloadSpec) -> tuple[Any, Any, Any]:
+    """(step, bytes used, pinned gradient blocks) of each choice at its fastest count of
+    gradient blocks kept on the device: as many as fit, or a quarter, half, three quarters
+    or none of the blocks. Keeping every gradient that fits is not always fastest (the host
+    optimizer then waits for them at the step's end instead of receiving them during the
+    backward), and one fixed rule made a larger device budget choose a slower plan."""
+    best = None
+    for g in (None, *_counts(t.layers, 4)):  # None: as many as fit
+        v = t.evaluate(*choice, spec, G=g)
+        step = np.where(v["ok"], v["step"], np.inf)
+        pinned = np.broadcast_to(v["pinned_grads"], step.shape)
+        found = (step, np.broadcast_to(v["used"], step.shape), pinned)
+        if best is None:
+            best = [np.array(x, dtype=float) for x in found]
+            continue
+        better = found[0] < best[0]
+        for kept, new in zip(best, found, strict=True):
+            kept[better] = new[better]
+    return best[0], best[1], best[2].astype(np.int64)
+
+
 def _search(
     t: Terms, spec: OffloadSpec, top: int
-) -> list[tuple[float, float, Terms, tuple[int, int, int, int]]]:
-    """Every (pinned params, device units, full, attn) of one (chunk, round), on a grid:
-    the ``4 x top`` fastest as (step, bytes used, terms, choice)."""
+) -> list[tuple[float, float, Terms, tuple[int, int, int, int, int]]]:
+    """Every (pinned params, device units, full, attn) of one (chunk, round), on a grid, at
+    its fastest pinning of gradients (:func:`_fastest_pinning`): the ``4 x top`` fastest as
+    (step, bytes used, terms, choice with the pinned gradient blocks)."""
     counts = _counts(t.units)
     # only the unit splits a round has room for (device + full + attn <= units; about a
     # sixth of the cube), in the cube's C order so that ties break as over the whole cube
     a, f, n = np.nonzero(counts[:, None, None] + counts[None, :, None] + counts <= t.units)
     P = np.arange(t.layers + 1)[:, None]
     A, nf, na = counts[a][None, :], counts[f][None, :], counts[n][None, :]
-    v = t.evaluate(P, A, nf, na, spec)
-    step = np.where(v["ok"], v["step"], np.inf)
-    used = np.broadcast_to(v["used"], step.shape)
-    grids = np.broadcast_arrays(P, A, nf, na)
+    step, used, pinned = _fastest_pinning(t, (P, A, nf, na), spec)
+    grids = [*np.broadcast_arrays(P, A, nf, na), pinned]
     flat, keep = step.ravel(), min(top * 4, step.size)
     # what a stable sort of the whole grid puts first, without sorting the whole grid
     near = np.flatnonzero(flat <= np.partition(flat, keep - 1)[keep - 1])
