@@ -91,3 +91,14 @@ def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):
     assert main([*ARGV, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_pack_holds_at_most_a_ranks_share_of_the_step():
+    """A probe: --pack-tokens 100,000,000 priced micro-batches of 65,104 sequences (a peak of
+    647,297 GiB) where each of 8 ranks has 64 of the step's 512."""
+    from costmodel.rl.step import _training
+
+    spec = RLSpec(gpus=8, prompts=64, samples=8, input=512, output=1024,
+                  pack_tokens=100_000_000)  # fmt: skip
+    est = _training("llama3-8b", spec, "h100-sxm", 1024)
+    assert est.train.batch == 512 and est.train.batch // est.train.grad_accum == 512

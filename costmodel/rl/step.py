@@ -87,8 +87,9 @@ def _training(model_name: str, spec: RLSpec, hardware: str, mean_response: float
     seq = spec.input + max(1, round(mean_response))
     if spec.sequence_parallel:  # padded to a multiple of tp (NeMo RL's and Megatron's rule)
         seq = math.ceil(seq / spec.train_tp) * spec.train_tp
-    micro = max(1, spec.pack_tokens // seq) if spec.pack_tokens else 1
     ranks = train_gpus // (spec.train_tp * spec.train_pp)
+    micro = max(1, spec.pack_tokens // seq) if spec.pack_tokens else 1
+    micro = min(micro, math.ceil(sequences / ranks))  # a pack holds at most a rank's share
     batch = math.ceil(sequences / (micro * ranks)) * micro * ranks
     layout = {"tp": spec.train_tp, "pp": spec.train_pp,
               "sequence_parallel": spec.sequence_parallel}  # fmt: skip
