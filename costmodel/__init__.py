@@ -15,7 +15,10 @@ Quick start (a notebook; the CLI's names and units, see :mod:`costmodel.api`)::
 
 Symbols: ``from costmodel.symbols import T, D`` or ``costmodel.symbol("T")``, never
 ``sympy.Symbol("T")`` (the package's carry assumptions; see :mod:`costmodel.symbols`).
-Specs work too: ``estimate(get_model("cs336-2.7b"), TrainSpec(batch=4, seq=1024))``.
+Specs work too, priced exactly as given: ``estimate(get_model("cs336-2.7b"),
+TrainSpec(batch=4, seq=1024))`` runs the whole batch as one micro-batch (``grad_accum`` 1,
+the spec's default), with no framework defaults and no notes; by name, as the CLI, a
+micro-batch of 1 per device and the defaults apply (``est.notes`` says which).
 """
 
 from costmodel.api import (

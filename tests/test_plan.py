@@ -253,3 +253,7 @@ def test_the_probes_plan_questions_answer_in_their_own_terms(capsys):
                  "--tp", "16", "--seq", "4096", "--batch", "16", "--framework", "megatron",
                  "--sequence-parallel"]) == 0  # fmt: skip
     assert "limited by   TP communication (43% of the step)" in capsys.readouterr().out
+    assert main(["plan", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8",
+                 "--global-batch", "1:1000000", "--json"]) == 0  # fmt: skip
+    said = json.loads(capsys.readouterr().out)["caveats"]
+    assert any("no critical-batch limit is modelled" in c for c in said)

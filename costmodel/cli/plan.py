@@ -271,7 +271,8 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
                "enumerated": result.enumerated, "valid": result.valid,
                "skipped_counts": list(result.skipped),
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
-               "seconds": s.seconds, "top": rows, "caveats": best_caveats(result)}  # fmt: skip
+               "seconds": s.seconds, "top": rows,
+               "caveats": best_caveats(result, batches)}  # fmt: skip
         if not rows:
             out["no_fit"] = no_fit_text(result, hints=nearest is None)
             out["nearest_fit"] = nearest
@@ -285,7 +286,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
         print(no_fit_text(result, hints=nearest is None))
         print(_nearest_text(nearest))
         return 1
-    _print_rows(result, rows, s.seconds, args.max_gpus)
+    _print_rows(result, rows, s.seconds, args.max_gpus, batches)
     if sized is not None:
         print(sizing_text(result, sized, args.token_budget, args.deadline_days))
         return 0 if any(r.meets is not False for r in sized) else 1
@@ -311,17 +312,28 @@ def _nearest_text(row: dict | None) -> str:
             f"  {row['estimate_command']}")  # fmt: skip
 
 
-def best_caveats(result: Plan) -> list[str]:
-    """What ``estimate`` cautions of the best layout (``costmodel.engine.caveats``)."""
+def best_caveats(result: Plan, batches: list[int] | None = None) -> list[str]:
+    """What ``estimate`` cautions of the best layout (``costmodel.engine.caveats``), and
+    where a batch range was searched, that nothing bounds the batch but the range."""
     if not len(result.order):
         return []
     best = int(result.order[0])
-    est = estimate(result.model, result.train_spec(best), result.parallel_spec(best),
-                   result.hardware)  # fmt: skip
-    return caveats(est)
+    train = result.train_spec(best)
+    est = estimate(result.model, train, result.parallel_spec(best), result.hardware)
+    said = caveats(est)
+    if batches and len(set(batches)) > 1:
+        said.append(f"the global batch was searched from {min(batches):,} to {max(batches):,} "
+                    f"and the best takes {train.batch:,}: no critical-batch limit is modelled "
+                    "(McCandlish et al. 2018 measure it from the gradient noise scale; past "
+                    "it a larger batch buys less loss per token), so bound --global-batch by "
+                    "what the training tolerates")  # fmt: skip
+    return said
 
 
-def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | None) -> None:
+def _print_rows(
+    result: Plan, rows: list[dict], seconds: float, max_gpus: int | None,
+    batches: list[int] | None = None,
+) -> None:  # fmt: skip
     print(_table(result, rows, seconds, max_gpus))
     if len(rows) > 1:
         print(
@@ -333,7 +345,7 @@ def _print_rows(result: Plan, rows: list[dict], seconds: float, max_gpus: int | 
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0], objective)}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
-    for text in best_caveats(result):
+    for text in best_caveats(result, batches):
         print(f"  caveat: {text}")
     print("\neach row as estimate computes it:")
     print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))
