@@ -53,3 +53,18 @@ def test_a_file_past_the_limit_is_not_read_whole(tmp_path):
     with pytest.raises(SpecError, match=r"big\.json is larger than 2,048 bytes"):
         read_json(path, "hardware", limit=2048)
     assert read_json(path, "hardware", limit=8192) == []
+
+
+def test_a_misspelt_profile_field_is_refused(tmp_path):
+    """A probe: allocator_reserv (for allocator_reserve) was ignored, so reserved equalled
+    the peak; an unknown field inside efficiency was refused. Both are now."""
+    import json
+
+    from costmodel.catalog.hardware import HARDWARE, get_hardware
+
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps({**HARDWARE["h100-sxm"], "allocator_reserv": 1.3}))
+    with pytest.raises(SpecError, match=r"unknown field\(s\) allocator_reserv"):
+        get_hardware(str(path))
+    path.write_text(json.dumps({**HARDWARE["h100-sxm"], "_note": "kept", "provenance": {}}))
+    assert get_hardware(str(path)).hbm_bytes == get_hardware("h100-sxm").hbm_bytes

@@ -29,6 +29,11 @@ def _catalog() -> dict[str, dict[str, Any]]:
 HARDWARE: dict[str, dict[str, Any]] = _catalog()
 
 
+PROFILE_DATA = frozenset(("aliases", "measured", "provenance"))
+"""Keys a profile holds beside the fields: the catalog's other names for a device, and a
+calibrated profile's measurements and where they came from (``validate.cluster``)."""
+
+
 def hardware_from_dict(name: str, data: dict[str, Any]) -> Hardware:
     known = {f.name for f in fields(Hardware)}
     required = [
@@ -39,6 +44,11 @@ def hardware_from_dict(name: str, data: dict[str, Any]) -> Hardware:
     missing = [k for k in required if k not in data]
     if missing:
         raise SpecError("hardware", f"hardware {name}: missing field(s) {', '.join(missing)}")
+    unknown = sorted(k for k in data if k not in known | PROFILE_DATA and k[:1] != "_")
+    if unknown:  # a misspelt field would silently keep its default (allocator_reserv)
+        raise SpecError("hardware", f"hardware {name}: unknown field(s) {', '.join(unknown)} "
+                        f"(fields: {', '.join(sorted(known - {'name'}))}; a note's key "
+                        "starts with _)")  # fmt: skip
     return Hardware(name=name, **{k: v for k, v in data.items() if k in known and k != "name"})
 
 

@@ -80,7 +80,12 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
-        f"{'tok/s/' + device_word(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit",
+        f"{'tok/s/' + device_word(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit"
+        + (
+            "  (days and cost at goodput 1: no failures or checkpoints)"
+            if rows and "train_days" in rows[0]
+            else ""
+        ),
     ]
     for i, r in enumerate(rows, 1):
         extra = ""
