@@ -97,3 +97,13 @@ def test_solve_and_bounds_answer_in_sentences_with_units(capsys):
     assert out.startswith("answer      critical batch B* = 23,387 tokens a step (365 per device)")
     assert "459 TFLOP/s; fsdp over ICI" in out and "C/W = 2,550 FLOPs per byte" in out
     assert "time_s_at_critical_batch" not in out
+
+
+def test_an_answer_the_positions_set_says_so_first(capsys):
+    """A probe: GPT-2's answer read "seq 1,024: the largest whose per-device peak fits"
+    above a note that the model's positions, not the budget, stopped the search."""
+    assert main(["solve", "max-seq", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus",
+                 "1", "--batch", "1"]) == 0  # fmt: skip
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert answer.startswith("answer   seq 1,024: the model's 1,024 learned positions")
+    assert answer.endswith("(more may fit)")

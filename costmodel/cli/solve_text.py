@@ -69,6 +69,9 @@ def max_rows(result: dict[str, Any], field: str) -> Rows:
     budget = fmt_bytes(result["budget_bytes"])
     if value is None:
         rows: Rows = [("answer", f"none fits {budget} per device: {result['reason']}")]
+    elif result.get("bound"):  # the search's bound, not the budget, set it
+        rows = [("answer", f"{field} {value:,}: {result['bound']}, whose per-device peak "
+                           f"fits {budget} (more may fit)")]  # fmt: skip
     else:
         rows = [("answer", f"{field} {value:,}: the largest whose per-device peak fits "
                            f"{budget}")]  # fmt: skip

@@ -88,6 +88,7 @@ def max_fitting(
             f"the model's {limit:,} learned positions" if learned else f"the search limit, {top:,}"
         )
         out["limited_by"] = f"{field} reached {bound}, not the budget: more may fit"
+        out["bound"] = bound
     return out
 
 
