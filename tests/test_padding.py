@@ -160,3 +160,18 @@ def test_a_distribution_is_drawn_whole_and_its_cut_said(capsys):
     out = capsys.readouterr().out
     assert "64 documents, mean 100,000.0 tokens" in out
     assert "note: 64 documents (100.0%) are longer than a row" in out
+
+
+def test_the_table_says_its_scope_its_rows_and_its_held_draws(capsys, tmp_path):
+    """A probe: batch 64 over 4 documents, an unscoped tokens/s column and draws held at
+    2^24 tokens went unsaid."""
+    lengths = tmp_path / "four.txt"
+    lengths.write_text("100\n200\n300\n400\n")
+    assert main(["padding", "--model", "gpt2", "--hardware", "h100-sxm", "--lengths",
+                 str(lengths), "--batch", "64"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "4 rows at most, fewer than the batch of 64" in out
+    assert "tokens/s: the documents' own tokens (no padding) a second, over the 1 device" in out
+    assert main(["padding", "--model", "gpt2", "--distribution", "exponential:mean=1e30",
+                 "--samples", "10"]) == 0  # fmt: skip
+    assert "10 drawn documents reached 16,777,216 tokens" in capsys.readouterr().out

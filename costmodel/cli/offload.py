@@ -120,13 +120,17 @@ def add_offload(sub) -> None:
     p.set_defaults(func=_cmd_offload)
 
 
+LONGEST_DRAWN = 2**24
+"""The longest document a --distribution draws (tokens); longer draws are held at it."""
+
+
 def _lengths(args: argparse.Namespace) -> Any:
     if (args.lengths is None) == (args.distribution is None):
         raise SpecError("lengths", "give either --lengths FILE or --distribution NAME:k=v,...")
     if args.lengths is not None:
         return read_lengths(args.lengths)
     # the documents as drawn (up to 2^24 tokens): a row cuts them, and says so, as for a file
-    return synthetic_lengths(args.distribution, args.samples, 2**24, args.seed)
+    return synthetic_lengths(args.distribution, args.samples, LONGEST_DRAWN, args.seed)
 
 
 def _truncated(lengths: Any, seq: int) -> dict[str, Any]:
@@ -156,11 +160,23 @@ def _cmd_padding(args: argparse.Namespace) -> int:
     said = " (default; --seq)" if "seq" not in values_of(args) else ""
     print(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens, rows of "
           f"{setup.train.seq:,}{said}, batch {setup.train.batch}")  # fmt: skip
+    capped = int((lengths >= LONGEST_DRAWN).sum()) if args.distribution else 0
+    if capped:
+        print(f"note: {capped:,} drawn documents reached {LONGEST_DRAWN:,} tokens, the longest "
+              "drawn, and are held at it (the mean above is of the held lengths)")  # fmt: skip
     if cut["documents"]:
         share = cut["documents"] / len(lengths)
         print(f"note: {cut['documents']:,} documents ({share:.1%}) are longer than a row: each "
               f"is cut at {setup.train.seq:,} tokens, dropping {cut['tokens_fraction']:.1%} of "
               "the tokens (a longer --seq keeps them)")  # fmt: skip
+    most = max(r["rows"] for r in rows.values())
+    if most < setup.train.batch:
+        print(f"note: {most:,} rows at most, fewer than the batch of {setup.train.batch:,}: each "
+              "strategy is priced on its own rows, less than one step")  # fmt: skip
+    if any(r["seconds"] for r in rows.values()):
+        devices = setup.parallel.devices
+        print(f"tokens/s: the documents' own tokens (no padding) a second, over the {devices:,} "
+              f"device{'s' * (devices > 1)} of the layout")  # fmt: skip
     print(f"{'strategy':<16}{'rows':>10}{'pad tokens':>12}{'wasted FLOPs':>14}{'tokens/s':>12}"
           + ("  days" if budget else ""))  # fmt: skip
     for name, r in rows.items():
