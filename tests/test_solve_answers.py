@@ -107,3 +107,14 @@ def test_an_answer_the_positions_set_says_so_first(capsys):
     answer = capsys.readouterr().out.splitlines()[0]
     assert answer.startswith("answer   seq 1,024: the model's 1,024 learned positions")
     assert answer.endswith("(more may fit)")
+
+
+def test_min_fsdp_answers_the_full_model_without_a_device_at_the_budget_given():
+    """A probe: with --budget-gb and no --hardware the answer was the closed form's fsdp 4,
+    which estimate finds 84.8 GiB at, and with --hardware h100-sxm fsdp 7. A memory answer
+    at a given budget now comes from the full model either way (on the book's chip, said)."""
+    ask = ("solve", "min-fsdp", "--model", "llama3-8b", "--budget-gb", "80", "--seq", "8192")
+    bare, h100 = _json(*ask), _json(*ask, "--hardware", "h100-sxm")
+    assert bare["answer"]["fsdp"] == h100["answer"]["fsdp"] == 7
+    assert "the default --hardware" in bare["answer"]["assumed"]
+    assert bare["fsdp"] == 4  # the Scaling Book's closed form, kept beside it

@@ -124,7 +124,8 @@ def _verdict(est: Estimate, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
-    """The Scaling Book's closed form, and with --hardware the full model's answer."""
+    """The full model's answer (on --hardware, else the book's chip, at the user's budget),
+    and the Scaling Book's closed form beside it."""
     for chosen in ("fsdp", "gpus"):  # the answer: a layout given for them would be dropped
         if chosen in values_of(args):
             raise SpecError(chosen, f"min-fsdp finds {chosen}: leave --{chosen} out")
@@ -139,38 +140,41 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     try:
         result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction,
                           framework)  # fmt: skip
-    except SpecError as err:  # the book has no answer; the full model (--hardware) may
-        if args.hardware is None or err.field != "budget":
+    except SpecError as err:  # the book has no answer; the full model may
+        if err.field != "budget":
             raise
         result = {"approximation": LABEL, "framework": framework, "fsdp": None,
                   "why": err.message}  # fmt: skip
-    book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),
-            "from": "the Scaling Book approximation (--hardware: the full model)"}  # fmt: skip
-    if args.hardware is not None:  # the same question: one device's tokens, fsdp varied
-        given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
-        setup = build({**given, "batch": max(1, tokens // train.seq)})
-        assert setup.parallel is not None and setup.hardware is not None
-        full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
-        result["full_model"] = full
-        if full["fsdp"] is not None:
-            par = setup.parallel.replace(fsdp=full["fsdp"])
-            batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
-            at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
-            result["verdict"] = _verdict(at, args)
-        book = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
-                "from": "the full model (per-device peak; the Scaling Book's below)",
-                **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
-        sequences = setup.train.batch
-        rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
-            "rounded to whole sequences"  # fmt: skip
-        held = (
-            f"{sequences * train.seq:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
-        )
-    else:
-        held = f"{tokens:,} tokens per device (the approximation's activations)"
+    if args.hardware is None and tokens == 0:  # the book's own question: the state alone
+        assumed = (f"the training state alone (--batch-tokens 0), budget {budget / GB:,.1f} "
+                   f"GB, framework {framework}, {train.precision}")  # fmt: skip
+        book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),
+                "from": "the Scaling Book approximation (a step's tokens or --hardware: the "
+                "full model)"}  # fmt: skip
+        return {"answer": {**book, "assumed": assumed}, **result}
+    device = args.hardware or BOUNDS_HARDWARE  # the budget is the user's either way
+    # the same question to the full model: one device's tokens, fsdp varied
+    given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
+    setup = build({**given, "hardware": device, "batch": max(1, tokens // train.seq)})
+    assert setup.parallel is not None and setup.hardware is not None
+    full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
+    result["full_model"] = full
+    if full["fsdp"] is not None:
+        par = setup.parallel.replace(fsdp=full["fsdp"])
+        batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
+        at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
+        result["verdict"] = _verdict(at, args)
+    answer = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
+              "from": f"the full model (per-device peak on {device}; the Scaling Book's below)",
+            **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
+    sequences = setup.train.batch
+    rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
+        "rounded to whole sequences"  # fmt: skip
+    held = f"{sequences * train.seq:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
+    on = device if args.hardware else f"{device} (the default --hardware: the Scaling Book's chip)"
     assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
-               f"{train.precision}, recompute {train.recompute}")  # fmt: skip
-    return {"answer": {**book, "assumed": assumed}, **result}
+               f"{train.precision}, recompute {train.recompute}, on {on}")  # fmt: skip
+    return {"answer": {**answer, "assumed": assumed}, **result}
 
 
 def add_bounds_and_solve(sub: Any) -> None:
