@@ -12,7 +12,7 @@ Rows = list[tuple[str, str]]
 
 
 def min_fsdp_rows(result: dict[str, Any]) -> Rows:
-    """``solve min-fsdp``: the answer (the full model's with a device, else the book's),
+    """``solve min-fsdp``: the answer (the full model's, or for the state alone the book's),
     what it assumed, and the book's closed form with its parts."""
     answer, full = result["answer"], result.get("full_model")
     rows: Rows = [("answer", _min_fsdp_answer(answer, full, result))]
