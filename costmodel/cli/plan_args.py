@@ -65,8 +65,9 @@ def global_batch(args: argparse.Namespace, seq: int) -> tuple[int, int]:
     checks.integer("global_batch_tokens", high)
     if low == high and low % seq:
         down, up = low // seq * seq, -(-low // seq) * seq
+        near = f"{down:,} or {up:,}" if down else f"{up:,}, one sequence"
         raise SpecError("global_batch_tokens", f"global_batch_tokens must be a multiple of seq "
-                        f"({seq:,}): {low:,} is not (nearest: {down:,} or {up:,})")  # fmt: skip
+                        f"({seq:,}): {low:,} is not (nearest: {near})")  # fmt: skip
     first, last = -(-low // seq), high // seq
     if first > last or last < 1:
         raise SpecError("global_batch_tokens", f"global_batch_tokens range {low:,}:{high:,} "
