@@ -151,7 +151,10 @@ def test_requests_without_a_workload_is_refused(refused):
     """The second probe: --requests without a rate or users was ignored without a word."""
     said = refused(["serve", "--model", "llama3-8b", "--input", "100", "--output", "10",
                     "--requests", "5"])  # fmt: skip
-    assert "--requests sizes a simulated workload: give --request-rate or --concurrency" in said
+    assert (
+        "--requests makes a simulated workload a benchmark of that many: give "
+        "--request-rate or --concurrency"
+    ) in said
 
 
 def test_a_benchmark_of_n_requests_is_measured_over_its_run():

@@ -79,8 +79,9 @@ def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     rated = given.get("request_rate") is not None
     users = given.get("concurrency") is not None
     if "requests" in given and not (rated or users):
-        raise SpecError("requests", "requests sizes a simulated workload: give request_rate "
-                        "or concurrency with it (a batch is priced whole)")  # fmt: skip
+        raise SpecError("requests", "requests makes a simulated workload a benchmark of that "
+                        "many: give request_rate or concurrency with it (a batch is priced "
+                        "whole)")  # fmt: skip
     cap = engine(given.get("engine", DEFAULT_ENGINE)).max_seqs
     given.setdefault("batch", cap if rated or users else 1)
     given.setdefault("arrival", "poisson" if rated else "continuous" if users else "together")
