@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import costmodel
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
+from costmodel.engine.quantities import flat
 from costmodel.serving import terms
 from costmodel.serving.estimate import serve
 from costmodel.specs.checks import SpecError
@@ -37,7 +38,7 @@ DENSE_MLA = {
 
 def _cli(capsys, *argv: str) -> dict:
     assert main(["serve", *argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return flat(json.loads(capsys.readouterr().out))
 
 
 def test_the_issues_kv_caches_exactly(capsys):

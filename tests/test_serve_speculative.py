@@ -11,6 +11,7 @@ import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.cli import main
+from costmodel.engine.quantities import flat
 from costmodel.serving.estimate import decode_step, serve
 from costmodel.serving.speculative import tokens_per_cycle
 from costmodel.specs.checks import SpecError
@@ -98,7 +99,7 @@ def test_the_cli_reports_the_cycle(capsys):
     argv = ["serve", "--model", "llama3-8b", "--context", "2048", "--batch", "8",
             "--draft-tokens", "2", "--acceptance", "0.8", "--json"]  # fmt: skip
     assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = flat(json.loads(capsys.readouterr().out))
     assert out["speculative.tokens_per_cycle"] == pytest.approx(1 + 0.8 + 0.64)
     assert out["time_s.tpot"] < out["time_s.decode_step.total"]
     with pytest.raises(SpecError, match="acceptance"):
@@ -110,7 +111,7 @@ def test_the_memory_lines_add_up_with_a_drafter(capsys):
     assert main(["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1000",
                  "--output", "500", "--batch", "16", "--draft-tokens", "4",
                  "--acceptance", "0.9", "--json"]) == 0  # fmt: skip
-    data, mem = json.loads(capsys.readouterr().out), "memory_bytes_per_device."
+    data, mem = flat(json.loads(capsys.readouterr().out)), "memory_bytes_per_device."
     parts = ("weights", "kv_cache_paged", "workspace", "drafter")
     assert sum(data[mem + k] for k in parts) == pytest.approx(data[mem + "total"])
     assert main(["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1000",

@@ -21,6 +21,7 @@ from costmodel.answers.serve import (
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import device_word
+from costmodel.engine.quantities import nest
 from costmodel.serving.queueing import overloaded
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
@@ -216,7 +217,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                    "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
                           "output": out, "context": spec.context, "spec": asdict(spec),
-                          "verdict": verdict, **shown_values(ans), "notes": est.notes},
+                          "verdict": verdict, **nest(shown_values(ans)),
+                          "notes": est.notes},
                          indent=2))  # fmt: skip
         return 0
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(

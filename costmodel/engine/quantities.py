@@ -227,3 +227,15 @@ def nest(flat: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return root
+
+
+def flat(nested: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (the inverse of :func:`nest`: a JSON answer
+    read back by the dotted keys the Python answers use)."""
+    out: dict[str, Any] = {}
+    for key, value in nested.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
