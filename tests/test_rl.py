@@ -48,7 +48,7 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
     assert "every response the mean (a lower bound" in out
     assert main([*ARGV, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["verdict"]["fits"] and 0 < out["rl.generation_share"] < 1
+    assert out["verdict"]["fits"] and 0 < out["rl"]["generation_share"] < 1
 
 
 def test_a_step_whose_training_does_not_fit_says_so_first_and_gives_no_step_time(capsys):

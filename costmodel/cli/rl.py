@@ -8,6 +8,7 @@ import json
 
 from costmodel.catalog.hardware import HARDWARE
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.engine.quantities import nest
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
 from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -69,7 +70,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     if args.json:
         verdict = {"fits": bool(out["rl.train_fits"])}
         print(json.dumps({"model": args.model, "hardware": hardware, "verdict": verdict,
-                          **out}, indent=2))  # fmt: skip
+                          **nest(out)}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]
     said = " (the default --hardware)" * (args.hardware is None)
