@@ -376,7 +376,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         sim = queueing.simulate(model, spec, hw, decode_step, _phase, rate, spec.requests,
                                 capacity=capacity)  # fmt: skip
         # its step as the load holds it: the mean in flight a replica (Little's law)
-        held = sim["workload.requests_per_s"] / spec.dp * sim["time_s.e2e"]
+        held = sim["workload.sustained_per_s"] / spec.dp * sim["time_s.e2e"]
         held = max(1, min(spec.batch, round(held)))
         out.update(_times(model, replace(spec, batch=held), hw, vals))
         out.update(sim, **{"workload.in_flight": held})

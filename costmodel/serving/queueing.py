@@ -19,7 +19,10 @@ under a closed loop the first wave of users, who all send at once (a loop with n
 requests than users is one burst, counted whole, as a benchmark of that many prompts
 measures it). The rate served is the steady one (:func:`_served`): under a closed loop the
 users over the mean end to end (Little's law), under an open loop what is offered below
-capacity and the capacity above it; the drain after the last arrival is not counted.
+capacity and the capacity above it; the drain after the last arrival is not counted. A
+benchmark of a stated number of requests (``ServeSpec.requests``) is measured as
+``bench_serving`` measures one: every request counted, its throughput the requests over the
+run, first arrival to last completion (its drain included); the steady rate stays beside it.
 Units: seconds, requests/s, tokens/s.
 """
 
