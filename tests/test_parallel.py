@@ -427,7 +427,9 @@ def test_max_seq_says_when_it_stops_at_its_limit(capsys):
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
                  "--budget-gb", "1e6"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert out.startswith("answer   seq 16,777,216: the largest whose per-device peak fits")
+    assert out.startswith(
+        "answer   seq 16,777,216: the search limit, 16,777,216, whose per-device peak fits"
+    )  # the bound, not the budget, set it
     assert "seq reached the search limit, 16,777,216" in out
     assert main(["solve", "max-seq", "--model", "gpt2", "--hardware", "h100-sxm",
                  "--budget-gb", "1e6", "--json"]) == 0  # fmt: skip
