@@ -103,7 +103,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     )
     batch.add_argument("--global-batch-tokens", type=_batch_range,
                        help="tokens per optimizer step (a multiple of --seq), or a range of "
-                       "tokens LO:HI or :HI (the whole sequences inside it)")  # fmt: skip
+                       "tokens LO:HI or :HI, searched as --global-batch's range of the whole "
+                       "sequences inside it")  # fmt: skip
     g.add_argument(
         "--frameworks",
         type=_words(str, "frameworks"),
