@@ -287,3 +287,13 @@ def test_a_device_quantity_without_a_device_says_it_needs_one():
         cm.estimate("gpt2")["nope"]
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, price_per_hour=2.5)
     assert any("give token_budget for the days and the cost" in n for n in est.notes)
+
+
+def test_the_device_roots_are_what_a_layout_adds():
+    """``DEVICE_ROOTS`` (what "needs a device" is said of) is what a layout on a device adds
+    to an estimate's quantities, with the token budget's."""
+    from costmodel.engine.quantities import DEVICE_ROOTS
+
+    bare = {k.split(".")[0] for k in cm.estimate("gpt2").values}
+    placed = cm.estimate("gpt2", hardware="h100-sxm", token_budget=1e9, price_per_hour=2.0)
+    assert {k.split(".")[0] for k in placed.values} - bare == DEVICE_ROOTS

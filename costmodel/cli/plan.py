@@ -23,7 +23,7 @@ from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.nearest import stated_layout
 from costmodel.engine.plan import TIE, Plan, PlanOptions, layout_label, plan
-from costmodel.engine.sizing import train_days
+from costmodel.engine.sizing import NO_CRITICAL_BATCH, train_days
 from costmodel.engine.why import difference_text, differences, nearest_fitting
 from costmodel.inputs import build
 from costmodel.specs import checks
@@ -328,10 +328,8 @@ def best_caveats(result: Plan, batches: list[int] | None = None) -> list[str]:
     said = caveats(est)
     if batches and len(set(batches)) > 1:
         said.append(f"the global batch was searched from {min(batches):,} to {max(batches):,} "
-                    f"and the best takes {train.batch:,}: no critical-batch limit is modelled "
-                    "(McCandlish et al. 2018 measure it from the gradient noise scale; past "
-                    "it a larger batch buys less loss per token), so bound --global-batch by "
-                    "what the training tolerates")  # fmt: skip
+                    f"and the best takes {train.batch:,}: {NO_CRITICAL_BATCH}, so bound "
+                    "--global-batch by what the training tolerates")  # fmt: skip
     return said
 
 

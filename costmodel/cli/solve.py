@@ -166,7 +166,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         result["verdict"] = _verdict(at, args)
     answer = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
               "from": f"the full model (per-device peak on {device}; the Scaling Book's below)",
-            **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
+              **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
     sequences = setup.train.batch
     rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
         "rounded to whole sequences"  # fmt: skip

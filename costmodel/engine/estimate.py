@@ -20,6 +20,7 @@ from costmodel.config import check
 from costmodel.engine.fit import Fit, judge
 from costmodel.engine.quantities import (
     BUDGET_KEYS,
+    DEVICE_ROOTS,
     EVAL_SYMBOLS,
     compiled,
     compiled_scalar,
@@ -41,12 +42,6 @@ from costmodel.symbols import (
     subs_safe,
     values_for,
 )
-
-DEVICE_ROOTS = frozenset(("comm_bytes", "comm_exposed_share", "comm_overlapped_s",
-                          "comm_phase_s", "comm_time_s", "hfu", "memory_bytes_per_device",
-                          "mfu", "roofline", "tflops_per_device", "time_s", "tokens_per_s",
-                          "train_days", "train_cost"))  # fmt: skip
-"""The quantities' first parts that only a layout on a device has."""
 
 
 @dataclass(frozen=True, repr=False)

@@ -128,19 +128,15 @@ def _fastest_pinning(t: Terms, choice: tuple, spec: OffloadSpec) -> tuple[Any, A
     or none of the blocks. Keeping every gradient that fits is not always fastest (the host
     optimizer then waits for them at the step's end instead of receiving them during the
     backward), and one fixed rule made a larger device budget choose a slower plan."""
-    best = None
+    steps, used, pinned = [], [], []
     for g in (None, *_counts(t.layers, 4)):  # None: as many as fit
         v = t.evaluate(*choice, spec, G=g)
-        step = np.where(v["ok"], v["step"], np.inf)
-        pinned = np.broadcast_to(v["pinned_grads"], step.shape)
-        found = (step, np.broadcast_to(v["used"], step.shape), pinned)
-        if best is None:
-            best = [np.array(x, dtype=float) for x in found]
-            continue
-        better = found[0] < best[0]
-        for kept, new in zip(best, found, strict=True):
-            kept[better] = new[better]
-    return best[0], best[1], best[2].astype(np.int64)
+        steps.append(np.where(v["ok"], v["step"], np.inf))
+        used.append(np.broadcast_to(v["used"], steps[-1].shape))
+        pinned.append(np.broadcast_to(v["pinned_grads"], steps[-1].shape))
+    first = np.argmin(np.stack(steps), axis=0)[None]  # ties: the earlier candidate
+    pick = [np.take_along_axis(np.stack(x), first, axis=0)[0] for x in (steps, used, pinned)]
+    return pick[0], pick[1], pick[2].astype(np.int64)
 
 
 def _search(

@@ -67,6 +67,12 @@ PARALLEL_STRUCTURE = (
 )  # fmt: skip
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
 BUDGET_KEYS = ("train_days", "train_cost")
+DEVICE_ROOTS = frozenset(("comm_bytes", "comm_exposed_share", "comm_overlapped_s",
+                          "comm_phase_s", "comm_time_s", "hfu", "memory_bytes_per_device",
+                          "mfu", "roofline", "tflops_per_device", "time_s", "tokens_per_s",
+                          *BUDGET_KEYS))  # fmt: skip
+"""The first parts of the keys only a layout on a device has (what :func:`quantities` adds
+with a ``parallel``; ``tests/test_api.py`` holds the two equal)."""
 
 # Sizes do not change the expressions, so structures are built from these placeholders.
 _PLACEHOLDER_MODEL = {"vocab": 8, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 8}

@@ -43,10 +43,12 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 
 SECONDS_PER_DAY = 86_400
+NO_CRITICAL_BATCH = ("no critical-batch limit is modelled (McCandlish et al. 2018 measure it "
+                     "from the gradient noise scale)")  # fmt: skip
+"""What bounds a searched batch range besides the range: nothing (said where one is searched)."""
 ASSUMPTIONS = (
     "MFU predicted per GPU count (its own layouts and communication), not held constant",
-    "global batch within the range given; no critical-batch limit is modelled "
-    "(McCandlish et al. 2018 measure it from the gradient noise scale)",
+    f"global batch within the range given; {NO_CRITICAL_BATCH}",
     "goodput from failures per GPU-hour, a blocking checkpoint every Young/Daly interval "
     "and the restart time (with a checkpoint bandwidth; else goodput 1)",
 )
