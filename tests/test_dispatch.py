@@ -134,3 +134,38 @@ def test_a_gpu_dispatcher_on_a_tpu_is_refused_by_name():
     par = ParallelSpec(dp=8, ep=8, framework="megatron", ep_dispatcher="deepep")
     with pytest.raises(SpecError, match="ep_dispatcher deepep runs on NVIDIA GPUs"):
         estimate(MIXTRAL, TRAIN, par, get_hardware("tpu-v5p"))
+
+
+@pytest.mark.parametrize(
+    ("device", "rate"),
+    [
+        ("h800", 0.75 * 200e9),  # DeepEP's README: 153 GB/s of the H800's 200
+        ("h100-sxm", 0.75 * 450e9),  # an H20, the same NVLink 4: 337 GB/s (DeepEP #16)
+        ("b200", 0.17 * 900e9),  # a GB200's 169 / 135 GB/s (DeepEP #394)
+        ("gb200", 0.17 * 900e9),
+    ],
+)
+def test_deepep_runs_over_nvlink_at_what_was_measured_on_that_generation(device, rate):
+    """DeepEP's intranode kernels reach 0.75 of Hopper's one-way NVLink, where the link
+    binds them, and stay near Hopper's rates on Blackwell's twice faster NVLink 5: one ep 8
+    group in a node sends its copies at the generation's measured share, the other
+    dispatchers at the link's efficiency."""
+    hw = get_hardware(device)
+    assert DISPATCHERS["deepep"].link(hw) == pytest.approx(rate, rel=1e-12)
+    for name in ("all-to-all", "hybridep"):
+        assert DISPATCHERS[name].link(hw) == pytest.approx(hw.link_bw * hw.eff("link"))
+    values = estimate(MIXTRAL, TRAIN, ParallelSpec(dp=8, ep=8, framework="megatron",
+                      ep_dispatcher="deepep"), hw).values  # fmt: skip
+    _, nvlink = sends_per_token()
+    copies = float(nvlink.subs({N_ep: 8, g_ep: 8, k_r: 2, d_ep: 1}))
+    sent = 64 // 8 * 4096 * copies * 4096 * 2  # tokens x copies x D x bf16 bytes
+    alpha = 7 * hw.link_latency_s
+    assert _per_a2a(values, 32) == pytest.approx(sent / rate + alpha, rel=1e-9)
+
+
+def test_without_a_measurement_deepep_runs_at_the_links_efficiency():
+    """A GPU whose profile states no DeepEP share (AMD's, where Primus-Turbo runs its own
+    port) prices DeepEP's NVLink copies at the link's efficiency, as the other kinds."""
+    hw = get_hardware("mi355x")
+    assert "deepep_link" not in hw.efficiency
+    assert DISPATCHERS["deepep"].link(hw) == pytest.approx(hw.link_bw * hw.eff("link"))

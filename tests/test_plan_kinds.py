@@ -125,15 +125,15 @@ def test_a_bad_batch_in_tokens_is_one_line(capsys, batch, words):
 
 def test_dispatchers_are_searched_for_expert_parallel_layouts_only(capsys):
     """Issue 37, item 4: each ep > 1 candidate once per dispatcher asked for. A DeepEP
-    layout differs from its all-to-all twin in its expert-parallel sends alone: slower
-    where they stay in a node (DeepEP V1's measured 153 GB/s against NCCL's 360 GB/s on an
-    H100's NVLink), faster where its one copy per node crosses the network. The CLI's fastest
+    layout differs from its all-to-all twin in its expert-parallel sends alone: on B200s
+    slower where they stay in a node (DeepEP V1's measured 153 GB/s against NCCL's 720 GB/s
+    on NVLink 5), faster where its one copy per node crosses the network. The CLI's fastest
     DeepEP row reproduces as an estimate (Megatron's host launches bind these micro-batches of
     2,048 tokens, so it need not be the one whose sends cross nodes)."""
     model, train = get_model("mixtral-8x7b"), TrainSpec(batch=32, seq=2048)
     options = PlanOptions(frameworks=("megatron",), recompute=("none",), micro_batches=(1,),
                           dispatchers=("all-to-all", "deepep"))  # fmt: skip
-    p = plan(model, train, get_hardware("h100-sxm"), 16, options)
+    p = plan(model, train, get_hardware("b200"), 16, options)
     cols = p.columns
     routed = cols["ep"] > 1
     assert set(cols["ep_dispatcher"][~routed]) == {"all-to-all"}

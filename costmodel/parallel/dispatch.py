@@ -20,14 +20,18 @@ equally likely), per token:
   k experts hit), over NVLink (N - 1)·(1 - (1 - 1/N)^k) (the other ranks they hit,
   forwarded ones included). Over the network at 0.86 of a NIC's line rate (DeepEP's README,
   V1 normal kernels on H800 with 400 Gb/s ConnectX-7: 43-58 GB/s of ~50 GB/s, the lowest,
-  EP 16); over NVLink at most 153 GB/s per rank, the throughput its README measures for
-  intranode dispatch (158 for combine) on H800, whatever the link: the kernels run on a
-  fixed budget of SMs (24 by default), not at a share of the link, and on the B200's
-  NVLink 5 (900 GB/s one way) torchtitan's grid tuning of them measured 116-118 GB/s with
-  the default chunking and 185-218 GB/s tuned (EP 4, Qwen3-30B-A3B's shapes;
-  scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md in pytorch/torchtitan
-  @018740b). A slower link bounds it by its own achievable rate. DeepEP V2 (2026, NCCL's Gin
-  backend) is faster (643-726 GB/s on B200 by its README) and is not this kind;
+  EP 16); over NVLink at the share of the one-way link its intranode kernels were measured
+  to reach on that device generation (``efficiency.deepep_link`` of the hardware profile;
+  the link's own efficiency where none was measured). On Hopper they are bound by the link:
+  153 GB/s of the H800's 200 (its README, 158 for combine) and 337 GB/s of an H20's 450
+  with the default SM budget (deepseek-ai/DeepEP issue #16, 2025; the H20 has the H100's
+  NVLink 4), 0.75 of it. On Blackwell's NVLink 5 (900 GB/s one way) the same kernels were
+  measured far below the link, near Hopper's rates (something other than the link binds
+  them there): 169 GB/s dispatch and 135 combine on a GB200 (issue #394, 2025), 116-118 GB/s with
+  the default chunking and 185-218 tuned on a B200 (torchtitan's grid tuning at EP 4,
+  Qwen3-30B-A3B's shapes; scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md
+  in pytorch/torchtitan @018740b), 0.17 of it. DeepEP V2 (2026, NCCL's Gin backend) is
+  faster (643-726 GB/s on B200 by its README) and is not this kind;
 - ``hybridep`` (NVIDIA's HybridEP, the other backend of Megatron-Core's ``flex``
   dispatcher, built for NVLink domains such as GB200 NVL72): DeepEP's traffic (one copy
   per destination node and rank), at the hardware profile's efficiencies (no published
@@ -54,25 +58,25 @@ from costmodel.symbols import N_ep, d_ep, g_ep, k_r
 @dataclass(frozen=True)
 class Dispatcher:
     """One dispatcher kind: whether it sends a token once per destination node and rank
-    (``dedup``), the most it moves over NVLink per rank (``link_rate``, B/s, measured; the
-    link's achievable rate bounds it) and its achieved fraction of a NIC's line rate
-    (``None``: the hardware profile's ``link`` and ``network`` efficiencies)."""
+    (``dedup``), the hardware profile's efficiency key for its share of the one-way NVLink
+    (``link_key``; the profile's ``link`` efficiency where the profile has no such key) and
+    its achieved fraction of a NIC's line rate (``None``: the profile's ``network``)."""
 
     name: str
     dedup: bool
-    link_rate: float | None
+    link_key: str
     network_efficiency: float | None
 
     def link(self, hw: Hardware) -> float:
-        """NVLink B/s per rank on ``hw``: the link's achievable rate, at most ``link_rate``."""
-        achievable = hw.link_bandwidth() * hw.eff("link")
-        return achievable if self.link_rate is None else min(self.link_rate, achievable)
+        """NVLink B/s per rank on ``hw``: the one-way link at this kind's measured share of
+        it on that device, else at the link's efficiency."""
+        return hw.link_bandwidth() * hw.efficiency.get(self.link_key, hw.eff("link"))
 
 
 DISPATCHERS: dict[str, Dispatcher] = {
-    "all-to-all": Dispatcher("all-to-all", dedup=False, link_rate=None, network_efficiency=None),
-    "deepep": Dispatcher("deepep", dedup=True, link_rate=153e9, network_efficiency=0.86),
-    "hybridep": Dispatcher("hybridep", dedup=True, link_rate=None, network_efficiency=None),
+    "all-to-all": Dispatcher("all-to-all", dedup=False, link_key="link", network_efficiency=None),
+    "deepep": Dispatcher("deepep", dedup=True, link_key="deepep_link", network_efficiency=0.86),
+    "hybridep": Dispatcher("hybridep", dedup=True, link_key="link", network_efficiency=None),
 }
 
 
