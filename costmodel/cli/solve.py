@@ -64,25 +64,31 @@ BOUNDS_HARDWARE = "tpu-v5p"
 """The device ``bounds`` answers for where ``--hardware`` is not given: the book's TPU."""
 
 
+def _device(args: argparse.Namespace) -> str:
+    """``--hardware`` as given (an empty name is refused by the catalog, not defaulted),
+    else the book's chip."""
+    return BOUNDS_HARDWARE if args.hardware is None else args.hardware
+
+
 def _cmd_bounds(args: argparse.Namespace) -> int:
     model, train = build_model_only(args)
     report = bounds_report(
         model,
         _layout_only(args),
-        get_hardware(args.hardware or BOUNDS_HARDWARE),
+        get_hardware(_device(args)),
         precision=train.precision,
         forward_only=args.forward_only,
         peak_flops=args.peak_flops,
         bandwidth=args.bandwidth,
     )
     if args.json:
-        hardware = args.hardware or BOUNDS_HARDWARE
+        hardware = _device(args)
         print(json.dumps({"hardware": hardware, **report}, indent=2, allow_nan=False))
         return 0
     for warning in report.pop("warnings"):
         print(f"warning: {warning}")
     said = f"{BOUNDS_HARDWARE} (the default --hardware: the Scaling Book's chip)"
-    print(format_rows(bounds_rows(report, args.hardware or said)))
+    print(format_rows(bounds_rows(report, said if args.hardware is None else args.hardware)))
     return 0
 
 
@@ -152,7 +158,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
                 "from": "the Scaling Book approximation (a step's tokens or --hardware: the "
                 "full model)"}  # fmt: skip
         return {"answer": {**book, "assumed": assumed}, **result}
-    device = args.hardware or BOUNDS_HARDWARE  # the budget is the user's either way
+    device = _device(args)  # the budget is the user's either way
     # the same question to the full model: one device's tokens, fsdp varied
     given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
     setup = build({**given, "hardware": device, "batch": max(1, tokens // train.seq)})
@@ -171,7 +177,11 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
         "rounded to whole sequences"  # fmt: skip
     held = f"{sequences * train.seq:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
-    on = device if args.hardware else f"{device} (the default --hardware: the Scaling Book's chip)"
+    on = (
+        device
+        if args.hardware is not None
+        else f"{device} (the default --hardware: the Scaling Book's chip)"
+    )
     assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
                f"{train.precision}, recompute {train.recompute}, on {on}")  # fmt: skip
     return {"answer": {**answer, "assumed": assumed}, **result}
