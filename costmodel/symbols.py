@@ -194,6 +194,8 @@ a_X, a_Y, a_dp, a_pp, a_cp, a_ep = sp.symbols(
 W_epn = sp.Symbol("W_epn", **_POS)  # an ep rank's share of the NICs, B/s
 g_ep = sp.Symbol("g_ep", **_INT)  # ep ranks one node holds
 d_ep = sp.Symbol("d_ep", nonnegative=True)  # 1: one copy per destination rank and node
+h_nd = sp.Symbol("h_nd", nonnegative=True)  # other nodes a token's experts hit
+h_rk = sp.Symbol("h_rk", nonnegative=True)  # other ranks a token's experts hit
 S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
 R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
 t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per counted kernel
@@ -223,6 +225,8 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     W_epn,
     g_ep,
     d_ep,
+    h_nd,
+    h_rk,
     a_X,
     a_Y,
     a_dp,
@@ -272,6 +276,8 @@ DESCRIPTIONS.update(
         W_epn: "EP dispatch bandwidth across nodes (one NIC per rank)",
         g_ep: "expert-parallel ranks one node holds",
         d_ep: "1 where the dispatcher sends a token once per destination rank and node",
+        h_nd: "other nodes one token's routed experts hit (the router's spread)",
+        h_rk: "other expert-parallel ranks one token's routed experts hit",
         S_bucket: "DDP bucket bytes",
         R_alloc: "allocator's reserved over allocated bytes",
         t_op: "host seconds per counted kernel (per eager op, or per fused-count kernel)",

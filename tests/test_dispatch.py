@@ -14,9 +14,10 @@ import sympy as sp
 from costmodel import ParallelSpec, TrainSpec, estimate, get_model, sweep
 from costmodel.catalog.hardware import get_hardware
 from costmodel.parallel.dispatch import DISPATCHERS, sends_per_token
+from costmodel.parallel.routing import HITS, routing_hits
 from costmodel.specs.checks import SpecError
-from costmodel.specs.parallel import EP_DISPATCHERS
-from costmodel.symbols import N_ep, d_ep, g_ep, k_r
+from costmodel.specs.parallel import EP_DISPATCHERS, EP_ROUTINGS
+from costmodel.symbols import N_ep, d_ep, g_ep, h_nd, h_rk, k_r
 
 H100 = get_hardware("h100-sxm")
 MIXTRAL = get_model("mixtral-8x7b")  # D 4096, 8 experts, top-2
@@ -74,16 +75,68 @@ def _distinct(n: int, g: int, k: int) -> tuple[float, float]:
 
 @pytest.mark.parametrize(("n", "g", "k"), [(4, 2, 2), (6, 2, 3), (8, 4, 2), (4, 4, 3)])
 def test_deepep_sends_one_copy_per_destination_node_and_rank(n, g, k):
-    """DeepEP's network copies are the other nodes a token's experts hit, its NVLink
-    copies the other ranks they hit (forwarded ones included): exact means over every
-    routing equal the closed forms."""
-    network, nvlink = sends_per_token()
-    at = {N_ep: n, g_ep: g, k_r: k, d_ep: 1}
+    """Under random routing DeepEP's network copies are the other nodes a token's experts
+    hit, its NVLink copies the other ranks they hit (forwarded ones included): exact means
+    over every routing equal the closed forms; an all-to-all sends k(N - 1)/N whatever."""
     nodes, ranks = _distinct(n, g, k)
-    assert float(network.subs(at)) == pytest.approx(nodes, rel=1e-12)
-    assert float(nvlink.subs(at)) == pytest.approx(ranks, rel=1e-12)
+    got = routing_hits("random", 4 * n, k, n, g)
+    assert got == pytest.approx((nodes, ranks), rel=1e-12)
+    network, nvlink = sends_per_token()
+    at = {N_ep: n, g_ep: g, k_r: k, h_nd: got[0], h_rk: got[1]}
+    assert float(network.subs({**at, d_ep: 1})) == pytest.approx(nodes, rel=1e-12)
+    assert float(nvlink.subs({**at, d_ep: 1})) == pytest.approx(ranks, rel=1e-12)
     pairs = {**at, d_ep: 0}
     assert sp.simplify(network.subs(pairs) + nvlink.subs(pairs) - k * (n - 1) / n) == 0
+
+
+def _fake_balanced(experts: int, n: int, g: int, k: int) -> tuple[float, float]:
+    """NeMo AutoModel's FakeBalancedGate run by hand: every rank's token t takes experts
+    (t*k + j) % E, j < k (rank r holding E/n adjacent experts); mean over a whole period of
+    tokens and every source rank of the other nodes and ranks a token's experts hit."""
+    local = experts // n
+    nodes = ranks = count = 0
+    for source in range(n):
+        for t in range(experts):  # E tokens cover every start
+            hit = {(t * k + j) % experts // local for j in range(k)}
+            ranks += len(hit - {source})
+            nodes += len({r // g for r in hit} - {source // g})
+            count += 1
+    return nodes / count, ranks / count
+
+
+@pytest.mark.parametrize(
+    ("experts", "n", "g", "k"),
+    [(128, 8, 8, 8), (256, 64, 8, 8), (384, 32, 8, 8), (128, 16, 8, 4), (64, 8, 4, 6),
+     (60, 4, 2, 4), (32, 8, 8, 4)],
+)  # fmt: skip
+def test_consecutive_routing_hits_what_automodels_fake_gate_hits(experts, n, g, k):
+    """``consecutive`` is AutoModel's benchmark gate: k adjacent experts per token, so on
+    one rank where a rank holds a multiple of k of them (Qwen3-30B-A3B at ep 8: 16 each),
+    on two adjacent ranks of one node for DeepSeek-V3 at ep 64 (4 each)."""
+    assert routing_hits("consecutive", experts, k, n, g) == pytest.approx(
+        _fake_balanced(experts, n, g, k), rel=1e-12
+    )
+
+
+def test_adjacent_experts_cut_deepeps_copies_not_an_all_to_alls():
+    """Qwen3-30B-A3B's shapes at ep 8 in one node: random routing reaches 7(1 - (7/8)^8)
+    = 4.59 other ranks per token, AutoModel's gate 7/8 of one: DeepEP sends 5.2x fewer
+    bytes; an all-to-all sends one copy per routed pair either way."""
+    model = get_model("qwen3-30b-a3b")
+    train = TrainSpec(batch=8, seq=4096, grad_accum=1)
+    base = ParallelSpec(fsdp=8, ep=8, framework="fsdp2", ep_dispatcher="deepep")
+    spread, adjacent = (
+        estimate(model, train, base.replace(ep_routing=r), H100)["comm_bytes.ep"]
+        for r in ("random", "consecutive")
+    )
+    assert spread / adjacent == pytest.approx(7 * (1 - (7 / 8) ** 8) / (7 / 8), rel=1e-12)
+    nccl = base.replace(ep_dispatcher="all-to-all")
+    sent = [
+        estimate(model, train, nccl.replace(ep_routing=r), H100)["comm_bytes.ep"]
+        for r in ("random", "consecutive")
+    ]
+    assert sent[0] == sent[1]
+    assert set(HITS) == set(EP_ROUTINGS)  # every routing of the spec has its spread
 
 
 def test_deepep_sends_fewer_copies_over_the_network_and_finishes_sooner():
@@ -91,7 +144,8 @@ def test_deepep_sends_fewer_copies_over_the_network_and_finishes_sooner():
     over the network, DeepEP 3 x (1 - (3/4)^6) = 2.47 (it forwards them over NVLink,
     whose traffic grows but is not the bottleneck)."""
     network, _ = sends_per_token()
-    at = {N_ep: 32, g_ep: 8, k_r: 6}
+    nodes, ranks = routing_hits("random", 64, 6, 32, 8)
+    at = {N_ep: 32, g_ep: 8, k_r: 6, h_nd: nodes, h_rk: ranks}
     assert float(network.subs({**at, d_ep: 0})) == pytest.approx(4.5)
     assert float(network.subs({**at, d_ep: 1})) == pytest.approx(3 * (1 - 0.75**6))
     par = ParallelSpec(dp=32, ep=32, framework="megatron")
@@ -156,8 +210,7 @@ def test_deepep_runs_over_nvlink_at_what_was_measured_on_that_generation(device,
         assert DISPATCHERS[name].link(hw) == pytest.approx(hw.link_bw * hw.eff("link"))
     values = estimate(MIXTRAL, TRAIN, ParallelSpec(dp=8, ep=8, framework="megatron",
                       ep_dispatcher="deepep"), hw).values  # fmt: skip
-    _, nvlink = sends_per_token()
-    copies = float(nvlink.subs({N_ep: 8, g_ep: 8, k_r: 2, d_ep: 1}))
+    copies = routing_hits("random", 8, 2, 8, 8)[1]
     sent = 64 // 8 * 4096 * copies * 4096 * 2  # tokens x copies x D x bf16 bytes
     alpha = 7 * hw.link_latency_s
     assert _per_a2a(values, 32) == pytest.approx(sent / rate + alpha, rel=1e-9)

@@ -28,6 +28,7 @@ from costmodel.engine.quantities import (
     structure_of,
 )
 from costmodel.parallel.layout import layout_values
+from costmodel.parallel.routing import routing_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -211,6 +212,7 @@ def symbol_values(
         if hardware is None:
             raise SpecError("hardware", "hardware is required with a parallel layout")
         values.update(layout_values(train, parallel, hardware))
+    values.update(routing_values(parallel, values))
     return values
 
 

@@ -16,22 +16,23 @@ equally likely), per token:
 - ``deepep`` (DeepEP's normal kernels, Zhao et al. 2025; Megatron-Core's ``flex``
   dispatcher, NeMo AutoModel, torchtitan's DeepEP path): one copy per destination node over
   RDMA, then per destination rank over NVLink (a token's experts on one rank or node share
-  the copy): over the network (N/g - 1)·(1 - (1 - g/N)^k) copies (the other nodes a token's
-  k experts hit), over NVLink (N - 1)·(1 - (1 - 1/N)^k) (the other ranks they hit,
-  forwarded ones included). Over the network at 0.86 of a NIC's line rate (DeepEP's README,
-  V1 normal kernels on H800 with 400 Gb/s ConnectX-7: 43-58 GB/s of ~50 GB/s, the lowest,
-  EP 16); over NVLink at the share of the one-way link its intranode kernels were measured
-  to reach on that device generation (``efficiency.deepep_link`` of the hardware profile;
-  the link's own efficiency where none was measured). On Hopper they are bound by the link:
-  153 GB/s of the H800's 200 (its README, 158 for combine) and 337 GB/s of an H20's 450
-  with the default SM budget (deepseek-ai/DeepEP issue #16, 2025; the H20 has the H100's
-  NVLink 4), 0.75 of it. On Blackwell's NVLink 5 (900 GB/s one way) the same kernels were
-  measured far below the link, near Hopper's rates (something other than the link binds
-  them there): 169 GB/s dispatch and 135 combine on a GB200 (issue #394, 2025), 116-118 GB/s with
-  the default chunking and 185-218 tuned on a B200 (torchtitan's grid tuning at EP 4,
-  Qwen3-30B-A3B's shapes; scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md
-  in pytorch/torchtitan @018740b), 0.17 of it. DeepEP V2 (2026, NCCL's Gin backend) is
-  faster (643-726 GB/s on B200 by its README) and is not this kind;
+  the copy): over the network the other nodes a token's k experts hit, over NVLink the other
+  ranks they hit, forwarded ones included (``costmodel.parallel.routing``: with independent
+  experts (N/g - 1)·(1 - (1 - g/N)^k) and (N - 1)·(1 - (1 - 1/N)^k)). Over the network at
+  0.86 of a NIC's line rate (DeepEP's README, V1 normal kernels on H800 with 400 Gb/s
+  ConnectX-7: 43-58 GB/s of ~50 GB/s, the lowest, EP 16); over NVLink at the share of the
+  one-way link its intranode kernels were measured to reach on that device generation
+  (``efficiency.deepep_link`` of the hardware profile; the link's own efficiency where none
+  was measured). On Hopper they are bound by the link: 153 GB/s of the H800's 200 (its
+  README, 158 for combine) and 337 GB/s of an H20's 450 with the default SM budget
+  (deepseek-ai/DeepEP issue #16, 2025; the H20 has the H100's NVLink 4), 0.75 of it. On
+  Blackwell's NVLink 5 (900 GB/s one way) the same kernels were measured far below the link,
+  near Hopper's rates (something other than the link binds them there): 169 GB/s dispatch
+  and 135 combine on a GB200 (issue #394, 2025), 116-118 GB/s with the default chunking and
+  185-218 tuned on a B200 (torchtitan's grid tuning at EP 4, Qwen3-30B-A3B's shapes;
+  scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md in pytorch/torchtitan
+  @018740b), 0.17 of it. DeepEP V2 (2026, NCCL's Gin backend) is faster (643-726 GB/s on
+  B200 by its README) and is not this kind;
 - ``hybridep`` (NVIDIA's HybridEP, the other backend of Megatron-Core's ``flex``
   dispatcher, built for NVLink domains such as GB200 NVL72): DeepEP's traffic (one copy
   per destination node and rank), at the hardware profile's efficiencies (no published
@@ -52,7 +53,7 @@ import sympy as sp
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.parallel import EP_DISPATCHERS
-from costmodel.symbols import N_ep, d_ep, g_ep, k_r
+from costmodel.symbols import N_ep, d_ep, g_ep, h_nd, h_rk, k_r
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,11 @@ DISPATCHERS: dict[str, Dispatcher] = {
 def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
     """(over the network, over NVLink) copies of one token a dispatch sends, for
     ``N_ep`` ranks of which ``g_ep`` share a node, under either kind (``d_ep`` 1: one copy
-    per destination node and rank; 0: one per routed pair)."""
-    nodes_hit = (N_ep / g_ep - 1) * (1 - (1 - g_ep / N_ep) ** k_r)
-    ranks_hit = (N_ep - 1) * (1 - (1 - 1 / N_ep) ** k_r)
-    network = (1 - d_ep) * k_r * (N_ep - g_ep) / N_ep + d_ep * nodes_hit
-    nvlink = (1 - d_ep) * k_r * (g_ep - 1) / N_ep + d_ep * ranks_hit
+    per destination node and rank, the other nodes ``h_nd`` and ranks ``h_rk`` the token's
+    experts hit, by the router's spread: ``costmodel.parallel.routing``; 0: one per routed
+    pair, whatever the spread)."""
+    network = (1 - d_ep) * k_r * (N_ep - g_ep) / N_ep + d_ep * h_nd
+    nvlink = (1 - d_ep) * k_r * (g_ep - 1) / N_ep + d_ep * h_rk
     return network, nvlink
 
 

@@ -25,10 +25,12 @@ OverlapRule = Literal["max", "sum"]
 Framework = Literal["reference", "fsdp2", "megatron", "deepspeed", "handwritten"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
+EPRouting = Literal["random", "consecutive"]
 ExpertGemm = Literal["framework", "loop", "grouped"]
 CudaGraphs = Literal["none", "partial", "full"]
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
 EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
+EP_ROUTINGS: tuple[str, ...] = get_args(EPRouting)
 EXPERT_GEMMS: tuple[str, ...] = get_args(ExpertGemm)
 CUDA_GRAPHS: tuple[str, ...] = get_args(CudaGraphs)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
@@ -103,6 +105,14 @@ class ParallelSpec:
     ``flex`` dispatcher, NeMo AutoModel, torchtitan's DeepEP path) at DeepEP's measured
     rates; ``hybridep`` likewise (NVIDIA's HybridEP, Megatron's ``flex`` dispatcher's
     other backend) at the profile's link and network efficiencies."""
+    ep_routing: EPRouting = "random"
+    """How the router spreads each token's k experts over the expert-parallel ranks, which
+    sets the copies a dispatcher sending one per destination (``deepep``, ``hybridep``)
+    makes (``costmodel.parallel.routing``): ``random``, each expert independent and uniform
+    (a learned router under load balancing; Megatron-Core's force-balanced benchmarks);
+    ``consecutive``, k adjacent experts per token (NeMo AutoModel's ``FakeBalancedGate``,
+    which its benchmarks run), on one or two ranks. An all-to-all's copies do not depend on
+    it."""
     expert_gemm: ExpertGemm = "framework"
     """How the routed experts' GEMMs launch (``costmodel.parallel.host``): ``loop``: one
     GEMM per local expert and linear, from the host, sized by token counts read back from
@@ -175,6 +185,7 @@ class ParallelSpec:
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
         checks.choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        checks.choice("ep_routing", self.ep_routing, EP_ROUTINGS)
         checks.choice("expert_gemm", self.expert_gemm, EXPERT_GEMMS)
         checks.choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
         checks.number("ep_imbalance", self.ep_imbalance)

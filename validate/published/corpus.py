@@ -63,7 +63,13 @@ _PARALLEL_PATHS["pp_interleave"] = "parallelism.vpp"
 _PARALLEL_PATHS.update(
     {
         k: f"parallelism.{k}"
-        for k in ("ep_dispatcher", "ep_overlap", "pp_split_embedding", "pp_split_loss")
+        for k in (
+            "ep_dispatcher",
+            "ep_overlap",
+            "ep_routing",
+            "pp_split_embedding",
+            "pp_split_loss",
+        )
     }
 )
 _PARALLEL_PATHS.update({k: k for k in ("expert_gemm", "cuda_graphs")})
@@ -321,10 +327,11 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
 
 
 def _expert_fields(f: RunFields) -> dict[str, Any]:
-    """How an expert-parallel run dispatches its tokens and whether it hides the
-    dispatches (combined 1F1B)."""
+    """How an expert-parallel run dispatches its tokens, how its router spreads them and
+    whether it hides the dispatches (combined 1F1B)."""
     return {
         "ep_dispatcher": f.text("parallelism.ep_dispatcher", "all-to-all"),
+        "ep_routing": f.text("parallelism.ep_routing", "random"),
         "ep_overlap": f.flag("parallelism.ep_overlap", False),
     }
 

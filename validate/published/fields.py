@@ -30,7 +30,9 @@ Optional, with their generic default:
   ``parallelism.slices`` (slices joined over DCN), 1 where absent.
   ``parallelism.pp_split_embedding`` and ``parallelism.pp_split_loss``: the embedding and
   the loss counted as layers in the pipeline split (ParallelSpec's fields), false where
-  absent.
+  absent. An expert-parallel run's ``parallelism.ep_dispatcher`` (``all-to-all``),
+  ``parallelism.ep_routing`` (``random``: how the benchmark's router spreads a token's
+  experts) and ``parallelism.ep_overlap`` (false): ParallelSpec's fields.
 - ``framework`` (ParallelSpec.framework): ``fsdp2``. ``expert_gemm`` (ParallelSpec's: how
   the expert GEMMs launch): ``framework``. ``cuda_graphs`` (ParallelSpec's): ``none``.
   ``optimizer_impl``: ``foreach``.

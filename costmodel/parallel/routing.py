@@ -1,0 +1,101 @@
+"""How a router spreads each token's k experts over the expert-parallel ranks, and so how
+many other ranks and nodes a dispatcher that sends one copy per destination (DeepEP) must
+reach per token (``costmodel.parallel.dispatch``).
+
+Each kind answers, for E experts over N ranks of which g share a node (rank r holds the
+E/N experts r·E/N ... (r + 1)·E/N - 1, Megatron-Core's and NeMo AutoModel's expert
+layout), the mean number of *other* nodes and ranks one token's k experts hit, seen from
+the token's own rank:
+
+- ``random`` (``ParallelSpec.ep_routing`` default): each of the k experts independent and
+  uniform, as a learned router under load balancing spreads them and as Megatron-Core's
+  ``--moe-router-force-load-balancing`` draws them (random logits): (N/g - 1)·(1 - (1 -
+  g/N)^k) other nodes and (N - 1)·(1 - (1 - 1/N)^k) other ranks (the complement of every
+  expert missing a node or rank);
+- ``consecutive``: token t of a rank takes the k experts t·k, ..., t·k + k - 1 (mod E),
+  as NeMo AutoModel's ``FakeBalancedGate`` assigns them (``torch.arange(tokens * k)
+  .view(-1, k) % E`` in nemo_automodel/components/moe/layers.py; its performance summary
+  runs with it: "Fake balanced gate is enabled to simulate ideal expert routing"). The k
+  experts are adjacent, so they lie on ceil((s + k)/(E/N)) ranks for a start s within a
+  rank (s a multiple of gcd(k, E/N), each equally often), and likewise on nodes of g·E/N
+  experts: with E/N a multiple of k, one rank. Every rank sends its token t to the same
+  experts, so over a micro-batch each rank is a destination equally often, and a token
+  hits its own rank (node) with probability 1/N (g/N) of its hits.
+
+Both are perfectly balanced in expectation: the busiest rank's load is ``ep_imbalance``'s.
+An all-to-all sends one copy per routed pair, whatever the spread.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from costmodel.symbols import E_r, N_ep, g_ep, h_nd, h_rk, k_r
+
+
+def random_hits(experts: Any, k: Any, ranks: Any, per_node: Any) -> tuple[Any, Any]:
+    """(other nodes, other ranks) one token's k independent uniform experts hit."""
+    n, g, k = (np.asarray(x, dtype=float) for x in (ranks, per_node, k))
+    del experts  # the spread does not depend on how many experts each rank holds
+    return (n / g - 1) * (1 - (1 - g / n) ** k), (n - 1) * (1 - (1 - 1 / n) ** k)
+
+
+def _span(k: int, size: int, groups: int) -> float:
+    """Mean groups of ``size`` adjacent experts that k adjacent experts cover, their start
+    a multiple of gcd(k, size) within a group, each equally often; at most ``groups``."""
+    step = math.gcd(k, size)
+    starts = range(0, size, step)
+    return sum(min(groups, -(-(s + k) // size)) for s in starts) / len(starts)
+
+
+def consecutive_hits(experts: Any, k: Any, ranks: Any, per_node: Any) -> tuple[Any, Any]:
+    """(other nodes, other ranks) one token's k consecutive experts hit (``FakeBalancedGate``)."""
+
+    def one(e: float, kk: float, n: float, g: float) -> tuple[float, float]:
+        e, kk, n, g = int(e), int(kk), int(n), int(g)
+        local = e // n
+        rank_span = _span(kk, local, n)
+        node_span = _span(kk, local * g, n // g)
+        return node_span * (1 - g / n), rank_span * (1 - 1 / n)
+
+    nodes, ranks_hit = np.vectorize(one, otypes=[float, float])(experts, k, ranks, per_node)
+    return nodes, ranks_hit
+
+
+HITS = {"random": random_hits, "consecutive": consecutive_hits}
+"""Routing kind -> (other nodes, other ranks) per token; every kind of
+``ParallelSpec.ep_routing``."""
+
+
+def routing_hits(routing: Any, experts: Any, k: Any, ranks: Any, per_node: Any) -> tuple[Any, Any]:
+    """(other nodes, other ranks) per token under ``routing`` (a name or an array of names,
+    as a sweep holds); 0 and 0 for a dense model (no experts) or a single rank."""
+    names = np.asarray(routing)
+    moe = (np.asarray(experts) > 0) & (np.asarray(ranks) > 1)
+    safe = [np.where(moe, x, 2) for x in (experts, k, ranks)]
+    per_node = np.where(moe, per_node, 1)
+    nodes = ranks_hit = np.zeros(np.broadcast(names, *safe, per_node).shape)
+    for name, hits in HITS.items():
+        here = names == name
+        if here.any():
+            got = hits(*safe, per_node)
+            nodes = np.where(here, got[0], nodes)
+            ranks_hit = np.where(here, got[1], ranks_hit)
+    nodes, ranks_hit = np.where(moe, nodes, 0.0), np.where(moe, ranks_hit, 0.0)
+    if nodes.ndim == 0:
+        return float(nodes), float(ranks_hit)
+    return nodes, ranks_hit
+
+
+def routing_values(par: Any, values: dict[sp.Symbol, Any]) -> dict[sp.Symbol, Any]:
+    """``h_nd`` and ``h_rk`` of a layout from its routing and the experts, ranks and ranks
+    per node ``values`` already holds (0 without a layout)."""
+    if par is None:
+        return {h_nd: 0.0, h_rk: 0.0}
+    nodes, ranks = routing_hits(getattr(par, "ep_routing", "random"), values[E_r],
+                                values[k_r], values[N_ep], values[g_ep])  # fmt: skip
+    return {h_nd: nodes, h_rk: ranks}
