@@ -118,3 +118,35 @@ def test_min_fsdp_answers_the_full_model_without_a_device_at_the_budget_given():
     assert bare["answer"]["fsdp"] == h100["answer"]["fsdp"] == 7
     assert "the default --hardware" in bare["answer"]["assumed"]
     assert bare["fsdp"] == 4  # the Scaling Book's closed form, kept beside it
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["min-fsdp", "--model", "llama3-70b", "--budget-gb", "95", "--seq", "8192",
+          "--hardware", "h100-sxm"], "--budget-gb must be <= h100-sxm's memory, 85.90 GB"),
+        (["max-batch", "--model", "llama3-8b", "--seq", "8192", "--hardware", "h100-sxm",
+          "--fsdp", "8", "--budget-gib", "100"], "--budget-gib must be <= h100-sxm's memory"),
+        (["min-fsdp", "--model", "xxl", "--budget-gb", "200", "--seq", "8192"],
+         "tpu-v5p's memory (the default --hardware), 102.01 GB"),
+    ],
+)  # fmt: skip
+def test_a_budget_over_the_devices_memory_is_refused(capsys, argv, words):
+    """Issue 60's fourth probe: a budget of 95 GB on an 80 GiB H100 answered "fits" for an
+    87 GiB peak. A peak over the device's memory does not fit it, whatever the budget, as
+    offload's device budget is refused past it; the book's state-only question has no
+    device and keeps any budget."""
+    assert main(["solve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+    state_only = _json("solve", "min-fsdp", "--model", "xxl", "--budget-gb", "200",
+                       "--batch-tokens", "0")  # fmt: skip
+    assert state_only["answer"]["fsdp"] == 20
+
+
+def test_the_api_refuses_a_budget_over_the_devices_memory():
+    import costmodel
+    from costmodel.specs.checks import SpecError
+
+    with pytest.raises(SpecError, match="budget must be <= h100-sxm's memory"):
+        costmodel.max_batch("llama3-8b", hardware="h100-sxm", seq=8192, fsdp=8, budget_gb=200)

@@ -30,8 +30,24 @@ from costmodel.specs.parallel import ParallelSpec
 from costmodel.units import GB
 
 
-def _budget(args: argparse.Namespace) -> float | None:
-    return budget_from(args.budget_gb, args.budget_gib)
+def _budget(args: argparse.Namespace, device: str | None = None) -> float | None:
+    """The budget given in bytes (None: the fit rule's), refused where it exceeds the memory
+    of the device the question runs on (``device``: the default one, else --hardware): a
+    peak over the device's memory does not fit it, whatever the budget says."""
+    budget = budget_from(args.budget_gb, args.budget_gib)
+    name = device if args.hardware is None else args.hardware
+    if budget is None or name is None:
+        return budget
+    hw = get_hardware(name)
+    if budget > hw.hbm_bytes:
+        flag = "budget_gb" if args.budget_gb is not None else "budget_gib"
+        given = args.budget_gb if args.budget_gb is not None else args.budget_gib
+        unit = "GB" if args.budget_gb is not None else "GiB"
+        said = "" if args.hardware is not None else " (the default --hardware)"
+        raise SpecError(flag, f"{flag} must be <= {hw.name}'s memory{said}, "
+                        f"{hw.hbm_bytes / 1e9:.2f} GB (got {given:g} {unit}): a peak over "
+                        "the device's memory does not fit it")  # fmt: skip
+    return budget
 
 
 def _print(result: dict, as_json: bool, rows: list[tuple[str, str]]) -> None:
@@ -135,13 +151,14 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     for chosen in ("fsdp", "gpus"):  # the answer: a layout given for them would be dropped
         if chosen in values_of(args):
             raise SpecError(chosen, f"min-fsdp finds {chosen}: leave --{chosen} out")
-    budget = _budget(args)
     model, train = build_model_only(args)
+    tokens = train.seq if args.batch_tokens is None else args.batch_tokens
+    book_only = args.hardware is None and tokens == 0  # no device: the state alone
+    budget = _budget(args, None if book_only else BOUNDS_HARDWARE)
     if budget is None and args.hardware is None:
         raise SpecError("budget", "min-fsdp needs --hardware or --budget-gb / --budget-gib")
     if budget is None:  # the fit rule's: headroom x the device's memory
         budget = budget_bytes(get_hardware(args.hardware), args.memory_headroom)
-    tokens = train.seq if args.batch_tokens is None else args.batch_tokens
     framework = values_of(args).get("framework", BY_KEY["framework"].default)
     try:
         result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction,
@@ -151,7 +168,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
             raise
         result = {"approximation": LABEL, "framework": framework, "fsdp": None,
                   "why": err.message}  # fmt: skip
-    if args.hardware is None and tokens == 0:  # the book's own question: the state alone
+    if book_only:  # the book's own question: the state alone
         assumed = (f"the training state alone (--batch-tokens 0), budget {budget / GB:,.1f} "
                    f"GB, framework {framework}, {train.precision}")  # fmt: skip
         book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),

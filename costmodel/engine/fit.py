@@ -68,10 +68,15 @@ def check_headroom(headroom: Any) -> float:
 def budget_bytes(
     hardware: Hardware, headroom: float | None = None, budget: float | None = None
 ) -> float:
-    """Bytes a device may use: ``budget`` when given (bytes), else headroom (default
+    """Bytes a device may use: ``budget`` when given (bytes; at most the device's memory:
+    a peak over it does not fit the device, whatever the budget), else headroom (default
     :data:`DEFAULT_HEADROOM`) x the device's memory capacity."""
     if budget is not None:
         checks.number("budget", budget)
+        if budget > hardware.hbm_bytes:
+            raise SpecError("budget", f"budget must be <= {hardware.name}'s memory, "
+                            f"{hardware.hbm_bytes / 1e9:.2f} GB (got {budget / 1e9:.2f} GB): "
+                            "a peak over the device's memory does not fit it")  # fmt: skip
         return float(budget)
     share = DEFAULT_HEADROOM if headroom is None else check_headroom(headroom)
     return share * hardware.hbm_bytes
