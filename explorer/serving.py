@@ -175,9 +175,11 @@ def serve_page() -> None:
                  f"{est['max_batch']:,} requests at once per replica. Nearest fit: "
                  f"{ans.nearest}. No TTFT, TPOT or throughput for a batch that does not "
                  "fit.")  # fmt: skip
-    else:
-        st.success(f"**Fits**: up to {est['max_batch']:,} requests at once per replica; "
-                   f"{', '.join(est.notes)}.")  # fmt: skip
+    else:  # the CLI's verdict: a load that fits memory but not the deployment warns
+        head = ans.headline()
+        shown = st.success if head == "fits" else st.warning
+        shown(f"**{head[0].upper()}{head[1:]}**: up to {est['max_batch']:,} requests at once "
+              f"per replica; {', '.join(est.notes)}.")  # fmt: skip
     st.caption(f"Assumed: {assumptions(_spec(v, v['batch'], rated=True))}.")
     for text in ans.caveats:
         st.warning(text)

@@ -108,3 +108,21 @@ def test_serve_takes_gpus_as_the_other_commands_do():
         with pytest.raises(costmodel.SpecError) as err:
             costmodel.serve("llama3-8b", input=1000, output=100, **inputs)
         assert err.value.field == "gpus" and says in str(err.value)
+
+
+def test_a_closed_loop_fits_when_its_users_do_and_says_when_they_queue():
+    """Issue 60's fourth probe: 32 users of Llama-3-70B on one H100 suggested fp8 weights
+    as fitting "the batch of 1,024" (the engine's cap), where 3 sequences fit and 29 users
+    then wait minutes; the verdict of that run was a plain "fits". The nearest fit now holds
+    the users, and a closed loop whose users a replica cannot all hold is QUEUED, as an
+    open loop past its capacity is OVERLOADED, in the CLI, the app and the repr alike."""
+    asked = {"hardware": "h100-sxm", "concurrency": 32, "input": 2000, "output": 500}
+    ans = costmodel.serve("llama3-70b", **asked)
+    assert not ans.fits and ans.nearest == "--tp 4 holds the 32 users a replica at once"
+    held = costmodel.serve("llama3-70b", **asked, tp=4)
+    assert held.headline() == "fits" and held["max_batch"] >= 32
+    queued = costmodel.serve("llama3-70b", **asked, precision="fp8")
+    waiting = 32 - queued["max_batch"]
+    assert queued.fits and queued["workload.users_waiting"] == waiting > 0
+    assert queued.headline().startswith(f"fits, but QUEUED ({waiting} of each replica's users")
+    assert "QUEUED" in repr(queued)

@@ -134,12 +134,24 @@ class ServeAnswer(Mapping):
         shown = [f"{label} {_seconds(v[key])}" for key, label in (
             ("time_s.ttft", "TTFT"), ("time_s.tpot", "TPOT")) if key in v]  # fmt: skip
         shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
-        fit = "fits"
+        return (f"ServeAnswer({self.headline()}: {v['max_batch']:,} sequences fit; "
+                f"{', '.join(shown)}; {len(self.caveats)} caveat(s))")  # fmt: skip
+
+    def headline(self) -> str:
+        """The verdict's first words, the same in the CLI, the app and the repr: whether it
+        fits, and where it fits but the load does not (an open loop offered more than it
+        serves; a closed loop whose users a replica cannot all hold at once)."""
+        v = self.estimate.values
+        if not self.fits:
+            return "does NOT fit"
         if self.overloaded:
-            fit = (f"fits, OVERLOADED: {v['workload.sustained_per_s']:.3g} of "
-                   f"{v['workload.offered_per_s']:.3g} requests/s served")  # fmt: skip
-        return (f"ServeAnswer({fit}: {v['max_batch']:,} sequences fit; {', '.join(shown)}; "
-                f"{len(self.caveats)} caveat(s))")  # fmt: skip
+            return (f"fits, but OVERLOADED ({v['workload.sustained_per_s']:.3g} of "
+                    f"{v['workload.offered_per_s']:.3g} requests/s served)")  # fmt: skip
+        waiting = v.get("workload.users_waiting", 0)
+        if waiting:
+            return (f"fits, but QUEUED ({waiting:,} of each replica's users wait for a slot: "
+                    f"{v['max_batch']:,} sequences fit at once)")  # fmt: skip
+        return "fits"
 
     @property
     def overloaded(self) -> bool:
@@ -205,16 +217,36 @@ def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstim
     of its replicas (ep), an fp8 cache, fp8 weights, more tp within a node (each
     doubling), more tp with an fp8 cache, then both fp8 at the largest tp; else
     the largest batch that fits as asked, or that nothing fits on one node."""
+    want, partial = _wanted(spec), None
     for change, flags in _changes(model, spec, hw):
         try:
-            if serve(model, change, hw)["fits"]:
-                return f"{flags} fits the batch of {spec.batch:,}"
+            got = serve(model, change, hw)
         except SpecError:
             continue
+        if got["fits"] and got["max_batch"] >= want:
+            return f"{flags} {_holds(spec, want)}"
+        if got["fits"] and partial is None:
+            partial = f"{flags} fits {got['max_batch']:,} at once (of the {want:,} asked)"
+    if partial is not None:
+        return partial
     if est["max_batch"] >= 1:
         return f"--batch {est['max_batch']:,} fits as asked"
     return (f"no batch fits on one node of {hw.name} with tp, fp8 weights and an fp8 cache: "
             "serve with pp or a larger device")  # fmt: skip
+
+
+def _wanted(spec: ServeSpec) -> int:
+    """Sequences a replica should hold at once: a static batch whole, a closed loop's users
+    (up to the engine's cap), one for an open loop (its queue is the rate's)."""
+    if spec.concurrency:
+        return min(spec.batch, -(-spec.concurrency // spec.dp))
+    return spec.batch if spec.arrival == "together" else 1
+
+
+def _holds(spec: ServeSpec, want: int) -> str:
+    if spec.concurrency:
+        return f"holds the {want:,} users a replica at once"
+    return f"fits the batch of {want:,}" if spec.arrival == "together" else "fits"
 
 
 def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[ServeSpec, str]]:

@@ -22,7 +22,6 @@ from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import device_word
 from costmodel.engine.quantities import nest
-from costmodel.serving.queueing import overloaded
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
@@ -78,11 +77,8 @@ def _rows(
     ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool, bool], unit: str
 ) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
-    fit = "fits" if ans.fits else "does NOT fit"
+    fit = ans.headline()
     per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
-    if ans.fits and overloaded(v):
-        fit = (f"fits, but OVERLOADED ({v['workload.sustained_per_s']:.3g} of "
-               f"{spec.request_rate:g} requests/s served)")  # fmt: skip
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
     memory = [
         (

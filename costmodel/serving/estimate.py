@@ -366,6 +366,8 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     if rated:
         spec = replace(spec, batch=rated["continuous.in_flight"])
     out = _memory(model, spec, hw, vals)
+    if spec.concurrency:  # a closed loop's users a replica cannot hold at once wait
+        out["workload.users_waiting"] = max(0, queueing.users_of(spec) - spec.batch)
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
         out.update(disaggregated.pools(model, spec, hw, out, serve, spec.token_budget))
