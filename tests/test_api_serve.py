@@ -126,3 +126,20 @@ def test_a_closed_loop_fits_when_its_users_do_and_says_when_they_queue():
     assert queued.fits and queued["workload.users_waiting"] == waiting > 0
     assert queued.headline().startswith(f"fits, but QUEUED ({waiting} of each replica's users")
     assert "QUEUED" in repr(queued)
+
+
+def test_a_static_batch_says_its_prompts_are_not_chunked_by_the_token_budget():
+    """Issue 60's fourth probe: ``--batch 8 --token-budget 1`` echoed "at most 1 tokens an
+    iteration" beside the TTFT of budgets 512 and 8,192. A static batch is priced with its
+    prompts prefilled together, and the assumptions say so where the budget would chunk
+    them; a closed loop chunks them (its TTFT moves with the budget)."""
+    from costmodel.answers.serve import assumptions, spec_of
+
+    said = assumptions(spec_of({"input": 2000, "output": 500, "batch": 8, "token_budget": 1}),
+                       False, False, False)  # fmt: skip
+    assert (
+        "at most 1 tokens an iteration (prompts arriving over time; this batch's are "
+        "priced prefilled together)" in said
+    )
+    loop = spec_of({"input": 2000, "output": 500, "concurrency": 8, "token_budget": 1})
+    assert "priced prefilled together" not in assumptions(loop, False, False, False)

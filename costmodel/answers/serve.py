@@ -331,9 +331,14 @@ def assumptions(
 
 
 def _budget(spec: ServeSpec) -> str:
+    """The engine's tokens an iteration, and where it does not apply: a static batch's
+    prompts are priced as prefilled together (its TTFT does not chunk them)."""
     if spec.token_budget is None:
         return "whole prompts a step (up to the model's context)"
-    return f"at most {spec.token_budget:,} tokens an iteration"
+    said = f"at most {spec.token_budget:,} tokens an iteration"
+    if spec.arrival == "together" and spec.batch * spec.input > spec.token_budget:
+        said += " (prompts arriving over time; this batch's are priced prefilled together)"
+    return said
 
 
 def _said(default: bool) -> str:
