@@ -51,7 +51,8 @@ def _assumptions(spec: RLSpec, out: dict) -> str:
     return (f"{spec.samples} samples per prompt; {lengths}; scoring by "
             f"{', '.join(scorers) or 'no model'}; training {spec.framework}, {packing}, "
             f"{spec.minibatches} optimizer step(s); the rollout engine "
-            f"{ENGINES[spec.rollout_engine].title} takes {spec.engine_memory():g} of a GPU; "
+            f"{ENGINES[spec.rollout_engine].title} takes {spec.engine_memory():g} of a GPU"
+            f"{' (default; --rollout-memory)' if spec.rollout_memory is None else ''}; "
             "bf16 weights synced")  # fmt: skip
 
 
@@ -132,9 +133,8 @@ def add_rl(sub, int_arg) -> None:
     p.add_argument(
         "--rollout-memory",
         type=float,
-        default=0.0,
-        help=f"the engine's share of a GPU (vLLM's gpu_memory_utilization; 0: "
-        f"{COLOCATED_MEMORY:g} colocated, {SEPARATE_MEMORY:g} separate)",
+        help=f"the engine's share of a GPU, in (0, 1] (vLLM's gpu_memory_utilization; "
+        f"default {COLOCATED_MEMORY:g} colocated, {SEPARATE_MEMORY:g} separate)",
     )
     p.add_argument(
         "--response-sigma",

@@ -48,9 +48,10 @@ class RLSpec:
     rollout_engine: str = DEFAULT_ENGINE
     """The rollout's serving engine (``costmodel.specs.engines``: vllm by generation,
     sglang, trtllm): its host time per iteration and its most sequences at once."""
-    rollout_memory: float = 0.0
-    """Share of a rollout GPU's memory its engine takes (vLLM's ``gpu_memory_utilization``);
-    0: ``COLOCATED_MEMORY`` colocated, ``SEPARATE_MEMORY`` on a pool of its own."""
+    rollout_memory: float | None = None
+    """Share of a rollout GPU's memory its engine takes (vLLM's ``gpu_memory_utilization``,
+    in (0, 1]); None: ``COLOCATED_MEMORY`` colocated, ``SEPARATE_MEMORY`` on a pool of its
+    own."""
     response_sigma: float = 0.0
     """Log-space spread of the response lengths (lognormal with mean ``output``,
     :mod:`costmodel.rl.rollout`); 0: every response ``output`` tokens."""
@@ -91,8 +92,9 @@ class RLSpec:
         checks.at_most("response_sigma", self.response_sigma, "10",
                        10, "(a log-space spread: 10 already puts the longest response e^20 "
                        "times past the median)")  # fmt: skip
-        checks.number("rollout_memory", self.rollout_memory, allow_zero=True)
-        checks.at_most("rollout_memory", self.rollout_memory, "1", 1)
+        if self.rollout_memory is not None:  # a share given: positive, at most the GPU
+            checks.number("rollout_memory", self.rollout_memory)
+            checks.at_most("rollout_memory", self.rollout_memory, "1", 1)
         if self.max_output and self.output > self.max_output:
             raise SpecError("output", f"output (the mean response, {self.output}) must be at "
                             f"most max_output ({self.max_output})")  # fmt: skip
@@ -138,7 +140,7 @@ class RLSpec:
 
     def engine_memory(self) -> float:
         """The rollout engine's share of a GPU's memory (``rollout_memory``)."""
-        if self.rollout_memory:
+        if self.rollout_memory is not None:
             return self.rollout_memory
         return COLOCATED_MEMORY if self.placement == "colocated" else SEPARATE_MEMORY
 

@@ -66,7 +66,7 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
     cap = response_cap(model, spec, engine, hw)
     capacity = rollout.kv_capacity_tokens(model, engine, hw)
     if capacity <= spec.input:
-        field = "rollout_memory" if spec.rollout_memory else "rollout_tp"
+        field = "rollout_memory" if spec.rollout_memory is not None else "rollout_tp"
         raise SpecError(field, f"{field}: the policy's weights and one prompt do not fit "
                         f"{spec.engine_memory():g} of {spec.rollout_tp} x {hw.name}; raise "
                         "rollout_memory or rollout_tp")  # fmt: skip
