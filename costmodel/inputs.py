@@ -198,6 +198,8 @@ def build(
         train = train.replace(seq=parallel.seq_step())
     batch_default = values.get("batch") is None and solving != "batch"
     train = _default_batch(train, parallel) if batch_default else train
+    if values.get("gpus") is not None and "dp" not in layout and not values.get("grad_accum"):
+        _splits_over_gpus(train.batch, parallel, values["gpus"])
     accum_given = values.get("grad_accum") is not None
     micro = values.get("microbatch")
     if micro is None and not accum_given:  # as frameworks run by default (module doc)
@@ -234,6 +236,21 @@ def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
         raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus (got "
                         f"{parallel.devices} and gpus={gpus})")  # fmt: skip
     return _sharded_somewhere(parallel, stage)
+
+
+def _splits_over_gpus(batch: int, parallel: ParallelSpec, gpus: int) -> None:
+    """A batch the data-parallel devices ``--gpus`` leaves do not divide, refused naming
+    the inputs the user gave (dp, the field, was filled from gpus: the app mends it with
+    the batch or the GPUs) and the nearest batches that split."""
+    ranks = parallel.dp * parallel.fsdp
+    if batch % ranks == 0:
+        return
+    lower, upper = batch // ranks * ranks, (batch // ranks + 1) * ranks
+    nearest = f"{lower:,} or {upper:,}" if lower else f"{upper:,}"
+    raise SpecError("dp", f"batch {batch:,} does not split over the {ranks:,} "
+                    f"data-parallel devices of gpus {gpus:,} (dp x fsdp = {ranks:,}): "
+                    f"give batch {nearest}, or gpus whose data-parallel devices divide "
+                    f"{batch:,}")  # fmt: skip
 
 
 def _sharded_somewhere(parallel: ParallelSpec, stage: int | None) -> ParallelSpec:

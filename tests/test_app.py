@@ -328,7 +328,7 @@ def test_an_error_about_a_derived_input_is_under_a_widget_that_mends_it():
     is directly under the batch, with one click to the nearest batch and GPU count."""
     at = _app(model="llama3-8b", gpus="8")
     under = _under(at, "batch")
-    assert "dp * fsdp * grad_accum must divide batch" in under[0].value
+    assert "batch 4 does not split over the 8 data-parallel devices" in under[0].value
     assert [b.label for b in under[1:]] == ["Use batch = 8", "Use GPUs = 4"]
     assert "Fix **batch (sequences per step)** in the sidebar" in at.main.error[0].value
     under[2].click().run()  # GPUs = 4: four replicas of one sequence each

@@ -215,8 +215,15 @@ def test_a_batch_not_given_divides_over_the_data_parallel_devices():
     assert setup.train.batch == 6 and setup.parallel.dp * setup.parallel.fsdp == 3
     setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 2})
     assert setup.train.batch == 4 and setup.notes[0].startswith("batch 4 sequences")
-    with pytest.raises(SpecError, match="must divide batch"):
+    # issue 60's fourth probe: the error named --dp, --fsdp and --grad-accum, none given
+    with pytest.raises(
+        SpecError,
+        match=r"batch 4 does not split over the 8 data-parallel "
+        r"devices of gpus 8 \(dp x fsdp = 8\): give batch 8, or gpus",
+    ):
         build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "batch": 4})
+    with pytest.raises(SpecError, match="give batch 24 or 36"):
+        build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 12, "batch": 32})
 
 
 @pytest.mark.parametrize(("framework", "stage"), [("megatron", 1), ("fsdp2", 3)])
