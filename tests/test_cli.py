@@ -117,7 +117,7 @@ def test_formula_prints_pretty_and_latex(capsys):
         (["--model", "llama3-8b", "--n-kv-heads", "5"], "--n-kv-heads must divide --n-heads"),
         (["--model", "gpt2", "--seq", "4096"], "--seq must be <= --max-positions"),
         (["--model", "gpt2", "--formula", "flops.nothing"], "unknown quantity 'flops.nothing'"),
-        (["--d-model", "64"], "without model or --hf-config, give vocab, --n-layers"),
+        (["--d-model", "64"], "without model or --hf-config, give --vocab, --n-layers"),
     ],
 )
 def test_bad_input_is_one_line(capsys, argv, message):
