@@ -293,6 +293,10 @@ def _notes(
     if shard_default and par.fsdp > 1:
         notes.append(f"{par.framework} shards over all {par.fsdp} data-parallel devices "
                      "(set --fsdp or --dp to change)")  # fmt: skip
+    if par.ep_routing != "random" and par.ep_dispatcher == "all-to-all":
+        notes.append(f"--ep-routing {par.ep_routing} changes nothing under the all-to-all "
+                     "dispatcher, which sends one copy per routed pair whatever the spread "
+                     "(--ep-dispatcher deepep sends one per destination rank)")  # fmt: skip
     if par.pp > 1 and train.grad_accum < par.pp:
         notes.append(f"{train.grad_accum} micro-batches for {par.pp} pipeline stages: most "
                      "of the step is the pipeline bubble (raise --grad-accum or lower "

@@ -222,3 +222,19 @@ def test_without_a_measurement_deepep_runs_at_the_links_efficiency():
     hw = get_hardware("mi355x")
     assert "deepep_link" not in hw.efficiency
     assert DISPATCHERS["deepep"].link(hw) == pytest.approx(hw.link_bw * hw.eff("link"))
+
+
+def test_a_routing_needs_expert_ranks_and_says_when_it_changes_nothing():
+    """Issue 60's fourth probe: ``--ep-routing`` was taken silently on a dense model (where
+    ``--ep-dispatcher`` is refused) and changed nothing under the all-to-all dispatcher
+    without a word."""
+    from costmodel.inputs import build
+    from costmodel.specs.parallel import moe_rule
+
+    with pytest.raises(SpecError, match="ep_routing says how a token's experts spread"):
+        moe_rule(ParallelSpec(dp=8, ep_routing="consecutive"), get_model("llama3-8b"))
+    base = {"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "gpus": 8, "fsdp": 8, "ep": 8,
+            "seq": 4096, "batch": 8, "ep_routing": "consecutive"}  # fmt: skip
+    said = "--ep-routing consecutive changes nothing under the all-to-all dispatcher"
+    assert any(said in n for n in build(base).notes)
+    assert not any(said in n for n in build({**base, "ep_dispatcher": "deepep"}).notes)

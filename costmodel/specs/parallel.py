@@ -367,6 +367,9 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     plain = np.asarray(getattr(par, "ep_dispatcher", "all-to-all")) == "all-to-all"
     checks.require(plain | (ep > 1), "ep_dispatcher", lambda: "ep_dispatcher picks how tokens "
                    "travel between expert-parallel ranks: it needs ep > 1")  # fmt: skip
+    spread = np.asarray(getattr(par, "ep_routing", "random")) == "random"
+    checks.require(spread | (ep > 1), "ep_routing", lambda: "ep_routing says how a token's "
+                   "experts spread over expert-parallel ranks: it needs ep > 1")  # fmt: skip
     checks.divides("ep", np.where(moe, ep, 1), "n_experts", np.where(moe, experts, 1))
     expert_mesh_rule(par, model, moe, shards_over_cp)
     first = first_round_layers(par, model)
