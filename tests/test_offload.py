@@ -170,3 +170,17 @@ def test_more_device_budget_is_never_slower_and_never_past_the_device(capsys):
                  "--batch", "8", "--device-budget-gb", "300",
                  "--host-budget-gb", "512"]) == 2  # fmt: skip
     assert "--device-budget-gb must be <= h100-sxm's memory, 85.90 GB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--link-gbps", "-4"), ("--device-budget-gb", "0"), ("--nvme-gbps", "-1")]
+)
+def test_a_bad_rate_or_budget_names_its_flag_and_the_value_given(capsys, flag, value):
+    """Issue 60's fourth probe: ``--link-gbps -4`` said "link_bw must be > 0 (got
+    -4000000000.0)", an internal field and the value in bytes."""
+    argv = ["offload", "--model", "llama3-8b", "--seq", "8192", "--batch", "68",
+            "--link", "pcie5", "--device-budget-gb", "30", "--host-budget-gb", "70",
+            flag, value]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} must be > 0 (got {float(value)})" in err and err.count("\n") == 1, err

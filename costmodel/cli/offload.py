@@ -49,6 +49,15 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def offload_spec(args: argparse.Namespace) -> OffloadSpec:
+    for flag in (
+        "link_gbps",
+        "device_budget_gb",
+        "host_budget_gb",
+        "host_memory_gbps",
+        "nvme_gbps",
+    ):  # checked as given, before they become bytes
+        if getattr(args, flag) is not None:
+            checks.number(flag, getattr(args, flag))
     link = args.link_gbps * GB if args.link_gbps is not None else LINKS[args.link][0]
     return OffloadSpec(
         device_budget=args.device_budget_gb * GB, host_budget=args.host_budget_gb * GB,
