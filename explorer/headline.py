@@ -91,8 +91,9 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
         verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
         return
     said_of = current_answer(setup)
-    if fit.fits:
-        verdict_col.success(f"Fits: {said} (per device, {where}).")
+    if fit.fits:  # the CLI's "fits, but TIGHT" where the reserve passes the device's memory
+        shown = verdict_col.warning if fit.tight else verdict_col.success
+        shown(f"{'Fits, but tight' if fit.tight else 'Fits'}: {said} (per device, {where}).")
         if fit.reserve_warning():
             verdict_col.warning(f"The {fit.reserve_warning()}.")
     else:

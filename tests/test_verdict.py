@@ -107,8 +107,9 @@ def test_estimate_solve_plan_and_app_agree_at_the_boundary(boundary):
             model="gpt2", seq="1024", batch=str(batch), microbatch=str(batch)
         )  # estimate's TrainSpec: one step
         app.run()
-        shown = (app.success if want else app.error)[0].value  # the app
-        assert shown.startswith("Fits" if want else "Does not fit"), shown
+        tight = est.fit().tight  # a reserve over the device: "Fits, but tight", a warning
+        shown = (app.warning if tight else app.success if want else app.error)[0].value
+        assert shown.startswith("Fits" if want else "Does not fit"), shown  # the app
 
 
 def test_solve_answers_with_the_rules_budget(capsys, boundary):
@@ -164,7 +165,7 @@ def test_llama3_70b_on_64_h100_does_not_fit_and_names_a_change_that_does(capsys)
     flags = near[near.rindex("(") + 1 : -1].split()
     assert "--recompute" in flags or "--microbatch" in flags or "--fsdp" in flags
     code, again, _ = run(capsys, *LLAMA70_64, *flags)  # the change it names does fit
-    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
 
 
 def test_llama3_70b_json_has_the_verdict_and_no_mfu_in_it(capsys):
@@ -217,7 +218,7 @@ def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):
     near = row(out, "nearest fit")
     assert near.startswith("recompute full: peak") and near.endswith("(--recompute full)")
     code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
-    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
     assert "gradients reduced" not in row(out, "layout")  # one device reduces nothing
 
 
@@ -233,7 +234,7 @@ def test_fsdp2_replicated_on_8_gpus_is_told_to_shard(capsys):
     near = row(out, "nearest fit")
     assert "shard over all 8 data-parallel ranks (fsdp 8)" in near and "ZeRO" not in near
     code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
-    assert code == 0 and row(again, "verdict").startswith("fits: peak")
+    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
     assert row(again, "layout").startswith("8 x h100-sxm: fsdp2, FSDP over 8;")
 
 
@@ -243,7 +244,9 @@ def test_a_layout_that_fits_leads_with_speed_its_peak_and_its_limit(capsys):
                        "--batch", "32", "--microbatch", "1", "--recompute", "full",
                        "--token-budget", "1e12", "--price-per-hour", "2")  # fmt: skip
     lines = out.splitlines()
-    assert code == 0 and lines[0].split(None, 1)[1].startswith("fits: peak")
+    assert code == 0 and lines[0].split(None, 1)[1].startswith(
+        ("fits: peak", "fits, but TIGHT: peak")
+    )
     assert "tokens/s per device, MFU" in row(out, "step")
     assert row(out, "step").endswith("of bf16 dense peak 989 TFLOP/s")
     assert row(out, "limited by") and "days" in row(out, "training") and "$" in row(out, "training")
@@ -293,3 +296,19 @@ def test_the_cli_layout_line_no_longer_says_zero3_when_nothing_is_sharded(capsys
     setup = build({"model": "llama3-70b", "hardware": "h100-sxm", "gpus": 64, "tp": 8,
                    "pp": 2, "seq": 8192, "batch": 64})  # fmt: skip
     assert layout == layout_line(setup.train, setup.parallel, setup.hardware)
+
+
+def test_a_reserve_over_the_device_is_fits_but_tight(capsys):
+    """Issue 60's fourth probe: "fits" led a sentence saying the allocator cannot hold the
+    reserve (85.1 GiB on an 80 GiB H100). The peak decides the fit, as before; where the
+    reserve passes the device's memory the verdict says TIGHT first, as serve says QUEUED
+    or OVERLOADED, and the JSON carries it."""
+    base = ("estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--framework",
+            "fsdp2", "--batch", "64")  # fmt: skip
+    code, out, _ = run(capsys, *base, "--seq", "8192")
+    assert code == 0 and row(out, "verdict").startswith("fits, but TIGHT: peak 70.9 GiB")
+    code, out, _ = run(capsys, *base, "--seq", "4096")
+    assert code == 0 and row(out, "verdict").startswith("fits: peak 44.4 GiB")
+    code, out, _ = run(capsys, *base, "--seq", "8192", "--json")
+    assert json.loads(out)["verdict"]["memory"]["tight"] is True

@@ -102,12 +102,19 @@ class Fit:
     """Share of capacity allowed; None where an explicit budget was given."""
 
     @property
+    def tight(self) -> bool:
+        """The peak fits and the allocator's reserve does not fit the device: ``fits, but
+        TIGHT`` in every reader."""
+        return self.fits and self.reserved_bytes > self.capacity_bytes
+
+    @property
     def reserved_over_budget(self) -> bool:
         """The allocator's reserve, unconstrained, would pass the budget (said, no veto)."""
         return self.reserved_bytes > self.budget_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reserved_over_budget": self.reserved_over_budget}
+        return {**asdict(self), "reserved_over_budget": self.reserved_over_budget,
+                "tight": self.tight}  # fmt: skip
 
     def capacity(self) -> str:
         """The device's memory as its maker states it: ``80 GiB`` (H100) or ``16 GB``."""
@@ -132,16 +139,19 @@ class Fit:
 
     def sentence(self, warn: bool = True) -> str:
         """``fits: peak 31.9 GiB <= 72.0 GiB (headroom 0.9 of 80 GiB); reserved 38.3 GiB``,
-        a reserve over the budget said as such (``warn``), or ``does not fit: peak 761.9 GiB
-        > ...``; with the digits that tell the peak from the budget (``21.63 GiB > 21.60
-        GiB``)."""
+        a reserve over the budget said as such (``warn``; over the device's memory: ``fits,
+        but TIGHT``, the peak fits and the allocator's cache cannot), or ``does not fit:
+        peak 761.9 GiB > ...``; with the digits that tell the peak from the budget
+        (``21.63 GiB > 21.60 GiB``)."""
         peak, reserved = self.peak_bytes / 2**30, self.reserved_bytes / 2**30
         digits = _telling_digits(peak, self.budget_bytes / 2**30)
         if not self.fits:
             return f"does not fit: peak {peak:,.{digits}f} GiB > {self.allowance(digits)}"
-        said = (f"fits: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
+        tight = self.tight
+        head = "fits, but TIGHT" if warn and tight else "fits"
+        said = (f"{head}: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
                 f"{reserved:,.1f} GiB")  # fmt: skip
-        if warn and self.reserved_bytes > self.capacity_bytes:
+        if warn and tight:
             cap = self.capacity()
             if not cap.endswith("GiB"):
                 cap += f" ({self.capacity_bytes / 2**30:,.1f} GiB)"
