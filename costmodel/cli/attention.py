@@ -16,7 +16,19 @@ from costmodel.single.attention import (
 from costmodel.units import fmt_bytes, fmt_count
 
 
+def _dtype(args: argparse.Namespace) -> str:
+    """``--dtype``, else bf16 on an accelerator (fused kernels take 16-bit operands) and fp32
+    without one or on a CPU (as validate/ measures there)."""
+    if args.dtype is not None:
+        return args.dtype
+    on_cpu = args.hardware is None or get_hardware(args.hardware).kind == "cpu"
+    return "fp32" if on_cpu else "bf16"
+
+
 def _cmd_attention(args: argparse.Namespace) -> int:
+    asked = args.dtype
+    args.dtype = _dtype(args)
+    args.dtype_said = "" if asked is not None else " (default)"
     spec = AttentionSpec(
         batch=args.batch,
         seq=args.seq,
@@ -68,8 +80,9 @@ LABELS = {
 
 def _header(args: argparse.Namespace) -> str:
     """The call as priced, each default said."""
-    defaults = {"heads": 1, "dtype": "fp32", "tile": 64, "kernel": "flash"}
+    defaults = {"heads": 1, "tile": 64, "kernel": "flash"}
     said = {k: " (default)" if getattr(args, k) == v else "" for k, v in defaults.items()}
+    said["dtype"] = getattr(args, "dtype_said", "")
     mask = "causal" if args.causal else "full (non-causal; --causal masks)"
     on = f" on {args.hardware}" if args.hardware else ""
     tile = f", tiles of {args.tile}{said['tile']}" if args.kernel == "flash" else ""
@@ -95,8 +108,9 @@ def add_attention(sub, int_arg) -> None:
     att.add_argument(
         "--dtype",
         choices=tuple(DTYPE_BYTES),
-        default="fp32",
-        help="the operands' dtype (default fp32, as validate/ measures on CPU)",
+        help="the operands' dtype (default bf16 with an accelerator's --hardware, whose "
+        "fused kernels take 16-bit operands; fp32 without one or on a CPU, as validate/ "
+        "measures there)",
     )
     att.add_argument("--causal", action="store_true", help="a causal mask (default: none)")
     att.add_argument("--tile", type=int_arg, default=64, help="flash tile size B")
