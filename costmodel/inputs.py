@@ -214,6 +214,11 @@ def build(
     notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip
+    if not spec.ffn_only and parallel.tp > spec.n_kv_heads:
+        notes = (*notes, f"tp {parallel.tp} is more than the {spec.n_kv_heads} KV heads: "
+                 f"each is replicated over {parallel.tp // spec.n_kv_heads} ranks, as vLLM "
+                 "serves them; Megatron-Core and torchtitan train with tp dividing the KV "
+                 "heads")  # fmt: skip
     if price and not budget:
         notes = (*notes, f"--price-per-hour {price:g} prices a token budget: give "
                  "--token-budget for the days and the cost")  # fmt: skip

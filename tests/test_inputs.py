@@ -237,3 +237,13 @@ def test_a_framework_that_shards_its_own_way_runs_its_stage_and_refuses_zero(fra
         build({**base, "zero": 2})
     assert err.value.field == "zero" and f"framework={framework} shards as" in str(err.value)
     assert build({**base, "framework": "deepspeed", "zero": 2}).parallel.zero == 2
+
+
+def test_a_tp_past_the_kv_heads_says_they_are_replicated():
+    """Issue 60's fourth probe: tp 16 on Llama-3-8B's 8 KV heads was priced with no remark
+    (costmodel replicates each over 2 ranks, as vLLM does; the training frameworks need tp
+    to divide them)."""
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "seq": 4096}
+    said = "tp 16 is more than the 8 KV heads: each is replicated over 2 ranks"
+    assert any(said in n for n in build({**base, "gpus": 16, "tp": 16}).notes)
+    assert not any("KV heads" in n for n in build({**base, "gpus": 8, "tp": 8}).notes)
