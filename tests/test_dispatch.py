@@ -238,3 +238,46 @@ def test_a_routing_needs_expert_ranks_and_says_when_it_changes_nothing():
     said = "--ep-routing consecutive changes nothing under the all-to-all dispatcher"
     assert any(said in n for n in build(base).notes)
     assert not any(said in n for n in build({**base, "ep_dispatcher": "deepep"}).notes)
+
+
+def _grouped(experts: int, n: int, g: int, k: int, groups: int, chosen: int) -> tuple:
+    """Group-limited routing by hand: every choice of ``chosen`` of ``groups`` groups, then
+    every k-tuple of the chosen groups' experts, equally likely; mean other nodes and ranks
+    hit from every source rank (rank r holds experts r·E/n ...; groups of E/G adjacent)."""
+    local, size = experts // n, experts // groups
+    nodes = ranks = count = 0
+    for picked in itertools.combinations(range(groups), chosen):
+        pool = [e for grp in picked for e in range(grp * size, (grp + 1) * size)]
+        for routing in itertools.product(pool, repeat=k):
+            hit = {e // local for e in routing}
+            for source in range(n):
+                ranks += len(hit - {source})
+                nodes += len({r // g for r in hit} - {source // g})
+                count += 1
+    return nodes / count, ranks / count
+
+
+@pytest.mark.parametrize(
+    ("experts", "n", "g", "k", "groups", "chosen"),
+    [(16, 8, 2, 2, 4, 2), (16, 2, 1, 2, 4, 2), (16, 4, 2, 3, 4, 1), (12, 6, 2, 2, 3, 2),
+     (16, 8, 4, 2, 4, 4)],
+)  # fmt: skip
+def test_group_limited_routing_hits_what_it_limits(experts, n, g, k, groups, chosen):
+    """DeepSeek-V3's node-limited routing (a token's experts from 4 of 8 groups): exact
+    means over every choice of groups and experts equal ``limited_hits``, whether groups span
+    several ranks or a rank holds several groups; every group chosen is random routing."""
+    got = routing_hits("random", experts, k, n, g, groups, chosen)
+    assert got == pytest.approx(_grouped(experts, n, g, k, groups, chosen), rel=1e-12)
+
+
+def test_deepseek_v3s_node_limit_cuts_deepeps_network_copies():
+    """At ep 64 over eight nodes each group of 32 experts is one node: a token reaches
+    3.15 other nodes, not random routing's 4.59; AutoModel's fake gate takes no groups."""
+    model = get_model("deepseek-v3")
+    assert (model.expert_groups, model.groups_per_token) == (8, 4)
+    nodes, _ = routing_hits("random", 256, 8, 64, 8, 8, 4)
+    assert nodes == pytest.approx(7 / 8 * 4 * (1 - (3 / 4) ** 8), rel=1e-12)
+    assert routing_hits("random", 256, 8, 64, 8)[0] == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert routing_hits("consecutive", 256, 8, 64, 8, 8, 4) == routing_hits(
+        "consecutive", 256, 8, 64, 8
+    )

@@ -35,7 +35,7 @@ DEEPSEEK_V2_LITE = {
     "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2,
     "n_routed_experts": 64, "q_lora_rank": None, "num_experts_per_tok": 6,
     "first_k_dense_replace": 1, "norm_topk_prob": False, "topk_method": "greedy",
-    "scoring_func": "softmax",
+    "scoring_func": "softmax", "n_group": 1, "topk_group": 1,
 }  # fmt: skip
 
 

@@ -5,6 +5,8 @@ yet are refused with one clear line."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -228,3 +230,21 @@ def test_sweep_mixes_dense_and_moe_points():
     with pytest.raises(SpecError, match=r"experts_per_token must be in 1\.\.n_experts = 4"):
         sweep(get_model("mixtral-8x7b"), quantities=("params.total",),
               n_experts=np.array([4, 8]), experts_per_token=np.array([5, 2]))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"groups_per_token": 0}, "needs expert_groups and groups_per_token"),
+        ({"expert_groups": 7, "groups_per_token": 4}, "expert_groups must divide n_experts"),
+        ({"expert_groups": 8, "groups_per_token": 9}, "groups_per_token (9) must be <= "),
+        ({"expert_groups": 64, "groups_per_token": 1}, "experts_per_token (8) must fit"),
+    ],
+)
+def test_group_limited_routing_is_stated_whole(change, words):
+    """DeepSeek-V3's node-limited routing (``n_group`` 8, ``topk_group`` 4 in its config):
+    both fields or neither, groups that divide the experts, and room for the k experts."""
+    with pytest.raises(SpecError, match=re.escape(words)):
+        get_model("deepseek-v3").replace(**change)
+    with pytest.raises(SpecError, match="expert_groups needs n_experts >= 1"):
+        get_model("llama3-8b").replace(expert_groups=8, groups_per_token=4)

@@ -154,6 +154,16 @@ def _llama_like(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
     }
 
 
+def _groups(cfg: dict[str, Any], path: Path) -> dict[str, int]:
+    """DeepSeek-V2/V3's group-limited routing: ``n_group`` groups, a token's experts from
+    ``topk_group`` of them; {} where one group or every group may be taken (no limit)."""
+    groups = _count(cfg, "n_group", path, default=1)
+    chosen = _count(cfg, "topk_group", path, default=groups)
+    if groups <= 1 or chosen >= groups:
+        return {}
+    return {"expert_groups": groups, "groups_per_token": chosen}
+
+
 def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
     """Mixtral (every FFN E experts of width intermediate_size; Jiang et al. 2024) and
     DeepSeekMoE (routed and shared experts of width moe_intermediate_size after
@@ -178,6 +188,7 @@ def _experts(cfg: dict[str, Any], kind: str, path: Path) -> dict[str, Any]:
             "d_ff_expert": _count(cfg, "moe_intermediate_size", path),
             "n_shared_experts": _none_or_more(cfg, "n_shared_experts", path),
             "dense_layers": _none_or_more(cfg, "first_k_dense_replace", path),
+            **_groups(cfg, path),
             # renormalised top-k: DeepSeekMoE always; V2 and V3 where norm_topk_prob says
             "moe_renormalize": kind == "deepseek" or _flag(
                 cfg, "norm_topk_prob", kind == "deepseek_v3", path)}  # fmt: skip

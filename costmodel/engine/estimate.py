@@ -212,7 +212,7 @@ def symbol_values(
         if hardware is None:
             raise SpecError("hardware", "hardware is required with a parallel layout")
         values.update(layout_values(train, parallel, hardware))
-    values.update(routing_values(parallel, values))
+    values.update(routing_values(model, parallel, values))
     return values
 
 

@@ -121,6 +121,14 @@ class ModelSpec:
     dense_layers: int = 0
     """Leading blocks whose FFN is dense, of width ``d_ff`` (DeepSeek-V3's
     ``first_k_dense_replace``)."""
+    expert_groups: int = 0
+    """Groups the routed experts form for group-limited routing, E / G adjacent experts each
+    (DeepSeek-V2/V3's ``n_group``: V3's 8 groups of 32, a node's experts in its deployment);
+    0: no groups. Only where a token's experts travel (``costmodel.parallel.routing``)."""
+    groups_per_token: int = 0
+    """Groups a token's experts may come from under group-limited routing (``topk_group``:
+    V3 4 of 8, V2 3 of 8; DeepSeek-AI 2024, V2 Sec. 2.1.2 device-limited routing, V3 Sec.
+    2.1.2 node-limited routing, 'each token will be sent to at most M nodes'); 0: any."""
     shared_expert_gate: bool = False
     """The shared experts' output scaled per token by a sigmoid gate, a bias-free D -> 1
     linear (Qwen2-MoE's ``shared_expert_gate``)."""
@@ -198,7 +206,14 @@ class ModelSpec:
     def _check_experts(self) -> None:
         """Mixture-of-experts fields: all zero for a dense model; with routed experts,
         top-k within the experts and the dense leading layers fewer than all."""
-        for name in ("n_experts", "experts_per_token", "n_shared_experts", "dense_layers"):
+        for name in (
+            "n_experts",
+            "experts_per_token",
+            "n_shared_experts",
+            "dense_layers",
+            "expert_groups",
+            "groups_per_token",
+        ):
             checks.integer(name, getattr(self, name), minimum=0)
         checks.flag("shared_expert_gate", self.shared_expert_gate)
         checks.flag("moe_renormalize", self.moe_renormalize)
@@ -207,7 +222,13 @@ class ModelSpec:
         if not self.n_experts:
             if self.d_ff_expert is not None:  # given, though unused: still a width
                 checks.integer("d_ff_expert", self.d_ff_expert)
-            for name in ("experts_per_token", "n_shared_experts", "dense_layers"):
+            for name in (
+                "experts_per_token",
+                "n_shared_experts",
+                "dense_layers",
+                "expert_groups",
+                "groups_per_token",
+            ):
                 if getattr(self, name):
                     raise SpecError(name, f"{name} needs n_experts >= 1 (got n_experts 0)")
             if not self.moe_renormalize:
@@ -217,8 +238,29 @@ class ModelSpec:
             object.__setattr__(self, "d_ff_expert", self.d_ff)
         checks.integer("d_ff_expert", self.d_ff_expert)
         moe_rules(self)
+        self._check_groups()
         if self.ffn_only:
             raise SpecError("n_experts", "mixture-of-experts blocks need attention (ffn_only)")
+
+    def _check_groups(self) -> None:
+        """Group-limited routing: both fields or neither; the groups divide the experts,
+        a token takes 1..G of them, and its k experts fit the groups it may take."""
+        groups, chosen = self.expert_groups, self.groups_per_token
+        if bool(groups) != bool(chosen):
+            given = "expert_groups" if groups else "groups_per_token"
+            raise SpecError(given, "group-limited routing needs expert_groups and "
+                            "groups_per_token, both >= 1 (or neither)")  # fmt: skip
+        if not groups:
+            return
+        checks.divides("expert_groups", groups, "n_experts", self.n_experts)
+        if chosen > groups:
+            raise SpecError("groups_per_token", f"groups_per_token ({chosen}) must be <= "
+                            f"expert_groups ({groups})")  # fmt: skip
+        room = chosen * self.n_experts // groups
+        if self.experts_per_token > room:
+            raise SpecError("groups_per_token", f"experts_per_token ({self.experts_per_token}) "
+                            f"must fit the {chosen} group(s) a token may take ({room} "
+                            "experts)")  # fmt: skip
 
     @property
     def moe(self) -> bool:
