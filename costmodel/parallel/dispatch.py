@@ -81,15 +81,21 @@ DISPATCHERS: dict[str, Dispatcher] = {
 }
 
 
-def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
-    """(over the network, over NVLink) copies of one token a dispatch sends, for
-    ``N_ep`` ranks of which ``g_ep`` share a node, under either kind (``d_ep`` 1: one copy
-    per destination node and rank, the other nodes ``h_nd`` and ranks ``h_rk`` the token's
-    experts hit, by the router's spread: ``costmodel.parallel.routing``; 0: one per routed
-    pair, whatever the spread)."""
-    network = (1 - d_ep) * k_r * (N_ep - g_ep) / N_ep + d_ep * h_nd
-    nvlink = (1 - d_ep) * k_r * (g_ep - 1) / N_ep + d_ep * h_rk
+def sends(dedup: Any, k: Any, ranks: Any, per_node: Any, nodes_hit: Any, ranks_hit: Any) -> tuple:
+    """(over the network, over NVLink) copies of one token a dispatch sends, for ``ranks``
+    of which ``per_node`` share a node, under either kind (``dedup`` 1: one copy per
+    destination node and rank, the other nodes and ranks the token's experts hit, by the
+    router's spread: ``costmodel.parallel.routing``; 0: one per routed pair, whatever the
+    spread). Numbers or sympy expressions alike (training's formula and serving's number)."""
+    network = (1 - dedup) * k * (ranks - per_node) / ranks + dedup * nodes_hit
+    nvlink = (1 - dedup) * k * (per_node - 1) / ranks + dedup * ranks_hit
     return network, nvlink
+
+
+def sends_per_token() -> tuple[sp.Expr, sp.Expr]:
+    """:func:`sends` over the layout's symbols (``d_ep``, ``k_r``, ``N_ep``, ``g_ep``,
+    ``h_nd``, ``h_rk``)."""
+    return sends(d_ep, k_r, N_ep, g_ep, h_nd, h_rk)
 
 
 def dispatch_rates(names: Any, hw: Hardware) -> tuple[Any, Any, Any]:

@@ -12,18 +12,23 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
   ep a device holds, each copy taking its share of its expert's tokens). Its FLOPs are the
   tp layout's: tokens x k / ep expert passes against tokens / tp x k slices.
 - **Dispatch and combine** (ep > tp): after attention each device sends its 1 / tp share of
-  its replica's tokens, k copies each, to the experts' devices and gets their outputs back,
-  in place of the MoE layer's tp all-reduce: 2 x tokens / tp x k x D activations each way
-  per MoE layer, of which (ep − 1) / ep leave the device; the share bound for other nodes
-  crosses the network (``network_bw``), the rest NVLink, concurrently (the longer counts),
-  after one latency each (DeepEP's normal kernels; Zhao et al. 2025); the dispatch in the
-  expert GEMMs' narrower input dtype, the combine in 16 bits. With ep = tp the
-  experts split over the replica's own ranks and the all-reduce stays as it is.
+  its replica's tokens to the experts' devices and gets their outputs back, in place of the
+  MoE layer's tp all-reduce, as DeepEP's normal kernels do (Zhao et al. 2025; SGLang's and
+  DeepSeek-V3's deployments, Sec. 3.4): one copy per other node and rank a token's experts
+  hit (``costmodel.parallel.dispatch.sends``, spread by the model's routing with its expert
+  groups, ``costmodel.parallel.routing``), over the network and NVLink concurrently (the
+  longer counts) at DeepEP's measured rates on the device (``DISPATCHERS["deepep"]``),
+  after one latency each; the dispatch in the expert GEMMs' narrower input dtype, the
+  combine in 16 bits. Decode's low-latency kernels (RDMA for every peer, lower rates at
+  small batches) are priced as the normal ones. With ep = tp the experts split over the
+  replica's own ranks and the all-reduce stays as it is.
 """
 
 from __future__ import annotations
 
 from costmodel.kinds import ffn
+from costmodel.parallel.dispatch import DISPATCHERS, sends
+from costmodel.parallel.routing import routing_hits
 from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
@@ -76,13 +81,22 @@ def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nby
 
 
 def _one_way(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: float) -> float:
-    """One dispatch or combine: NVLink and the network concurrently, after one latency."""
-    per_way = tokens / spec.tp * model.experts_per_token * model.d_model * nbytes
+    """One dispatch or combine: DeepEP's copies over NVLink and the network concurrently,
+    after one latency."""
+    per_token = tokens / spec.tp * model.d_model * nbytes
     node = min(spec.ep, hw.devices_per_node)
-    local = per_way * (node - 1) / spec.ep / (hw.link_bw * hw.eff("link"))
-    remote = per_way * (spec.ep - node) / spec.ep / (hw.network_bw * hw.eff("network"))
+    hits = routing_hits("random", model.n_experts, model.experts_per_token, spec.ep, node,
+                        model.expert_groups, model.groups_per_token)  # fmt: skip
+    remote, local = sends(1.0, model.experts_per_token, spec.ep, node, *hits)
+    kind = DISPATCHERS[SERVING_DISPATCHER]
+    network = hw.network_bw * (kind.network_efficiency or hw.eff("network"))
     alpha = hw.network_latency_s if spec.ep > node else hw.link_latency_s
-    return alpha + max(local, remote)
+    return alpha + max(per_token * local / kind.link(hw), per_token * remote / network)
+
+
+SERVING_DISPATCHER = "deepep"
+"""How a serving deployment's tokens reach their experts: DeepEP (SGLang's ``--moe-a2a-backend
+deepep``, vLLM's ``deepep_high_throughput``, DeepSeek-V3's deployment)."""
 
 
 def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:

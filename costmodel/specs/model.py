@@ -360,8 +360,11 @@ def _replace(spec: Any, changes: dict[str, Any]) -> Any:
     values = {f.name: getattr(spec, f.name) for f in fields(spec)}
     if isinstance(spec, ModelSpec):
         values.update(dict.fromkeys(followers(spec, changes)))  # derived when built
-        if changes.get("n_experts") == 0 and "d_ff_expert" not in changes:
-            values["d_ff_expert"] = None  # a dense model has no expert width
+        if changes.get("n_experts") == 0:  # a dense model has no expert width or groups
+            for name, none in (("d_ff_expert", None), ("expert_groups", 0),
+                               ("groups_per_token", 0)):  # fmt: skip
+                if name not in changes:
+                    values[name] = none
         if changes.get("sliding_window") == 0 and "global_every" not in changes:
             values["global_every"] = 0  # no window, no pattern of windowed layers
     values.update(changes)
