@@ -312,3 +312,25 @@ def test_a_reserve_over_the_device_is_fits_but_tight(capsys):
     assert code == 0 and row(out, "verdict").startswith("fits: peak 44.4 GiB")
     code, out, _ = run(capsys, *base, "--seq", "8192", "--json")
     assert json.loads(out)["verdict"]["memory"]["tight"] is True
+
+
+def test_an_expert_parallel_layout_says_how_its_tokens_travel(capsys):
+    """Issue 60 ("every default announced"): the dispatcher, the router's spread and
+    whether the all-to-alls wait set an expert-parallel step's sends, and the assumptions
+    line said none of them."""
+    base = ("estimate", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--fsdp", "8", "--ep", "8", "--seq", "4096", "--batch", "8")  # fmt: skip
+    code, out, _ = run(capsys, *base)
+    assert (
+        code == 0
+        and (
+            "experts: dispatcher all-to-all (default; --ep-dispatcher), routing "
+            "random (default; --ep-routing), all-to-alls exposed"
+        )
+        in out
+    )
+    code, out, _ = run(capsys, *base, "--ep-dispatcher", "deepep", "--ep-routing", "consecutive")
+    assert code == 0 and "experts: dispatcher deepep, routing consecutive, all-to-alls" in out
+    code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                       "--gpus", "8")  # fmt: skip
+    assert code == 0 and "experts:" not in out

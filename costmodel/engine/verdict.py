@@ -118,10 +118,26 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
         zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework; DeepSpeed's own "
                 "is stage 0; --zero 1, 2 or 3)")  # fmt: skip
     return (
-        f"{framework_words(p, defaulted)}{zero}; {degrees(p)}; micro-batch {micro} per device x "
-        f"grad-accum {t.grad_accum}; recompute {t.recompute}; {t.precision}; "
-        f"attention {t.attention} (kernel {t.attention_kernel}); {t.optimizer}{_tuned(t)}"
+        f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}; "
+        f"micro-batch {micro} per device x grad-accum {t.grad_accum}; recompute {t.recompute}; "
+        f"{t.precision}; attention {t.attention} (kernel {t.attention_kernel}); "
+        f"{t.optimizer}{_tuned(t)}"
     )
+
+
+def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:
+    """How an expert-parallel layout moves its tokens (nothing without ep), defaults said:
+    the dispatcher and the router's spread set its sends, combined 1F1B whether they wait."""
+    if p.ep == 1:
+        return ""
+    said = [
+        f"dispatcher {p.ep_dispatcher}"
+        + (" (default; --ep-dispatcher)" if "ep_dispatcher" in defaulted else ""),
+        f"routing {p.ep_routing}"
+        + (" (default; --ep-routing)" if "ep_routing" in defaulted else ""),
+        "all-to-alls overlapped (combined 1F1B)" if p.ep_overlap else "all-to-alls exposed",
+    ]
+    return f"; experts: {', '.join(said)}"
 
 
 def _tuned(t: TrainSpec) -> str:
