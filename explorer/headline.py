@@ -27,8 +27,10 @@ def setup_line(setup: Setup) -> str:
     par, train = setup.parallel, setup.train
     assert par is not None and setup.hardware is not None
     degrees = f"dp {par.dp} × fsdp {par.fsdp} × tp {par.tp} × pp {par.pp} × cp {par.cp}"
-    if par.ep > 1:
-        degrees += f" (ep {par.ep})"
+    if par.ep > 1:  # how the tokens travel, as the CLI's assumptions say it
+        overlap = "overlapped" if par.ep_overlap else "exposed"
+        degrees += (f" (ep {par.ep}: dispatcher {par.ep_dispatcher}, routing {par.ep_routing}, "
+                    f"all-to-alls {overlap})")  # fmt: skip
     micro = micro_per_device(train, par)
     return (f"**{setup.model.name}** · framework **{par.framework}** · {par.devices} × "
             f"{setup.hardware.name}: {degrees} · micro-batch {micro} per device × "
