@@ -42,6 +42,7 @@ SERVE = (
     PageInput("prefill_replicas", int, 0, lo=0, hi=4096),
     PageInput("prefill_tp", int, 1, hi=64),
     PageInput("request_rate", float, 0.0, lo=0.0, hi=1e6),
+    PageInput("length_spread", float, 0.0, lo=0.0, hi=1.0),
 )
 
 EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
@@ -61,6 +62,13 @@ RATE_HELP = ("requests arriving per second over the replicas, at random (poisson
              "with their queueing, TTFT and TPOT percentiles) or as a steady state "
              "(continuous: what the rate keeps in flight by Little's law), at most the "
              "requests at once")  # fmt: skip
+
+
+SPREAD_HELP = (
+    "each simulated request's prompt and output drawn within the stated lengths x "
+    "(1 ± spread), as benchmarks' random datasets draw them (vLLM's "
+    "--random-range-ratio; SGLang's default: 1 around half its stated lengths)"
+)
 
 
 def _inputs() -> dict[str, Any]:
@@ -99,6 +107,8 @@ def _inputs() -> dict[str, Any]:
                           key="serve_request_rate", help=RATE_HELP)  # fmt: skip
         c[1].selectbox("serving engine", tuple(ENGINES), key="serve_engine", help=ENGINE_HELP,
                        format_func=lambda k: f"{k}: {ENGINES[k].title}")  # fmt: skip
+        c[2].number_input("length spread (with a rate)", 0.0, 1.0, key="serve_length_spread",
+                          help=SPREAD_HELP)  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -113,6 +123,7 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
     arrival = v["arrival"] if not rate or v["arrival"] != "together" else "poisson"  # the CLI's
     if rate is None and arrival == "poisson":  # the curve's batches: the engine kept full
         arrival = "continuous"
+    spread = v["length_spread"] if rate and arrival == "poisson" else 0.0  # simulated only
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
                      precision=v["precision"], engine=v["engine"],
@@ -120,7 +131,8 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
                      draft_tokens=v["draft_tokens"],
                      acceptance=v["acceptance"] if drafted else None,
                      prefill_replicas=v["prefill_replicas"],
-                     prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None)  # fmt: skip
+                     prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None,
+                     length_spread=spread)  # fmt: skip
     return spec
 
 

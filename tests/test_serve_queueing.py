@@ -178,3 +178,38 @@ def test_a_benchmark_has_at_least_one_request_a_user():
     with pytest.raises(SpecError) as err:
         spec_of({"input": 1000, "output": 200, "concurrency": 32, "requests": 1})
     assert err.value.field == "requests" and "concurrency=32" in str(err.value)
+
+
+def test_a_length_spread_draws_each_request_as_benchmarks_do():
+    """Issue 59 ("workloads as benchmarks state them"): SGLang's bench_serving draws a
+    random dataset's lengths uniformly up to the stated ones and vLLM's within
+    L x (1 +- r). ``length_spread`` draws each request's prompt and output within the
+    stated x (1 +- s), seeded, whole tokens, and the longest outputs set a benchmark's drain:
+    the same mean lengths serve fewer tokens a second than every request at the mean."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from costmodel.serving.queueing import lengths
+
+    spec = ServeSpec(input=1000, output=200, batch=256, arrival="poisson", request_rate=8.0,
+                     requests=200, length_spread=1.0)  # fmt: skip
+    drawn = np.array(lengths(spec, np.random.default_rng(0), 4000))
+    assert drawn[:, 0].min() >= 1 and drawn[:, 0].max() <= 2000 and drawn[:, 1].max() <= 400
+    assert drawn.mean(axis=0) == pytest.approx([1000, 200], rel=0.03)
+    assert (
+        lengths(replace(spec, length_spread=0.0), np.random.default_rng(0), 3) == [(1000, 200)] * 3
+    )
+    spread = serve(LLAMA, spec, H100).values
+    again = serve(LLAMA, spec, H100).values  # seeded: the same question, the same numbers
+    even = serve(LLAMA, replace(spec, length_spread=0.0), H100).values
+    assert spread["throughput.output_tokens_per_s"] == again["throughput.output_tokens_per_s"]
+    assert spread["throughput.output_tokens_per_s"] < even["throughput.output_tokens_per_s"]
+    assert spread["workload.tpot_s.p99"] > even["workload.tpot_s.p99"]
+
+
+def test_a_length_spread_needs_a_simulated_workload():
+    with pytest.raises(SpecError, match="length_spread draws each request's lengths"):
+        ServeSpec(input=1000, output=200, batch=8, length_spread=0.5)
+    with pytest.raises(SpecError, match=r"length_spread must be <= 1"):
+        ServeSpec(input=1000, output=200, concurrency=8, arrival="continuous", length_spread=2)

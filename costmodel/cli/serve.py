@@ -276,6 +276,11 @@ def add_serve(sub, int_arg) -> None:
                    "bench_serving measure one: every request counted, throughput over the "
                    "run, the drain after the last arrival included (default: the steady "
                    "state)")  # fmt: skip
+    p.add_argument("--length-spread", type=float, help="a simulated workload's spread of "
+                   "request lengths: each prompt and output drawn uniformly within --input "
+                   "and --output x (1 +- S), seeded (vLLM's --random-range-ratio S; "
+                   "SGLang's default random dataset: S 1 around half its stated lengths; "
+                   "default 0)")  # fmt: skip
     p.add_argument("--pp", type=int_arg, default=1, help="pipeline stages of a replica")
     p.add_argument("--dp", type=int_arg, help="replicas (default 1, or what --gpus leaves)")
     p.add_argument(

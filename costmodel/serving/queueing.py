@@ -55,10 +55,27 @@ WARMUP = 0.1
 @dataclass
 class _Request:
     arrival: float
+    input: int
+    output: int
     prefilled: int = 0
     generated: int = 0
     first: float = math.nan
     done: float = math.nan
+
+
+def lengths(spec: ServeSpec, rng: np.random.Generator, n: int) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of ``n`` requests: the stated ones, or under
+    ``ServeSpec.length_spread`` s each drawn uniformly among the whole numbers within the
+    stated x (1 +- s), at least 1 (as benchmarks' random datasets draw them), after the
+    arrivals from the same seeded generator."""
+    if not spec.length_spread:
+        return [(spec.input, spec.output)] * n
+
+    def draw(mean: int) -> np.ndarray:
+        low = max(1, round(mean * (1 - spec.length_spread)))
+        return rng.integers(low, max(low, round(mean * (1 + spec.length_spread))) + 1, n)
+
+    return list(zip(draw(spec.input).tolist(), draw(spec.output).tolist(), strict=True))
 
 
 def simulate(
@@ -85,12 +102,14 @@ def simulate(
     rng = np.random.default_rng(seed)
     if spec.request_rate is not None:
         gaps = rng.exponential(spec.dp / spec.request_rate, per_replica)
-        reqs = [_Request(float(t)) for t in np.cumsum(gaps)]
+        sizes = lengths(spec, rng, per_replica)
+        reqs = [_Request(float(t), *size) for t, size in zip(np.cumsum(gaps), sizes, strict=True)]
         users = 0
     else:
         users = users_of(spec)
-        reqs = [_Request(0.0) for _ in range(min(users, per_replica))]
-    clock = _run(reqs, spec, seconds, users, per_replica)
+        sizes = lengths(spec, rng, per_replica)
+        reqs = [_Request(0.0, *sizes[i]) for i in range(min(users, per_replica))]
+    clock = _run(reqs, spec, seconds, users, sizes)
     return _summary(reqs, spec, clock, users, capacity, benchmark)
 
 
@@ -115,9 +134,13 @@ def _iteration_seconds(model, spec, hw, step, phase, rate):
     )
 
 
-def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total: int) -> float:
-    """Iterate the engine until ``total`` requests are done; a closed loop appends each
-    user's next request as its last one ends. Returns the clock."""
+def _run(
+    reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, sizes: list[tuple[int, int]]
+) -> float:
+    """Iterate the engine until ``len(sizes)`` requests are done; a closed loop appends
+    each user's next request (the next of ``sizes``) as its last one ends. Returns the
+    clock."""
+    total = len(sizes)
     waiting, running, clock, nxt = deque(), [], 0.0, 0
     while nxt < len(reqs) or waiting or running:
         while nxt < len(reqs) and reqs[nxt].arrival <= clock:
@@ -128,26 +151,26 @@ def _run(reqs: list[_Request], spec: ServeSpec, seconds: Any, users: int, total:
         if not running:
             clock = reqs[nxt].arrival  # idle until the next arrival
             continue
-        decoding = [r for r in running if r.prefilled == spec.input]
+        decoding = [r for r in running if r.prefilled == r.input]
         budget, chunks = spec.token_budget - len(decoding), []
         for r in running:
-            if r.prefilled < spec.input and budget > 0:
-                take = min(spec.input - r.prefilled, budget)
+            if r.prefilled < r.input and budget > 0:
+                take = min(r.input - r.prefilled, budget)
                 chunks.append((r, take))
                 budget -= take
-        cached = sum(spec.input + r.generated for r in decoding) / max(1, len(decoding))
+        cached = sum(r.input + r.generated for r in decoding) / max(1, len(decoding))
         clock += seconds(len(decoding), cached, sum(t for _, t in chunks))
         for r in decoding:
             r.generated += 1
         for r, take in chunks:
             r.prefilled += take
-            if r.prefilled == spec.input:
+            if r.prefilled == r.input:
                 r.first, r.generated = clock, 1
-        for r in [r for r in running if r.generated >= spec.output]:
+        for r in [r for r in running if r.generated >= r.output]:
             r.done = clock
             running.remove(r)
             if users and len(reqs) < total:  # the user sends its next request now
-                reqs.append(_Request(clock))
+                reqs.append(_Request(clock, *sizes[len(reqs)]))
     return clock
 
 
@@ -167,8 +190,8 @@ def _summary(
     counted = reqs if benchmark else steady
     ttft = np.array([r.first - r.arrival for r in counted])
     e2e = np.array([r.done - r.arrival for r in counted])
-    tpot = (np.array([r.done - r.first for r in counted]) / max(1, spec.output - 1)
-            if spec.output > 1 else np.zeros(len(counted)))  # fmt: skip
+    tpot = np.array([(r.done - r.first) / (r.output - 1) if r.output > 1 else 0.0
+                     for r in counted])  # fmt: skip
     out: dict[str, Any] = {"workload.requests": len(reqs), "workload.counted": len(counted)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out[f"workload.{name}_s.mean"] = float(values.mean())
@@ -187,11 +210,13 @@ def _summary(
     out["workload.requests_per_s"] = served
     if not users:  # an open loop: the rate asked (the seeded draw's is near it)
         out["workload.offered_per_s"] = spec.request_rate
-    tokens = served * spec.output
+    out_mean = float(np.mean([r.output for r in counted]))  # the counted requests' lengths
+    in_mean = float(np.mean([r.input for r in counted]))
+    tokens = served * out_mean
     out.update({"time_s.ttft": out["workload.ttft_s.mean"], "time_s.tpot":
                 out["workload.tpot_s.mean"], "time_s.e2e": out["workload.e2e_s.mean"],
                 "throughput.output_tokens_per_s": tokens,
-                "throughput.total_tokens_per_s": tokens * (spec.input + spec.output) / spec.output,
+                "throughput.total_tokens_per_s": tokens * (in_mean + out_mean) / out_mean,
                 "throughput.output_tokens_per_s_per_gpu": tokens / spec.dp / spec.tp})  # fmt: skip
     return out
 
@@ -260,6 +285,9 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
         what = (f"the steady state: {simulated:,} requests simulated, {load}, the first "
                 f"{skipped * spec.dp:,} and the drain after the last arrival not counted "
                 "(--requests N: a benchmark of N)")  # fmt: skip
+    if spec.length_spread:
+        what += (f"; each request's lengths drawn within {spec.input:,} and {spec.output:,} "
+                 f"x (1 +- {spec.length_spread:g})")  # fmt: skip
     text = (
         f"{what}; at most {spec.batch:,} in flight a replica, prompts chunked into iterations "
         f"of {spec.token_budget:,} tokens; decode at each iteration's mean cache (seed 0: the "

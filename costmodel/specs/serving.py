@@ -117,6 +117,14 @@ class ServeSpec:
     over the whole run, first arrival to last completion (the drain after the last arrival
     included). None: the steady state, from ``STEADY_REQUESTS`` simulated requests, the
     first tenth (the engine filling up) and the drain not counted."""
+    length_spread: float = 0.0
+    """A simulated workload's spread of request lengths: each request's prompt and output
+    drawn uniformly within ``input`` and ``output`` x (1 +- spread), whole tokens, seeded
+    (0: every request the stated lengths). Benchmarks' random datasets draw so: vLLM's
+    ``--random-range-ratio r`` over [L(1 - r), L(1 + r)] (spread r around L), SGLang's
+    bench_serving over [L·r, L] (its default r = 0: spread 1 around L/2, the lengths to state).
+    The longest outputs set a benchmark's drain; the engine's admission stays sized for
+    the mean request."""
     pp: int = 1
     """Pipeline stages a replica's layers split over (each of ``tp`` devices)."""
     ep: int = 1
@@ -175,6 +183,7 @@ class ServeSpec:
             checks.integer("token_budget", self.token_budget)
         checks.choice("arrival", self.arrival, ARRIVALS)
         self._check_workload()
+        self._check_spread()
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)
@@ -204,6 +213,15 @@ class ServeSpec:
                 raise SpecError("requests", f"requests must be >= concurrency (got requests="
                                 f"{self.requests:,}, concurrency={self.concurrency:,}): each "
                                 "of the users sends at least one")  # fmt: skip
+
+    def _check_spread(self) -> None:
+        checks.number("length_spread", self.length_spread, allow_zero=True)
+        checks.at_most("length_spread", self.length_spread, "1", 1, "(lengths from 0 to "
+                       "twice the stated ones)")  # fmt: skip
+        if self.length_spread and not self.simulated:
+            raise SpecError("length_spread", "length_spread draws each request's lengths in a "
+                            "simulated workload: give request_rate or concurrency (a batch is "
+                            "priced at its stated lengths)")  # fmt: skip
 
     @property
     def engine_kind(self) -> Engine:

@@ -75,7 +75,7 @@ def engine_of(run: dict[str, Any]) -> str:
     return next((k for since, k in reversed(VLLM_BY_DATE) if date[1] >= since), "vllm-0.5")
 
 
-LAYOUT = ("dp", "pp", "ep", "concurrency", "request_rate")
+LAYOUT = ("dp", "pp", "ep", "concurrency", "request_rate", "length_spread")
 """Fields a run may state beyond the one-replica static batch (absent: the default)."""
 STATISTICS = {"median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
 """A latency's statistic as stated -> the simulated workload's percentile (``mean``: the
