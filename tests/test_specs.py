@@ -115,3 +115,22 @@ def test_any_valid_spec_gives_consistent_numbers(
     assert v["flops.backward"] >= 2 * v["flops.forward"]
     assert v["memory_bytes.peak"] >= v["memory_bytes.peak_forward_backward"]
     assert v["memory_bytes.peak_forward_backward"] >= v["memory_bytes.activations"]
+
+
+def test_a_batch_past_any_run_is_a_typo_named_by_its_flag(capsys):
+    """Issue 60's fourth probe: ``plan --global-batch 99999999999`` ranked layouts of
+    216-year steps. A step holds at most 2^24 sequences (thousands of times any published
+    run's) in the specs, the sweeps, plan and estimate alike."""
+    from costmodel.cli import main
+    from costmodel.specs.checks import SpecError
+    from costmodel.specs.rules import MAX_BATCH
+
+    with pytest.raises(SpecError, match="batch must be <= 16,777,216 sequences a step"):
+        TrainSpec(batch=MAX_BATCH * 2, seq=128)
+    assert TrainSpec(batch=MAX_BATCH, seq=128, grad_accum=MAX_BATCH).batch == MAX_BATCH
+    base = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "4096"]
+    for argv in (["plan", *base, "--gpus", "8", "--global-batch", "99999999999"],
+                 ["estimate", *base, "--gpus", "8", "--batch", "99999999999"]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "must be <= 16,777,216 sequences a step" in err and err.count("\n") == 1, err

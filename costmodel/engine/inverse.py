@@ -24,9 +24,11 @@ from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, fits
 from costmodel.engine.sweep import sweep
 from costmodel.frameworks.registry import fixed_stage, trait
 from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, batch_step, moe_rule
+from costmodel.specs.rules import MAX_BATCH
 
 SEARCH_LIMIT = 2**24
 """Largest batch or sequence length ``max_fitting`` tries (sequences or tokens)."""
@@ -122,6 +124,11 @@ def min_fsdp_fitting(
     allowed = budget_bytes(hardware, headroom, budget)
     micro = train.batch // parallel.batch_step(train.grad_accum)
     fsdp = _allowed_fsdp(model, parallel, np.arange(1, max_fsdp + 1))
+    per_degree = batch_step(parallel.dp, 1, train.grad_accum) * micro
+    fsdp = fsdp[fsdp * per_degree <= MAX_BATCH]  # the degrees a step's batch allows
+    if not fsdp.size:
+        raise SpecError("batch", f"even fsdp 1 makes a step of {per_degree:,} sequences, over "
+                        f"{MAX_BATCH:,}")  # fmt: skip
     fixed = {**_fields(train), **_fields(parallel)}
     fixed.update(fsdp=fsdp, batch=batch_step(parallel.dp, fsdp, train.grad_accum) * micro)
     if parallel.zero == fixed_stage(parallel.framework, parallel.fsdp):

@@ -98,6 +98,16 @@ def recompute_rule(model: Any, train: Any) -> None:
                        f"> 1 is not modelled with {n} (use recompute_every 1)")  # fmt: skip
 
 
+MAX_BATCH = 2**24
+"""The most sequences a step may hold: 16,777,216, thousands of times any published run's
+(Llama 3 405B's 16M-token batches were 2,048 sequences of 8,192; Dubey et al. 2024, Sec.
+3.4.1). Past it an input is a typo (``plan --global-batch 99999999999`` ranked layouts of
+216-year steps)."""
+
+
 def train_rules(*, batch: Any, grad_accum: Any) -> None:
-    """Rules between TrainSpec sizes (scalars or arrays of them)."""
+    """Rules between TrainSpec sizes (scalars or arrays of them): the batch at most
+    :data:`MAX_BATCH`, a whole number of micro-batches."""
+    checks.at_most("batch", batch, f"{MAX_BATCH:,}", MAX_BATCH, "sequences a step (thousands "
+                   "of times any published run's)")  # fmt: skip
     checks.divides("grad_accum", grad_accum, "batch", batch)
