@@ -58,10 +58,20 @@ def random_hits(
         return (limited_hits(nn // gg, kk, big, m) * (1 - gg / nn),
                 limited_hits(nn, kk, big, m) * (1 - 1 / nn))  # fmt: skip
 
-    nodes, ranks_hit = np.vectorize(one, otypes=[float, float])(
-        k.astype(int), n.astype(int), g.astype(int), groups, chosen
-    )
+    nodes, ranks_hit = per_unique(one, k, n, g, groups, chosen)
     return np.where(on, nodes, free[0]), np.where(on, ranks_hit, free[1])
+
+
+def per_unique(fn: Any, *columns: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``fn``'s two results over integer ``columns`` (broadcast together), computed once
+    per distinct row: a plan's millions of layouts hold a few (ranks, ranks per node)."""
+    cols = np.broadcast_arrays(*(np.asarray(c).astype(np.int64) for c in columns))
+    shape = cols[0].shape
+    table, back = np.unique(np.stack([c.ravel() for c in cols], axis=1), axis=0,
+                            return_inverse=True)  # fmt: skip
+    done = np.array([fn(*map(int, row)) for row in table], dtype=float).reshape(-1, 2)
+    back = back.reshape(-1)
+    return done[back, 0].reshape(shape), done[back, 1].reshape(shape)
 
 
 def limited_hits(units: int, k: int, groups: int, chosen: int) -> float:
@@ -99,19 +109,20 @@ def _span(k: int, size: int, groups: int) -> float:
     return sum(min(groups, -(-(s + k) // size)) for s in starts) / len(starts)
 
 
-def consecutive_hits(experts: Any, k: Any, ranks: Any, per_node: Any) -> tuple[Any, Any]:
+def consecutive_hits(
+    experts: Any, k: Any, ranks: Any, per_node: Any, groups: Any = 0, chosen: Any = 0
+) -> tuple[Any, Any]:
     """(other nodes, other ranks) one token's k consecutive experts hit (``FakeBalancedGate``,
-    which takes no groups)."""
+    which takes no groups: ``groups`` and ``chosen`` are ignored)."""
+    del groups, chosen
 
-    def one(e: float, kk: float, n: float, g: float) -> tuple[float, float]:
-        e, kk, n, g = int(e), int(kk), int(n), int(g)
+    def one(e: int, kk: int, n: int, g: int) -> tuple[float, float]:
         local = e // n
         rank_span = _span(kk, local, n)
         node_span = _span(kk, local * g, n // g)
         return node_span * (1 - g / n), rank_span * (1 - 1 / n)
 
-    nodes, ranks_hit = np.vectorize(one, otypes=[float, float])(experts, k, ranks, per_node)
-    return nodes, ranks_hit
+    return per_unique(one, experts, k, ranks, per_node)
 
 
 HITS = {"random": random_hits, "consecutive": consecutive_hits}
@@ -135,7 +146,7 @@ def routing_hits(
     for name, hits in HITS.items():
         here = names == name
         if here.any():
-            got = hits(*safe, per_node, *limits) if name == "random" else hits(*safe, per_node)
+            got = hits(*safe, per_node, *limits)
             nodes = np.where(here, got[0], nodes)
             ranks_hit = np.where(here, got[1], ranks_hit)
     nodes, ranks_hit = np.where(moe, nodes, 0.0), np.where(moe, ranks_hit, 0.0)
