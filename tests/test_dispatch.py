@@ -1,4 +1,4 @@
-"""Expert-parallel dispatchers (``costmodel.parallel.dispatch``): what an all-to-all sends
+"""Expert-parallel dispatchers (``costmodel.kinds.dispatch``): what an all-to-all sends
 over NVLink and over the network per rank, in closed form; DeepEP's one copy per
 destination node and rank against exact enumeration of every routing; the kinds in a
 sweep; a dispatcher costmodel does not know is refused by name."""
@@ -13,8 +13,8 @@ import sympy as sp
 
 from costmodel import ParallelSpec, TrainSpec, estimate, get_model, sweep
 from costmodel.catalog.hardware import get_hardware
-from costmodel.parallel.dispatch import DISPATCHERS, sends_per_token
-from costmodel.parallel.routing import HITS, routing_hits
+from costmodel.kinds.dispatch import DISPATCHERS, sends_per_token
+from costmodel.kinds.routing import HITS, routing_hits
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import EP_DISPATCHERS, EP_ROUTINGS
 from costmodel.symbols import N_ep, d_ep, g_ep, h_nd, h_rk, k_r

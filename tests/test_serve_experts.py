@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel import get_hardware, get_model
-from costmodel.parallel.routing import routing_hits
+from costmodel.kinds.routing import routing_hits
 from costmodel.serving.estimate import decode_step, serve
 from costmodel.serving.experts import alltoall_s
 from costmodel.specs.checks import SpecError

@@ -27,8 +27,8 @@ from costmodel.engine.quantities import (
     nest,
     structure_of,
 )
+from costmodel.kinds.routing import routing_values
 from costmodel.parallel.layout import layout_values
-from costmodel.parallel.routing import routing_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware

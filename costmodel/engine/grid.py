@@ -31,7 +31,7 @@ from costmodel.config import check
 from costmodel.engine.options import PlanOptions
 from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
-from costmodel.parallel.dispatch import DISPATCHERS
+from costmodel.kinds.dispatch import DISPATCHERS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware

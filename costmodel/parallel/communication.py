@@ -13,8 +13,8 @@ import sympy as sp
 
 from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention
+from costmodel.kinds.dispatch import sends_per_token
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
-from costmodel.parallel.dispatch import sends_per_token
 from costmodel.parallel.experts import (
     busiest_experts,
     expert_replicas,
@@ -163,7 +163,7 @@ def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     back; backward sends their gradients the other way: four dispatches of the device's
     b·T tokens of D values in the compute dtype, each the copies the dispatcher sends over
     the network and over NVLink at once, the slower setting its time
-    (:mod:`costmodel.parallel.dispatch`), ``ep_imbalance`` times that to and from the
+    (:mod:`costmodel.kinds.dispatch`), ``ep_imbalance`` times that to and from the
     busiest rank. Full recomputation dispatches and combines again. The MoE blocks are
     the device's (its stage's under pipelining). Under tensor parallelism each tp rank
     dispatches its own 1/tp sequence shard, and the tokens an expert receives are

@@ -6,7 +6,7 @@ collectives run at it; NCCL's bus bandwidth), otherwise the network share of the
 members in one node drive together, at most NVLink's.
 Expert-parallel groups are etp x ep ranks of the expert layers' own mesh (Megatron's MoE
 parallel folding; torchtitan's ep within dp_shard): an ep group's ranks are etp devices
-apart, and its dispatcher (``costmodel.parallel.dispatch``) says what crosses NVLink and
+apart, and its dispatcher (``costmodel.kinds.dispatch``) says what crosses NVLink and
 what the network. On
 TPUs every group is on ICI: a link's bidirectional bandwidth per mesh axis, times the axes
 given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
@@ -20,7 +20,7 @@ import numpy as np
 import sympy as sp
 
 from costmodel.frameworks.registry import trait
-from costmodel.parallel.dispatch import dispatch_rates
+from costmodel.kinds.dispatch import dispatch_rates
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -232,7 +232,7 @@ def _host_values(par: ParallelSpec) -> dict[sp.Symbol, Any]:
 
 def _ep_values(par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:
     """The expert ranks' (etp apart, then ep) links as their dispatcher uses them
-    (``costmodel.parallel.dispatch``): NVLink's and one NIC's rates and the ranks a node
+    (``costmodel.kinds.dispatch``): NVLink's and one NIC's rates and the ranks a node
     holds; on a TPU every rank on ICI (``_link``'s), one copy per routed pair."""
     ici, alpha = _link("ep", par.etp, par.ep, par, hw)
     link, network, dedup = dispatch_rates(par.ep_dispatcher, hw)

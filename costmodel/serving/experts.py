@@ -15,8 +15,8 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
   its replica's tokens to the experts' devices and gets their outputs back, in place of the
   MoE layer's tp all-reduce, as DeepEP's normal kernels do (Zhao et al. 2025; SGLang's and
   DeepSeek-V3's deployments, Sec. 3.4): one copy per other node and rank a token's experts
-  hit (``costmodel.parallel.dispatch.sends``, spread by the model's routing with its expert
-  groups, ``costmodel.parallel.routing``), over the network and NVLink concurrently (the
+  hit (``costmodel.kinds.dispatch.sends``, spread by the model's routing with its expert
+  groups, ``costmodel.kinds.routing``), over the network and NVLink concurrently (the
   longer counts) at DeepEP's measured rates on the device (``DISPATCHERS["deepep"]``),
   after one latency each; the dispatch in the expert GEMMs' narrower input dtype, the
   combine in 16 bits. Decode's low-latency kernels (RDMA for every peer, lower rates at
@@ -27,8 +27,8 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 from __future__ import annotations
 
 from costmodel.kinds import ffn
-from costmodel.parallel.dispatch import DISPATCHERS, sends
-from costmodel.parallel.routing import routing_hits
+from costmodel.kinds.dispatch import DISPATCHERS, sends
+from costmodel.kinds.routing import routing_hits
 from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec

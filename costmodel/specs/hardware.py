@@ -26,7 +26,7 @@ EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
 where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`). ``deepep_link``: the
 fraction of the one-way NVLink that DeepEP's intranode kernels reach on this device,
-measured (``costmodel.parallel.dispatch``; absent: ``link``'s)."""
+measured (``costmodel.kinds.dispatch``; absent: ``link``'s)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")

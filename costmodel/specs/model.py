@@ -124,7 +124,7 @@ class ModelSpec:
     expert_groups: int = 0
     """Groups the routed experts form for group-limited routing, E / G adjacent experts each
     (DeepSeek-V2/V3's ``n_group``: V3's 8 groups of 32, a node's experts in its deployment);
-    0: no groups. Only where a token's experts travel (``costmodel.parallel.routing``)."""
+    0: no groups. Only where a token's experts travel (``costmodel.kinds.routing``)."""
     groups_per_token: int = 0
     """Groups a token's experts may come from under group-limited routing (``topk_group``:
     V3 4 of 8, V2 3 of 8; DeepSeek-AI 2024, V2 Sec. 2.1.2 device-limited routing, V3 Sec.

@@ -99,7 +99,7 @@ class ParallelSpec:
     DualPipe hides them likewise, Sec. 3.2.1). Megatron runs it with pp = 1 or interleaved
     pipelining, one warm-up forward more, and no full recomputation."""
     ep_dispatcher: EPDispatcher = "all-to-all"
-    """How tokens reach their experts (``costmodel.parallel.dispatch``): ``all-to-all``
+    """How tokens reach their experts (``costmodel.kinds.dispatch``): ``all-to-all``
     sends one copy per routed pair (NCCL; Megatron-Core's ``alltoall`` dispatcher,
     torchtitan's default); ``deepep`` one per destination node and rank (DeepEP: Megatron's
     ``flex`` dispatcher, NeMo AutoModel, torchtitan's DeepEP path) at DeepEP's measured
@@ -108,7 +108,7 @@ class ParallelSpec:
     ep_routing: EPRouting = "random"
     """How the router spreads each token's k experts over the expert-parallel ranks, which
     sets the copies a dispatcher sending one per destination (``deepep``, ``hybridep``)
-    makes (``costmodel.parallel.routing``): ``random``, each expert independent and uniform
+    makes (``costmodel.kinds.routing``): ``random``, each expert independent and uniform
     (a learned router under load balancing; Megatron-Core's force-balanced benchmarks);
     ``consecutive``, k adjacent experts per token (NeMo AutoModel's ``FakeBalancedGate``,
     which its benchmarks run), on one or two ranks. An all-to-all's copies do not depend on

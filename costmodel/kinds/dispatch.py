@@ -17,7 +17,7 @@ equally likely), per token:
   dispatcher, NeMo AutoModel, torchtitan's DeepEP path): one copy per destination node over
   RDMA, then per destination rank over NVLink (a token's experts on one rank or node share
   the copy): over the network the other nodes a token's k experts hit, over NVLink the other
-  ranks they hit, forwarded ones included (``costmodel.parallel.routing``: with independent
+  ranks they hit, forwarded ones included (``costmodel.kinds.routing``: with independent
   experts (N/g - 1)·(1 - (1 - g/N)^k) and (N - 1)·(1 - (1 - 1/N)^k)). Over the network at
   0.86 of a NIC's line rate (DeepEP's README, V1 normal kernels on H800 with 400 Gb/s
   ConnectX-7: 43-58 GB/s of ~50 GB/s, the lowest, EP 16); over NVLink at the share of the
@@ -85,7 +85,7 @@ def sends(dedup: Any, k: Any, ranks: Any, per_node: Any, nodes_hit: Any, ranks_h
     """(over the network, over NVLink) copies of one token a dispatch sends, for ``ranks``
     of which ``per_node`` share a node, under either kind (``dedup`` 1: one copy per
     destination node and rank, the other nodes and ranks the token's experts hit, by the
-    router's spread: ``costmodel.parallel.routing``; 0: one per routed pair, whatever the
+    router's spread: ``costmodel.kinds.routing``; 0: one per routed pair, whatever the
     spread). Numbers or sympy expressions alike (training's formula and serving's number)."""
     network = (1 - dedup) * k * (ranks - per_node) / ranks + dedup * nodes_hit
     nvlink = (1 - dedup) * k * (per_node - 1) / ranks + dedup * ranks_hit

@@ -1,6 +1,6 @@
 """How a router spreads each token's k experts over the expert-parallel ranks, and so how
 many other ranks and nodes a dispatcher that sends one copy per destination (DeepEP) must
-reach per token (``costmodel.parallel.dispatch``).
+reach per token (``costmodel.kinds.dispatch``).
 
 Each kind answers, for E experts over N ranks of which g share a node (rank r holds the
 E/N experts r·E/N ... (r + 1)·E/N - 1, Megatron-Core's and NeMo AutoModel's expert
