@@ -423,16 +423,17 @@ def test_zero3_gathers_two_layers_or_the_stage(pp, in_flight):
 
 
 def test_max_seq_says_when_it_stops_at_its_limit(capsys):
-    """Found by a new user: solve max-seq returned 2^24 without a word when more fits."""
-    assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
-                 "--budget-gb", "1e6"]) == 0  # fmt: skip
+    """Found by a new user: solve max-seq returned 2^24 without a word when more fits (a
+    sequence over 1,024 context-parallel ranks: 16k tokens a device)."""
+    assert main(["solve", "max-seq", "--model", "cs336-small", "--hardware", "h100-sxm",
+                 "--gpus", "1024", "--cp", "1024", "--recompute", "full"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith(
         "answer   seq 16,777,216: the search limit, 16,777,216, whose per-device peak fits"
     )  # the bound, not the budget, set it
     assert "seq reached the search limit, 16,777,216" in out
     assert main(["solve", "max-seq", "--model", "gpt2", "--hardware", "h100-sxm",
-                 "--budget-gb", "1e6", "--json"]) == 0  # fmt: skip
+                 "--budget-gb", "80", "--json"]) == 0  # fmt: skip
     result = json.loads(capsys.readouterr().out)
     assert result["seq"] == 1024 and "1,024 learned positions" in result["limited_by"]
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",

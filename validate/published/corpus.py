@@ -329,11 +329,24 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
 def _expert_fields(f: RunFields) -> dict[str, Any]:
     """How an expert-parallel run dispatches its tokens, how its router spreads them and
     whether it hides the dispatches (combined 1F1B)."""
+    routing = f.text("parallelism.ep_routing") if f.has("parallelism.ep_routing") else None
+    if routing is None:  # the corpus-wide rule, said: a source's router is a real one
+        routing = "random"
+        f.notes.append(ROUTING_RULE)
     return {
         "ep_dispatcher": f.text("parallelism.ep_dispatcher", "all-to-all"),
-        "ep_routing": f.text("parallelism.ep_routing", "random"),
+        "ep_routing": routing,
         "ep_overlap": f.flag("parallelism.ep_overlap", False),
     }
+
+
+ROUTING_RULE = (
+    "ep_routing random: each token's experts independent, as a learned router under load "
+    "balancing and Megatron-Core's force-balanced benchmarks draw them "
+    "(--moe-router-force-load-balancing: random logits); a benchmark gate that routes "
+    "otherwise is stated (NeMo AutoModel's FakeBalancedGate: consecutive)"
+)
+"""What an expert-parallel run that states no routing is taken to route by."""
 
 
 def _precision(f: RunFields) -> str:
