@@ -53,6 +53,10 @@ DESCRIPTIONS.update(
 )
 LABEL = "Scaling Book approximation (Austin et al. 2025, ch. 5)"
 
+LEAST_RATE = 1e3
+"""The least FLOP/s or bytes/s ``bounds`` takes (as a hardware profile's rates): a kilo per
+second."""
+
 
 def terms(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str, sp.Expr]:
     """T_math, T_fsdp, T_tp (seconds) over B_tok, C, W_ici, X, Y, M_X, M_Y."""
@@ -173,6 +177,9 @@ def bounds_report(
         link, link_name, tp_link, crossing = bandwidth, "as given (--bandwidth)", bandwidth, {}
     checks.number("peak_flops", peak)
     checks.number("bandwidth", link)
+    for name, value, unit in (("peak_flops", peak, "FLOP/s"), ("bandwidth", link, "bytes/s")):
+        if value < LEAST_RATE:  # slower is a typo, and 1e-300 overflows every time to inf
+            raise SpecError(name, f"{name} must be >= {LEAST_RATE:g} {unit} (got {value:g})")
     fsdp, tp = parallel.fsdp, parallel.tp
     values = {C: peak, W_ici: link, W_tp: tp_link, X: fsdp, Y: tp, M_X: parallel.mx,
               M_Y: parallel.my,

@@ -236,7 +236,7 @@ def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     setup = build_setup(args)
     est = setup.estimate()
-    if args.formula:
+    if args.formula is not None:
         if args.formula not in est.values:
             raise SpecError("formula", f"formula: {est.missing(args.formula[:60])}")
         expr = est.expr(args.formula)
