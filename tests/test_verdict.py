@@ -334,3 +334,18 @@ def test_an_expert_parallel_layout_says_how_its_tokens_travel(capsys):
     code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
                        "--gpus", "8")  # fmt: skip
     assert code == 0 and "experts:" not in out
+
+
+def test_the_nearest_fit_prefers_a_reserve_the_device_holds():
+    """A TIGHT fit (the allocator's reserve over the device) is a risk of running out: of
+    the fewest changes that fit, the nearest fit takes one whose reserve the device holds
+    before a faster TIGHT one. Llama-3-8B, fsdp 8, seq 8192, 2 sequences a micro-batch:
+    a micro-batch of 1 fits TIGHT (3.43 s), full recomputation fits with room (4.20 s)."""
+    from costmodel.engine.nearest import nearest_fit
+
+    par = ParallelSpec(fsdp=8, framework="fsdp2")
+    est = estimate(get_model("llama3-8b"), TrainSpec(batch=32, seq=8192, grad_accum=2), par,
+                   get_hardware("h100-sxm"))  # fmt: skip
+    assert not est.fit().fits
+    near = nearest_fit(est, planner=False)
+    assert near["change"] == "recompute full" and near["reserved_bytes"] <= 80 * 2**30

@@ -9,8 +9,9 @@ First three changes that cut per-device memory on the same devices and batch:
    ``Framework.shardings``: ZeRO-3 or FSDP over all replicas).
 
 Each single change is tried, then each pair, then all three (at most 7 estimates); among
-the fewest changes that fit, the fastest step wins, and a micro-batch change is then
-raised back to the largest power of two that still fits (a few more estimates). When
+the fewest changes that fit, the fastest step whose allocator's reserve the device holds
+wins (else the fastest: ``fits, but TIGHT``), and a micro-batch change is then raised back
+to the largest power of two that still fits without turning TIGHT (a few more estimates). When
 none fits, the planner's own search answers (:func:`costmodel.engine.why.nearest_fitting`:
 every layout of these devices at the same global batch, then 2, 4 and 8 times the
 devices), so ``estimate`` and ``plan`` name the same way out. An answer's ``inputs`` are
@@ -124,9 +125,9 @@ def nearest_fit(
         for chosen in itertools.combinations(options, n):
             got = _apply(est, chosen)
             if got is not None and fits(got.values, allowed):
-                found.append((got["time_s.step"], chosen, got))
-        if found:
-            _, chosen, got = min(found, key=lambda f: f[0])
+                found.append((_tight(got), got["time_s.step"], chosen, got))
+        if found:  # a reserve the device holds before a faster one it does not (TIGHT)
+            _, _, chosen, got = min(found, key=lambda f: f[:2])
             chosen, got = _largest_micro(est, chosen, got, allowed)
             inputs = {k: v for _, given in chosen for k, v in given.items()}
             return _answer(" + ".join(c[0] for c in chosen), inputs, got.values)
@@ -143,10 +144,16 @@ def _largest_micro(est: Estimate, chosen: tuple[Change, ...], got: Estimate, all
     while micro < top and top % micro == 0:
         bigger = (*rest, _micro(est.train, est.parallel, micro))
         trial = _apply(est, bigger)
-        if trial is None or not fits(trial.values, allowed):
+        if trial is None or not fits(trial.values, allowed) or _tight(trial) > _tight(got):
             break
         chosen, got, micro = bigger, trial, micro * 2
     return chosen, got
+
+
+def _tight(got: Estimate) -> bool:
+    """The allocator's reserve over the device's memory (the verdict's ``fits, but TIGHT``)."""
+    assert got.hardware is not None
+    return float(got["memory_bytes_per_device.reserved"]) > got.hardware.hbm_bytes
 
 
 def _answer(change: str, inputs: dict[str, Any], v: Any) -> dict[str, Any]:
