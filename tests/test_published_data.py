@@ -19,7 +19,8 @@ from costmodel import SpecError, TrainSpec, estimate, get_hardware
 from costmodel.catalog.hardware import HARDWARE, resolve_device
 from validate.published.__main__ import main
 from validate.published.compare import rows_for
-from validate.published.corpus import CorpusError, case_of, flops_per_sequence, load_runs
+from validate.published.conventions import flops_per_sequence
+from validate.published.corpus import CorpusError, case_of, load_runs
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "validate" / "published"

@@ -21,7 +21,7 @@ Converting a quoted TFLOP/s or MFU back to tokens/s uses the FLOPs the source co
   V/(16·l·h))``, which counts the recomputed forward.
 - ``palm``, ``palm-causal``, ``six-n``: PaLM's App. B count as MaxText's
   ``calculate_training_tflops`` ran it when a table was posted, ``6·N·s`` over every
-  parameter plus 12, 6 or 0 x ``H·L·d_h·s²`` for attention (:func:`_palm`).
+  parameter plus 12, 6 or 0 x ``H·L·d_h·s²`` for attention (``validate.published.conventions``).
 """
 
 from __future__ import annotations
@@ -46,11 +46,10 @@ from costmodel import (
 from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
 from costmodel.frameworks.registry import fixed_stage
-from costmodel.single.params import param_breakdown
-from costmodel.symbols import values_for
+from validate.published.conventions import FLOP_CONVENTIONS, flops_per_sequence
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
 
-__all__ = ["Case", "CorpusError", "case_of", "flops_per_sequence", "load_runs", "run_label"]
+__all__ = ["Case", "CorpusError", "case_of", "load_runs", "run_label"]
 
 GiB = 2**30
 ARCHITECTURE = ("ffn", "norm", "bias", "tied", "pos", "qkv_bias", "qk_norm", "parallel_block")
@@ -386,48 +385,6 @@ def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
         recompute_every=f.count("recompute_every") if f.has("recompute_every") else 1,
         grad_accum=grad_accum,
     )
-
-
-def _model_flops(model: ModelSpec, seq: int) -> float:
-    s, h, L, V = seq, model.d_model, model.n_layers, model.vocab
-    q = model.n_heads * model.head_dim / h
-    gate = 1.5 if model.ffn == "swiglu" else 1.0
-    attn = (1 + model.n_kv_heads / model.n_heads + s / h) * q
-    return 12 * s * L * h**2 * (attn + gate * model.d_ff / h + V / (2 * L * h))
-
-
-def _narayanan_flops(model: ModelSpec, seq: int) -> float:
-    s, h, L, V = seq, model.d_model, model.n_layers, model.vocab
-    return 96 * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
-
-
-def _palm(attention: float) -> Callable[[ModelSpec, int], float]:
-    """PaLM's count (Chowdhery et al. 2022, App. B), as MaxText's ``calculate_training_
-    tflops`` (train.py) ran it: 6·N·s for the weights, N every parameter (a tied table
-    once), plus ``attention`` x 12·H·L·d_h·s²: 1 as PaLM writes it (MaxText @e47fa1b5),
-    1/2 for causal attention (@76bd53b0), 0 for the weights alone (@281e04bf)."""
-
-    def flops(model: ModelSpec, seq: int) -> float:
-        n = float(param_breakdown(model)["total"].subs(values_for(model)))
-        core = 12 * model.n_heads * model.n_layers * model.head_dim * seq**2
-        return 6 * n * seq + attention * core
-
-    return flops
-
-
-FLOP_CONVENTIONS: dict[str, Callable[[ModelSpec, int], float]] = {
-    "model": _model_flops,
-    "narayanan-2021": _narayanan_flops,
-    "palm": _palm(1.0),
-    "palm-causal": _palm(0.5),
-    "six-n": _palm(0.0),
-}
-"""FLOPs per sequence per step by ``flops_convention`` (see the module docstring)."""
-
-
-def flops_per_sequence(convention: str, model: ModelSpec, seq: int) -> float:
-    """FLOPs a source counts per sequence per step under its convention."""
-    return FLOP_CONVENTIONS[convention](model, seq)
 
 
 def _measured(f: RunFields, model: ModelSpec, train: TrainSpec, hw: Hardware) -> dict[str, float]:
