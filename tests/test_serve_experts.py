@@ -98,3 +98,22 @@ def test_redundant_experts_add_copies_a_device_holds_and_let_ep_divide_them():
     with pytest.raises(SpecError) as err:
         ServeSpec(**BASE, redundant_experts=8)
     assert err.value.field == "redundant_experts"
+
+
+def test_off_nvidia_gpus_the_exchange_is_an_all_to_all():
+    """DeepEP runs on NVIDIA GPUs (NVLink and RDMA), as training refuses it elsewhere: a
+    TPU's expert exchange sends one copy per routed pair, k(ep - 1)/ep of a token's, at the
+    profile's link rate, however the experts spread."""
+    from costmodel.kinds.dispatch import dispatch_rates
+    from costmodel.serving.experts import _one_way, dispatcher
+
+    tpu = get_hardware("tpu-v5p")
+    assert dispatcher(tpu) == "all-to-all" and dispatcher(H100) == "deepep"
+    mixtral = get_model("mixtral-8x7b")
+    spec = ServeSpec(input=1000, output=100, batch=8, tp=2, dp=4, ep=8)
+    node = min(8, tpu.devices_per_node)
+    link, network, _ = dispatch_rates("all-to-all", tpu)
+    per_token = 8 / 2 * 4096 * 2
+    local, remote = 2 * (node - 1) / 8, 2 * (8 - node) / 8
+    want = tpu.network_latency_s + max(per_token * local / link, per_token * remote / network)
+    assert _one_way(mixtral, spec, tpu, 8, 2) == pytest.approx(want, rel=1e-12)

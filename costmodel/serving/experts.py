@@ -17,7 +17,8 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
   DeepSeek-V3's deployments, Sec. 3.4): one copy per other node and rank a token's experts
   hit (``costmodel.kinds.dispatch.sends``, spread by the model's routing with its expert
   groups, ``costmodel.kinds.routing``), over the network and NVLink concurrently (the
-  longer counts) at DeepEP's measured rates on the device (``DISPATCHERS["deepep"]``),
+  longer counts) at DeepEP's measured rates on the device (:func:`dispatcher`: an
+  all-to-all of the routed pairs off NVIDIA GPUs),
   after one latency each; the dispatch in the expert GEMMs' narrower input dtype, the
   combine in 16 bits. Decode's low-latency kernels (RDMA for every peer, lower rates at
   small batches) are priced as the normal ones. With ep = tp the experts split over the
@@ -27,7 +28,7 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 from __future__ import annotations
 
 from costmodel.kinds import ffn
-from costmodel.kinds.dispatch import DISPATCHERS, sends
+from costmodel.kinds.dispatch import dispatch_rates, sends
 from costmodel.kinds.routing import routing_hits
 from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
@@ -87,16 +88,18 @@ def _one_way(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbyte
     node = min(spec.ep, hw.devices_per_node)
     hits = routing_hits("random", model.n_experts, model.experts_per_token, spec.ep, node,
                         model.expert_groups, model.groups_per_token)  # fmt: skip
-    remote, local = sends(1.0, model.experts_per_token, spec.ep, node, *hits)
-    kind = DISPATCHERS[SERVING_DISPATCHER]
-    network = hw.network_bw * (kind.network_efficiency or hw.eff("network"))
+    link, network, dedup = dispatch_rates(dispatcher(hw), hw)
+    remote, local = sends(dedup, model.experts_per_token, spec.ep, node, *hits)
     alpha = hw.network_latency_s if spec.ep > node else hw.link_latency_s
-    return alpha + max(per_token * local / kind.link(hw), per_token * remote / network)
+    return alpha + max(per_token * local / link, per_token * remote / network)
 
 
-SERVING_DISPATCHER = "deepep"
-"""How a serving deployment's tokens reach their experts: DeepEP (SGLang's ``--moe-a2a-backend
-deepep``, vLLM's ``deepep_high_throughput``, DeepSeek-V3's deployment)."""
+def dispatcher(hw: Hardware) -> str:
+    """How a serving deployment's tokens reach their experts: DeepEP on NVIDIA GPUs
+    (SGLang's ``--moe-a2a-backend deepep``, vLLM's ``deepep_high_throughput``, DeepSeek-V3's
+    deployment), an all-to-all of the routed pairs elsewhere (training's rule:
+    ``costmodel.kinds.dispatch``)."""
+    return "deepep" if hw.kind == "gpu" else "all-to-all"
 
 
 def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:
