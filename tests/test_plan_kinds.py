@@ -47,10 +47,10 @@ def test_each_kind_is_searched_as_alone_and_ranked_by_tokens_per_second(capsys):
 
 def test_cost_across_kinds_weighs_each_kinds_price(capsys):
     """At 1 $/h each the faster H100 wins by cost too; priced at 10x the A100 it loses:
-    tokens per dollar = tokens/s / (GPUs x price / 3600)."""
+    tokens per dollar = tokens/s / (GPUs x price / 3600). Each kind's price is printed."""
     argv = ["--hardware", "h100-sxm,a100-80gb", "--gpus", "8", "--global-batch", "32",
             "--objective", "cost"]  # fmt: skip
-    even = _json(capsys, *argv, "--price-per-hour", "1")
+    even = _json(capsys, *argv, "--price-per-hour", "1,1")
     dear = _json(capsys, *argv, "--price-per-hour", "10,1")
     assert even["best_hardware"] == "h100-sxm" and dear["best_hardware"] == "a100-80gb"
     for c in dear["compared"]:
@@ -60,6 +60,7 @@ def test_cost_across_kinds_weighs_each_kinds_price(capsys):
     assert main([*BASE, *argv, "--price-per-hour", "10,1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("device kinds compared by cost") and "best: a100-80gb;" in text
+    assert "$/GPU-h" in text and " 10.00" in text and " 1.00" in text
 
 
 def test_a_batch_in_tokens_is_the_whole_sequences_it_holds(capsys):
@@ -88,6 +89,10 @@ def test_tokens_per_gpu_ranks_as_cost_on_one_kind(capsys):
     [
         (["--hardware", "h100-sxm,b200", "--objective", "cost"], "needs --price-per-hour"),
         (["--hardware", "h100-sxm,b200", "--price-per-hour", "1,2,3"], "3 prices for 2"),
+        (
+            ["--hardware", "h100-sxm,b200", "--objective", "cost", "--price-per-hour", "2"],
+            "needs one --price-per-hour per kind",
+        ),
         (["--hardware", "h100-sxm,h100-sxm"], "name each device kind once"),
         (["--hardware", "h100-sxm,nope"], "hardware must be one of"),
         (["--hardware", ","], "give a comma-separated list"),

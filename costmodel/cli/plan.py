@@ -201,7 +201,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     counts = [args.gpus] if args.gpus is not None else []
     batches = batch_choices(low, high, counts=counts) if low != high else None
     _check_cost_flags(args)
-    prices = prices_for(list(args.hardware), args.price_per_hour)
+    prices = prices_for(list(args.hardware), args.price_per_hour, args.objective)
     if len(set(args.hardware)) < len(args.hardware):
         raise SpecError("hardware", "hardware: name each device kind once")
     kinds = [(name, get_hardware(name)) for name in args.hardware]  # every name checked first

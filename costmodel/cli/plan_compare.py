@@ -40,10 +40,18 @@ class Searched:
         return self.rows[0] if self.rows else None
 
 
-def prices_for(names: list[str], prices: tuple[float, ...] | None) -> list[float | None]:
-    """One price per device kind: none, one for every kind, or one each (in order)."""
+def prices_for(
+    names: list[str], prices: tuple[float, ...] | None, objective: str = "time"
+) -> list[float | None]:
+    """One price per device kind: none, one for every kind, or one each (in order). A
+    ranking of several kinds by ``cost`` needs one each: one price for all would make a
+    GPU-hour of one kind cost what one of another does, and decide the ranking unseen."""
     if prices is None:
         return [None] * len(names)
+    if len(prices) == 1 and len(names) > 1 and objective == "cost":
+        raise SpecError("price_per_hour", f"ranking {len(names)} --hardware kinds by cost "
+                        f"needs one --price-per-hour per kind, in their order (got one price "
+                        f"for all: a GPU-hour of one kind is not one of another)")  # fmt: skip
     if len(prices) == 1:
         return list(prices) * len(names)
     if len(prices) != len(names):
@@ -86,11 +94,13 @@ def compare_text(order: list[Searched], objective: str, no_fit: dict[str, str]) 
     name_w = max(8, *(len(s.hardware) for s in order))
     lines = [f"device kinds compared by {objective} ({_WHAT[objective]}):",
              f"{'#':>3}  {'hardware':<{name_w}} {'GPUs':>6} {'layout':<{width}} {'tok/s':>11} "
-             f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}"]  # fmt: skip
+             f"{'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}"
+             + (f" {'$/GPU-h':>8}" if any(s.price is not None for s in order) else "")]  # fmt: skip
     for i, s in enumerate((s for s in order if s.best), 1):
         r = s.best
         assert r is not None
-        extra = f"  {r['train_days']:,.1f} days" if "train_days" in r else ""
+        extra = f" {s.price:>8,.2f}" if s.price is not None else ""
+        extra += f"  {r['train_days']:,.1f} days" if "train_days" in r else ""
         extra += f", ${r['train_cost']:,.0f}" if "train_cost" in r else ""
         lines.append(
             f"{i:>3}  {s.hardware:<{name_w}} {r['gpus']:>6,} {layout_label(r):<{width}} "
