@@ -169,3 +169,24 @@ def test_plan_page_sizes_a_run_over_gpu_counts():
     assert (abs(sizing["cost ($)"] - 2 * sizing["GPU-hours"]) <= 1).all()
     assert len(at.get("vega_lite_chart")) == 3  # sizing, Pareto of layouts, timeline
     assert any("critical-batch" in c.value for c in at.caption)
+
+
+def test_a_tight_layout_answers_a_count_only_where_nothing_else_fits():
+    """Per count the fastest layout whose allocator's reserve the device holds; a TIGHT one
+    (reserve over memory) only where it is the count's one fit, never on the Pareto front
+    while another count is not tight, and the answer only where no other count qualifies."""
+    gib = 2**30
+    plan = SimpleNamespace(
+        fits=np.array([True, True, True]),
+        columns={"gpus": np.array([8, 8, 16])},
+        values={
+            "tokens_per_s": np.array([2.0e5, 1.9e5, 3.0e5]),
+            "memory_bytes_per_device.reserved": np.array([82, 70, 82]) * gib,
+        },
+        hardware=SimpleNamespace(hbm_bytes=80 * gib, power_w=0.0),
+    )
+    eight, sixteen = sizes(plan, 1e12)
+    assert (eight.index, eight.tight) == (1, False)  # the slower layout that is held
+    assert sixteen.tight and not sixteen.pareto and eight.pareto
+    assert choose([eight, sixteen], None) == eight  # though 16 GPUs are faster
+    assert choose([sixteen], None) == sixteen  # the only count: its answer, marked

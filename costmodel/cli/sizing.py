@@ -67,7 +67,7 @@ def sizing_text(p: Plan, rows: list[Size], budget: float, deadline: float | None
         mwh = "" if not energy else f" {r.energy_mwh or 0:>8,.0f}"
         out.append(f"{r.gpus:>7,} {r.days:>9,.1f}{cal} {r.gpu_hours:>12,.0f} {cost:>14}{mwh} "
                    f"{row['mfu']:>6.1%}  {'*' if r.pareto else ' ':^6}{meets}  "
-                   f"{layout_label(row)}")  # fmt: skip
+                   f"{layout_label(row)}{_TIGHT if r.tight else ''}")  # fmt: skip
     try:
         best = choose(rows, deadline)
     except SpecError as err:
@@ -80,6 +80,9 @@ def sizing_text(p: Plan, rows: list[Size], budget: float, deadline: float | None
     out.append(f"answer ({why}): {best.gpus:,} GPUs, {best.effective_days:,.1f} days, "
                f"{best.gpu_hours:,.0f} GPU-hours{cost}{extra}")  # fmt: skip
     return "\n".join(out)
+
+
+_TIGHT = "  TIGHT: the allocator's reserve is over the device's memory"
 
 
 def _tokens(n: float) -> str:

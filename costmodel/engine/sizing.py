@@ -126,6 +126,7 @@ class Size:
     effective_days: float = 0.0  # days / goodput: what the calendar sees
     energy_mwh: float | None = None  # None: the device's power is not stated
     energy_cost: float | None = None
+    tight: bool = False  # the caching allocator's reserve is over the device's memory
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -151,12 +152,8 @@ def sizes(
         checks.number("price_per_hour", price_per_hour, allow_zero=True)
     if deadline_days is not None:
         checks.number("deadline_days", deadline_days)
-    best: dict[int, int] = {}  # gpus: index of the fastest fitting layout
+    best, tight = _fastest_per_count(plan)
     rate = plan.values["tokens_per_s"]
-    for i in np.flatnonzero(plan.fits):
-        g = int(plan.columns["gpus"][i])
-        if g not in best or rate[i] > rate[best[g]]:
-            best[g] = int(i)
     power = float(getattr(plan.hardware, "power_w", 0.0)) if hasattr(plan, "hardware") else 0.0
     out, stalled = [], []
     for g, i in sorted(best.items()):
@@ -173,7 +170,7 @@ def sizes(
         energy_cost = None if mwh is None or kwh_price is None else mwh * 1000 * kwh_price
         out.append(Size(i, g, float(rate[i]), days, hours, cost, meets=meets, goodput=good,
                         checkpoint_every_s=every, effective_days=late, energy_mwh=mwh,
-                        energy_cost=energy_cost))  # fmt: skip
+                        energy_cost=energy_cost, tight=bool(tight[i])))  # fmt: skip
     if stalled and not out:
         raise SpecError("checkpoint_gbps", f"checkpoint_gbps of {rel.checkpoint_gbps:g} lets no "
                         f"GPU count make progress: on {stalled[0]:,} GPUs failures come faster "
@@ -181,19 +178,42 @@ def sizes(
     return _mark_pareto(out)
 
 
+def _fastest_per_count(plan: Any) -> tuple[dict[int, int], np.ndarray]:
+    """(gpus -> index of its fastest fitting layout, which layouts are TIGHT). A layout
+    whose caching allocator reserves more than the device holds (``engine.fit``: its peak
+    fits the budget, the allocator may still run out) is a count's answer only where no
+    other layout on that count fits, as ``engine.plan.rank`` ranks it after all others."""
+    reserved = plan.values.get("memory_bytes_per_device.reserved")
+    capacity = getattr(getattr(plan, "hardware", None), "hbm_bytes", np.inf)
+    tight = np.zeros(len(plan.fits), dtype=bool) if reserved is None else reserved > capacity
+    rate = plan.values["tokens_per_s"]
+    best: dict[int, int] = {}
+    for i in np.flatnonzero(plan.fits):
+        g = int(plan.columns["gpus"][i])
+        if g not in best or (tight[best[g]], -rate[best[g]]) > (tight[i], -rate[i]):
+            best[g] = int(i)
+    return best, tight
+
+
 def _mark_pareto(rows: list[Size]) -> list[Size]:
-    """Mark the counts no other count beats on both calendar days and GPU-hours."""
-    days = np.array([r.effective_days for r in rows])
-    hours = np.array([r.gpu_hours for r in rows])
-    front = set(pareto_front(days, hours).tolist()) if rows else set()
+    """Mark the counts no other count beats on both calendar days and GPU-hours (of the
+    counts whose layout is not TIGHT, where any is not)."""
+    pool = [i for i, r in enumerate(rows) if not r.tight] or list(range(len(rows)))
+    days = np.array([rows[i].effective_days for i in pool])
+    hours = np.array([rows[i].gpu_hours for i in pool])
+    front = {pool[j] for j in pareto_front(days, hours).tolist()} if pool else set()
     return [Size(**{**r.to_dict(), "pareto": i in front}) for i, r in enumerate(rows)]
 
 
 def choose(rows: list[Size], deadline_days: float | None) -> Size:
     """The cheapest count within the deadline (ties: the faster); without a deadline, the
-    fastest. A deadline no count meets is a :class:`SpecError` naming the fastest."""
+    fastest; a count whose layout is TIGHT only where no other count qualifies. A deadline
+    no count meets is a :class:`SpecError` naming the fastest."""
     if not rows:
         raise SpecError("gpus", "no device count has a layout that fits")
+    safe = [r for r in rows if not r.tight]
+    if safe and (deadline_days is None or any(r.effective_days <= deadline_days for r in safe)):
+        rows = safe
     if deadline_days is None:
         return min(rows, key=lambda r: (r.effective_days, r.gpu_hours))
     within = [r for r in rows if r.effective_days <= deadline_days]
