@@ -96,9 +96,28 @@ def test_bad_input_is_one_line_naming_the_field(extra, message, capsys):
 def test_a_pack_holds_at_most_a_ranks_share_of_the_step():
     """A probe: --pack-tokens 100,000,000 priced micro-batches of 65,104 sequences (a peak of
     647,297 GiB) where each of 8 ranks has 64 of the step's 512."""
-    from costmodel.rl.step import _training
+    from costmodel.rl.step import training_estimate as _training
 
     spec = RLSpec(gpus=8, prompts=64, samples=8, input=512, output=1024,
                   pack_tokens=100_000_000)  # fmt: skip
     est = _training("llama3-8b", spec, "h100-sxm", 1024)
     assert est.train.batch == 512 and est.train.batch // est.train.grad_accum == 512
+
+
+def test_rl_gives_the_caveats_estimate_and_serve_give_for_its_model_and_device(capsys):
+    """A mixture-of-experts model on a datasheet-only device: training's device and MoE
+    caveats (as ``estimate`` gives them) and serving's MoE caveat for the rollouts, in the
+    text and in the JSON; a dense model on a calibrated device has none of them."""
+    argv = ["rl", "--model", "mixtral-8x7b", "--hardware", "h200", "--gpus", "16",
+            "--prompts", "64", "--samples", "8", "--input", "512", "--output", "1024",
+            "--train-ep", "8", "--rollout-tp", "2"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "caveat: h200 is datasheet only" in text
+    assert "caveat: mixture-of-experts steps" in text
+    assert "caveat: mixture-of-experts serving" in text
+    assert main([*argv, "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["caveats"]
+    assert [c.split(" ")[0] for c in said] == ["h200", "mixture-of-experts", "mixture-of-experts"]
+    assert main(ARGV) == 0
+    assert "caveat:" not in capsys.readouterr().out

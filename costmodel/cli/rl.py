@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from costmodel.catalog.hardware import HARDWARE
+from costmodel.answers.serve import serve_caveats
+from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.engine.caveats import caveats
 from costmodel.engine.quantities import nest
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
 from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
+from costmodel.rl.step import training_estimate
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.parallel import FRAMEWORKS
@@ -64,14 +67,26 @@ def _moe(model: str) -> bool:
     return get_model(model).n_experts > 0
 
 
+def rl_caveats(model: str, spec: RLSpec, hardware: str, out: dict) -> list[str]:
+    """The caveats ``estimate`` gives the training step (its device's calibration, MoE
+    training) and, for a mixture-of-experts model, ``serve``'s for its rollouts."""
+    est = training_estimate(model, spec, hardware, out["rl.response_mean"])
+    said = caveats(est)
+    if _moe(model):
+        said += [c for c in serve_caveats(get_model(model), get_hardware(hardware))
+                 if c.startswith("mixture-of-experts")]  # fmt: skip
+    return said
+
+
 def _cmd_rl(args: argparse.Namespace) -> int:
     spec = _spec(args)
     hardware = args.hardware or DEFAULT_HARDWARE
     out = rl_step(args.model, spec, hardware)
+    warned = rl_caveats(args.model, spec, hardware, out)
     if args.json:
         verdict = {"fits": bool(out["rl.train_fits"])}
         print(json.dumps({"model": args.model, "hardware": hardware, "verdict": verdict,
-                          **nest(out)}, indent=2))  # fmt: skip
+                          "caveats": warned, **nest(out)}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]
     said = " (the default --hardware)" * (args.hardware is None)
@@ -98,6 +113,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
               f"{', --train-ep' * _moe(args.model)})")  # fmt: skip
         print(f"  assumptions: {_assumptions(spec, out)}")
         print("  step: none: training does not fit")
+        _print_caveats(warned)
         return 0
     largest = max(rows, key=lambda r: r[1])
     print(f"  verdict: fits; limited by {largest[0]} ({largest[1] / step:.0%} of the step)")
@@ -107,7 +123,13 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     print(f"  {'step':<26} {fmt_seconds(step):>9}  generation {out['rl.generation_share']:.1%}"
           f" of it; {out['rl.tokens_per_s']:,.0f} tokens/s over the {spec.gpus} GPUs "
           "(prompts and responses of the step over its time)")  # fmt: skip
+    _print_caveats(warned)
     return 0
+
+
+def _print_caveats(said: list[str]) -> None:
+    for text in said:
+        print(f"  caveat: {text}")
 
 
 def add_rl(sub, int_arg) -> None:

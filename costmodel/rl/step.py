@@ -80,7 +80,7 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
             "rl.response_longest": run.longest}  # fmt: skip
 
 
-def _training(model_name: str, spec: RLSpec, hardware: str, mean_response: float) -> Any:
+def training_estimate(model_name: str, spec: RLSpec, hardware: str, mean_response: float) -> Any:
     """The estimate of one of the step's ``minibatches`` optimizer steps (module docstring)."""
     _, train_gpus = spec.pools()
     sequences = spec.prompts * spec.samples // spec.minibatches
@@ -104,7 +104,7 @@ def rl_step(model_name: str, spec: RLSpec, hardware: str) -> dict[str, Any]:
     model, hw = get_model(model_name), get_hardware(hardware)
     out = _generation(model, spec, hw)
     gen_gpus, train_gpus = spec.pools()
-    est = _training(model_name, spec, hardware, out["rl.response_mean"])
+    est = training_estimate(model_name, spec, hardware, out["rl.response_mean"])
     steps = spec.minibatches
     scoring = steps * est["time_s.forward"] * (int(spec.reference) + int(spec.old_logprobs))
     weights = 2 * est["params.total"]  # bf16
