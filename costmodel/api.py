@@ -35,8 +35,9 @@ from costmodel.engine import sweep as _sweep
 from costmodel.engine.estimate import Estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, budget_from, fits
 from costmodel.engine.sweep import Table
+from costmodel.engine.verdict import verdict
 from costmodel.frameworks.registry import trait
-from costmodel.inputs import build, default_batch
+from costmodel.inputs import BY_KEY, build, default_batch
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -331,8 +332,20 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
     budget = budget_from(budget_gb, budget_gib)
-    return inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
-                               field, budget, headroom)  # fmt: skip
+    out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                              field, budget, headroom)  # fmt: skip
+    if out[field] is not None:
+        train = setup.train.replace(**{field: out[field]})
+        out["verdict"] = _verdict_at(setup, train, setup.parallel, values, headroom, budget)
+    return out
+
+
+def _verdict_at(setup, train, par, values, headroom, budget) -> dict[str, Any]:
+    """The fit rule's verdict at a solved answer, as ``solve`` prints it ("fits, but
+    TIGHT" where the allocator's reserve is over the device's memory)."""
+    at = _engine.estimate(setup.model, train, par, setup.hardware)
+    defaulted = set(BY_KEY) - set(values)
+    return verdict(at, headroom, budget, defaulted=defaulted, nearest=False)
 
 
 def min_fsdp(
@@ -357,6 +370,11 @@ def min_fsdp(
                                    budget, headroom=memory_headroom)  # fmt: skip
     if out["fsdp"] is None:
         out["reason"] = out["why"]
+        return out
+    par = setup.parallel.replace(fsdp=out["fsdp"])
+    batch = par.batch_step(setup.train.grad_accum) * out["micro_batch_per_device"]
+    train = setup.train.replace(batch=batch)
+    out["verdict"] = _verdict_at(setup, train, par, values, memory_headroom, budget)
     return out
 
 

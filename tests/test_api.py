@@ -5,6 +5,7 @@ the package's symbols, field docs in ``help()`` (issue 35, item 7)."""
 from __future__ import annotations
 
 import builtins
+import json
 import pydoc
 
 import numpy as np
@@ -13,6 +14,7 @@ import sympy as sp
 
 import costmodel as cm
 from costmodel.api import as_fields
+from costmodel.cli import main
 from costmodel.inputs import build
 from costmodel.symbols import SYMBOLS, T, subs_safe, symbol
 
@@ -297,3 +299,21 @@ def test_the_device_roots_are_what_a_layout_adds():
     bare = {k.split(".")[0] for k in cm.estimate("gpt2").values}
     placed = cm.estimate("gpt2", hardware="h100-sxm", token_budget=1e9, price_per_hour=2.0)
     assert {k.split(".")[0] for k in placed.values} - bare == DEVICE_ROOTS
+
+
+def test_solved_answers_carry_the_verdict_solve_prints(capsys):
+    """``max_seq``, ``max_batch`` and ``min_fsdp`` return the verdict ``solve`` prints at
+    their answer, TIGHT included (a probe: the API's max_seq answer had no verdict where
+    the CLI said "fits, but TIGHT")."""
+    ask = {"hardware": "h100-sxm", "gpus": 8, "batch": 8, "framework": "fsdp2"}
+    seq = cm.max_seq("llama3-8b", **ask)
+    assert seq["verdict"]["fits"] and seq["verdict"]["memory"]["tight"]
+    assert seq["verdict"]["summary"].startswith("fits, but TIGHT")
+    batch = cm.max_batch("llama3-8b", **{**ask, "seq": 4096})
+    del ask["batch"]
+    flags = [f"--{k}={v}" for k, v in {**ask, "seq": 4096}.items()]
+    assert main(["solve", "max-batch", "--model", "llama3-8b", *flags, "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["batch"] == batch["batch"] and said["verdict"] == batch["verdict"]
+    fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=8192, recompute="full")
+    assert fsdp["fsdp"] == 3 and fsdp["verdict"]["fits"]

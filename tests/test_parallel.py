@@ -340,7 +340,7 @@ def test_cli_bounds_and_solve(capsys):
         )
         == 0
     )
-    assert json.loads(capsys.readouterr().out)["fsdp"] == 177
+    assert json.loads(capsys.readouterr().out)["book"]["fsdp"] == 177
 
 
 def test_cli_overlap_flag(capsys):

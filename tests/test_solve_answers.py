@@ -31,7 +31,7 @@ def test_the_closed_form_counts_the_state_fsdp2_keeps():
     reference = _json(*XXL)
     assert fsdp2["answer"]["fsdp"] == fp32["answer"]["fsdp"] == 38
     assert reference["answer"]["fsdp"] == 42
-    assert fsdp2["state_bytes"] * 18 == reference["state_bytes"] * 16
+    assert fsdp2["book"]["state_bytes"] * 18 == reference["book"]["state_bytes"] * 16
 
 
 def test_min_fsdp_leads_with_the_full_model_rounded_to_a_usable_degree():
@@ -41,7 +41,7 @@ def test_min_fsdp_leads_with_the_full_model_rounded_to_a_usable_degree():
     assert next(iter(data)) == "answer" and answer["fsdp"] == data["full_model"]["fsdp"] == 3
     assert answer["fsdp_usable"] == 4 and answer["from"].startswith("the full model")
     assert "8,192 tokens per device" in answer["assumed"] and "recompute full" in answer["assumed"]
-    assert data["fsdp"] == 2  # the Scaling Book's approximation, below it
+    assert data["book"]["fsdp"] == 2  # the Scaling Book's approximation, below it
 
 
 def test_max_seq_says_the_batch_and_micro_batch_it_held():
@@ -117,7 +117,7 @@ def test_min_fsdp_answers_the_full_model_without_a_device_at_the_budget_given():
     bare, h100 = _json(*ask), _json(*ask, "--hardware", "h100-sxm")
     assert bare["answer"]["fsdp"] == h100["answer"]["fsdp"] == 7
     assert "the default --hardware" in bare["answer"]["assumed"]
-    assert bare["fsdp"] == 4  # the Scaling Book's closed form, kept beside it
+    assert bare["book"]["fsdp"] == 4  # the Scaling Book's closed form, kept beside it
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,9 @@ def test_min_fsdp_defaults_to_the_rules_budget(capsys):
                        "--hardware", "h100-sxm", "--recompute", "full", "--json")  # fmt: skip
     answer = json.loads(out)
     full = answer["full_model"]
-    assert code == 0 and answer["budget_bytes"] == full["budget_bytes"] == budget_bytes(H100)
+    assert code == 0 and answer["book"]["budget_bytes"] == full["budget_bytes"] == budget_bytes(
+        H100
+    )
     assert full["per_device_bytes"] <= full["budget_bytes"] and answer["verdict"]["fits"]
     train = TrainSpec(seq=8192, batch=1, recompute="full")
     one_less = min_fsdp_fitting(get_model("llama3-8b"), train, ParallelSpec(), H100,

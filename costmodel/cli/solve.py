@@ -174,19 +174,19 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),
                 "from": "the Scaling Book approximation (a step's tokens or --hardware: the "
                 "full model)"}  # fmt: skip
-        return {"answer": {**book, "assumed": assumed}, **result}
+        return {"answer": {**book, "assumed": assumed}, "book": result}
     device = _device(args)  # the budget is the user's either way
     # the same question to the full model: one device's tokens, fsdp varied
     given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
     setup = build({**given, "hardware": device, "batch": max(1, tokens // train.seq)})
     assert setup.parallel is not None and setup.hardware is not None
     full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
-    result["full_model"] = full
+    out: dict[str, Any] = {"book": result, "full_model": full}
     if full["fsdp"] is not None:
         par = setup.parallel.replace(fsdp=full["fsdp"])
         batch = par.batch_step(setup.train.grad_accum) * full["micro_batch_per_device"]
         at = estimate(setup.model, setup.train.replace(batch=batch), par, setup.hardware)
-        result["verdict"] = _verdict(at, args)
+        out["verdict"] = _verdict(at, args)
     answer = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
               "from": f"the full model (per-device peak on {device}; the Scaling Book's below)",
               **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
@@ -201,7 +201,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     )
     assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
                f"{train.precision}, recompute {train.recompute}, on {on}")  # fmt: skip
-    return {"answer": {**answer, "assumed": assumed}, **result}
+    return {"answer": {**answer, "assumed": assumed}, **out}
 
 
 def add_bounds_and_solve(sub: Any) -> None:

@@ -15,9 +15,9 @@ def min_fsdp_rows(result: dict[str, Any]) -> Rows:
     """``solve min-fsdp``: the answer (the full model's, or for the state alone the book's),
     what it assumed, and the book's closed form with its parts."""
     answer, full = result["answer"], result.get("full_model")
-    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result))]
+    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result["book"]))]
     rows.append(("assumed", answer["assumed"]))
-    rows.append(("book", _book(result)))
+    rows.append(("book", _book(result["book"])))
     return rows
 
 
