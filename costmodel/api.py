@@ -33,7 +33,14 @@ from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
 from costmodel.engine import sweep as _sweep
 from costmodel.engine.estimate import Estimate
-from costmodel.engine.fit import DEFAULT_HEADROOM, PEAK, budget_bytes, budget_from, fits
+from costmodel.engine.fit import (
+    DEFAULT_HEADROOM,
+    PEAK,
+    RESERVED,
+    budget_bytes,
+    budget_from,
+    fits,
+)
 from costmodel.engine.sweep import Table
 from costmodel.engine.verdict import verdict
 from costmodel.frameworks.registry import trait
@@ -174,8 +181,8 @@ def sweep(
     if microbatch is not None:
         grid["micro_batch"] = microbatch
     asked = None if quantities is None else list(quantities)
-    if asked is not None and hardware is not None and PEAK not in asked:
-        quantities = [*asked, PEAK]  # the fit rule's input: every row says whether it fits
+    if asked is not None and hardware is not None:  # the fit rule's inputs: every row says
+        quantities = [*asked, *(k for k in (PEAK, RESERVED) if k not in asked)]  # if it fits
     out = _sweep.sweep(model, hardware=hardware, quantities=quantities, **grid)
     inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
     if microbatch is not None:
@@ -185,10 +192,13 @@ def sweep(
     cols = {k: np.broadcast_to(np.asarray(v), shape) for k, v in inputs.items()}
     if hardware is not None and PEAK in out:  # the fit rule, as estimate's verdict
         hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
-        out["fits"] = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
-        if asked is not None and PEAK not in asked:
-            del out[PEAK]
-    return Table({**cols, **out})
+        ok = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
+        out["fits"] = ok
+        out["tight"] = ok & (np.broadcast_to(np.asarray(out[RESERVED]), shape) > hw.hbm_bytes)
+        for key in (PEAK, RESERVED):
+            if asked is not None and key not in asked:
+                del out[key]
+    return Table({**cols, **out}, inputs=tuple(cols))
 
 
 def _check_broadcast(grid: dict[str, Any]) -> None:

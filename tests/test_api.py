@@ -268,8 +268,9 @@ def test_notebook_answers_say_what_the_cli_says():
                             framework="fsdp2", seq=[8192, 32768],
                             quantities=["time_s.step"])  # fmt: skip
     assert list(table["fits"]) == [True, False]
+    assert list(table["tight"]) == [True, False]  # reserved 85.1 GiB of 80 (estimate: TIGHT)
     assert "memory_bytes_per_device.peak" not in table  # asked for the step only
-    assert repr(table).startswith("Table of 2 rows x 9 columns\n")
+    assert repr(table).startswith("Table of 2 rows x 10 columns\n")
     assert "time_s.step" in repr(table).splitlines()[1]
     with pytest.raises(cm.SpecError, match="seq is an empty list"):
         cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, seq=[])
@@ -317,3 +318,16 @@ def test_solved_answers_carry_the_verdict_solve_prints(capsys):
     assert said["batch"] == batch["batch"] and said["verdict"] == batch["verdict"]
     fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", seq=8192, recompute="full")
     assert fsdp["fsdp"] == 3 and fsdp["verdict"]["fits"]
+
+
+def test_a_wide_sweep_shows_the_inputs_it_varies_and_which_rows_are_tight():
+    """A probe: a sweep over seq printed six columns of 155, seq not among them, and a
+    TIGHT row (estimate's verdict) as a plain ``fits True``."""
+    table = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64,
+                     seq=[2048, 4096, 8192], framework="fsdp2")  # fmt: skip
+    head = repr(table).splitlines()[1].split()
+    assert head[0] == "seq" and "batch" not in head and head[-2:] == ["fits", "tight"]
+    assert list(table["tight"]) == [False, False, True]
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=8192,
+                      framework="fsdp2")  # fmt: skip
+    assert est.fit().tight

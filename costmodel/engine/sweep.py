@@ -80,7 +80,7 @@ REPR_ROWS = 10
 REPR_COLUMNS = 12
 """Columns a Table's repr shows at most: beyond, :data:`REPR_PREFERRED` (a plan's rows)."""
 REPR_PREFERRED = ("rank", "gpus", "label", "time_s.step", "tokens_per_s", "mfu",
-                  "memory_bytes_per_device.peak", "fits", "limit")  # fmt: skip
+                  "memory_bytes_per_device.peak", "fits", "tight", "limit")  # fmt: skip
 
 
 def _cell(x: Any) -> str:
@@ -91,7 +91,12 @@ def _cell(x: Any) -> str:
 
 class Table(dict):
     """Numpy arrays of one shape by name (a grid's inputs and quantities); :meth:`columns`
-    flattens them, :meth:`frame` makes a pandas DataFrame (one row per grid point)."""
+    flattens them, :meth:`frame` makes a pandas DataFrame (one row per grid point).
+    ``inputs``: the names that are the grid's inputs (its repr shows those that vary)."""
+
+    def __init__(self, data: Any = (), inputs: tuple[str, ...] = ()) -> None:
+        super().__init__(data)
+        self.inputs = inputs
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every array flattened to one column (the rows of the grid, C order)."""
@@ -101,8 +106,9 @@ class Table(dict):
         """The first rows as text, one column per name (numbers to 4 significant digits)."""
         cols = self.columns()
         rows, every = len(next(iter(cols.values()), ())), len(cols)
-        if every > REPR_COLUMNS:  # a plan's rows: what ranks them first
-            cols = {k: cols[k] for k in REPR_PREFERRED if k in cols} or dict(
+        if every > REPR_COLUMNS:  # the inputs that vary, then what ranks a plan's rows
+            varied = [k for k in self.inputs if k in cols and len(np.unique(cols[k])) > 1]
+            cols = {k: cols[k] for k in (*varied, *REPR_PREFERRED) if k in cols} or dict(
                 list(cols.items())[:REPR_COLUMNS]
             )
         shown = {k: [_cell(x) for x in v[:REPR_ROWS]] for k, v in cols.items()}
