@@ -339,3 +339,17 @@ def test_bounds_says_the_regime_in_words_for_every_layout(capsys, layout, says):
     assert answer.startswith(f"answer      {says}")
     assert f"tp up to degree {8.7 if '16' in layout else 9.8}" in out  # tp 16 over the NICs
     assert "\\" not in out  # no LaTeX in the text
+
+
+def test_mesh_axes_are_refused_off_tpu_and_each_link_has_its_vendors_name(capsys):
+    """A probe: ``--mx 3`` on an H100 tripled its link (B* 17,589 -> 5,863 tokens) without a
+    word, and MI300X's Infinity Fabric was called NVLink."""
+    code, _, err = _run(capsys, "bounds", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                        "--fsdp", "8", "--mx", "3")  # fmt: skip
+    assert code == 2 and "--mx > 1 gives a group more of a TPU's ICI mesh axes" in err
+    code, out, _ = _run(capsys, "bounds", "--model", "llama3-8b", "--hardware", "mi300x",
+                        "--fsdp", "8", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["link"] == "Infinity Fabric (inside one node of 8)"
+    code, _, err = _run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                        "--gpus", "8", "--my", "2")  # fmt: skip
+    assert code == 2 and "--my > 1" in err

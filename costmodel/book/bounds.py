@@ -29,7 +29,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.kinds import ffn
-from costmodel.parallel.layout import members_per_node
+from costmodel.parallel.layout import members_per_node, off_tpu
 from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
@@ -132,7 +132,8 @@ def group_link(stride: int, degree: int, hardware: Hardware) -> tuple[float, str
     if hardware.kind == "tpu":
         return nvlink, "ICI (per mesh axis, both directions)"
     if stride * degree <= hardware.devices_per_node or degree == 1:
-        return nvlink, f"NVLink (inside one node of {hardware.devices_per_node})"
+        return nvlink, f"{hardware.intranode_link()} (inside one node of " \
+            f"{hardware.devices_per_node})"  # fmt: skip
     g = int(members_per_node(stride, degree, hardware.devices_per_node))
     nodes = -(-stride * degree // hardware.devices_per_node)
     rate = min(nvlink, g * hardware.network_bw)
@@ -143,8 +144,8 @@ def group_link(stride: int, degree: int, hardware: Hardware) -> tuple[float, str
 def _link_warnings(links: dict[str, str], hardware: Hardware) -> list[str]:
     """One warning per group (fsdp, tp) whose ring crosses nodes."""
     nvlink = hardware.link_bandwidth() / 1e9
-    return [f"the {group} group crosses nodes: its W is the {name}, not NVLink "
-            f"({nvlink:,.0f} GB/s)" for group, name in links.items()
+    return [f"the {group} group crosses nodes: its W is the {name}, not "
+            f"{hardware.intranode_link()} ({nvlink:,.0f} GB/s)" for group, name in links.items()
             if name.startswith("network")]  # fmt: skip
 
 
@@ -170,6 +171,8 @@ def bounds_report(
                         "for dense FFN stacks (n_experts must be 0); the full model covers "
                         "mixture-of-experts models")  # fmt: skip
     peak = hardware.peak(PRECISIONS[precision].peak_dtype) if peak_flops is None else peak_flops
+    if hardware.kind != "tpu":
+        off_tpu(parallel, hardware)
     link, link_name = fsdp_link(parallel, hardware)
     tp_link, tp_name = group_link(1, parallel.tp, hardware)  # tp innermost
     crossing = {"fsdp": link_name, "tp": tp_name}

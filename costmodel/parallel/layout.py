@@ -100,6 +100,20 @@ def group_links(par: ParallelSpec, hw: Hardware) -> dict[str, tuple[Any, Any]]:
     return links
 
 
+def off_tpu(par: Any, hw: Hardware) -> None:
+    """Refuse the TPU-only layout fields on another device: slices (joined over DCN) and
+    the ICI mesh axes a group uses (``mx``, ``my``); a GPU's groups are placed by
+    ``devices_per_node``."""
+    if np.any(np.asarray(getattr(par, "slices", 1)) > 1):
+        raise SpecError("slices", f"slices > 1 joins TPU slices over DCN; a {hw.kind}'s "
+                        f"nodes are its devices_per_node ({hw.devices_per_node})")  # fmt: skip
+    for axis in ("mx", "my"):
+        if np.any(np.asarray(getattr(par, axis, 1)) > 1):
+            raise SpecError(axis, f"{axis} > 1 gives a group more of a TPU's ICI mesh axes; "
+                            f"a {hw.kind} has none (its {hw.intranode_link()} joins "
+                            f"{hw.devices_per_node} devices)")  # fmt: skip
+
+
 def members_per_node(stride: Any, degree: Any, devices_per_node: int) -> Any:
     """Members of a group of ``degree`` ranks ``stride`` devices apart that share a node
     (at least 1, at most the degree); ints or numpy arrays."""
@@ -118,9 +132,7 @@ def _link(name: str, stride: Any, degree: Any, par: ParallelSpec, hw: Hardware) 
     """
     if hw.kind == "tpu":
         return _tpu_link(name, stride, degree, par, hw)
-    if np.any(np.asarray(getattr(par, "slices", 1)) > 1):
-        raise SpecError("slices", f"slices > 1 joins TPU slices over DCN; a {hw.kind}'s "
-                        f"nodes are its devices_per_node ({hw.devices_per_node})")  # fmt: skip
+    off_tpu(par, hw)
     inside = stride * degree <= hw.devices_per_node
     link = hw.link_bandwidth() * hw.eff("link")
     g = members_per_node(stride, degree, hw.devices_per_node)

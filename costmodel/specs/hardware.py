@@ -146,6 +146,9 @@ class Hardware:
     power_w: float = 0.0
     """Board power under training load in W: the datasheet's maximum (TDP), an upper bound of
     the mean draw. 0: not stated (energy is then not reported)."""
+    link_name: str = ""
+    """The link ``link_bw`` is, as its vendor names it (``Infinity Fabric``, ``PCIe``); empty
+    for the kind's usual one (:meth:`intranode_link`)."""
     source: str = ""
     calibration: dict[str, Any] = field(default_factory=dict)
     """What this profile's numbers were checked or fitted on: ``basis`` (``published-runs``,
@@ -325,6 +328,11 @@ class Hardware:
         if not self.sm_count or dtype == "fp32":
             return 1, 1, 1
         return self.sm_count, int(self.gemm_tile[0]), int(self.gemm_tile[1])
+
+    def intranode_link(self) -> str:
+        """The name of the link inside a node: ``link_name``, else NVLink on a GPU, ICI on a
+        TPU, memory on a CPU."""
+        return self.link_name or {"gpu": "NVLink", "tpu": "ICI", "cpu": "memory"}[self.kind]
 
     def link_bandwidth(self) -> float:
         """One link as a ring collective sees it, bytes/s: one-way NVLink per GPU inside a
