@@ -99,6 +99,8 @@ _SUMMARY = (
     ("  compute", "time_s.compute", None),
     ("    of it waiting for the host", "time_s.host_bound", None),  # kernel launches, MoE syncs
     ("  communication", "time_s.comm", None),  # (partly hidden behind compute)
+    ("    of it exposed", "time_s.comm_exposed", None),  # the rest runs beside compute
+    ("  contention", "time_s.contention", None),  # compute slowed by overlapped traffic
     ("  pipeline bubble", "time_s.bubble", None),
     ("  optimizer", "time_s.optimizer", None),
     ("  step", "time_s.step", None),
@@ -108,13 +110,28 @@ _SUMMARY = (
 (bubble, master copy, ...) is left out, a None quantity heads the rows below it."""
 
 
+def _step_parts(v: dict[str, Any]) -> dict[str, float]:
+    """The step's parts beside compute, so that the time lines add up to the step:
+    ``contention`` (compute slowed by the communication it overlaps) and the exposed
+    communication (forward and backward beyond compute and contention)."""
+    if "time_s.compute" not in v:
+        return {}
+    contention = v.get("time_s.contention_forward", 0) + v.get("time_s.contention_backward", 0)
+    phases = v["time_s.forward"] + v["time_s.backward"]
+    exposed = max(0.0, phases - v["time_s.compute"] - contention)
+    return {"time_s.contention": contention, "time_s.comm_exposed": exposed}
+
+
 def _summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
     """The summary's rows; a layout that does not fit shows its memory and no speed. The
     memory lines add up to the peak (``engine.fit.rest_at_peak``)."""
     v = dict(est.values)
     if PEAK in v:
         v["memory_bytes_per_device.rest_at_peak"] = rest_at_peak(v)
+    v.update(_step_parts(v))
     shown = {k for _, k, _ in _SUMMARY if k and (v.get(k) or (k == "time_s.step" and k in v))}
+    if v.get("time_s.comm"):  # what of it the step waits for, 0 included
+        shown.add("time_s.comm_exposed")
     if not fits:
         shown -= {k for _, k, _ in _SUMMARY if k and k.startswith(("time_s.", "tokens_"))}
     if v.get("params.trainable") == v.get("params.total"):
