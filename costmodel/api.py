@@ -341,7 +341,7 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     setup = build(values, spec, solving=field)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
-    budget = budget_from(budget_gb, budget_gib)
+    budget = budget_from(budget_gb, budget_gib, headroom)
     out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                               field, budget, headroom)  # fmt: skip
     if out[field] is not None:
@@ -375,7 +375,7 @@ def min_fsdp(
     setup = build(values, spec)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")
-    budget = budget_from(budget_gb, budget_gib)
+    budget = budget_from(budget_gb, budget_gib, memory_headroom)
     out = inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                                    budget, headroom=memory_headroom)  # fmt: skip
     if out["fsdp"] is None:

@@ -10,7 +10,9 @@ import json
 
 import pytest
 
+import costmodel
 from costmodel.cli import main
+from costmodel.specs.checks import SpecError
 
 
 def _json(*argv: str) -> dict:
@@ -150,3 +152,17 @@ def test_the_api_refuses_a_budget_over_the_devices_memory():
 
     with pytest.raises(SpecError, match="budget must be <= h100-sxm's memory"):
         costmodel.max_batch("llama3-8b", hardware="h100-sxm", seq=8192, fsdp=8, budget_gb=200)
+
+
+def test_a_headroom_beside_a_budget_is_refused_not_dropped(capsys):
+    """A probe: ``--memory-headroom 0.5 --budget-gb 40`` answered against 40 GB, the
+    headroom dropped without a word (as --budget-gb with --budget-gib is refused)."""
+    ask = ["solve", "max-batch", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq",
+           "8192", "--fsdp", "8", "--memory-headroom", "0.5", "--budget-gb", "40"]  # fmt: skip
+    assert main(ask) == 2
+    err = capsys.readouterr().err
+    assert "--memory-headroom makes the budget a share" in err and err.count("\n") == 1
+    with pytest.raises(SpecError, match="memory_headroom makes the budget") as caught:
+        costmodel.max_batch("llama3-8b", hardware="h100-sxm", seq=8192, fsdp=8,
+                            memory_headroom=0.5, budget_gib=40)  # fmt: skip
+    assert caught.value.field == "memory_headroom"

@@ -34,7 +34,7 @@ def _budget(args: argparse.Namespace, device: str | None = None) -> float | None
     """The budget given in bytes (None: the fit rule's), refused where it exceeds the memory
     of the device the question runs on (``device``: the default one, else --hardware): a
     peak over the device's memory does not fit it, whatever the budget says."""
-    budget = budget_from(args.budget_gb, args.budget_gib)
+    budget = budget_from(args.budget_gb, args.budget_gib, args.memory_headroom)
     name = device if args.hardware is None else args.hardware
     if budget is None or name is None:
         return budget

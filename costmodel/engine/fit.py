@@ -190,12 +190,19 @@ def judge(
     )
 
 
-def budget_from(budget_gb: float | None, budget_gib: float | None) -> float | None:
+def budget_from(
+    budget_gb: float | None, budget_gib: float | None, headroom: float | None = None
+) -> float | None:
     """Bytes of a budget given in GB (1e9 bytes) or GiB (2^30), one of them (``solve
     --budget-gb``, the API's ``budget_gb``); None where neither is given. A figure above
-    a million is refused as bytes given where GB were meant."""
+    a million is refused as bytes given where GB were meant, and a ``headroom`` beside a
+    budget (it makes a budget of the device's memory: one would be dropped)."""
     if budget_gb is not None and budget_gib is not None:
         raise SpecError("budget_gb", "give budget_gb or budget_gib, not both")
+    if headroom is not None and (budget_gb is not None or budget_gib is not None):
+        raise SpecError("memory_headroom", "memory_headroom makes the budget a share of the "
+                        "device's memory; budget_gb / budget_gib give it outright: give one "
+                        "of them")  # fmt: skip
     for name, value, unit, said in (("budget_gb", budget_gb, 1e9, "GB"),
                                     ("budget_gib", budget_gib, 2**30, "GiB")):  # fmt: skip
         if value is not None:
