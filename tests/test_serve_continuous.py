@@ -113,3 +113,16 @@ def test_the_cli_answers_at_a_rate_in_its_own_words(capsys):
     cap = ENGINES[DEFAULT].max_seqs
     assert f"requests arrive at 5/s into continuous batching (at most {cap} in flight" in out
     assert "2,500 (2,500 per GPU)" in out
+
+
+def test_the_verdict_says_its_count_is_a_replicas(capsys):
+    """A probe: tp 8 x dp 2 printed "up to 1,147 sequences fit", one replica's count, where
+    the deployment holds twice that; one replica's verdict keeps the plain count."""
+    argv = ["serve", "--model", "llama3-70b", "--hardware", "h200", "--tp", "8", "--input",
+            "2000", "--output", "500", "--concurrency", "64"]  # fmt: skip
+    assert main([*argv, "--gpus", "16"]) == 0
+    two = capsys.readouterr().out
+    assert "up to 1,147 sequences fit a replica (2,294 over the 2 replicas)" in two
+    assert main([*argv, "--gpus", "8"]) == 0
+    verdict = next(x for x in capsys.readouterr().out.splitlines() if "verdict" in x)
+    assert verdict.endswith("up to 1,147 sequences fit")

@@ -66,11 +66,15 @@ def limited_by(v: dict[str, Any]) -> str:
     )
 
 
-def _how_many(most: int) -> str:
-    """How many sequences fit a replica, in words (none: not even one's cache)."""
+def _how_many(most: int, replicas: int = 1) -> str:
+    """How many sequences fit a replica, in words (none: not even one's cache), and over
+    the ``replicas`` where there are several."""
     if most < 1:
         return "not one sequence's cache fits beside the weights"
-    return f"up to {most:,} sequence{'s' * (most != 1)} fit"
+    said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
+    if replicas > 1:
+        said += f" a replica ({most * replicas:,} over the {replicas} replicas)"
+    return said
 
 
 def _rows(
@@ -84,7 +88,7 @@ def _rows(
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
-            f"per device; {_how_many(v['max_batch'])}{nearest}",
+            f"per device; {_how_many(v['max_batch'], spec.dp)}{nearest}",
         ),
         *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),
