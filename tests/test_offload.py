@@ -169,7 +169,7 @@ def test_more_device_budget_is_never_slower_and_never_past_the_device(capsys):
     assert main(["offload", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "4096",
                  "--batch", "8", "--device-budget-gb", "300",
                  "--host-budget-gb", "512"]) == 2  # fmt: skip
-    assert "--device-budget-gb must be <= h100-sxm's memory, 85.90 GB" in capsys.readouterr().err
+    assert "--device-budget-gb must be <= h100-sxm's memory, 85.8993 GB" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -184,3 +184,18 @@ def test_a_bad_rate_or_budget_names_its_flag_and_the_value_given(capsys, flag, v
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"{flag} must be > 0 (got {float(value)})" in err and err.count("\n") == 1, err
+
+
+def test_a_device_budget_over_the_fit_rule_is_noted_and_the_limit_is_told_exactly(capsys):
+    """A probe: a device budget of 85.89 GB (all of an H100's 80 GiB) was priced with no word
+    that estimate's fit rule allows 0.9 of it, and 85.9 GB was refused as "must be <= 85.90
+    GB (got 85.90 GB)"."""
+    argv = ["offload", "--model", "llama3-70b", "--hardware", "h100-sxm", "--batch", "8",
+            "--seq", "8192", "--host-budget-gb", "2000", "--device-budget-gb"]  # fmt: skip
+    assert main([*argv, "85.89"]) == 0
+    assert "note: the device budget, 85.89 GB, is over the fit rule's 77.31 GB" in (
+        capsys.readouterr().out)  # fmt: skip
+    assert main([*argv, "70"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert main([*argv, "85.9"]) == 2
+    assert "must be <= h100-sxm's memory, 85.8993 GB (got 85.9 GB)" in capsys.readouterr().err

@@ -126,11 +126,11 @@ def test_min_fsdp_answers_the_full_model_without_a_device_at_the_budget_given():
     ("argv", "words"),
     [
         (["min-fsdp", "--model", "llama3-70b", "--budget-gb", "95", "--seq", "8192",
-          "--hardware", "h100-sxm"], "--budget-gb must be <= h100-sxm's memory, 85.90 GB"),
+          "--hardware", "h100-sxm"], "--budget-gb must be <= h100-sxm's memory, 85.8993 GB"),
         (["max-batch", "--model", "llama3-8b", "--seq", "8192", "--hardware", "h100-sxm",
           "--fsdp", "8", "--budget-gib", "100"], "--budget-gib must be <= h100-sxm's memory"),
         (["min-fsdp", "--model", "xxl", "--budget-gb", "200", "--seq", "8192"],
-         "tpu-v5p's memory (the default --hardware), 102.01 GB"),
+         "tpu-v5p's memory (the default --hardware), 102.005 GB"),
     ],
 )  # fmt: skip
 def test_a_budget_over_the_devices_memory_is_refused(capsys, argv, words):

@@ -18,11 +18,13 @@ from costmodel.cli.args import (
     values_of,
 )
 from costmodel.cli.plan import budget_cost
+from costmodel.engine.fit import budget_bytes
 from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain, plan_offload
 from costmodel.engine.padding import STRATEGIES, row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
 from costmodel.specs.offload import PLAN_KEYS
 
 GB = 1e9
@@ -88,6 +90,8 @@ def _cmd_offload(args: argparse.Namespace) -> int:
           f"{setup.train.precision}")  # fmt: skip
     print(title + (f" (does NOT fit the {' and '.join(broken)} budget)" if broken else ""))
     print("\n".join("  " + line for line in explain(head, spec)))
+    if spec.device_budget > budget_bytes(hw):
+        print(f"  note: {_over_rule(hw, spec)}")
     if len(configs) > 1:
         print(
             f"\n{'step s':>8} {'tok/s':>8} {'chunk':>6} {'seq/rd':>6} {'rounds':>6} "
@@ -100,6 +104,15 @@ def _cmd_offload(args: argparse.Namespace) -> int:
                   f"{d['pinned_grads']:>5} {d['device_units']:>5} {h['full']:>5} "
                   f"{h['attn']:>5} {h['ctx']:>5}")  # fmt: skip
     return 0
+
+
+def _over_rule(hw: Hardware, spec: OffloadSpec) -> str:
+    """Why a device budget over the fit rule's (0.9 of the memory) is a risk."""
+    return (
+        f"the device budget, {spec.device_budget / GB:,.2f} GB, is over the fit rule's "
+        f"{budget_bytes(hw) / GB:,.2f} GB (0.9 of {hw.name}'s memory, what estimate "
+        "allows): it leaves no room for the CUDA context and the allocator's reserve"
+    )
 
 
 def add_offload(sub) -> None:

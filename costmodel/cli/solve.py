@@ -45,7 +45,7 @@ def _budget(args: argparse.Namespace, device: str | None = None) -> float | None
         unit = "GB" if args.budget_gb is not None else "GiB"
         said = "" if args.hardware is not None else " (the default --hardware)"
         raise SpecError(flag, f"{flag} must be <= {hw.name}'s memory{said}, "
-                        f"{hw.hbm_bytes / 1e9:.2f} GB (got {given:g} {unit}): a peak over "
+                        f"{hw.hbm_bytes / 1e9:.6g} GB (got {given:g} {unit}): a peak over "
                         "the device's memory does not fit it")  # fmt: skip
     return budget
 

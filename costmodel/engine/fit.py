@@ -75,7 +75,7 @@ def budget_bytes(
         checks.number("budget", budget)
         if budget > hardware.hbm_bytes:
             raise SpecError("budget", f"budget must be <= {hardware.name}'s memory, "
-                            f"{hardware.hbm_bytes / 1e9:.2f} GB (got {budget / 1e9:.2f} GB): "
+                            f"{hardware.hbm_bytes / 1e9:.6g} GB (got {budget / 1e9:.6g} GB): "
                             "a peak over the device's memory does not fit it")  # fmt: skip
         return float(budget)
     share = DEFAULT_HEADROOM if headroom is None else check_headroom(headroom)

@@ -89,7 +89,7 @@ def plan_offload(
     checks.integer("top", top)
     if spec.device_budget > hw.hbm_bytes:
         raise SpecError("device_budget", f"device_budget must be <= {hw.name}'s memory, "
-                        f"{hw.hbm_bytes / 1e9:.2f} GB (got {spec.device_budget / 1e9:.2f} "
+                        f"{hw.hbm_bytes / 1e9:.6g} GB (got {spec.device_budget / 1e9:.6g} "
                         "GB)")  # fmt: skip
     offloadable(model, train)
     found: list[tuple[float, float, Terms, tuple[int, int, int, int, int]]] = []
