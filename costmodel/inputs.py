@@ -163,6 +163,17 @@ def build_model(values: Mapping[str, Any], model: ModelSpec | None = None) -> Mo
     return ModelSpec(**overrides)
 
 
+def _check_budget(budget: float, train: TrainSpec) -> None:
+    """A token budget is at least one step's tokens (a smaller one trains nothing: its days
+    and cost would read as a run's)."""
+    checks.number("token_budget", budget)
+    step = train.batch * train.seq
+    if budget < step:
+        raise SpecError("token_budget", f"token_budget ({budget:,.6g} tokens) is less than one "
+                        f"step's {step:,} tokens ({train.batch} sequences of {train.seq:,}): "
+                        "give at least one step's tokens, or leave it out")  # fmt: skip
+
+
 def build(
     values: Mapping[str, Any], model: ModelSpec | None = None, *, solving: str | None = None
 ) -> Setup:
@@ -175,10 +186,10 @@ def build(
     spec = build_model(values, model)
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
     budget, price = values.get("token_budget"), values.get("price_per_hour")
-    for key, value in (("token_budget", budget), ("price_per_hour", price)):
-        if value is not None:
-            checks.number(key, value, allow_zero=True)
-    budget = budget or None  # a zero budget asks nothing
+    if price is not None:
+        checks.number("price_per_hour", price, allow_zero=True)
+    if budget is not None:
+        _check_budget(budget, train)
     layout = _given(values, PARALLEL_INPUTS)
     if values.get("hardware") is None:
         asked = [*layout, *(k for k in ("gpus", "microbatch", "token_budget") if values.get(k))]
