@@ -383,3 +383,14 @@ def test_the_time_lines_add_up_to_the_step(capsys, argv):
     assert parts.pop("of it waiting for the host", 0) <= parts["compute"]  # a part of compute
     assert parts["of it exposed"] <= total
     assert sum(parts.values()) == pytest.approx(step, abs=2e-3 * len(parts))
+
+
+def test_full_says_what_each_memory_section_is_of(capsys):
+    """A probe: ``--full`` printed memory_bytes.params 1,002 MiB (the reference model's
+    kept casts) above memory_bytes_per_device.params 1.96 GiB, both read as "params"."""
+    code, out, _ = _run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                        "--gpus", "8", "--framework", "fsdp2", "--full")  # fmt: skip
+    heads = [line for line in out.splitlines() if line.startswith("# memory")]
+    assert code == 0 and len(heads) == 2
+    assert "the whole model on one device as costmodel's reference model" in heads[0]
+    assert "one device of this layout under its framework" in heads[1]

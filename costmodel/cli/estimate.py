@@ -194,9 +194,21 @@ def _full_rows(v: dict[str, Any]) -> list[tuple[str, str]]:
     for prefix, fmt in sections:
         keys = [k for k in v if k.startswith(prefix) and "_by_op" not in k]
         if keys:
+            if prefix in _FULL_HEADS and any(k.startswith("memory_bytes_per_device.") for k in v):
+                rows.append((f"# {prefix}*", _FULL_HEADS[prefix]))
             rows.extend((k, fmt(v[k])) for k in keys)
             rows.append(("", ""))
     return rows[:-1]
+
+
+_FULL_HEADS = {
+    "memory_bytes.": "the whole model on one device as costmodel's reference model runs it "
+    "(torch.autocast: fp32 parameters as master, params = the weights' low-precision casts "
+    "kept from forward to backward), whatever the framework; this layout's device is "
+    "memory_bytes_per_device.*",
+    "memory_bytes_per_device.": "one device of this layout under its framework",
+}
+"""What a ``--full`` section's figures are of, where two sections both read as memory."""
 
 
 def format_rows(rows: list[tuple[str, str]]) -> str:
