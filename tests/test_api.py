@@ -7,6 +7,8 @@ from __future__ import annotations
 import builtins
 import json
 import pydoc
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -331,3 +333,17 @@ def test_a_wide_sweep_shows_the_inputs_it_varies_and_which_rows_are_tight():
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=8192,
                       framework="fsdp2")  # fmt: skip
     assert est.fit().tight
+
+
+def test_importing_the_package_loads_no_model_and_names_every_public_name():
+    """``import costmodel`` imports nothing beyond the package (each public name on first
+    use): a distributed rank importing ``costmodel.specs`` does not pay for sympy; every
+    name of ``__all__`` resolves, and ``__all__`` is every name the package maps."""
+    code = ("import sys, costmodel; print(sorted(m for m in ('sympy', 'numpy', "
+            "'costmodel.api') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
+    assert set(cm.__all__) == set(cm._MODULE_OF)
+    assert all(getattr(cm, name) is not None for name in cm.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cm.nope  # noqa: B018
