@@ -197,7 +197,7 @@ def _check_recompute(cols: dict, v: dict, tally: Tally, where: str) -> None:
 
 
 def _check_sharding(q: dict, cols: dict, v: dict, tally: Tally, where: str) -> None:
-    from costmodel.frameworks.registry import trait
+    from costmodel.specs.frameworks import trait
 
     flat = (cols["tp"] == 1) & (cols["pp"] == 1) & (cols["cp"] == 1) & (cols["ep"] == 1)
     if not flat.any():

@@ -43,10 +43,10 @@ from costmodel.engine.fit import (
 )
 from costmodel.engine.sweep import Table
 from costmodel.engine.verdict import verdict
-from costmodel.frameworks.registry import trait
 from costmodel.inputs import BY_KEY, build, default_batch
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec

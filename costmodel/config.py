@@ -6,7 +6,7 @@ on specs (scalars) or on namespaces whose fields are numpy arrays (a sweep's gro
 planner's candidates): a rule fails when any point does, naming the field and quoting the
 first point that fails, or inside ``checks.collect_masks()`` records which points pass.
 A field's own constraints (types, ranges, choices) are the specs' ``__post_init__``; what a
-framework refuses is its module's ``Framework.rules`` (``costmodel.frameworks``).
+framework refuses is its ``Traits.rules`` (``costmodel.specs.frameworks``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.frameworks.registry import each, fixed_stage, trait
 from costmodel.specs import checks
 from costmodel.specs.attention import window_rules
 from costmodel.specs.finetune import finetune_rules
+from costmodel.specs.frameworks import each, fixed_stage, trait
 from costmodel.specs.parallel import cp_rule, layout_rules
 from costmodel.specs.rules import (
     check_positions,
@@ -65,7 +65,7 @@ def expert_tp_rule(par: Any, model: Any) -> None:
 
 def framework_rules(par: Any, model: Any, train: Any) -> None:
     """What the named framework runs: fine-tuning, MoE models and combined 1F1B only
-    where its traits say so, then its own rules (``Framework.rules``)."""
+    where its traits say so, then its own rules (``Traits.rules``)."""
     finetune_rule(par, train.finetune)
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     ok = ~moe | trait(par.framework, "runs_moe")
@@ -79,7 +79,7 @@ def framework_rules(par: Any, model: Any, train: Any) -> None:
 
 def zero_rule(framework: Any, par: Any, where: Any) -> None:
     """A framework that shards its own way (no ``zero_stages``) runs its own stage
-    (``Framework.own_stage``, what an unset ``zero`` is); any other stage is refused,
+    (``Traits.own_stage``, what an unset ``zero`` is); any other stage is refused,
     naming how it shards."""
     own = fixed_stage(framework.name, np.asarray(par.fsdp))
     if own is None:

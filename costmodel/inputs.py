@@ -30,10 +30,10 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
-from costmodel.frameworks.registry import trait
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import (
     ModelSpec,

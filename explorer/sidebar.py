@@ -15,8 +15,8 @@ import streamlit as st
 
 from costmodel import ModelSpec
 from costmodel.catalog.hf import model_from_hf_dict, parse_config
-from costmodel.frameworks.registry import trait
 from costmodel.inputs import BY_KEY
+from costmodel.specs.frameworks import trait
 from explorer.labels import help_of, label
 from explorer.state import (
     FIELDS,

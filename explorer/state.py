@@ -18,9 +18,9 @@ from typing import Any
 
 from costmodel.catalog.files import MAX_BYTES
 from costmodel.catalog.hardware import device_choices
-from costmodel.frameworks.registry import trait
 from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.model import ModelSpec
 
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")

@@ -24,8 +24,8 @@ import pytest
 from costmodel import ModelSpec, ParallelSpec, TrainSpec, estimate, get_hardware, sweep
 from costmodel.cli import as_flags, main, make_parser
 from costmodel.engine.plan import evaluate_layout
-from costmodel.frameworks.registry import trait
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.parallel import FRAMEWORKS
 
 N_VALID = 1000

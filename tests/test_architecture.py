@@ -23,16 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.specs.parallel import FRAMEWORKS
+from costmodel.specs.frameworks import FRAMEWORKS
 
 ROOT = Path(__file__).parent.parent
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGES = ("costmodel", "validate", "explorer")
-REGISTRY = "frameworks.registry"
-# layer -> the costmodel layers it may import (itself included). ``frameworks.registry``
-# is costmodel/frameworks/registry.py and the package's __init__ (which re-exports it):
-# parallel, config and engine ask it for a framework; only costmodel/frameworks/ itself
-# imports a framework's module.
+# layer -> the costmodel layers it may import (itself included). A framework's facts are
+# data in specs (specs/frameworks.py: traits, defaults, rules), which every layer reads; its
+# pricing (costmodel/frameworks/, the registry included) builds on parallel, which never
+# imports it: the engine hands parallel a layout's framework (``specs.frameworks.Pricing``).
 ALLOWED = {
     "symbols": {"symbols"},
     "units": {"units"},
@@ -40,14 +39,13 @@ ALLOWED = {
     "catalog": {"catalog", "specs"},
     "kinds": {"kinds", "specs", "symbols"},
     "single": {"single", "kinds", "specs", "symbols"},
-    REGISTRY: {REGISTRY, "specs"},
-    "parallel": {"parallel", REGISTRY, "kinds", "single", "specs", "symbols"},
-    "frameworks": {"frameworks", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
-    "config": {"config", REGISTRY, "specs"},
+    "parallel": {"parallel", "kinds", "single", "specs", "symbols"},
+    "frameworks": {"frameworks", "kinds", "parallel", "single", "specs", "symbols"},
+    "config": {"config", "specs"},
     "engine": {
         "engine",
         "config",
-        REGISTRY,
+        "frameworks",
         "kinds",
         "parallel",
         "single",
@@ -58,8 +56,8 @@ ALLOWED = {
     "serving": {"serving", "kinds", "single", "specs", "symbols"},
     "answers": {"answers", "serving", "engine", "catalog", "kinds", "specs"},
     "rl": {"rl", "api", "engine", "serving", "catalog", "specs"},
-    "book": {"book", "engine", REGISTRY, "kinds", "parallel", "single", "specs", "symbols"},
-    "inputs": {"inputs", "config", REGISTRY, "catalog", "engine", "single", "specs"},
+    "book": {"book", "engine", "frameworks", "kinds", "parallel", "single", "specs", "symbols"},
+    "inputs": {"inputs", "config", "catalog", "engine", "single", "specs"},
     "cli": {
         "cli",
         "inputs",
@@ -73,15 +71,8 @@ ALLOWED = {
         "specs",
         "units",
     },
-    "api": {"api", "inputs", "engine", "answers", "catalog", REGISTRY, "specs"},
+    "api": {"api", "inputs", "engine", "answers", "catalog", "specs"},
 }
-# imports made only when a function runs, or only for type hints: module -> the layers
-# it may reach that way beyond ALLOWED (the registry's default Framework.state builds on
-# parallel.state, and its type hints name parallel.pipeline's PipelineRank)
-# deferred imports (run when called, never at load) the layers allow as exceptions: the
-# registry's default state builds on parallel; a ParallelSpec left at its framework's
-# default asks the registry for it
-DEFERRED = {"costmodel.frameworks.registry": {"parallel"}, "costmodel.specs.parallel": {REGISTRY}}
 
 
 def _module_name(path: Path) -> str:
@@ -128,8 +119,6 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if parts[:2] == ["costmodel", "frameworks"] and parts[2:] in ([], ["registry"]):
-        return REGISTRY
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -159,23 +148,21 @@ def test_costmodel_imports_point_down_the_layers():
         layer = _layer(name)
         if layer not in ALLOWED:
             continue  # the package root and __main__ re-export the front
-        for target, deferred in _imports(path):
+        for target, _ in _imports(path):
             if target == "costmodel" or target.startswith("costmodel."):
                 to = _layer(target)
-                late = deferred and to in DEFERRED.get(name, ())
-                assert to in ALLOWED[layer] or late, f"{name} imports {target}"
+                assert to in ALLOWED[layer], f"{name} imports {target}"
             assert not target.startswith(("torch", "validate", "explorer")), f"{name}: {target}"
 
 
 def test_no_import_cycle_between_costmodel_modules():
     mods = _modules()
     graph = {
-        n: {t for t, late in _imports(p) if t in mods and t != n and not (late and n in DEFERRED)}
+        n: {t for t, _ in _imports(p) if t in mods and t != n}
         for n, p in mods.items()
     }
     for pkg in [n for n in mods if mods[n].name == "__init__.py"]:
-        if _layer(pkg) != REGISTRY:  # a package's __init__ re-exports; importing a
-            graph[pkg] = set()  # submodule runs it (the frameworks' own is checked)
+        graph[pkg] = set()  # a package's __init__ re-exports; importing a submodule runs it
     state: dict[str, int] = {}
 
     def visit(node: str, path: list[str]) -> None:

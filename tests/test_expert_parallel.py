@@ -270,12 +270,14 @@ def _rank_values(model, train, par, index, first, last):
     import sympy as sp
 
     from costmodel.engine.estimate import symbol_values
+    from costmodel.frameworks import framework_of
     from costmodel.parallel.distributed import rank_memory
     from costmodel.parallel.pipeline import PipelineRank
 
     values = symbol_values(model, train, par, H100)
     rank = PipelineRank(sp.Integer(index), first, last)
-    return {k: float(e.xreplace(values)) for k, e in rank_memory(model, train, par, rank).items()}
+    memory = rank_memory(model, train, par, rank, pricing=framework_of(par))
+    return {k: float(e.xreplace(values)) for k, e in memory.items()}
 
 
 @pytest.mark.parametrize("ep", [1, 8])

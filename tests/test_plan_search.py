@@ -19,8 +19,8 @@ from costmodel.engine.search import (
     recomputed_share,
 )
 from costmodel.engine.sweep import sweep
-from costmodel.frameworks.registry import trait
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import trait
 
 FAST = PlanOptions(recompute=("none", "full"), interleave=(1, 2))
 

@@ -29,11 +29,11 @@ import sympy as sp
 
 from costmodel.config import check
 from costmodel.engine.options import PlanOptions
-from costmodel.frameworks.registry import framework_defaults, framework_of, trait
 from costmodel.kinds import ffn
 from costmodel.kinds.dispatch import DISPATCHERS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import framework_defaults, trait, traits_of
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, expert_tp, grad_accum_of
@@ -259,7 +259,7 @@ def _blocks(model: ModelSpec, hardware: Hardware, gpus: int, options: PlanOption
 @functools.lru_cache(maxsize=4096)
 def _shardings(framework: str, replicas: int) -> tuple[tuple[int, int, int], ...]:
     """(dp, fsdp, zero) of ``replicas`` data-parallel devices the framework tries."""
-    return tuple(framework_of(framework).shardings(replicas))
+    return tuple(traits_of(framework).shardings(replicas))
 
 
 def candidates(

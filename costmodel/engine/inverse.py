@@ -22,9 +22,9 @@ import numpy as np
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, fits
 from costmodel.engine.sweep import sweep
-from costmodel.frameworks.registry import fixed_stage, trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import fixed_stage, trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec, batch_step, moe_rule

@@ -6,7 +6,7 @@ First three changes that cut per-device memory on the same devices and batch:
 2. a micro-batch of 1 sequence per device (``--microbatch 1``: more gradient-accumulation
    steps, the same global batch);
 3. sharding over every data-parallel rank as the framework can (its
-   ``Framework.shardings``: ZeRO-3 or FSDP over all replicas).
+   ``Traits.shardings``: ZeRO-3 or FSDP over all replicas).
 
 Each single change is tried, then each pair, then all three (at most 7 estimates); among
 the fewest changes that fit, the fastest step whose allocator's reserve the device holds
@@ -31,8 +31,8 @@ from costmodel.engine.fit import budget_bytes, fits
 from costmodel.engine.options import PlanOptions
 from costmodel.engine.plan import layout_label
 from costmodel.engine.why import nearest_fitting
-from costmodel.frameworks.registry import framework_of, trait
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait, traits_of
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
@@ -77,7 +77,7 @@ def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
         out.append(("recompute full", {"recompute": "full"}))
     if micro_per_device(train, par) > 1:
         out.append(_micro(train, par, 1))
-    replicas, fw = par.dp * par.fsdp, framework_of(par)
+    replicas, fw = par.dp * par.fsdp, traits_of(par)
     dp, fsdp, zero = max(fw.shardings(replicas), key=lambda s: (s[1], s[2]))
     if (dp, fsdp) != (par.dp, par.fsdp) or (fsdp > 1 and zero > par.zero):
         stage = {"zero": zero} if fw.zero_stages else {}  # else the framework's own

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.engine.fit import DEFAULT_HEADROOM, check_headroom
-from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.parallel import EP_DISPATCHERS, FRAMEWORKS
 
 FRAMEWORK_CHOICES = tuple(name for name in FRAMEWORKS if trait(name, "planned"))

@@ -29,9 +29,9 @@ from costmodel.engine.search import QUANTITIES as QUANTITIES  # re-exported
 from costmodel.engine.search import TIE as TIE  # re-exported
 from costmodel.engine.search import collect, collect_top, evaluate, first_candidates
 from costmodel.engine.sweep import Table
-from costmodel.frameworks.registry import trait
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec

@@ -17,6 +17,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.engine.diskcache import lambdify, lambdify_cached, on_disk, projected_cached
+from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
 from costmodel.parallel.timing import step_time
@@ -107,8 +108,10 @@ def quantities(
     out.update(_prefixed("memory_bytes", mem))
     out.update(_prefixed("memory_bytes.activations_by_op", acts))
     if parallel is not None:
-        out.update(_prefixed("memory_bytes_per_device", sharded_memory(model, train, parallel)))
-        out.update(step_time(model, train, parallel))
+        pricing = framework_of(parallel)
+        out.update(_prefixed("memory_bytes_per_device",
+                             sharded_memory(model, train, parallel, pricing=pricing)))  # fmt: skip
+        out.update(step_time(model, train, parallel, pricing=pricing))
         out.update(training_cost(out["tokens_per_s"]))
     return {k: as_expr(v) for k, v in out.items()}
 

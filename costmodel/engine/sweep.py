@@ -31,9 +31,9 @@ from costmodel.engine.quantities import (
     structure_of,
 )
 from costmodel.engine.threads import in_threads, threads_for
-from costmodel.frameworks.registry import framework_defaults, own_stage
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import framework_defaults, own_stage
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec, following
 from costmodel.specs.parallel import ParallelSpec, expert_tp, grad_accum_of

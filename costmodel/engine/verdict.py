@@ -24,6 +24,7 @@ from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import FRAMEWORKS, ParallelSpec
@@ -44,7 +45,7 @@ def sharding(par: ParallelSpec) -> str:
     """The sharding in effect, from the framework's traits: Megatron's distributed optimizer
     over every data-parallel rank, a ZeRO stage over fsdp, FSDP over fsdp (x cp where the
     framework shards over the cp ranks), or DDP when nothing is sharded."""
-    fw = framework_of(par)
+    fw = traits_of(par)
     replicas = f", replicated over dp {par.dp} (HSDP)" if par.dp > 1 else ""
     if fw.distributed_optimizer and par.zero == 3 and par.fsdp > 1:
         return f"Megatron-FSDP (ZeRO-3) over fsdp {par.fsdp}{replicas}"
@@ -102,7 +103,7 @@ def framework_words(par: ParallelSpec, defaulted: Collection[str] = ()) -> str:
         return shown
     doc = (type(framework_of(par)).__doc__ or "").strip().split("\n")[0].replace("``", "")
     doc = doc[:1].lower() + doc[1:].rstrip(".")
-    if framework_of(par).autocast:
+    if traits_of(par).autocast:
         doc += " under torch.autocast: fp32 parameters and residual stream"
     return f"{shown} (the default: {doc}; --framework picks one of {', '.join(FRAMEWORKS)})"
 
@@ -114,7 +115,7 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     assert p is not None
     micro = t.batch // p.batch_step(t.grad_accum)
     zero = ""
-    if framework_of(p).zero_stages and p.fsdp > 1 and "zero" in defaulted:
+    if traits_of(p).zero_stages and p.fsdp > 1 and "zero" in defaulted:
         zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework; DeepSpeed's own "
                 "is stage 0; --zero 1, 2 or 3)")  # fmt: skip
     return (

@@ -1,8 +1,8 @@
-"""Training frameworks as plug-ins: one module each (``reference``, ``fsdp2``, ``megatron``,
-``deepspeed``, ``handwritten``), each defining a :class:`Framework` and exporting it as
-``FRAMEWORK``. Adding one is its module plus its name in
-``costmodel.specs.parallel.Framework`` (the choices the inputs offer)."""
+"""Training frameworks' pricing as plug-ins: one module each (``reference``, ``fsdp2``,
+``megatron``, ``deepspeed``, ``handwritten``), each defining a :class:`Framework` and
+exporting it as ``FRAMEWORK``. Adding one is its module plus its facts, a ``Traits`` entry
+in :mod:`costmodel.specs.frameworks` (the choices the inputs offer, the rules, defaults)."""
 
-from costmodel.frameworks.registry import Framework, each, framework_of, trait
+from costmodel.frameworks.registry import Framework, framework_of
 
-__all__ = ["Framework", "each", "framework_of", "trait"]
+__all__ = ["Framework", "framework_of"]

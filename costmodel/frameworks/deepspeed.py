@@ -10,6 +10,7 @@ from costmodel.frameworks.registry import Framework
 from costmodel.parallel.pipeline import PipelineRank
 from costmodel.parallel.state import shard_of
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import X
@@ -18,11 +19,7 @@ from costmodel.symbols import X
 class DeepSpeed(Framework):
     """DeepSpeed's ZeRO engine."""
 
-    name = "deepspeed"
-    shards_by_default = True
-    zero3_prefetch = True
-    params_persist = True
-    zero_stages = True
+    traits = TRAITS["deepspeed"]
 
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None

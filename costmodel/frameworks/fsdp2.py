@@ -30,6 +30,7 @@ from costmodel.parallel.state import shard_of
 from costmodel.single.memory import HEAD_PARTS, SHARED_PARTS, activation_memory
 from costmodel.single.params import block_params, param_breakdown
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
@@ -152,21 +153,7 @@ class FSDP2(Framework):
     fp32 sharded parameters, gradients and optimizer state over fsdp x cp, bf16 compute
     and residual, unsharded weights only for the units in flight."""
 
-    name = "fsdp2"
-    sharding = (
-        "FSDP: parameters, gradients and optimizer state over the fsdp ranks (ZeRO-3; "
-        "--no-reshard-after-forward keeps the gathered parameters to the backward, as ZeRO-2 does)"
-    )
-    shards_by_default = True
-    dtensor_tp = True
-    torch_pipelining = True
-    shards_over_cp = True
-    params_persist = False
-    reduce_fp32_default = True
-
-    def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
-        """HSDP: fsdp shards times dp replicas of the shards, every split."""
-        return [(replicas // f, f, 3) for f in range(1, replicas + 1) if replicas % f == 0]
+    traits = TRAITS["fsdp2"]
 
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None

@@ -29,9 +29,6 @@ them).
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import sympy as sp
 
 from costmodel.frameworks.registry import Framework
@@ -42,7 +39,7 @@ from costmodel.parallel.pipeline import PipelineRank
 from costmodel.single.memory import HEAD_PARTS, optimizer_temp
 from costmodel.single.params import ffn_matrices, param_breakdown, weight_matrices
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
-from costmodel.specs import checks
+from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
@@ -200,32 +197,7 @@ def replicated_tensors(model: ModelSpec) -> sp.Expr:
 class Handwritten(Framework):
     """``validate/fsdp.py``: ZeRO-3 over fsdp alone, nothing prefetched or overlapped."""
 
-    name = "handwritten"
-    sharding = "ZeRO-3 over the fsdp ranks"
-    shards_by_default = True
-    exposes_fsdp = True
-    runs_moe = False
-    planned = False
-
-    def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
-        """What ``validate/fsdp.py`` runs: ZeRO-3 over fsdp alone, parameters shared by no
-        two modules, every forward op saved (its gathers are modelled without
-        recomputation)."""
-        off = ~np.asarray(on, dtype=bool)
-        for name in ("dp", "tp", "pp", "cp", "ep"):
-            degree = np.asarray(getattr(par, name, 1))
-            ok = off | (degree == 1)
-            checks.require(ok, name, lambda n=name, d=degree, ok=ok: "framework=handwritten "
-                           f"shards over fsdp only: {n} must be 1 (got "
-                           f"{checks._first_bad(ok, d)[0]})")  # fmt: skip
-        checks.require(off | ~np.asarray(model.tied, dtype=bool), "tied", lambda: "framework="
-                       "handwritten does not support a tied embedding and head (a parameter "
-                       "shared by two modules)")  # fmt: skip
-        recompute = np.asarray(train.recompute, dtype=object)
-        ok = off | (recompute == "none")
-        checks.require(ok, "recompute", lambda: "framework=handwritten is modelled without "
-                       "recomputation: recompute must be none (got "
-                       f"{checks._first_bad(ok, recompute)[0]!r})")  # fmt: skip
+    traits = TRAITS["handwritten"]
 
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None

@@ -23,6 +23,7 @@ from costmodel.parallel.pipeline import PipelineRank
 from costmodel.parallel.shares import optimizer_shards
 from costmodel.parallel.state import shard_of
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import X
@@ -31,32 +32,7 @@ from costmodel.symbols import X
 class Megatron(Framework):
     """Megatron-Core with the distributed optimizer."""
 
-    name = "megatron"
-    sharding = (
-        "its distributed optimizer: master weights and optimizer state over the "
-        "data-parallel ranks (ZeRO-1 in DeepSpeed's terms), or Megatron-FSDP (ZeRO-3) "
-        "over --fsdp ranks"
-    )
-    zero_stage = 1
-    distributed_optimizer = True
-    zero3_prefetch = True  # Megatron-FSDP gathers the next layer while one runs
-    params_persist = True
-    grads_always_live = True
-    combined_1f1b = True
-    tp_backward_overlap = True
-    expert_tensor_parallel = True
-    expert_gemm_loop = True
-    module_launches = True
-
-    def own_stage(self, fsdp: int) -> int:
-        """The distributed optimizer's ZeRO-1 over replicas; over fsdp > 1 shard ranks,
-        Megatron-FSDP (``--use-megatron-fsdp``), whose default
-        ``data_parallel_sharding_strategy`` ``optim_grads_params`` is ZeRO-3."""
-        return 3 if fsdp > 1 else self.zero_stage
-
-    def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
-        """Data parallelism with the distributed optimizer over every replica."""
-        return [(replicas, 1, self.zero_stage)]
+    traits = TRAITS["megatron"]
 
     def state(
         self, model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None

@@ -7,25 +7,13 @@ residual stream, DDP's flat gradient buckets, RoPE and mask tables made in every
 from __future__ import annotations
 
 from costmodel.frameworks.registry import Framework
+from costmodel.specs.frameworks import TRAITS
 
 
 class Reference(Framework):
     """This project's own model, as ``validate/`` runs it."""
 
-    name = "reference"
-    autocast = True
-    ddp_buckets = True
-    rebuilds_tables = True
-    dtensor_tp = True
-    torch_pipelining = True
-    zero3_prefetch = True
-    finetunes = True
-    zero_stages = True
-
-    def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
-        """ZeRO 1/2/3 over every replica, or DDP over them (no sharding)."""
-        zero = super().shardings(replicas)
-        return [*zero, (replicas, 1, 1)] if replicas > 1 else zero
+    traits = TRAITS["reference"]
 
 
 FRAMEWORK = Reference()

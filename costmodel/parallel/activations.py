@@ -12,7 +12,6 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.pipeline import (
     PipelineRank,
@@ -27,6 +26,7 @@ from costmodel.single.memory import (
     activation_memory,
 )
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -80,7 +80,7 @@ def sharded_activations(
     ep_scales = _kept_scales(model, train)
     head = 1 if rank is None or rank.last else 0
     total = sp.Integer(0)
-    framework = framework_of(par)
+    framework = traits_of(par)
     dtensor = framework.dtensor_tp
     for op, expr in parts.items():
         if op in SHARED_PARTS:  # the reference model makes its tables in every forward
@@ -157,7 +157,7 @@ def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelS
     output and its re-wrapped copies). Measured on torch 2.13 (``validate.run --suite
     parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none).
     In terms of the micro-batch's b sequences of T tokens, as :func:`sharded_activations`."""
-    if model.ffn_only or not framework_of(par).dtensor_tp:
+    if model.ffn_only or not traits_of(par).dtensor_tp:
         return sp.Integer(0)
     copies = 3 / Y if par.sequence_parallel else 2  # in terms of the global micro-batch b
     return more_than_one(Y) * copies * residual_bytes(train, par) * b * T * D  # and T, as

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention
 from costmodel.kinds.dispatch import sends_per_token
 from costmodel.parallel.collectives import allreduce_steps, bus_factor, ring_steps
@@ -34,6 +33,7 @@ from costmodel.parallel.state import trained_per_device
 from costmodel.single import finetune
 from costmodel.single.memory import checkpointed_share
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -67,7 +67,9 @@ from costmodel.symbols import (
 )
 
 
-def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, dict]:
+def communication(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, pricing: Pricing
+) -> dict[str, dict]:
     """Per group: bytes sent per device per step and alpha-beta seconds, split by phase.
 
     Returns ``{group: {"bytes": e, "forward": t, "backward": t, "optimizer": t}}``.
@@ -99,7 +101,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         return bus_factor(op, shards) * dense + bus_factor(op, e_shards) * experts
 
     per_device = sharded_params(model, n, shards, experts)
-    if framework_of(par).distributed_optimizer:  # scatter, step, gather
+    if traits_of(par).distributed_optimizer:  # scatter, step, gather
         scatter, gather = grad_bytes * reduced("reduce_scatter"), c * reduced("all_gather")
         lat = ring_steps("all_gather", dp) * a_dp * sceil(per_device / megatron_bucket(dp))
         groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
@@ -113,7 +115,7 @@ def communication(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict
         gather += bus_factor("all_gather", shards) * finetune.frozen_bytes(model, train)
     groups["fsdp"] = fsdp_group(par, gather, scatter, ring_steps("all_gather", shards) * a_X)
 
-    groups["fsdp"] = framework_of(par).fsdp_group(model, train) or groups["fsdp"]
+    groups["fsdp"] = pricing.fsdp_group(model, train) or groups["fsdp"]
     groups["tp"] = tp_group(model, train, par)
 
     act = c * b_dev * t_dev * D
@@ -259,7 +261,7 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     bwd_b = m * layers * ar * block * (width_bwd + again)
     fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)
     overlapped = sp.Integer(0)
-    if par.sequence_parallel and framework_of(par).tp_backward_overlap and not par.async_tp:
+    if par.sequence_parallel and traits_of(par).tp_backward_overlap and not par.async_tp:
         # the input shards gathered again (half an all-reduce) beside dgrad, and the input
         # gradients' reduce-scatters beside wgrad: a backward all-reduce's worth hidden
         # (async TP prices every TP collective by its chunked overlap: exposure.py)

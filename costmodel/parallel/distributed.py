@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.frameworks.registry import Framework, framework_of
 from costmodel.kinds import ffn
 from costmodel.parallel.activations import (
     ring_transient,
@@ -50,6 +49,7 @@ from costmodel.single.params import (
     stacked_blocks,
 )
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -68,15 +68,20 @@ from costmodel.symbols import (
 
 
 def sharded_state(
-    model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None = None
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    rank: PipelineRank | None = None,
+    *,
+    pricing: Pricing,
 ) -> dict[str, sp.Expr]:
     """params (working weights), master, grads, optimizer per device (on pipeline rank
     ``rank``, see :func:`~costmodel.parallel.state.params_per_device`): what the framework
-    holds (``Framework.state``), or when fine-tuning the adapters' state under ZeRO (data
+    holds (``pricing.state``), or when fine-tuning the adapters' state under ZeRO (data
     parallelism and ZeRO alone, the reference model: ``costmodel.config``'s rules)."""
     if finetune.tunes(train):
         return state_memory(model, train, shards=zero_shards(par))
-    return framework_of(par).state(model, train, par, rank)
+    return pricing.state(model, train, par, rank)
 
 
 def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -88,7 +93,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     FSDP (ZeRO-2/3), FSDP2, Megatron and DeepSpeed reduce without DDP's buckets. Under
     expert parallelism a routed expert's gradient is bucketed only where other ranks hold
     the same expert (torch DDP leaves out the parameters it is told to ignore)."""
-    if not framework_of(par).ddp_buckets:
+    if not traits_of(par).ddp_buckets:
         return sp.Integer(0)
     n = trained_per_device(model, train, par)
     experts, _ = device_experts(model, par)
@@ -101,36 +106,44 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     return grad * reduced * (1 - more_than_one(X))
 
 
-def sharded_memory(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
+def sharded_memory(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, pricing: Pricing
+) -> dict[str, sp.Expr]:
     """Per-device memory by component and its peak: with pp > 1 each the maximum over the
-    pipeline ranks that bound every rank (:func:`costmodel.parallel.pipeline.ranks`)."""
+    pipeline ranks that bound every rank (:func:`costmodel.parallel.pipeline.ranks`).
+    ``pricing``: the layout's framework (``costmodel.frameworks.framework_of``)."""
     if par.pp == 1:
-        return rank_memory(model, train, par)
-    per_rank = [(present(r), rank_memory(model, train, par, r)) for r in ranks(par)]
+        return rank_memory(model, train, par, pricing=pricing)
+    per_rank = [(present(r), rank_memory(model, train, par, r, pricing=pricing))
+                for r in ranks(par)]  # fmt: skip
     return {k: smax(*(w * d[k] for w, d in per_rank)) for k in per_rank[0][1]}
 
 
 def rank_memory(
-    model: ModelSpec, train: TrainSpec, par: ParallelSpec, rank: PipelineRank | None = None
+    model: ModelSpec,
+    train: TrainSpec,
+    par: ParallelSpec,
+    rank: PipelineRank | None = None,
+    *,
+    pricing: Pricing,
 ) -> dict[str, sp.Expr]:
     """One device's memory by component and its peak (same estimate as one device, plus
     ZeRO-3's two gathered layers in flight (one on a stage of one layer), gradients held
     through the step, and as ``buffers`` DDP's gradient buckets and a pipelining runtime's
     receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
-    framework = framework_of(par)
     boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
     state = {"frozen": sp.Integer(0), "step_grads": sp.Integer(0),
-             **sharded_state(model, train, par, rank),
+             **sharded_state(model, train, par, rank, pricing=pricing),
              "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
     acts = sharded_activations(model, train, par, rank=rank)
     per_device = dict(zip(("b", "T"), device_batch(), strict=True))
     subs = {b: per_device["b"], T: per_device["T"]}
-    held = framework.accumulated_grad_bytes(train, par) * params_per_device(model, par, rank)[0]
-    live = _grads_live(framework, par, rank, held)
+    held = pricing.accumulated_grad_bytes(train, par) * params_per_device(model, par, rank)[0]
+    live = _grads_live(par, rank, held)
     with sp.evaluate(False):  # unevaluated so the peaks' Max terms are not re-simplified
-        peaks = framework.own_peaks(model, train, par, state, acts, live)
+        peaks = pricing.own_peaks(model, train, par, state, acts, live)
         if peaks is None:
-            peaks = _live_set_peaks(model, train, par, rank, state, acts, live, held)
+            peaks = _live_set_peaks(model, train, par, rank, state, acts, live, held, pricing)
         peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
         state = {k: as_expr(e).xreplace(subs) for k, e in state.items()}
     gathered = zero3_gathered(model, train, par)
@@ -139,33 +152,33 @@ def rank_memory(
     return {**state, "activations": acts.xreplace(subs), **peaks, "reserved": reserved}
 
 
-def _grads_live(framework: Framework, par: ParallelSpec, rank: PipelineRank | None, held):
+def _grads_live(par: ParallelSpec, rank: PipelineRank | None, held):
     """1 when gradients outlive a micro-batch: when another follows (accumulation), always
     for a buffer allocated once and never freed (Megatron's), never for FSDP2's shards
     under pipelining (reduce-scattered from the held gradients after the last one)."""
-    if framework.grads_always_live:
+    if traits_of(par).grads_always_live:
         return sp.Integer(1)
     if held:
         return sp.Integer(0)
     return more_than_one(m) if rank is None else grads_at_fullest(par, rank)
 
 
-def _live_set_peaks(model, train, par, rank, state, acts, live, held) -> dict[str, sp.Expr]:
+def _live_set_peaks(model, train, par, rank, state, acts, live, held, pricing) -> dict:
     """The generic peaks (``single.memory.peak_memory``) of this device's state; where the
-    framework models them by position (``Framework.gathered``), the head's candidates
-    with its gathered weights, and the blocks' added (``Framework.block_peaks``)."""
-    framework = framework_of(par)
-    persist = True if framework.params_persist or held else framework.params_persist
+    framework models them by position (``pricing.gathered``), the head's candidates
+    with its gathered weights, and the blocks' added (``pricing.block_peaks``)."""
+    kept = traits_of(par).params_persist
+    persist = True if kept or held else kept
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
           "grads_live": live, "head": rank is None or rank.last,
           "backward_transient": ring_transient(model, train)}  # fmt: skip
     at_head = {**state, "grads": state["grads"] - held}
-    gathered = framework.gathered(model, train, par)
+    gathered = pricing.gathered(model, train, par)
     if gathered is None:
         return peak_memory(model, train, at_head, acts, **kw)
     at_head["params"], kw["backward_params"] = gathered["head"], gathered["head_backward"]
     peaks = peak_memory(model, train, at_head, acts, casts=False, **kw)
-    return framework.block_peaks(
+    return pricing.block_peaks(
         model, train, par, peaks, state=state, live=live,
         acts_of=lambda ops: sharded_activations(model, train, par, only=ops),
         grad_shard=PRECISIONS[train.precision].grad / shard_degree(par),
@@ -176,7 +189,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     """Bytes of the layers ZeRO-3 has gathered beyond this device's shard (reference model
     and DeepSpeed): the layer running and the next, prefetched; one on a one-layer stage.
     FSDP2's gathered layers are its ``params`` (what it gathers is not stored)."""
-    if par.zero != 3 or not framework_of(par).zero3_prefetch:
+    if par.zero != 3 or not traits_of(par).zero3_prefetch:
         return sp.Integer(0)
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.pipeline import combined_alone
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import Y
 
@@ -19,7 +19,7 @@ def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
     tokens' all-to-all (combined 1F1B hides most, :func:`exposed_share`), the hand-written
     FSDP gathers and reduces in line with nothing prefetched."""
     exposed = ("tp", "ep")
-    return (*exposed, "fsdp") if framework_of(par).exposes_fsdp else exposed
+    return (*exposed, "fsdp") if traits_of(par).exposes_fsdp else exposed
 
 
 def exposed_share(group: str, par: ParallelSpec) -> sp.Expr:

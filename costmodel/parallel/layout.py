@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from costmodel.frameworks.registry import trait
 from costmodel.kinds.dispatch import dispatch_rates
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec, device_count

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import L, N_pp, m, sceil, sfloor, smax, smin, v
 
@@ -143,7 +143,7 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     layer's saved input; the received activation is that saved input, already a buffer.
     Per chunk in flight: +1 on the first stage, -1 on the last, 0 between; interleaved, a
     rank's chunks are its stages' in equal parts."""
-    if not framework_of(par).torch_pipelining:  # Megatron receives into fresh tensors and
+    if not traits_of(par).torch_pipelining:  # Megatron receives into fresh tensors and
         # frees a stage's output once sent (deallocate_output_tensor)
         return sp.Integer(0), sp.Integer(0)
     buffers = m * (2 * v - int(rank.first) - int(rank.last))

@@ -7,12 +7,12 @@ communication and timing.
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import ffn
 from costmodel.parallel.experts import local_experts
 from costmodel.parallel.pipeline import PipelineRank, leading_layers, rank_layers, slots
 from costmodel.single import finetune
 from costmodel.single.precision import PRECISIONS
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -79,7 +79,7 @@ def device_experts(
 def shard_degree(par: ParallelSpec) -> sp.Expr:
     """Devices one ZeRO/FSDP shard group spans: fsdp, times cp where the framework shards
     over the context-parallel ranks too (FSDP2 in torchtitan: the dp_shard x cp mesh)."""
-    return X * N_cp if framework_of(par).shards_over_cp else X
+    return X * N_cp if traits_of(par).shards_over_cp else X
 
 
 def replicas(par: ParallelSpec) -> sp.Expr:
@@ -87,13 +87,13 @@ def replicas(par: ParallelSpec) -> sp.Expr:
     sums: dp, times cp where the framework does not shard over the cp ranks (they hold
     the same parameters and see different chunks of the sequences: Megatron reduces over
     its dp x cp group, ``get_data_parallel_group(with_context_parallel=True)``)."""
-    return N_dp if framework_of(par).shards_over_cp else N_dp * N_cp
+    return N_dp if traits_of(par).shards_over_cp else N_dp * N_cp
 
 
 def optimizer_shards(par: ParallelSpec) -> sp.Expr:
     """Devices the optimizer state is split over: the ZeRO group (fsdp, x cp under FSDP2),
     or every data-parallel rank (x cp) under Megatron's distributed optimizer."""
-    return replicas(par) * X if framework_of(par).distributed_optimizer else shard_degree(par)
+    return replicas(par) * X if traits_of(par).distributed_optimizer else shard_degree(par)
 
 
 def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
@@ -101,4 +101,4 @@ def residual_bytes(train: TrainSpec, par: ParallelSpec) -> int:
     the compute dtype where the framework runs the model in it (FSDP2's param_dtype,
     Megatron without --fp32-residual-connection, DeepSpeed's bf16 engine)."""
     prec = PRECISIONS[train.precision]
-    return finetune.residual(train) if framework_of(par).autocast else prec.activation
+    return finetune.residual(train) if traits_of(par).autocast else prec.activation

@@ -25,7 +25,6 @@ from dataclasses import replace
 
 import sympy as sp
 
-from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.activations import sharded_activations
 from costmodel.parallel.communication import communication
@@ -47,6 +46,7 @@ from costmodel.single.flops import backward_factor, flop_conventions
 from costmodel.single.memory import checkpointed_share, checkpoints_blocks
 from costmodel.single.params import op_level_recomputed
 from costmodel.single.precision import PRECISIONS, optimizer_traffic
+from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
@@ -249,7 +249,9 @@ def _fused_written(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     return kept
 
 
-def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+def _casts_and_loss(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, pricing: Pricing
+) -> tuple:
     """(forward, backward) bytes of the weight casts, fp8 scaling and the loss, per
     micro-batch.
 
@@ -273,12 +275,12 @@ def _casts_and_loss(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
         weights = finetune.adapter_params(model, train)
         if checkpoints_blocks(train):
             bwd += fwd
-    if prec.weight_copy and framework_of(par).autocast:
+    if prec.weight_copy and traits_of(par).autocast:
         fwd += (prec.param + prec.weight_copy) * weights
         bwd += (prec.weight_copy + prec.grad) * weights
         if checkpoints_blocks(train):  # the checkpointed blocks' casts are made again
             bwd += checkpointed_share(train) * (prec.param + prec.weight_copy) * weights
-    bwd += framework_of(par).backward_traffic(model, train)
+    bwd += pricing.backward_traffic(model, train)
     b_dev, t_dev = device_batch()
     if prec.matmul_input == 1:
         n = b_dev * t_dev
@@ -338,11 +340,14 @@ def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
     return (1 - eta_ov) * smin(compute, overlapped)
 
 
-def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str, sp.Expr]:
-    """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics."""
+def step_time(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, pricing: Pricing
+) -> dict[str, sp.Expr]:
+    """time_s.{forward, backward, bubble, optimizer, step} and throughput metrics;
+    ``pricing``: the layout's framework (``costmodel.frameworks.framework_of``)."""
     ops = roofline(model, train, par)
     elementwise, elementwise_bwd = _elementwise_time(model, train, par)
-    extra_fwd, extra_bwd = _casts_and_loss(model, train, par)
+    extra_fwd, extra_bwd = _casts_and_loss(model, train, par, pricing)
     fwd_ops, bwd_ops = _ops_per_phase(
         model, train, par, *({k: e[q] for k, e in ops.items()} for q in ("time_s", "backward_s"))
     )
@@ -357,7 +362,7 @@ def step_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     flops = {k: e["flops"] for k, e in ops.items()}
     backward_flops = {k: backward_factor(k, train) * e for k, e in flops.items()}
     executed = sp.Add(*_ops_per_phase(model, train, par, flops, backward_flops))
-    comm = communication(model, train, par)
+    comm = communication(model, train, par, pricing=pricing)
     (fwd, fwd_lost), (bwd, bwd_lost) = (
         _phase_seconds(comm, "forward", fwd_mb, par),
         _phase_seconds(comm, "backward", bwd_mb, par),

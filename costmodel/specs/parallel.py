@@ -19,10 +19,11 @@ import numpy as np
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.fields import check_fields, document_fields
+from costmodel.specs.frameworks import FRAMEWORKS, framework_defaults, own_stage
+from costmodel.specs.frameworks import FrameworkName as Framework
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
-Framework = Literal["reference", "fsdp2", "megatron", "deepspeed", "handwritten"]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
 EPRouting = Literal["random", "consecutive"]
@@ -33,7 +34,6 @@ EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
 EP_ROUTINGS: tuple[str, ...] = get_args(EPRouting)
 EXPERT_GEMMS: tuple[str, ...] = get_args(ExpertGemm)
 CUDA_GRAPHS: tuple[str, ...] = get_args(CudaGraphs)
-FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 
 
@@ -212,18 +212,14 @@ class ParallelSpec:
         return self.cp * (self.tp if self.sequence_parallel else 1)
 
     def _default(self, field: str) -> Any:
-        """The framework's own value of ``field`` (``frameworks.registry.DEFAULTS``)."""
+        """The framework's own value of ``field`` (``specs.frameworks.DEFAULTS``)."""
         checks.choice("framework", self.framework, FRAMEWORKS)
-        from costmodel.frameworks.registry import framework_defaults  # imports specs
-
         return bool(framework_defaults(self.framework)[field])
 
     def _own_stage(self) -> int:
-        """The framework's own ZeRO stage over this fsdp (``frameworks.registry``)."""
+        """The framework's own ZeRO stage over this fsdp (``specs.frameworks``)."""
         checks.choice("framework", self.framework, FRAMEWORKS)
         checks.integer("fsdp", self.fsdp)
-        from costmodel.frameworks.registry import own_stage  # imports specs
-
         return int(own_stage(self.framework, self.fsdp))
 
     def replace(self, **changes: Any) -> ParallelSpec:

@@ -32,6 +32,7 @@ from torch.distributed.pipelining.schedules import (
 
 from costmodel import ModelSpec, ParallelSpec, TrainSpec, get_hardware
 from costmodel.engine.estimate import symbol_values
+from costmodel.frameworks import framework_of
 from costmodel.parallel.distributed import rank_memory
 from costmodel.parallel.pipeline import PipelineRank
 from costmodel.symbols import as_expr
@@ -269,7 +270,7 @@ def predicted(case: PipelineCase) -> list[dict[str, float]]:
     for r in range(case.world):
         rank = PipelineRank(sp.Integer(r), r == 0, r == case.world - 1)
         mem = {k: float(as_expr(e).xreplace(values)) for k, e in
-               rank_memory(spec, train, par, rank).items()}  # fmt: skip
+               rank_memory(spec, train, par, rank, pricing=framework_of(par)).items()}  # fmt: skip
         # a rank's parameter storages are the fp32 master where autocast casts from it
         mem["params"] = mem["master"] or mem["params"]
         out.append({k: mem[k] for k in PIPELINE_MEASURED})

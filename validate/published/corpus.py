@@ -45,7 +45,7 @@ from costmodel import (
 )
 from costmodel.catalog.files import read_json
 from costmodel.catalog.hardware import resolve_device
-from costmodel.frameworks.registry import fixed_stage
+from costmodel.specs.frameworks import fixed_stage
 from validate.published.conventions import FLOP_CONVENTIONS, flops_per_sequence
 from validate.published.fields import MEASURED_RATES, CorpusError, RunFields
 
