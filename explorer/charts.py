@@ -134,7 +134,7 @@ def flops_chart(values: dict[str, float]) -> alt.Chart:
     for phase in ("forward", "backward"):
         prefix = f"flops.{phase}_by_op."
         rows += [
-            {"op": k[len(prefix) :], "phase": phase, "FLOPs": v}
+            {"op": k[len(prefix) :], "phase": phase, "FLOPs": float(v)}
             for k, v in values.items()
             if k.startswith(prefix) and k != prefix + "total"
         ]

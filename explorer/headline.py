@@ -53,12 +53,13 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
     cols[1].metric("memory per device (GiB)", f"{fit.peak_bytes / GIB:,.2f}",
                    f"budget {fit.budget_bytes / GIB:,.1f} GiB ({fit.headroom:g} of "
                    f"{fit.capacity()})", **off)  # fmt: skip
-    cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
-    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
-    if not fit.fits:  # a layout that cannot run has no utilisation, duration or cost
-        cols[4].metric("MFU", "–", "does not fit", **off)
+    if not fit.fits:  # a layout that cannot run has no speed, utilisation, duration or cost
+        for col, name in zip(cols[2:], ("step time (s)", "tokens/s", "MFU"), strict=False):
+            col.metric(name, "–", "does not fit", **off)
         cols[5].metric("days to train", "–", "does not fit", **off)
         return
+    cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
+    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
     named, _ = peak_named(setup.train, setup.hardware)
     cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)
     if "train_days" in v:
@@ -93,9 +94,11 @@ def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
         verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
         return
     said_of = current_answer(setup)
-    if fit.fits:  # the CLI's "fits, but TIGHT" where the reserve passes the device's memory
-        shown = verdict_col.warning if fit.tight else verdict_col.success
-        shown(f"{'Fits, but tight' if fit.tight else 'Fits'}: {said} (per device, {where}).")
+    if fit.tight:  # the CLI's "fits, but TIGHT", its sentence whole
+        verdict_col.warning(f"Fits, but TIGHT: {fit.sentence().split(': ', 1)[1]} (per device, "
+                            f"{where}).")  # fmt: skip
+    elif fit.fits:
+        verdict_col.success(f"Fits: {said} (per device, {where}).")
         if fit.reserve_warning():
             verdict_col.warning(f"The {fit.reserve_warning()}.")
     else:

@@ -106,14 +106,14 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
         page.get_by_role("button", name="Apply the nearest change that fits").click(
             no_wait_after=True  # a Streamlit button reruns over the websocket, no navigation
         )
-        page.get_by_text(re.compile("^Fits(, but tight)?: ")).wait_for(timeout=RERUN_MS)
+        page.get_by_text(re.compile("^Fits(, but TIGHT)?: ")).wait_for(timeout=RERUN_MS)
         assert "fsdp=8" in page.url
         page.get_by_role("link", name="Plan").click()
         page.get_by_text("Plan: the fastest layout that fits").wait_for(timeout=RERUN_MS)
         page.wait_for_url("**/plan?**", timeout=RERUN_MS)
         assert "model=llama3-8b" in page.url and "gpus=8" in page.url and "batch=8" in page.url
         page.get_by_role("link", name="Estimate").click()
-        page.get_by_text(re.compile("^Fits(, but tight)?: ")).wait_for(timeout=RERUN_MS)
+        page.get_by_text(re.compile("^Fits(, but TIGHT)?: ")).wait_for(timeout=RERUN_MS)
         assumed = page.get_by_text("Assumed:").inner_text()  # the inputs survived the visit
         assert "llama3-8b" in assumed and "dp 1 × fsdp 8" in assumed
         config = tmp_path / "config.json"

@@ -157,10 +157,7 @@ def test_costmodel_imports_point_down_the_layers():
 
 def test_no_import_cycle_between_costmodel_modules():
     mods = _modules()
-    graph = {
-        n: {t for t, _ in _imports(p) if t in mods and t != n}
-        for n, p in mods.items()
-    }
+    graph = {n: {t for t, _ in _imports(p) if t in mods and t != n} for n, p in mods.items()}
     for pkg in [n for n in mods if mods[n].name == "__init__.py"]:
         graph[pkg] = set()  # a package's __init__ re-exports; importing a submodule runs it
     state: dict[str, int] = {}
