@@ -14,6 +14,7 @@ import streamlit as st
 from costmodel.answers.serve import ServeAnswer, answer, assumptions
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
+from costmodel.cli.serve import limited_by
 from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -175,6 +176,10 @@ def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
 def serve_page() -> None:
     st.title("Serve: KV cache, latency and throughput")
     v = _inputs()
+    if v["arrival"] == "poisson" and v["request_rate"] <= 0:  # the CLI refuses it too
+        st.error("arrival **poisson** simulates requests arriving at random at a rate: set "
+                 "**request rate** above 0, or pick continuous or together")  # fmt: skip
+        return
     try:
         ans = _answer(v)
     except SpecError as err:
@@ -195,13 +200,16 @@ def serve_page() -> None:
     st.caption(f"Assumed: {assumptions(_spec(v, v['batch'], rated=True))}.")
     for text in ans.caveats:
         st.warning(text)
+    per_token = (f"KV cache per token (a device of tp {v['tp']})" if v["tp"] > 1
+                 else "KV cache per token")  # fmt: skip
     if not ans.fits:
-        st.metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
+        st.metric(per_token, f"{est['kv_bytes_per_token']:,} B")
         return
+    st.markdown(f"**Limited by** {limited_by(est.values)}.")
     c = st.columns(5)
-    c[0].metric("KV cache per token", f"{est['kv_bytes_per_token']:,} B")
-    c[1].metric("TTFT", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
-    c[2].metric("TPOT", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
+    c[0].metric(per_token, f"{est['kv_bytes_per_token']:,} B")
+    c[1].metric("TTFT (mean)", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
+    c[2].metric("TPOT (mean)", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
     c[4].metric("memory per device", f"{est['memory_bytes_per_device.total'] / GB:,.1f} GB")
     if "workload.ttft_s.p99" in est.values:

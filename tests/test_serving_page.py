@@ -16,7 +16,8 @@ def test_serve_page_estimates_draws_and_refuses():
     at = AppTest.from_function(_serve, default_timeout=300).run()
     assert not at.exception and not at.error
     assert "Fits" in at.success[0].value and not at.warning  # a dense model, calibrated
-    assert [m.label for m in at.metric][:3] == ["KV cache per token", "TTFT", "TPOT"]
+    assert [m.label for m in at.metric][:3] == ["KV cache per token", "TTFT (mean)", "TPOT (mean)"]
+    assert any(m.value.startswith("**Limited by** decode") for m in at.markdown)
     assert at.metric[0].value == "131,072 B"  # Llama-3-8B, bf16: 2 x 32 x 8 x 128 x 2
     assert len(at.get("vega_lite_chart")) == 2
     at.number_input(key="serve_tp").set_value(3)
@@ -95,3 +96,19 @@ def test_serve_page_shows_the_engine_and_the_workload_and_prices_the_one_chosen(
     at.button[0].click().run()
     said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
     assert "fp8 weights, fp8 cache" in said  # TensorRT-LLM's rule, the cache left on auto
+
+
+def test_poisson_without_a_rate_is_refused_and_a_tp_cache_is_a_devices():
+    """Two probes: poisson arrivals with rate 0 answered a green "Fits" as continuous
+    batching (the CLI refuses --arrival poisson without --request-rate); at tp 4 the KV
+    cache per token was a device's without saying so."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.selectbox(key="serve_arrival").set_value("poisson")
+    at.button[0].click().run()
+    assert not at.exception and not at.success
+    assert "arrival **poisson** simulates requests" in at.error[0].value
+    at.selectbox(key="serve_arrival").set_value("together")
+    at.number_input(key="serve_tp").set_value(4)
+    at.button[0].click().run()
+    assert not at.exception and at.metric[0].label == "KV cache per token (a device of tp 4)"
+    assert at.metric[0].value == "32,768 B"  # 131,072 B over 4 devices
