@@ -53,7 +53,8 @@ def inverse_tab(setup: Setup) -> None:
                 f"No FSDP degree up to {MAX_FSDP:,} fits: at best {low:,.1f} GiB per device."
             )
         else:
-            st.metric("min FSDP degree (full model)", result["fsdp"])
+            st.metric("min FSDP degree (full model)", result["fsdp"], _held(setup, result),
+                      delta_color="off", delta_arrow="off")  # fmt: skip
     with book:
         st.markdown(f"**{LABEL}**")
         _book_min_fsdp(setup, budget * GB)
@@ -70,6 +71,16 @@ def inverse_tab(setup: Setup) -> None:
         st.markdown(f"**{LABEL}**")
         _book_critical_batch(setup)
     st.caption(_WHY_BATCH)
+
+
+def _held(setup: Setup, result: dict) -> str:
+    """What the answer holds and what it takes: the other degrees and each device's
+    micro-batch kept, so the devices and the batch grow with fsdp (the sidebar's GPU count
+    would instead take dp down)."""
+    par = setup.parallel.replace(fsdp=result["fsdp"])  # type: ignore[union-attr]
+    batch = par.batch_step(setup.train.grad_accum) * result["micro_batch_per_device"]
+    return (f"on {par.devices:,} GPUs at batch {batch:,}: dp {par.dp}, tp {par.tp}, pp "
+            f"{par.pp}, cp {par.cp} and the micro-batch held")  # fmt: skip
 
 
 def full_min_fsdp(setup: Setup, budget: float) -> dict:
@@ -101,8 +112,8 @@ def _book_min_fsdp(setup: Setup, budget: float) -> None:
             0.5,
             setup.parallel.framework,
         )  # type: ignore[union-attr]
-    except SpecError as err:
-        st.error(err.message, icon="⚠️")
+    except SpecError as err:  # the closed form has no answer here; not an input's error
+        st.info(f"The book's closed form has no answer here: {err.message}")
         return
     st.metric(
         "min FSDP degree (book)",

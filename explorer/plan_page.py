@@ -12,7 +12,7 @@ from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import device_counts
+from costmodel.engine.layouts import MAX_GPUS, device_counts
 from costmodel.engine.plan import (
     FRAMEWORK_CHOICES,
     TIE,
@@ -77,7 +77,8 @@ def _inputs() -> dict[str, Any]:
         c = st.columns(4)
         c[0].radio("GPU count", ("exactly", "up to"), key="plan_count", horizontal=True,
                    help="up to: every count up to the GPUs (whole nodes whose count has no "
-                   "prime factor above 5), each with its fastest layout")  # fmt: skip
+                   "prime factor above 5), each with its fastest layout; at most "
+                   f"{MAX_GPUS:,}")  # fmt: skip
         c[1].number_input("tokens to train on (0: no sizing)", min_value=0.0, max_value=1e16,
                           format="%.4g", key="plan_tokens")  # fmt: skip
         c[2].number_input("price per GPU-hour (0: none)", min_value=0.0, max_value=1e4,
