@@ -11,6 +11,7 @@ from typing import Any
 
 import streamlit as st
 
+from costmodel.engine.quantities import flat
 from costmodel.inputs import Setup
 from costmodel.units import fmt_quantity
 from explorer import charts, warmup
@@ -166,12 +167,19 @@ def export_data(setup: Setup, stale: bool = False) -> dict[str, Any]:
 
 
 def _export(setup: Setup, v: dict[str, float], stale: bool) -> None:
-    """The JSON of :func:`export_data` and a CSV of the quantities."""
+    """The JSON of :func:`export_data` and the same as CSV rows: the verdict, model,
+    training, layout and device, then every quantity, by dotted name."""
     data = export_data(setup, stale)
     st.download_button("estimate.json", json.dumps(data, indent=2, allow_nan=False),
                        "estimate.json", "application/json")  # fmt: skip
+    st.download_button("estimate.csv", export_csv(data), "estimate.csv", "text/csv")
+
+
+def export_csv(data: dict[str, Any]) -> str:
+    """:func:`export_data` as ``name,value`` rows (nested keys dotted, lists as JSON)."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["quantity", "value"])
-    writer.writerows(v.items())
-    st.download_button("estimate.csv", buf.getvalue(), "estimate.csv", "text/csv")
+    writer.writerow(["name", "value"])
+    for key, value in flat(data).items():
+        writer.writerow([key, json.dumps(value) if isinstance(value, list | dict) else value])
+    return buf.getvalue()

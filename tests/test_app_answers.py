@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from costmodel.cli import main
 from costmodel.inputs import build
-from explorer.pages import export_data
+from explorer.pages import export_csv, export_data
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 ESTIMATE = {"model": "gpt2", "hardware": "a100-80gb", "gpus": 8, "seq": 1024, "batch": 4,
@@ -45,6 +45,9 @@ def test_the_export_is_the_clis_json(capsys):
     assert data["verdict"]["fits"] == cli["verdict"]["fits"] is True
     assert data["verdict"]["memory"] == cli["verdict"]["memory"]
     assert data["time_s"] == cli["time_s"] and data["model"] == cli["model"]
+    rows = dict(line.split(",", 1) for line in export_csv(data).splitlines()[1:])
+    assert rows["verdict.fits"] == "True" and rows["model.name"] == "llama3-8b"  # a probe:
+    assert rows["train.batch"] == "64" and "time_s.step" in rows  # the CSV had neither
 
 
 def test_a_reserve_over_the_budget_is_a_warning_beside_the_fit():
