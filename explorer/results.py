@@ -51,7 +51,12 @@ def _rows(folder: str) -> list[dict[str, Any]] | None:
         )
         return None
     results = path / "results.jsonl"
-    if not results.exists() and not results.is_symlink():
+    try:  # a name past the file system's limit raises instead of answering False
+        missing = not results.exists() and not results.is_symlink()
+    except OSError as err:
+        st.error(f"The results folder cannot be read: {err.strerror or err}.")
+        return None
+    if missing:
         st.info(
             f"No {folder}/results.jsonl yet: run `python -m validate.run --quick --out {folder}`."
         )

@@ -207,6 +207,13 @@ def test_results_page_plots_a_results_folder(tmp_path, monkeypatch):
     assert len(at.get("vega_lite_chart")) == 1
 
 
+def test_a_results_folder_name_too_long_is_a_message(tmp_path, monkeypatch):
+    """A probe: a 300-character folder name raised OSError (File name too long)."""
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_function(_results_page, args=("x" * 300,), default_timeout=60).run()
+    assert not at.exception and "cannot be read: File name too long" in at.error[0].value
+
+
 def _results_page(folder: str) -> None:
     import streamlit as st
 
