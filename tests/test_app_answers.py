@@ -114,3 +114,16 @@ def test_a_layout_that_does_not_fit_shows_no_speed_and_a_huge_count_draws():
     big = _app(model="llama3-405b", gpus="16384", batch="2048", seq="8192",
                framework="megatron", tp="8", pp="16", recompute="full")  # fmt: skip
     assert not big.exception
+
+
+def test_the_plan_page_gives_the_caveats_plan_prints():
+    """A probe: Mixtral on 16 MI300X, where ``plan`` prints the datasheet-only device's and
+    the MoE caveats, showed neither."""
+    at = AppTest.from_function(_page, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "mixtral-8x7b", "hardware": "mi300x",
+                                            "gpus": 16, "seq": 4096, "batch": 128}  # fmt: skip
+    at.run()
+    assert not at.exception
+    said = [w.value for w in at.warning]
+    assert any(w.startswith("mi300x") and "datasheet only" in w for w in said)
+    assert any(w.startswith("mixture-of-experts steps are less certain") for w in said)
