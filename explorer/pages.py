@@ -11,6 +11,8 @@ from typing import Any
 
 import streamlit as st
 
+from costmodel.cli.estimate import summary_rows
+from costmodel.engine.fit import judge
 from costmodel.engine.quantities import flat
 from costmodel.inputs import Setup
 from costmodel.units import fmt_quantity
@@ -66,6 +68,20 @@ def _swept_base(setup: Setup, field: str) -> int:
     if field == "seq":
         return setup.parallel.seq_step()
     return setup.parallel.batch_step(setup.train.grad_accum)
+
+
+def _lines(rows: list[tuple[str, str]], heading: str) -> None:
+    """The CLI's lines under ``heading`` (``estimate``'s summary: parts that add up to the
+    peak or the step, transients and contention included), as a table."""
+    names = [name for name, _ in rows]
+    if heading not in names:
+        return
+    below = []
+    for name, value in rows[names.index(heading) + 1 :]:
+        if not name.startswith("  "):
+            break
+        below.append({"": name.strip(), "value": value})
+    st.dataframe(below, hide_index=True)
 
 
 def _table(rows: dict[str, Any]) -> None:
@@ -138,14 +154,20 @@ def _result(setup: Setup, stale: bool) -> None:
     v = setup.estimate().values
     headline(setup, v, stale)
     tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
+    summary = summary_rows(setup.estimate(), judge(v, setup.hardware).fits)
     with tabs[0]:
         _chart("memory_seq", setup, v)
         _chart("memory_batch", setup, v)
-        _table({k: v[k] for k in v if k.startswith("memory_bytes_per_device.")})
+        _lines(summary, "memory per device")
+        with st.expander("every memory quantity (the names --json and the API use)"):
+            _table({k: v[k] for k in v if k.startswith("memory_bytes_per_device.")})
     with tabs[1]:
         _chart("comm", setup, v)
         _chart("flops", setup, v)
-        _table({k: v[k] for k in v if k.startswith(("time_s.", "comm_bytes.", "comm_time_s."))})
+        _lines(summary, "time per step")
+        with st.expander("every time and communication quantity (as --json names them)"):
+            _table({k: v[k] for k in v if k.startswith(("time_s.", "comm_bytes.",
+                                                         "comm_time_s."))})  # fmt: skip
     with tabs[2]:
         _chart("roofline", setup, v)
     with tabs[3]:

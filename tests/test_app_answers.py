@@ -127,3 +127,18 @@ def test_the_plan_page_gives_the_caveats_plan_prints():
     said = [w.value for w in at.warning]
     assert any(w.startswith("mi300x") and "datasheet only" in w for w in said)
     assert any(w.startswith("mixture-of-experts steps are less certain") for w in said)
+
+
+def test_the_memory_and_time_tables_add_up_as_the_clis_do():
+    """A probe: the Memory tab listed components summing to 34.5 GiB beside a 40.4 GiB peak
+    (no transients) and the Time tab's phases passed the step (no contention), each under
+    internal names. The tabs lead with the CLI's lines; the dotted names follow, folded."""
+    at = _app(model="llama3-70b", hardware="h100-sxm", gpus="64", framework="fsdp2",
+              recompute="full", batch="64")  # fmt: skip
+    assert not at.exception
+    memory, _, time, *_ = (df.value for df in at.dataframe)
+    names = list(memory.iloc[:, 0])
+    assert names[-3:] == ["transients", "peak", "reserved"] and "weights" in names
+    parts = dict(zip(time.iloc[:, 0], time["value"], strict=True))
+    assert list(parts) == ["compute", "communication", "of it exposed", "contention",
+                           "optimizer", "step"]  # fmt: skip

@@ -122,7 +122,7 @@ def _step_parts(v: dict[str, Any]) -> dict[str, float]:
     return {"time_s.contention": contention, "time_s.comm_exposed": exposed}
 
 
-def _summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
+def summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
     """The summary's rows; a layout that does not fit shows its memory and no speed. The
     memory lines add up to the peak (``engine.fit.rest_at_peak``)."""
     v = dict(est.values)
@@ -161,7 +161,7 @@ def _table(est: Estimate, answer: dict[str, Any] | None = None, *, full: bool = 
                      "(torch.autocast: fp32 parameters and residual stream); --hardware and "
                      "--gpus for a verdict, a layout and a framework"))  # fmt: skip
     fits = answer is None or answer["fits"]
-    rows += [("", "")] + (_full_rows(v) if full else _summary_rows(est, fits))
+    rows += [("", "")] + (_full_rows(v) if full else summary_rows(est, fits))
     ratios = ("mfu", "hfu")
     extra = [
         k
