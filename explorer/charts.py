@@ -10,6 +10,7 @@ import altair as alt
 import numpy as np
 
 from costmodel.engine.estimate import estimate
+from costmodel.engine.fit import budget_bytes
 from costmodel.engine.timeline import COLOURS
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
@@ -68,8 +69,9 @@ def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, A
 
 
 def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
-    """Stacked components, the peak (black) and the device's capacity (red dashed), with the
-    current setting marked (grey band)."""
+    """Stacked components, the peak (black), the device's capacity (red dashed) and the fit
+    rule's budget (orange dashed: a peak above it does not fit), with the current setting
+    marked (grey band)."""
     data = memory_rows(setup, field, values)
     parts = [r for r in data if r["component"] != "peak"]
     peaks = [r for r in data if r["component"] == "peak"]
@@ -99,9 +101,14 @@ def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
                                                                     opacity=0.25)  # fmt: skip
     rule = alt.Chart(alt.Data(values=[{"GiB": capacity}])).mark_rule(color="red", strokeDash=[6, 3])
     rule = rule.encode(alt.Y("GiB:Q"), tooltip=[alt.Tooltip("GiB:Q", title="capacity")])
-    title = f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} capacity)"
+    budget = alt.Chart(alt.Data(values=[{"GiB": budget_bytes(setup.hardware) / GIB}]))
+    budget = budget.mark_rule(color="orange", strokeDash=[2, 2]).encode(
+        alt.Y("GiB:Q"), tooltip=[alt.Tooltip("GiB:Q", format=".1f", title="fit rule's budget")]
+    )
+    title = (f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} "
+             f"capacity, orange: the fit rule's budget)")  # fmt: skip
     title = alt.TitleParams(title, subtitle=why_bars_differ(data, field))
-    return alt.layer(mark.encode(x), bars, peak, rule, title=title)
+    return alt.layer(mark.encode(x), bars, peak, rule, budget, title=title)
 
 
 def why_bars_differ(rows: list[dict[str, Any]], field: str) -> list[str]:

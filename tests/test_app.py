@@ -237,6 +237,8 @@ def test_memory_charts_span_the_current_setting_and_reach_the_peak():
         assert stack == pytest.approx(max(gib["peak"], stack - gib["transient"]), rel=1e-12)
     spec = charts.memory_chart(setup, "batch", charts.around(64, 8)).to_dict()
     assert "batch (current: 64)" in str(spec)
+    lines = [layer["data"]["values"][0]["GiB"] for layer in spec["layer"][-2:]]
+    assert lines == pytest.approx([80.0, 72.0])  # a probe: only the capacity was drawn
 
 
 def test_flops_axis_in_a_readable_unit():
