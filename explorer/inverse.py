@@ -17,6 +17,7 @@ from costmodel.inputs import Setup
 from costmodel.specs.checks import SpecError
 from costmodel.units import GB, GIB
 from explorer import charts
+from explorer.labels import in_words
 
 MAX_FSDP = 4096
 _WHY_FSDP = (
@@ -113,7 +114,7 @@ def _book_min_fsdp(setup: Setup, budget: float) -> None:
             setup.parallel.framework,
         )  # type: ignore[union-attr]
     except SpecError as err:  # the closed form has no answer here; not an input's error
-        st.info(f"The book's closed form has no answer here: {err.message}")
+        st.info(f"The book's closed form has no answer here: {in_words(err.message)}")
         return
     st.metric(
         "min FSDP degree (book)",
@@ -136,7 +137,7 @@ def _book_critical_batch(setup: Setup) -> None:
     try:
         report = _bounds(setup)
     except SpecError as err:  # the book's closed forms cover dense FFN stacks only
-        st.info(err.message)
+        st.info(in_words(err.message))
         return
     tokens = report["critical_batch_tokens"]
     if tokens == 0:  # "B* = 0" would read as an answer; there is nothing to hide

@@ -7,6 +7,8 @@ prints, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import re
+
 from costmodel.inputs import BY_KEY
 
 LABELS = {
@@ -62,3 +64,13 @@ def label(key: str) -> str:
 def help_of(key: str) -> str:
     """The input's documentation as Markdown (the schema writes code as ``x``)."""
     return BY_KEY[key].help.replace("``", "`")
+
+
+def in_words(message: str) -> str:
+    """A message of the engine or the CLI as a page says it: ``--tp 4`` as ``tp 4`` and
+    a field's snake_case name in words (``request_rate`` -> ``request rate``): the pages
+    have widgets, not flags or field names."""
+    message = re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", " "),
+                     message)  # fmt: skip
+    return re.sub(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b",
+                  lambda m: m.group(1).replace("_", " "), message)  # fmt: skip

@@ -30,6 +30,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.units import GIB
 from explorer import plan_charts
+from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
@@ -212,7 +213,7 @@ def plan_page() -> None:
     try:
         p = _search(inp)
     except SpecError as err:
-        st.error(f"No layout: {err.message}")
+        st.error(f"No layout: {in_words(err.message)}")
         return
     _batch_warning(inp)
     fit = int(p.fits.sum())
@@ -289,7 +290,7 @@ def _sizing(p: Plan, inp: dict[str, Any]) -> None:
         st.success(f"The {why}: {best.gpus:,} GPUs, {best.days:,.1f} days, "
                    f"{best.gpu_hours:,.0f} GPU-hours{cost}.")  # fmt: skip
     except SpecError as err:
-        st.warning(err.message)
+        st.warning(in_words(err.message))
     table = [{"GPUs": r.gpus, "days": round(r.days, 2), "GPU-hours": round(r.gpu_hours),
               **({"cost ($)": round(r.cost)} if r.cost is not None else {}),
               "Pareto": "✓" if r.pareto else "",

@@ -20,6 +20,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
+from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
@@ -183,15 +184,15 @@ def serve_page() -> None:
     try:
         ans = _answer(v)
     except SpecError as err:
-        st.error(err.message)
+        st.error(in_words(err.message))
         return
     est = ans.estimate
     if not ans.fits:
         st.error(f"**Does not fit**: {est['memory_bytes_per_device.total'] / GB:,.1f} GB of "
                  f"{est['memory_bytes_per_device.budget'] / GB:,.1f} GB per device; up to "
                  f"{est['max_batch']:,} requests at once per replica. Nearest fit: "
-                 f"{ans.nearest}. No TTFT, TPOT or throughput for a batch that does not "
-                 "fit.")  # fmt: skip
+                 f"{in_words(str(ans.nearest))}. No TTFT, TPOT or throughput for a batch "
+                 "that does not fit.")  # fmt: skip
     else:  # the CLI's verdict: a load that fits memory but not the deployment warns
         head = ans.headline()
         shown = st.success if head == "fits" else st.warning

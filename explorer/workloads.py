@@ -16,6 +16,7 @@ from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain,
 from costmodel.engine.padding import row_coefficients, strategy_costs
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
+from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
@@ -116,7 +117,7 @@ def offload_page() -> None:
         setup = build({k: base[k] for k in ("model", "seq", "batch", "precision")})
         configs = plan_offload(setup.model, setup.train, get_hardware(base["hardware"]), spec)
     except SpecError as err:
-        st.error(f"No plan: {err.message}")
+        st.error(f"No plan: {in_words(err.message)}")
         return
     st.markdown("\n".join(f"- {line}" for line in explain(configs[0], spec)))
     rows = [{"step (s)": round(c.time_s["step"], 2), "tokens/s": round(c.tokens_per_s),
@@ -162,7 +163,7 @@ def padding_page() -> None:
         rows = strategy_costs(lengths, setup.train.seq, setup.train.batch,
                               row_coefficients(setup))  # fmt: skip
     except SpecError as err:
-        st.error(err.message)
+        st.error(in_words(err.message))
         return
     st.caption(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens; rows of "
                f"{setup.train.seq:,} tokens, {setup.train.batch} rows per step")  # fmt: skip

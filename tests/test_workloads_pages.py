@@ -30,7 +30,7 @@ def test_offload_page_plans_explains_and_refuses():
     at.number_input[2].set_value(2.0)  # device budget: 2 GB
     at.button[0].click().run()
     assert not at.exception
-    assert "device_budget must be >=" in at.error[0].value
+    assert "device budget must be >=" in at.error[0].value  # in words, not a field name
 
 
 def test_padding_page_compares_and_refuses():
@@ -82,3 +82,12 @@ def test_offload_page_starts_from_the_estimates_model():
     assert at.selectbox(key="offload_model").value == "gpt2"
     query = _query(at)
     assert query["model"] == "gpt2" and query["batch"] == "8" and query["device_gb"] == "30"
+
+
+def test_messages_on_pages_are_in_words_not_flags_or_field_names():
+    """A probe: the pages said ``deadline_days``, ``request_rate`` and ``--tp 4``."""
+    from explorer.labels import in_words
+
+    said = in_words("--tp 4 or --rope-scaling; request_rate (100/s) needs sequence_parallel")
+    assert said == "tp 4 or rope scaling; request rate (100/s) needs sequence parallel"
+    assert in_words("seq-len stays; a-b --x") == "seq-len stays; a-b x"
