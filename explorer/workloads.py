@@ -13,7 +13,7 @@ import streamlit as st
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.lengths import SYNTHETIC, read_lengths, synthetic_lengths
 from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain, plan_offload
-from costmodel.engine.padding import row_coefficients, strategy_costs
+from costmodel.engine.padding import LONGEST_DRAWN, row_coefficients, strategy_costs, truncated
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
 from explorer.labels import in_words
@@ -143,8 +143,8 @@ def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
 
 
 def _lengths(dist: str, upload: Any, seq: int) -> np.ndarray:
-    if upload is None:
-        return synthetic_lengths(dist, 100_000, seq)
+    if upload is None:  # drawn as the CLI draws them (its --samples and --seed defaults)
+        return synthetic_lengths(dist, 100_000, LONGEST_DRAWN, 0)
     import tempfile
     from pathlib import Path
 
@@ -167,6 +167,12 @@ def padding_page() -> None:
         return
     st.caption(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens; rows of "
                f"{setup.train.seq:,} tokens, {setup.train.batch} rows per step")  # fmt: skip
+    cut = truncated(lengths, setup.train.seq)
+    if cut["documents"]:  # as the CLI notes it
+        st.caption(f"{cut['documents']:,} documents ({cut['documents'] / len(lengths):.1%}) are "
+                   f"longer than a row: each is cut at {setup.train.seq:,} tokens, dropping "
+                   f"{cut['tokens_fraction']:.1%} of the tokens (a longer sequence keeps "
+                   "them)")  # fmt: skip
     table = [{"strategy": k, "rows": r["rows"], "pad tokens (%)": round(100 * r["pad_fraction"], 2),
               "wasted FLOPs (%)": round(100 * r["wasted_flops_fraction"], 2),
               "tokens/s": round(r["tokens_per_s"])} for k, r in rows.items()]  # fmt: skip

@@ -91,3 +91,22 @@ def test_messages_on_pages_are_in_words_not_flags_or_field_names():
     said = in_words("--tp 4 or --rope-scaling; request_rate (100/s) needs sequence_parallel")
     assert said == "tp 4 or rope scaling; request rate (100/s) needs sequence parallel"
     assert in_words("seq-len stays; a-b --x") == "seq-len stays; a-b x"
+
+
+def test_the_padding_page_draws_and_cuts_the_documents_as_the_cli_does(capsys):
+    """A probe: the page drew lengths capped at the row (mean 1,028.0) where ``padding``
+    draws them whole and cuts them with a note (mean 1,034.2; 212 documents cut)."""
+    from costmodel.cli import main
+
+    inputs = {"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 8, "seq": 8192,
+              "batch": 64}  # fmt: skip
+    at = AppTest.from_function(_padding, default_timeout=300)
+    at.session_state["_estimate_inputs"] = inputs
+    at.run()
+    assert not at.exception
+    assert main(["padding", *(f"--{k}={v}" for k, v in inputs.items()),
+                 "--distribution", "lognormal:median=721,sigma=0.85"]) == 0  # fmt: skip
+    cli = capsys.readouterr().out.splitlines()
+    shown = [c.value for c in at.caption]
+    assert cli[0].split(", rows")[0] in shown[0]  # 100,000 documents, mean 1,034.2 tokens
+    assert shown[1].startswith("212 documents (0.2%) are longer than a row")

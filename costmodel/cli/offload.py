@@ -20,7 +20,13 @@ from costmodel.cli.args import (
 from costmodel.cli.plan import budget_cost
 from costmodel.engine.fit import budget_bytes
 from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain, plan_offload
-from costmodel.engine.padding import STRATEGIES, row_coefficients, strategy_costs
+from costmodel.engine.padding import (
+    LONGEST_DRAWN,
+    STRATEGIES,
+    row_coefficients,
+    strategy_costs,
+    truncated,
+)
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -142,10 +148,6 @@ def add_offload(sub) -> None:
     p.set_defaults(func=_cmd_offload)
 
 
-LONGEST_DRAWN = 2**24
-"""The longest document a --distribution draws (tokens); longer draws are held at it."""
-
-
 def _lengths(args: argparse.Namespace) -> Any:
     if (args.lengths is None) == (args.distribution is None):
         raise SpecError("lengths", "give either --lengths FILE or --distribution NAME:k=v,...")
@@ -153,15 +155,6 @@ def _lengths(args: argparse.Namespace) -> Any:
         return read_lengths(args.lengths)
     # the documents as drawn (up to 2^24 tokens): a row cuts them, and says so, as for a file
     return synthetic_lengths(args.distribution, args.samples, LONGEST_DRAWN, args.seed)
-
-
-def _truncated(lengths: Any, seq: int) -> dict[str, Any]:
-    """The documents longer than a row, which every strategy cuts at ``seq`` tokens, and
-    the share of all tokens cut off."""
-    over = lengths > seq
-    dropped = int((lengths[over] - seq).sum())
-    return {"documents": int(over.sum()), "tokens": dropped,
-            "tokens_fraction": dropped / float(lengths.sum())}  # fmt: skip
 
 
 def _cmd_padding(args: argparse.Namespace) -> int:
@@ -174,7 +167,7 @@ def _cmd_padding(args: argparse.Namespace) -> int:
     if budget is not None:  # a budget needs hardware, hence a layout
         for row in rows.values():
             row.update(budget_cost(row, setup.parallel.devices, budget, setup.price_per_hour))
-    cut = _truncated(lengths, setup.train.seq)
+    cut = truncated(lengths, setup.train.seq)
     if args.json:
         print(json.dumps({"documents": len(lengths), "truncated": cut, "strategies": rows},
                          indent=2))  # fmt: skip

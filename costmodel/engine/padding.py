@@ -166,3 +166,16 @@ def _processed(name: str, docs: np.ndarray, max_len: int, batch: int, seed: int)
     packed = packed_row_count(docs.astype(np.int64), max_len)
     quad = float(np.sum(docs**2)) if name == "packing-masked" else packed * max_len**2
     return packed, float(packed * max_len), float(quad)
+
+
+LONGEST_DRAWN = 2**24
+"""The longest document a distribution draws (tokens); longer draws are held at it."""
+
+
+def truncated(lengths: np.ndarray, seq: int) -> dict[str, Any]:
+    """The documents longer than a row, which every strategy cuts at ``seq`` tokens, and
+    the share of all tokens cut off (``padding`` and the Padding page say it)."""
+    over = lengths > seq
+    dropped = int((lengths[over] - seq).sum())
+    return {"documents": int(over.sum()), "tokens": dropped,
+            "tokens_fraction": dropped / float(lengths.sum())}  # fmt: skip
