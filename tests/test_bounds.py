@@ -206,6 +206,13 @@ def test_full_recompute_never_peaks_above_none(framework):
     assert peaks["full"] <= peaks["selective"] <= peaks["none"], peaks
 
 
+def _lines_between(out: str, heading: str, end: str) -> list[tuple[str, str]]:
+    """(label, value) of the printed lines under ``heading``, up to ``end``."""
+    lines = out.split(heading, 1)[1].split(end, 1)[0].splitlines()
+    pairs = [line.strip().partition("  ")[::2] for line in lines]
+    return [(label.strip(), value.strip()) for label, value in pairs if value]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -223,16 +230,11 @@ def test_the_memory_lines_add_up_to_the_peak(capsys, argv):
     hardware = [] if "--hardware" in argv else ["--hardware", "h100-sxm"]
     code, out, _ = _run(capsys, "estimate", *argv, *hardware)
     assert code == 0
-    lines = out.split("memory per device", 1)[1].split("time per step", 1)[0].splitlines()
     parts = {}
-    for line in lines:
-        label, _, value = line.strip().partition("  ")
-        if value:
-            amount = float(
-                value.split("minus ")[-1].split(" GiB")[0].split(" MiB")[0].replace(",", "")
-            )
-            scale = 2**30 if " GiB" in value else 2**20
-            parts[label.strip()] = amount * scale * (-1 if "minus" in value else 1)
+    for label, value in _lines_between(out, "memory per device", "time per step"):
+        amount = float(value.split("minus ")[-1].split(" GiB")[0].split(" MiB")[0].replace(",", ""))
+        scale = 2**30 if " GiB" in value else 2**20
+        parts[label] = amount * scale * (-1 if "minus" in value else 1)
     peak = parts.pop("peak")
     parts.pop("reserved")
     assert "frozen weights" in parts or "qlora" not in argv
@@ -372,13 +374,10 @@ def test_the_time_lines_add_up_to_the_step(capsys, argv):
     bubble and optimizer (the communication line is all of it, mostly hidden)."""
     code, out, _ = _run(capsys, "estimate", *argv, "--hardware", "h100-sxm")
     assert code == 0
-    lines = out.split("time per step", 1)[1].split("tokens/s", 1)[0].splitlines()
     parts = {}
-    for line in lines:
-        label, _, value = line.strip().partition("  ")
-        if value:
-            number, unit = value.split()[:2]
-            parts[label.strip()] = float(number.replace(",", "")) * (1e-3 if unit == "ms" else 1)
+    for label, value in _lines_between(out, "time per step", "tokens/s"):
+        number, unit = value.split()[:2]
+        parts[label] = float(number.replace(",", "")) * (1e-3 if unit == "ms" else 1)
     step, total = parts.pop("step"), parts.pop("communication")
     assert parts.pop("of it waiting for the host", 0) <= parts["compute"]  # a part of compute
     assert parts["of it exposed"] <= total
