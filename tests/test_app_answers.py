@@ -120,10 +120,19 @@ def test_the_plan_page_gives_the_caveats_plan_prints():
     """A probe: Mixtral on 16 MI300X, where ``plan`` prints the datasheet-only device's and
     the MoE caveats, showed neither."""
     at = AppTest.from_function(_page, default_timeout=300)
-    at.session_state["_estimate_inputs"] = {"model": "mixtral-8x7b", "hardware": "mi300x",
-                                            "gpus": 16, "seq": 4096, "batch": 128}  # fmt: skip
+    query = {
+        "model": "mixtral-8x7b",
+        "hardware": "mi300x",
+        "gpus": "16",
+        "seq": "4096",
+        "batch": "128",
+        "frameworks": "fsdp2",
+        "recompute": "full",
+    }  # a small search
+    for key, value in query.items():
+        at.query_params[key] = value
     at.run()
-    assert not at.exception
+    assert not at.exception and at.multiselect(key="plan_frameworks").value == ["fsdp2"]
     said = [w.value for w in at.warning]
     assert any(w.startswith("mi300x") and "datasheet only" in w for w in said)
     assert any(w.startswith("mixture-of-experts steps are less certain") for w in said)

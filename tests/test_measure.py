@@ -62,7 +62,10 @@ def test_grids_cover_what_the_issue_asks_for():
         wanted = {"fp32"} if slow_bf16 else {"fp32", "bf16-mixed"}
         assert {c.precision for c in cases} >= wanted or device.type == "cuda"
         assert {c.attention for c in cases} == {"flash", "naive"}
-        assert {c.compiled for c in cases} == {False, True}
+        # inductor's compile (40 s of a 2-core CPU) is the full grid's on a CPU (issue 58:
+        # --quick in 3 minutes); a GPU's quick grid keeps it
+        compiled = {False} if device.type == "cpu" and quick else {False, True}
+        assert {c.compiled for c in cases} == compiled
         assert {c.optimizer_impl for c in cases} == {"foreach", "fused"}
         assert any(c.profile for c in cases)
         # every case is one costmodel states: GPT-2's learned positions stop at 1,024
