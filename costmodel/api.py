@@ -42,8 +42,7 @@ from costmodel.engine.fit import (
     fits,
 )
 from costmodel.engine.sweep import Table
-from costmodel.engine.verdict import verdict
-from costmodel.inputs import BY_KEY, build, default_batch
+from costmodel.inputs import build, default_batch, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
@@ -351,11 +350,9 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
 
 
 def _verdict_at(setup, train, par, values, headroom, budget) -> dict[str, Any]:
-    """The fit rule's verdict at a solved answer, as ``solve`` prints it ("fits, but
-    TIGHT" where the allocator's reserve is over the device's memory)."""
+    """The verdict ``solve`` prints at a solved answer (``inputs.solved_verdict``)."""
     at = _engine.estimate(setup.model, train, par, setup.hardware)
-    defaulted = set(BY_KEY) - set(values)
-    return verdict(at, headroom, budget, defaulted=defaulted, nearest=False)
+    return solved_verdict(at, values, headroom, budget)
 
 
 def min_fsdp(

@@ -30,6 +30,7 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.verdict import verdict
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -334,3 +335,13 @@ def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_g
             f"{accum}, got grad_accum={train.grad_accum})",
         )
     return train.replace(grad_accum=accum)
+
+
+def solved_verdict(
+    est: Estimate, given: Mapping[str, Any], headroom: float | None, budget: float | None
+) -> dict[str, Any]:
+    """The fit rule's verdict at a solved answer (``solve`` and the API's ``max_seq``,
+    ``max_batch``, ``min_fsdp``): the budget the question used, the inputs not in
+    ``given`` announced as defaults, no nearest fit (the answer is one)."""
+    defaulted = set(BY_KEY) - set(given)
+    return verdict(est, headroom, budget, defaulted=defaulted, nearest=False)

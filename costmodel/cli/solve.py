@@ -22,8 +22,7 @@ from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, budget_from, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
-from costmodel.engine.verdict import verdict
-from costmodel.inputs import BY_KEY, build
+from costmodel.inputs import BY_KEY, build, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
@@ -141,8 +140,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 def _verdict(est: Estimate, args: argparse.Namespace) -> dict[str, Any]:
     """The fit rule's verdict at an answer, with the budget the question used."""
-    defaulted = set(BY_KEY) - set(values_of(args))
-    return verdict(est, args.memory_headroom, _budget(args), defaulted=defaulted, nearest=False)
+    return solved_verdict(est, values_of(args), args.memory_headroom, _budget(args))
 
 
 def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
