@@ -195,34 +195,6 @@ def test_state_round_trip_and_build_errors():
     assert "n_heads must divide d_model" in errors["n_heads"]
 
 
-def test_results_page_plots_a_results_folder(tmp_path, monkeypatch):
-    from validate.report.results import ResultsLog, Row
-
-    monkeypatch.chdir(tmp_path)  # the page reads folders under the working directory only
-    log = ResultsLog(tmp_path / "out")
-    log.write([Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s")])
-    at = AppTest.from_function(_results_page, args=("out",), default_timeout=60).run()
-    assert not at.exception
-    assert at.metric[0].value == "1"
-    assert len(at.get("vega_lite_chart")) == 1
-
-
-def test_a_results_folder_name_too_long_is_a_message(tmp_path, monkeypatch):
-    """A probe: a 300-character folder name raised OSError (File name too long)."""
-    monkeypatch.chdir(tmp_path)
-    at = AppTest.from_function(_results_page, args=("x" * 300,), default_timeout=60).run()
-    assert not at.exception and "cannot be read: File name too long" in at.error[0].value
-
-
-def _results_page(folder: str) -> None:
-    import streamlit as st
-
-    from explorer.results import results_page
-
-    st.session_state.setdefault("results_dir", folder)
-    results_page()
-
-
 def test_memory_charts_span_the_current_setting_and_reach_the_peak():
     from explorer import charts
 

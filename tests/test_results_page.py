@@ -86,3 +86,22 @@ def test_page_refuses_a_results_file_linked_from_outside_or_not_regular(tmp_path
         assert not at.exception and why in at.error[0].value and not at.metric
     at = _page("inside")
     assert not at.exception and not at.error and at.metric
+
+
+def test_results_page_plots_a_results_folder(tmp_path, monkeypatch):
+    from validate.report.results import ResultsLog, Row
+
+    monkeypatch.chdir(tmp_path)  # the page reads folders under the working directory only
+    log = ResultsLog(tmp_path / "out")
+    log.write([Row("model", "c", "time_s.forward", 1.1, 1.0, "cpu", "ok", "s")])
+    at = _page("out")
+    assert not at.exception
+    assert at.metric[0].value == "1"
+    assert len(at.get("vega_lite_chart")) == 1
+
+
+def test_a_results_folder_name_too_long_is_a_message(tmp_path, monkeypatch):
+    """A probe: a 300-character folder name raised OSError (File name too long)."""
+    monkeypatch.chdir(tmp_path)
+    at = _page("x" * 300)
+    assert not at.exception and "cannot be read: File name too long" in at.error[0].value
