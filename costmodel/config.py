@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.specs import checks
 from costmodel.specs.attention import window_rules
 from costmodel.specs.finetune import finetune_rules
-from costmodel.specs.frameworks import each, fixed_stage, trait
+from costmodel.specs.frameworks import TRAITS, each, fixed_stage, trait
 from costmodel.specs.parallel import cp_rule, layout_rules
 from costmodel.specs.rules import (
     check_positions,
@@ -57,8 +57,9 @@ def expert_tp_rule(par: Any, model: Any) -> None:
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     folded = (np.asarray(par.tp) > 1) | (np.asarray(par.etp) != np.asarray(par.tp))
     ok = ~moe | ~folded | trait(par.framework, "expert_tensor_parallel")
+    running = " or ".join(t.name for t in TRAITS.values() if t.expert_tensor_parallel)
     checks.require(ok, "tp", lambda: "tp > 1 (or an etp of its own) on a mixture-of-experts "
-                   "model is modelled under framework=megatron (expert tensor parallelism, "
+                   f"model is modelled under framework={running} (expert tensor parallelism, "
                    f"MoE parallel folding); under {_first(ok, par.framework)} use ep, fsdp, "
                    "dp, cp or pp")  # fmt: skip
 

@@ -44,6 +44,24 @@ def test_each_device_holds_its_tp_share_and_its_expert_groups_share_of_the_exper
     assert values["memory_bytes_per_device.step_grads"] == pytest.approx(shard, rel=1e-12)
 
 
+def test_fsdp2_runs_the_experts_over_tp_as_torchtitan_and_maxtext_do():
+    """tp on an MoE model under fsdp2 (torchtitan's etp = tp or 1; MaxText's tensor axis, as
+    the Llama 4 Maverick tpu-recipe runs it: fsdp 32 x tp 4) was refused. Without
+    sequence parallelism (Megatron's requirement only), each replica holds its fp32
+    master parameters over tp, the routed experts over ep x etp: every matrix but the norms halves
+    from tp 1 to tp 2, whether the experts split over tp (etp 2) or over ep (ep 2, etp 1)."""
+    train = TrainSpec(batch=64, seq=4096, grad_accum=8)
+
+    def params(**layout) -> float:
+        par = ParallelSpec(framework="fsdp2", **layout)
+        return estimate(MIXTRAL, train, par, H100)["memory_bytes_per_device.master"]
+
+    one, two = params(dp=8), params(dp=4, tp=2)  # replicas: no FSDP padding of the shards
+    assert one == pytest.approx(4 * PARTS["total"], rel=1e-12)
+    assert two == pytest.approx(4 * (SPLIT / 2 + PARTS["norms"]), rel=1e-12)
+    assert params(dp=4, tp=2, ep=2, etp=1) == pytest.approx(two, rel=1e-12)
+
+
 def test_folding_and_expert_tensor_parallelism_hold_the_same_expert_share():
     """ep 8 x etp 1 and ep 4 x etp 2 on the same tp 2 x dp 4: each device holds 1/8 of the
     routed experts either way; the optimizer state of the experts spreads over the
@@ -77,7 +95,9 @@ def test_each_tp_rank_dispatches_its_sequence_shard_and_etp_ranks_gather():
         ({"tp": 2, "dp": 4, "ep": 4, "etp": 3, "sequence_parallel": True}, "etp",
          "etp must divide d_ff_expert"),
         ({"tp": 2, "fsdp": 4, "ep": 8, "etp": 1, "sequence_parallel": True,
-          "framework": "fsdp2"}, "tp", "is modelled under framework=megatron"),
+          "framework": "deepspeed"}, "tp", "is modelled under framework=fsdp2 or megatron"),
+        ({"tp": 4, "fsdp": 2, "ep": 2, "etp": 2, "framework": "fsdp2"}, "etp",
+         "etp must be 1 or tp (got etp=2, tp=4)"),
     ],
 )  # fmt: skip
 def test_a_layout_megatron_refuses_names_the_field_and_its_rule(layout, field, message):

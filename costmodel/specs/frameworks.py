@@ -152,6 +152,18 @@ class FSDP2Traits(Traits):
     shards_over_cp = True
     params_persist = False
     reduce_fp32_default = True
+    expert_tensor_parallel = True  # torchtitan's expert_tensor_parallel_degree: 1 or tp
+
+    def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
+        """The experts are tensor-parallel over the tp ranks or not at all: torchtitan's
+        ``expert_tensor_parallel_degree`` is 1 (ep borrows the tp ranks) or tp
+        (``torchtitan/config/job_config.py``, ``Parallelism``); MaxText's ``tensor``
+        mesh axis shards the experts' hidden dimension as it does the dense MLP's."""
+        etp, tp = np.asarray(par.etp), np.asarray(par.tp)
+        ok = ~np.asarray(on, dtype=bool) | (etp == 1) | (etp == tp)
+        checks.require(ok, "etp", lambda: "framework=fsdp2 runs the experts tensor-parallel "
+                       "over the tp ranks or not at all: etp must be 1 or tp (got etp="
+                       f"{checks._first_bad(ok, etp)[0]}, tp={checks._first_bad(ok, tp)[0]})")  # fmt: skip
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """HSDP: fsdp shards times dp replicas of the shards, every split."""
@@ -178,6 +190,19 @@ class MegatronTraits(Traits):
     expert_tensor_parallel = True
     expert_gemm_loop = True
     module_launches = True
+
+    def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
+        """An MoE model under tp > 1 needs sequence parallelism (Megatron-Core's
+        ``TransformerConfig``: "When using MoE and tensor parallelism, sequence parallelism
+        must be used")."""
+        moe = np.asarray(getattr(model, "n_experts", 0)) > 0
+        tp = np.asarray(par.tp)
+        sp_on = np.asarray(par.sequence_parallel, dtype=bool)
+        ok = ~np.asarray(on, dtype=bool) | ~moe | (tp == 1) | sp_on
+        checks.require(ok, "sequence_parallel", lambda: "a mixture-of-experts model under "
+                       "tp > 1 needs sequence_parallel under framework=megatron (Megatron-"
+                       "Core: \"When using MoE and tensor parallelism, sequence parallelism "
+                       "must be used\")")  # fmt: skip
 
     def own_stage(self, fsdp: int) -> int:
         """The distributed optimizer's ZeRO-1 over replicas; over fsdp > 1 shard ranks,

@@ -378,8 +378,8 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
 
 
 def expert_mesh_rule(par: Any, model: Any, moe: Any, shards_over_cp: Any) -> None:
-    """The expert layers' mesh (:func:`moe_rule`): etp, ep x etp over a stage's ranks, SP
-    with tp, and the ZeRO nesting of an expert group's data-parallel ranks."""
+    """The expert layers' mesh (:func:`moe_rule`): etp, ep x etp over a stage's ranks and
+    the ZeRO nesting of an expert group's data-parallel ranks."""
     tp, ep, etp = (np.asarray(getattr(par, k)) for k in ("tp", "ep", "etp"))
     checks.require(moe | (etp == tp), "etp", lambda: "etp (expert tensor parallelism) "
                    "needs a mixture-of-experts model (n_experts >= 1)")  # fmt: skip
@@ -387,11 +387,6 @@ def expert_mesh_rule(par: Any, model: Any, moe: Any, shards_over_cp: Any) -> Non
     checks.divides("etp", np.where(moe, etp, 1), "d_ff_expert", width)
     data = np.asarray(par.dp) * np.asarray(par.fsdp) * np.asarray(par.cp)
     checks.divides("ep * etp", ep * etp, "tp * dp * fsdp * cp", tp * data, field="ep")
-    sp_on = np.asarray(par.sequence_parallel, dtype=bool)
-    ok = ~moe | (tp == 1) | sp_on
-    checks.require(ok, "sequence_parallel", lambda: "a mixture-of-experts model under tp > 1 "
-                   "needs sequence_parallel (Megatron-Core: \"When using MoE and tensor "
-                   "parallelism, sequence parallelism must be used\")")  # fmt: skip
     taken = ep * etp // np.maximum(tp, 1)  # data-parallel ranks an expert group spans
     shard = np.asarray(par.fsdp) * np.where(shards_over_cp, np.asarray(par.cp), 1)
     whole = (ep * etp) % tp == 0
