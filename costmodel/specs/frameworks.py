@@ -161,9 +161,12 @@ class FSDP2Traits(Traits):
         mesh axis shards the experts' hidden dimension as it does the dense MLP's."""
         etp, tp = np.asarray(par.etp), np.asarray(par.tp)
         ok = ~np.asarray(on, dtype=bool) | (etp == 1) | (etp == tp)
-        got = lambda: f"etp={checks._first_bad(ok, etp)[0]}, tp={checks._first_bad(ok, tp)[0]}"  # noqa: E731
+        def got() -> str:
+            return f"etp={checks._first_bad(ok, etp)[0]}, tp={checks._first_bad(ok, tp)[0]}"
+
         checks.require(ok, "etp", lambda: "framework=fsdp2 runs the experts tensor-parallel "
-                       f"over the tp ranks or not at all: etp must be 1 or tp (got {got()})")  # fmt: skip
+                       "over the tp ranks or not at all: etp must be 1 or tp "
+                       f"(got {got()})")  # fmt: skip
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """HSDP: fsdp shards times dp replicas of the shards, every split."""
