@@ -161,6 +161,7 @@ class FSDP2Traits(Traits):
         mesh axis shards the experts' hidden dimension as it does the dense MLP's."""
         etp, tp = np.asarray(par.etp), np.asarray(par.tp)
         ok = ~np.asarray(on, dtype=bool) | (etp == 1) | (etp == tp)
+
         def got() -> str:
             return f"etp={checks._first_bad(ok, etp)[0]}, tp={checks._first_bad(ok, tp)[0]}"
 
