@@ -154,11 +154,11 @@ def test_host_seconds_count_the_sizes_of_the_model_asked(spec, kw):
 
 def _moe_step(framework: str, recompute: str = "none", **kw):
     """A 4-layer MoE (16 experts, top 2) on 8 H100s, ep 4, under ``framework``, with fused
-    elementwise kernels; ``kw``: hardware fields, or ParallelSpec's ``expert_gemm`` and
-    ``cuda_graphs``."""
+    elementwise kernels; ``kw``: hardware fields, or ParallelSpec's ``expert_gemm``,
+    ``cuda_graphs`` and ``capacity_factor``."""
     model = BASE.replace(n_experts=16, experts_per_token=2, d_ff_expert=64)
     train = TrainSpec(batch=16, seq=256, grad_accum=2, recompute=recompute, elementwise="fused")
-    layout = {k: kw.pop(k) for k in ("expert_gemm", "cuda_graphs") if k in kw}
+    layout = {k: kw.pop(k) for k in ("expert_gemm", "cuda_graphs", "capacity_factor") if k in kw}
     par = ParallelSpec(framework=framework, dp=8, ep=4, **layout)
     return model, estimate(model, train, par, dataclasses.replace(H100, **kw))
 
@@ -195,15 +195,34 @@ def test_one_grouped_kernel_launches_no_loop():
 
 
 @pytest.mark.parametrize(("recompute", "passes"), [("none", 1), ("full", 2)])
-def test_the_device_idles_one_launch_at_each_moe_sync(recompute, passes):
-    """Each routed block's forward reads its token counts on the host before the dispatch
-    (under ep); the device then waits one kernel launch: micro-batches x MoE blocks x
-    forwards (the recomputed one too) x ``dispatch_s``. A whole-step CUDA graph (a
-    sync-free dispatch) has none."""
-    model, est = _moe_step("megatron", recompute, launch_s=7e-6)
-    assert est["time_s.sync_idle"] == pytest.approx(2 * model.n_layers * passes * 7e-6)
+def test_the_device_idles_at_least_one_launch_at_each_moe_sync(recompute, passes):
+    """Each dropless routed block's forward reads its token counts on the host before the
+    dispatch (under ep); the device then waits for the host to launch what follows. Where
+    the device takes longer over it (a near-free host), one kernel launch: micro-batches x
+    MoE blocks x forwards (the recomputed one too) x ``launch_s``. A whole-step CUDA graph
+    and a dispatch padded to a capacity (static shapes) have none."""
+    model, est = _moe_step("megatron", recompute, launch_s=1e-9, expert_call_s=0.0)
+    assert est["time_s.sync_idle"] == pytest.approx(2 * model.n_layers * passes * 1e-9)
     _, graphed = _moe_step("megatron", recompute, launch_s=7e-6, cuda_graphs="full")
     assert graphed["time_s.sync_idle"] == 0 and graphed["time_s.host"] == 0
+    _, padded = _moe_step("megatron", recompute, launch_s=7e-6, capacity_factor=1.0)
+    assert padded["time_s.sync_idle"] == 0 and padded["time_s.host"] > 0
+
+
+@pytest.mark.parametrize(("recompute", "passes"), [("none", 1), ("full", 2)])
+def test_a_slow_host_after_the_sync_idles_the_device_for_the_difference(recompute, passes):
+    """Where the host takes longer than the device over what follows a sync (the expert
+    GEMMs a per-expert loop launches: fc1 and fc2 per local expert), the device idles for
+    the difference: each more second per launch idles it micro-batches x blocks x local
+    experts x 2 x forwards seconds more. The phase takes the longer of its host time and
+    its device time plus that idle time, so a host-bound phase is its host time."""
+    model, slow = _moe_step("megatron", recompute, launch_s=0.0, expert_call_s=1e-3)
+    _, slower = _moe_step("megatron", recompute, launch_s=0.0, expert_call_s=2e-3)
+    launches = 2 * model.n_layers * (16 // 4) * 2 * passes
+    more = slower["time_s.sync_idle"] - slow["time_s.sync_idle"]
+    assert more == pytest.approx(launches * 1e-3, rel=1e-9)
+    host_bound = slower["time_s.host"] >= slower["time_s.compute"] - 1e-12
+    assert host_bound and slower["time_s.compute"] == pytest.approx(slower["time_s.host"])
 
 
 def test_partial_cuda_graphs_launch_attention_and_routing_as_one_each():

@@ -13,9 +13,19 @@ Core's alltoall dispatcher: ``d2h_event.synchronize()`` in ``_maybe_dtoh_and_syn
 one per MoE layer forward, the splits reused by backward; DeepEP's host spin on its
 received-token counter; torchtitan's all-to-all ``output_splits.to("cpu")``; Megatron
 without ep still reads ``tokens_per_expert`` for its grouped linears). After it the device
-idles until the host launches the next kernel (one ``dispatch_s``), and since every MoE
-layer has the same kernels, a phase of identical layers still takes the longer of its host
-and device time. Where the grouped expert linears loop over the local experts on the host
+cannot start what follows the sync (the permutation, the dispatch, the expert GEMMs, the
+combine) before the host launches it: a layer whose post-sync segment takes the host longer
+than the device idles the device for the difference, however far ahead the host ran before
+(the host cannot run ahead across a sync), at least one launch. A phase then takes the
+longer of its host time and its device time plus those idle seconds: with a sync before
+segment B of each layer and A (the attention, the router) after it, a layer takes
+max(D_B + D_A, H_B + D_A, H_B + H_A) = max(D + (H_B - D_B), H) (a two-stage chain of host
+launches feeding the device). A dispatch padded to a capacity has static shapes and no
+sync (Megatron-Core's ``drop_and_pad``: ``cuda_sync_point`` stays ``no_sync``; Megatron-
+Bridge's ``apply_moe_token_drop`` sets capacity 1.0 with padding): NeMo's 25.09 token-drop
+recipes ran Qwen3-30B-A3B 2x faster than the same layouts dropless in 25.11 on H100 and
+B200, and AMD's sync-free MoE gained 7.7 % on DeepSeek-V2 (Primus moe_package, Figure 7).
+Where the grouped expert linears loop over the local experts on the host
 (Transformer Engine's ``GroupedLinear`` over cuBLAS, Megatron-Core's legacy
 ``grouped_gemm`` on Hopper: one GEMM launch per expert and linear, ``Hardware.expert_call_s``
 each), that loop is host time too: forward fc1 (gate and up fused) and fc2, backward the
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from costmodel.kinds.ffn import dense
 from costmodel.parallel.shares import device_blocks, residual_bytes, routed_blocks
 from costmodel.single.kernels import graphed_kernels, layer_kernels, model_kernels
 from costmodel.single.memory import checkpointed_share
@@ -47,6 +58,7 @@ from costmodel.symbols import (
     g_part,
     l_ex,
     more_than_one,
+    q_dl,
     s_sync,
     smax,
     smin,
@@ -95,13 +107,33 @@ def expert_launches(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tu
     return forward, 2 * forward + again
 
 
-def sync_idle(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+def sync_idle(
+    model: ModelSpec, train: TrainSpec, par: ParallelSpec, after_device: sp.Expr
+) -> tuple:
     """(forward, backward) seconds of one micro-batch the device idles at its MoE layers'
-    host syncs: one kernel's host time per routed block's forward (the recomputed forward
-    too, under full recomputation), where the layer reads its token counts on the host
-    (expert parallelism, or a per-expert loop without it); 0 for a dense model and where the
-    whole step replays from one graph (a sync-free dispatch)."""
-    syncs = smax(l_ex, more_than_one(N_ep)) * (1 - g_full)
-    forward = routed_blocks(model, par) * syncs * t_op
+    host syncs, where a dropless layer reads its token counts on the host (expert
+    parallelism, or a per-expert loop without it): per routed block, the host seconds of
+    what follows the sync (:func:`after_sync_host`) beyond ``after_device``'s share (the
+    device seconds of this stage's routed experts and their dispatch, per micro-batch), at
+    least one launch; the recomputed forward's again under full recomputation. Where kernels
+    run on the dispatching thread (CPU) the host's time already adds: one launch per sync.
+    0 for a dense model, a dispatch padded to a capacity and a step replayed from one graph."""
+    blocks = routed_blocks(model, par)
+    syncs = q_dl * smax(l_ex, more_than_one(N_ep)) * (1 - g_full)
+    after = blocks * after_sync_host(model, par)
+    idle = s_sync * blocks * t_op + (1 - s_sync) * smax(after - after_device, blocks * t_op)
+    forward = syncs * idle
     again = checkpointed_share(train) * forward if train.recompute == "full" else 0
     return forward, again
+
+
+def after_sync_host(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
+    """Host seconds of one routed block's forward after its sync: its FFN kind's kernels
+    with fused regions (the permutations, the shared experts; the router's comes before),
+    one per expert matrix (the grouped GEMMs) and the expert GEMMs a per-expert loop
+    launches (:func:`expert_launches`' per block); 0 for a dense model."""
+    kinds = [kind for kind, _ in device_blocks(model, par) if kind.routes]
+    if not kinds:
+        return sp.Integer(0)
+    kernels = kinds[0].fused_kernels(model)[0] - 1 + dense.matrices(model)
+    return kernels * t_op + l_ex * E_r / N_ep * EXPERT_LINEARS * t_ex

@@ -340,6 +340,15 @@ def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
     return (1 - eta_ov) * smin(compute, overlapped)
 
 
+def _after_sync_device(ops: dict, comm: dict, par: ParallelSpec) -> sp.Expr:
+    """Device seconds, per micro-batch forward on this stage, of what follows the MoE
+    layers' host syncs: the routed and shared experts' GEMMs and the expert-parallel
+    dispatch and combine (``costmodel.parallel.host.sync_idle``)."""
+    experts = sum((ops[k]["time_s"] for k in ("experts", "shared_experts") if k in ops),
+                  sp.Integer(0))  # fmt: skip
+    return stage_layers(par) * experts + comm["ep"]["forward"] / m
+
+
 def step_time(
     model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, pricing: Pricing
 ) -> dict[str, sp.Expr]:
@@ -351,18 +360,18 @@ def step_time(
     fwd_ops, bwd_ops = _ops_per_phase(
         model, train, par, *({k: e[q] for k, e in ops.items()} for q in ("time_s", "backward_s"))
     )
+    comm = communication(model, train, par, pricing=pricing)
     host_fwd, host_bwd = host_seconds(model, train, par)
-    idle_fwd, idle_bwd = sync_idle(model, train, par)
+    idle_fwd, idle_bwd = sync_idle(model, train, par, _after_sync_device(ops, comm, par))
     dev_fwd = fwd_ops + elementwise + extra_fwd / W_hbm
     dev_bwd = bwd_ops + elementwise_bwd + extra_bwd / W_hbm
-    fwd_mb = with_host(dev_fwd, host_fwd) + idle_fwd
-    bwd_mb = with_host(dev_bwd, host_bwd) + idle_bwd
+    fwd_mb = with_host(dev_fwd + idle_fwd, host_fwd)
+    bwd_mb = with_host(dev_bwd + idle_bwd, host_bwd)
     # HFU: what this device's kernels execute (causal flash skips masked tiles, recomputation
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     flops = {k: e["flops"] for k, e in ops.items()}
     backward_flops = {k: backward_factor(k, train) * e for k, e in flops.items()}
     executed = sp.Add(*_ops_per_phase(model, train, par, flops, backward_flops))
-    comm = communication(model, train, par, pricing=pricing)
     (fwd, fwd_lost), (bwd, bwd_lost) = (
         _phase_seconds(comm, "forward", fwd_mb, par),
         _phase_seconds(comm, "backward", bwd_mb, par),
@@ -393,10 +402,10 @@ def step_time(
         "time_s.host": m * (host_fwd + host_bwd),
         "time_s.expert_host": m * (1 - g_full) * t_ex * sp.Add(*expert_launches(model, train, par)),
         "time_s.sync_idle": m * (idle_fwd + idle_bwd),
-        "time_s.host_bound": m
+        "time_s.host_bound": m  # what with_host adds to the device's time
         * sp.Add(
             *(
-                smax(h - d, 0) + s_sync * smin(d, h) + idle
+                smax(h - d - idle, 0) + idle + s_sync * smin(d + idle, h)
                 for d, h, idle in ((dev_fwd, host_fwd, idle_fwd), (dev_bwd, host_bwd, idle_bwd))
             )
         ),
