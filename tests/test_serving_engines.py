@@ -110,7 +110,10 @@ def test_an_older_engine_is_slower_where_the_host_binds():
     ("vLLM", "0.5.3", "x", "vllm-0.5"),
     ("vLLM", "0.6.3.post1", "x", "vllm-0.6"),
     ("vLLM (ROCm fork)", "0.10.0 (ROCm 6.4.1)", "x", "vllm-0.8"),
-    ("vLLM", "0.11.0", "x", "vllm"),
+    ("vLLM", "0.11.0", "x", "vllm-0.8"),  # async scheduling became the default in 0.14.0
+    ("vLLM", "0.13.0", "x", "vllm-0.8"),
+    ("vLLM", "0.14.0", "x", "vllm"),
+    ("vLLM", "not stated", "blog-2026-04-22-x", "vllm"),
     ("vLLM", "not stated", "oracle-oci-blog-2024-10-10-x", "vllm-0.6"),
     ("vLLM", "not stated", "blog-2024-06-01-x", "vllm-0.5"),
     ("vLLM", "not stated", "ci-build", "vllm"),

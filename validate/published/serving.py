@@ -39,10 +39,11 @@ ENGINE_RULES = (
 """A run's engine string -> the engine kind (``costmodel.specs.engines``); NIM's LLM
 containers run TensorRT-LLM. A vLLM run's generation comes from its stated version
 (:func:`engine_of`)."""
-VLLM_BY_DATE = (("2024-09", "vllm-0.6"), ("2025-03", "vllm-0.8"))
+VLLM_BY_DATE = (("2024-09", "vllm-0.6"), ("2025-03", "vllm-0.8"), ("2026-02", "vllm"))
 """Where a vLLM run states no version, the generation current at the source's date (in its
 name): vLLM 0.6.0 came out in September 2024, V1 became the default in 0.8.0 (March
-2025); before either, ``vllm-0.5``. Without a date: the current engine."""
+2025), asynchronous scheduling in 0.14.0 (January 2026; from February on); before either,
+``vllm-0.5``. Without a date: the current engine."""
 MEMORY_SHARE = {"trtllm": 0.95}
 """The memory share the runs state where it is not the engine's default: TensorRT-LLM's
 perf overviews set ``kv_cache_free_gpu_mem_fraction`` 0.95."""
@@ -56,16 +57,16 @@ METRICS = {
 
 def engine_of(run: dict[str, Any]) -> str:
     """The engine kind a run is priced with: by its engine string (``ENGINE_RULES``), for
-    vLLM by the version it states (< 0.6: ``vllm-0.5``, 0.6-0.7: ``vllm-0.6``, 0.8-0.10:
-    ``vllm-0.8``, later ``vllm``: asynchronous scheduling is off in 0.10.2, on by default
-    in later releases) or else by its source's date (``VLLM_BY_DATE``)."""
+    vLLM by the version it states (< 0.6: ``vllm-0.5``, 0.6-0.7: ``vllm-0.6``, 0.8-0.13:
+    ``vllm-0.8``, later ``vllm``: asynchronous scheduling is the default from 0.14.0, its
+    release notes) or else by its source's date (``VLLM_BY_DATE``)."""
     kind = next((k for name, k in ENGINE_RULES if run["engine"].startswith(name)), "vllm")
     if kind != "vllm":
         return kind
     version = re.match(r"(\d+)\.(\d+)", str(run.get("engine_version") or ""))
     if version:
         minor = (int(version[1]), int(version[2]))
-        for below, kind in (((0, 6), "vllm-0.5"), ((0, 8), "vllm-0.6"), ((0, 11), "vllm-0.8")):
+        for below, kind in (((0, 6), "vllm-0.5"), ((0, 8), "vllm-0.6"), ((0, 14), "vllm-0.8")):
             if minor < below:
                 return kind
         return "vllm"

@@ -1,6 +1,7 @@
 """vLLM, by generation: V0 before 0.6 (``vllm-0.5``), V0 with asynchronous output
 processing (``vllm-0.6``: 0.6-0.7), V1 with its scheduler in step with the device
-(``vllm-0.8``: 0.8-0.10) and V1 with asynchronous scheduling (``vllm``, the current).
+(``vllm-0.8``: 0.8-0.13) and V1 with asynchronous scheduling (``vllm``: 0.14 on, the
+current).
 
 Defaults, from each release's own source (``SOURCES``): 256 sequences at most on V0, 1,024
 on V1 on a GPU of >= 70 GiB (256 below; H100, H200, B200 and MI300X are priced with the
@@ -21,12 +22,13 @@ Host time per iteration (seconds):
   runs the next step ("performing the processing of the n-th step output while executing
   the n+1-th step", the v0.6.0 blog); the rest stays in step: 1.23 ms + 39.8 us a sequence
   waited for, 0.80 ms + 132 us a sequence beside it (the same profile, split).
-- **V1, scheduling in step (0.8-0.10)**: the persistent batch; the gap between two decode
+- **V1, scheduling in step (0.8-0.13)**: the persistent batch; the gap between two decode
   steps of Llama-2-7B at batch 256 was 5-6 ms (vLLM issue #10634): 21.5 us a sequence.
 - **V1 with asynchronous scheduling (current)**: the same work beside the device, 150-170
   us of gap left at batch 256 (vLLM PR #11133): 0.16 ms waited for, 20.9 us a sequence
-  beside it. Async scheduling is off in 0.10.2 (``async_scheduling: bool = False``) and on
-  by default in the newest release read (0.33.0); the release between is not pinned.
+  beside it. Async scheduling is off in 0.10.2 (``async_scheduling: bool = False``); 0.11.1
+  expected it "to be enabled by default in the next release", and 0.14.0 made it the default
+  (its release notes: "Async scheduling is now enabled by default", vLLM PR #27614).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ V06 = register(Engine(
              "`max_num_seqs: int = 256`"},
 ))  # fmt: skip
 V08 = register(Engine(
-    name="vllm-0.8", title="vLLM 0.8-0.10 (V1, scheduling in step)", max_seqs=1024,
+    name="vllm-0.8", title="vLLM 0.8-0.13 (V1, scheduling in step)", max_seqs=1024,
     token_budget=8192, memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
     step_s=0.0, seq_s=_V1_SEQ, sources=_V1_SOURCES,
 ))  # fmt: skip
