@@ -27,6 +27,7 @@ import torch
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.specs.hardware import Hardware
+from validate.distributed.pool import pooled
 from validate.probes.calibrate import profile
 from validate.probes.cpu_env import reexec_with_caching_allocator
 from validate.report.render import targets, write_report
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for n in names for c in SUITES[n](ctx) if args.filter in f"{c.suite}/{c.name}"]
     statuses: Counter = Counter()
     try:
-        statuses = run_cases(cases, ctx, log)
+        with pooled():  # the distributed cases' ranks start once (validate.distributed.pool)
+            statuses = run_cases(cases, ctx, log)
     except KeyboardInterrupt:
         write_report(out)
         print(f"\ninterrupted: rows so far are in {out}/results.jsonl; rerun with --resume")

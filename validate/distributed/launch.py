@@ -174,14 +174,22 @@ def launch(
     *args: Any,
     backend: str = "gloo",
     timeout_s: float = 120.0,
+    fresh: bool = False,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` new processes; results by rank.
 
     Ranks are ``python -m validate.distributed.launch`` subprocesses (not multiprocessing's
     spawn, which re-runs the parent's ``__main__`` in every child); ``fn`` must be
     importable (defined at a module's top level) and its results picklable; they come back
-    by value.
+    by value. Inside ``pool.pooled()`` the job runs on ranks kept for the whole run instead
+    (``validate.distributed.pool``), unless ``fresh``: a job measuring a rank's memory peaks
+    runs in new processes, as a training run starts (the first TP step of a process holds
+    251 KiB that a process which ran TP before does not).
     """
+    from validate.distributed import pool  # it builds on this module
+
+    if pool.active() and not fresh:
+        return pool.run(fn, world_size, args, backend, timeout_s)
     with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
         job = Path(tmp)
         (job / "job.pt").write_bytes(_pack((fn, args)))

@@ -1,9 +1,10 @@
 """The distributed suites: collectives (and the α-β fit), DDP variants, FSDP and TP.
 
-Each case spawns its own ranks (``validate.distributed.launch.launch``: gloo on CPU, NCCL on GPUs),
-with a bounded timeout. ``collectives`` fits α and β over every op, size and world size
-and writes them into the run's hardware profile, which the later ``ddp`` and ``parallel``
-cases read for their time predictions.
+Each case runs on ranks of its own (``validate.distributed.launch.launch``: gloo on CPU, NCCL
+on GPUs), with a bounded timeout: under ``validate.run`` the timing cases share ranks kept for
+the run (``validate.distributed.pool``), the memory cases start new ones. ``collectives``
+fits α and β over every op, size and world size and writes them into the run's hardware
+profile, which the later ``ddp`` and ``parallel`` cases read for their time predictions.
 """
 
 from __future__ import annotations
@@ -248,6 +249,7 @@ def layout_case(case: LayoutCase, ctx: Context) -> Iterator[Row]:
         case,
         backend=backend_for(ctx.device.type),
         timeout_s=TIMEOUT_S,
+        fresh=True,  # memory peaks as a new training process has them
     )
     hw = rank_hardware(_hardware(ctx), case.world)
     est = estimate(case.spec(), case.train(), case.parallel(), hw)
@@ -278,7 +280,7 @@ def pipeline_case(case: PipelineCase, ctx: Context) -> Iterator[Row]:
     torch.distributed.pipelining against costmodel's prediction for that rank
     (``rank_memory``: each rank holds its own layers and micro-batches in flight)."""
     results = launch(pipeline.measure, case.world, case, backend=backend_for(ctx.device.type),
-                     timeout_s=TIMEOUT_S)  # fmt: skip
+                     timeout_s=TIMEOUT_S, fresh=True)  # fmt: skip
     config = {"layout": case.schedule, "world": case.world, "virtual": case.virtual,
               "n_layers": case.n_layers, "micro_batches": case.micro_batches,
               "batch": case.batch, "seq": case.seq, "precision": case.precision}  # fmt: skip
