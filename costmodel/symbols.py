@@ -204,7 +204,7 @@ t_ex = sp.Symbol("t_ex", nonnegative=True)  # host seconds per expert GEMM a loo
 l_ex = sp.Symbol("l_ex", nonnegative=True)  # 1: the expert GEMMs loop over experts on the host
 g_part = sp.Symbol("g_part", nonnegative=True)  # 1: attention and MoE routing in CUDA graphs
 g_full = sp.Symbol("g_full", nonnegative=True)  # 1: the whole step replayed from a CUDA graph
-q_dl = sp.Symbol("q_dl", nonnegative=True)  # 1: dropless dispatch (shapes read on the host)
+c_pad = sp.Symbol("c_pad", nonnegative=True)  # capacity an expert is padded to (0: none)
 eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 k_half = sp.Symbol("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
@@ -242,7 +242,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     l_ex,
     g_part,
     g_full,
-    q_dl,
+    c_pad,
     eta_ov,
     N_sm,
     t_m,
@@ -289,8 +289,8 @@ DESCRIPTIONS.update(
         "grouped kernel",
         g_part: "1 where each block's attention and MoE routing replay from CUDA graphs",
         g_full: "1 where the whole forward and backward replay from one CUDA graph",
-        q_dl: "1 where an MoE layer's dispatch is dropless (its token counts read on the "
-        "host), 0 where a capacity pads every expert to static shapes",
+        c_pad: "routed pairs every expert runs over the mean where the dispatch pads to its "
+        "capacity (static shapes, no host sync); 0 where it runs the pairs as routed",
         eta_ov: "share of the shorter of compute and overlapped communication that runs "
         "concurrently (1: perfect overlap)",
         N_sm: "streaming multiprocessors (GEMM tiles run at once)",

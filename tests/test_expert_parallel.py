@@ -124,6 +124,25 @@ def test_capacity_caps_what_the_busiest_rank_runs_and_receives():
     assert _values(one)["moe.dropped_fraction"] == 0
 
 
+def test_a_padded_dispatch_runs_and_sends_every_experts_whole_capacity():
+    """``capacity_pad`` (Megatron-Core's ``drop_and_pad``, GShard's and MaxText's dense
+    dispatch): every expert runs, receives and keeps its whole capacity whatever the
+    routing, so balanced routing at capacity 1.25 sends and computes 1.25x the routed
+    pairs and drops none; past the capacity (imbalance 1.5) the same pairs drop as without
+    padding. A padding without a capacity is refused, naming the field."""
+    base = ParallelSpec(fsdp=8, ep=8, framework="fsdp2")
+    even = _values(base)
+    padded = _values(base.replace(capacity_factor=1.25, capacity_pad=True))
+    assert padded["comm_bytes.ep"] == pytest.approx(1.25 * even["comm_bytes.ep"], rel=1e-12)
+    assert padded["moe.dropped_fraction"] == 0
+    assert padded["roofline.experts.time_s"] > even["roofline.experts.time_s"]
+    skewed = base.replace(ep_imbalance=1.5, capacity_factor=1.25)
+    assert _values(skewed.replace(capacity_pad=True)) == _values(skewed)
+    with pytest.raises(SpecError, match=r"capacity_pad .* needs a capacity_factor") as err:
+        ParallelSpec(capacity_pad=True)
+    assert err.value.field == "capacity_pad"
+
+
 def test_capacity_and_imbalance_sweep_as_real_numbers():
     """A sweep over capacity and imbalance (real numbers, not rounded to integers) equals
     the estimates point by point."""

@@ -155,10 +155,11 @@ def test_host_seconds_count_the_sizes_of_the_model_asked(spec, kw):
 def _moe_step(framework: str, recompute: str = "none", **kw):
     """A 4-layer MoE (16 experts, top 2) on 8 H100s, ep 4, under ``framework``, with fused
     elementwise kernels; ``kw``: hardware fields, or ParallelSpec's ``expert_gemm``,
-    ``cuda_graphs`` and ``capacity_factor``."""
+    ``cuda_graphs``, ``capacity_factor`` and ``capacity_pad``."""
     model = BASE.replace(n_experts=16, experts_per_token=2, d_ff_expert=64)
     train = TrainSpec(batch=16, seq=256, grad_accum=2, recompute=recompute, elementwise="fused")
-    layout = {k: kw.pop(k) for k in ("expert_gemm", "cuda_graphs", "capacity_factor") if k in kw}
+    fields = ("expert_gemm", "cuda_graphs", "capacity_factor", "capacity_pad")
+    layout = {k: kw.pop(k) for k in fields if k in kw}
     par = ParallelSpec(framework=framework, dp=8, ep=4, **layout)
     return model, estimate(model, train, par, dataclasses.replace(H100, **kw))
 
@@ -200,13 +201,19 @@ def test_the_device_idles_at_least_one_launch_at_each_moe_sync(recompute, passes
     dispatch (under ep); the device then waits for the host to launch what follows. Where
     the device takes longer over it (a near-free host), one kernel launch: micro-batches x
     MoE blocks x forwards (the recomputed one too) x ``launch_s``. A whole-step CUDA graph
-    and a dispatch padded to a capacity (static shapes) have none."""
+    and a dispatch padded to its capacity (static shapes) have none; a capacity without
+    padding still reads its counts back."""
     model, est = _moe_step("megatron", recompute, launch_s=1e-9, expert_call_s=0.0)
     assert est["time_s.sync_idle"] == pytest.approx(2 * model.n_layers * passes * 1e-9)
     _, graphed = _moe_step("megatron", recompute, launch_s=7e-6, cuda_graphs="full")
     assert graphed["time_s.sync_idle"] == 0 and graphed["time_s.host"] == 0
-    _, padded = _moe_step("megatron", recompute, launch_s=7e-6, capacity_factor=1.0)
+    _, padded = _moe_step("megatron", recompute, launch_s=7e-6, capacity_factor=1.0,
+                          capacity_pad=True)  # fmt: skip
     assert padded["time_s.sync_idle"] == 0 and padded["time_s.host"] > 0
+    _, dropping = _moe_step(
+        "megatron", recompute, launch_s=1e-9, expert_call_s=0.0, capacity_factor=1.0
+    )  # no padding: the counts are read back
+    assert dropping["time_s.sync_idle"] == pytest.approx(est["time_s.sync_idle"])
 
 
 @pytest.mark.parametrize(("recompute", "passes"), [("none", 1), ("full", 2)])

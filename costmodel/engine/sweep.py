@@ -63,10 +63,17 @@ _REAL = {name for owned in _OWNERS.values() for name, f in owned.items()
 rules, never rounded to integers."""
 
 
+_FLAGS = {name for owned in _OWNERS.values() for name, f in owned.items()
+          if isinstance(f.default, bool)} - _KINDS  # fmt: skip
+"""Flags that only set a value (``capacity_pad``: the padded capacity), not a structure."""
+
+
 def _as_grid(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
     if name in _WORDS:  # words as text (``factorize`` codes them), flags stay numeric
         return arr
+    if name in _FLAGS:
+        return arr.astype(bool)
     if name in _REAL:
         return arr.astype(float)
     if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):

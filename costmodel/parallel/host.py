@@ -20,9 +20,10 @@ than the device idles the device for the difference, however far ahead the host 
 longer of its host time and its device time plus those idle seconds: with a sync before
 segment B of each layer and A (the attention, the router) after it, a layer takes
 max(D_B + D_A, H_B + D_A, H_B + H_A) = max(D + (H_B - D_B), H) (a two-stage chain of host
-launches feeding the device). A dispatch padded to a capacity has static shapes and no
-sync (Megatron-Core's ``drop_and_pad``: ``cuda_sync_point`` stays ``no_sync``; Megatron-
-Bridge's ``apply_moe_token_drop`` sets capacity 1.0 with padding): NeMo's 25.09 token-drop
+launches feeding the device). A dispatch padded to its capacity (``capacity_pad``) has
+static shapes and no sync (Megatron-Core's ``drop_and_pad``: ``cuda_sync_point`` stays
+``no_sync``; Megatron-Bridge's ``apply_moe_token_drop`` sets capacity 1.0 with padding; a
+capacity without padding still syncs, ``before_permutation_1``): NeMo's 25.09 token-drop
 recipes ran Qwen3-30B-A3B 2x faster than the same layouts dropless in 25.11 on H100 and
 B200, and AMD's sync-free MoE gained 7.7 % on DeepSeek-V2 (Primus moe_package, Figure 7).
 Where the grouped expert linears loop over the local experts on the host
@@ -54,11 +55,11 @@ from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import (
     E_r,
     N_ep,
+    c_pad,
     g_full,
     g_part,
     l_ex,
     more_than_one,
-    q_dl,
     s_sync,
     smax,
     smin,
@@ -117,9 +118,10 @@ def sync_idle(
     device seconds of this stage's routed experts and their dispatch, per micro-batch), at
     least one launch; the recomputed forward's again under full recomputation. Where kernels
     run on the dispatching thread (CPU) the host's time already adds: one launch per sync.
-    0 for a dense model, a dispatch padded to a capacity and a step replayed from one graph."""
+    0 for a dense model, a dispatch padded to its capacity (``capacity_pad``) and a step
+    replayed from one graph."""
     blocks = routed_blocks(model, par)
-    syncs = q_dl * smax(l_ex, more_than_one(N_ep)) * (1 - g_full)
+    syncs = (1 - smin(c_pad, 1)) * smax(l_ex, more_than_one(N_ep)) * (1 - g_full)
     after = blocks * after_sync_host(model, par)
     idle = s_sync * blocks * t_op + (1 - s_sync) * smax(after - after_device, blocks * t_op)
     forward = syncs * idle

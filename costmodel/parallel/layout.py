@@ -56,6 +56,7 @@ from costmodel.symbols import (
     a_X,
     a_Y,
     c_cap,
+    c_pad,
     d_ep,
     eta_ov,
     g_ep,
@@ -64,7 +65,6 @@ from costmodel.symbols import (
     k_half,
     l_ex,
     m,
-    q_dl,
     rho_ep,
     s_sync,
     t_ex,
@@ -234,17 +234,15 @@ def _host_per_kernel(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> Any:
 def _host_values(par: ParallelSpec) -> dict[sp.Symbol, Any]:
     """What the host launches: whether the expert GEMMs loop over the experts (the
     framework's way where ``expert_gemm`` is ``framework``), and which kernels replay from
-    CUDA graphs, and whether the MoE dispatch is dropless (a capacity factor is run as
-    Megatron-Bridge's token drop runs it, padded to the capacity: static shapes, no host
-    sync; ``costmodel.parallel.host``)."""
+    CUDA graphs, and the capacity the MoE dispatch pads every expert to (``capacity_pad``:
+    static shapes, no host sync; ``costmodel.parallel.host``)."""
     default = trait(par.framework, "expert_gemm_loop")
     loop = np.where(np.asarray(par.expert_gemm) == "framework", default,
                     np.asarray(par.expert_gemm) == "loop")  # fmt: skip
     graphs = np.asarray(par.cuda_graphs)
-    dropless = np.asarray(par.capacity_factor) == 0
+    pad = np.where(np.asarray(par.capacity_pad, dtype=bool), par.capacity_factor, 0.0)
     return {l_ex: _scalar(loop.astype(float)), g_part: _scalar((graphs == "partial") * 1.0),
-            g_full: _scalar((graphs == "full") * 1.0),
-            q_dl: _scalar(dropless * 1.0)}  # fmt: skip
+            g_full: _scalar((graphs == "full") * 1.0), c_pad: _scalar(pad)}  # fmt: skip
 
 
 def _ep_values(par: ParallelSpec, hw: Hardware) -> dict[sp.Symbol, Any]:

@@ -91,6 +91,15 @@ class ParallelSpec:
     runs and receives at most ``capacity_factor`` times the mean; 0: dropless (every pair
     runs). At least 1: below it even balanced routing drops pairs, which costmodel does not
     model."""
+    capacity_pad: bool = False
+    """Every expert's input padded to its capacity (needs ``capacity_factor``): each runs,
+    receives and keeps ``capacity_factor`` times the mean whatever the routing, in shapes
+    known before the routing, so the dispatch reads nothing back on the host (no sync;
+    ``costmodel.parallel.host``): Megatron-Core's ``--moe-pad-expert-input-to-capacity``
+    (``drop_and_pad``), which Megatron-Bridge's token-drop recipes set
+    (``apply_moe_token_drop``: capacity 1.0 with padding); GShard's and MaxText's dense
+    dispatch (``capacity_factor`` > 0 without megablox). False: dropped pairs are removed
+    and the rest run as routed (the counts read on the host)."""
     ep_overlap: bool = False
     """Expert-parallel all-to-alls hidden behind another micro-batch's compute: Megatron-Core's
     combined 1F1B (``--overlap-moe-expert-parallel-comm``) runs one micro-batch's forward
@@ -181,7 +190,7 @@ class ParallelSpec:
         integers = ("dp", "fsdp", "tp", "pp", "pp_interleave", "cp", "ep", "etp", "mx", "my",
                     "slices")  # fmt: skip
         flags = ("sequence_parallel", "async_tp", "grad_reduce_fp32", "reshard_after_forward",
-                 "ep_overlap", "pp_split_embedding", "pp_split_loss")  # fmt: skip
+                 "ep_overlap", "pp_split_embedding", "pp_split_loss", "capacity_pad")  # fmt: skip
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
         checks.choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
@@ -197,6 +206,9 @@ class ParallelSpec:
             raise SpecError("capacity_factor", "capacity_factor must be 0 (dropless) or >= 1 "
                             f"(got {self.capacity_factor}): below 1 even balanced routing "
                             "drops pairs, which costmodel does not model")  # fmt: skip
+        if self.capacity_pad and not self.capacity_factor:
+            raise SpecError("capacity_pad", "capacity_pad pads each expert to its capacity: "
+                            "it needs a capacity_factor >= 1 (got 0, dropless)")  # fmt: skip
 
     @property
     def devices(self) -> int:

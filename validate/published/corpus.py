@@ -68,6 +68,8 @@ _PARALLEL_PATHS.update(
             "ep_routing",
             "pp_split_embedding",
             "pp_split_loss",
+            "capacity_factor",
+            "capacity_pad",
         )
     }
 )
@@ -321,8 +323,20 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
             if f.has(f"parallelism.{k}")
         },  # the embedding and loss counted as layers in the pipeline split
         **(_expert_fields(f) if ep > 1 else {}),
+        **_capacity(f),
     )
     return train, parallel
+
+
+def _capacity(f: RunFields) -> dict[str, Any]:
+    """A stated expert capacity (``parallelism.capacity_factor``) and whether the dispatch
+    pads every expert to it (``parallelism.capacity_pad``); dropless where none is stated."""
+    out: dict[str, Any] = {}
+    if f.has("parallelism.capacity_factor"):
+        out["capacity_factor"] = f.number("parallelism.capacity_factor", zero=True)
+    if f.has("parallelism.capacity_pad"):
+        out["capacity_pad"] = f.flag("parallelism.capacity_pad")
+    return out
 
 
 def _expert_fields(f: RunFields) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from costmodel.symbols import (
     Y,
     at_least_one,
     c_cap,
+    c_pad,
     k_r,
     more_than_one,
     rho_ep,
@@ -54,22 +55,30 @@ def routed_to_busiest() -> sp.Expr:
     return 1 + (rho_ep - 1) * more_than_one(N_ep)
 
 
-def busiest_experts() -> sp.Expr:
-    """Routed pairs the busiest rank's experts run over the mean: what is sent to it, at
+def kept_by_busiest() -> sp.Expr:
+    """Routed pairs the busiest rank's experts keep over the mean: what is sent to it, at
     most the capacity factor (pairs past an expert's capacity are dropped before dispatch;
     the rank's load spread over its experts)."""
     return smin(routed_to_busiest(), c_cap)
 
 
+def busiest_experts() -> sp.Expr:
+    """Routed pairs (and padding) the busiest rank's experts run over the mean: those it
+    keeps, or its whole capacity where the dispatch pads every expert to it
+    (``ParallelSpec.capacity_pad``: Megatron-Core's ``drop_and_pad``, GShard's dense
+    dispatch)."""
+    return smax(kept_by_busiest(), c_pad)
+
+
 def dropped_fraction() -> sp.Expr:
     """The fraction of the pairs routed to the busiest rank that its capacity drops."""
-    return 1 - busiest_experts() / routed_to_busiest()
+    return 1 - kept_by_busiest() / routed_to_busiest()
 
 
 def kept_fraction() -> sp.Expr:
     """The fraction of a rank's own pairs that capacity keeps: the busiest rank drops
     (routed - capacity) x the mean, taken evenly from the ep ranks' tokens (1 dropless)."""
-    return 1 - (routed_to_busiest() - busiest_experts()) / N_ep
+    return 1 - (routed_to_busiest() - kept_by_busiest()) / N_ep
 
 
 def kept(model: ModelSpec, act: int, mm: int) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
