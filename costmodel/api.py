@@ -166,6 +166,11 @@ def sweep(
     then every quantity, as arrays of the grid's shape, and with a device ``fits`` (the fit
     rule of ``estimate``'s verdict: a row's times are what it would take if it fitted)
     (``.frame()`` for pandas, ``costmodel.table(result)`` for either)."""
+    _one("model", model, (str, ModelSpec), "a preset name or a ModelSpec", "call once per model")
+    _one("hardware", hardware, (str, Hardware, type(None)), "a catalog name or a Hardware",
+         "call once per device, or plan(hardware=...) compares devices")  # fmt: skip
+    if isinstance(quantities, str):  # one quantity by name, not its characters
+        quantities = [quantities]
     grid = dict(overrides)
     _check_broadcast({**grid, **({"gpus": gpus} if gpus is not None else {})})
     if gpus is not None:
@@ -198,6 +203,14 @@ def sweep(
             if asked is not None and key not in asked:
                 del out[key]
     return Table({**cols, **out}, inputs=tuple(cols))
+
+
+def _one(field: str, value: Any, types: tuple[type, ...], what: str, instead: str) -> None:
+    """One model or device per call: a list of them is refused, naming the field (a sweep
+    varies spec fields) and what to do ``instead``."""
+    if not isinstance(value, types):
+        raise SpecError(field, f"{field} must be {what}, one per call (got "
+                        f"{type(value).__name__}): {instead}")  # fmt: skip
 
 
 def _check_broadcast(grid: dict[str, Any]) -> None:
@@ -263,7 +276,14 @@ def plan(
     framework alone (``frameworks`` several); the other inputs (seq, precision, ...) as
     the CLI's. ``progress`` counts the layout structures compiled on stderr (the
     slow part of a first call), or is a callable ``(items, total) -> items``."""
+    checks.integer("gpus", gpus)
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise SpecError("progress", "progress must be True, False or a callable "
+                        f"(items, total) -> items (got {progress!r})")  # fmt: skip
     if "framework" in inputs:  # one framework, as estimate names it
+        if "frameworks" in inputs or frameworks != ("fsdp2", "megatron"):
+            raise SpecError("framework", "give framework (one) or frameworks (several), "
+                            "not both")  # fmt: skip
         frameworks = (inputs.pop("framework"),)
     values, spec = _values(model, {**inputs, "batch": batch})
     setup = build(values, spec)

@@ -164,6 +164,15 @@ def build_model(values: Mapping[str, Any], model: ModelSpec | None = None) -> Mo
     return ModelSpec(**overrides)
 
 
+def _adapter_inputs(values: Mapping[str, Any], train: TrainSpec) -> None:
+    """The adapters' rank and targets only where adapters are trained (as recompute_every
+    needs recompute full): given under full fine-tuning they would change nothing."""
+    given = [k for k in ("lora_rank", "lora_targets") if values.get(k) is not None]
+    if given and train.finetune == "full":
+        raise SpecError(given[0], f"{given[0]} sets the LoRA adapters: it needs finetune "
+                        "lora or qlora (got finetune full)")  # fmt: skip
+
+
 def _check_budget(budget: float, train: TrainSpec) -> None:
     """A token budget is at least one step's tokens (a smaller one trains nothing: its days
     and cost would read as a run's)."""
@@ -186,6 +195,7 @@ def build(
         raise SpecError(unknown[0], f"unknown input(s): {', '.join(unknown)}")
     spec = build_model(values, model)
     train = TrainSpec(**_given(values, TRAIN_INPUTS))
+    _adapter_inputs(values, train)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     if price is not None:
         checks.number("price_per_hour", price, allow_zero=True)

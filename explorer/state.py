@@ -55,12 +55,15 @@ def _given(values: Mapping[str, Any]) -> dict[str, Any]:
     passed where the sidebar sets the shard degree or the framework shards by default; a
     framework that does not (the reference model's DDP), or that runs its own stage (FSDP2,
     Megatron), is left to its default, as the CLI is without ``--zero`` (``--zero`` given
-    asks for a shard group)."""
+    asks for a shard group). The adapters' rank and targets are passed only with LoRA or
+    QLoRA (their widgets show only then)."""
     given = {k: values.get(k) for k in SHOWN}
     framework = given.get("framework") or BY_KEY["framework"].default
     unsharded = given.get("fsdp") is None and not trait(framework, "shards_by_default")
     if unsharded or not trait(framework, "zero_stages"):  # or the framework's own stage
         given["zero"] = None  # not given (build drops what is None)
+    if (given.get("finetune") or "full") == "full":  # the adapter widgets are hidden then
+        given["lora_rank"] = given["lora_targets"] = None
     return given
 
 

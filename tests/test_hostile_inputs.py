@@ -268,7 +268,8 @@ RUNS_FILES = {
 @pytest.mark.parametrize("name", [*RUNS_FILES, "fifo", "dev-zero", "folder"])
 def test_a_hostile_runs_file_is_one_line_or_rows_that_say_why(tmp_path, name, capsys):
     """``python -m validate.published --runs FILE``: a file it cannot read is one line and
-    exit 2; a run it cannot map is a row saying which field stops it."""
+    exit 2; a run it cannot map is a row saying which field stops it, and a file none of
+    whose runs it can map exits 1, saying so."""
     import validate.published.__main__ as published
 
     if name in RUNS_FILES:
@@ -282,7 +283,7 @@ def test_a_hostile_runs_file_is_one_line_or_rows_that_say_why(tmp_path, name, ca
     if rc == 2:
         assert err.count("\n") == 1 and "runs" in err, err
     else:
-        assert rc == 0
+        assert rc == 1 and "none of the" in err and "could be predicted" in err
         rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").open()]
         assert rows and all(r["status"] == "error" and r["error"] for r in rows), rows
 

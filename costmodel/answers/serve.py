@@ -78,6 +78,9 @@ def spec_of(values: Mapping[str, Any]) -> ServeSpec:
     _replicas(given)
     rated = given.get("request_rate") is not None
     users = given.get("concurrency") is not None
+    if "draft_layers" in given and not given.get("draft_tokens"):
+        raise SpecError("draft_layers", "draft_layers sizes the speculative drafter: it needs "
+                        "draft_tokens > 0 (the tokens it proposes a step)")  # fmt: skip
     if "requests" in given and not (rated or users):
         raise SpecError("requests", "requests makes a simulated workload a benchmark of that "
                         "many: give request_rate or concurrency with it (a batch is priced "

@@ -8,6 +8,8 @@ specs' own defaults and rules apply exactly as in the app.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from typing import Any
 
 from costmodel.engine.fit import DEFAULT_HEADROOM
@@ -24,6 +26,22 @@ from costmodel.inputs import (
 from costmodel.specs.model import ModelSpec
 
 _NEGATIONS = {"tied": "untied"}  # --tied/--untied reads better than --no-tied
+
+
+def to_json(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of a command's answer, where a value without bound (an infinite time, a
+    throughput of 0 over 0) is ``null``, as the text answers say "none": strict JSON."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def int_arg(text: str) -> int:

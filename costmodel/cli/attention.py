@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.cli.args import to_json
 from costmodel.single.attention import (
     DTYPE_BYTES,
     KERNELS,
@@ -43,7 +43,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     if args.hardware is not None:
         result.update(attention_time(spec, get_hardware(args.hardware)))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(to_json(result, indent=2))
         return 0
     print(_header(args))
     for key, value in result.items():

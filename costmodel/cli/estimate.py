@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -19,6 +18,7 @@ from costmodel.cli.args import (
     add_layout_args,
     add_model_args,
     build_setup,
+    to_json,
     values_of,
 )
 from costmodel.engine.caveats import calibration_line
@@ -266,6 +266,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     setup = build_setup(args)
     est = setup.estimate()
     if args.formula is not None:
+        if args.json:
+            raise SpecError("formula", "--formula prints an expression, --json the values: "
+                            "give one of them")  # fmt: skip
         if args.formula not in est.values:
             raise SpecError("formula", f"formula: {est.missing(args.formula[:60])}")
         expr = est.expr(args.formula)
@@ -284,7 +287,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
             out["memory_bytes_per_device"]["transients"] = rest_at_peak(est.values)
         if answer and not answer["fits"]:  # no answer for a layout that does not fit, as in text
             out.update({k: None for k in _UNFIT if k in out})
-        print(json.dumps({"verdict": answer, **out} if answer else out, indent=2, allow_nan=False))
+        print(to_json({"verdict": answer, **out} if answer else out, indent=2))
     else:
         notes = [] if answer else [("note", n) for n in setup.notes]  # (the verdict has them)
         print((format_rows(notes) + "\n\n" if notes else "") + _table(est, answer, full=args.full))
@@ -295,9 +298,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     rows = {name: get_model(name) for name in PRESETS}
     if args.json:
         print(
-            json.dumps(
-                {n: {f.name: getattr(m, f.name) for f in fields(m)} for n, m in rows.items()}
-            )
+            to_json({n: {f.name: getattr(m, f.name) for f in fields(m)} for n, m in rows.items()})
         )
         return 0
     width = max(map(len, rows))
@@ -320,7 +321,7 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else list(HARDWARE)
     rows = {name: get_hardware(name) for name in names}
     if args.json:
-        print(json.dumps({n: asdict(hw) for n, hw in rows.items()}, indent=2, allow_nan=False))
+        print(to_json({n: asdict(hw) for n, hw in rows.items()}, indent=2))
         return 0
     for name, hw in rows.items():
         bf16 = hw.peak_flops.get("bf16") or hw.peak_flops.get("fp16") or 0

@@ -4,7 +4,6 @@ batch variable-length sequences)."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
@@ -15,6 +14,7 @@ from costmodel.cli.args import (
     add_layout_args,
     add_model_args,
     int_arg,
+    to_json,
     values_of,
 )
 from costmodel.cli.plan import budget_cost
@@ -85,7 +85,7 @@ def _cmd_offload(args: argparse.Namespace) -> int:
     else:
         configs = plan_offload(setup.model, setup.train, hw, spec, top=args.top)
     if args.json:
-        print(json.dumps([c.to_dict() for c in configs], indent=2))
+        print(to_json([c.to_dict() for c in configs], indent=2))
         return 0
     head = configs[0]
     broken = [k.removesuffix("_ok") for k, ok in head.fits.items() if not ok]
@@ -169,7 +169,7 @@ def _cmd_padding(args: argparse.Namespace) -> int:
             row.update(budget_cost(row, setup.parallel.devices, budget, setup.price_per_hour))
     cut = truncated(lengths, setup.train.seq)
     if args.json:
-        print(json.dumps({"documents": len(lengths), "truncated": cut, "strategies": rows},
+        print(to_json({"documents": len(lengths), "truncated": cut, "strategies": rows},
                          indent=2))  # fmt: skip
         return 0
     said = " (default; --seq)" if "seq" not in values_of(args) else ""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -12,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
-from costmodel.cli.args import device_word, flag, negation, values_of
+from costmodel.cli.args import device_word, flag, negation, to_json, values_of
 from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, global_batch
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
 from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
@@ -285,7 +284,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
         if sized is not None:
             out["sizing"] = sizing_json(sized, args.deadline_days)
             met = "answer" in out["sizing"]
-        print(json.dumps(out, indent=2, allow_nan=False))
+        print(to_json(out, indent=2))
         return 0 if rows and met else 1
     if not rows:
         print(no_fit_text(result, hints=nearest is None))
@@ -368,7 +367,7 @@ def _compared(args: argparse.Namespace, found: list[Searched]) -> int:
                                                                      no_fit),
                "best_hardware": winner.hardware if winner else None,
                "top": winner.rows if winner else []}  # fmt: skip
-        print(json.dumps(out, indent=2, allow_nan=False))
+        print(to_json(out, indent=2))
         return 0 if winner else 1
     print(compare_text(order, args.objective, no_fit))
     if winner is None:

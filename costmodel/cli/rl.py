@@ -4,11 +4,11 @@ scoring, training and weight sync, and the share of the step spent generating.""
 from __future__ import annotations
 
 import argparse
-import json
 
 from costmodel.answers.serve import serve_caveats
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
+from costmodel.cli.args import to_json
 from costmodel.engine.caveats import caveats
 from costmodel.engine.quantities import nest
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
@@ -85,7 +85,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     warned = rl_caveats(args.model, spec, hardware, out)
     if args.json:
         verdict = {"fits": bool(out["rl.train_fits"])}
-        print(json.dumps({"model": args.model, "hardware": hardware, "verdict": verdict,
+        print(to_json({"model": args.model, "hardware": hardware, "verdict": verdict,
                           "caveats": warned, **nest(out)}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]

@@ -4,7 +4,6 @@ and throughput for a workload (``costmodel.serving``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import asdict
 from typing import Any
@@ -20,7 +19,7 @@ from costmodel.answers.serve import (
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.cli.args import device_word
+from costmodel.cli.args import device_word, to_json
 from costmodel.engine.quantities import nest
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
@@ -215,7 +214,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                    "caveats": ans.caveats,
                    "limited_by": limited_by(est.values) if ans.fits else None,
                    "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
-        print(json.dumps({"model": model.name, "hardware": hw.name, "input": inp,
+        print(to_json({"model": model.name, "hardware": hw.name, "input": inp,
                           "output": out, "context": spec.context, "spec": asdict(spec),
                           "verdict": verdict, **nest(shown_values(ans)),
                           "notes": est.notes},
@@ -323,7 +322,7 @@ def add_serve(sub, int_arg) -> None:
                    "serving: replicas that only prefill and hand the cache to the --dp decode "
                    "replicas (0: each replica prefills its own)")  # fmt: skip
     p.add_argument("--prefill-tp", type=int_arg, help="tp of a prefill replica (default --tp)")
-    p.add_argument("--draft-layers", type=int_arg, default=1, help="layers of the model's "
+    p.add_argument("--draft-layers", type=int_arg, default=None, help="layers of the model's "
                    "shape the drafter runs per token (EAGLE head, MTP module: 1)")  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_serve)

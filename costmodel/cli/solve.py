@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from costmodel.book.bounds import LABEL, bounds_report
@@ -15,6 +14,7 @@ from costmodel.cli.args import (
     add_layout_args,
     add_model_args,
     build_model_only,
+    to_json,
     values_of,
 )
 from costmodel.cli.estimate import format_rows, verdict_rows
@@ -52,7 +52,7 @@ def _budget(args: argparse.Namespace, device: str | None = None) -> float | None
 def _print(result: dict, as_json: bool, rows: list[tuple[str, str]]) -> None:
     """The answer as JSON (every field), or as ``rows`` (the answer first, in words)."""
     if as_json:
-        print(json.dumps(result, indent=2, default=str, allow_nan=False))
+        print(to_json(result, indent=2, default=str))
         return
     print(format_rows(rows))
 
@@ -98,7 +98,7 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
     )
     if args.json:
         hardware = _device(args)
-        print(json.dumps({"hardware": hardware, **report}, indent=2, allow_nan=False))
+        print(to_json({"hardware": hardware, **report}, indent=2))
         return 0
     for warning in report.pop("warnings"):
         print(f"warning: {warning}")

@@ -167,8 +167,8 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
     """The planner's fastest layout that fits within ``allowed`` bytes at ``est``'s global
     batch: on its devices with every layout, recompute policy and micro-batch, then on 2, 4
     and 8 times them (:func:`costmodel.engine.why.nearest_fitting`), its framework first
-    (where the planner searches it); None when none fits or the planner cannot state the
-    question (a spec it refuses)."""
+    (where the planner searches it), priced with the user's other inputs; None when none
+    fits (so priced) or the planner cannot state the question (a spec it refuses)."""
     p, hw = est.parallel, est.hardware
     assert p is not None and hw is not None
     try:
@@ -181,6 +181,9 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
         return None
     if row is None:
         return None
+    got = _as_stated(est, row)  # the user's other inputs kept: imbalance, overlap, ...
+    if got is None or not fits(got.values, allowed):
+        return None
     inputs = {k: row[k] for k in stated_layout(row) if row[k] != _current(est, k)}
     if row["etp"] == row["tp"]:
         inputs.pop("etp", None)  # the experts split as the dense layers: the default
@@ -189,7 +192,23 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
         inputs = {"gpus": row["gpus"], **inputs}
     more = f" on {row['gpus']:,} devices" if row["gpus"] != p.devices else ""
     return _answer(f"the planner's layout{more} at batch {est.train.batch:,}: "
-                   f"{layout_label(row)}", inputs, row)  # fmt: skip
+                   f"{layout_label(row)}", inputs, got.values)  # fmt: skip
+
+
+def _as_stated(est: Estimate, row: dict[str, Any]) -> Estimate | None:
+    """The planner's ``row`` as the user's question states it: its layout, recompute and
+    micro-batch over every other input of ``est`` (the planner prices its own defaults for
+    what it does not search: ep_imbalance, overlap, bucket sizes). None where a rule
+    refuses it."""
+    assert est.parallel is not None
+    layout = {k: row[k] for k in stated_layout(row) if k != "recompute"}
+    try:
+        par = est.parallel.replace(**layout)
+        train = est.train.replace(recompute=row["recompute"])
+        train = train.replace(grad_accum=train.batch // par.batch_step(row["micro_batch"]))
+        return estimate(est.model, train, par, est.hardware)
+    except SpecError:
+        return None
 
 
 def _current(est: Estimate, key: str) -> Any:

@@ -193,6 +193,9 @@ class ParallelSpec:
                  "ep_overlap", "pp_split_embedding", "pp_split_loss", "capacity_pad")  # fmt: skip
         check_fields(self, integers, flags)
         checks.number("bucket_mb", self.bucket_mb)
+        if np.any(np.asarray(self.bucket_mb) < 2**-10):
+            raise SpecError("bucket_mb", "bucket_mb is a gradient bucket's size in MiB: at "
+                            f"least 1 KiB (0.0009765625; got {self.bucket_mb})")  # fmt: skip
         checks.choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         checks.choice("ep_routing", self.ep_routing, EP_ROUTINGS)
         checks.choice("expert_gemm", self.expert_gemm, EXPERT_GEMMS)
@@ -372,6 +375,10 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     imbalance = np.asarray(getattr(par, "ep_imbalance", 1.0))
     checks.require(moe | (imbalance == 1), "ep_imbalance", lambda: "ep_imbalance needs a "
                    "mixture-of-experts model (n_experts >= 1)")  # fmt: skip
+    ok = (ep == 1) | (imbalance <= ep)
+    checks.require(ok, "ep_imbalance", lambda: "ep_imbalance is the busiest rank's share over "
+                   "the mean: at most ep, every pair on one rank (got "
+                   f"{_pair(ok, imbalance, ep, 'ep_imbalance', 'ep')})")  # fmt: skip
     plain = np.asarray(getattr(par, "ep_dispatcher", "all-to-all")) == "all-to-all"
     checks.require(plain | (ep > 1), "ep_dispatcher", lambda: "ep_dispatcher picks how tokens "
                    "travel between expert-parallel ranks: it needs ep > 1")  # fmt: skip

@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print(f"wrote {out / 'rows.jsonl'}, {out / 'report.md'}, {out / 'report.html'}")
+    if not any(r["status"] == "ok" for r in rows):  # nothing to report is not a report
+        print(f"error: none of the {len(runs)} runs could be predicted (each one's reason "
+              "is on its line above)", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 

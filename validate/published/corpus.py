@@ -109,6 +109,10 @@ def load_runs(path: str | Path | None = None) -> list[Any]:
     runs = data.get("runs") if isinstance(data, dict) else data
     if not isinstance(runs, list):
         raise CorpusError("runs: expected a list of runs or an object with 'runs'")
+    ids = [run_label(r)[0] for r in runs]
+    twice = sorted({i for i in ids if ids.count(i) > 1 and i != "?"})
+    if twice:
+        raise CorpusError(f"runs: each id once (twice or more: {', '.join(twice[:5])})")
     return runs
 
 

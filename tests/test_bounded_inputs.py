@@ -1,0 +1,96 @@
+"""Inputs a newcomer's probe found taken without a word (issue 60's third probe): each is
+now refused in one line naming its field, or answered as the question states it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import costmodel
+from costmodel import ParallelSpec, TrainSpec, estimate, get_model
+from costmodel.catalog.hardware import get_hardware
+from costmodel.cli import main
+from costmodel.engine.nearest import nearest_fit
+from costmodel.specs.checks import SpecError
+from validate.published.__main__ import main as published_main
+
+H100 = get_hardware("h100-sxm")
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: costmodel.sweep("gpt2", hardware=["h100-sxm", "a100-80gb"], batch=4, seq=128),
+         "hardware"),
+        (lambda: costmodel.sweep(["gpt2", "llama3-8b"], batch=4, seq=128), "model"),
+        (lambda: costmodel.plan("gpt2", hardware="h100-sxm", gpus=7.5, batch=8), "gpus"),
+        (lambda: costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=8, progress="yes"),
+         "progress"),
+        (lambda: costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=8,
+                                framework="fsdp2", frameworks=["megatron"]), "framework"),
+        (lambda: costmodel.estimate("llama3-8b", batch=4, seq=128, lora_rank=8), "lora_rank"),
+        (lambda: costmodel.serve("llama3-8b", input=100, output=10, draft_layers=2),
+         "draft_layers"),
+        (lambda: ParallelSpec(bucket_mb=1e-300), "bucket_mb"),
+    ],
+)  # fmt: skip
+def test_a_bad_api_input_is_one_error_naming_its_field(call, field):
+    with pytest.raises(SpecError) as err:
+        call()
+    assert err.value.field == field
+
+
+def test_one_quantity_by_name_is_that_quantity_not_its_letters():
+    table = costmodel.sweep("gpt2", hardware="h100-sxm", quantities="time_s.step", batch=[4, 8],
+                            seq=128)  # fmt: skip
+    assert "time_s.step" in table and len(table["time_s.step"]) == 2
+
+
+def test_the_busiest_rank_holds_at_most_every_pair():
+    mixtral, train = get_model("mixtral-8x7b"), TrainSpec(batch=8, seq=1024)
+    estimate(mixtral, train, ParallelSpec(fsdp=8, ep=8, ep_imbalance=8.0), H100)  # all on one
+    with pytest.raises(SpecError, match=r"at most ep, .*ep_imbalance=8.5, ep=8") as err:
+        estimate(mixtral, train, ParallelSpec(fsdp=8, ep=8, ep_imbalance=8.5), H100)
+    assert err.value.field == "ep_imbalance"
+
+
+def test_json_says_null_where_the_text_says_none(capsys):
+    """tp 64 on the XXL model is never compute-bound: no critical batch (infinite), which
+    --json wrote as a JSON error instead of an answer."""
+    assert main(["bounds", "--model", "xxl", "--hardware", "tpu-v5p", "--fsdp", "1", "--tp", "64",
+                 "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["critical_batch_tokens"] is None
+
+
+def test_formula_and_json_are_one_or_the_other(capsys):
+    argv = ["estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+            "1024", "--batch", "64", "--json", "--formula", "mfu"]  # fmt: skip
+    assert main(argv) == 2
+    assert "give one of them" in capsys.readouterr().err
+
+
+def test_a_corpus_with_nothing_predicted_fails_and_ids_are_unique(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"runs": [{"id": "x"}]}))
+    assert published_main(["--runs", str(bad), "--out", str(tmp_path / "a")]) == 1
+    assert "none of the 1 runs could be predicted" in capsys.readouterr().err
+    bad.write_text(json.dumps({"runs": [{"id": "x"}, {"id": "x"}]}))
+    assert published_main(["--runs", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert "each id once (twice or more: x)" in capsys.readouterr().err
+
+
+def test_the_planners_way_out_is_priced_with_the_users_other_inputs():
+    """The planner does not search ep_imbalance: its layout is priced again with the
+    user's, so the numbers quoted are the ones that layout gets when run as suggested."""
+    mixtral = get_model("mixtral-8x7b")
+    train = TrainSpec(batch=8, seq=4096, grad_accum=1)
+    est = estimate(mixtral, train, ParallelSpec(fsdp=8, ep=8, ep_imbalance=2.0), H100)
+    answer = nearest_fit(est)
+    assert answer is not None and "planner" in answer["change"]
+    inputs = {"hardware": "h100-sxm", "gpus": 8, "fsdp": 8, "ep": 8, "seq": 4096, "batch": 8,
+              "ep_imbalance": 2.0, **answer["inputs"]}  # fmt: skip
+    rerun = costmodel.estimate("mixtral-8x7b", **inputs)
+    assert rerun["time_s.step"] == pytest.approx(answer["step_s"], rel=1e-9)
+    assert rerun["memory_bytes_per_device.peak"] == pytest.approx(answer["peak_bytes"], rel=1e-9)
