@@ -1,6 +1,7 @@
 """Ranks kept for a validation run (``validate.distributed.pool``): jobs share the
 processes and their group, a failure ends the pool and the next job starts a new one,
-``fresh`` jobs and launches outside ``pooled`` start their own, and nothing outlives it."""
+``fresh`` jobs get new ranks (forked from the run's zygote, ``validate.distributed.zygote``),
+and nothing outlives it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ def test_jobs_share_the_kept_ranks_and_their_group():
         first = launch(_pid_and_sum, 2, 10, timeout_s=120)
         second = launch(_pid_and_sum, 2, 20, timeout_s=120)
         fresh = launch(_pid_and_sum, 2, 30, timeout_s=120, fresh=True)
+        again = launch(_pid_and_sum, 2, 40, timeout_s=120, fresh=True)
     assert not active()
+    assert [s for _, s in again] == [81, 81]
+    assert not {p for p, _ in again} & {p for p, _ in fresh}  # each fresh job, new ranks
     assert [s for _, s in first] == [21, 21] and [s for _, s in second] == [41, 41]
     kept = [p for p, _ in first]
     assert [p for p, _ in second] == kept  # the same two processes ran both jobs
@@ -60,3 +64,17 @@ def test_a_failed_job_ends_the_pool_and_the_next_starts_another():
     assert [s for _, s in after] == [11, 11]
     assert not set(before) & {p for p, _ in after}
     assert all(_gone(p) for p in before)
+
+
+def _die_on_one(rank: int, world: int) -> int:
+    if rank == 1:
+        os._exit(3)
+    return rank
+
+
+def test_a_fresh_rank_that_dies_is_a_clear_error_and_the_next_fresh_job_runs():
+    with pooled():
+        with pytest.raises(RuntimeError, match=r"rank 1 (died \(exit code 3\)|failed)"):
+            launch(_die_on_one, 2, timeout_s=30, fresh=True)
+        after = launch(_pid_and_sum, 2, 1, timeout_s=120, fresh=True)
+    assert [s for _, s in after] == [3, 3]

@@ -184,12 +184,14 @@ def launch(
     by value. Inside ``pool.pooled()`` the job runs on ranks kept for the whole run instead
     (``validate.distributed.pool``), unless ``fresh``: a job measuring a rank's memory peaks
     runs in new processes, as a training run starts (the first TP step of a process holds
-    251 KiB that a process which ran TP before does not).
+    251 KiB that a process which ran TP before does not), forked there from one that has
+    imported torch (``validate.distributed.zygote``).
     """
     from validate.distributed import pool  # it builds on this module
 
-    if pool.active() and not fresh:
-        return pool.run(fn, world_size, args, backend, timeout_s)
+    if pool.active():
+        run = pool.run_fresh if fresh else pool.run
+        return run(fn, world_size, args, backend, timeout_s)
     with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
         job = Path(tmp)
         (job / "job.pt").write_bytes(_pack((fn, args)))

@@ -9,6 +9,9 @@ and meet at a barrier before the next job. What a job measures is unchanged: mem
 as live bytes from a job's start (``memory.LiveBytes``), times within the job, and every
 job builds its model, optimizer and groups anew.
 
+Memory jobs (``fresh``) run on new ranks forked from a process that has imported torch
+(``validate.distributed.zygote``), which the run keeps too.
+
 A job that raises on any rank, a rank that dies and a job past its timeout end the pool
 (its ranks are killed; a later job starts a new one), so a broken group never runs another
 job. Ranks whose parent dies remove the pool's folder and exit, as ``launch``'s do.
@@ -41,8 +44,10 @@ from validate.distributed.launch import (
     init,
     threads_per_rank,
 )
+from validate.distributed.zygote import Zygote, launch_forked
 
 _POOLS: dict[tuple[int, str], RankPool] = {}
+_ZYGOTE: list[Zygote] = []
 _ACTIVE = [False]
 
 
@@ -59,6 +64,9 @@ def pooled() -> Iterator[None]:
             for pool in list(_POOLS.values()):
                 pool.close()
             _POOLS.clear()
+            for zygote in _ZYGOTE:
+                zygote.close()
+            _ZYGOTE.clear()
 
 
 def active() -> bool:
@@ -78,6 +86,16 @@ def run(fn: Callable[..., Any], world: int, args: tuple, backend: str, timeout_s
         pool.close()
         _POOLS.pop(key, None)
         raise
+
+
+def run_fresh(
+    fn: Callable[..., Any], world: int, args: tuple, backend: str, timeout_s: float
+) -> list:
+    """``fn(rank, world, *args)`` on new ranks forked from the run's zygote (started here
+    if none is: ``validate.distributed.zygote``); results by rank."""
+    if not _ZYGOTE:
+        _ZYGOTE.append(Zygote())
+    return launch_forked(_ZYGOTE[0], fn, world, args, backend, timeout_s)
 
 
 class RankPool:
