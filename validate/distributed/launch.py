@@ -15,6 +15,7 @@ environment instead, so the same functions run across nodes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -152,20 +153,39 @@ def _collect(procs: list[subprocess.Popen], job: Path, timeout_s: float) -> list
         if deadline is None:
             deadline = _ready_deadline(job, len(procs), start, timeout_s)
         for rank, proc in enumerate(procs):
-            path = job / f"{rank}.pt"
-            if rank in results or not path.exists():
-                if rank not in results and proc.poll() is not None and not path.exists():
-                    raise RuntimeError(f"rank {rank} died (exit code {proc.returncode})")
-                continue
-            status, value = _unpack(path.read_bytes())
-            if status == "error":
-                raise RuntimeError(f"rank {rank} failed:\n{value}")
-            results[rank] = value
+            if rank not in results:
+                done, value = result_of(job / f"{rank}.pt", rank, proc)
+                if done:
+                    results[rank] = value
         if len(results) < len(procs) and deadline is not None and time.monotonic() > deadline:
             missing = sorted(set(range(len(procs))) - set(results))
             raise TimeoutError(f"rank(s) {missing} did not finish within {timeout_s:.0f} s")
         time.sleep(0.05)
     return [results[r] for r in range(len(procs))]
+
+
+def result_of(path: Path, rank: int, proc: Any) -> tuple[bool, Any]:
+    """(True, its value) once ``path`` holds ``rank``'s result, (False, None) while it runs;
+    a RuntimeError where it failed (its traceback) or its process ``proc`` died first."""
+    if not path.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"rank {rank} died (exit code {proc.returncode})")
+        return False, None
+    status, value = _unpack(path.read_bytes())
+    if status == "error":
+        raise RuntimeError(f"rank {rank} failed:\n{value}")
+    return True, value
+
+
+def end_ranks(procs: list[Any]) -> None:
+    """Wait up to 5 s for each rank to exit; kill those that have not."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
 
 def launch(
@@ -203,12 +223,7 @@ def launch(
         try:
             return _collect(procs, job, timeout_s)
         finally:
-            for proc in procs:
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            end_ranks(procs)
 
 
 def run_distributed(fn: Callable[..., Any], *args: Any, timeout_s: float = 300.0) -> Any:

@@ -42,6 +42,7 @@ from validate.distributed.launch import (
     _watch_parent,
     free_port,
     init,
+    result_of,
     threads_per_rank,
 )
 from validate.distributed.zygote import Zygote, launch_forked
@@ -127,17 +128,10 @@ class RankPool:
                 elif time.monotonic() - start > max(STARTUP_S, timeout_s):
                     raise TimeoutError(f"ranks did not start within {STARTUP_S:.0f} s")
             for rank, proc in enumerate(self.procs):
-                path = self.dir / f"job{k}-{rank}.pt"
-                if rank in results:
-                    continue
-                if not path.exists():
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"rank {rank} died (exit code {proc.returncode})")
-                    continue
-                status, value = _unpack(path.read_bytes())
-                if status == "error":
-                    raise RuntimeError(f"rank {rank} failed:\n{value}")
-                results[rank] = value
+                if rank not in results:
+                    done, value = result_of(self.dir / f"job{k}-{rank}.pt", rank, proc)
+                    if done:
+                        results[rank] = value
             if started and len(results) < self.world and time.monotonic() - start > timeout_s:
                 missing = sorted(set(range(self.world)) - set(results))
                 raise TimeoutError(f"rank(s) {missing} did not finish within {timeout_s:.0f} s")

@@ -134,7 +134,7 @@ def _reap(folder: Path, children: dict[int, int]) -> None:
 def launch_forked(zygote: Zygote, fn: Any, world: int, args: tuple, backend: str,
                   timeout_s: float) -> list[Any]:  # fmt: skip
     """``launch.launch``'s job on ``world`` ranks forked from ``zygote``; results by rank."""
-    from validate.distributed.launch import _collect, _pack, free_port
+    from validate.distributed.launch import _collect, _pack, end_ranks, free_port
 
     with tempfile.TemporaryDirectory(prefix="costmodel-dist-") as tmp:
         job = Path(tmp)
@@ -145,13 +145,7 @@ def launch_forked(zygote: Zygote, fn: Any, world: int, args: tuple, backend: str
         try:
             return _collect(procs, job, timeout_s)  # type: ignore[arg-type]
         finally:
-            for proc in procs:
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=5)
+            end_ranks(procs)
 
 
 if __name__ == "__main__":
