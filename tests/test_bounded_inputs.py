@@ -94,3 +94,16 @@ def test_the_planners_way_out_is_priced_with_the_users_other_inputs():
     rerun = costmodel.estimate("mixtral-8x7b", **inputs)
     assert rerun["time_s.step"] == pytest.approx(answer["step_s"], rel=1e-9)
     assert rerun["memory_bytes_per_device.peak"] == pytest.approx(answer["peak_bytes"], rel=1e-9)
+
+
+def test_bounds_splits_the_layers_over_tp_as_estimate_does(capsys):
+    argv = ["bounds", "--model", "xxl", "--hardware", "tpu-v5p", "--fsdp", "16", "--tp", "3"]
+    assert main(argv) == 2
+    assert "--tp must divide --d-ff (got --d-ff=53248, --tp=3)" in capsys.readouterr().err
+
+
+def test_mxfp4_on_a_device_without_bf16_says_why_bf16(capsys):
+    argv = ["serve", "--model", "llama3-8b", "--precision", "mxfp4", "--hardware",
+            "v100-sxm2-32gb", "--input", "100", "--output", "10"]  # fmt: skip
+    assert main(argv) == 2
+    assert "dequantized to bf16 matmuls" in capsys.readouterr().err

@@ -87,9 +87,13 @@ def _device(args: argparse.Namespace) -> str:
 
 def _cmd_bounds(args: argparse.Namespace) -> int:
     model, train = build_model_only(args)
+    layout = _layout_only(args)
+    checks.divides("tp", layout.tp, "d_ff", model.d_ff)  # as estimate splits them over tp
+    if not model.ffn_only:
+        checks.divides("tp", layout.tp, "n_heads", model.n_heads)
     report = bounds_report(
         model,
-        _layout_only(args),
+        layout,
         get_hardware(_device(args)),
         precision=train.precision,
         forward_only=args.forward_only,

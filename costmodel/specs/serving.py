@@ -312,7 +312,9 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
         needs = "fp4" if dtype == "nvfp4" else "bf16" if dtype == "mxfp4" else dtype
         stored = field == "kv_dtype" and dtype in ("fp8", "int8") and hw.kind == "gpu"
         if not (stored or hw.peak_flops.get(needs)):
-            raise SpecError(field, f"{field} {dtype}: {hw.name} has no {needs} support")
+            how = " (MXFP4 weights dequantized to bf16 matmuls where the device has no fp4)" \
+                if dtype == "mxfp4" else ""  # fmt: skip
+            raise SpecError(field, f"{field} {dtype}: {hw.name} has no {needs} support{how}")
 
 
 def gemm_dtype(precision: str, hw: Any) -> str:
