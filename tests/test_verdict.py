@@ -331,8 +331,11 @@ def test_an_expert_parallel_layout_says_how_its_tokens_travel(capsys):
         )
         in out
     )
+    assert "all-to-alls exposed, dropless;" in out
     code, out, _ = run(capsys, *base, "--ep-dispatcher", "deepep", "--ep-routing", "consecutive")
     assert code == 0 and "experts: dispatcher deepep, routing consecutive, all-to-alls" in out
+    code, out, _ = run(capsys, *base, "--capacity-factor", "1.25", "--capacity-pad")
+    assert code == 0 and "capacity 1.25x the mean, padded to it (no host sync);" in out
     code, out, _ = run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
                        "--gpus", "8")  # fmt: skip
     assert code == 0 and "experts:" not in out

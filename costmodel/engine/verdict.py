@@ -137,8 +137,17 @@ def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:
         f"routing {p.ep_routing}"
         + (" (default; --ep-routing)" if "ep_routing" in defaulted else ""),
         "all-to-alls overlapped (combined 1F1B)" if p.ep_overlap else "all-to-alls exposed",
+        _capacity(p),
     ]
     return f"; experts: {', '.join(said)}"
+
+
+def _capacity(p: ParallelSpec) -> str:
+    """Dropless, or the capacity and whether the dispatch pads every expert to it."""
+    if not p.capacity_factor:
+        return "dropless"
+    padded = ", padded to it (no host sync)" if p.capacity_pad else ""
+    return f"capacity {p.capacity_factor:g}x the mean{padded}"
 
 
 def _tuned(t: TrainSpec) -> str:
