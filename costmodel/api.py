@@ -263,7 +263,7 @@ def plan(
     hardware: str,
     gpus: int,
     batch: int,
-    frameworks: Iterable[str] = ("fsdp2", "megatron"),
+    frameworks: Iterable[str] | None = None,
     recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
     microbatches: Iterable[int] | None = None,
     max_tp: int | None = None,
@@ -273,7 +273,8 @@ def plan(
 ) -> _plan.Plan:
     """The fastest layouts of ``gpus`` devices that fit (``plan`` of the CLI): ``batch``
     sequences per step (the CLI's ``--global-batch``); ``framework`` searches that one
-    framework alone (``frameworks`` several); the other inputs (seq, precision, ...) as
+    framework alone (``frameworks`` several; by default the planner's, fsdp2 and
+    megatron); the other inputs (seq, precision, ...) as
     the CLI's. ``progress`` counts the layout structures compiled on stderr (the
     slow part of a first call), or is a callable ``(items, total) -> items``."""
     checks.integer("gpus", gpus)
@@ -281,10 +282,12 @@ def plan(
         raise SpecError("progress", "progress must be True, False or a callable "
                         f"(items, total) -> items (got {progress!r})")  # fmt: skip
     if "framework" in inputs:  # one framework, as estimate names it
-        if "frameworks" in inputs or frameworks != ("fsdp2", "megatron"):
+        if frameworks is not None:
             raise SpecError("framework", "give framework (one) or frameworks (several), "
                             "not both")  # fmt: skip
         frameworks = (inputs.pop("framework"),)
+    if frameworks is None:  # the planner's own (fsdp2 and megatron)
+        frameworks = _plan.PlanOptions().frameworks
     values, spec = _values(model, {**inputs, "batch": batch})
     setup = build(values, spec)
     options = _plan.PlanOptions(frameworks=_choices("frameworks", frameworks),
