@@ -42,6 +42,7 @@ LABELS = {
     "sequence_parallel": "sequence parallel (with tensor parallel)",
     "pp": "pipeline stages",
     "pp_interleave": "virtual stages per pipeline rank",
+    "pp_schedule": "pipeline schedule (1F1B, or DeepSeek's DualPipe)",
     "cp": "context-parallel degree",
     "ep": "expert-parallel degree (mixture of experts)",
     "etp": "expert tensor-parallel degree (unset: tp)",

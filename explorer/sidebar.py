@@ -126,8 +126,9 @@ TRAINING_KEYS = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "at
                  "attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch",
                  "finetune")  # fmt: skip
 CLUSTER_KEYS = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "pp", "pp_interleave",
-                "cp", "ep", "etp", "ep_dispatcher", "ep_imbalance", "capacity_factor",
-                "ep_overlap", "sequence_parallel", "grad_reduce_fp32", "overlap")  # fmt: skip
+                "pp_schedule", "cp", "ep", "etp", "ep_dispatcher", "ep_imbalance",
+                "capacity_factor", "ep_overlap", "sequence_parallel", "grad_reduce_fp32",
+                "overlap")  # fmt: skip
 
 
 def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:

@@ -64,7 +64,7 @@ TRAIN_STRUCTURE = (
 PARALLEL_STRUCTURE = (
     "zero", "sequence_parallel", "pipelined", "interleaved", "overlap", "framework", "async_tp",
     "grad_reduce_fp32", "reshard_after_forward", "ep_overlap", "pp_split_embedding",
-    "pp_split_loss",
+    "pp_split_loss", "pp_schedule",
 )  # fmt: skip
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
 BUDGET_KEYS = ("train_days", "train_cost")
@@ -140,11 +140,12 @@ def parallel_structure(par: Any) -> tuple:
     """The layout features that change expressions (``PARALLEL_STRUCTURE``): ZeRO stage, SP,
     pipelining (pp > 1), interleaving (more than one virtual stage), the overlap rule, the
     framework, async TP, the reduce dtype, FSDP2's resharding after forward, combined
-    1F1B's all-to-all overlap and the slots a pipeline split gives the embedding and loss."""
+    1F1B's all-to-all overlap, the slots a pipeline split gives the embedding and loss, and
+    the pipeline schedule."""
     return (par.zero, par.sequence_parallel, par.pp > 1, par.pp_interleave > 1, par.overlap,
             par.framework, par.async_tp, par.grad_reduce_fp32,
             par.reshard_after_forward, par.ep_overlap, par.pp_split_embedding,
-            par.pp_split_loss)  # fmt: skip
+            par.pp_split_loss, par.pp_schedule)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from costmodel.engine.estimate import Estimate
 from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
+from costmodel.parallel.pipeline import dualpipe
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
@@ -71,6 +72,8 @@ def degrees(par: ParallelSpec) -> str:
     pp = f"pp {par.pp}"
     if par.pp_interleave > 1:
         pp += f" (interleaved: {par.pp_interleave} virtual stages)"
+    if dualpipe(par):
+        pp += " (DualPipe: two stages per rank)"
     counted = [n for n, on in (("embedding", par.pp_split_embedding),
                                ("loss", par.pp_split_loss)) if on]  # fmt: skip
     if counted:
@@ -136,10 +139,17 @@ def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:
         + (" (default; --ep-dispatcher)" if "ep_dispatcher" in defaulted else ""),
         f"routing {p.ep_routing}"
         + (" (default; --ep-routing)" if "ep_routing" in defaulted else ""),
-        "all-to-alls overlapped (combined 1F1B)" if p.ep_overlap else "all-to-alls exposed",
+        _overlap(p),
         _capacity(p),
     ]
     return f"; experts: {', '.join(said)}"
+
+
+def _overlap(p: ParallelSpec) -> str:
+    """Whether another micro-batch's compute hides the all-to-alls, and which schedule."""
+    if dualpipe(p):
+        return "all-to-alls overlapped (DualPipe's forward-backward pairs)"
+    return "all-to-alls overlapped (combined 1F1B)" if p.ep_overlap else "all-to-alls exposed"
 
 
 def _capacity(p: ParallelSpec) -> str:

@@ -18,6 +18,7 @@ from costmodel.parallel.pipeline import (
     boundary_tensors,
     chunks_in_flight,
     held_layers,
+    in_flight_per_stage,
 )
 from costmodel.parallel.shares import device_blocks, residual_bytes, stage_layers
 from costmodel.single.memory import (
@@ -38,7 +39,6 @@ from costmodel.symbols import (
     Y,
     b,
     more_than_one,
-    v,
 )
 
 _TP_SHARDED = ("attention", "qk_norm", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
@@ -73,7 +73,7 @@ def sharded_activations(
         parts = {op: e for op, e in parts.items() if op in only}
     if rank is not None:
         held = held_layers(par, rank)
-        micro_batches = chunks_in_flight(par, rank) / v * int(rank.first)
+        micro_batches = in_flight_per_stage(par, rank) * int(rank.first)
     else:  # the busiest stage's layers, L without pp
         held, micro_batches = stage_layers(par), 1
     shares = _layer_shares(model, held, device_blocks(model, par, rank))

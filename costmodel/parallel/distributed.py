@@ -30,6 +30,7 @@ from costmodel.parallel.pipeline import (
     grads_at_fullest,
     present,
     ranks,
+    stages_held,
 )
 from costmodel.parallel.shares import (
     device_batch,
@@ -194,7 +195,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)
     in_flight = smin(2, layers)
-    one_layer = n_mm / layers * (1 - 1 / X)
+    one_layer = n_mm / (layers * stages_held(par)) * (1 - 1 / X)
     if finetune.tunes(train):  # a block's frozen matrices as stored, and its adapters
         act = PRECISIONS[train.precision].activation
         block = finetune.frozen_block_bytes(model, train) + act * finetune.adapter_params(

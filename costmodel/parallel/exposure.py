@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel.pipeline import combined_alone
+from costmodel.parallel.pipeline import combined_alone, dualpipe
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import Y
@@ -32,10 +32,11 @@ def exposed_share(group: str, par: ParallelSpec) -> sp.Expr:
     - under combined 1F1B (``ep_overlap``) one micro-batch's all-to-alls run beside another
       micro-batch's compute, but for the passes that run alone
       (:func:`costmodel.parallel.pipeline.combined_alone`); the rest is overlapped like
-      the other groups' collectives.
+      the other groups' collectives; DualPipe pairs forwards with backwards likewise (its
+      F&B chunks, DeepSeek-V3 report Sec. 3.2.1), whatever ``ep_overlap`` says.
     """
     if group == "tp" and par.async_tp:
         return 1 / Y
-    if group == "ep" and par.ep_overlap:
+    if group == "ep" and (par.ep_overlap or dualpipe(par)):
         return combined_alone(par)
     return sp.Integer(1)

@@ -17,6 +17,13 @@ Memory is reported for three ranks, whose maximum is every rank's: the first (mo
 and the embedding), the second (as many layers with one micro-batch less, but both kinds of
 receive buffer) and the last (the head, its logits and one micro-batch in flight). Ranks
 between have fewer layers or micro-batches in flight than the second, and the same buffers.
+
+DualPipe (``ParallelSpec.pp_schedule``; DeepSeek-AI 2024, "DeepSeek-V3 Technical Report",
+Sec. 3.2.1, Table 2; deepseek-ai/DualPipe): the model's pp stages are fed from both ends, so
+rank r holds stage r of one direction and stage pp - 1 - r of the other (twice a stage's
+parameters; the end ranks both the embedding and the head) and keeps pp + 1 micro-batches'
+stage activations in flight; a micro-batch passes each rank once. Two ranks bound every
+rank: an end one and the second.
 """
 
 from __future__ import annotations
@@ -44,9 +51,22 @@ class PipelineRank:
         return "first" if self.first else "last" if self.last else "second"
 
 
+def dualpipe(par: ParallelSpec) -> bool:
+    """Whether the pipeline runs DualPipe (module docstring)."""
+    return par.pp > 1 and par.pp_schedule == "dualpipe"
+
+
+def stages_held(par: ParallelSpec) -> int:
+    """Copies of a stage's layers a rank holds per stage it runs a micro-batch through:
+    2 under DualPipe (one per direction), else 1."""
+    return 2 if dualpipe(par) else 1
+
+
 def ranks(par: ParallelSpec) -> list[PipelineRank]:
     """The ranks (pp > 1) whose maximum is every rank's (module docstring; the second
     counts where :func:`present`)."""
+    if dualpipe(par):  # the end ranks hold both ends; rank pp - 1 mirrors rank 0
+        return [PipelineRank(sp.Integer(0), True, True), PipelineRank(sp.Integer(1), False, False)]
     return [PipelineRank(sp.Integer(0), True, False), PipelineRank(sp.Integer(1), False, False),
             PipelineRank(N_pp - 1, False, True)]  # fmt: skip
 
@@ -72,6 +92,10 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     emb, loss, total = slots(par)
     stages = N_pp * v
     extra = sp.Mod(total, stages, evaluate=False)
+    if dualpipe(par):  # stages r and pp - 1 - r, the earlier stages taking the spare slots
+        spare = sum((smin(1, smax(0, extra - j)) for j in (rank.index, N_pp - 1 - rank.index)),
+                    sp.Integer(0))  # fmt: skip
+        return 2 * sfloor(total / N_pp) + spare - emb * rank.first - loss * rank.last
     spare = smin(v, smax(0, sceil((extra - rank.index) / N_pp)))
     return v * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
 
@@ -84,14 +108,17 @@ def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.
     per, extra = sfloor(total / (N_pp * v)), sp.Mod(total, N_pp * v, evaluate=False)
     j = rank.index  # the rank's first virtual stage (the last stage too, uninterleaved)
     start = j * per + smin(j, extra) - (0 if rank.first else emb)
-    last = rank.last and par.pp_interleave == 1
+    last = rank.last and par.pp_interleave == 1 and not dualpipe(par)  # stage r, not pp-1-r
     size = per + smin(1, smax(0, extra - j)) - emb * rank.first - loss * last
     return smax(0, smin(count, start + size) - start)
 
 
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Stage-micro-batches ``rank`` keeps activations for at once (module docstring); under
-    combined 1F1B (``ep_overlap``) one more, its extra warm-up forward."""
+    combined 1F1B (``ep_overlap``) one more, its extra warm-up forward; under DualPipe pp + 1
+    stage-micro-batches (Table 2 of the DeepSeek-V3 report; every rank, an upper bound)."""
+    if dualpipe(par):
+        return smin(N_pp + 1, m)
     if par.pp_interleave == 1:
         return smin(N_pp - rank.index, m)
     return smin(_interleaved_warmup(rank) + 1 + int(par.ep_overlap), m * v)
@@ -110,9 +137,14 @@ def combined_alone(par: ParallelSpec) -> sp.Expr:
     micro-batch's pass hides their all-to-alls: without pipelining the first forward and the
     last backward (Megatron-Core's ``combined_1f1b_schedule_for_no_pipelining``: m - 1
     combined steps), interleaved its warm-up forwards, one more than interleaved 1F1B's,
-    and its cool-down backwards. The first rank has the most warm-up: an upper bound."""
+    and its cool-down backwards. The first rank has the most warm-up: an upper bound.
+    Under DualPipe the first rank overlaps m - 3pp/2 + 1 forward-backward pairs (its main
+    step's 2(m/2 - pp + 1) and its fifth step's pp/2 - 1, ``dualpipe/dualpipe.py``), so
+    3pp/2 - 1 of its m forwards run alone."""
     if par.pp == 1:
         return 1 / m
+    if dualpipe(par):
+        return smin(sp.Rational(3, 2) * N_pp - 1, m) / m
     first = PipelineRank(sp.Integer(0), True, False)
     return sp.Min(_interleaved_warmup(first) + 1, m * v) / (m * v)
 
@@ -127,7 +159,13 @@ def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
 def held_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Layer-micro-batches of activations ``rank`` keeps at its fullest: the chunks in
     flight times the layers of one of its stages."""
-    return chunks_in_flight(par, rank) * rank_layers(par, rank) / v
+    return chunks_in_flight(par, rank) * rank_layers(par, rank) / (v * stages_held(par))
+
+
+def in_flight_per_stage(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
+    """Micro-batches in flight per stage ``rank`` holds: its chunks in flight over the
+    stages it holds (v interleaved, 2 under DualPipe)."""
+    return chunks_in_flight(par, rank) / (v * stages_held(par))
 
 
 def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp.Expr]:
@@ -143,8 +181,9 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     layer's saved input; the received activation is that saved input, already a buffer.
     Per chunk in flight: +1 on the first stage, -1 on the last, 0 between; interleaved, a
     rank's chunks are its stages' in equal parts."""
-    if not traits_of(par).torch_pipelining:  # Megatron receives into fresh tensors and
-        # frees a stage's output once sent (deallocate_output_tensor)
+    if dualpipe(par) or not traits_of(par).torch_pipelining:  # Megatron (and DualPipe)
+        # receive into fresh tensors and free a stage's output once sent
+        # (deallocate_output_tensor; DualPipe's _free_tensors)
         return sp.Integer(0), sp.Integer(0)
     buffers = m * (2 * v - int(rank.first) - int(rank.last))
     kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v

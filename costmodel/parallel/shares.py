@@ -9,7 +9,13 @@ import sympy as sp
 
 from costmodel.kinds import ffn
 from costmodel.parallel.experts import local_experts
-from costmodel.parallel.pipeline import PipelineRank, leading_layers, rank_layers, slots
+from costmodel.parallel.pipeline import (
+    PipelineRank,
+    leading_layers,
+    rank_layers,
+    slots,
+    stages_held,
+)
 from costmodel.single import finetune
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
@@ -72,8 +78,10 @@ def device_experts(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> tuple[sp.Expr, sp.Expr]:
     """(parameters, matmul weights) of the routed experts a device holds before ZeRO: its
-    ep rank's share, split over the expert tensor-parallel ranks (etp)."""
-    return tuple(e / N_etp for e in local_experts(model, device_blocks(model, par, rank)))
+    ep rank's share, split over the expert tensor-parallel ranks (etp); without a rank,
+    the busiest stage's, twice under DualPipe (a rank holds a stage of each direction)."""
+    copies = stages_held(par) if rank is None else 1
+    return tuple(copies * e / N_etp for e in local_experts(model, device_blocks(model, par, rank)))
 
 
 def shard_degree(par: ParallelSpec) -> sp.Expr:

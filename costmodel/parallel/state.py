@@ -14,7 +14,7 @@ import sympy as sp
 
 from costmodel.kinds import attention
 from costmodel.parallel.experts import local_experts, sharded_params, split_state
-from costmodel.parallel.pipeline import PipelineRank, chunks_in_flight, rank_layers
+from costmodel.parallel.pipeline import PipelineRank, in_flight_per_stage, rank_layers, stages_held
 from costmodel.parallel.shares import device_blocks, device_experts, stage_layers
 from costmodel.single import finetune
 from costmodel.single.memory import kept_weight_copies
@@ -22,7 +22,7 @@ from costmodel.single.params import block_params, param_breakdown, stacked_block
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, N_ep, N_etp, N_pp, V, X, Y, smax, v
+from costmodel.symbols import D, L, N_ep, N_etp, N_pp, V, X, Y, smax
 
 
 def params_per_device(
@@ -33,7 +33,8 @@ def params_per_device(
     matrices split over tp (vocab-parallel).
     ``rank``: that pipeline rank's exactly (its layers, the embedding on the first, the
     final norm and head on the last); without it, with pp > 1, the busiest stage's layers
-    with the larger of the embedding and the head (an upper bound for every rank)."""
+    with the larger of the embedding and the head (an upper bound for every rank); under
+    DualPipe two stages' layers and both (an end rank's)."""
     parts = param_breakdown(model)
     block = block_params(model, norms=False)
     norm_total = parts["norms"]
@@ -56,9 +57,10 @@ def params_per_device(
         ends = (vocab_in if rank.first else 0) + (head if rank.last else 0)
         total = blocks / Y + layers * block_norms + ends / Y + (final_norm if rank.last else 0)
         return total, blocks_mm / Y + (head_mm / Y if rank.last else 0)
-    vocab = smax(vocab_in, head) if par.pp > 1 else vocab_in + head
-    total = blocks / Y + norm_total / (N_pp if par.pp > 1 else 1) + vocab / Y
-    return total, blocks_mm / Y + head_mm / Y
+    copies = stages_held(par)
+    vocab = smax(vocab_in, head) if par.pp > 1 and copies == 1 else vocab_in + head
+    total = copies * (blocks / Y + norm_total / (N_pp if par.pp > 1 else 1)) + vocab / Y
+    return total, copies * blocks_mm / Y + head_mm / Y
 
 
 def trained_per_device(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -98,7 +100,7 @@ def autocast_state(
     head = None if model.ffn_only else V * D / Y * int(rank is None or rank.last)
     kept = kept_weight_copies(model, train, matmul=n_mm, head=head)
     if rank is not None and par.pp > 1:
-        kept *= chunks_in_flight(par, rank) / v
+        kept *= in_flight_per_stage(par, rank)
     shards = zero_shards(par)
     state = split_state(model, train, n, kept, shards, device_experts(model, par, rank))
     if rank is None or rank.first:

@@ -11,7 +11,8 @@ softmax, loss) is memory-bound: reading and writing what a forward without recom
 keeps, twice that in backward (an estimate), what recomputation keeps or not. Step time
 adds, per phase, compute and communication under the overlap rule (``max`` overlaps fully,
 as the current Scaling Book; ``sum`` not at all, as its earlier edition), the 1F1B bubble
-(p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2), and an optimizer step bound by
+(p-1)/(v·m) of the compute (Narayanan et al. 2021, Sec. 2.2; DualPipe's, DeepSeek-V3
+report Table 2), and an optimizer step bound by
 memory traffic. Each phase's kernels (and a per-expert loop's GEMM launches) also cost host
 time, which a phase overlaps with its device time, and a device idles at each MoE layer's
 host sync (``costmodel.parallel.host``).
@@ -32,6 +33,7 @@ from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
 from costmodel.parallel.host import expert_launches, host_seconds, sync_idle, with_host
+from costmodel.parallel.pipeline import dualpipe, stages_held
 from costmodel.parallel.shares import (
     device_batch,
     device_blocks,
@@ -269,7 +271,7 @@ def _casts_and_loss(
     casts back: a + 12 and a + 20 bytes per logit (a: compute bytes). All memory-bound.
     """
     prec = PRECISIONS[train.precision]
-    weights = params_per_device(model, par)[1]
+    weights = params_per_device(model, par)[1] / stages_held(par)  # one stage's, as it runs
     fwd, bwd = finetune.dequantize_traffic(model, train)
     if finetune.tunes(train):  # the adapters are what autocast casts
         weights = finetune.adapter_params(model, train)
@@ -349,6 +351,27 @@ def _after_sync_device(ops: dict, comm: dict, par: ParallelSpec) -> sp.Expr:
     return stage_layers(par) * experts + comm["ep"]["forward"] / m
 
 
+def _weight_grads(ops: dict, par: ParallelSpec) -> sp.Expr:
+    """Seconds of one micro-batch's weight gradients on this stage (DualPipe's W): each
+    matmul's dW has its forward's FLOPs and shape class, so its forward's seconds."""
+    gemms = {k: e["time_s"] for k, e in ops.items() if k not in ("attn_core", "lm_head")}
+    head = ops["lm_head"]["time_s"] if "lm_head" in ops else sp.Integer(0)
+    return stage_layers(par) * sum(gemms.values(), sp.Integer(0)) + head
+
+
+def pipeline_bubble(
+    par: ParallelSpec, forward: sp.Expr, backward: sp.Expr, weights: sp.Expr
+) -> sp.Expr:
+    """Seconds a pipeline rank idles per step, from one micro-batch's ``forward`` and
+    ``backward`` seconds on its stage: 1F1B's (pp - 1)(F + B) / v (Narayanan et al. 2021,
+    Sec. 2.2); DualPipe's (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run
+    together (their compute; the communication they hide is priced with the phases) and
+    W the ``weights``' gradients (DeepSeek-V3 report, Table 2)."""
+    if dualpipe(par):
+        return (N_pp / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights)
+    return (forward + backward) * (N_pp - 1) / v
+
+
 def step_time(
     model: ModelSpec, train: TrainSpec, par: ParallelSpec, *, pricing: Pricing
 ) -> dict[str, sp.Expr]:
@@ -377,7 +400,7 @@ def step_time(
         _phase_seconds(comm, "backward", bwd_mb, par),
     )
     phase = {"forward": fwd, "backward": bwd}
-    bubble = m * (fwd_mb + bwd_mb) * (N_pp - 1) / (v * m)
+    bubble = pipeline_bubble(par, fwd_mb, bwd_mb, _weight_grads(ops, par))
     # the optimizer updates the shard its device holds
     n_dev_params = trained_per_device(model, train, par) / optimizer_shards(par)
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)

@@ -29,11 +29,13 @@ EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
 EPRouting = Literal["random", "consecutive"]
 ExpertGemm = Literal["framework", "loop", "grouped"]
 CudaGraphs = Literal["none", "partial", "full"]
+PPSchedule = Literal["1f1b", "dualpipe"]
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
 EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
 EP_ROUTINGS: tuple[str, ...] = get_args(EPRouting)
 EXPERT_GEMMS: tuple[str, ...] = get_args(ExpertGemm)
 CUDA_GRAPHS: tuple[str, ...] = get_args(CudaGraphs)
+PP_SCHEDULES: tuple[str, ...] = get_args(PPSchedule)
 DEGREES = ("dp", "fsdp", "tp", "pp", "cp")
 
 
@@ -57,6 +59,16 @@ class ParallelSpec:
     """Pipeline stages."""
     pp_interleave: int = 1
     """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B)."""
+    pp_schedule: PPSchedule = "1f1b"
+    """The pipeline schedule (``costmodel.parallel.pipeline``): ``1f1b`` (one forward, one
+    backward; interleaved where ``pp_interleave`` > 1; Narayanan et al. 2021, Sec. 2.2) or
+    ``dualpipe``, DeepSeek-V3's bidirectional schedule (DeepSeek-AI 2024, "DeepSeek-V3
+    Technical Report", Sec. 3.2.1 and Table 2; deepseek-ai/DualPipe): micro-batches enter
+    from both ends, so each rank holds two stages (r and pp - 1 - r: twice the
+    parameters), keeps pp + 1 micro-batches in flight, and runs one micro-batch's forward
+    beside another's backward, which hides their expert-parallel all-to-alls; its bubble is
+    (pp/2 - 1)(F&B + B - 3W). It needs an even pp, no interleaving, and an even number of
+    micro-batches, at least 2 pp (DualPipe's ``step``)."""
     pp_split_embedding: bool = False
     """The embedding takes one layer's place in the pipeline split: the first virtual
     stage holds one block less (Megatron-Core's ``--account-for-embedding-in-pipeline-split``;
@@ -200,6 +212,7 @@ class ParallelSpec:
         checks.choice("ep_routing", self.ep_routing, EP_ROUTINGS)
         checks.choice("expert_gemm", self.expert_gemm, EXPERT_GEMMS)
         checks.choice("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS)
+        checks.choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
         checks.number("ep_imbalance", self.ep_imbalance)
         if self.ep_imbalance < 1:
             raise SpecError("ep_imbalance", "ep_imbalance is the busiest rank's tokens over "
@@ -314,6 +327,7 @@ def pipeline_rule(par: Any, model: Any) -> None:
                    "where pp_split_embedding or pp_split_loss counts it as one)",
                    field="pp")  # fmt: skip
     counted = (emb + loss) > 0
+    dualpipe_rule(par)
     for name, flag in (("pp_split_embedding", emb), ("pp_split_loss", loss)):
         ok = (flag == 0) | (np.asarray(par.pp) > 1)
         checks.require(ok, name, lambda n=name: f"{n} needs pp > 1")
@@ -323,12 +337,38 @@ def pipeline_rule(par: Any, model: Any) -> None:
                    f"{_pair(ok, slots, stages, 'slots', 'pp * pp_interleave')})")  # fmt: skip
 
 
+def dualpipe_rule(par: Any, grad_accum: Any = None) -> None:
+    """What DualPipe's ``step`` asserts (deepseek-ai/DualPipe, ``dualpipe/dualpipe.py``):
+    an even number of ranks (pp, at least 2), one stage per direction on each (no
+    interleaving), and, given ``grad_accum``, an even number of micro-batches, at least
+    2 pp (``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``)."""
+    dual = np.asarray(getattr(par, "pp_schedule", "1f1b")) == "dualpipe"
+    if not dual.any():
+        return
+    pp = np.asarray(par.pp)
+    ok = ~dual | ((pp >= 2) & (pp % 2 == 0))
+    checks.require(ok, "pp_schedule", lambda: "pp_schedule=dualpipe feeds micro-batches "
+                   "from both ends of the pipeline: it needs an even pp >= 2 (got pp="
+                   f"{checks._first_bad(ok, pp)[0]})")  # fmt: skip
+    ok = ~dual | (np.asarray(par.pp_interleave) == 1)
+    checks.require(ok, "pp_interleave", lambda: "pp_schedule=dualpipe holds one stage per "
+                   "direction on each rank: it needs pp_interleave = 1")  # fmt: skip
+    if grad_accum is None:
+        return
+    m = np.asarray(grad_accum)
+    ok = ~dual | ((m % 2 == 0) & (m >= 2 * pp))
+    checks.require(ok, "grad_accum", lambda: "pp_schedule=dualpipe splits the micro-batches "
+                   "over its two directions: grad_accum must be even and at least 2 * pp (got "
+                   f"{_pair(ok, m, 2 * pp, 'grad_accum', '2 * pp')})")  # fmt: skip
+
+
 def layout_rules(
     par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any, shards_over_cp: Any = False
 ) -> None:
     """Divisibility of the model and the batch by the degrees (scalars or arrays);
     ``shards_over_cp``: whether the framework's ZeRO group spans the cp ranks."""
     pipeline_rule(par, model)
+    dualpipe_rule(par, grad_accum)
     if not model.ffn_only:
         checks.divides("tp", par.tp, "n_heads", model.n_heads)
     checks.divides("tp", par.tp, "d_ff", model.d_ff)

@@ -70,6 +70,7 @@ _PARALLEL_PATHS.update(
             "pp_split_loss",
             "capacity_factor",
             "capacity_pad",
+            "pp_schedule",
         )
     }
 )
@@ -326,6 +327,11 @@ def _layout(f: RunFields, model: ModelSpec) -> tuple[TrainSpec, ParallelSpec]:
             for k in ("pp_split_embedding", "pp_split_loss")
             if f.has(f"parallelism.{k}")
         },  # the embedding and loss counted as layers in the pipeline split
+        **(
+            {"pp_schedule": f.text("parallelism.pp_schedule")}
+            if f.has("parallelism.pp_schedule")
+            else {}
+        ),  # a schedule other than (interleaved) 1F1B: DualPipe
         **(_expert_fields(f) if ep > 1 else {}),
         **_capacity(f),
     )
