@@ -9,7 +9,7 @@ import pytest
 
 import costmodel
 from costmodel import ParallelSpec, TrainSpec, estimate, get_model
-from costmodel.catalog.hardware import get_hardware
+from costmodel.catalog.hardware import HARDWARE, get_hardware, hardware_from_dict
 from costmodel.cli import main
 from costmodel.engine.nearest import nearest_fit
 from costmodel.specs.checks import SpecError
@@ -107,3 +107,14 @@ def test_mxfp4_on_a_device_without_bf16_says_why_bf16(capsys):
             "v100-sxm2-32gb", "--input", "100", "--output", "10"]  # fmt: skip
     assert main(argv) == 2
     assert "dequantized to bf16 matmuls" in capsys.readouterr().err
+
+
+def test_a_profiles_attention_rate_does_not_hide_its_peak_of_the_same_dtype():
+    """The peak and attention tables were checked as one merged dict, so an attention_flops
+    entry replaced the peak_flops entry of its dtype: a negative bf16 peak was taken."""
+    cpu = HARDWARE["cpu"]
+    bad = {**cpu, "peak_flops": {**cpu["peak_flops"], "bf16": -1.0}}
+    assert "bf16" in cpu["attention_flops"]
+    with pytest.raises(SpecError, match=r"peak_flops\.bf16 must be > 0 \(got -1\.0\)") as err:
+        hardware_from_dict("bad", bad)
+    assert err.value.field == "peak_flops.bf16"

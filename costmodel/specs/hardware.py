@@ -210,12 +210,13 @@ class Hardware:
         unknown = sorted(set(self.peak_flops) - set(DTYPES))
         if unknown:
             raise SpecError("peak_flops", f"unknown peak_flops dtype(s) {unknown}")
-        for dtype, value in {**self.peak_flops, **self.attention_flops}.items():
-            if value is not None:
-                checks.number(f"peak_flops.{dtype}", value)
-                if value < _LEAST:
-                    raise SpecError("peak_flops", f"peak_flops.{dtype} must be >= {_LEAST:g} "
-                                    f"FLOP/s (got {value:g})")  # fmt: skip
+        for table in ("peak_flops", "attention_flops"):  # apart: one dtype may be in both
+            for dtype, value in getattr(self, table).items():
+                if value is not None:
+                    checks.number(f"{table}.{dtype}", value)
+                    if value < _LEAST:
+                        raise SpecError(table, f"{table}.{dtype} must be >= {_LEAST:g} FLOP/s "
+                                        f"(got {value:g})")  # fmt: skip
         self._check_kernels()
         self._check_calibration()
         unknown = sorted(set(self.efficiency) - set(EFFICIENCY_KEYS))
