@@ -118,3 +118,38 @@ def test_a_profiles_attention_rate_does_not_hide_its_peak_of_the_same_dtype():
     with pytest.raises(SpecError, match=r"peak_flops\.bf16 must be > 0 \(got -1\.0\)") as err:
         hardware_from_dict("bad", bad)
     assert err.value.field == "peak_flops.bf16"
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "phrase"),
+    [
+        ({"hbm_bytes": 1e308}, "hbm_bytes", "hbm_bytes must be <= 1,125,899,906,842,624 bytes "
+         "(1 PiB) (got hbm_bytes=1e+308)"),
+        ({"hbm_bw": 2e17}, "hbm_bw", "hbm_bw must be <= 1e+17 bytes/s"),
+        ({"network_bw": 1e300}, "network_bw", "network_bw must be <= 1e+17 bytes/s"),
+        ({"peak_flops": {"bf16": 1e19}}, "peak_flops", "peak_flops.bf16 must be <= 1e+18 FLOP/s"),
+        ({"link_latency_s": 3.0}, "link_latency_s", "link_latency_s must be <= 1 s"),
+        ({"devices_per_node": 2**17}, "devices_per_node",
+         "devices_per_node must be <= 65,536 devices"),
+        ({"gemm_tile": [256, 2**20]}, "gemm_tile", "gemm_tile.cols must be <= 65,536"),
+        ({"power_w": 1e9}, "power_w", "power_w must be <= 1,000,000 W"),
+        ({"gemm_half_depth": {"fp8": 1e300}}, "gemm_half_depth",
+         "gemm_half_depth.fp8 must be <= 4,294,967,296"),
+    ],
+)  # fmt: skip
+def test_a_profile_states_no_more_than_any_device_could_have(change, field, phrase):
+    """A probe: a profile of hbm_bytes 1e308 was taken, and every model "fit" in its
+    memory; each number now has a bound no device built or announced comes near."""
+    with pytest.raises(SpecError) as err:
+        hardware_from_dict("bad", {**HARDWARE["h100-sxm"], **change})
+    assert err.value.field == field and phrase in str(err.value), str(err.value)
+
+
+def test_every_catalog_profile_is_within_the_bounds_and_the_cli_names_the_field(tmp_path, capsys):
+    for name in HARDWARE:
+        get_hardware(name)
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps({**HARDWARE["h100-sxm"], "hbm_bytes": 1e308}))
+    assert main(["estimate", "--model", "gpt2", "--hardware", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "hbm_bytes must be <= 1,125,899,906,842,624 bytes" in err and err.count("\n") == 1

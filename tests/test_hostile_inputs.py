@@ -137,6 +137,7 @@ HARDWARE_FILES = {
     "zero-link": (_profile(link_bw=0), "link_bw"),
     "nan": (_profile().replace('"hbm_bw": 3350000000000.0', '"hbm_bw": NaN'), "hbm_bw"),
     "negative": (_profile(hbm_bytes=-1), "hbm_bytes"),
+    "absurd-memory": (_profile(hbm_bytes=1e308), "hbm_bytes"),
     "text-number": (_profile(hbm_bw="fast"), "hbm_bw"),
     "missing": (json.dumps({"kind": "gpu"}), "hardware"),
     "list": ("[1, 2]", "hardware"),

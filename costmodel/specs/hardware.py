@@ -42,6 +42,22 @@ _LEAST = 1e3
 """The least memory (bytes), bandwidth (bytes/s) or peak (FLOP/s) a profile may state: a
 kilobyte, a kilobyte per second, a thousand FLOP/s. Anything slower is a typo, and 1e-300
 would overflow every time to infinity."""
+_MOST: dict[str, tuple[int | float, str]] = {
+    "hbm_bytes": (2**50, "bytes (1 PiB)"),
+    **dict.fromkeys(("hbm_bw", "link_bw", "link_bw_bidir", "network_bw"), (1e17, "bytes/s")),
+    "peak_flops": (1e18, "FLOP/s"), "attention_flops": (1e18, "FLOP/s"),
+    **dict.fromkeys(("link_latency_s", "network_latency_s", "dispatch_s", "launch_s",
+                     "expert_call_s", "serve_layer_s"), (1, "s")),
+    "devices_per_node": (2**16, "devices"), "links_per_axis": (2**16, "links"),
+    "sm_count": (2**20, "SMs"), "gemm_tile": (2**16, "rows or columns"),
+    "power_w": (10**6, "W"), "host_slowdown": (1000, "times"), "allocator_reserve": (10, "times"),
+    "gemm_half_depth": (2**32, "(a reduction depth)"),
+}  # fmt: skip
+"""The most a profile may state, far past any device built or announced (1e308 bytes "fit"
+any model): 1 PiB (largest device 288 GB); 100 PB/s (Cerebras WSE-3's SRAM 21 PB/s, HBM 8 TB/s);
+1 EFLOP/s (WSE-3 125 PFLOP/s); 1 s of latency or host time (catalog: 100 us); 65,536 devices a
+node (NVL72: 72); 2^20 SMs (WSE-3: 900,000 cores); 1 MW (a WSE-3 system: 23 kW); half depths
+of 2^32 (catalog: 824). Only a typo or a unit slip meets one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +235,7 @@ class Hardware:
                                         f"(got {value:g})")  # fmt: skip
         self._check_kernels()
         self._check_calibration()
+        self._check_most()
         unknown = sorted(set(self.efficiency) - set(EFFICIENCY_KEYS))
         if unknown:
             raise SpecError("efficiency", f"unknown efficiency key(s) {', '.join(unknown)} "
@@ -229,6 +246,19 @@ class Hardware:
                 raise SpecError("efficiency", f"efficiency.{key} must be a number in (0, 1]")
             if not (math.isfinite(value) and 0 < value <= 1):
                 raise SpecError("efficiency", f"efficiency.{key} must be in (0, 1]")
+
+    def _check_most(self) -> None:
+        """Every number at most its :data:`_MOST` (their types are checked before)."""
+        for name, (most, unit) in _MOST.items():
+            value = getattr(self, name)
+            named = value.items() if isinstance(value, dict) else [("", value)]
+            if name == "gemm_tile":
+                named = zip(("rows", "cols"), value, strict=True)
+            for key, v in named:
+                if v is not None:
+                    shown = f"{most:,}" if isinstance(most, int) else f"{most:g}"
+                    checks.at_most(f"{name}.{key}" if key else name, v, shown, most, unit,
+                                   field=name)  # fmt: skip
 
     def _check_kernels(self) -> None:
         if not isinstance(self.attention_kernels, dict):
@@ -241,7 +271,9 @@ class Hardware:
             for key, value in entry.items():
                 checks.choice(f"{where} key", key, KERNEL_KEYS)
                 checks.number(f"{where}.{key}", value, allow_zero=key.endswith("half_seq"))
-                if not key.endswith("half_seq") and value > 1:
+                if key.endswith("half_seq"):
+                    checks.at_most(f"{where}.{key}", value, "4,294,967,296", 2**32, field=where)
+                elif value > 1:
                     raise SpecError(where, f"{where}.{key} must be in (0, 1] (got {value})")
 
     def _check_calibration(self) -> None:
