@@ -153,3 +153,17 @@ def test_every_catalog_profile_is_within_the_bounds_and_the_cli_names_the_field(
     assert main(["estimate", "--model", "gpt2", "--hardware", str(path)]) == 2
     err = capsys.readouterr().err
     assert "hbm_bytes must be <= 1,125,899,906,842,624 bytes" in err and err.count("\n") == 1
+
+
+def test_a_cache_block_is_at_most_what_any_engine_pages(capsys):
+    """A probe: ``serve --block-size 1000000000`` sized every cache in blocks of a billion
+    tokens (488,297 GiB a device) instead of refusing a page no engine uses."""
+    argv = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--context", "4096",
+            "--batch", "4", "--block-size"]  # fmt: skip
+    assert main([*argv, "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "--block-size must be <= 65,536 tokens" in err and err.count("\n") == 1, err
+    assert main([*argv, "65536"]) == 0
+    with pytest.raises(SpecError, match="block_size must be <= 65,536") as bad:
+        costmodel.serve("llama3-8b", input=100, output=10, block_size=2**17)
+    assert bad.value.field == "block_size"

@@ -48,6 +48,11 @@ STEADY_REQUESTS = 1000
 MAX_ROPE_SCALING = 1024
 """The largest ``rope_scaling`` taken: YaRN (Peng et al. 2023) is used at 4x (Qwen) to 40x
 (DeepSeek-V3); a factor far beyond is a typo, not a model."""
+MAX_BLOCK_SIZE = 2**16
+"""The largest ``block_size`` taken, in tokens: engines page their caches in blocks of 1 to
+a few hundred tokens (vLLM's ``--block-size`` 1 to 128, 16 by default; SGLang's
+``--page-size`` 1 by default; TensorRT-LLM's ``tokens_per_block`` 32 or 64), so a block of
+65,536 is past any, and one of a billion tokens is a typo, not an engine."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +162,8 @@ class ServeSpec:
             "draft_layers",
         ):
             checks.integer(name, getattr(self, name))
+        checks.at_most("block_size", self.block_size, f"{MAX_BLOCK_SIZE:,}", MAX_BLOCK_SIZE,
+                       "tokens (engines page caches in blocks of 1 to a few hundred)")  # fmt: skip
         checks.integer("draft_tokens", self.draft_tokens, minimum=0)
         checks.integer("prefill_replicas", self.prefill_replicas, minimum=0)
         checks.integer("redundant_experts", self.redundant_experts, minimum=0)
