@@ -25,6 +25,8 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.specs.checks import UnknownKey, unknown
+
 _INT = {"integer": True, "positive": True}
 
 B, b, T = sp.symbols("B b T", **_INT)
@@ -373,5 +375,6 @@ def symbol(name: str) -> sp.Symbol:
     """The package's symbol printed as ``name`` (with its assumptions; module doc)."""
     try:
         return SYMBOLS[name]
-    except KeyError:
-        raise KeyError(f"no symbol {name!r}; known: {', '.join(sorted(SYMBOLS))}") from None
+    except (KeyError, TypeError):  # TypeError: an unhashable name
+        hint = "costmodel.symbols.SYMBOLS lists them all"
+        raise UnknownKey(name, unknown("symbol", name, sorted(SYMBOLS), hint)) from None

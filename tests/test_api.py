@@ -116,7 +116,7 @@ def test_the_package_symbols_and_the_assumption_trap():
     assert sp.diff(flops, sp.Symbol("T")) == 0  # another symbol: no assumptions
     assert sp.diff(flops, symbol("T")) != 0 and symbol("T") is T is cm.symbol("T")
     assert SYMBOLS["alpha_X"].is_positive and "T" in cm.symbols.__doc__
-    with pytest.raises(KeyError, match="no symbol"):
+    with pytest.raises(KeyError, match="unknown symbol 'Q'"):
         symbol("Q")
 
 

@@ -167,3 +167,23 @@ def test_a_cache_block_is_at_most_what_any_engine_pages(capsys):
     with pytest.raises(SpecError, match="block_size must be <= 65,536") as bad:
         costmodel.serve("llama3-8b", input=100, output=10, block_size=2**17)
     assert bad.value.field == "block_size"
+
+
+def test_an_unknown_name_is_one_sentence_with_the_closest_known_names():
+    """A probe: ``est[key]``, ``est.expr(key)`` and ``costmodel.symbol(name)`` each said
+    an unknown name their own way (a few keys containing it, all 147 keys, all symbols).
+    Each is now one KeyError sentence naming the key and the closest known ones."""
+    est = costmodel.estimate("gpt2", batch=4, seq=128, hardware="h100-sxm")
+    said = "unknown quantity 'time_s.stpe'; did you mean 'time_s.step'"
+    for lookup in (lambda: est["time_s.stpe"], lambda: est.expr("time_s.stpe"),
+                   lambda: est.evaluate("time_s.stpe")):  # fmt: skip
+        with pytest.raises(KeyError) as err:
+            lookup()
+        assert str(err.value).startswith(said) and err.value.key == "time_s.stpe", err.value
+    with pytest.raises(KeyError, match=r"^unknown symbol 'alpha_XX'; did you mean 'alpha_X'"):
+        costmodel.symbol("alpha_XX")
+    with pytest.raises(KeyError, match=r"^unknown quantity 'zzz'; est.keys\(\) lists them all$"):
+        est.expr("zzz")
+    plan = costmodel.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=8, seq=512)
+    with pytest.raises(KeyError, match=r"^unknown column 'mfuu'; did you mean 'mfu'"):
+        plan["mfuu"]

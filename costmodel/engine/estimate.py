@@ -7,6 +7,7 @@ and (given a token budget) days and cost of training are added.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
@@ -30,7 +31,7 @@ from costmodel.engine.quantities import (
 from costmodel.kinds.routing import routing_values
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
+from costmodel.specs.checks import SpecError, UnknownKey
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -64,16 +65,16 @@ class Estimate:
     def __getitem__(self, key: str) -> int | float:
         try:
             return self.values[key]
-        except KeyError:
-            raise KeyError(self.missing(key)) from None
+        except (KeyError, TypeError):  # TypeError: an unhashable key
+            raise UnknownKey(key, self.missing(key)) from None
 
     def missing(self, key: str) -> str:
         """Why ``key`` is not a quantity of this estimate: one that needs a device (a
-        layout's memory, communication and time), or one it does not know."""
+        layout's memory, communication and time), or one it does not know (the closest
+        it knows; ``est[key]`` and ``est.expr(key)`` raise this as :class:`UnknownKey`)."""
         if self.hardware is None and str(key).split(".")[0] in DEVICE_ROOTS:
             return f"{key!r} needs a device: give hardware (the CLI's --hardware)"
-        near = [k for k in self.values if str(key) in k][:5] or sorted(self.values)[:3]
-        return f"unknown quantity {key!r}; e.g. {', '.join(near)} (est.keys() lists them all)"
+        return checks.unknown("quantity", key, self.values, "est.keys() lists them all")
 
     def __contains__(self, key: object) -> bool:
         return key in self.values
@@ -96,7 +97,10 @@ class Estimate:
     def expr(self, key: str) -> sp.Expr:
         """The symbolic expression behind ``key`` (sizes as symbols, those of
         :mod:`costmodel.symbols`); ``est.evaluate(expr)`` gives its number."""
-        return _expr(structure_of(self.model, self.train, self.parallel), key)
+        if isinstance(key, str):
+            with contextlib.suppress(UnknownKey):  # then the same sentence as est[key]'s
+                return _expr(structure_of(self.model, self.train, self.parallel), key)
+        raise UnknownKey(key, self.missing(key))
 
     def evaluate(self, expr: sp.Expr | str) -> int | float:
         """The number of ``expr`` (or of the quantity named so) here: every symbol replaced
@@ -174,10 +178,9 @@ class Estimate:
 def _expr(structure: tuple, key: str) -> sp.Expr:
     """One quantity's expression with subs-safe Max/Min (built once: seconds for a step)."""
     comp = compiled(structure)
-    try:
-        return subs_safe(comp.exprs[comp.keys.index(key)])
-    except ValueError:
-        raise KeyError(f"unknown quantity {key!r}; known: {', '.join(comp.keys)}") from None
+    if key not in comp.keys:
+        raise UnknownKey(key, checks.unknown("quantity", key, comp.keys, "est.keys() lists them"))
+    return subs_safe(comp.exprs[comp.keys.index(key)])
 
 
 def _fields(spec: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from costmodel.engine.search import TIE as TIE  # re-exported
 from costmodel.engine.search import collect, collect_top, evaluate, first_candidates
 from costmodel.engine.sweep import Table
 from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
+from costmodel.specs.checks import SpecError, UnknownKey
 from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -110,7 +110,7 @@ class Plan:
             return self.columns[key][self.order]
         if key in QUANTITIES:
             return self.values[key][self.order]
-        raise KeyError(f"unknown column {key!r}; known: {', '.join(self.keys())}")
+        raise UnknownKey(key, checks.unknown("column", key, self.keys(), "plan.keys() lists them"))
 
     def __contains__(self, key: object) -> bool:
         return key in LAYOUT or key in QUANTITIES

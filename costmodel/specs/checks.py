@@ -10,6 +10,7 @@ candidate layouts by the very rules that reject a bad input.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,34 @@ class SpecError(ValueError):
     @property
     def message(self) -> str:
         return str(self.args[0])
+
+
+class UnknownKey(KeyError):
+    """A name that is none of the known ones (a quantity, a symbol, a column): a KeyError,
+    as a dict's lookup raises, whose ``str()`` is the sentence itself (a KeyError's own is
+    the repr of its argument, quotes and all)."""
+
+    def __init__(self, key: Any, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def unknown(kind: str, key: Any, known: Iterable[str], hint: str) -> str:
+    """The one sentence for a ``kind`` named ``key`` that is not among ``known``: the closest
+    known names (``difflib``; else those that contain ``key``), else ``hint``."""
+    names = [str(k) for k in known]
+    close = (
+        difflib.get_close_matches(str(key), names, n=3)
+        or [k for k in names if str(key) and str(key) in k][:3]
+    )
+    if not close:
+        return f"unknown {kind} {key!r}; {hint}"
+    shown = [repr(k) for k in close]
+    alternatives = " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+    return f"unknown {kind} {key!r}; did you mean {alternatives}?"
 
 
 class Mask(NamedTuple):
@@ -194,6 +223,7 @@ __all__ = [
     "MAX_INT",
     "Mask",
     "SpecError",
+    "UnknownKey",
     "at_most",
     "choice",
     "collect_masks",
@@ -205,4 +235,5 @@ __all__ = [
     "passing",
     "refusal",
     "require",
+    "unknown",
 ]
