@@ -13,6 +13,7 @@ from costmodel.catalog.hardware import HARDWARE, get_hardware, hardware_from_dic
 from costmodel.cli import main
 from costmodel.engine.nearest import nearest_fit
 from costmodel.specs.checks import SpecError
+from costmodel.specs.offload import OffloadSpec
 from validate.published.__main__ import main as published_main
 
 H100 = get_hardware("h100-sxm")
@@ -187,3 +188,28 @@ def test_an_unknown_name_is_one_sentence_with_the_closest_known_names():
     plan = costmodel.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=8, seq=512)
     with pytest.raises(KeyError, match=r"^unknown column 'mfuu'; did you mean 'mfu'"):
         plan["mfuu"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--link-gbps", "1e300", "--link-gbps must be <= 1,000,000 GB/s"),
+        ("--link-gbps", "1e-300", "--link-gbps must be >= 1e-06 GB/s"),
+        ("--nvme-gbps", "1e300", "--nvme-gbps must be <= 1,000,000 GB/s"),
+        ("--host-budget-gb", "1e300", "--host-budget-gb must be <= 1,000,000 GB"),
+    ],
+)
+def test_an_offload_rate_or_budget_past_any_machine_names_its_flag(capsys, flag, value, said):
+    """A probe: ``offload --link-gbps 1e300`` said "link_bw must be finite (got inf)", an
+    internal field and a value not given; ``--link-gbps 1e-300`` priced 1e300-second steps."""
+    argv = ["offload", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "4096",
+            "--batch", "8", "--device-budget-gb", "70", "--host-budget-gb", "500"]  # fmt: skip
+    assert main([*argv, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert said in err and f"{float(value):g})" in err, err  # the number given, not bytes
+    assert err.count("\n") == 1 and "_bw" not in err
+
+
+def test_an_offload_spec_bounds_its_rates_in_bytes():
+    with pytest.raises(SpecError, match=r"link_bw must be <= 1,000,000,000,000,000 bytes/s"):
+        OffloadSpec(device_budget=70e9, host_budget=500e9, link_bw=1e300)

@@ -31,7 +31,7 @@ from costmodel.inputs import BY_KEY, build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.offload import PLAN_KEYS
+from costmodel.specs.offload import MAX_BUDGET, PLAN_KEYS, RATES
 
 GB = 1e9
 
@@ -65,7 +65,7 @@ def offload_spec(args: argparse.Namespace) -> OffloadSpec:
         "nvme_gbps",
     ):  # checked as given, before they become bytes
         if getattr(args, flag) is not None:
-            checks.number(flag, getattr(args, flag))
+            _check_flag(flag, getattr(args, flag))
     link = args.link_gbps * GB if args.link_gbps is not None else LINKS[args.link][0]
     return OffloadSpec(
         device_budget=args.device_budget_gb * GB, host_budget=args.host_budget_gb * GB,
@@ -73,6 +73,21 @@ def offload_spec(args: argparse.Namespace) -> OffloadSpec:
         optimizer_state=args.optimizer_state, nvme_bw=args.nvme_gbps * GB,
         loss_chunk=args.loss_chunk, chunks=args.chunks, seqs_per_round=args.seqs_per_round,
     )  # fmt: skip
+
+
+def _check_flag(flag: str, value: float) -> None:
+    """A rate (GB/s) within ``RATES`` or a budget (GB) within ``MAX_BUDGET``, in the
+    flag's own unit, so that the error names the flag and the number given."""
+    checks.number(flag, value)
+    if flag.endswith("_gbps"):
+        least, most = (bound / GB for bound in RATES)
+        checks.require(value >= least, flag, lambda: f"{flag} must be >= {least:g} GB/s (a "
+                       f"kilobyte a second; got {value:g})")  # fmt: skip
+        checks.at_most(flag, value, f"{most:,.0f}", int(most), "GB/s (a petabyte a second, "
+                       "over 1,000 times any host link, memory or drive)")  # fmt: skip
+    else:
+        most = MAX_BUDGET / GB
+        checks.at_most(flag, value, f"{most:,.0f}", int(most), "GB (a petabyte)")
 
 
 def _cmd_offload(args: argparse.Namespace) -> int:

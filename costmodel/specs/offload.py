@@ -15,6 +15,15 @@ LINKS: dict[str, tuple[float, str]] = {
 """Host<->device links: achieved bytes/s per direction, with the source of the raw rate
 (0.8: the link efficiency the hardware profiles use for NVLink)."""
 
+RATES = (1e3, 1e15)
+"""The least and the most host<->device, host-memory and NVMe bytes/s taken: a kilobyte a
+second (the hardware profiles' least) to a petabyte a second, over 1,000 times the fastest
+host link built (GH200's NVLink-C2C, 450 GB/s a direction); past either, a typo or a unit
+slip (1e300 GB/s overflowed to an infinite rate, 1e-300 priced 1e300-second steps)."""
+MAX_BUDGET = 1e15
+"""The most device or host memory a plan may use, in bytes: a petabyte (the largest
+shared-memory hosts hold tens of TB)."""
+
 OptimizerState = Literal["host", "nvme"]
 
 
@@ -45,6 +54,15 @@ class OffloadSpec:
     def __post_init__(self) -> None:
         for name in ("device_budget", "host_budget", "link_bw", "host_memory_bw", "nvme_bw"):
             checks.number(name, getattr(self, name))
+        for name in ("device_budget", "host_budget"):
+            checks.at_most(
+                name, getattr(self, name), f"{MAX_BUDGET:,.0f}", int(MAX_BUDGET), "bytes"
+            )
+        for name in ("link_bw", "host_memory_bw", "nvme_bw"):
+            value = getattr(self, name)
+            checks.require(value >= RATES[0], name, lambda n=name, v=value: f"{n} must be >= "
+                           f"{RATES[0]:g} bytes/s (got {v:g})")  # fmt: skip
+            checks.at_most(name, value, f"{RATES[1]:,.0f}", int(RATES[1]), "bytes/s")
         checks.number("overlap", self.overlap, allow_zero=True)
         checks.at_most("overlap", self.overlap, "1", 1)
         checks.choice("optimizer_state", self.optimizer_state, ("host", "nvme"))
