@@ -3,6 +3,7 @@ now refused in one line naming its field, or answered as the question states it.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import costmodel
 from costmodel import ParallelSpec, TrainSpec, estimate, get_model
 from costmodel.catalog.hardware import HARDWARE, get_hardware, hardware_from_dict
-from costmodel.cli import main
+from costmodel.cli import main, make_parser
 from costmodel.engine.nearest import nearest_fit
 from costmodel.specs.checks import SpecError
 from costmodel.specs.offload import OffloadSpec
@@ -213,3 +214,22 @@ def test_an_offload_rate_or_budget_past_any_machine_names_its_flag(capsys, flag,
 def test_an_offload_spec_bounds_its_rates_in_bytes():
     with pytest.raises(SpecError, match=r"link_bw must be <= 1,000,000,000,000,000 bytes/s"):
         OffloadSpec(device_budget=70e9, host_budget=500e9, link_bw=1e300)
+
+
+def test_a_flag_is_its_whole_name_never_a_prefix_of_one(capsys):
+    """A probe: ``--micro 2`` was taken as ``--microbatch 2`` (argparse takes a unique
+    prefix by default), so a typo, or a flag of another command, was silently another."""
+    argv = ["estimate", "--model", "gpt2", "--batch", "4", "--seq", "128", "--hardware",
+            "h100-sxm", "--gpus", "2", "--json"]  # fmt: skip
+    assert main([*argv, "--microbatch", "2"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--micro", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --micro 2" in err and err.count("\n") == 1, err
+    sub = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert not make_parser().allow_abbrev
+    assert not [name for name, parser in sub.choices.items() if parser.allow_abbrev]
+    with pytest.raises(SystemExit) as done:
+        published_main(["--run", "runs.json"])
+    assert done.value.code == 2
+    assert "unrecognized arguments: --run" in capsys.readouterr().err

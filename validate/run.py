@@ -104,7 +104,7 @@ def missed_line(results: list[dict]) -> str | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m validate.run", description=__doc__.split("\n")[0]
+        prog="python -m validate.run", description=__doc__.split("\n")[0], allow_abbrev=False
     )
     parser.add_argument("--suite", default="all", choices=["all", *SUITES])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

@@ -11,7 +11,7 @@ import argparse
 import os
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from costmodel.cli.args import int_arg
 from costmodel.cli.attention import add_attention
@@ -26,7 +26,12 @@ from costmodel.cli.solve import add_bounds_and_solve
 class OneLineParser(argparse.ArgumentParser):
     """argparse's parser, but a bad flag is one line (its own words, naming the flag) and
     exit status 2, not the usage block first; ``--help`` still prints the usage. The
-    subcommands' parsers are of this class too (``add_subparsers`` takes the parent's)."""
+    subcommands' parsers are of this class too (``add_subparsers`` takes the parent's).
+    A flag is its whole name: argparse's default takes a prefix (``--micro 2`` was
+    ``--microbatch 2``), so a typo or a flag of another command was silently another flag."""
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")

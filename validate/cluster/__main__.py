@@ -28,7 +28,7 @@ SLURM = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SL
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m validate.cluster", description=__doc__.split("\n")[0]
+        prog="python -m validate.cluster", description=__doc__.split("\n")[0], allow_abbrev=False
     )
     p.add_argument(
         "--timeout-s",
@@ -37,12 +37,16 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a collective or the rendezvous may take before every rank stops",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    cal = sub.add_parser("calibrate", help="measure devices and links; write a hardware profile")
+    cal = sub.add_parser(
+        "calibrate", help="measure devices and links; write a hardware profile", allow_abbrev=False
+    )
     cal.add_argument("--out", required=True, help="folder for measurements.jsonl and the profile")
     cal.add_argument("--quick", action="store_true", help="a smoke run: fewer shapes and sizes")
     cal.add_argument("--resume", action="store_true", help="measure only what --out lacks")
     cal.add_argument("--reps", type=int, default=5, help="timed repetitions per collective")
-    chk = sub.add_parser("check", help="a layout's real steps against costmodel's prediction")
+    chk = sub.add_parser(
+        "check", help="a layout's real steps against costmodel's prediction", allow_abbrev=False
+    )
     chk.add_argument("--hardware", required=True, help="a profile (calibrate's) or catalog name")
     chk.add_argument("--layout", choices=LAYOUTS, default="fsdp2")
     chk.add_argument("--from-plan", help="costmodel plan --json output: its first row's layout")

@@ -55,7 +55,7 @@ def _check(rank: int, world: int, name: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("check", choices=list(CHECKS))
     parser.add_argument("--timeout-s", type=float, default=300.0)
     args = parser.parse_args()

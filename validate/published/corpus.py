@@ -126,7 +126,7 @@ def run_label(run: Any) -> tuple[str, str]:
 
 def corpus_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options every published-runs command takes: ``--runs FILE`` and ``--out DIR``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     parser.add_argument("--runs", help="corpus JSON (default: the packaged copy of "
                         "shared/published-runs/runs.json)")  # fmt: skip
     parser.add_argument("--out", default="published-results", help="output folder")

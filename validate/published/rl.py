@@ -94,7 +94,7 @@ def chart(table: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validate.published.rl")
+    parser = argparse.ArgumentParser(prog="python -m validate.published.rl", allow_abbrev=False)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.0, 0.5, 1.0],
                         help="response-length spreads to predict at")  # fmt: skip

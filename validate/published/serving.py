@@ -190,7 +190,7 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m validate.published.serving",
-                                description=__doc__.split("\n")[0])  # fmt: skip
+                                description=__doc__.split("\n")[0], allow_abbrev=False)  # fmt: skip
     p.add_argument("--runs", default=str(RUNS), help="a serving corpus JSON")
     p.add_argument("--out", help="folder for results.jsonl and serving.svg")
     args = p.parse_args(argv)

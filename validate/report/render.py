@@ -256,7 +256,9 @@ def write_report(out_dir: str | Path) -> tuple[Path, Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Write report.md and report.html")
+    parser = argparse.ArgumentParser(
+        description="Write report.md and report.html", allow_abbrev=False
+    )
     parser.add_argument("out", help="a validate.run --out directory")
     md, page = write_report(parser.parse_args().out)
     print(f"wrote {md} and {page}")
