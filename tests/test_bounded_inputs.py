@@ -233,3 +233,15 @@ def test_a_flag_is_its_whole_name_never_a_prefix_of_one(capsys):
         published_main(["--run", "runs.json"])
     assert done.value.code == 2
     assert "unrecognized arguments: --run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("k", [-2, 1.5, True, "3"])
+def test_a_plans_top_k_is_a_whole_number_of_rows(k):
+    """A probe: ``plan.top(-2)`` returned every layout but the last two (a slice's
+    reading of -2) instead of refusing a count of rows that is not one."""
+    plan = costmodel.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=8, seq=512)
+    for rows in (plan.top, plan.table, plan.summary):
+        with pytest.raises(SpecError, match=r"^k must be (>= 0|an integer)") as err:
+            rows(k)
+        assert err.value.field == "k"
+    assert len(plan.top(0)) == 0 and len(plan.top(2)) == 2

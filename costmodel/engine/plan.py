@@ -79,6 +79,8 @@ class Plan:
         return out
 
     def top(self, k: int = 10) -> list[dict[str, Any]]:
+        """The ``k`` fastest fitting layouts as rows (:meth:`row`), fastest first."""
+        checks.integer("k", k, minimum=0)  # a slice would take -2 as "all but the last two"
         return [self.row(int(i)) for i in self.order[:k]]
 
     def smallest_memory(self) -> dict[str, Any]:
@@ -96,6 +98,8 @@ class Plan:
         """The ``k`` fastest fitting layouts (all by default), fastest first, as columns:
         ``rank``, the layout (``LAYOUT``), ``label``, ``limit`` and ``QUANTITIES`` (seconds,
         bytes). A :class:`~costmodel.engine.sweep.Table`: ``.frame()`` for pandas."""
+        if k is not None:
+            checks.integer("k", k, minimum=0)
         idx = self.order[:k]
         cols: dict[str, Any] = {"rank": np.arange(1, len(idx) + 1)}
         cols.update({name: self.columns[name][idx] for name in LAYOUT})
