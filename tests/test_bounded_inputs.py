@@ -245,3 +245,18 @@ def test_a_plans_top_k_is_a_whole_number_of_rows(k):
             rows(k)
         assert err.value.field == "k"
     assert len(plan.top(0)) == 0 and len(plan.top(2)) == 2
+
+
+def test_recompute_every_is_at_most_the_layers_it_picks_from(capsys):
+    """A probe: ``--recompute-every 100`` on gpt2's 12 blocks was taken (checkpointing
+    every 100th block of 12 is the first alone, which recompute_every 12 already says)."""
+    argv = ["estimate", "--model", "gpt2", "--batch", "4", "--seq", "128", "--recompute",
+            "full", "--recompute-every"]  # fmt: skip
+    assert main([*argv, "100"]) == 2
+    err = capsys.readouterr().err
+    assert "--recompute-every must be <= --n-layers" in err, err
+    assert "(got --recompute-every=100, --n-layers=12)" in err and err.count("\n") == 1
+    assert main([*argv, "12"]) == 0
+    with pytest.raises(SpecError, match="recompute_every must be <= n_layers") as bad:
+        costmodel.sweep("gpt2", batch=4, seq=128, recompute="full", recompute_every=[2, 13])
+    assert bad.value.field == "recompute_every"

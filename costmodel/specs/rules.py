@@ -96,6 +96,8 @@ def recompute_rule(model: Any, train: Any) -> None:
     for name, bad in (("ffn_only", bool(model.ffn_only)), ("finetune", train.finetune != "full")):
         checks.require(~partial | (not bad), "recompute_every", lambda n=name: "recompute_every "
                        f"> 1 is not modelled with {n} (use recompute_every 1)")  # fmt: skip
+    checks.at_most("recompute_every", every, "n_layers", model.n_layers, "(every n-th of the "
+                   "model's blocks; past n_layers only the first would be)")  # fmt: skip
 
 
 MAX_BATCH = 2**24
