@@ -45,6 +45,7 @@ SERVE = (
     PageInput("prefill_tp", int, 1, hi=64),
     PageInput("request_rate", float, 0.0, lo=0.0, hi=1e6),
     PageInput("length_spread", float, 0.0, lo=0.0, hi=1.0),
+    PageInput("batch_overlap", str, "off", ("off", "on")),
 )
 
 EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
@@ -71,6 +72,11 @@ SPREAD_HELP = (
     "(1 ± spread), as benchmarks' random datasets draw them (vLLM's "
     "--random-range-ratio; SGLang's default: 1 around half its stated lengths)"
 )
+
+
+OVERLAP_HELP = ("two micro-batches a step, each one's expert dispatch and combine beside the "
+                "other's compute (SGLang's --enable-two-batch-overlap, vLLM's --enable-dbo); "
+                "each reads the weights, so small decode batches lose")  # fmt: skip
 
 
 def _inputs() -> dict[str, Any]:
@@ -111,6 +117,8 @@ def _inputs() -> dict[str, Any]:
                        format_func=lambda k: f"{k}: {ENGINES[k].title}")  # fmt: skip
         c[2].number_input("length spread (with a rate)", 0.0, 1.0, key="serve_length_spread",
                           help=SPREAD_HELP)  # fmt: skip
+        c[3].selectbox("two-batch overlap (ep > tp)", ("off", "on"), key="serve_batch_overlap",
+                       help=OVERLAP_HELP)  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -134,7 +142,8 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
                      acceptance=v["acceptance"] if drafted else None,
                      prefill_replicas=v["prefill_replicas"],
                      prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None,
-                     length_spread=spread)  # fmt: skip
+                     length_spread=spread,
+                     batch_overlap=v["batch_overlap"] == "on")  # fmt: skip
     return spec
 
 

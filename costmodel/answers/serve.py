@@ -368,9 +368,11 @@ def _experts(spec: ServeSpec) -> str:
         return ""
     if spec.ep == spec.tp:
         return f", ep {spec.ep} (whole experts over each replica's tp ranks)"
+    flag = spec.engine_kind.batch_overlap_flag
+    overlap = f", in two micro-batches whose all-to-alls overlap ({flag})" * spec.batch_overlap
     return (
         f", ep {spec.ep}: whole experts over {spec.ep // spec.tp} replicas' tp ranks, "
-        "tokens dispatched to them and combined back (uniform routing)"
+        f"tokens dispatched to them and combined back (uniform routing){overlap}"
     )
 
 

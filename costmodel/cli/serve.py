@@ -296,6 +296,10 @@ def add_serve(sub, int_arg) -> None:
     p.add_argument("--redundant-experts", type=lambda t: int_arg(t) if t != "0" else 0,
                    default=0, help="with --ep: extra copies of routed experts over the ep "
                    "devices (EPLB; DeepSeek-V3 serves 32): ep divides experts + them")  # fmt: skip
+    p.add_argument("--batch-overlap", action="store_true", default=False, help="with --ep > "
+                   "--tp: two micro-batches a step, each one's expert dispatch and combine "
+                   "beside the other's compute (SGLang's --enable-two-batch-overlap, vLLM's "
+                   "--enable-dbo); each reads the weights")  # fmt: skip
     p.add_argument("--block-size", type=int_arg, default=16, help="tokens per cache block")
     p.add_argument("--memory-utilization", type=float, help="share of device memory the "
                    "engine takes (default: the engine's, e.g. vLLM's 0.9)")  # fmt: skip

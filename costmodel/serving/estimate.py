@@ -225,7 +225,8 @@ def _phase(
     kernels = max(matmuls) + max(attention_)
     reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
     comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
-    comm += experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
+    alltoall = experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
+    comm += experts.exposed_alltoall_s(alltoall, kernels + elementwise, spec, hw)
     overhead = model.n_layers * hw.serve_layer_s
     device = kernels + elementwise + comm + overhead
     dispatch = eager.host_s(model, spec, hw)
@@ -291,15 +292,16 @@ def decode_step(
     tokens = b * per_seq
     linear = _linear_flops(model, tokens, tokens, at) + 2 * tokens * extra
     core = per_seq * _num(terms.decode_core_flops(model), at)
-    touched = experts.touched(model, spec, tokens, vals)
+    reads = experts.weight_reads(spec)  # each micro-batch reads what its tokens reach
+    touched = experts.touched(model, spec, tokens / reads, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
-    read = weights - routed * (1 - touched)
+    read = reads * (weights - routed * (1 - touched))
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
                    hw.decode_bandwidth())  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
             "bytes": read + kv_read, "weight_bytes": read, "kv_bytes": kv_read,
-            "expert_bytes": routed * touched}  # fmt: skip
+            "expert_bytes": reads * routed * touched}  # fmt: skip
 
 
 def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
@@ -313,7 +315,8 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     core = _num(terms.prefill_core_flops(model), {**at, T: i})
     rate = prompt_attention_rate(spec, hw)
     written = b * kvb * _num(terms.kv_elements(model), {**at, T: i})
-    pre = _phase((pre_flops, weights), (core / rate, written), b * i, model, spec, hw,
+    reads = experts.weight_reads(spec)
+    pre = _phase((pre_flops, reads * weights), (core / rate, written), b * i, model, spec, hw,
                  hw.hbm_bandwidth())  # fmt: skip
     dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
@@ -440,5 +443,5 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
     if spec.tp > 1:
         notes.append("tp all-reduces exposed (not overlapped)")
     if spec.ep > spec.tp:
-        notes.append("expert dispatch and combine exposed (not overlapped)")
+        notes.append(experts.overlap_note(spec))
     return notes

@@ -23,6 +23,13 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
   combine in 16 bits. Decode's low-latency kernels (RDMA for every peer, lower rates at
   small batches) are priced as the normal ones. With ep = tp the experts split over the
   replica's own ranks and the all-reduce stays as it is.
+- **Two-batch overlap** (``ServeSpec.batch_overlap``: SGLang's two-batch overlap, vLLM's
+  dual-batch overlap): a step runs as two micro-batches whose dispatch and combine each run
+  beside the other's kernels (the LMSYS large-scale EP post of 2025-05-05; DeepSeek's
+  profile-data), so the device waits only for what of the all-to-alls outlasts the other
+  micro-batch's kernels, plus the share of the overlapped part that contention serialises
+  (``Hardware.overlap``, training's rule, ``costmodel.parallel.timing.contention``); each
+  micro-batch reads the weights its tokens reach, which is why it loses at small batches.
 """
 
 from __future__ import annotations
@@ -105,3 +112,28 @@ def dispatcher(hw: Hardware) -> str:
 def allreduces_replaced(model: ModelSpec, spec: ServeSpec) -> int:
     """tp all-reduces a step no longer runs: the MoE layers' second one, when ep > tp."""
     return moe_layers(model) if spec.ep > spec.tp else 0
+
+
+def weight_reads(spec: ServeSpec) -> int:
+    """Micro-batches a step runs, each reading the weights: 2 under two-batch overlap."""
+    return 2 if spec.batch_overlap else 1
+
+
+def exposed_alltoall_s(alltoall: float, beside: float, spec: ServeSpec, hw: Hardware) -> float:
+    """Seconds of a step's dispatches and combines (``alltoall``) the device waits for: all
+    of them, or under two-batch overlap what outlasts the other micro-batch's kernels
+    (``beside``: the step's kernels, half of them each micro-batch's) plus the share of the
+    overlapped part the device's ``overlap`` loses to contention (module docstring)."""
+    if not spec.batch_overlap:
+        return alltoall
+    return max(0.0, alltoall - beside) + (1 - hw.overlap) * min(alltoall, beside)
+
+
+def overlap_note(spec: ServeSpec) -> str:
+    """How the assumptions line states the expert all-to-alls."""
+    if spec.batch_overlap:
+        return (
+            "expert dispatch and combine overlapped by two micro-batches (each reads the "
+            f"weights; {spec.engine_kind.batch_overlap_flag})"
+        )
+    return "expert dispatch and combine exposed (not overlapped)"

@@ -148,6 +148,13 @@ class ServeSpec:
     its own requests."""
     prefill_tp: int | None = None
     """Tensor-parallel degree of a prefill replica (default ``tp``)."""
+    batch_overlap: bool = False
+    """Two micro-batches a step, each one's expert dispatch and combine running beside the
+    other's attention and experts (SGLang's ``--enable-two-batch-overlap``, LMSYS's
+    large-scale EP deployment of 2025-05-05; vLLM's dual-batch overlap, ``--enable-dbo``):
+    each micro-batch reads the weights, and the step's all-to-alls hide behind the other's
+    kernels (``costmodel.serving.experts.exposed_alltoall_s``). Needs ep > tp (a dispatch to
+    hide) and an engine that runs it."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -191,6 +198,7 @@ class ServeSpec:
         checks.choice("arrival", self.arrival, ARRIVALS)
         self._check_workload()
         self._check_spread()
+        self._check_overlap(kind)
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
         checks.number("rope_scaling", self.rope_scaling)
@@ -229,6 +237,22 @@ class ServeSpec:
             raise SpecError("length_spread", "length_spread draws each request's lengths in a "
                             "simulated workload: give request_rate or concurrency (a batch is "
                             "priced at its stated lengths)")  # fmt: skip
+
+    def _check_overlap(self, kind: Engine) -> None:
+        checks.flag("batch_overlap", self.batch_overlap)
+        if not self.batch_overlap:
+            return
+        if self.ep <= self.tp:
+            raise SpecError(
+                "batch_overlap",
+                "batch_overlap hides the expert dispatch and "
+                f"combine: it needs ep > tp (got ep={self.ep}, tp={self.tp})",
+            )
+        if not kind.batch_overlap_flag:
+            runs = ", ".join(f"{name} ({e.batch_overlap_flag})" for name, e in ENGINES.items()
+                             if e.batch_overlap_flag)  # fmt: skip
+            raise SpecError("batch_overlap", f"engine {self.engine} runs no two-batch overlap; "
+                            f"{runs} do")  # fmt: skip
 
     @property
     def engine_kind(self) -> Engine:

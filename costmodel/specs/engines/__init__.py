@@ -72,6 +72,9 @@ class Engine:
     fused: bool = True
     """Whether a layer's elementwise work is fused into few kernels (every engine); the
     reference model runs it op by op (priced by ``serving.estimate``)."""
+    batch_overlap_flag: str = ""
+    """The engine's flag for two micro-batches per step, each one's expert dispatch and
+    combine beside the other's compute (``ServeSpec.batch_overlap``); empty: it has none."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Per field, where its value comes from (document or code, and the quoted line)."""
 

@@ -25,7 +25,12 @@ SGLANG = register(Engine(
     memory_utilization=0.88, fp8_cache_with_fp8_weights=False,
     memory_by_tp=((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88)),
     step_s=0.0, seq_s=0.0, async_seq_s=V1.async_seq_s,
+    batch_overlap_flag="--enable-two-batch-overlap",
     sources={
+        "batch_overlap_flag": "docs/advanced_features/server_arguments.md (sgl-project/sglang): "
+        "`--enable-two-batch-overlap` [bool, default=False] — Enabling two micro batches to "
+        "overlap (LMSYS, 'Deploying DeepSeek with PD Disaggregation and Large-scale Expert "
+        "Parallelism on 96 H100 GPUs', 2025-05-05: two-batch overlap)",
         "max_seqs": "python/sglang/srt/model_executor/model_runner.py:505-514 @v0.4.0: "
         "`max_num_reqs = min(max(int(self.max_total_num_tokens / "
         "self.model_config.context_len * 512), 2048), 4096)`",

@@ -108,5 +108,10 @@ V1 = register(Engine(
     name="vllm", title="vLLM V1 (asynchronous scheduling)", max_seqs=1024, token_budget=8192,
     memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
     step_s=V1_ASYNC_GAP_S, seq_s=0.0, async_seq_s=_V1_SEQ - V1_ASYNC_GAP_S / V1_SYNC_BATCH,
-    sources=_V1_SOURCES,
+    batch_overlap_flag="--enable-dbo",
+    sources={**_V1_SOURCES, "batch_overlap_flag": "docs/design/dbo.md (vllm-project/vllm, "
+             "PR #26024): 'The core motivation of the DBO system in vLLM is to overlap the "
+             "sparse all-to-all communication in the MoE layer with the surrounding "
+             "computation. This system currently only targets DP+EP deployments.'; "
+             "`--enable-dbo` (PR #23693, vLLM 0.11)"},
 ))  # fmt: skip
