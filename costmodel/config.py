@@ -60,7 +60,7 @@ def expert_tp_rule(par: Any, model: Any) -> None:
     running = " or ".join(t.name for t in TRAITS.values() if t.expert_tensor_parallel)
     checks.require(ok, "tp", lambda: "tp > 1 (or an etp of its own) on a mixture-of-experts "
                    f"model is modelled under framework={running} (expert tensor parallelism, "
-                   f"MoE parallel folding); under {_first(ok, par.framework)} use ep, fsdp, "
+                   f"MoE parallel folding); under {checks.first(ok, par.framework)} use ep, fsdp, "
                    "dp, cp or pp")  # fmt: skip
 
 
@@ -70,7 +70,7 @@ def framework_rules(par: Any, model: Any, train: Any) -> None:
     finetune_rule(par, train.finetune)
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     ok = ~moe | trait(par.framework, "runs_moe")
-    checks.require(ok, "framework", lambda: f"framework={_first(ok, par.framework)} does not "
+    checks.require(ok, "framework", lambda: f"framework={checks.first(ok, par.framework)} does not "
                    "run mixture-of-experts models")  # fmt: skip
     ep_overlap_rule(par, train.recompute)
     for framework, where in each(par.framework):
@@ -88,8 +88,8 @@ def zero_rule(framework: Any, par: Any, where: Any) -> None:
     zero = np.asarray(par.zero)
     ok = ~np.asarray(where, dtype=bool) | (zero == own)
     checks.require(ok, "zero", lambda: f"framework={framework.name} shards as "
-                   f"{framework.sharding}: zero must be {_first(ok, own)} (got "
-                   f"{_first(ok, zero)}); --zero picks a stage under deepspeed and "
+                   f"{framework.sharding}: zero must be {checks.first(ok, own)} (got "
+                   f"{checks.first(ok, zero)}); --zero picks a stage under deepspeed and "
                    "reference")  # fmt: skip
 
 
@@ -131,8 +131,3 @@ def ep_overlap_rule(par: Any, recompute: Any) -> None:
     ok = off | (np.asarray(recompute) != "full")
     checks.require(ok, "recompute", lambda: "ep_overlap (combined 1F1B) does not run with "
                    "recompute=full: use none or selective")  # fmt: skip
-
-
-def _first(ok: Any, value: Any) -> Any:
-    """The value at the first failing point."""
-    return checks._first_bad(ok, value)[0] if np.ndim(ok) else value

@@ -16,7 +16,7 @@ from costmodel import ParallelSpec, SpecError, TrainSpec, estimate, get_model
 from costmodel.catalog.hardware import get_hardware
 from costmodel.config import check
 from costmodel.parallel.pipeline import PipelineRank, leading_layers, rank_layers
-from costmodel.specs.parallel import first_round_layers
+from costmodel.specs.pipeline import first_round_layers
 from costmodel.symbols import L, N_pp, v
 
 H100 = get_hardware("h100-sxm")
@@ -124,7 +124,7 @@ def test_a_split_megatron_refuses_names_the_field_and_its_rule(changes, field, m
 @pytest.mark.parametrize("loss", [False, True])
 @pytest.mark.parametrize(("layers", "pp", "v"), [(94, 8, 4), (61, 16, 2), (30, 4, 1), (29, 3, 2)])
 def test_the_rule_and_the_cost_split_the_pipeline_alike(layers, pp, v, emb, loss):
-    """The layout rule (numpy, ``specs.parallel.first_round_layers``) and the cost model
+    """The layout rule (numpy, ``specs.pipeline.first_round_layers``) and the cost model
     (sympy, ``parallel.pipeline.leading_layers``) state the same split: the blocks of the
     first pp virtual stages are the leading blocks the ranks hold."""
     par = ParallelSpec(pp=pp, pp_interleave=v, pp_split_embedding=emb, pp_split_loss=loss)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from costmodel.parallel.pipeline import combined_alone, dualpipe
+from costmodel.parallel.pipeline import bidirectional, combined_alone
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import Y
@@ -33,10 +33,11 @@ def exposed_share(group: str, par: ParallelSpec) -> sp.Expr:
       micro-batch's compute, but for the passes that run alone
       (:func:`costmodel.parallel.pipeline.combined_alone`); the rest is overlapped like
       the other groups' collectives; DualPipe pairs forwards with backwards likewise (its
-      F&B chunks, DeepSeek-V3 report Sec. 3.2.1), whatever ``ep_overlap`` says.
+      F&B chunks, DeepSeek-V3 report Sec. 3.2.1; DualPipeV's too), whatever ``ep_overlap``
+      says.
     """
     if group == "tp" and par.async_tp:
         return 1 / Y
-    if group == "ep" and (par.ep_overlap or dualpipe(par)):
+    if group == "ep" and (par.ep_overlap or bidirectional(par)):
         return combined_alone(par)
     return sp.Integer(1)

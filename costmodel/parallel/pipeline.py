@@ -22,8 +22,12 @@ DualPipe (``ParallelSpec.pp_schedule``; DeepSeek-AI 2024, "DeepSeek-V3 Technical
 Sec. 3.2.1, Table 2; deepseek-ai/DualPipe): the model's pp stages are fed from both ends, so
 rank r holds stage r of one direction and stage pp - 1 - r of the other (twice a stage's
 parameters; the end ranks both the embedding and the head) and keeps pp + 1 micro-batches'
-stage activations in flight; a micro-batch passes each rank once. Two ranks bound every
-rank: an end one and the second.
+stage activations in flight; a micro-batch passes each rank once. DualPipeV (DualPipe cut in
+half: torch.distributed.pipelining's ``ScheduleDualPipeV``, which torchtitan runs) splits
+the layers into 2 pp stages in a V, rank r holding stages r and 2pp - 1 - r (a rank's layers
+once, as two virtual stages; rank 0 both the embedding and the head), 2pp + 1 of them in
+flight (``_calculate_single_rank_operations``' peak on every rank). Under either, two
+ranks bound every rank: an end one and the second.
 """
 
 from __future__ import annotations
@@ -56,6 +60,12 @@ def dualpipe(par: ParallelSpec) -> bool:
     return par.pp > 1 and par.pp_schedule == "dualpipe"
 
 
+def bidirectional(par: ParallelSpec) -> bool:
+    """Whether micro-batches enter from both ends and each forward runs beside another's
+    backward: DualPipe or DualPipeV (module docstring)."""
+    return par.pp > 1 and par.pp_schedule in ("dualpipe", "dualpipev")
+
+
 def stages_held(par: ParallelSpec) -> int:
     """Copies of a stage's layers a rank holds per stage it runs a micro-batch through:
     2 under DualPipe (one per direction), else 1."""
@@ -65,7 +75,7 @@ def stages_held(par: ParallelSpec) -> int:
 def ranks(par: ParallelSpec) -> list[PipelineRank]:
     """The ranks (pp > 1) whose maximum is every rank's (module docstring; the second
     counts where :func:`present`)."""
-    if dualpipe(par):  # the end ranks hold both ends; rank pp - 1 mirrors rank 0
+    if bidirectional(par):  # rank 0 holds both ends (DualPipe: rank pp - 1 mirrors it)
         return [PipelineRank(sp.Integer(0), True, True), PipelineRank(sp.Integer(1), False, False)]
     return [PipelineRank(sp.Integer(0), True, False), PipelineRank(sp.Integer(1), False, False),
             PipelineRank(N_pp - 1, False, True)]  # fmt: skip
@@ -92,10 +102,10 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     emb, loss, total = slots(par)
     stages = N_pp * v
     extra = sp.Mod(total, stages, evaluate=False)
-    if dualpipe(par):  # stages r and pp - 1 - r, the earlier stages taking the spare slots
-        spare = sum((smin(1, smax(0, extra - j)) for j in (rank.index, N_pp - 1 - rank.index)),
+    if bidirectional(par):  # stages r and pp·v - 1 - r, the earlier taking the spare slots
+        spare = sum((smin(1, smax(0, extra - j)) for j in (rank.index, stages - 1 - rank.index)),
                     sp.Integer(0))  # fmt: skip
-        return 2 * sfloor(total / N_pp) + spare - emb * rank.first - loss * rank.last
+        return 2 * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
     spare = smin(v, smax(0, sceil((extra - rank.index) / N_pp)))
     return v * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
 
@@ -108,7 +118,7 @@ def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.
     per, extra = sfloor(total / (N_pp * v)), sp.Mod(total, N_pp * v, evaluate=False)
     j = rank.index  # the rank's first virtual stage (the last stage too, uninterleaved)
     start = j * per + smin(j, extra) - (0 if rank.first else emb)
-    last = rank.last and par.pp_interleave == 1 and not dualpipe(par)  # stage r, not pp-1-r
+    last = rank.last and par.pp_interleave == 1 and not bidirectional(par)  # stage r only
     size = per + smin(1, smax(0, extra - j)) - emb * rank.first - loss * last
     return smax(0, smin(count, start + size) - start)
 
@@ -116,9 +126,10 @@ def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.
 def chunks_in_flight(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Stage-micro-batches ``rank`` keeps activations for at once (module docstring); under
     combined 1F1B (``ep_overlap``) one more, its extra warm-up forward; under DualPipe pp + 1
-    stage-micro-batches (Table 2 of the DeepSeek-V3 report; every rank, an upper bound)."""
-    if dualpipe(par):
-        return smin(N_pp + 1, m)
+    stage-micro-batches (Table 2 of the DeepSeek-V3 report; every rank, an upper bound),
+    under DualPipeV 2pp + 1 of its m·2 virtual-stage-micro-batches (torch's schedule)."""
+    if bidirectional(par):
+        return smin(N_pp * v + 1, m * v)
     if par.pp_interleave == 1:
         return smin(N_pp - rank.index, m)
     return smin(_interleaved_warmup(rank) + 1 + int(par.ep_overlap), m * v)
@@ -140,11 +151,12 @@ def combined_alone(par: ParallelSpec) -> sp.Expr:
     and its cool-down backwards. The first rank has the most warm-up: an upper bound.
     Under DualPipe the first rank overlaps m - 3pp/2 + 1 forward-backward pairs (its main
     step's 2(m/2 - pp + 1) and its fifth step's pp/2 - 1, ``dualpipe/dualpipe.py``), so
-    3pp/2 - 1 of its m forwards run alone."""
+    3pp/2 - 1 of its m forwards run alone; under DualPipeV, over 2pp stages, 3pp - 1 of its
+    2m (torch's ``ScheduleDualPipeV`` on rank 0)."""
     if par.pp == 1:
         return 1 / m
-    if dualpipe(par):
-        return smin(sp.Rational(3, 2) * N_pp - 1, m) / m
+    if bidirectional(par):
+        return smin(sp.Rational(3, 2) * N_pp * v - 1, m * v) / (m * v)
     first = PipelineRank(sp.Integer(0), True, False)
     return sp.Min(_interleaved_warmup(first) + 1, m * v) / (m * v)
 

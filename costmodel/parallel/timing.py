@@ -33,7 +33,7 @@ from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
 from costmodel.parallel.host import expert_launches, host_seconds, sync_idle, with_host
-from costmodel.parallel.pipeline import dualpipe, stages_held
+from costmodel.parallel.pipeline import bidirectional, stages_held
 from costmodel.parallel.shares import (
     device_batch,
     device_blocks,
@@ -366,9 +366,11 @@ def pipeline_bubble(
     ``backward`` seconds on its stage: 1F1B's (pp - 1)(F + B) / v (Narayanan et al. 2021,
     Sec. 2.2); DualPipe's (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run
     together (their compute; the communication they hide is priced with the phases) and
-    W the ``weights``' gradients (DeepSeek-V3 report, Table 2)."""
-    if dualpipe(par):
-        return (N_pp / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights)
+    W the ``weights``' gradients (DeepSeek-V3 report, Table 2), over its pp·v stages of 1/v
+    of a rank's layers each (DualPipeV: 2pp stages, each half a rank's)."""
+    if bidirectional(par):
+        stages = N_pp * v
+        return (stages / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights) / v
     return (forward + backward) * (N_pp - 1) / v
 
 

@@ -147,6 +147,17 @@ def _first_bad(ok: Any, *values: Any) -> tuple[Any, ...]:
     return tuple(p.item() if isinstance(p, np.generic | np.ndarray) else p for p in picked)
 
 
+def first(ok: Any, value: Any) -> Any:
+    """``value`` at the first failing element of ``ok`` (a scalar as it is)."""
+    return _first_bad(ok, value)[0]
+
+
+def pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:
+    """``a_name=A, b_name=B`` at the first failing element, for a message."""
+    got_a, got_b = _first_bad(ok, a, b)
+    return f"{a_name}={got_a}, {b_name}={got_b}"
+
+
 def integer(field: str, value: Any, *, minimum: int = 1) -> None:
     """An integer (or integer array) >= ``minimum`` and <= 2^53; bools are not integers."""
     if isinstance(value, np.ndarray):

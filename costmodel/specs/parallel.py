@@ -21,6 +21,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.fields import check_fields, document_fields
 from costmodel.specs.frameworks import FRAMEWORKS, framework_defaults, own_stage
 from costmodel.specs.frameworks import FrameworkName as Framework
+from costmodel.specs.pipeline import dualpipe_rule, first_round_layers, pipeline_rule
 
 ZeroStage = Literal[1, 2, 3]
 OverlapRule = Literal["max", "sum"]
@@ -29,7 +30,7 @@ EPDispatcher = Literal["all-to-all", "deepep", "hybridep"]
 EPRouting = Literal["random", "consecutive"]
 ExpertGemm = Literal["framework", "loop", "grouped"]
 CudaGraphs = Literal["none", "partial", "full"]
-PPSchedule = Literal["1f1b", "dualpipe"]
+PPSchedule = Literal["1f1b", "dualpipe", "dualpipev"]
 OVERLAP_RULES: tuple[str, ...] = get_args(OverlapRule)
 EP_DISPATCHERS: tuple[str, ...] = get_args(EPDispatcher)
 EP_ROUTINGS: tuple[str, ...] = get_args(EPRouting)
@@ -58,7 +59,7 @@ class ParallelSpec:
     pp: int = 1
     """Pipeline stages."""
     pp_interleave: int = 1
-    """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B)."""
+    """Virtual stages per device (interleaved 1F1B; 1 is plain 1F1B; 2 under DualPipeV)."""
     pp_schedule: PPSchedule = "1f1b"
     """The pipeline schedule (``costmodel.parallel.pipeline``): ``1f1b`` (one forward, one
     backward; interleaved where ``pp_interleave`` > 1; Narayanan et al. 2021, Sec. 2.2) or
@@ -68,7 +69,10 @@ class ParallelSpec:
     parameters), keeps pp + 1 micro-batches in flight, and runs one micro-batch's forward
     beside another's backward, which hides their expert-parallel all-to-alls; its bubble is
     (pp/2 - 1)(F&B + B - 3W). It needs an even pp, no interleaving, and an even number of
-    micro-batches, at least 2 pp (DualPipe's ``step``)."""
+    micro-batches, at least 2 pp (DualPipe's ``step``). ``dualpipev``: DualPipe cut in half
+    (torch.distributed.pipelining's ``ScheduleDualPipeV``, torchtitan's ``DualPipeV``): 2 pp
+    stages in a V, rank r holding stages r and 2pp - 1 - r (``pp_interleave`` 2; the
+    parameters once), 2pp + 1 of them in flight, at least 2 pp micro-batches."""
     pp_split_embedding: bool = False
     """The embedding takes one layer's place in the pipeline split: the first virtual
     stage holds one block less (Megatron-Core's ``--account-for-embedding-in-pipeline-split``;
@@ -304,64 +308,6 @@ def cp_rule(cp: Any, attention: str) -> None:
     checks.require(ok, "cp", lambda: "cp > 1 needs attention=flash (ring attention)")
 
 
-def split_slots(par: Any) -> tuple[Any, Any]:
-    """(embedding, loss) slots the pipeline split counts as layers: 0 or 1 each."""
-    return (np.asarray(par.pp_split_embedding, dtype=int),
-            np.asarray(par.pp_split_loss, dtype=int))  # fmt: skip
-
-
-def pipeline_rule(par: Any, model: Any) -> None:
-    """Every virtual stage holds at least one slot (a block, or the embedding or the loss
-    where the split counts them as layers: Megatron-Core's pipeline layouts such as
-    ``Et|(tt|)*30L`` give them stages of their own); with the embedding or the loss counted
-    as a layer, the slots divide evenly over the pp * pp_interleave virtual stages
-    (Megatron-Core's ``get_num_layers_to_build``: "num_layers should be divisible by
-    pipeline_model_parallel_size", then by the virtual pipeline size), and those flags
-    need pp > 1."""
-    stages = np.asarray(par.pp) * np.asarray(par.pp_interleave)
-    emb, loss = split_slots(par)
-    slots = np.asarray(model.n_layers) + emb + loss
-    counts = "n_layers + the embedding and loss slots" if (emb + loss).any() else "n_layers"
-    checks.at_most("pp * pp_interleave", stages, counts, slots,
-                   "(a virtual stage holds at least one layer, or the embedding or the loss "
-                   "where pp_split_embedding or pp_split_loss counts it as one)",
-                   field="pp")  # fmt: skip
-    counted = (emb + loss) > 0
-    dualpipe_rule(par)
-    for name, flag in (("pp_split_embedding", emb), ("pp_split_loss", loss)):
-        ok = (flag == 0) | (np.asarray(par.pp) > 1)
-        checks.require(ok, name, lambda n=name: f"{n} needs pp > 1")
-    ok = ~counted | (slots % stages == 0)
-    checks.require(ok, "pp", lambda: "with the embedding or loss counted as a layer, "
-                   "n_layers + those slots must divide over pp * pp_interleave (got "
-                   f"{_pair(ok, slots, stages, 'slots', 'pp * pp_interleave')})")  # fmt: skip
-
-
-def dualpipe_rule(par: Any, grad_accum: Any = None) -> None:
-    """What DualPipe's ``step`` asserts (deepseek-ai/DualPipe, ``dualpipe/dualpipe.py``):
-    an even number of ranks (pp, at least 2), one stage per direction on each (no
-    interleaving), and, given ``grad_accum``, an even number of micro-batches, at least
-    2 pp (``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``)."""
-    dual = np.asarray(getattr(par, "pp_schedule", "1f1b")) == "dualpipe"
-    if not dual.any():
-        return
-    pp = np.asarray(par.pp)
-    ok = ~dual | ((pp >= 2) & (pp % 2 == 0))
-    checks.require(ok, "pp_schedule", lambda: "pp_schedule=dualpipe feeds micro-batches "
-                   "from both ends of the pipeline: it needs an even pp >= 2 (got pp="
-                   f"{checks._first_bad(ok, pp)[0]})")  # fmt: skip
-    ok = ~dual | (np.asarray(par.pp_interleave) == 1)
-    checks.require(ok, "pp_interleave", lambda: "pp_schedule=dualpipe holds one stage per "
-                   "direction on each rank: it needs pp_interleave = 1")  # fmt: skip
-    if grad_accum is None:
-        return
-    m = np.asarray(grad_accum)
-    ok = ~dual | ((m % 2 == 0) & (m >= 2 * pp))
-    checks.require(ok, "grad_accum", lambda: "pp_schedule=dualpipe splits the micro-batches "
-                   "over its two directions: grad_accum must be even and at least 2 * pp (got "
-                   f"{_pair(ok, m, 2 * pp, 'grad_accum', '2 * pp')})")  # fmt: skip
-
-
 def layout_rules(
     par: Any, model: Any, *, seq: Any, batch: Any, grad_accum: Any, shards_over_cp: Any = False
 ) -> None:
@@ -383,7 +329,7 @@ def layout_rules(
     if not model.ffn_only:
         ok = (kv % tp == 0) | (tp % kv == 0)
         checks.require(ok, "tp", lambda: "tp must divide n_kv_heads or be a multiple of it "
-                       f"(got {_pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
+                       f"(got {checks.pair(ok, tp, kv, 'tp', 'n_kv_heads')})")  # fmt: skip
     ok = (np.asarray(par.pp_interleave) == 1) | (np.asarray(par.pp) > 1)
     checks.require(ok, "pp_interleave", lambda: "pp_interleave > 1 needs pp > 1")
     for flag in ("sequence_parallel", "async_tp"):  # each splits work over the tp ranks
@@ -418,7 +364,7 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     ok = (ep == 1) | (imbalance <= ep)
     checks.require(ok, "ep_imbalance", lambda: "ep_imbalance is the busiest rank's share over "
                    "the mean: at most ep, every pair on one rank (got "
-                   f"{_pair(ok, imbalance, ep, 'ep_imbalance', 'ep')})")  # fmt: skip
+                   f"{checks.pair(ok, imbalance, ep, 'ep_imbalance', 'ep')})")  # fmt: skip
     plain = np.asarray(getattr(par, "ep_dispatcher", "all-to-all")) == "all-to-all"
     checks.require(plain | (ep > 1), "ep_dispatcher", lambda: "ep_dispatcher picks how tokens "
                    "travel between expert-parallel ranks: it needs ep > 1")  # fmt: skip
@@ -430,7 +376,7 @@ def moe_rule(par: Any, model: Any, shards_over_cp: Any = False) -> None:
     first = first_round_layers(par, model)
     dense = np.asarray(getattr(model, "dense_layers", 0))
     ok = ~moe | (np.asarray(par.pp) == 1) | (dense <= first)
-    got = lambda: _pair(ok, dense, first, "dense_layers", "first round")  # noqa: E731
+    got = lambda: checks.pair(ok, dense, first, "dense_layers", "first round")  # noqa: E731
     checks.require(ok, "pp", lambda: "the dense leading blocks must lie within the first "
                    "pp virtual stages (one per pipeline rank; with interleaving, the first "
                    f"round): dense_layers <= the blocks those hold (got {got()})")  # fmt: skip
@@ -450,25 +396,9 @@ def expert_mesh_rule(par: Any, model: Any, moe: Any, shards_over_cp: Any) -> Non
     shard = np.asarray(par.fsdp) * np.where(shards_over_cp, np.asarray(par.cp), 1)
     whole = (ep * etp) % tp == 0
     ok = ~whole | (shard % np.maximum(taken, 1) == 0) | (taken % shard == 0)
-    got = lambda: _pair(ok, taken, shard, "ep * etp / tp", "shard group")  # noqa: E731
+    got = lambda: checks.pair(ok, taken, shard, "ep * etp / tp", "shard group")  # noqa: E731
     checks.require(ok, "ep", lambda: "ep must divide the ZeRO shard group or be a multiple "
                    f"of it (got {got()})")  # fmt: skip
-
-
-def first_round_layers(par: Any, model: Any) -> Any:
-    """Blocks the first pp virtual stages hold (``costmodel.parallel.pipeline``'s split:
-    the earlier stages take the spare slots; the embedding's slot on the first stage, the
-    loss's on the last)."""
-    pp, v = np.asarray(par.pp), np.asarray(par.pp_interleave)
-    emb, loss = split_slots(par)
-    total = np.asarray(model.n_layers) + emb + loss
-    per, extra = total // (pp * v), total % (pp * v)
-    return pp * per + np.minimum(pp, extra) - emb - loss * (v == 1)
-
-
-def _pair(ok: Any, a: Any, b: Any, a_name: str, b_name: str) -> str:
-    first_a, first_b = checks._first_bad(ok, a, b)
-    return f"{a_name}={first_a}, {b_name}={first_b}"
 
 
 def fill_dp(parallel: ParallelSpec, gpus: int, *, shard: bool = False) -> ParallelSpec:

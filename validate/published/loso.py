@@ -61,9 +61,12 @@ class Target:
     @property
     def category(self) -> str:
         """Where a headline figure counts it: dense or MoE training on GPUs or TPUs,
-        memory, serving."""
-        if self.quantity in ("serving", "memory_bytes_per_gpu"):
-            return "serving" if self.quantity == "serving" else "memory"
+        memory, serving by the metric its source states (throughput, TTFT, TPOT, end to
+        end; all of them pooled as ``serving``)."""
+        if self.quantity == "serving":
+            return f"serving ({serving.FAMILIES.get(self.traits.get('metric'), 'throughput')})"
+        if self.quantity == "memory_bytes_per_gpu":
+            return "memory"
         kind = "TPU" if self.traits["kind"] == "tpu" else "GPU"
         return f"{'MoE' if self.traits['moe'] else 'dense'} training ({kind})"
 
@@ -113,7 +116,7 @@ def serving_targets(path: Path) -> tuple[list[Target], list[str]]:
             continue
         moe = ffn.routes(get_model(run["model"]))
         traits = {"moe": moe, "kind": "gpu", "framework": run["engine"], "recompute": "none",
-                  "file": _relative(Path(path))}  # fmt: skip
+                  "file": _relative(Path(path)), "metric": run["metric"]}  # fmt: skip
 
         def one(tune: Tune, run: dict[str, Any] = run, batch: int = batch) -> float:
             return float(serving.predict(run, tune, batch)["predicted"])

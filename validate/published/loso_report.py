@@ -14,7 +14,8 @@ from validate.report.tables import Table
 
 HEADLINE = ("dense training (GPU)", "dense training (TPU)", "dense training",
             "MoE training (GPU)", "MoE training (TPU)", "MoE training",
-            "memory", "serving")  # fmt: skip
+            "memory", "serving", "serving (throughput)", "serving (TTFT)", "serving (TPOT)",
+            "serving (end to end)")  # fmt: skip
 """The categories the headline reports, in this order (a bare "dense training" or "MoE
 training" pools GPUs and TPUs)."""
 

@@ -159,17 +159,25 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Per source and over all: runs, median and worst |error|."""
-    by = defaultdict(list)
+    """Per source, per metric its sources state (throughput, TTFT, TPOT, end to end: the
+    serving issue's targets) and over all: runs, median and worst |error|."""
+    by, metrics = defaultdict(list), defaultdict(list)
     for r in results:
         if r["rel_err"] is not None:
             by[r["source"]].append(abs(r["rel_err"]))
             by["all"].append(abs(r["rel_err"]))
+            metrics[f"all: {FAMILIES.get(r['metric'], r['metric'])}"].append(abs(r["rel_err"]))
     lines = [f"{'source':<48} {'n':>3} {'median':>8} {'worst':>8}"]
-    for source, errs in sorted(by.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+    ordered = sorted(by.items(), key=lambda kv: (kv[0] == "all", kv[0]))
+    for source, errs in [*ordered, *sorted(metrics.items())]:
         lines.append(f"{source:<48} {len(errs):>3} {statistics.median(errs):>8.1%} "
                      f"{max(errs):>8.1%}")  # fmt: skip
     return "\n".join(lines)
+
+
+FAMILIES = {"output_tokens_per_s": "throughput", "total_tokens_per_s": "throughput",
+           "ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "end to end"}  # fmt: skip
+"""A run's metric -> the family the table pools it in."""
 
 
 def chart(results: list[dict[str, Any]], path: Path) -> None:
