@@ -21,11 +21,10 @@ becomes ``floor(...)``, then 0/0 and ``nan is not comparable``).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import sympy as sp
-
-from costmodel.specs.checks import UnknownKey, unknown
 
 _INT = {"integer": True, "positive": True}
 
@@ -376,5 +375,16 @@ def symbol(name: str) -> sp.Symbol:
     try:
         return SYMBOLS[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name
-        hint = "costmodel.symbols.SYMBOLS lists them all"
-        raise UnknownKey(name, unknown("symbol", name, sorted(SYMBOLS), hint)) from None
+        close = difflib.get_close_matches(str(name), sorted(SYMBOLS), n=3)
+        said = f"did you mean {' or '.join(map(repr, close))}?" if close else (
+            "costmodel.symbols.SYMBOLS lists them all")  # fmt: skip
+        raise UnknownSymbol(f"unknown symbol {name!r}; {said}") from None
+
+
+class UnknownSymbol(KeyError):
+    """A name no symbol has (a KeyError whose ``str()`` is its sentence, as
+    ``costmodel.specs.checks.UnknownKey``'s; this bottom layer imports nothing of the
+    package)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
