@@ -152,3 +152,19 @@ def test_the_json_memory_parts_add_up_to_the_peak():
     mem = data["memory_bytes_per_device"]
     total = sum(mem.get(k) or 0 for k in (*MEMORY_PARTS, "transients"))
     assert mem["transients"] > 0 and total == pytest.approx(mem["peak"], rel=1e-12)
+
+
+def test_each_frameworks_own_stage_over_arrays_is_its_per_layout_one():
+    """A sweep's million rows take each framework's own stage from its few degrees
+    (``specs.frameworks.own_stage``), the stage one ParallelSpec would hold row by row."""
+    import numpy as np
+
+    from costmodel.specs.frameworks import FRAMEWORKS, own_stage
+
+    rng = np.random.default_rng(60)
+    names = rng.choice(FRAMEWORKS, 500)
+    degrees = rng.choice([1, 2, 3, 8, 64], 500)
+    expected = [own_stage(str(n), int(d)) for n, d in zip(names, degrees, strict=True)]
+    assert own_stage(names, degrees).tolist() == expected
+    one = own_stage(np.array(["megatron"]), np.array([[1, 8], [2, 1]]))
+    assert one.tolist() == [[1, 3], [3, 1]] and own_stage(np.array([], str), []).size == 0

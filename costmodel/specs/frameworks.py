@@ -320,7 +320,16 @@ def own_stage(framework: Any, fsdp: Any) -> Any:
     (``Traits.own_stage``), elementwise over arrays of names and degrees."""
     if np.ndim(framework) == 0 and np.ndim(fsdp) == 0:
         return traits_of(str(framework)).own_stage(int(fsdp))
-    return np.vectorize(lambda f, x: traits_of(f).own_stage(int(x)), otypes=[int])(framework, fsdp)
+    names, degrees = np.broadcast_arrays(np.asarray(framework), np.asarray(fsdp))
+    out = np.empty(names.shape, dtype=int)
+    first = names.flat[0] if names.size else None
+    groups = [first] if names.size and (names == first).all() else np.unique(names)
+    for name in groups:  # the few frameworks, each over its few degrees (a sweep's million
+        at = names == name  # rows hold a handful of each)
+        values, index = np.unique(degrees[at], return_inverse=True)
+        stages = np.array([traits_of(str(name)).own_stage(int(d)) for d in values], dtype=int)
+        out[at] = stages[index]
+    return out
 
 
 def fixed_stage(framework: str, fsdp: Any) -> Any:
