@@ -23,7 +23,7 @@ from costmodel.engine.estimate import Estimate
 from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
-from costmodel.parallel.pipeline import bidirectional
+from costmodel.parallel.pipeline import schedule_name
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
@@ -70,9 +70,9 @@ def degrees(par: ParallelSpec) -> str:
     tp = f"tp {par.tp}" + (" + SP" if par.sequence_parallel else "")
     tp += " (async TP)" if par.async_tp else ""
     pp = f"pp {par.pp}"
-    if bidirectional(par):
-        pp += (" (DualPipe: two stages per rank)" if par.pp_schedule == "dualpipe"
-               else " (DualPipeV: two stages per rank, in a V)")  # fmt: skip
+    name = schedule_name(par)
+    if name:
+        pp += f" ({name}: two stages per rank{', in a V' * (name == 'DualPipeV')})"
     elif par.pp_interleave > 1:
         pp += f" (interleaved: {par.pp_interleave} virtual stages)"
     counted = [n for n, on in (("embedding", par.pp_split_embedding),
@@ -148,8 +148,8 @@ def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:
 
 def _overlap(p: ParallelSpec) -> str:
     """Whether another micro-batch's compute hides the all-to-alls, and which schedule."""
-    if bidirectional(p):
-        name = "DualPipe" if p.pp_schedule == "dualpipe" else "DualPipeV"
+    name = schedule_name(p)
+    if name:
         return f"all-to-alls overlapped ({name}'s forward-backward pairs)"
     return "all-to-alls overlapped (combined 1F1B)" if p.ep_overlap else "all-to-alls exposed"
 

@@ -66,6 +66,13 @@ def bidirectional(par: ParallelSpec) -> bool:
     return par.pp > 1 and par.pp_schedule in ("dualpipe", "dualpipev")
 
 
+def schedule_name(par: ParallelSpec) -> str | None:
+    """How answers name a bidirectional schedule (DualPipe, DualPipeV); None otherwise."""
+    if not bidirectional(par):
+        return None
+    return "DualPipe" if par.pp_schedule == "dualpipe" else "DualPipeV"
+
+
 def stages_held(par: ParallelSpec) -> int:
     """Copies of a stage's layers a rank holds per stage it runs a micro-batch through:
     2 under DualPipe (one per direction), else 1."""
@@ -200,3 +207,18 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     buffers = m * (2 * v - int(rank.first) - int(rank.last))
     kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v
     return buffers, kept
+
+
+def pipeline_bubble(
+    par: ParallelSpec, forward: sp.Expr, backward: sp.Expr, weights: sp.Expr
+) -> sp.Expr:
+    """Seconds a pipeline rank idles per step, from one micro-batch's ``forward`` and
+    ``backward`` seconds on its stage: 1F1B's (pp - 1)(F + B) / v (Narayanan et al. 2021,
+    Sec. 2.2); DualPipe's (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run
+    together (their compute; the communication they hide is priced with the phases) and
+    W the ``weights``' gradients (DeepSeek-V3 report, Table 2), over its pp·v stages of 1/v
+    of a rank's layers each (DualPipeV: 2pp stages, each half a rank's)."""
+    if bidirectional(par):
+        stages = N_pp * v
+        return (stages / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights) / v
+    return (forward + backward) * (N_pp - 1) / v

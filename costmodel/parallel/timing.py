@@ -33,7 +33,7 @@ from costmodel.parallel.experts import dropped_fraction
 from costmodel.parallel.exposure import exposed_groups, exposed_share
 from costmodel.parallel.gemms import all_gemms, gemm_cost, gemm_seconds
 from costmodel.parallel.host import expert_launches, host_seconds, sync_idle, with_host
-from costmodel.parallel.pipeline import bidirectional, stages_held
+from costmodel.parallel.pipeline import pipeline_bubble, stages_held
 from costmodel.parallel.shares import (
     device_batch,
     device_blocks,
@@ -77,7 +77,6 @@ from costmodel.symbols import (
     smax,
     smin,
     t_ex,
-    v,
 )
 
 
@@ -357,21 +356,6 @@ def _weight_grads(ops: dict, par: ParallelSpec) -> sp.Expr:
     gemms = {k: e["time_s"] for k, e in ops.items() if k not in ("attn_core", "lm_head")}
     head = ops["lm_head"]["time_s"] if "lm_head" in ops else sp.Integer(0)
     return stage_layers(par) * sum(gemms.values(), sp.Integer(0)) + head
-
-
-def pipeline_bubble(
-    par: ParallelSpec, forward: sp.Expr, backward: sp.Expr, weights: sp.Expr
-) -> sp.Expr:
-    """Seconds a pipeline rank idles per step, from one micro-batch's ``forward`` and
-    ``backward`` seconds on its stage: 1F1B's (pp - 1)(F + B) / v (Narayanan et al. 2021,
-    Sec. 2.2); DualPipe's (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run
-    together (their compute; the communication they hide is priced with the phases) and
-    W the ``weights``' gradients (DeepSeek-V3 report, Table 2), over its pp·v stages of 1/v
-    of a rank's layers each (DualPipeV: 2pp stages, each half a rank's)."""
-    if bidirectional(par):
-        stages = N_pp * v
-        return (stages / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights) / v
-    return (forward + backward) * (N_pp - 1) / v
 
 
 def step_time(
