@@ -46,6 +46,20 @@ def test_min_fsdp_leads_with_the_full_model_rounded_to_a_usable_degree():
     assert data["book"]["fsdp"] == 2  # the Scaling Book's approximation, below it
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--batch", "64"), ("--grad-accum", "4"),
+                                             ("--microbatch", "2")])  # fmt: skip
+def test_min_fsdp_refuses_a_batch_it_would_drop(capsys, flag, value):
+    """Issue 60 ("every flag honoured or refused"): ``solve min-fsdp --batch 64`` (or
+    --grad-accum) answered for one sequence per device, the flag dropped without a word, and
+    --microbatch said "--hardware is required" beside --hardware; min-fsdp holds one
+    device's tokens (--batch-tokens), so the others are refused in one line naming them."""
+    ask = ["solve", "min-fsdp", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq",
+           "8192", flag, value]  # fmt: skip
+    assert main(ask) == 2
+    err = capsys.readouterr().err
+    assert f"leave {flag} out" in err and "--batch-tokens" in err and err.count("\n") == 1
+
+
 def test_max_seq_says_the_batch_and_micro_batch_it_held():
     data = _json("solve", "max-seq", "--model", "llama3-8b", "--finetune", "qlora",
                  "--hardware", "rtx-4090", "--recompute", "full")  # fmt: skip

@@ -147,12 +147,22 @@ def _verdict(est: Estimate, args: argparse.Namespace) -> dict[str, Any]:
     return solved_verdict(est, values_of(args), args.memory_headroom, _budget(args))
 
 
+def _refuse_dropped(given: dict[str, Any]) -> None:
+    """min-fsdp's inputs that its answer would drop, refused in one line naming the flag:
+    the degree it finds, and a batch beside one device's tokens (``--batch-tokens``)."""
+    for chosen in ("fsdp", "gpus"):  # the answer: a layout given for them would be dropped
+        if chosen in given:
+            raise SpecError(chosen, f"min-fsdp finds {chosen}: leave --{chosen} out")
+    for held in ("batch", "grad_accum", "microbatch"):  # one device's tokens, one micro-batch
+        if held in given:
+            raise SpecError(held, f"min-fsdp holds one device's tokens (--batch-tokens, default "
+                            f"one sequence): leave --{held.replace('_', '-')} out")  # fmt: skip
+
+
 def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     """The full model's answer (on --hardware, else the book's chip, at the user's budget),
     and the Scaling Book's closed form beside it."""
-    for chosen in ("fsdp", "gpus"):  # the answer: a layout given for them would be dropped
-        if chosen in values_of(args):
-            raise SpecError(chosen, f"min-fsdp finds {chosen}: leave --{chosen} out")
+    _refuse_dropped(values_of(args))
     model, train = build_model_only(args)
     tokens = train.seq if args.batch_tokens is None else args.batch_tokens
     book_only = args.hardware is None and tokens == 0  # no device: the state alone
