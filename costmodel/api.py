@@ -262,7 +262,7 @@ def plan(
     *,
     hardware: str,
     gpus: int,
-    batch: int,
+    batch: int | None = None,
     frameworks: Iterable[str] | None = None,
     recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
     microbatches: Iterable[int] | None = None,
@@ -277,6 +277,9 @@ def plan(
     megatron); the other inputs (seq, precision, ...) as
     the CLI's. ``progress`` counts the layout structures compiled on stderr (the
     slow part of a first call), or is a callable ``(items, total) -> items``."""
+    if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
+        _values(model, inputs)
+        raise SpecError("batch", "plan needs batch: sequences per step (the CLI's --global-batch)")
     checks.integer("gpus", gpus)
     if not (isinstance(progress, bool) or callable(progress)):
         raise SpecError("progress", "progress must be True, False or a callable "

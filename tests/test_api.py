@@ -68,6 +68,18 @@ def test_wrong_names_are_refused_naming_the_field(inputs, field):
     assert err.value.field == field
 
 
+def test_plan_given_the_clis_global_batch_names_batch():
+    """Issue 60: ``plan(global_batch=64)`` (the CLI's --global-batch) raised Python's
+    "missing 1 required keyword-only argument: 'batch'"; it is one SpecError naming the
+    API's name, and a plan without a batch names the field it needs."""
+    with pytest.raises(cm.SpecError, match="the Python name is batch") as err:
+        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, global_batch=64, progress=False)
+    assert err.value.field == "global_batch"
+    with pytest.raises(cm.SpecError, match="plan needs batch") as err:
+        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, progress=False)
+    assert err.value.field == "batch"
+
+
 def test_estimate_is_dict_like(est8):
     assert "time_s.step" in est8 and "no such" not in est8
     assert list(est8.keys()) == list(est8.values) and len(est8) == len(est8.values)
