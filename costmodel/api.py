@@ -390,7 +390,8 @@ def min_fsdp(
     **inputs: Any,
 ) -> dict[str, Any]:
     """``solve min-fsdp`` (the full model's answer): the smallest FSDP degree that fits,
-    each device keeping its micro-batch (default one sequence); needs ``hardware``."""
+    each device keeping its micro-batch (default one sequence; ``batch`` beyond it is
+    accumulated), with ``assumed``, what it held, in words; needs ``hardware``."""
     varied = {"gpus", "fsdp", "grad_accum", "microbatch"} & set(inputs)
     if varied:
         raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
@@ -401,6 +402,7 @@ def min_fsdp(
     budget = budget_from(budget_gb, budget_gib, memory_headroom)
     out = inverse.min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
                                    budget, headroom=memory_headroom)  # fmt: skip
+    out["assumed"] = inverse.held_fixed(setup.train, setup.parallel, "fsdp")
     if out["fsdp"] is None:
         out["reason"] = out["why"]
         return out

@@ -334,6 +334,18 @@ def test_solved_answers_carry_the_verdict_solve_prints(capsys):
     assert fsdp["fsdp"] == 3 and fsdp["verdict"]["fits"]
 
 
+def test_min_fsdp_says_what_it_held_as_max_batch_does():
+    """Issue 60: ``min_fsdp`` returned less than the CLI (no ``assumed``, where max_batch
+    has one): ``batch=8`` is one sequence a device x grad-accum 8, so its fsdp 8 is a step
+    of 64 sequences, which only the verdict's assumptions said."""
+    fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", framework="fsdp2", seq=8192, batch=8)
+    held = "micro-batch 1 x seq 8192 per device x grad-accum 8 (the batch grows with the degree)"
+    assert fsdp["assumed"].startswith(f"{held}, framework fsdp2")
+    assert "fsdp 1" not in fsdp["assumed"] and "grad-accum 8" in fsdp["verdict"]["assumptions"]
+    none = cm.min_fsdp("xxl", hardware="tpu-v5p", seq=8192, budget_gb=95)
+    assert none["fsdp"] is None and none["assumed"].startswith("micro-batch 1 x seq 8192")
+
+
 def test_a_wide_sweep_shows_the_inputs_it_varies_and_which_rows_are_tight():
     """A probe: a sweep over seq printed six columns of 155, seq not among them, and a
     TIGHT row (estimate's verdict) as a plain ``fits True``."""

@@ -95,15 +95,19 @@ def max_fitting(
 
 
 def held_fixed(train: TrainSpec, parallel: ParallelSpec, field: str) -> str:
-    """What a max-batch / max-seq answer holds fixed, in words."""
+    """What a max-batch / max-seq / min-fsdp (``field`` fsdp) answer holds fixed, in words."""
     t, p = train, parallel
     micro = t.batch // p.batch_step(t.grad_accum)
     if field == "batch":  # the micro-batch is what grows
         held = f"seq {t.seq}, grad-accum {t.grad_accum} (the micro-batch per device grows)"
+    elif field == "fsdp":  # each device keeps its micro-batch: the batch grows with the degree
+        held = (f"micro-batch {micro} x seq {t.seq} per device x grad-accum {t.grad_accum} "
+                "(the batch grows with the degree)")  # fmt: skip
     else:
         held = f"batch {t.batch}, micro-batch {micro} per device x grad-accum {t.grad_accum}"
+    shards = "" if field == "fsdp" else f"fsdp {p.fsdp}, "
     return (f"{held}, framework "
-            f"{p.framework}, dp {p.dp}, fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, "
+            f"{p.framework}, dp {p.dp}, {shards}tp {p.tp}, pp {p.pp}, cp {p.cp}, "
             f"recompute {t.recompute}, {t.precision}")  # fmt: skip
 
 
