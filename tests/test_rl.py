@@ -51,6 +51,17 @@ def test_the_cli_prints_the_step_and_its_json(capsys):
     assert out["verdict"]["fits"] and 0 < out["rl"]["generation_share"] < 1
 
 
+def test_one_gpu_is_counted_in_the_singular(capsys):
+    """Issue 60's cosmetics, in rl: one GPU printed "1 engines", "fsdp2 over 1 GPUs" and
+    "tokens/s over the 1 GPUs"; a count of one is singular, of several plural."""
+    one = ["rl", "--model", "cs336-small", "--gpus", "1", "--prompts", "4", "--input", "64",
+           "--output", "64"]  # fmt: skip
+    assert main(one) == 0
+    out = capsys.readouterr().out
+    assert "1 engine of tp 1" in out and "fsdp2 over 1 GPU," in out and "over the 1 GPU (" in out
+    assert "1 GPUs" not in out and "1 engines" not in out and "0 preemptions" in out
+
+
 def test_a_step_whose_training_does_not_fit_says_so_first_and_gives_no_step_time(capsys):
     """Issue 60's probe: one GPU's training peak (152.6 GiB) was inside the training row while
     the headline said 'limited by: generation' and a 14 h step followed."""

@@ -63,6 +63,11 @@ DEFAULT_HARDWARE = "h100-sxm"
 """The device ``rl`` prices on where ``--hardware`` is not given (said in its header)."""
 
 
+def _n(count: int, noun: str) -> str:
+    """``count`` of ``noun``, plural but for one ("1 GPU", "8 GPUs")."""
+    return f"{count:,} {noun}{'s' * (count != 1)}"
+
+
 def _moe(model: str) -> bool:
     return get_model(model).n_experts > 0
 
@@ -95,12 +100,12 @@ def _cmd_rl(args: argparse.Namespace) -> int:
           f"{spec.output:,} tokens")  # fmt: skip
     rows = [
         ("generation", out["rl.generation_s"],
-         f"{out['rl.rollout_replicas']} engines of tp {spec.rollout_tp}, up to "
+         f"{_n(out['rl.rollout_replicas'], 'engine')} of tp {spec.rollout_tp}, up to "
          f"{out['rl.rollout_peak_batch']} sequences at once, {out['rl.rollout_iterations']:,} "
-         f"iterations, {out['rl.rollout_preemptions']} preemptions"),
+         f"iterations, {_n(out['rl.rollout_preemptions'], 'preemption')}"),
         ("scoring (forward passes)", out["rl.scoring_s"], ""),
         ("training", out["rl.train_s"],
-         f"{spec.framework} over {out['rl.train_gpus']} GPUs, micro-batch "
+         f"{spec.framework} over {_n(out['rl.train_gpus'], 'GPU')}, micro-batch "
          f"{out['rl.train_micro_batch']}, peak {fmt_bytes(out['rl.train_peak_bytes'])}"
          + ("" if out["rl.train_fits"] else " (does NOT fit)")),
         ("weight sync", out["rl.weight_sync_s"], ""),
@@ -121,7 +126,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")
     print(f"  {'step':<26} {fmt_seconds(step):>9}  generation {out['rl.generation_share']:.1%}"
-          f" of it; {out['rl.tokens_per_s']:,.0f} tokens/s over the {spec.gpus} GPUs "
+          f" of it; {out['rl.tokens_per_s']:,.0f} tokens/s over the {_n(spec.gpus, 'GPU')} "
           "(prompts and responses of the step over its time)")  # fmt: skip
     _print_caveats(warned)
     return 0
