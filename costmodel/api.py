@@ -160,12 +160,13 @@ def sweep(
 
     ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays (see
     ``engine.sweep.sweep``); ``gpus`` fills dp (or fsdp under a framework that shards by
-    default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch)
-    sets grad_accum (with ``gpus``, 1 unless grad_accum is given, as the CLI). Returns a
-    :class:`Table`: every input given (with the dp, fsdp and micro-batch that gpus gave),
-    then every quantity, as arrays of the grid's shape, and with a device ``fits`` (the fit
-    rule of ``estimate``'s verdict: a row's times are what it would take if it fitted)
-    (``.frame()`` for pandas, ``costmodel.table(result)`` for either)."""
+    default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch;
+    ``micro_batch``, the engine's name, the same) sets grad_accum (with ``gpus``, 1 unless
+    grad_accum is given, as the CLI). Returns a :class:`Table`: every input given (with
+    the dp, fsdp and micro-batch that gpus gave), then every quantity, as arrays of the
+    grid's shape, and with a device ``fits`` (the fit rule of ``estimate``'s verdict: a
+    row's times are what it would take if it fitted) (``.frame()`` for pandas,
+    ``costmodel.table(result)`` for either)."""
     _one("model", model, (str, ModelSpec), "a preset name or a ModelSpec", "call once per model")
     _one("hardware", hardware, (str, Hardware, type(None)), "a catalog name or a Hardware",
          "call once per device, or plan(hardware=...) compares devices")  # fmt: skip
@@ -180,9 +181,11 @@ def sweep(
         grid["batch"] = default_batch(TrainSpec().batch, ranks)
     if gpus is not None:
         hardware = hardware or _required("gpus")
-        if microbatch is None and "grad_accum" not in grid:
-            microbatch = _one_sequence(grid)
+        if microbatch is None and "grad_accum" not in grid and "micro_batch" not in grid:
+            microbatch = _one_sequence(grid)  # the engine's micro_batch, given, is kept
     if microbatch is not None:
+        if "micro_batch" in grid:
+            raise SpecError("micro_batch", "give microbatch or micro_batch, not both")
         grid["micro_batch"] = microbatch
     asked = None if quantities is None else list(quantities)
     if asked is not None and hardware is not None:  # the fit rule's inputs: every row says

@@ -255,6 +255,20 @@ def test_sweep_with_gpus_takes_the_clis_micro_batch(est8):
     assert err.value.field == "hardware"
 
 
+def test_sweep_with_gpus_keeps_the_engines_micro_batch():
+    """Issue 60 (micro_batch vs microbatch): with gpus, ``sweep(micro_batch=2)`` priced one
+    sequence a device (gpus' default overwrote it) while its table said micro_batch 2;
+    the engine's name now means what the CLI's does, and both at once are refused."""
+    ask = {"hardware": "h100-sxm", "gpus": 8, "batch": 64, "seq": [1024, 2048]}
+    engine = cm.sweep("llama3-8b", micro_batch=2, **ask)
+    cli = cm.sweep("llama3-8b", microbatch=2, **ask)
+    for key in ("time_s.step", "memory_bytes_per_device.peak"):
+        assert np.array_equal(engine[key], cli[key])
+    with pytest.raises(cm.SpecError, match="not both") as err:
+        cm.sweep("llama3-8b", micro_batch=2, microbatch=2, **ask)
+    assert err.value.field == "micro_batch"
+
+
 def test_an_inverse_with_no_answer_says_why():
     """The default framework replicates (dp 8): 8B's state alone passes 72 GiB per device."""
     out = cm.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8)
