@@ -2,11 +2,13 @@
 
 The profile ``h100-sxm-96gb`` (torchtitan's 500 W parts) is the SXM5's efficiencies and
 attention-kernel rates times one ratio (``costmodel/catalog/data/hardware.json``, its
-``source``). For each ratio this prints the rms log error and the median |error| of
-tokens/s over the published runs on that part (torchtitan's, in
+``source``), fitted on torchtitan's runs (0.72); its prior, the power cap's own ratio
+(500/700) x (989.4/912) = 0.7749, is what a fold without those runs predicts with
+(``tests/test_power_cap.py``). For each ratio this prints the rms log error and the median
+|error| of tokens/s over the published runs on that part (torchtitan's, in
 ``validate/published/data/runs.json``), predicted as ``python -m validate.published`` does.
 
-Run: ``.venv/bin/python benchmarks/sustained_clock_scan.py [--ratios 0.69,0.70,...]``
+Run: ``.venv/bin/python benchmarks/sustained_clock_scan.py [--ratios 0.72,0.7749,...]``
 (a few seconds a ratio).
 """
 
@@ -40,7 +42,7 @@ def profile_at(ratio: float):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ratios", default="0.69,0.70,0.71,0.72,0.73,0.74")
+    parser.add_argument("--ratios", default="0.70,0.72,0.74,0.7749,0.80")
     args = parser.parse_args()
     runs = [r for r in json.loads(RUNS.read_text())["runs"]
             if corpus.resolve_device(r["hardware"]) == PART]  # fmt: skip
