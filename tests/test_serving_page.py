@@ -112,3 +112,26 @@ def test_poisson_without_a_rate_is_refused_and_a_tp_cache_is_a_devices():
     at.button[0].click().run()
     assert not at.exception and at.metric[0].label == "KV cache per token (a device of tp 4)"
     assert at.metric[0].value == "32,768 B"  # 131,072 B over 4 devices
+
+
+def test_serve_page_says_when_not_one_sequence_fits_as_the_cli_does():
+    """Issue 60: Mixtral's weights alone pass one H100, and the page said "up to 0 requests
+    at once" where the CLI says not one sequence's cache fits; at a request rate the same
+    verdict, with its nearest fit, is shown (the result had disappeared)."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.selectbox(key="serve_model").set_value("mixtral-8x7b")
+    at.button[0].click().run()
+    (error,) = at.error
+    assert not at.exception and "Does not fit" in error.value
+    assert "not one sequence's cache fits beside the weights" in error.value
+    assert "up to 0" not in error.value and "Nearest fit: precision fp8" in error.value
+    at.number_input(key="serve_request_rate").set_value(2.0)
+    at.button[0].click().run()
+    (error,) = at.error
+    assert not at.exception and "not one sequence's cache fits" in error.value
+    assert [m.label for m in at.metric] == ["KV cache per token"]
+    at.selectbox(key="serve_model").set_value("llama3-8b")
+    at.number_input(key="serve_dp").set_value(2)
+    at.button[0].click().run()  # fits: the count per replica and over the replicas
+    assert "sequences fit a replica (" in at.success[0].value
+    assert "over the 2 replicas)" in at.success[0].value

@@ -65,9 +65,9 @@ def limited_by(v: dict[str, Any]) -> str:
     )
 
 
-def _how_many(most: int, replicas: int = 1) -> str:
+def how_many(most: int, replicas: int = 1) -> str:
     """How many sequences fit a replica, in words (none: not even one's cache), and over
-    the ``replicas`` where there are several."""
+    the ``replicas`` where there are several: the verdict's count, the CLI's and the app's."""
     if most < 1:
         return "not one sequence's cache fits beside the weights"
     said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
@@ -87,7 +87,7 @@ def _rows(
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
-            f"per device; {_how_many(v['max_batch'], spec.dp)}{nearest}",
+            f"per device; {how_many(v['max_batch'], spec.dp)}{nearest}",
         ),
         *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),
