@@ -86,3 +86,7 @@ def test_the_cli_and_the_app_name_a_changed_field_alike():
     changed = {"sequence_parallel": [True, False], "micro_batch": [1, 2], "dp": [1, 2]}
     assert change_words(changed) == "sequence parallel on->off, micro-batch 1->2, dp 1->2"
     assert change_words(changed, "→").startswith("sequence parallel on→off")
+    # a probe: Megatron's row beside FSDP2's said "zero 1→3", the field's name; the sidebar
+    # calls it "ZeRO stage"
+    moved = {"framework": ["megatron", "fsdp2"], "zero": [1, 3]}
+    assert change_words(moved, "→") == "framework megatron→fsdp2, ZeRO stage 1→3"

@@ -31,7 +31,7 @@ FACTORS = (1, 2, 4, 8)
 WORDS = {"pp_interleave": "interleave", "sequence_parallel": "sequence parallel",
          "ep_dispatcher": "dispatcher", "ep_overlap": "all-to-all overlap",
          "grad_reduce_fp32": "fp32 gradient reduce", "micro_batch": "micro-batch",
-         "grad_accum": "accumulation", "gpus": "GPUs"}  # fmt: skip
+         "grad_accum": "accumulation", "gpus": "GPUs", "zero": "ZeRO stage"}  # fmt: skip
 """What a changed layout field is called in words (the CLI's and the app's; the rest by
 their own short names)."""
 
