@@ -93,6 +93,12 @@ def _zero_unused() -> str | None:
     return None if sharded else _ZERO_UNUSED
 
 
+def _not_used(_stage: Any) -> str:
+    """What a greyed ZeRO widget shows: not the stage it holds (a greyed "3" beside
+    Megatron's ZeRO-1, or beside nothing sharded, read as the stage in effect)."""
+    return "not used"
+
+
 def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     """The input's widget, then its message slot directly under it."""
     field, text, help_ = BY_KEY[key], label(key), help_of(key)
@@ -107,7 +113,8 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     elif options:
         unused = _zero_unused() if key == "zero" else None
         container.selectbox(f"{text} ({unused})" if unused else text, options, key=key,
-                            disabled=bool(unused), help=help_)  # fmt: skip
+                            disabled=bool(unused), help=help_,
+                            format_func=_not_used if unused else str)  # fmt: skip
     elif field.kind is float:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:
