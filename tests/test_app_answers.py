@@ -61,6 +61,12 @@ def test_a_reserve_over_the_budget_is_a_warning_beside_the_fit():
     assert "is over the device's 80 GiB: the allocator cannot hold that much" in said
     roomy = _app(**{k: str(v) for k, v in {**LLAMA_8, "seq": 4096}.items()})
     assert roomy.success[0].value.startswith("Fits: peak")
+    # issue 60's item: a reserve over the budget, under the device, warned inside the green
+    # banner; it is a warning of its own beside it
+    over = _app(**{k: str(v) for k, v in {**LLAMA_8, "seq": 7168}.items()})
+    (fit,), (warned,) = over.success, over.warning
+    assert "reserved 77.2 GiB (per device" in fit.value and "allocator" not in fit.value
+    assert warned.value.startswith("The reserved 77.2 GiB is over the budget: the caching")
 
 
 def test_a_plan_batch_smaller_than_the_gpus_is_said_and_the_table_reads_in_words():
