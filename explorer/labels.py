@@ -27,6 +27,7 @@ LABELS = {
     "attention": "attention",
     "attention_kernel": "flash kernel (auto: the device's default)",
     "elementwise": "elementwise kernels (fused: compiled; eager: PyTorch)",
+    "fp8_recipe": "fp8 scaling (how fp8 GEMM operands are scaled)",
     "recompute": "recomputation",
     "grad_accum": "gradient accumulation steps (empty: from the micro-batch)",
     "microbatch": "micro-batch per device (empty: 1, or from the accumulation)",

@@ -151,6 +151,8 @@ def sidebar() -> tuple[dict[str, Any], ModelSpec | str | None, dict[str, Any]]:
     st.header("Training")
     for key in TRAINING_KEYS:
         _widget(key, slots)
+        if key == "precision" and st.session_state.get("precision") == "fp8":
+            _widget("fp8_recipe", slots)  # how fp8 scales its GEMMs: fp8 only
     if st.session_state.get("finetune", "full") != "full":
         _widget("lora_rank", slots)
         _widget("lora_targets", slots)

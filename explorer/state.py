@@ -26,7 +26,7 @@ from costmodel.specs.model import ModelSpec
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 TRAINING = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention")
 TRAINING += ("attention_kernel", "elementwise", "recompute", "grad_accum", "microbatch")
-TRAINING += ("finetune", "lora_rank", "lora_targets")
+TRAINING += ("finetune", "lora_rank", "lora_targets", "fp8_recipe")
 CLUSTER = ("hardware", "gpus", "framework", "fsdp", "zero", "tp", "sequence_parallel", "pp")
 CLUSTER += ("pp_interleave", "pp_schedule", "cp", "ep", "etp", "ep_dispatcher", "ep_imbalance")
 CLUSTER += ("capacity_factor", "ep_overlap")
@@ -56,7 +56,7 @@ def _given(values: Mapping[str, Any]) -> dict[str, Any]:
     framework that does not (the reference model's DDP), or that runs its own stage (FSDP2,
     Megatron), is left to its default, as the CLI is without ``--zero`` (``--zero`` given
     asks for a shard group). The adapters' rank and targets are passed only with LoRA or
-    QLoRA (their widgets show only then)."""
+    QLoRA (their widgets show only then), the fp8 scaling under fp8."""
     given = {k: values.get(k) for k in SHOWN}
     framework = given.get("framework") or BY_KEY["framework"].default
     unsharded = given.get("fsdp") is None and not trait(framework, "shards_by_default")
@@ -64,6 +64,8 @@ def _given(values: Mapping[str, Any]) -> dict[str, Any]:
         given["zero"] = None  # not given (build drops what is None)
     if (given.get("finetune") or "full") == "full":  # the adapter widgets are hidden then
         given["lora_rank"] = given["lora_targets"] = None
+    if given.get("precision") != "fp8":  # the fp8 scaling widget shows under fp8 only
+        given["fp8_recipe"] = None
     return given
 
 

@@ -24,6 +24,7 @@ from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
 from costmodel.parallel.pipeline import schedule_name
+from costmodel.single import fp8
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
@@ -125,9 +126,17 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     return (
         f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}; "
         f"micro-batch {micro} per device x grad-accum {t.grad_accum}; recompute {t.recompute}; "
-        f"{t.precision}; attention {t.attention} (kernel {t.attention_kernel}); "
+        f"{_precision(t, defaulted)}; attention {t.attention} (kernel {t.attention_kernel}); "
         f"{t.optimizer}{_tuned(t)}"
     )
+
+
+def _precision(t: TrainSpec, defaulted: Collection[str]) -> str:
+    """The precision, and under fp8 how its GEMM operands are scaled (default said)."""
+    if t.precision != "fp8":
+        return t.precision
+    default = " (default; --fp8-recipe)" if "fp8_recipe" in defaulted else ""
+    return f"fp8, {fp8.note(t.fp8_recipe)}{default}"
 
 
 def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import sympy as sp
 
 from costmodel.kinds.dispatch import dispatch_rates
+from costmodel.single.fp8 import check_device, gemm_rate
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
@@ -189,6 +190,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
     """Every parallel and hardware symbol's value (``train`` and ``par`` may hold arrays)."""
     prec = PRECISIONS[train.precision]
     dtype = prec.peak_dtype
+    check_device(train.fp8_recipe, train.precision, hw)
     values: dict[sp.Symbol, Any] = {
         X: par.fsdp,
         Y: par.tp,
@@ -202,7 +204,7 @@ def layout_values(train: TrainSpec, par: ParallelSpec, hw: Hardware) -> dict[sp.
         m: train.grad_accum,
         v: par.pp_interleave,
         C: hw.peak(dtype),
-        C_eff: hw.matmul_flops(dtype),
+        C_eff: hw.matmul_flops(dtype) * (gemm_rate(train.fp8_recipe) if dtype == "fp8" else 1.0),
         **_attention_values(train, par, hw),
         W_hbm: hw.hbm_bandwidth(),
         S_bucket: par.bucket_mb * 2**20,

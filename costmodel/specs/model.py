@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
+import numpy as np
+
 from costmodel.specs import checks
 from costmodel.specs.attention import is_local, window_rules
 from costmodel.specs.checks import SpecError
@@ -34,6 +36,7 @@ OptimizerImpl = Literal["foreach", "fused"]
 Elementwise = Literal["fused", "eager"]
 AttentionKernel = Literal["naive", "flash"]
 FlashFamily = Literal["auto", "fa2", "fa3", "cudnn", "triton-2022"]
+Fp8Recipe = Literal["tensorwise", "rowwise", "blockwise", "mxfp8"]
 RecomputePolicy = Literal["none", "full", "selective", "selective-op"]
 Finetune = Literal["full", "lora", "qlora"]
 LoraTargets = Literal["all-linear", "attention", "qv"]
@@ -304,6 +307,13 @@ class TrainSpec:
     """``fused`` (torch.compile or hand-fused kernels, as Megatron and Transformer Engine
     ship: one read and write of what the forward keeps) or ``eager`` (PyTorch eager: every
     elementwise op a kernel of its own, counted op by op in ``single/elementwise.py``)."""
+    fp8_recipe: Fp8Recipe = "tensorwise"
+    """How fp8 GEMM operands are scaled (``precision="fp8"`` only): ``tensorwise`` (one scale
+    per tensor: Transformer Engine's delayed/current scaling, torchao's default),
+    ``rowwise`` (per row and column: torchao/torchtitan), ``blockwise`` (1x128 and 128x128
+    blocks: DeepSeek-V3, TE's ``Float8BlockScaling``) or ``mxfp8`` (an E8M0 scale per 32
+    values: TE's ``MXFP8BlockScaling``, on Blackwell and CDNA 4); each GEMM's rate in
+    ``single/fp8.py``."""
     recompute: RecomputePolicy = "none"
     """``none``; ``full`` checkpoints every block; ``selective`` checkpoints the attention core
     (Korthikanti et al. 2022, Sec. 4.2); ``selective-op`` checkpoints every block but saves
@@ -341,6 +351,9 @@ class TrainSpec:
         if not self.dropout < 1:
             raise SpecError("dropout", f"dropout must be below 1 (got {self.dropout})")
         train_rules(batch=self.batch, grad_accum=self.grad_accum)
+        if np.any(np.asarray(self.fp8_recipe) != "tensorwise") and self.precision != "fp8":
+            raise SpecError("fp8_recipe", f"fp8_recipe {self.fp8_recipe} scales fp8 GEMMs: it "
+                            f"needs precision fp8 (got {self.precision})")  # fmt: skip
 
     @property
     def micro_batch(self) -> int:

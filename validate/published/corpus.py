@@ -403,6 +403,7 @@ def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
         optimizer_impl=f.text("optimizer_impl"),
         attention=f.text("attention"),
         attention_kernel=f.text("attention_kernel"),
+        fp8_recipe=f.text("fp8_recipe"),
         elementwise=elementwise,
         dropout=f.number("dropout", zero=True),
         recompute=recompute,
