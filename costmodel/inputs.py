@@ -31,6 +31,7 @@ from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.verdict import verdict
+from costmodel.single import fp8
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -233,6 +234,7 @@ def build(
     if train.attention == "flash":  # ... and a rate for the attention kernel named
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
                                 train.attention_kernel)  # fmt: skip
+    fp8.check_device(train.fp8_recipe, train.precision, hardware)  # ... and its fp8 scales
     notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip

@@ -103,6 +103,18 @@ def test_an_attention_kernel_the_device_lacks_is_a_message_not_a_traceback():
     assert any(said in e.value for e in at.sidebar.error)
 
 
+def test_the_fp8_recipe_shows_under_fp8_and_a_device_without_mx_says_so():
+    at = _app()
+    assert not any(w.key == "fp8_recipe" for w in at.selectbox)  # bf16-mixed: not asked
+    at.selectbox(key="precision").set_value("fp8").run()
+    at.selectbox(key="fp8_recipe").set_value("mxfp8").run()
+    assert not at.exception
+    said = "fp8_recipe mxfp8 needs matrix cores that apply MX block scales"
+    assert any(said in e.value for e in at.sidebar.error)
+    at.selectbox(key="hardware").set_value("b200").run()
+    assert not at.exception and not at.sidebar.error
+
+
 def test_bad_url_parameters_are_warnings_not_tracebacks():
     at = _app(batch="lots", precision="fp64", evil="__import__('os')")
     assert not at.exception
