@@ -14,7 +14,7 @@ import streamlit as st
 from costmodel.answers.serve import ServeAnswer, answer, assumptions
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.cli.serve import how_many, limited_by
+from costmodel.cli.serve import limited_by
 from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -199,13 +199,13 @@ def serve_page() -> None:
     if not ans.fits:
         st.error(f"**Does not fit**: {est['memory_bytes_per_device.total'] / GB:,.1f} GB of "
                  f"{est['memory_bytes_per_device.budget'] / GB:,.1f} GB per device; "
-                 f"{how_many(est['max_batch'], v['dp'])}. Nearest fit: "
+                 f"{ans.how_many()}. Nearest fit: "
                  f"{in_words(str(ans.nearest))}. No TTFT, TPOT or throughput for a batch "
                  "that does not fit.")  # fmt: skip
     else:  # the CLI's verdict: a load that fits memory but not the deployment warns
         head = ans.headline()
         shown = st.success if head == "fits" else st.warning
-        shown(f"**{head[0].upper()}{head[1:]}**: {how_many(est['max_batch'], v['dp'])}; "
+        shown(f"**{head[0].upper()}{head[1:]}**: {ans.how_many()}; "
               f"{', '.join(est.notes)}.")  # fmt: skip
     st.caption(f"Assumed: {assumptions(_spec(v, v['batch'], rated=True))}.")
     for text in ans.caveats:

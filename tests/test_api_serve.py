@@ -41,7 +41,25 @@ def test_serve_in_python_is_the_cli_answer(capsys):
     assert ans.fits is cli["verdict.fits"] is True
     for key in ("time_s.ttft", "time_s.tpot", "throughput.output_tokens_per_s", "max_batch"):
         assert ans[key] == cli[key], key
-    assert repr(ans).startswith("ServeAnswer(fits: 200 sequences fit; TTFT 5.065 s")
+    assert repr(ans).startswith("ServeAnswer(fits: up to 200 sequences fit; TTFT 5.065 s")
+
+
+def test_the_repr_counts_in_the_clis_words(capsys):
+    """Issue 60's leftover: where not one sequence's cache fits beside the weights the repr
+    said "does not fit: 0 sequences fit" while the CLI says it in words; over replicas it
+    gave one replica's count. The repr's count is the CLI's verdict's, from one function."""
+    none = costmodel.serve("llama3-70b", hardware="h100-sxm", context=4096)
+    assert main(["serve", "--model", "llama3-70b", "--hardware", "h100-sxm", "--context",
+                 "4096"]) == 0  # fmt: skip
+    verdict = next(x for x in capsys.readouterr().out.splitlines() if "verdict" in x)
+    said = "not one sequence's cache fits beside the weights"
+    assert none.how_many() == said and said in verdict
+    assert repr(none).startswith(f"ServeAnswer(does NOT fit: {said}; nearest fit: --")
+    assert "0 sequences" not in repr(none)
+    two = costmodel.serve("llama3-70b", hardware="h200", tp=8, gpus=16, input=2000, output=500,
+                          batch=32)  # fmt: skip
+    count = f"up to {two['max_batch']:,} sequences fit a replica ({2 * two['max_batch']:,} over"
+    assert repr(two).startswith(f"ServeAnswer(fits: {count} the 2 replicas); TTFT")
 
 
 def test_serve_takes_the_cli_defaults():

@@ -119,6 +119,8 @@ class ServeAnswer(Mapping):
     nearest: str | None = None
     """Without a fit: the nearest change that fits (flags named as the CLI's)."""
     caveats: list[str] = field(default_factory=list)
+    replicas: int = 1
+    """The deployment's replicas (dp): the count says a replica's and their total."""
 
     def __getitem__(self, key: str) -> Any:
         return self.estimate[key]
@@ -132,13 +134,18 @@ class ServeAnswer(Mapping):
     def __repr__(self) -> str:
         v = self.estimate.values
         if not self.fits:
-            return (f"ServeAnswer(does not fit: {v['max_batch']:,} sequences fit; nearest "
-                    f"fit: {self.nearest}; {len(self.caveats)} caveat(s))")  # fmt: skip
+            return (f"ServeAnswer({self.headline()}: {self.how_many()}; nearest fit: "
+                    f"{self.nearest}; {len(self.caveats)} caveat(s))")  # fmt: skip
         shown = [f"{label} {_seconds(v[key])}" for key, label in (
             ("time_s.ttft", "TTFT"), ("time_s.tpot", "TPOT")) if key in v]  # fmt: skip
         shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
-        return (f"ServeAnswer({self.headline()}: {v['max_batch']:,} sequences fit; "
-                f"{', '.join(shown)}; {len(self.caveats)} caveat(s))")  # fmt: skip
+        return (f"ServeAnswer({self.headline()}: {self.how_many()}; {', '.join(shown)}; "
+                f"{len(self.caveats)} caveat(s))")  # fmt: skip
+
+    def how_many(self) -> str:
+        """How many sequences fit, in the verdict's words (:func:`how_many`): the CLI's,
+        the app's and the repr's."""
+        return how_many(self.estimate.values["max_batch"], self.replicas)
 
     def headline(self) -> str:
         """The verdict's first words, the same in the CLI, the app and the repr: whether it
@@ -165,6 +172,18 @@ class ServeAnswer(Mapping):
     def notes(self) -> list[str]:
         """What the estimate assumes beyond the spec (the CLI's ``note`` lines)."""
         return self.estimate.notes
+
+
+def how_many(most: int, replicas: int = 1) -> str:
+    """How many sequences fit a replica, in words (none: not even one's cache), and over
+    the ``replicas`` where there are several: the verdict's count, the CLI's, the app's and
+    :class:`ServeAnswer`'s repr."""
+    if most < 1:
+        return "not one sequence's cache fits beside the weights"
+    said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
+    if replicas > 1:
+        said += f" a replica ({most * replicas:,} over the {replicas} replicas)"
+    return said
 
 
 def _seconds(t: float) -> str:
@@ -199,7 +218,8 @@ def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
     est = serve(model, spec, hw)
     fits = bool(est["fits"])
     nearest = None if fits else nearest_fit(model, spec, hw, est)
-    return ServeAnswer(est, fits, nearest, serve_caveats(model, hw) + _over_cap(spec))
+    caveats = serve_caveats(model, hw) + _over_cap(spec)
+    return ServeAnswer(est, fits, nearest, caveats, replicas=spec.dp)
 
 
 def _over_cap(spec: ServeSpec) -> list[str]:

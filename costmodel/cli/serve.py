@@ -65,17 +65,6 @@ def limited_by(v: dict[str, Any]) -> str:
     )
 
 
-def how_many(most: int, replicas: int = 1) -> str:
-    """How many sequences fit a replica, in words (none: not even one's cache), and over
-    the ``replicas`` where there are several: the verdict's count, the CLI's and the app's."""
-    if most < 1:
-        return "not one sequence's cache fits beside the weights"
-    said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
-    if replicas > 1:
-        said += f" a replica ({most * replicas:,} over the {replicas} replicas)"
-    return said
-
-
 def _rows(
     ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool, bool], unit: str
 ) -> list[tuple[str, str]]:
@@ -87,7 +76,7 @@ def _rows(
         (
             "verdict",
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
-            f"per device; {how_many(v['max_batch'], spec.dp)}{nearest}",
+            f"per device; {ans.how_many()}{nearest}",
         ),
         *([("limited by", limited_by(v))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),
