@@ -180,3 +180,25 @@ def test_a_headroom_beside_a_budget_is_refused_not_dropped(capsys):
         costmodel.max_batch("llama3-8b", hardware="h100-sxm", seq=8192, fsdp=8,
                             memory_headroom=0.5, budget_gib=40)  # fmt: skip
     assert caught.value.field == "memory_headroom"
+
+
+def test_min_fsdp_of_no_tokens_on_a_device_prices_the_book_at_the_answers_sequence():
+    """Issue 60's leftover: with --hardware, ``--batch-tokens 0`` is answered by the full model
+    for one sequence a device, but the Scaling Book's line beside it priced 0.00 GiB of
+    activations (fsdp 38 where one sequence's need fsdp 158): two questions side by side. The
+    book's line now holds the answer's tokens, and the assumed line says it was rounded up;
+    without a device the book's own state-only question is unchanged."""
+    ask = ("solve", "min-fsdp", "--model", "xxl", "--hardware", "tpu-v5p", "--framework",
+           "fsdp2", "--budget-gb", "95", "--seq", "8192")  # fmt: skip
+    zero, one = _json(*ask, "--batch-tokens", "0"), _json(*ask)
+    assert zero["book"] == one["book"] and zero["book"]["activation_bytes"] > 0
+    assert zero["full_model"]["micro_batch_per_device"] == 1
+    said = "--batch-tokens 0 rounded up to one sequence, in the book's line too"
+    assert said in zero["answer"]["assumed"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*ask, "--batch-tokens", "0"]) == 0
+    book = next(x for x in out.getvalue().splitlines() if x.startswith("book"))
+    assert "0.00 GiB of activations" not in book and "134.38 GiB of activations" in book
+    state_only = _json(*XXL, "--framework", "fsdp2")  # no device: the state alone
+    assert state_only["book"]["activation_bytes"] == 0 and state_only["answer"]["fsdp"] == 38

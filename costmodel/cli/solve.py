@@ -172,8 +172,9 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     if budget is None:  # the fit rule's: headroom x the device's memory
         budget = budget_bytes(get_hardware(args.hardware), args.memory_headroom)
     framework = values_of(args).get("framework", BY_KEY["framework"].default)
+    held = train.seq if tokens == 0 and not book_only else tokens  # the answer's (0: a sequence)
     try:
-        result = min_fsdp(model, train, budget, tokens, args.sharded_activation_fraction,
+        result = min_fsdp(model, train, budget, held, args.sharded_activation_fraction,
                           framework)  # fmt: skip
     except SpecError as err:  # the book has no answer; the full model may
         if err.field != "budget":
@@ -190,7 +191,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args)  # the budget is the user's either way
     # the same question to the full model: one device's tokens, fsdp varied
     given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
-    setup = build({**given, "hardware": device, "batch": max(1, tokens // train.seq)})
+    setup = build({**given, "hardware": device, "batch": max(1, held // train.seq)})
     assert setup.parallel is not None and setup.hardware is not None
     full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
     out: dict[str, Any] = {"book": result, "full_model": full}
@@ -203,16 +204,12 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
               "from": f"the full model (per-device peak on {device}; the Scaling Book's below)",
               **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
     sequences = setup.train.batch
-    rounded = "" if tokens == sequences * train.seq else f"; --batch-tokens {tokens:,} " \
-        "rounded to whole sequences"  # fmt: skip
-    held = f"{sequences * train.seq:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
-    on = (
-        device
-        if args.hardware is not None
-        else f"{device} (the default --hardware: the Scaling Book's chip)"
-    )
-    assumed = (f"{held}, budget {budget / GB:,.1f} GB, framework {framework}, "
-               f"{train.precision}, recompute {train.recompute}, on {on}")  # fmt: skip
+    rounded = "" if tokens == held else f"; --batch-tokens {tokens:,} rounded up to one " \
+        "sequence, in the book's line too"  # fmt: skip
+    per = f"{held:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
+    on = " (the default --hardware: the Scaling Book's chip)" * (args.hardware is None)
+    assumed = (f"{per}, budget {budget / GB:,.1f} GB, framework {framework}, "
+               f"{train.precision}, recompute {train.recompute}, on {device}{on}")  # fmt: skip
     return {"answer": {**answer, "assumed": assumed}, **out}
 
 
