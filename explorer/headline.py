@@ -10,39 +10,27 @@ inputs it names.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import streamlit as st
 
 from costmodel.engine.fit import Fit, judge
-from costmodel.engine.nearest import micro_per_device
-from costmodel.engine.verdict import peak_named, verdict
+from costmodel.engine.verdict import assumptions, peak_named, verdict
 from costmodel.inputs import Setup
 from costmodel.units import GIB, fmt_count
+from explorer.labels import in_words
 
 
-def setup_line(setup: Setup) -> str:
-    """What the verdict assumed, in one line: model, framework, degrees, micro-batch x
-    accumulation, recompute, precision and fine-tuning (LoRA, QLoRA)."""
-    par, train = setup.parallel, setup.train
-    assert par is not None and setup.hardware is not None
-    degrees = f"dp {par.dp} × fsdp {par.fsdp} × tp {par.tp} × pp {par.pp} × cp {par.cp}"
-    if par.ep > 1:  # how the tokens travel, as the CLI's assumptions say it
-        overlap = "overlapped" if par.ep_overlap else "exposed"
-        degrees += (f" (ep {par.ep}: dispatcher {par.ep_dispatcher}, routing {par.ep_routing}, "
-                    f"all-to-alls {overlap})")  # fmt: skip
-    micro = micro_per_device(train, par)
-    return (f"**{setup.model.name}** · framework **{par.framework}** · {par.devices} × "
-            f"{setup.hardware.name}: {degrees} · micro-batch {micro} per device × "
-            f"{train.grad_accum} accumulation steps · recompute {train.recompute} · "
-            f"{train.precision}{_tuning(train)}")  # fmt: skip
-
-
-def _tuning(train: Any) -> str:
-    """`` · LoRA rank 16 on q, v`` (QLoRA: the frozen weights in 4 bits), or nothing."""
-    if train.finetune == "full":
-        return ""
-    return f" · {train.finetune} rank {train.lora_rank} on {train.lora_targets}"
+def setup_line(setup: Setup, defaulted: Collection[str] = ()) -> str:
+    """What the verdict assumed, in one line: the model and devices, then the CLI's
+    assumptions line (:func:`costmodel.engine.verdict.assumptions`, the same function, so
+    the two cannot drift) as a page says it; ``defaulted``: the inputs the user left as the
+    app starts them (:func:`explorer.state.defaulted`), whose defaults it names as such
+    (DeepSpeed's ZeRO stage, the framework, the fp8 recipe)."""
+    assert setup.parallel is not None and setup.hardware is not None
+    said = in_words(assumptions(setup.estimate(), defaulted))
+    return f"**{setup.model.name}** · {setup.parallel.devices} × {setup.hardware.name}: {said}"
 
 
 def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
@@ -79,15 +67,18 @@ def answer_of(setup: Setup, planner: bool = False) -> dict[str, Any]:
 answer = st.cache_data(show_spinner=False, max_entries=64)(answer_of)
 
 
-def headline(setup: Setup, v: dict[str, float], stale: bool = False) -> None:
-    """Metrics, then the verdict with the setup it assumed beside it."""
+def headline(
+    setup: Setup, v: dict[str, float], stale: bool = False, defaulted: Collection[str] = ()
+) -> None:
+    """Metrics, then the verdict with the setup it assumed beside it (``defaulted``: the
+    inputs left as the app starts them, :func:`setup_line`)."""
     assert setup.parallel is not None and setup.hardware is not None
     fit = judge(v, setup.hardware)
     _metrics(setup, v, fit)
     where = f"on {setup.parallel.devices} × {setup.hardware.name} (dp={setup.parallel.dp})"
     said = fit.sentence(warn=False).split(": ", 1)[1]
     verdict_col, assumed = st.columns([3, 2])
-    assumed.markdown(f"Assumed: {setup_line(setup)}")
+    assumed.markdown(f"Assumed: {setup_line(setup, defaulted)}")
     for note in setup.notes:
         assumed.caption(note)
     if stale:  # no green "Fits" for inputs that are not the current ones

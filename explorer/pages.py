@@ -23,7 +23,7 @@ from explorer.inverse import inverse_tab
 from explorer.labels import label
 from explorer.page_state import remember_estimate, warn_unused
 from explorer.sidebar import init_state, sidebar, url_problems
-from explorer.state import fixes, setup_of
+from explorer.state import defaulted, fixes, setup_of
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -104,15 +104,16 @@ def estimate_page() -> None:
     setup, errors = setup_of(values, uploaded)
     _share(values, uploaded, setup)
     stale = setup is None
+    left = defaulted(values)  # the defaults the Assumed line names as defaults
     if setup is None:
         _explain(values, uploaded, errors, slots)
-        setup = st.session_state.get("_last_setup")
+        setup, left = st.session_state.get("_last_setup", (None, left))
         if setup is None:
             return
         st.html(STALE_CSS)
-    st.session_state["_last_setup"] = setup
+    st.session_state["_last_setup"] = (setup, left)
     with st.container(key="stale" if stale else "result"):
-        _result(setup, stale)
+        _result(setup, stale, left)
     st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
     if not stale and uploaded is None:
         warmup.start(values, setup)
@@ -150,9 +151,9 @@ def _shown(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _result(setup: Setup, stale: bool) -> None:
+def _result(setup: Setup, stale: bool, left: frozenset[str] = frozenset()) -> None:
     v = setup.estimate().values
-    headline(setup, v, stale)
+    headline(setup, v, stale, left)
     tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
     summary = summary_rows(setup.estimate(), judge(v, setup.hardware).fits)
     with tabs[0]:

@@ -69,6 +69,14 @@ def _given(values: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
+def defaulted(values: Mapping[str, Any]) -> frozenset[str]:
+    """The inputs the user left as the app starts them, or that it has no widget for: the
+    CLI's flags not given, whose defaults the assumptions line names as defaults (a ZeRO
+    stage left at 3 under DeepSpeed is costmodel's default, not a choice)."""
+    given = _given(values)
+    return frozenset(k for k in BY_KEY if given.get(k) is None or given[k] == START.get(k))
+
+
 def choices(key: str) -> tuple[Any, ...]:
     """The options of a choice input (devices: the catalog and the measured profiles of
     ``$COSTMODEL_PROFILES``)."""

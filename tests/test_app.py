@@ -346,15 +346,15 @@ def test_a_layout_that_does_not_fit_says_its_setup_and_applies_the_nearest_fit()
     at = _app(model="llama3-8b", gpus="8", batch="64", fsdp="1", framework="fsdp2")
     assert "Does not fit" in at.error[0].value
     assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
-    for said in ("**llama3-8b**", "framework **fsdp2**", "dp 8 × fsdp 1 × tp 1",
-                 "micro-batch 1 per device × 8 accumulation steps", "recompute none"):  # fmt: skip
+    for said in ("**llama3-8b**", "framework fsdp2", "dp 8, fsdp 1, tp 1",
+                 "micro-batch 1 per device x grad-accum 8", "recompute none"):  # fmt: skip
         assert said in assumed, said
     assert any("shard over all 8 data-parallel ranks" in m.value for m in at.markdown)
     at.button(key="apply_nearest").click().run()
     assert not at.exception and "Fits" in at.success[0].value
     assert at.number_input(key="fsdp").value == 8
     assumed = next(m.value for m in at.markdown if m.value.startswith("Assumed:"))
-    assert "dp 1 × fsdp 8" in assumed
+    assert "dp 1, fsdp 8" in assumed
 
 
 def test_fsdp2_shards_over_every_data_parallel_device_unless_told():
@@ -362,7 +362,7 @@ def test_fsdp2_shards_over_every_data_parallel_device_unless_told():
     at = _app(model="llama3-8b", gpus="8", batch="64", framework="fsdp2")
     assert at.number_input(key="fsdp").value is None
     assert "Fits" in at.success[0].value
-    assert any("dp 1 × fsdp 8" in m.value for m in at.markdown)
+    assert any("dp 1, fsdp 8" in m.value for m in at.markdown)
     assert "fsdp" not in at.query_params
 
 

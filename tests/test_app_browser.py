@@ -115,7 +115,7 @@ def test_a_newcomers_first_answer_in_chromium(server, tmp_path):
         page.get_by_role("link", name="Estimate").click()
         page.get_by_text(re.compile("^Fits(, but TIGHT)?: ")).wait_for(timeout=RERUN_MS)
         assumed = page.get_by_text("Assumed:").inner_text()  # the inputs survived the visit
-        assert "llama3-8b" in assumed and "dp 1 × fsdp 8" in assumed
+        assert "llama3-8b" in assumed and "dp 1, fsdp 8" in assumed
         config = tmp_path / "config.json"
         config.write_text('{"model_type": "llama", "_name_or_path": "my-org/tiny-llama", '
                           '"vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 8, '
