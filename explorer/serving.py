@@ -20,11 +20,11 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.units import GIB, fmt_bytes
 from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
 
-GB = 1e9
 SERVE = (
     PageInput("model", str, "llama3-8b", choices("model")),
     PageInput("hardware", str, "h100-sxm", device_choices()),
@@ -176,10 +176,10 @@ def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
     used = {"weights": est[mem + "weights"], "KV cache": est[mem + "kv_cache_paged"],
             "workspace": est[mem + "workspace"], "drafter": est[mem + "drafter"]}  # fmt: skip
     used["free"] = max(0.0, est[mem + "budget"] - sum(used.values()))
-    parts = [{"part": k, "GB": x / GB} for k, x in used.items()]
+    parts = [{"part": k, "GiB": x / GIB, "memory": fmt_bytes(x)} for k, x in used.items()]
     title = "Memory per device (of the engine's share)"
     bar = alt.Chart(alt.Data(values=parts), title=title).mark_bar().encode(
-        x=alt.X("GB:Q", stack="zero"), color="part:N", tooltip=["part:N", "GB:Q"])  # fmt: skip
+        x=alt.X("GiB:Q", stack="zero"), color="part:N", tooltip=["part:N", "memory:N"])  # fmt: skip
     st.vega_lite_chart(bar.to_dict(validate=False), width="stretch")
 
 
@@ -197,8 +197,8 @@ def serve_page() -> None:
         return
     est = ans.estimate
     if not ans.fits:
-        st.error(f"**Does not fit**: {est['memory_bytes_per_device.total'] / GB:,.1f} GB of "
-                 f"{est['memory_bytes_per_device.budget'] / GB:,.1f} GB per device; "
+        st.error(f"**Does not fit**: {fmt_bytes(est['memory_bytes_per_device.total'])} of "
+                 f"{fmt_bytes(est['memory_bytes_per_device.budget'])} per device; "
                  f"{ans.how_many()}. Nearest fit: "
                  f"{in_words(str(ans.nearest))}. No TTFT, TPOT or throughput for a batch "
                  "that does not fit.")  # fmt: skip
@@ -221,7 +221,7 @@ def serve_page() -> None:
     c[1].metric("TTFT (mean)", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
     c[2].metric("TPOT (mean)", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
-    c[4].metric("memory per device", f"{est['memory_bytes_per_device.total'] / GB:,.1f} GB")
+    c[4].metric("memory per device", fmt_bytes(est["memory_bytes_per_device.total"]))
     if "workload.ttft_s.p99" in est.values:
         w = "workload."
         st.caption(f"Simulated, {est[w + 'counted']:,} requests counted: TTFT p50 "

@@ -135,3 +135,30 @@ def test_serve_page_says_when_not_one_sequence_fits_as_the_cli_does():
     at.button[0].click().run()  # fits: the count per replica and over the replicas
     assert "sequences fit a replica (" in at.success[0].value
     assert "over the 2 replicas)" in at.success[0].value
+
+
+def _verdict_row(capsys, *flags: str) -> str:
+    from costmodel.cli import main
+
+    argv = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "2000",
+            "--output", "500", *flags]  # fmt: skip
+    assert main(argv) == 0
+    return next(x for x in capsys.readouterr().out.splitlines() if "verdict" in x)
+
+
+def test_serve_page_says_memory_in_the_clis_units(capsys):
+    """Issue 60's leftover: the page printed memory in GB ("27.6 GB") where the CLI prints
+    "25.72 GiB (27.62 GB)"; both now write it with ``costmodel.units.fmt_bytes``, the memory
+    chart's axis in GiB, its tooltip the same text."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    memory = next(m.value for m in at.metric if m.label == "memory per device")
+    assert " GiB (" in memory and memory.endswith(" GB)")
+    assert f"fits: {memory} of " in _verdict_row(capsys, "--batch", "32")
+    bar = at.get("vega_lite_chart")[1].proto.spec
+    assert '"GiB"' in bar and '"GB"' not in bar
+    at.number_input(key="serve_batch").set_value(4096)
+    at.button[0].click().run()
+    (error,) = at.error
+    row = _verdict_row(capsys, "--batch", "4096")
+    said = row.split("does NOT fit: ", 1)[1].split(" per device", 1)[0]
+    assert f"**Does not fit**: {said} per device" in error.value and " GiB (" in said
