@@ -1,6 +1,7 @@
 """Invariants over random valid configurations (issue 38): the planner's candidate layouts of
-random (model, device, GPU count, batch, sequence, precision) questions, every one that the
-rules accept, evaluated with the same compiled expressions as ``estimate``.
+random (model, device, GPU count, batch, sequence, precision) questions (the models in
+turn), every one that the rules accept, evaluated with the same compiled expressions as
+``estimate``.
 
 Run: ``.venv/bin/python benchmarks/fuzz_invariants.py [--configs 50000] [--seed 38]
 [--out fuzz-results]``. Checks, per configuration or per group of configurations that differ
@@ -8,6 +9,12 @@ in one field only:
 
 - ``0 < MFU <= HFU <= 1``;
 - the peak holds at least the persistent state (parameters, master copy, optimizer);
+- the memory table's lines (frozen weights, parameters, master, gradients, optimizer state,
+  buffers, activations and the remainder line: transients, or the parts not alive at
+  once) add up to the peak it prints, and the peak holds each part (which parts are alive
+  together depends on the framework and the moment: FSDP's gathered compute copy is gone
+  at the optimizer step, gradients are absent from a forward; under pipelining each line
+  is the largest over the pipeline ranks);
 - per-device activations do not depend on how the data-parallel ranks are split into
   replicas and shards (same framework, degrees, micro-batch and recompute);
 - sharding divides exactly: what a ZeRO stage shards (1: master and optimizer state; 2 and
@@ -36,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.engine.fit import MEMORY_PARTS, rest_at_peak
+
 MODELS = ("cs336-small", "cs336-2.7b", "gpt2", "gemma-2-2b", "llama3-8b", "llama3-70b",
           "mixtral-8x7b")  # fmt: skip
 DEVICES = ("h100-sxm", "a100-80gb", "mi300x", "b200", "tpu-v5p")
@@ -50,6 +59,8 @@ QUANTITIES = (
     "memory_bytes_per_device.grads",
     "memory_bytes_per_device.optimizer",
     "memory_bytes_per_device.activations",
+    "memory_bytes_per_device.frozen",
+    "memory_bytes_per_device.buffers",
 )
 TOL = 1e-9
 LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep", "etp",
@@ -58,10 +69,11 @@ LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep",
 (and the recompute policy)."""
 
 
-def question(rng: random.Random) -> dict[str, Any]:
-    """One random planning question."""
+def question(rng: random.Random, draw: int) -> dict[str, Any]:
+    """One random planning question; the models in turn, so that every one of
+    :data:`MODELS` is asked within the first ``len(MODELS)`` draws."""
     return {
-        "model": rng.choice(MODELS),
+        "model": MODELS[draw % len(MODELS)],
         "hardware": rng.choice(DEVICES),
         "gpus": rng.choice((1, 2, 4, 8, 16, 32, 64)),
         "batch": rng.choice((8, 16, 32, 64)),
@@ -157,6 +169,14 @@ def check_all(q: dict[str, Any], cols: dict, v: dict, tally: Tally, where: str) 
     state = sum(v[f"memory_bytes_per_device.{k}"] for k in ("params", "master", "optimizer"))
     peak = v["memory_bytes_per_device.peak"]
     tally.check("peak >= persistent state", peak >= state * (1 - TOL), (state - peak) / peak, where)
+    parts = {k: v[f"memory_bytes_per_device.{k}"] for k in MEMORY_PARTS}
+    rows = range(len(peak))  # the remainder line as the tables compute it, row by row
+    rest = np.array([rest_at_peak({k: float(e[i]) for k, e in v.items()}) for i in rows])
+    printed = sum(parts.values()) + rest  # the table's lines, remainder included
+    tally.check("memory table adds up to the peak", np.abs(printed - peak) <= TOL * peak,
+                np.abs(printed / peak - 1), where)  # fmt: skip
+    largest = np.max(np.stack(list(parts.values())), axis=0)
+    tally.check("peak >= each part", largest <= peak * (1 + TOL), largest / peak - 1, where)
     acts = v["memory_bytes_per_device.activations"]
     same = _groups(cols, (*LAYOUT_BUT_DATA, "recompute"))
     for label in np.unique(same):
@@ -244,7 +264,7 @@ def main() -> None:
     rng, total, draw, start = random.Random(args.seed), 0, 0, time.perf_counter()
     tallies = []
     while total < args.configs:
-        q = question(rng)
+        q = question(rng, draw)
         if draw in done:
             rec = done[draw]
         else:
