@@ -5,12 +5,15 @@ over NVLink and the network, and bad layouts refused naming ep."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from costmodel import get_hardware, get_model
 from costmodel.kinds.routing import routing_hits
 from costmodel.serving.estimate import decode_step, serve
-from costmodel.serving.experts import alltoall_s
+from costmodel.serving.experts import LOW_LATENCY_NIC, alltoall_s, low_latency_rates
 from costmodel.specs.checks import SpecError
 from costmodel.specs.serving import ServeSpec
 
@@ -66,7 +69,29 @@ def test_dispatch_and_combine_cross_the_network_beyond_a_node():
     ep = decode_step(DSV3, spec, H100)["phase"]["comm"]
     # the MoE layers' second all-reduce gives way to the exchange (58 of 61 blocks route)
     reduce = tp / (2 * 61)
-    assert ep == pytest.approx(tp - 58 * reduce + alltoall_s(DSV3, spec, H100, 64, 2))
+    decode = alltoall_s(DSV3, spec, H100, 64, 2, decode=True)  # the low-latency kernels
+    assert ep == pytest.approx(tp - 58 * reduce + decode)
+
+
+def test_decode_runs_deepeps_low_latency_kernels_at_their_measured_rates():
+    """A decode step's dispatch and combine on DeepEP's low-latency kernels: each device's
+    64 / 8 tokens' 8 copies of 7,168 values, fp8 out and bf16 back, at the rates DeepEP's
+    README measured at EP 16 on H800s with one 400 Gb/s NIC each (63 and 74 GB/s; the H100's
+    NIC is the same), where prefill keeps the normal kernels."""
+    spec = ServeSpec(**BASE, ep=16)
+    assert H100.network_bw == LOW_LATENCY_NIC
+    assert low_latency_rates(16, H100) == pytest.approx((63e9, 74e9))
+    copies = 64 / 8 * 8 * 7168
+    want = 58 * copies * (1 / 63e9 + 2 / 74e9)
+    assert alltoall_s(DSV3, spec, H100, 64, 2, decode=True) == pytest.approx(want)
+    assert alltoall_s(DSV3, spec, H100, 64, 2) != pytest.approx(want)  # prefill: normal ones
+    # between measured sizes, linear in log2(ep); beyond them, the ends
+    mid = low_latency_rates(24, H100)[0]
+    assert mid == pytest.approx(63e9 + (48e9 - 63e9) * (math.log2(24) - 4))
+    assert low_latency_rates(512, H100) == low_latency_rates(256, H100) == (39e9, 40e9)
+    # a device with twice the NIC rate runs them twice as fast
+    fast = dataclasses.replace(H100, network_bw=2 * H100.network_bw)
+    assert low_latency_rates(16, fast) == pytest.approx((126e9, 148e9))
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
 def _phase(
     gemms: tuple[float, float], core: tuple[float, float], tokens: float, model: ModelSpec,
     spec: ServeSpec, hw: Hardware, bandwidth: float, sequences: float | None = None,
+    decode: bool = False,
 ) -> dict[str, float]:  # fmt: skip
     """Seconds of one phase on a device. ``gemms``: the matmuls' (FLOPs, bytes: the weights
     read); ``core``: the attention core's (seconds of its FLOPs at its rate, bytes: the cache
@@ -215,7 +216,8 @@ def _phase(
     all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``); then the
     host's: the kernels' dispatch where the engine runs op by op (:func:`eager.host_s`) and the
     engine's own per iteration of ``sequences`` (default the batch;
-    ``costmodel.specs.engines``)."""
+    ``costmodel.specs.engines``). ``decode``: a decode step (its expert all-to-alls on
+    DeepEP's low-latency kernels, ``costmodel.serving.experts``)."""
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
     elementwise = eager.elementwise_s(model, spec, hw, tokens)
     compute = gemms[0] / rate + core[0] + elementwise
@@ -225,7 +227,7 @@ def _phase(
     kernels = max(matmuls) + max(attention_)
     reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
     comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
-    alltoall = experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec))
+    alltoall = experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec), decode)
     comm += experts.exposed_alltoall_s(alltoall, kernels + elementwise, spec, hw)
     overhead = model.n_layers * hw.serve_layer_s
     device = kernels + elementwise + comm + overhead
@@ -298,7 +300,7 @@ def decode_step(
     read = reads * (weights - routed * (1 - touched))
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
-                   hw.decode_bandwidth())  # fmt: skip
+                   hw.decode_bandwidth(), decode=True)  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
             "bytes": read + kv_read, "weight_bytes": read, "kv_bytes": kv_read,
             "expert_bytes": reads * routed * touched}  # fmt: skip

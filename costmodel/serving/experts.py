@@ -20,9 +20,11 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
   longer counts) at DeepEP's measured rates on the device (:func:`dispatcher`: an
   all-to-all of the routed pairs off NVIDIA GPUs),
   after one latency each; the dispatch in the expert GEMMs' narrower input dtype, the
-  combine in 16 bits. Decode's low-latency kernels (RDMA for every peer, lower rates at
-  small batches) are priced as the normal ones. With ep = tp the experts split over the
-  replica's own ranks and the all-reduce stays as it is.
+  combine in 16 bits. A decode step runs DeepEP's low-latency kernels instead (SGLang's
+  ``--deepep-mode auto``, vLLM's ``deepep_low_latency``: RDMA to every peer, no
+  forwarding), at the rates DeepEP measured for them by EP size (:data:`LOW_LATENCY`),
+  each token's k copies sent. With ep = tp the experts split over the replica's own ranks
+  and the all-reduce stays as it is.
 - **Two-batch overlap** (``ServeSpec.batch_overlap``: SGLang's two-batch overlap, vLLM's
   dual-batch overlap): a step runs as two micro-batches whose dispatch and combine each run
   beside the other's kernels (the LMSYS large-scale EP post of 2025-05-05; DeepSeek's
@@ -33,6 +35,8 @@ own requests (attention data parallelism: vLLM's ``--enable-expert-parallel`` wi
 """
 
 from __future__ import annotations
+
+import math
 
 from costmodel.kinds import ffn
 from costmodel.kinds.dispatch import dispatch_rates, sends
@@ -75,17 +79,48 @@ def moe_layers(model: ModelSpec) -> int:
     return model.n_layers - model.dense_layers if ffn.routes(model) else 0
 
 
-def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: int) -> float:
+LOW_LATENCY = {8: (98e9, 127e9), 16: (63e9, 74e9), 32: (48e9, 53e9), 64: (43e9, 46e9),
+               128: (39e9, 39e9), 256: (39e9, 40e9)}  # fmt: skip
+"""DeepEP's low-latency kernels by EP size: (dispatch, combine) bytes/s of the k copies of
+each token a rank sends, measured on H800s with one CX7 400 Gb/s NIC each at 128 tokens
+per rank, hidden 7,168, top-8, fp8 dispatch and bf16 combine (deepseek-ai/DeepEP
+README.md @0aaa674, "Low-latency kernels with pure RDMA": e.g. EP 8 dispatch 77 us at 98
+GB/s, combine 114 us at 127 GB/s; EP 256 194 us at 39 GB/s, 360 us at 40 GB/s)."""
+LOW_LATENCY_NIC = 50e9
+"""The NIC those rates were measured with (CX7, 400 Gb/s): another device's rates scale
+with its ``network_bw`` (the kernels are RDMA-bound)."""
+
+
+def alltoall_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: int,
+               decode: bool = False) -> float:  # fmt: skip
     """Seconds of a step's dispatches and combines over the MoE layers for one replica's
     ``tokens``, 0 unless ep > tp (module docstring): the combine in the activations'
     ``nbytes``, the dispatch in the expert GEMMs' input dtype where it is narrower (fp8 or
     fp4 weights: the tokens are quantized before they are sent, as DeepSeek-V3's deployment
-    and DeepEP do, Sec. 3.3)."""
+    and DeepEP do, Sec. 3.3); a ``decode`` step with DeepEP's low-latency kernels."""
     if spec.ep <= spec.tp:
         return 0.0
     sent = min(nbytes, DTYPE_BYTES[spec.precision])
+    if decode and dispatcher(hw) == "deepep":
+        copies = tokens / spec.tp * model.experts_per_token * model.d_model
+        dispatch, combine = low_latency_rates(spec.ep, hw)
+        return moe_layers(model) * copies * (sent / dispatch + nbytes / combine)
     return moe_layers(model) * (_one_way(model, spec, hw, tokens, sent)
                                 + _one_way(model, spec, hw, tokens, nbytes))  # fmt: skip
+
+
+def low_latency_rates(ep: int, hw: Hardware) -> tuple[float, float]:
+    """(dispatch, combine) bytes/s of DeepEP's low-latency kernels at ``ep`` ranks: the
+    measured :data:`LOW_LATENCY`, linear in log2(ep) between its sizes (its ends beyond
+    them), times the device's NIC rate over the CX7's they were measured with."""
+    sizes = sorted(LOW_LATENCY)
+    x = min(max(math.log2(ep), math.log2(sizes[0])), math.log2(sizes[-1]))
+    hi = next(n for n in sizes if math.log2(n) >= x)
+    lo = sizes[max(0, sizes.index(hi) - 1)]
+    w = 0.0 if hi == lo else (x - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    (d_lo, c_lo), (d_hi, c_hi) = LOW_LATENCY[lo], LOW_LATENCY[hi]
+    scale = hw.network_bw / LOW_LATENCY_NIC
+    return scale * ((1 - w) * d_lo + w * d_hi), scale * ((1 - w) * c_lo + w * c_hi)
 
 
 def _one_way(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int, nbytes: float) -> float:
