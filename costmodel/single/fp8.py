@@ -5,7 +5,7 @@ its GEMMs at its own rate:
 
 - ``tensorwise``: one scale per tensor (Transformer Engine's delayed and current scaling,
   torchao's ``Float8Linear`` default; Micikevicius et al. 2022, "FP8 Formats for Deep
-  Learning", Sec. 4). The rate the profiles' ``efficiency.matmul_fp8`` states.
+  Learning", arXiv 2209.05433). The rate the profiles' ``efficiency.matmul_fp8`` states.
 - ``rowwise``: one scale per row of the activations and per column of the weights
   (torchao's ``Float8LinearRecipeName.ROWWISE``, torchtitan's ``--float8.recipe_name
   rowwise``; cuBLASLt's outer-vector scaling): measured on a lent H100 SXM5 over the same 36
@@ -16,10 +16,10 @@ its GEMMs at its own rate:
   (DeepSeek-V3 report, Sec. 3.3.2; Transformer Engine's ``Float8BlockScaling``,
   DeepGEMM). Not measured here: priced at the tensorwise rate, which the answers say.
 - ``mxfp8``: one power-of-two (E8M0) scale per 32 consecutive values (OCP Microscaling
-  Formats MX v1.0, Sec. 5; Transformer Engine's ``MXFP8BlockScaling``): the matrix cores of
-  the generations with fp4 (Blackwell's tcgen05 MMA ``kind::mxf8f6f4``; CDNA 4's
-  ``V_MFMA_SCALE``) take the block scales inside the MMA, so it runs only there; priced at
-  the tensorwise rate (not measured here), as the answers say.
+  Formats (MX) Specification v1.0; Transformer Engine's ``MXFP8BlockScaling``): the matrix
+  cores of the generations with fp4 (Blackwell's ``tcgen05.mma`` with ``.kind::mxf8f6f4``;
+  CDNA 4's scaled MFMA) take the block scales inside the MMA, so it runs only there; priced
+  at the tensorwise rate (not measured here), as the answers say.
 
 The scales themselves are a few bytes per 32-128 values (not counted: under 1 % of the fp8
 operands they scale).
