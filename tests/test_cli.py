@@ -215,7 +215,7 @@ def test_estimate_prints_a_summary_and_every_quantity_with_full(capsys):
         (["offload", "--model", "llama3-8b", "--hardware", "h100-sxm", "--top", "-1",
           "--device-budget-gb", "40", "--host-budget-gb", "200"], "top must be >= 1 (got -1)"),
         (["plan", "--model", "llama3-8b", "--hardware", "h100-sxm",
-          "--gpus", str(2**53), "--global-batch", "64"], "no valid layout of 9007199254740992"),
+          "--gpus", str(2**53), "--global-batch", "64"], "gpus 9007199254740992: no valid layout"),
     ],
 )  # fmt: skip
 def test_hostile_layout_questions_get_one_line(capsys, argv, message):

@@ -163,7 +163,7 @@ def test_the_next_layouts_say_how_they_differ_from_the_best(capsys):
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--gpus", "13", "--global-batch", "8"], "no valid layout of 13 GPUs"),
+        (["--gpus", "13", "--global-batch", "8"], "gpus 13: no valid layout"),
         (["--gpus", "0", "--global-batch", "8"], "gpus"),
         (["--gpus", "8", "--global-batch", "8", "--frameworks", "horovod"], "frameworks"),
         (["--gpus", "8", "--global-batch", "8", "--memory-headroom", "1.5"], "<= 1"),

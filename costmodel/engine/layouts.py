@@ -114,15 +114,15 @@ def no_layout_message(
         if micro_batches and degrees:
             shares = ", ".join(f"{train.batch // d:,}" for d in reversed(degrees))
             sizes = ", ".join(map(str, micro_batches))
-            return (f"no layout of {gpus} GPUs splits batch {train.batch} into micro_batches "
+            return (f"gpus {gpus}: no layout splits batch {train.batch} into micro_batches "
                     f"of {sizes}: a replica's batch (the global batch over a data-parallel "
                     f"degree: {shares}) must be a multiple of one")  # fmt: skip
-        return (f"no layout of {gpus} GPUs splits batch {train.batch}: the global batch must "
+        return (f"gpus {gpus}: no layout splits batch {train.batch}: the global batch must "
                 "be a multiple of the data-parallel degree of some layout")  # fmt: skip
     first = {k: v[:1] for k, v in cols.items()}
     try:
         par, per_candidate = candidates(first, train)
         check(model, per_candidate, par)
     except SpecError as err:
-        return f"no valid layout of {gpus} GPUs for this model and batch (e.g. {err})"
-    return f"no valid layout of {gpus} GPUs for this model and batch"
+        return f"gpus {gpus}: no valid layout for this model and batch (e.g. {err})"
+    return f"gpus {gpus}: no valid layout for this model and batch"
