@@ -4,8 +4,9 @@ turn), every one that the rules accept, evaluated with the same compiled express
 ``estimate``.
 
 Run: ``.venv/bin/python benchmarks/fuzz_invariants.py [--configs 50000] [--seed 38]
-[--out fuzz-results]``. Checks, per configuration or per group of configurations that differ
-in one field only:
+[--out fuzz-results] [--all-presets]`` (``--all-presets``: every preset in turn, each asked
+at least once, in place of the seven of :data:`MODELS`). Checks, per configuration or per
+group of configurations that differ in one field only:
 
 - ``0 < MFU <= HFU <= 1``;
 - the peak holds at least the persistent state (parameters, master copy, optimizer);
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.catalog.presets import PRESETS
 from costmodel.engine.fit import MEMORY_PARTS, rest_at_peak
 
 MODELS = ("cs336-small", "cs336-2.7b", "gpt2", "gemma-2-2b", "llama3-8b", "llama3-70b",
@@ -69,11 +71,11 @@ LAYOUT_BUT_DATA = ("framework", "zero", "tp", "pp", "pp_interleave", "cp", "ep",
 (and the recompute policy)."""
 
 
-def question(rng: random.Random, draw: int) -> dict[str, Any]:
-    """One random planning question; the models in turn, so that every one of
-    :data:`MODELS` is asked within the first ``len(MODELS)`` draws."""
+def question(rng: random.Random, draw: int, models: tuple[str, ...] = MODELS) -> dict[str, Any]:
+    """One random planning question; the ``models`` in turn, so that every one is asked
+    within the first ``len(models)`` draws."""
     return {
-        "model": MODELS[draw % len(MODELS)],
+        "model": models[draw % len(models)],
         "hardware": rng.choice(DEVICES),
         "gpus": rng.choice((1, 2, 4, 8, 16, 32, 64)),
         "batch": rng.choice((8, 16, 32, 64)),
@@ -249,7 +251,10 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--out", default="fuzz-results")
+    parser.add_argument("--all-presets", action="store_true",
+                        help="every preset in turn, each asked at least once")  # fmt: skip
     args = parser.parse_args()
+    models = tuple(PRESETS) if args.all_presets else MODELS
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "draws.jsonl"
@@ -263,8 +268,8 @@ def main() -> None:
                 continue
     rng, total, draw, start = random.Random(args.seed), 0, 0, time.perf_counter()
     tallies = []
-    while total < args.configs:
-        q = question(rng, draw)
+    while total < args.configs or draw < len(models):
+        q = question(rng, draw, models)
         if draw in done:
             rec = done[draw]
         else:
