@@ -43,7 +43,9 @@ Optional, with their generic default:
   ``attention_kernel``: ``auto``. ``elementwise``: ``fused`` if ``torch_compile`` is
   true, else ``eager``. ``dropout``: 0. Precision: ``precision`` starting with ``fp8``
   is fp8, with ``fp16`` fp16-mixed, anything else bf16-mixed. ``fp8_recipe``
-  (TrainSpec's: how an fp8 run scales its GEMM operands): ``tensorwise``.
+  (TrainSpec's: how an fp8 run scales its GEMM operands): ``tensorwise`` for an fp8 run,
+  said in its assumptions (the profiles' fp8 rates are tensorwise scaling's); unused
+  otherwise.
 - ``network_gbps_per_node``: the inter-node line rate a source states per node, in Gb/s
   (in place of the catalog device's NICs); default: the catalog's.
 - ``flops_convention``: the FLOPs per sequence a quoted ``tflops_per_gpu`` or ``mfu``
@@ -71,7 +73,6 @@ DEFAULTS: dict[str, Any] = {
     "grad_reduce_fp32": False,
     "attention": "flash",
     "attention_kernel": "auto",
-    "fp8_recipe": "tensorwise",
     "dropout": 0.0,
     "flops_convention": "model",
 }
