@@ -404,20 +404,15 @@ def _train(f: RunFields, batch: int, grad_accum: int) -> TrainSpec:
         optimizer_impl=f.text("optimizer_impl"),
         attention=f.text("attention"),
         attention_kernel=f.text("attention_kernel"),
-        fp8_recipe=_fp8_recipe(f, precision),
+        fp8_recipe=f.text("fp8_recipe", "tensorwise", "the scaling the profiles' fp8 rates price")
+        if precision == "fp8" or f.has("fp8_recipe")
+        else "tensorwise",  # unused without fp8
         elementwise=elementwise,
         dropout=f.number("dropout", zero=True),
         recompute=recompute,
         recompute_every=f.count("recompute_every") if f.has("recompute_every") else 1,
         grad_accum=grad_accum,
     )
-
-
-def _fp8_recipe(f: RunFields, precision: str) -> str:
-    """The fp8 scaling as stated; else tensorwise, said for an fp8 run (fields.py)."""
-    if f.has("fp8_recipe") or precision != "fp8":
-        return f.text("fp8_recipe") if f.has("fp8_recipe") else "tensorwise"
-    return f.default("fp8_recipe", "tensorwise", "the scaling the profiles' fp8 rates price")
 
 
 def _measured(f: RunFields, model: ModelSpec, train: TrainSpec, hw: Hardware) -> dict[str, float]:

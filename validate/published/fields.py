@@ -123,9 +123,9 @@ class RunFields:
         self.notes.append(f"{path} not stated: {shown} ({why})")
         return value
 
-    def _absent(self, path: str, kind: str, default: Any) -> Any:
+    def _absent(self, path: str, kind: str, default: Any, why: str = "generic default") -> Any:
         if default is not None:
-            return self.default(path, default)
+            return self.default(path, default, why)
         if path in DEFAULTS:
             return self.default(path, DEFAULTS[path])
         self.fail(path, f"missing (needs {kind})")
@@ -158,10 +158,10 @@ class RunFields:
             self.fail(path, f"expected true or false (got {value!r})")
         return value
 
-    def text(self, path: str, default: str | None = None) -> str:
+    def text(self, path: str, default: str | None = None, why: str = "generic default") -> str:
         value = self.raw(path)
         if value is None:
-            return self._absent(path, "text", default)
+            return self._absent(path, "text", default, why)
         if not isinstance(value, str):
             self.fail(path, f"expected text (got {value!r})")
         return value
