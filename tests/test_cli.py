@@ -240,3 +240,27 @@ def test_errors_name_the_flags_a_user_types(capsys):
                     "made_up_name and the tp all-reduces", estimate)  # fmt: skip
     assert said == ("--pp * --pp-interleave must be <= --n-layers; see memory_bytes.peak, "
                     "made_up_name and the tp all-reduces")  # fmt: skip
+
+
+def test_a_command_loads_only_its_own_modules():
+    """Issue 58: ``estimate`` builds its own parser and imports neither the other commands'
+    modules nor serving or RL (0.17 s of a new process's 1.0 s); without a known command the
+    parser has every subcommand, so ``--help`` and a typo's list of choices are whole."""
+    from costmodel.cli import GROUPS, make_parser
+
+    def commands(parser):
+        return set(parser._subparsers._group_actions[0].choices)
+
+    assert commands(make_parser("estimate")) == {"estimate", "presets", "hardware"}
+    assert commands(make_parser("serve")) == {"serve"}
+    every = {name for _, _, names in GROUPS for name in names}
+    assert commands(make_parser()) == commands(make_parser("estimat")) == every
+    code = (
+        "import sys; from costmodel.cli import main; "
+        "status = main(['estimate', '--model', 'gpt2', '--batch', '1', '--seq', '128']); "
+        "loaded = [m for m in ('costmodel.cli.plan', 'costmodel.cli.serve', 'costmodel.cli.rl', "
+        "'costmodel.serving.estimate', 'costmodel.rl') if m in sys.modules]; "
+        "print(status, loaded)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout + out.stderr

@@ -8,19 +8,26 @@ the field and the constraint (exit status 2), never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
 from typing import Any, NoReturn
 
-from costmodel.cli.args import int_arg
-from costmodel.cli.attention import add_attention
-from costmodel.cli.estimate import add_estimate_and_presets
-from costmodel.cli.offload import add_offload, add_padding
-from costmodel.cli.plan import add_plan
-from costmodel.cli.rl import add_rl
-from costmodel.cli.serve import add_serve
-from costmodel.cli.solve import add_bounds_and_solve
+GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("costmodel.cli.estimate", "add_estimate_and_presets", ("estimate", "presets", "hardware")),
+    ("costmodel.cli.solve", "add_bounds_and_solve", ("bounds", "solve")),
+    ("costmodel.cli.plan", "add_plan", ("plan",)),
+    ("costmodel.cli.attention", "add_attention", ("attention",)),
+    ("costmodel.cli.offload", "add_offload", ("offload",)),
+    ("costmodel.cli.offload", "add_padding", ("padding",)),
+    ("costmodel.cli.serve", "add_serve", ("serve",)),
+    ("costmodel.cli.rl", "add_rl", ("rl",)),
+)
+"""(module, function, the subcommands it adds), in ``--help``'s order. A command line
+imports only its own command's module: ``estimate`` does not load the planner, serving or
+RL (a quarter of a new process's imports); a line without a known command builds them all
+(its ``--help``, or argparse's list of choices)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -37,22 +44,25 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``command``'s group alone (:data:`GROUPS`)
+    where it names one."""
     parser = OneLineParser(prog="python -m costmodel", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    add_estimate_and_presets(sub)
-    add_bounds_and_solve(sub)
-    add_plan(sub)
-    add_attention(sub, int_arg)
-    add_offload(sub)
-    add_padding(sub)
-    add_serve(sub, int_arg)
-    add_rl(sub, int_arg)
+    groups = [g for g in GROUPS if command in g[2]] or GROUPS
+    for module, function, _ in groups:
+        getattr(importlib.import_module(module), function)(sub)
     return parser
 
 
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand a command line names: its first word (options come after it)."""
+    words = sys.argv[1:] if argv is None else argv
+    return words[0] if words else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser()
+    parser = make_parser(_command(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help (0), or a bad flag already said in one line (2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
-from costmodel.cli.args import to_json
+from costmodel.cli.args import int_arg, to_json
 from costmodel.single.attention import (
     DTYPE_BYTES,
     KERNELS,
@@ -93,7 +93,7 @@ def _header(args: argparse.Namespace) -> str:
     )
 
 
-def add_attention(sub, int_arg) -> None:
+def add_attention(sub) -> None:
     att = sub.add_parser("attention", help="one attention call: FLOPs, memory, HBM traffic")
     att.add_argument("--batch", type=int_arg, required=True)
     att.add_argument("--seq", type=int_arg, required=True)

@@ -8,7 +8,7 @@ import argparse
 from costmodel.answers.serve import serve_caveats
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.cli.args import to_json
+from costmodel.cli.args import int_arg, to_json
 from costmodel.engine.caveats import caveats
 from costmodel.engine.quantities import nest
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
@@ -137,7 +137,7 @@ def _print_caveats(said: list[str]) -> None:
         print(f"  caveat: {text}")
 
 
-def add_rl(sub, int_arg) -> None:
+def add_rl(sub) -> None:
     p = sub.add_parser("rl", help="one RL step: generation, scoring, training, weight sync")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
     p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "

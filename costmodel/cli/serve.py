@@ -19,7 +19,7 @@ from costmodel.answers.serve import (
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import PRESETS, get_model
-from costmodel.cli.args import device_word, to_json
+from costmodel.cli.args import device_word, int_arg, to_json
 from costmodel.engine.quantities import nest
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
@@ -229,7 +229,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_serve(sub, int_arg) -> None:
+def add_serve(sub) -> None:
     p = sub.add_parser("serve", help="serving: KV cache, memory, TTFT, TPOT, throughput")
     p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
     p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "
