@@ -305,7 +305,14 @@ def test_a_serving_estimate_reads_as_a_dict_and_prints_short():
     )
     assert "fits" in est and dict(est) == est.values and len(est) == len(est.values)
     text = repr(est)
-    assert text.startswith("ServeEstimate(fits (") and "TPOT" in text and len(text) < 200
+    assert text.startswith("ServeEstimate(fits (up to ") and "TPOT" in text and len(text) < 200
+    # issue 60: a load that does not fit printed "0 sequences fit" beside its TTFT and
+    # tokens/s; now the CLI's words and no times
+    over = serve(get_model("llama3-70b"), ServeSpec(input=4000, output=500, batch=64),
+                 get_hardware("h100-sxm"))  # fmt: skip
+    text = repr(over)
+    assert text.startswith("ServeEstimate(does NOT fit: not one sequence's cache fits")
+    assert "TTFT" not in text and "tokens/s" not in text
 
 
 def test_help_on_the_serving_and_rl_specs_shows_each_fields_words():

@@ -18,6 +18,7 @@ from costmodel.engine.caveats import calibration_line
 from costmodel.kinds import ffn
 from costmodel.serving.estimate import ServeEstimate, serve
 from costmodel.serving.queueing import overloaded
+from costmodel.serving.result import how_many
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
@@ -172,18 +173,6 @@ class ServeAnswer(Mapping):
     def notes(self) -> list[str]:
         """What the estimate assumes beyond the spec (the CLI's ``note`` lines)."""
         return self.estimate.notes
-
-
-def how_many(most: int, replicas: int = 1) -> str:
-    """How many sequences fit a replica, in words (none: not even one's cache), and over
-    the ``replicas`` where there are several: the verdict's count, the CLI's, the app's and
-    :class:`ServeAnswer`'s repr."""
-    if most < 1:
-        return "not one sequence's cache fits beside the weights"
-    said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
-    if replicas > 1:
-        said += f" a replica ({most * replicas:,} over the {replicas} replicas)"
-    return said
 
 
 def _seconds(t: float) -> str:

@@ -40,8 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -58,6 +57,7 @@ from costmodel.serving import (
     speculative,
     terms,
 )
+from costmodel.serving.result import ServeEstimate
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
@@ -68,35 +68,6 @@ from costmodel.symbols import B, D, T, Y, as_expr, values_for
 def act_bytes(spec: ServeSpec) -> int:
     """Bytes of an activation: 16 bits (fp8 GEMMs take and give 16-bit activations), fp32's 4."""
     return 4 if spec.precision == "fp32" else 2
-
-
-@dataclass(repr=False)
-class ServeEstimate(Mapping):
-    """Numbers by dotted name (bytes, seconds, FLOPs, tokens/s) and notes; read-only and
-    dict-like (``est["time_s.tpot"]``, ``"fits" in est``, ``dict(est)``)."""
-
-    values: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __repr__(self) -> str:
-        v = self.values
-        fit = "fits" if v.get("fits") else "does not fit"
-        head = [f"{fit} ({v.get('max_batch', '?')} sequences fit)"]
-        shown = (("time_s.ttft", "TTFT", 1e3, " ms"), ("time_s.tpot", "TPOT", 1e3, " ms"),
-                 ("throughput.output_tokens_per_s", "tokens/s", 1, ""))  # fmt: skip
-        for key, label, scale, unit in shown:
-            if key in v:
-                head.append(f"{label} {v[key] * scale:,.4g}{unit}")
-        return f"ServeEstimate({', '.join(head)}; {len(v)} quantities)"
 
 
 _TOKENS, _HEAD = sp.symbols("tokens head_tokens", positive=True)
