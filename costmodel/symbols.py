@@ -209,6 +209,7 @@ c_pad = sp.Symbol("c_pad", nonnegative=True)  # capacity an expert is padded to 
 eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
 N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
 k_half = sp.Symbol("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
+r_grp = sp.Symbol("r_grp", positive=True)  # grouped expert GEMMs' efficiency over a dense GEMM's
 
 PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, N_etp, rho_ep, c_cap, m,
                                            v)  # fmt: skip
@@ -217,6 +218,7 @@ HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
     C_eff,
     C_attn,
     C_attn_b,
+    r_grp,
     W_hbm,
     W_X,
     W_Y,
@@ -269,6 +271,7 @@ DESCRIPTIONS.update(
         C_eff: "achieved matmul FLOP/s",
         C_attn: "achieved attention FLOP/s (forward)",
         C_attn_b: "achieved attention FLOP/s (backward)",
+        r_grp: "routed experts' grouped GEMMs' efficiency over a dense GEMM's of the same shape",
         W_hbm: "achieved HBM B/s",
         W_X: "FSDP group bandwidth",
         W_Y: "TP group bandwidth",

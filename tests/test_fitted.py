@@ -69,6 +69,7 @@ def test_a_device_lists_its_fitted_parameters():
 def test_which_estimates_read_a_record():
     recs = fitted()
     assert reads(recs["network"]) == {"training"}
+    assert reads(recs["grouped_gemm"]) == {"training"}  # serving: its own serve_matmul
     assert reads(recs["serving"]) == {"serving"}
     assert reads(recs["tpu_v6e"]) == {"training", "serving"}  # efficiency.matmul: both
 

@@ -116,3 +116,31 @@ def test_fp32_without_tf32_is_not_tiled_as_a_tensor_core_gemm():
     bf16 = fp32.replace(precision="bf16-mixed")
     assert estimate(model, bf16, par, a100)["time_s.step"] > 1.1 * float(
         estimate(model, bf16, par, untiled)["time_s.step"])  # fmt: skip
+
+
+def test_routed_experts_run_their_gemms_at_the_grouped_efficiency():
+    """Issue 57: where a grouped linear loops over the local experts (one cuBLAS GEMM per
+    expert), a routed expert's matmuls run at ``efficiency.grouped`` of a dense GEMM's
+    efficiency (fitted: record ``grouped_gemm``); at 1, or as one grouped kernel, they cost
+    what a dense GEMM of their shape costs. Only the routed experts' op changes: the
+    attention's, the router's and a dense model's GEMMs do not."""
+    train = TrainSpec(batch=8, seq=4096, precision="bf16-mixed")
+    par = ParallelSpec(framework="megatron", ep=8, dp=8)
+    grouped = H100.eff("grouped")
+    assert 0 < grouped < 1
+    dense_rate = dataclasses.replace(H100, efficiency={**H100.efficiency, "grouped": 1.0})
+    moe = get_model("mixtral-8x7b")
+    fitted, flat = estimate(moe, train, par, H100), estimate(moe, train, par, dense_rate)
+    for key in ("roofline.experts.time_s", "roofline.experts.backward_s"):
+        assert fitted[key] == pytest.approx(flat[key] / grouped, rel=1e-9)  # compute-bound
+    for key in ("roofline.attn_q.time_s", "roofline.attn_o.backward_s", "roofline.router.time_s"):
+        assert fitted[key] == flat[key]
+    assert fitted["time_s.step"] > flat["time_s.step"]
+    # one grouped kernel (torch's _grouped_mm, DeepGEMM) runs at the dense rate; the
+    # per-expert loop (Megatron-Core's default, above) at the grouped efficiency
+    one_kernel = par.replace(expert_gemm="grouped")
+    assert estimate(moe, train, one_kernel, H100)["roofline.experts.time_s"] == pytest.approx(
+        flat["roofline.experts.time_s"], rel=1e-12)  # fmt: skip
+    llama = get_model("llama3-8b")
+    assert estimate(llama, train, par.replace(ep=1), H100)["time_s.step"] == estimate(
+        llama, train, par.replace(ep=1), dense_rate)["time_s.step"]  # fmt: skip

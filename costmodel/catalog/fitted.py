@@ -84,9 +84,10 @@ class Fitted:
 
 SERVING_ONLY = frozenset({"efficiency.decode", "efficiency.serve_matmul", "serve_layer_s"})
 """Fields only ``costmodel serve`` reads."""
-TRAINING_ONLY = frozenset({"efficiency.network", "expert_call_s", "allocator_reserve", "launch_s"})
+TRAINING_ONLY = frozenset({"efficiency.network", "expert_call_s", "allocator_reserve", "launch_s",
+                           "efficiency.grouped"})  # fmt: skip
 """Fields only a training estimate reads (serving runs one node, without experts' loops or
-the caching allocator's reserve)."""
+the caching allocator's reserve, and prices its GEMMs at its own ``serve_matmul``)."""
 
 
 def reads(record: Fitted) -> frozenset[str]:
@@ -177,6 +178,7 @@ AXIS_WORDS = {
     "host seconds per launch (x86 host)": ("host time per kernel launch", " s"),
     "efficiency.matmul": ("achieved share of peak in GEMMs", ""),
     "efficiency.attention": ("achieved share of peak in attention", ""),
+    "efficiency.grouped": ("routed experts' grouped GEMMs' share of a dense GEMM's efficiency", ""),
     "efficiency.decode": ("achieved share of HBM bandwidth in decode", ""),
     "serve_matmul ratio": ("serving GEMMs' share of the training GEMM efficiency", ""),
     "serve_layer_s": ("serving overhead per layer per step", " s"),

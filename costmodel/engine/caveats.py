@@ -111,7 +111,8 @@ def _moe_text() -> str:
     return (
         f"mixture-of-experts steps are less certain: {f['median']:.0%} median tokens/s error "
         f"on {f['runs']} published MoE runs of {f['sources']} sources, each predicted with "
-        f"the fitted host costs refitted without its source, from {f['low']:+.0%} to "
+        f"the fitted host costs and grouped-GEMM efficiency refitted without its source, "
+        f"from {f['low']:+.0%} to "
         f"{f['high']:+.0%} (python -m validate.published --loso)"
     )
 

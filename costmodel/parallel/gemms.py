@@ -31,7 +31,9 @@ from costmodel.symbols import (
     W_hbm,
     Y,
     k_half,
+    l_ex,
     r_a,
+    r_grp,
     sceil,
     sfloor,
     smax,
@@ -99,19 +101,23 @@ def gemm_cost(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple[sp.Expr
 
 
 def gemm_seconds(
-    n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int, frozen: bool = False
+    n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int, frozen: bool = False, grouped: bool = False
 ) -> tuple[sp.Expr, sp.Expr]:
     """(forward, backward) seconds of one (n x k)(k x n2) matmul and of its dX (an n x k
     result over n2) and dW (k x n2 over n; none for a ``frozen`` weight): each the longer
     of the FLOPs its result's tiles run, 2·depth·t_m·t_n per tile-time, at ``C_eff`` times
     depth / (depth + ``k_half``) (the profile's ``gemm_half_depth`` of the dtype: Hopper's
     fp8 GEMMs, measured, fall from 0.89 of bf16's efficiency at k = 8,192 to 0.73 at 768)
-    and its operands' bytes at the HBM rate."""
+    and its operands' bytes at the HBM rate. ``grouped``: one routed expert's problem, which
+    a grouped linear that loops over the experts on the host (``l_ex``: Transformer Engine's
+    GroupedLinear, one cuBLAS GEMM per expert on a pool of streams) runs at ``r_grp``
+    (``efficiency.grouped``) of that efficiency, and one grouped kernel at all of it."""
     moved = gemm_cost(n, k, n2, nbytes)[1]
+    rate = C_eff * (1 - l_ex * (1 - r_grp)) if grouped else C_eff
 
     def one(rows: sp.Expr, cols: sp.Expr, depth: sp.Expr) -> sp.Expr:
         run = 2 * depth * t_m * t_n * tile_slots(rows, cols)
         slower = 1 + k_half / smax(depth, 1)  # an empty GEMM (depth 0) runs nothing
-        return smax(run / C_eff * slower, moved / W_hbm)
+        return smax(run / rate * slower, moved / W_hbm)
 
     return one(n, n2, k), one(n, k, n2) + (0 if frozen else one(k, n2, n))

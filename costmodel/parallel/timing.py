@@ -107,11 +107,13 @@ def roofline(
     b_dev, t_dev = device_batch()
     n = b_dev * t_dev
     ops: dict[str, dict[str, sp.Expr]] = {}
+    grouped = ffn.grouped_ops(model)
     for op, shapes in all_gemms(model, train, par.sequence_parallel).items():
         total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), sp.Integer(0))
         frozen = backward_factor(op, train) == 1  # a frozen weight: dX alone
         for rows, k, n2, count in shapes:
-            cost = gemm_cost(n * rows, k, n2, a) + gemm_seconds(n * rows, k, n2, a, frozen)
+            seconds = gemm_seconds(n * rows, k, n2, a, frozen, grouped=op in grouped)
+            cost = gemm_cost(n * rows, k, n2, a) + seconds
             for key, value in zip(total, cost, strict=True):
                 total[key] += count * value
         share = _layer_share(model, par, op)

@@ -21,12 +21,15 @@ DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 _SHARED_KEYS = (
     "matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul", "deepep_link",
+    "grouped",
 )  # fmt: skip
 EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
 where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`). ``deepep_link``: the
 fraction of the one-way NVLink that DeepEP's intranode kernels reach on this device,
-measured (``costmodel.kinds.dispatch``; absent: ``link``'s)."""
+measured (``costmodel.kinds.dispatch``; absent: ``link``'s). ``grouped``: the routed experts'
+GEMMs' efficiency over a dense GEMM's of the same shape where a grouped linear loops over the
+experts on the host (``costmodel.parallel.gemms``; absent: 1)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")

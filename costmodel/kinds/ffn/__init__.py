@@ -7,6 +7,7 @@ from costmodel.kinds.ffn.registry import (
     Gemm,
     blocks,
     by_op,
+    grouped_ops,
     ops,
     placeholder,
     routes,
@@ -15,5 +16,5 @@ from costmodel.kinds.ffn.registry import (
     total,
 )
 
-__all__ = ["KINDS", "FFNKind", "Gemm", "blocks", "by_op", "ops", "placeholder", "routes",
-           "structure", "top", "total"]  # fmt: skip
+__all__ = ["KINDS", "FFNKind", "Gemm", "blocks", "by_op", "grouped_ops", "ops", "placeholder",
+           "routes", "structure", "top", "total"]  # fmt: skip

@@ -103,6 +103,8 @@ class Dense:
     title = "dense FFNs"
     offload = True
     """Whether offload plans are modelled for its blocks."""
+    grouped_ops: tuple[str, ...] = ()
+    """None of its matmuls run as grouped GEMMs."""
 
     def params(self, model: ModelSpec) -> dict[str, sp.Expr]:
         return {"ffn": params(model, F)}

@@ -185,6 +185,9 @@ class MoE:
     """Offload plans do not model its blocks (dense leading ones and its op sequence)."""
     """Its parts of ``activation_memory``: beside its tokens, beside their routed pairs
     and at its experts (:func:`kept`)."""
+    grouped_ops = ("experts",)
+    """Its routed experts' matmuls: one problem per local expert (Transformer Engine's
+    GroupedLinear, Megatron-Core's grouped GEMM, torch's ``_grouped_mm``)."""
 
     def params(self, model: ModelSpec) -> dict[str, sp.Expr]:
         return {

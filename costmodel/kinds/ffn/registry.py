@@ -41,6 +41,10 @@ class FFNKind(Protocol):
     """How errors name it."""
     offload: bool
     """Whether offload plans are modelled for its blocks."""
+    grouped_ops: tuple[str, ...]
+    """Its ops whose matmuls run as grouped GEMMs (one problem per expert): where a grouped
+    linear loops over the experts on the host, at ``efficiency.grouped`` of a dense GEMM's
+    efficiency (``costmodel.parallel.gemms``)."""
 
     def params(self, model: ModelSpec) -> dict[str, sp.Expr]:
         """One block's parameters by op (biases included)."""
@@ -163,3 +167,8 @@ def routes(model: Any) -> bool:
 def ops(model: Any) -> tuple[str, ...]:
     """Every FFN op of the model's blocks."""
     return tuple(op for kind, _ in blocks(model) for op in kind.ops)
+
+
+def grouped_ops(model: Any) -> tuple[str, ...]:
+    """The FFN ops of the model's blocks that run as grouped GEMMs (``FFNKind.grouped_ops``)."""
+    return tuple(op for kind, _ in blocks(model) for op in kind.grouped_ops)
