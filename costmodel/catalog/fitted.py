@@ -178,7 +178,7 @@ AXIS_WORDS = {
     "host seconds per launch (x86 host)": ("host time per kernel launch", " s"),
     "efficiency.matmul": ("achieved share of peak in GEMMs", ""),
     "efficiency.attention": ("achieved share of peak in attention", ""),
-    "efficiency.grouped": ("routed experts' grouped GEMMs' share of a dense GEMM's efficiency", ""),
+    "efficiency.grouped": ("per-expert loop's GEMMs' share of a dense GEMM's efficiency", ""),
     "efficiency.decode": ("achieved share of HBM bandwidth in decode", ""),
     "serve_matmul ratio": ("serving GEMMs' share of the training GEMM efficiency", ""),
     "serve_layer_s": ("serving overhead per layer per step", " s"),
