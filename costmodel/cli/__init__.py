@@ -26,7 +26,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 """(module, function, the subcommands it adds), in ``--help``'s order. A command line
 imports only its own command's module: ``estimate`` does not load the planner, serving or
-RL (a quarter of a new process's imports); a line without a known command builds them all
+RL (0.17 s of a 1.0 s call on 2 cores); a line without a known command builds them all
 (its ``--help``, or argparse's list of choices)."""
 
 
