@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 _WHERE = {
     "costmodel.api": ("Table", "estimate", "from_hf", "max_batch", "max_seq", "min_fsdp",
-                      "plan", "serve", "solve", "sweep", "table"),
+                      "plan", "serve", "solve", "sweep", "table", "verdict"),
     "costmodel.catalog.hardware": ("HARDWARE", "get_hardware"),
     "costmodel.catalog.presets": ("PRESETS", "get_model"),
     "costmodel.engine.estimate": ("Estimate",),
@@ -71,6 +71,7 @@ __all__ = [
     "sweep",
     "symbol",
     "table",
+    "verdict",
 ]  # every name of _WHERE (tests/test_api.py holds them equal)
 
 
@@ -102,6 +103,7 @@ if TYPE_CHECKING:  # the names as static tools see them
         solve,
         sweep,
         table,
+        verdict,
     )
     from costmodel.catalog.hardware import HARDWARE, get_hardware
     from costmodel.catalog.presets import PRESETS, get_model

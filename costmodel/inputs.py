@@ -357,3 +357,26 @@ def solved_verdict(
     ``given`` announced as defaults, no nearest fit (the answer is one)."""
     defaulted = set(BY_KEY) - set(given)
     return verdict(est, headroom, budget, defaulted=defaulted, nearest=False)
+
+
+API_NAMES = {"micro_batch": "microbatch", "global_batch": "batch", "budget_bytes": "budget_gb",
+             "budget": "budget_gb", "devices": "gpus", "micro_batches": "microbatches"}  # fmt: skip
+"""Names other APIs use -> the Python API's (the CLI's flags without their dashes); an
+error says which to use."""
+
+
+def keyword_values(model: str | ModelSpec | None, inputs: dict[str, Any]) -> tuple[dict, Any]:
+    """The Python API's keywords -> (flat inputs for :func:`build`, a ModelSpec given as an
+    object or None); a name of another API is refused with the one to use."""
+    for name, cli in API_NAMES.items():
+        if name in inputs:
+            plan = " (plan's --global-batch)" * (name == "global_batch")
+            raise SpecError(name, f"unknown input {name}: the Python name is {cli}{plan}, "
+                            "as the CLI's flags without their dashes")  # fmt: skip
+    if "model" in inputs or "hf_config" in inputs:
+        raise SpecError("model", "give the model as the first argument")
+    if isinstance(model, ModelSpec):
+        return inputs, model
+    if model is not None and not isinstance(model, str):
+        raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
+    return {**inputs, "model": model}, None

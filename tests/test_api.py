@@ -34,7 +34,7 @@ def test_estimate_by_name_is_the_clis_setup(est8):
     assert est8.values == setup.estimate().values
     assert est8.parallel == setup.parallel and est8.parallel.fsdp == 8  # fsdp2 shards
     assert est8.train.grad_accum == 8  # micro-batch 1, as the CLI
-    assert est8.notes == [as_fields(n) for n in setup.notes]  # keywords, not flags
+    assert est8.notes == tuple(as_fields(n) for n in setup.notes)  # keywords, not flags
     assert any("micro-batch 1" in n for n in est8.notes)
     assert not any("--" in n for n in est8.notes)
 
@@ -187,14 +187,16 @@ def test_plan_by_name_is_the_engines(plan8):
 def test_plan_table_and_display(plan8):
     tab = plan8.table()
     assert list(tab["rank"][:3]) == [1, 2, 3] and len(tab["rank"]) == len(plan8)
-    assert tab["label"][0] in repr(plan8) and len(repr(plan8).splitlines()) <= 8
+    assert tab["label"][0] in repr(plan8) and len(repr(plan8).splitlines()) <= 9
+    assert "ranked by time" in repr(plan8) and "ranked by time" in plan8._repr_html_()
     frame = cm.table(plan8)
     assert frame["time_s.step"].iloc[0] == plan8.top(1)[0]["time_s.step"]
     assert "<ol" in plan8._repr_html_()
 
 
 def test_plan_progress_counts_structures(capsys, monkeypatch):
-    monkeypatch.setattr(cm.api, "PROGRESS_AFTER_S", -1.0)  # as if every structure were cold
+    cold = -1.0  # as if every structure were cold
+    monkeypatch.setattr(cm.api.planning, "PROGRESS_AFTER_S", cold)
     cm.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=4, seq=256,
             frameworks=["fsdp2"], recompute=["none"])  # fmt: skip
     assert "layout structures" in capsys.readouterr().err
@@ -385,3 +387,60 @@ def test_importing_the_package_loads_no_model_and_names_every_public_name():
     assert all(getattr(cm, name) is not None for name in cm.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         cm.nope  # noqa: B018
+
+
+def test_plan_refuses_what_it_searches_and_takes_the_clis_search_options():
+    """Issue 60's probe: ``plan(tp=2)`` said "hardware is required with tp" though hardware
+    was given; ``max_gpus``, ``objective`` and ``ep_dispatchers`` (the CLI's) were unknown
+    inputs, a Hardware object was refused with its whole repr, and two kinds in one string
+    were taken as one name."""
+    base = dict(hardware="h100-sxm", gpus=8, batch=64, seq=512, progress=False)
+    cases = (({"tp": 2}, "tp", "plan searches tp: drop it"),
+             ({"microbatch": 2}, "microbatch", "microbatches lists"),
+             ({"token_budget": 1e9}, "token_budget", "does not size a run"),
+             ({"micro_batches": [1]}, "micro_batches", "is microbatches"),
+             ({"hardware": "h100-sxm,b200"}, "hardware", "one device kind"),
+             ({"max_gpus": 8}, "gpus", r"gpus \(one count\) or max_gpus"))  # fmt: skip
+    for given, field, words in cases:
+        with pytest.raises(cm.SpecError, match=words) as err:
+            cm.plan("cs336-small", **{**base, **given})
+        assert err.value.field == field
+    p = cm.plan("cs336-small", hardware=cm.get_hardware("h100-sxm"), max_gpus=4, batch=16,
+                seq=512, objective="cost", frameworks=["fsdp2"], recompute=["none"],
+                progress=False)  # fmt: skip
+    assert sorted(set(p["gpus"].tolist())) == [1, 2, 3, 4]
+    assert "on up to 4 x h100-sxm" in repr(p) and "ranked by cost" in repr(p)
+
+
+def test_a_plan_where_nothing_fits_says_why_as_the_cli_does():
+    """Issue 60's probe: the API's plan said only "no layout fits"; the CLI gives the
+    smallest peak and what to try, and so does the Plan now, in the API's names."""
+    p = cm.plan("cs336-2.7b", hardware="a100-40gb", gpus=1, batch=4, seq=1024,
+                frameworks=["fsdp2"], recompute=["none", "full"], progress=False)  # fmt: skip
+    text = repr(p)
+    assert len(p) == 0 and "no layout fits: the smallest peak is" in text
+    assert "GiB per device" in text and "try more GPUs" in text and "--" not in text
+
+
+def test_an_estimate_carries_the_clis_caveats_and_verdict(capsys):
+    """Issue 60's probe: the Estimate dropped the CLI's caveats, "limited by" and nearest
+    fit, and ``estimate(memory_headroom=...)`` was an unknown input though the CLI takes it.
+    ``costmodel.verdict(est)`` is the CLI's ``--json`` verdict, in the API's names."""
+    name = dict(hardware="b200", gpus=16, ep=16, seq=4096, batch=64, framework="fsdp2")
+    est = cm.estimate("deepseek-v2-lite", **name)
+    assert main(["estimate", "--model", "deepseek-v2-lite", "--hardware", "b200", "--gpus", "16",
+                 "--ep", "16", "--seq", "4096", "--batch", "64", "--framework", "fsdp2",
+                 "--json"]) == 0  # fmt: skip
+    cli = json.loads(capsys.readouterr().out)["verdict"]
+    said = cm.verdict(est)
+    assert said["caveats"] == cli["caveats"] == list(est.caveats)
+    assert said["limited_by"] == cli["limited_by"]
+    assert said["assumptions"] == as_fields(cli["assumptions"])  # ep_dispatcher, not --ep-...
+    assert "caveat 2: mixture-of-experts" in repr(est)
+    tight = cm.estimate("cs336-2.7b", hardware="a100-40gb", gpus=1, seq=1024, batch=4,
+                        memory_headroom=0.85)  # fmt: skip
+    assert tight.fit().budget_bytes == 0.85 * tight.hardware.hbm_bytes
+    near = cm.verdict(tight)["nearest_fit"]
+    assert not tight.fit().fits and near["inputs"]["gpus"] >= 2 and "--" not in near["change"]
+    with pytest.raises(cm.SpecError, match="memory_headroom needs hardware"):
+        cm.estimate("llama3-8b", memory_headroom=0.8)

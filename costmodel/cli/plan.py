@@ -21,7 +21,15 @@ from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.nearest import stated_layout
-from costmodel.engine.plan import TIE, Plan, PlanOptions, layout_label, plan
+from costmodel.engine.plan import (
+    RANKED_BY,
+    TIE,
+    Plan,
+    PlanOptions,
+    layout_label,
+    no_fit_text,
+    plan,
+)
 from costmodel.engine.sizing import NO_CRITICAL_BATCH, train_days
 from costmodel.engine.why import difference_text, differences, nearest_fitting
 from costmodel.inputs import build
@@ -57,13 +65,6 @@ def budget_cost(
     if price is not None:
         out["train_cost"] = days * 24 * gpus * price
     return out
-
-
-RANKED_BY = {"time": "time (the most tokens/s)",
-             "cost": "cost (the fewest device-seconds per token; dollars with a price and a "
-                     "--token-budget)",
-             "tokens-per-gpu": "tokens/s per GPU", "mfu": "MFU"}  # fmt: skip
-"""How a plan's header says what ranks its rows (``--objective``)."""
 
 
 def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | None) -> str:
@@ -171,26 +172,6 @@ def estimate_command(row: dict[str, Any], given: dict[str, Any], args: argparse.
     return shlex.join(argv)
 
 
-def no_fit_text(p: Plan, hints: bool = True) -> str:
-    """No layout fits: the smallest peak found and (``hints``) what could make one fit;
-    without them where the nearest fitting layout is given instead."""
-    best = p.smallest_memory()
-    need = best["memory_bytes_per_device.peak"]
-    tuning = p.train.finetune != "full"  # fine-tuning shards over fsdp only
-    tries = ["more GPUs" + ("" if tuning else " (or more pp/tp to split the weights)")]
-    if tuning and p.train.finetune == "lora":
-        tries.append("--finetune qlora (4-bit frozen weights)")
-    if best["recompute"] != "full" and "full" not in p.options.recompute:
-        tries.insert(0, "allow --recompute full")
-    if best["micro_batch"] > 1:
-        tries.insert(0, "a smaller micro-batch")
-    hbm = p.hardware.hbm_bytes / GIB
-    text = (f"no layout fits: the smallest peak is {need / GIB:,.1f} GiB per device "
-            f"({layout_label(best)}) against {p.budget_bytes / GIB:,.1f} GiB "
-            f"({p.options.memory_headroom:.0%} of {hbm:,.0f} GiB)")  # fmt: skip
-    return f"{text}; try {', or '.join(tries)}" if hints else text
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     values = {k: v for k, v in values_of(args).items() if k in MODEL_KEYS | set(TRAIN_KEYS)}
     checks.integer("top", args.top)
@@ -278,7 +259,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
                "seconds": s.seconds, "top": rows,
                "caveats": best_caveats(result, batches)}  # fmt: skip
         if not rows:
-            out["no_fit"] = no_fit_text(result, hints=nearest is None)
+            out["no_fit"] = no_fit_text(result, nearest is None, flag)
             out["nearest_fit"] = nearest
         met = True
         if sized is not None:
@@ -287,7 +268,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
         print(to_json(out, indent=2))
         return 0 if rows and met else 1
     if not rows:
-        print(no_fit_text(result, hints=nearest is None))
+        print(no_fit_text(result, nearest is None, flag))
         print(_nearest_text(nearest))
         return 1
     _print_rows(result, rows, s.seconds, args.max_gpus, batches)
@@ -357,7 +338,7 @@ def _compared(args: argparse.Namespace, found: list[Searched]) -> int:
     """Several device kinds: their best layouts ranked by the objective, then the best
     kind's layouts as for one kind. Exit 1 when no kind has a layout that fits."""
     order = ranked(found, args.objective)
-    no_fit = {s.hardware: no_fit_text(s.plan) for s in found if s.best is None}
+    no_fit = {s.hardware: no_fit_text(s.plan, name=flag) for s in found if s.best is None}
     winner = order[0] if order[0].best is not None else None
     if winner is not None:
         _timeline(args, winner)

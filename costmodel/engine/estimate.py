@@ -61,6 +61,14 @@ class Estimate:
     hardware: Hardware | None = None
     notes: tuple[str, ...] = ()
     """What the inputs took by default (``costmodel.inputs.Setup.notes``)."""
+    headroom: float | None = None
+    """The share of the device's memory the fit rule lets a peak take (the inputs'
+    ``memory_headroom``; None: ``costmodel.engine.fit.DEFAULT_HEADROOM``)."""
+    defaulted: frozenset[str] = frozenset()
+    """Inputs not given, which the verdict's assumptions line names as defaults."""
+    caveats: tuple[str, ...] = ()
+    """Regimes of known error this configuration is in (``costmodel.engine.caveats``), as
+    the CLI's verdict lists them; filled by ``costmodel.estimate``."""
 
     def __getitem__(self, key: str) -> int | float:
         try:
@@ -141,6 +149,7 @@ class Estimate:
         else:
             out["peak"] = f"{self['memory_bytes.peak'] / 2**30:,.2f} GiB (one device)"
         out.update({f"note {i}": n for i, n in enumerate(self.notes, 1)})
+        out.update({f"caveat {i}": c for i, c in enumerate(self.caveats, 1)})
         return out
 
     def __repr__(self) -> str:
@@ -155,11 +164,13 @@ class Estimate:
 
     def fit(self, headroom: float | None = None, budget: float | None = None) -> Fit:
         """Whether this layout fits its devices: the one rule of
-        :func:`costmodel.engine.fit.judge` (the peak within headroom x device
-        memory, default :data:`costmodel.engine.fit.DEFAULT_HEADROOM`, or ``budget`` bytes)."""
+        :func:`costmodel.engine.fit.judge` (the peak within headroom x device memory,
+        default the estimate's own ``headroom``, else
+        :data:`costmodel.engine.fit.DEFAULT_HEADROOM`, or ``budget`` bytes)."""
         if self.hardware is None or self.parallel is None:
             raise SpecError("hardware", "a fit verdict needs hardware (and a layout)")
-        return judge(self.values, self.hardware, headroom, budget)
+        return judge(self.values, self.hardware, self.headroom if headroom is None else headroom,
+                     budget)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """Nested dict for JSON: specs plus every quantity."""

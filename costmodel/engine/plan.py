@@ -45,11 +45,13 @@ LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_pa
 
 @dataclass(repr=False)
 class Plan:
-    """Every valid candidate with its quantities; ``order`` ranks the fitting ones.
+    """Every valid candidate with its quantities; ``order`` ranks the fitting ones, best
+    first by the objective with near-ties broken as :func:`rank` says (:func:`ranking_text`
+    in words: so a row may be a little slower than one below it).
 
     Dict-like over the ranked table's columns (``plan["time_s.step"]``: the fitting
-    layouts' step times, fastest first; ``in``, ``keys()``, ``items()``); ``table()`` gives
-    every column, and a notebook shows the top layouts."""
+    layouts' step times in rank order; ``in``, ``keys()``, ``items()``); ``table()`` gives
+    every column, and a notebook shows the top layouts, or why none fits."""
 
     model: ModelSpec
     train: TrainSpec
@@ -79,7 +81,7 @@ class Plan:
         return out
 
     def top(self, k: int = 10) -> list[dict[str, Any]]:
-        """The ``k`` fastest fitting layouts as rows (:meth:`row`), fastest first."""
+        """The ``k`` best fitting layouts as rows (:meth:`row`), in rank order."""
         checks.integer("k", k, minimum=0)  # a slice would take -2 as "all but the last two"
         return [self.row(int(i)) for i in self.order[:k]]
 
@@ -95,7 +97,7 @@ class Plan:
         return self.train.replace(grad_accum=ga, recompute=rc, batch=int(self.columns["batch"][i]))
 
     def table(self, k: int | None = None) -> Any:
-        """The ``k`` fastest fitting layouts (all by default), fastest first, as columns:
+        """The ``k`` best fitting layouts (all by default), in rank order, as columns:
         ``rank``, the layout (``LAYOUT``), ``label``, ``limit`` and ``QUANTITIES`` (seconds,
         bytes). A :class:`~costmodel.engine.sweep.Table`: ``.frame()`` for pandas."""
         if k is not None:
@@ -129,23 +131,29 @@ class Plan:
         return len(self.order)
 
     def summary(self, k: int = 5) -> list[str]:
-        """The search in a line, then the ``k`` fastest fitting layouts."""
-        head = (f"{self.model.name} on {self.gpus} x {self.hardware.name}: batch "
+        """The search in a line, how it ranks, then the ``k`` best fitting layouts (or why
+        none fits: :func:`no_fit_text`)."""
+        counts = np.unique(self.columns["gpus"]) if len(self.columns["gpus"]) else ()
+        on = f"up to {self.gpus}" if len(counts) > 1 else f"{self.gpus}"
+        head = (f"{self.model.name} on {on} x {self.hardware.name}: batch "
                 f"{self.train.batch} x seq {self.train.seq}; {self.enumerated:,} layouts, "
                 f"{self.valid:,} valid, {len(self):,} fit in {self.budget_bytes / 2**30:,.1f} "
                 "GiB")  # fmt: skip
         rows = [f"{n}. {layout_label(r)}: step {r['time_s.step']:.4g} s, MFU {r['mfu']:.1%}, "
                 f"peak {r['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB; {r['limit']}"
                 for n, r in enumerate(self.top(k), 1)]  # fmt: skip
-        return [head, *(rows or ["no layout fits"])]
+        if not rows:
+            return [head, no_fit_text(self)]
+        return [head, ranking_text(self.options.objective), *rows]
 
     def __repr__(self) -> str:
         return "\n".join(["Plan(", *(f"  {line}" for line in self.summary()), ")"])
 
     def _repr_html_(self) -> str:
-        head, *rows = self.summary()
+        head, said, *rows = self.summary()  # the search, how it ranks (or why none fits)
         items = "".join(f"<li>{html.escape(r.split('. ', 1)[-1])}</li>" for r in rows)
-        return f"<div><p>{html.escape(head)}</p><ol style='margin:0'>{items}</ol></div>"
+        return (f"<div><p>{html.escape(head)}</p><p>{html.escape(said)}</p>"
+                f"<ol style='margin:0'>{items}</ol></div>")  # fmt: skip
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -311,6 +319,44 @@ def rank(
     peak = values["memory_bytes_per_device.peak"][idx]
     at_risk = values["memory_bytes_per_device.reserved"][idx] > capacity
     return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier, at_risk))]
+
+
+RANKED_BY = {"time": "time (the most tokens/s)",
+             "cost": "cost (the fewest device-seconds per token; dollars with a price and a "
+                     "token budget)",
+             "tokens-per-gpu": "tokens/s per GPU", "mfu": "MFU"}  # fmt: skip
+"""What ranks a plan's rows, per ``PlanOptions.objective``, in words."""
+
+
+def ranking_text(objective: str) -> str:
+    """:func:`rank`'s rule in words, for a reader who sees a row a little slower than the
+    one below it."""
+    return (
+        f"ranked by {RANKED_BY[objective]}; within {TIE:.1%} of each other by fewer "
+        "devices, then fewer model-parallel ones (tp x pp x cp), then the smaller peak; "
+        "a layout whose reserved memory exceeds the device's ranks after all that do not"
+    )
+
+
+def no_fit_text(p: Plan, hints: bool = True, name: Callable[[str], str] = str) -> str:
+    """No layout fits: the smallest peak found and (``hints``) what could make one fit;
+    without them where the nearest fitting layout is given instead. ``name`` spells an
+    input (the CLI's ``--recompute``; the Python keyword ``recompute`` by default)."""
+    best = p.smallest_memory()
+    need = best["memory_bytes_per_device.peak"]
+    tuning = p.train.finetune != "full"  # fine-tuning shards over fsdp only
+    tries = ["more GPUs" + ("" if tuning else " (or more pp/tp to split the weights)")]
+    if tuning and p.train.finetune == "lora":
+        tries.append(f"{name('finetune')} qlora (4-bit frozen weights)")
+    if best["recompute"] != "full" and "full" not in p.options.recompute:
+        tries.insert(0, f"allow {name('recompute')} full")
+    if best["micro_batch"] > 1:
+        tries.insert(0, "a smaller micro-batch")
+    hbm = p.hardware.hbm_bytes / 2**30
+    text = (f"no layout fits: the smallest peak is {need / 2**30:,.1f} GiB per device "
+            f"({layout_label(best)}) against {p.budget_bytes / 2**30:,.1f} GiB "
+            f"({p.options.memory_headroom:.0%} of {hbm:,.0f} GiB)")  # fmt: skip
+    return f"{text}; try {', or '.join(tries)}" if hints else text
 
 
 def _plain(value: Any) -> Any:

@@ -15,9 +15,7 @@ are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budge
 from __future__ import annotations
 
 import re
-import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.answers.serve import ServeAnswer, answer, spec_of
+from costmodel.api.planning import plan as plan
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.hf import model_from_hf_config, model_from_hf_dict
 from costmodel.catalog.presets import get_model
@@ -32,17 +31,19 @@ from costmodel.engine import estimate as _engine
 from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
 from costmodel.engine import sweep as _sweep
+from costmodel.engine.caveats import caveats
 from costmodel.engine.estimate import Estimate
 from costmodel.engine.fit import (
-    DEFAULT_HEADROOM,
     PEAK,
     RESERVED,
     budget_bytes,
     budget_from,
+    check_headroom,
     fits,
 )
 from costmodel.engine.sweep import Table
-from costmodel.inputs import build, default_batch, solved_verdict
+from costmodel.engine.verdict import verdict as _verdict
+from costmodel.inputs import BY_KEY, build, default_batch, keyword_values, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
@@ -51,11 +52,6 @@ from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
 GB, GIB = 1e9, 2**30
-_CLI_NAMES = {"micro_batch": "microbatch", "global_batch": "batch", "budget_bytes": "budget_gb",
-              "budget": "budget_gb", "devices": "gpus"}  # fmt: skip
-"""Names other APIs use -> the CLI's (an error says which to use)."""
-PROGRESS_AFTER_S = 1.0
-"""plan's progress line appears once compiling has taken this long (seconds)."""
 
 
 def from_hf(config: str | Path | Mapping[str, Any]) -> ModelSpec:
@@ -63,22 +59,6 @@ def from_hf(config: str | Path | Mapping[str, Any]) -> ModelSpec:
     if isinstance(config, Mapping):
         return model_from_hf_dict(dict(config))
     return model_from_hf_config(config)
-
-
-def _values(model: str | ModelSpec | None, inputs: dict[str, Any]) -> tuple[dict, Any]:
-    """(flat inputs for ``build``, a ModelSpec given as an object or None)."""
-    for name, cli in _CLI_NAMES.items():
-        if name in inputs:
-            plan = " (plan's --global-batch)" * (name == "global_batch")
-            raise SpecError(name, f"unknown input {name}: the Python name is {cli}{plan}, "
-                            "as the CLI's flags without their dashes")  # fmt: skip
-    if "model" in inputs or "hf_config" in inputs:
-        raise SpecError("model", "give the model as the first argument")
-    if isinstance(model, ModelSpec):
-        return inputs, model
-    if model is not None and not isinstance(model, str):
-        raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
-    return {**inputs, "model": model}, None
 
 
 def estimate(
@@ -106,9 +86,37 @@ def estimate(
         raise SpecError("train", "train and parallel must be a TrainSpec and a ParallelSpec")
     if isinstance(hardware, Hardware):
         raise SpecError("hardware", "with keyword inputs, name the hardware (or give specs)")
-    values, spec = _values(model, {**inputs, "hardware": hardware})
+    headroom = inputs.pop("memory_headroom", None)
+    values, spec = keyword_values(model, {**inputs, "hardware": hardware})
     setup = build(values, spec)
-    return replace(setup.estimate(), notes=[as_fields(n) for n in setup.notes])
+    est = setup.estimate()
+    if headroom is not None:
+        if est.parallel is None:
+            raise SpecError("memory_headroom", "memory_headroom needs hardware (a device)")
+        headroom = check_headroom(headroom)
+    est = replace(
+        est,
+        notes=tuple(as_fields(n) for n in setup.notes),
+        headroom=headroom,
+        defaulted=frozenset(set(BY_KEY) - {k for k, v in values.items() if v is not None}),
+    )
+    if est.parallel is None:
+        return est
+    fitting = est.fit().fits  # the CLI's verdict leaves MFU's caveat out where nothing runs
+    return replace(est, caveats=tuple(caveats(est, skip=() if fitting else ("mfu",))))
+
+
+def verdict(est: Estimate, *, nearest: bool = True) -> dict[str, Any]:
+    """The CLI's answer to ``estimate`` (its ``--json``'s ``verdict``) for an estimate of
+    this API: fits or not and the memory rule's numbers; when it fits, step time, tokens/s
+    per device, MFU and what limits the step (``limited_by``); when not (and ``nearest``),
+    the nearest change that fits, from the planner's search (``nearest_fit``: its inputs,
+    in the API's names); the layout, the assumptions (defaults named), what the device's
+    numbers rest on, the caveats and the notes."""
+    if est.parallel is None or est.hardware is None:
+        raise SpecError("hardware", "a verdict needs hardware (and a layout)")
+    out = _verdict(est, est.headroom, defaulted=est.defaulted, nearest=nearest, notes=est.notes)
+    return {k: as_fields(v) if isinstance(v, str) else v for k, v in out.items()}
 
 
 def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
@@ -252,59 +260,6 @@ def _required(field: str) -> str:
     raise SpecError("hardware", f"hardware is required with {field}")
 
 
-def _choices(name: str, given: Any) -> tuple[Any, ...]:
-    """A search's choices: one (a string or a number) or several, never none."""
-    chosen = (given,) if isinstance(given, str | int) else tuple(given)
-    if not chosen:
-        raise SpecError(name, f"{name} must name at least one choice (got none)")
-    return chosen
-
-
-def plan(
-    model: str | ModelSpec,
-    *,
-    hardware: str,
-    gpus: int,
-    batch: int | None = None,
-    frameworks: Iterable[str] | None = None,
-    recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
-    microbatches: Iterable[int] | None = None,
-    max_tp: int | None = None,
-    memory_headroom: float = DEFAULT_HEADROOM,
-    progress: bool | Callable[[Iterable[Any], int], Iterable[Any]] = True,
-    **inputs: Any,
-) -> _plan.Plan:
-    """The fastest layouts of ``gpus`` devices that fit (``plan`` of the CLI): ``batch``
-    sequences per step (the CLI's ``--global-batch``); ``framework`` searches that one
-    framework alone (``frameworks`` several; by default the planner's, fsdp2 and
-    megatron); the other inputs (seq, precision, ...) as
-    the CLI's. ``progress`` counts the layout structures compiled on stderr (the
-    slow part of a first call), or is a callable ``(items, total) -> items``."""
-    if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
-        _values(model, inputs)
-        raise SpecError("batch", "plan needs batch: sequences per step (the CLI's --global-batch)")
-    checks.integer("gpus", gpus)
-    if not (isinstance(progress, bool) or callable(progress)):
-        raise SpecError("progress", "progress must be True, False or a callable "
-                        f"(items, total) -> items (got {progress!r})")  # fmt: skip
-    if "framework" in inputs:  # one framework, as estimate names it
-        if frameworks is not None:
-            raise SpecError("framework", "give framework (one) or frameworks (several), "
-                            "not both")  # fmt: skip
-        frameworks = (inputs.pop("framework"),)
-    if frameworks is None:  # the planner's own (fsdp2 and megatron)
-        frameworks = _plan.PlanOptions().frameworks
-    values, spec = _values(model, {**inputs, "batch": batch})
-    setup = build(values, spec)
-    options = _plan.PlanOptions(frameworks=_choices("frameworks", frameworks),
-                                recompute=_choices("recompute", recompute),
-                                micro_batches=None if microbatches is None else
-                                _choices("microbatches", microbatches), max_tp=max_tp,
-                                memory_headroom=memory_headroom)  # fmt: skip
-    counter = _count_on_stderr if progress is True else (progress or None)
-    return _plan.plan(setup.model, setup.train, get_hardware(hardware), gpus, options, counter)
-
-
 def serve(
     model: str | ModelSpec, hardware: str | Hardware = "h100-sxm", **inputs: Any
 ) -> ServeAnswer:
@@ -322,20 +277,6 @@ def _preset(model: Any) -> str:
     if not isinstance(model, str):
         raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
     return model
-
-
-def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
-    """``compiling 3/12 layout structures`` on one stderr line, once the compiling has
-    taken ``PROGRESS_AFTER_S`` (structures cached on disk pass silently)."""
-    start, shown = time.perf_counter(), False
-    for i, item in enumerate(items, 1):
-        yield item
-        if shown or time.perf_counter() - start > PROGRESS_AFTER_S:
-            sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
-            sys.stderr.flush()
-            shown = True
-    if shown:
-        sys.stderr.write("\n")
 
 
 def max_batch(
@@ -365,7 +306,7 @@ def max_seq(
 
 
 def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[str, Any]:
-    values, spec = _values(model, inputs)
+    values, spec = keyword_values(model, inputs)
     setup = build(values, spec, solving=field)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
@@ -398,7 +339,7 @@ def min_fsdp(
     varied = {"gpus", "fsdp", "grad_accum", "microbatch"} & set(inputs)
     if varied:
         raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
-    values, spec = _values(model, {"batch": 1, **inputs})
+    values, spec = keyword_values(model, {"batch": 1, **inputs})
     setup = build(values, spec)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")

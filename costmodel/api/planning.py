@@ -1,0 +1,146 @@
+"""``costmodel.plan``: the CLI's ``plan`` as a function, with its names and answers.
+
+The CLI's search options under their Python names (``--max-gpus`` as ``max_gpus``,
+``--micro-batches`` as ``microbatches``, ``--ep-dispatchers`` as ``ep_dispatchers``,
+``--objective``), the model and training inputs as ``estimate`` takes them; what the
+planner searches (the degrees, the micro-batch) is refused by name, as the CLI has no flag
+for it. The returned :class:`~costmodel.engine.plan.Plan` ranks, explains its ranking and,
+where nothing fits, says why (:func:`~costmodel.engine.plan.no_fit_text`), as the CLI does.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from costmodel.catalog.hardware import get_hardware
+from costmodel.engine import plan as _plan
+from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.layouts import device_counts
+from costmodel.inputs import build, keyword_values
+from costmodel.specs import checks
+from costmodel.specs.checks import SpecError
+from costmodel.specs.hardware import Hardware
+from costmodel.specs.model import ModelSpec
+
+PROGRESS_AFTER_S = 1.0
+"""plan's progress line appears once compiling has taken this long (seconds)."""
+SEARCHED = ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero", "pp_interleave",
+            "sequence_parallel", "grad_accum", "microbatch")  # fmt: skip
+"""Inputs the planner searches: refused as inputs of ``plan`` (the CLI has no flag)."""
+SIZING = ("token_budget", "price_per_hour", "deadline_days", "checkpoint_gbps",
+          "failures_per_gpu_hour", "restart_minutes", "pue", "kwh_price")  # fmt: skip
+"""The CLI plan's sizing and cost inputs, which the Python plan does not take."""
+
+
+def plan(
+    model: str | ModelSpec,
+    *,
+    hardware: str | Hardware,
+    gpus: int | None = None,
+    max_gpus: int | None = None,
+    batch: int | None = None,
+    frameworks: Iterable[str] | None = None,
+    recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
+    microbatches: Iterable[int] | None = None,
+    ep_dispatchers: Iterable[str] = ("all-to-all",),
+    max_tp: int | None = None,
+    memory_headroom: float = DEFAULT_HEADROOM,
+    objective: str = "time",
+    progress: bool | Callable[[Iterable[Any], int], Iterable[Any]] = True,
+    **inputs: Any,
+) -> _plan.Plan:
+    """The best layouts of ``gpus`` devices (or of every count up to ``max_gpus``, as
+    ``--max-gpus`` searches) that fit (``plan`` of the CLI): ``batch`` sequences per step
+    (the CLI's ``--global-batch``); ``framework`` searches that one framework alone
+    (``frameworks`` several; by default the planner's, fsdp2 and megatron); ``objective``
+    ranks (``time``, ``cost``, ``tokens-per-gpu``, ``mfu``); the other inputs (seq,
+    precision, ...) as the CLI's. ``progress`` counts the layout structures compiled on
+    stderr (the slow part of a first call), or is a callable ``(items, total) -> items``."""
+    _refuse_unsearchable(inputs)
+    if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
+        keyword_values(model, inputs)
+        raise SpecError("batch", "plan needs batch: sequences per step (the CLI's --global-batch)")
+    if (gpus is None) == (max_gpus is None):
+        raise SpecError("gpus", "plan needs gpus (one count) or max_gpus (every count up to "
+                        "it), not both")  # fmt: skip
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise SpecError("progress", "progress must be True, False or a callable "
+                        f"(items, total) -> items (got {progress!r})")  # fmt: skip
+    frameworks = _frameworks(frameworks, inputs)
+    hw = hardware if isinstance(hardware, Hardware) else _one_kind(hardware)
+    values, spec = keyword_values(model, {**inputs, "batch": batch})
+    setup = build(values, spec)
+    options = _plan.PlanOptions(
+        frameworks=_choices("frameworks", frameworks), recompute=_choices("recompute", recompute),
+        micro_batches=None if microbatches is None else _choices("microbatches", microbatches),
+        max_tp=max_tp, memory_headroom=memory_headroom, objective=objective,
+        dispatchers=_choices("ep_dispatchers", ep_dispatchers),
+    )  # fmt: skip
+    if gpus is not None:
+        checks.integer("gpus", gpus)
+        counts: int | list[int] = gpus
+    else:
+        counts = device_counts(max_gpus, hw.devices_per_node)
+    counter = _count_on_stderr if progress is True else (progress or None)
+    return _plan.plan(setup.model, setup.train, hw, counts, options, counter)
+
+
+def _refuse_unsearchable(inputs: dict[str, Any]) -> None:
+    """What the planner searches, and the CLI's sizing, are not inputs of ``plan``."""
+    for name in SEARCHED:
+        if name in inputs:
+            raise SpecError(
+                name,
+                f"plan searches {name}: drop it (max_tp bounds tp, "
+                "microbatches lists micro-batches; estimate() prices one layout)",
+            )
+    for name in SIZING:
+        if name in inputs:
+            raise SpecError(
+                name,
+                f"plan() does not size a run ({name}): estimate() takes it for "
+                "one layout, the CLI's plan --token-budget sizes each GPU count",
+            )
+
+
+def _frameworks(frameworks: Iterable[str] | None, inputs: dict[str, Any]) -> Iterable[str]:
+    """``framework`` (one, as estimate names it) or ``frameworks`` (several), else the
+    planner's own (fsdp2 and megatron)."""
+    if "framework" in inputs:
+        if frameworks is not None:
+            raise SpecError("framework", "give framework (one) or frameworks (several), "
+                            "not both")  # fmt: skip
+        return (inputs.pop("framework"),)
+    return _plan.PlanOptions().frameworks if frameworks is None else frameworks
+
+
+def _one_kind(name: str) -> Hardware:
+    if isinstance(name, str) and "," in name:
+        raise SpecError("hardware", "plan() searches one device kind: call it once per kind "
+                        "(the CLI's plan --hardware a,b compares them)")  # fmt: skip
+    return get_hardware(name)
+
+
+def _choices(name: str, given: Any) -> tuple[Any, ...]:
+    """A search's choices: one (a string or a number) or several, never none."""
+    chosen = (given,) if isinstance(given, str | int) else tuple(given)
+    if not chosen:
+        raise SpecError(name, f"{name} must name at least one choice (got none)")
+    return chosen
+
+
+def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
+    """``compiling 3/12 layout structures`` on one stderr line, once the compiling has
+    taken ``PROGRESS_AFTER_S`` (structures cached on disk pass silently)."""
+    start, shown = time.perf_counter(), False
+    for i, item in enumerate(items, 1):
+        yield item
+        if shown or time.perf_counter() - start > PROGRESS_AFTER_S:
+            sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
+            sys.stderr.flush()
+            shown = True
+    if shown:
+        sys.stderr.write("\n")
