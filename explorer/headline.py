@@ -134,8 +134,11 @@ def _nearest(near: dict[str, Any] | None) -> None:
     """The nearest change that fits, with a button that makes it."""
     if near is None:
         return
-    st.markdown(f"Nearest change that fits: {near['change']}: peak "
-                f"{near['peak_bytes'] / GIB:,.1f} GiB, step {near['step_s']:.3g} s.")  # fmt: skip
+    tight = (
+        f", reserved {near['reserved_bytes'] / GIB:,.1f} GiB (TIGHT: over the device's memory)"
+    ) * near["tight"]
+    peak = f"peak {near['peak_bytes'] / GIB:,.1f} GiB{tight}"
+    st.markdown(f"Nearest change that fits: {near['change']}: {peak}, step {near['step_s']:.3g} s.")
     st.button("Apply the nearest change that fits", key="apply_nearest", type="primary",
               on_click=_set, args=(widget_values(near["inputs"]),))  # fmt: skip
 

@@ -5,6 +5,7 @@ regime of known error carry a one-line caveat whose numbers the corpus reproduce
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,22 @@ def _throughput_rows(path: Path, ids: set[str] | None = None) -> list[dict]:
     return [
         row for run in runs for row in rows_for(run) if row["quantity"] == "tokens_per_s_per_gpu"
     ]
+
+
+@pytest.mark.parametrize("name", sorted(HARDWARE))
+def test_a_profiles_memory_is_what_its_source_states(name):
+    """Issue 60's probe: gh200's source said "96 GB HBM3 at 4.0 TB/s" while the profile held
+    the H100 SXM's 80 GiB and 3.35 TB/s. The first "N GB HBM" and "X TB/s" a source quotes
+    are the profile's memory (a vendor's GB read as GiB, as the catalog's _notes say) and
+    bandwidth."""
+    hw = get_hardware(name)
+    source = hw.source
+    size = re.search(r"(\d+(?:\.\d+)?) ?GB (?:of )?HBM", source)
+    rate = re.search(r"(\d+(?:\.\d+)?) ?TB/s", source)
+    if size:
+        assert hw.hbm_bytes == float(size.group(1)) * 2**30
+    if rate:
+        assert hw.hbm_bw == pytest.approx(float(rate.group(1)) * 1e12)
 
 
 @pytest.mark.parametrize("name", sorted(HARDWARE))

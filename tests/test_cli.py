@@ -240,6 +240,9 @@ def test_errors_name_the_flags_a_user_types(capsys):
                     "made_up_name and the tp all-reduces", estimate)  # fmt: skip
     assert said == ("--pp * --pp-interleave must be <= --n-layers; see memory_bytes.peak, "
                     "made_up_name and the tp all-reduces")  # fmt: skip
+    # a value that is also a flag's name stays a value (it read "use none, selective or --full")
+    assert main(["estimate", "--model", "mixtral-8x7b", "--recompute", "selective-op"]) == 2
+    assert "(use 'none', 'selective' or 'full')" in capsys.readouterr().err
 
 
 def test_a_command_loads_only_its_own_modules():

@@ -257,3 +257,24 @@ def test_the_probes_plan_questions_answer_in_their_own_terms(capsys):
                  "--global-batch", "1:1000000", "--json"]) == 0  # fmt: skip
     said = json.loads(capsys.readouterr().out)["caveats"]
     assert any("no critical-batch limit is modelled" in c for c in said)
+
+
+def test_the_limit_names_contention_and_the_group_whose_traffic_is_left():
+    """Issue 60's probe: "limited by ... FSDP/DP communication 15 %" where the data-parallel
+    traffic was 0.5 % of the step: everything the named parts left was called FSDP/DP,
+    the compute lost to overlapped expert traffic (contention) included. Contention is now
+    its own part, and what is left is named after the group with the most traffic."""
+    from costmodel.engine.plan import limit_of
+
+    row = {"time_s.step": 10.0, "time_s.forward": 3.0, "time_s.backward": 6.5,
+           "time_s.compute": 8.0, "time_s.bubble": 0.0, "time_s.optimizer": 0.1,
+           "comm_time_s.tp": 0.0, "comm_time_s.ep": 4.0, "comm_exposed_share.ep": 0.05,
+           "comm_time_s.dp": 0.05, "comm_time_s.fsdp": 0.0, "comm_time_s.cp": 0.0,
+           "comm_time_s.pp": 0.3, "time_s.contention_forward": 0.4,
+           "time_s.contention_backward": 0.7, "memory_bytes_per_device.peak": 1.0}  # fmt: skip
+    assert (
+        limit_of(row, 80e9)
+        == "compute; contention with the overlapped communication 11% of the step"
+    )
+    row.update({"time_s.contention_forward": 0.0, "time_s.contention_backward": 0.0})
+    assert limit_of(row, 80e9) == "compute; PP communication 13% of the step, exposed"

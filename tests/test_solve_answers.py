@@ -202,3 +202,21 @@ def test_min_fsdp_of_no_tokens_on_a_device_prices_the_book_at_the_answers_sequen
     assert "0.00 GiB of activations" not in book and "134.38 GiB of activations" in book
     state_only = _json(*XXL, "--framework", "fsdp2")  # no device: the state alone
     assert state_only["book"]["activation_bytes"] == 0 and state_only["answer"]["fsdp"] == 38
+
+
+def test_a_tight_answer_says_so_on_its_own_line(capsys):
+    """Issue 60's probe: ``solve min-fsdp --budget-gb 80`` answered fsdp 7 "fits the 74.51
+    GiB budget" on its answer line while its verdict, lines below, said TIGHT (reserved 88.5
+    GiB over the 80 GiB device); ``max-batch`` alike. The answer line now says it too."""
+    assert main(["solve", "min-fsdp", "--model", "llama3-8b", "--hardware", "h100-sxm",
+                 "--budget-gb", "80", "--seq", "8192"]) == 0  # fmt: skip
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert answer.startswith("answer   fsdp 7")
+    assert "but TIGHT: reserved 88.51 GiB is over the device's 80.00 GiB" in answer
+    argv = ["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--batch", "8", "--framework", "fsdp2"]  # fmt: skip
+    assert main(argv) == 0
+    assert "but TIGHT: reserved 86.40 GiB" in capsys.readouterr().out.splitlines()[0]
+    assert main([*argv, "--memory-headroom", "0.8"]) == 0  # 1.2 x 64 GiB stays within 80 GiB
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert answer.startswith("answer   seq ") and "TIGHT" not in answer

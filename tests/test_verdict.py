@@ -354,3 +354,23 @@ def test_the_nearest_fit_prefers_a_reserve_the_device_holds():
     assert not est.fit().fits
     near = nearest_fit(est, planner=False)
     assert near["change"] == "recompute full" and near["reserved_bytes"] <= 80 * 2**30
+    assert near["tight"] is False
+
+
+def test_a_tight_nearest_fit_says_so(capsys):
+    """Issue 60's probe: a nearest fit whose reserve is over the device (the best the
+    search found) read as a plain fit; the estimate it names then said "fits, but TIGHT".
+    Its answer now carries ``tight`` (its reserve over the device's memory) and its line
+    says TIGHT where it is."""
+    from costmodel.cli.estimate import _nearest_text
+    from costmodel.engine.nearest import nearest_fit
+
+    par = ParallelSpec(fsdp=8, framework="fsdp2")
+    est = estimate(get_model("llama3-8b"), TrainSpec(batch=32, seq=8192, grad_accum=2), par,
+                   get_hardware("h100-sxm"))  # fmt: skip
+    near = nearest_fit(est, headroom=0.95, planner=False)
+    assert near["tight"] == (near["reserved_bytes"] > 80 * 2**30)
+    said = _nearest_text({**near, "tight": True})
+    assert "(TIGHT: over the device's memory)" in said and "TIGHT" not in _nearest_text(
+        {**near, "tight": False}
+    )

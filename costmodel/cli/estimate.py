@@ -62,9 +62,10 @@ def _nearest_text(near: dict[str, Any] | None) -> str:
         return ("none at this batch on these devices or up to 8x them, with any layout, "
                 "recompute or micro-batch (the planner's search): a shorter sequence, a "
                 "smaller model or a device with more memory")  # fmt: skip
+    tight = " (TIGHT: over the device's memory)" * near["tight"]
     return (f"{near['change']}: peak {near['peak_bytes'] / GIB:,.1f} GiB, reserved "
-            f"{near['reserved_bytes'] / GIB:,.1f} GiB, step {_fmt_seconds(near['step_s'])} "
-            f"({near['flags']})")  # fmt: skip
+            f"{near['reserved_bytes'] / GIB:,.1f} GiB{tight}, step "
+            f"{_fmt_seconds(near['step_s'])} ({near['flags']})")  # fmt: skip
 
 
 _UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")

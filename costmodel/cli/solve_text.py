@@ -15,7 +15,7 @@ def min_fsdp_rows(result: dict[str, Any]) -> Rows:
     """``solve min-fsdp``: the answer (the full model's, or for the state alone the book's),
     what it assumed, and the book's closed form with its parts."""
     answer, full = result["answer"], result.get("full_model")
-    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result["book"]))]
+    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result["book"]) + _tight(result))]
     rows.append(("assumed", answer["assumed"]))
     rows.append(("book", _book(result["book"])))
     return rows
@@ -75,9 +75,23 @@ def max_rows(result: dict[str, Any], field: str) -> Rows:
     else:
         rows = [("answer", f"{field} {value:,}: the largest whose per-device peak fits "
                            f"{budget}")]  # fmt: skip
+    rows[0] = ("answer", rows[0][1] + _tight(result))
     rows.append(("assumed", result["assumed"]))
     rows += [("note", result[k]) for k in ("limited_by", "note") if result.get(k)]
     return rows
+
+
+def _tight(result: dict[str, Any]) -> str:
+    """The verdict's TIGHT said on the answer's own line: the answer fits its budget, but
+    the caching allocator's reserve would be over the device's memory."""
+    memory = result.get("verdict", {}).get("memory", {})
+    reserved, capacity = memory.get("reserved_bytes", 0), memory.get("capacity_bytes", 0)
+    if not (memory.get("fits") and capacity and reserved > capacity):
+        return ""
+    return (
+        f"; but TIGHT: reserved {_gib(reserved)} is over the device's {_gib(capacity)} "
+        "(the verdict below says what that risks)"
+    )
 
 
 def bounds_rows(report: dict[str, Any], hardware: str) -> Rows:

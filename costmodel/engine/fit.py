@@ -117,10 +117,10 @@ class Fit:
                 "tight": self.tight}  # fmt: skip
 
     def capacity(self) -> str:
-        """The device's memory as its maker states it: ``80 GiB`` (H100) or ``16 GB``."""
-        if self.capacity_bytes % 2**30 == 0:
-            return f"{self.capacity_bytes / 2**30:,.0f} GiB"
-        return f"{self.capacity_bytes / 1e9:,.0f} GB"
+        """The device's memory in GiB, as the peak and budget beside it: ``80 GiB`` (an
+        H100's, whole), ``23.3 GiB`` (a machine's measured memory, not whole)."""
+        gib = self.capacity_bytes / 2**30
+        return f"{gib:,.0f} GiB" if self.capacity_bytes % 2**30 == 0 else f"{gib:,.1f} GiB"
 
     def allowance(self, digits: int = 1) -> str:
         """The budget in words: ``72.0 GiB (headroom 0.9 of 80 GiB)``."""

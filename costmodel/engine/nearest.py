@@ -113,7 +113,7 @@ def nearest_fit(
     planner: bool = True,
 ) -> dict[str, Any] | None:
     """The nearest way to fit ``est`` at its global batch, as ``{change, inputs, flags,
-    peak_bytes, reserved_bytes, step_s, mfu}``: the fewest of :func:`changes` that fit
+    peak_bytes, reserved_bytes, step_s, mfu, tight}``: the fewest of :func:`changes` that fit
     (the fastest of those), else (``planner``) the planner's best layout
     (:func:`planned`); None when nothing fits up to 8 times the devices (or, without the
     planner, with these changes)."""
@@ -130,7 +130,7 @@ def nearest_fit(
             _, _, chosen, got = min(found, key=lambda f: f[:2])
             chosen, got = _largest_micro(est, chosen, got, allowed)
             inputs = {k: v for _, given in chosen for k, v in given.items()}
-            return _answer(" + ".join(c[0] for c in chosen), inputs, got.values)
+            return _answer(" + ".join(c[0] for c in chosen), inputs, got)
     return planned(est, allowed) if planner else None
 
 
@@ -156,11 +156,15 @@ def _tight(got: Estimate) -> bool:
     return float(got["memory_bytes_per_device.reserved"]) > got.hardware.hbm_bytes
 
 
-def _answer(change: str, inputs: dict[str, Any], v: Any) -> dict[str, Any]:
+def _answer(change: str, inputs: dict[str, Any], got: Estimate) -> dict[str, Any]:
+    """The way out as the verdict says it; ``tight``: its reserve is over the device's
+    memory (the best there is: every change that fits is TIGHT)."""
+    v = got.values
     return {"change": change, "inputs": inputs, "flags": flags(inputs),
             "peak_bytes": float(v["memory_bytes_per_device.peak"]),
             "reserved_bytes": float(v["memory_bytes_per_device.reserved"]),
-            "step_s": float(v["time_s.step"]), "mfu": float(v["mfu"])}  # fmt: skip
+            "step_s": float(v["time_s.step"]), "mfu": float(v["mfu"]),
+            "tight": _tight(got)}  # fmt: skip
 
 
 def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
@@ -192,7 +196,7 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
         inputs = {"gpus": row["gpus"], **inputs}
     more = f" on {row['gpus']:,} devices" if row["gpus"] != p.devices else ""
     return _answer(f"the planner's layout{more} at batch {est.train.batch:,}: "
-                   f"{layout_label(row)}", inputs, got.values)  # fmt: skip
+                   f"{layout_label(row)}", inputs, got)  # fmt: skip
 
 
 def _as_stated(est: Estimate, row: dict[str, Any]) -> Estimate | None:

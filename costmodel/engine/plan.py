@@ -185,10 +185,12 @@ def limit_of(row: dict[str, Any], budget: float, capacity: float = np.inf) -> st
     """What binds a layout: the largest of the pipeline bubble, exposed TP communication,
     the expert-parallel all-to-alls (exposed too), the host's kernel launches where the
     device waits for them (``costmodel.parallel.host``: beyond its own time, and at MoE
-    layers' host syncs), data-parallel (FSDP/DP) communication
-    beyond the compute it overlaps, and the optimizer step, when it exceeds 5 % of the step
-    (named after compute where the device's own compute, its waits for the host left
-    out, is half the step or more and the part less); else compute.
+    layers' host syncs), the compute lost to the communication overlapped with it
+    (contention, ``costmodel.parallel.timing.contention``), the rest of the communication
+    beyond the compute it overlaps (named after the largest of the FSDP, DP, CP and PP
+    groups' traffic), and the optimizer step, when it exceeds 5 % of the step (named after
+    compute where the device's own compute, its waits for the host left out, is half the
+    step or more and the part less); else compute.
     Memory above 90 % of the budget is named too (a layout that shards less would not
     fit), and reserved bytes over the device's ``capacity`` (a risk of running out)."""
     step = row["time_s.step"]
@@ -196,20 +198,27 @@ def limit_of(row: dict[str, Any], budget: float, capacity: float = np.inf) -> st
         "comm_exposed_share.tp", 1.0
     )
     ep = row.get("comm_time_s.ep", 0.0) * row.get("comm_exposed_share.ep", 1.0)
+    lost = row.get("time_s.contention_forward", 0.0) + row.get("time_s.contention_backward", 0.0)
     phases = row["time_s.forward"] + row["time_s.backward"]
+    groups = {"FSDP": "comm_time_s.fsdp", "DP": "comm_time_s.dp", "CP": "comm_time_s.cp",
+              "PP": "comm_time_s.pp"}  # fmt: skip
+    rest = max(groups, key=lambda g: row.get(groups[g], 0.0))
     parts = {
         "pipeline bubble": row["time_s.bubble"],
         "TP communication": tp,
         "expert all-to-all": ep,
         "host kernel launches": row.get("time_s.host_bound", 0.0),
-        "FSDP/DP communication": max(0.0, phases - row["time_s.compute"] - tp - ep),
+        "contention with the overlapped communication": lost,
+        f"{rest} communication": max(0.0, phases - row["time_s.compute"] - tp - ep - lost),
         "optimizer step": row["time_s.optimizer"],
     }
     name, worst = max(parts.items(), key=lambda kv: kv[1])
     text = "compute"
     device = row["time_s.compute"] - row.get("time_s.host_bound", 0.0)  # not its host waits
     if 0.05 * step < worst < 0.5 * step <= device:  # compute still leads
-        text = f"compute; {name} {worst / step:.0%} of the step, exposed"
+        exposed = ", exposed" * (name in ("TP communication", "expert all-to-all",
+                                          f"{rest} communication"))  # fmt: skip
+        text = f"compute; {name} {worst / step:.0%} of the step{exposed}"
     elif worst > 0.05 * step:
         text = f"{name} ({worst / step:.0%} of the step)"
     used = row["memory_bytes_per_device.peak"] / budget

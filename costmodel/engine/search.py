@@ -66,6 +66,7 @@ TIMES = (
     "time_s.compute", "time_s.comm", "time_s.host_bound", "tokens_per_s", "mfu",
     "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
     "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep", "comm_overlapped_s.tp",
+    "time_s.contention_forward", "time_s.contention_backward",
 )  # fmt: skip
 QUANTITIES = TIMES[:10] + MEMORY + TIMES[10:]
 """What the planner evaluates per layout, compiled as one function per structure; a top

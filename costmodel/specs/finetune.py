@@ -47,7 +47,7 @@ def finetune_rules(model: Any, train: Any) -> None:
          "is not modelled for MLA (adapters on its latent projections)"),
         ("precision", np.asarray(train.precision) != "fp8", "is not modelled with fp8 matmuls"),
         ("recompute", np.asarray(train.recompute) != "selective-op",
-         "is not modelled with recompute=selective-op (use none, selective or full)"),
+         "is not modelled with recompute=selective-op (use 'none', 'selective' or 'full')"),
     ):  # fmt: skip
         checks.require(ok, field, lambda why=why: f"finetune={kind} {why}")
     targets = _one(train.lora_targets)

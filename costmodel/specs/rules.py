@@ -58,11 +58,11 @@ def moe_train_rule(model: Any, recompute: Any, elementwise: Any = "fused") -> No
     moe = np.asarray(getattr(model, "n_experts", 0)) > 0
     ok = ~moe | (np.asarray(recompute) != "selective-op")
     checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for a "
-                   "mixture-of-experts model (use none, selective or full)")  # fmt: skip
+                   "mixture-of-experts model (use 'none', 'selective' or 'full')")  # fmt: skip
     mla = np.asarray(getattr(model, "kv_lora_rank", 0)) > 0
     ok = ~mla | (np.asarray(recompute) != "selective-op")
     checks.require(ok, "recompute", lambda: "recompute=selective-op is not modelled for "
-                   "MLA (kv_lora_rank > 0; use none, selective or full)")  # fmt: skip
+                   "MLA (kv_lora_rank > 0; use 'none', 'selective' or 'full')")  # fmt: skip
     ok = ~mla | (np.asarray(elementwise) != "eager")
     checks.require(ok, "elementwise", lambda: "elementwise=eager is not modelled for MLA "
                    "(kv_lora_rank > 0): its op-by-op traffic is not counted")  # fmt: skip
