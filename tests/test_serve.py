@@ -344,3 +344,19 @@ def test_an_engine_that_holds_no_sequence_does_not_fit():
                       memory_utilization=0.2)  # fmt: skip
     assert answer["max_batch"] == 0 and not answer.fits
     assert "does not fit" in repr(answer).lower()
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_serve_as_w8a16():
+    """Issue 60's probe: ``serve --precision fp8`` on an A100 said "has no fp8 support"
+    where vLLM serves fp8 checkpoints on Ampere as weight-only W8A16 (FP8 Marlin): the
+    weights are read at a byte each and multiply at the 16-bit rate, and a note says so."""
+    model, a100 = get_model("llama3-70b"), get_hardware("a100-80gb")
+    spec = dict(tp=4, input=2000, output=500, batch=32)
+    fp8 = serve(model, ServeSpec(precision="fp8", **spec), a100)
+    bf16 = serve(model, ServeSpec(precision="bf16", **spec), a100)
+    assert fp8["memory_bytes_per_device.weights"] < 0.55 * bf16["memory_bytes_per_device.weights"]
+    assert fp8["time_s.tpot"] < bf16["time_s.tpot"]  # decode reads half the bytes
+    assert fp8["time_s.ttft"] == pytest.approx(bf16["time_s.ttft"], rel=0.05)  # same matmul rate
+    assert any("W8A16" in n for n in fp8.notes)
+    with pytest.raises(SpecError, match="a100-80gb has no fp4"):  # no fp4 path to dequantize
+        serve(model, ServeSpec(precision="nvfp4", **spec), a100)

@@ -361,7 +361,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
-    return ServeEstimate(out, _notes(spec, asked, out))
+    return ServeEstimate(out, _notes(spec, asked, out, hw))
 
 
 def _capacity(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
@@ -399,9 +399,13 @@ def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
             "throughput.output_tokens_per_s_per_gpu": served / (spec.dp * spec.tp)}  # fmt: skip
 
 
-def _notes(spec: ServeSpec, asked: int, out: dict[str, Any]) -> list[str]:
+def _notes(spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware) -> list[str]:
     """What the estimate assumes beyond the spec."""
     notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
+    computed = gemm_dtype(spec.precision, hw)
+    if spec.precision == "fp8" and computed != "fp8":
+        notes.append(f"fp8 weights dequantized into {computed} matmuls: {hw.name} has no fp8 "
+                     "matmuls (W8A16, as vLLM's FP8 Marlin runs them)")  # fmt: skip
     if spec.simulated:
         notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:

@@ -340,7 +340,11 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
             raise SpecError(name, f"{name} ({degree}) and the {kv} kv heads must divide one "
                             "another")  # fmt: skip
     for field, dtype in (("precision", spec.precision), ("kv_dtype", spec.kv_dtype)):
-        needs = "fp4" if dtype == "nvfp4" else "bf16" if dtype == "mxfp4" else dtype
+        needs = (
+            gemm_dtype(dtype, hw)
+            if field == "precision"
+            else {"nvfp4": "fp4", "mxfp4": "bf16"}.get(dtype, dtype)
+        )
         stored = field == "kv_dtype" and dtype in ("fp8", "int8") and hw.kind == "gpu"
         if not (stored or hw.peak_flops.get(needs)):
             how = " (MXFP4 weights dequantized to bf16 matmuls where the device has no fp4)" \
@@ -351,11 +355,16 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
 def gemm_dtype(precision: str, hw: Any) -> str:
     """The dtype a serving step's matmuls run at for ``precision`` weights on ``hw``
     (``PRECISIONS``): NVFP4's fp4; MXFP4's fp8 where the device computes fp4 (W4A8) and its
-    16-bit otherwise (W4A16); the rest their own."""
+    16-bit otherwise (W4A16); fp8 weights on a GPU without fp8 matmuls dequantized to
+    16-bit ones (W8A16: vLLM's FP8 Marlin on Turing and Ampere, "FP8 models will run on
+    compute capability >= 7.5 (Turing) as weight-only W8A16, utilizing FP8 Marlin", vLLM's
+    docs features/quantization/fp8.md; vllm-project/vllm PR #5975); the rest their own."""
     if precision == "nvfp4":
         return "fp4"
     if precision == "mxfp4":
         return "fp8" if hw.peak_flops.get("fp4") else "bf16"
+    if precision == "fp8" and hw.kind == "gpu" and not hw.peak_flops.get("fp8"):
+        return "bf16"
     return precision
 
 
