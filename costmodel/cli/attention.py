@@ -72,8 +72,10 @@ LABELS = {
     "hbm_bytes.forward": "HBM traffic forward",
     "hbm_bytes.backward": "HBM traffic backward",
     "hbm_bytes": "HBM traffic, forward and backward",
-    "time_s.forward": "time forward (roofline)",
-    "time_s.backward": "time backward (roofline)",
+    "time_s.forward": "time forward (roofline of these tiles)",
+    "time_s.backward": "time backward (roofline of these tiles)",
+    "time_s.forward_kernel": "time forward (the device's kernel rate)",
+    "time_s.backward_kernel": "time backward (the device's kernel rate)",
 }
 """How ``attention`` names each quantity (its key in ``--json``)."""
 

@@ -123,12 +123,17 @@ def attention_estimate(spec: AttentionSpec) -> dict[str, int]:
 
 
 def attention_time(spec: AttentionSpec, hw: Hardware) -> dict[str, float]:
-    """Roofline seconds of forward and backward on ``hw`` (Williams et al. 2009).
+    """Roofline seconds of forward and backward on ``hw`` (Williams et al. 2009), and for
+    the fused kernel its seconds at the device's kernel rate alone.
 
     Each pass takes max(executed FLOPs / rate, HBM bytes / bandwidth); the naive kernel's
     matmuls run at the matmul rate, the fused kernel at the device's default attention
-    kernel's rate for that pass and sequence length (``Hardware.attention_peak``).
-    """
+    kernel's rate for that pass and sequence length (``Hardware.attention_peak``). The
+    fused kernel's bytes are this tile's (K and V read once per query tile, no reuse in
+    the L2 cache), which a small tile makes the larger term; its rate, measured on the
+    whole kernel where the profile has a table, already holds what its real traffic costs,
+    so ``time_s.{pass}_kernel`` (FLOPs at that rate: what ``estimate`` prices the core at)
+    is the time to expect and the roofline the bound of the tile's traffic."""
     est = attention_estimate(spec)
     bandwidth = hw.hbm_bandwidth()
     out = {}
@@ -140,4 +145,6 @@ def attention_time(spec: AttentionSpec, hw: Hardware) -> dict[str, float]:
         )
         flops, nbytes = est[f"flops.{p}_executed"], est[f"hbm_bytes.{p}"]
         out[f"time_s.{p}"] = max(flops / float(rate), nbytes / bandwidth)
+        if spec.kernel == "flash":
+            out[f"time_s.{p}_kernel"] = flops / float(rate)
     return out
