@@ -349,6 +349,19 @@ def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_g
     return train.replace(grad_accum=accum)
 
 
+SOLVED = {"batch": ("batch", "microbatch"), "seq": ("seq",)}
+"""What ``solve max-batch`` and ``max-seq`` solve for: not inputs of the question."""
+
+
+def refuse_solved(field: str, given: Mapping[str, Any], name: Any = str) -> None:
+    """``max-batch`` grows the micro-batch per device, ``max-seq`` the sequence: a value given
+    for what it solves is refused, naming it (``name`` spells it: the CLI's flag)."""
+    for key in SOLVED[field]:
+        if given.get(key) is not None:
+            why = "it grows the micro-batch per device" if field == "batch" else "its length"
+            raise SpecError(key, f"max-{field} solves for the {field}: drop {name(key)} ({why})")
+
+
 def solved_verdict(
     est: Estimate, given: Mapping[str, Any], headroom: float | None, budget: float | None
 ) -> dict[str, Any]:

@@ -444,3 +444,18 @@ def test_an_estimate_carries_the_clis_caveats_and_verdict(capsys):
     assert not tight.fit().fits and near["inputs"]["gpus"] >= 2 and "--" not in near["change"]
     with pytest.raises(cm.SpecError, match="memory_headroom needs hardware"):
         cm.estimate("llama3-8b", memory_headroom=0.8)
+
+
+def test_questions_refuse_inputs_they_would_drop_silently():
+    """Issue 60's probe: ``max_batch(microbatch=2)`` and ``max_seq(seq=2048)`` dropped the
+    input silently where the CLI refuses it ("drop --microbatch"), and ``sweep`` without a
+    model answered for cs336-2.7b."""
+    name = dict(hardware="h100-sxm", gpus=8, framework="fsdp2")
+    with pytest.raises(cm.SpecError, match="max-batch solves for the batch: drop microbatch"):
+        cm.max_batch("llama3-8b", seq=8192, microbatch=2, **name)
+    with pytest.raises(cm.SpecError, match="max-seq solves for the seq: drop seq") as err:
+        cm.max_seq("llama3-8b", batch=8, seq=2048, **name)
+    assert err.value.field == "seq"
+    with pytest.raises(cm.SpecError, match="sweep needs a model") as err:  # no cs336-2.7b default
+        cm.sweep(hardware="h100-sxm", gpus=8, batch=64, seq=[1024, 2048])
+    assert err.value.field == "model"

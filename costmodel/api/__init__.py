@@ -43,7 +43,14 @@ from costmodel.engine.fit import (
 )
 from costmodel.engine.sweep import Table
 from costmodel.engine.verdict import verdict as _verdict
-from costmodel.inputs import BY_KEY, build, default_batch, keyword_values, solved_verdict
+from costmodel.inputs import (
+    BY_KEY,
+    build,
+    default_batch,
+    keyword_values,
+    refuse_solved,
+    solved_verdict,
+)
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
@@ -156,7 +163,7 @@ def _fill_gpus(gpus: Any, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def sweep(
-    model: str | ModelSpec = "cs336-2.7b",
+    model: str | ModelSpec | None = None,
     *,
     hardware: str | Hardware | None = None,
     quantities: Iterable[str] | None = None,
@@ -175,6 +182,8 @@ def sweep(
     grid's shape, and with a device ``fits`` (the fit rule of ``estimate``'s verdict: a
     row's times are what it would take if it fitted) (``.frame()`` for pandas,
     ``costmodel.table(result)`` for either)."""
+    if model is None:  # no silent default model (it was cs336-2.7b): estimate needs one too
+        raise SpecError("model", "sweep needs a model: a preset name or a ModelSpec first")
     _one("model", model, (str, ModelSpec), "a preset name or a ModelSpec", "call once per model")
     _one("hardware", hardware, (str, Hardware, type(None)), "a catalog name or a Hardware",
          "call once per device, or plan(hardware=...) compares devices")  # fmt: skip
@@ -306,6 +315,7 @@ def max_seq(
 
 
 def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[str, Any]:
+    refuse_solved(field, inputs)
     values, spec = keyword_values(model, inputs)
     setup = build(values, spec, solving=field)
     if setup.parallel is None or setup.hardware is None:

@@ -22,7 +22,7 @@ from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, budget_from, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
-from costmodel.inputs import BY_KEY, build, solved_verdict
+from costmodel.inputs import BY_KEY, build, refuse_solved, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
@@ -119,12 +119,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         rows = min_fsdp_rows(result)
     else:
         field = "batch" if args.question == "max-batch" else "seq"
-        solved = ("batch", "microbatch") if field == "batch" else ("seq",)
-        given = [k for k in solved if getattr(args, k, None) is not None]
-        if given:  # what the question solves for is not an input of it
-            why = "it grows the micro-batch per device" if field == "batch" else "its length"
-            raise SpecError(given[0], f"{args.question} solves for the {field}: drop "
-                            f"--{given[0]} ({why})")  # fmt: skip
+        refuse_solved(field, vars(args), lambda key: f"--{key}")
         setup = build(values_of(args), solving=field)
         if setup.parallel is None or setup.hardware is None:
             raise SpecError("hardware", f"{args.question} needs --hardware (and a layout)")
