@@ -340,8 +340,8 @@ def test_solved_answers_carry_the_verdict_solve_prints(capsys):
     seq = cm.max_seq("llama3-8b", **ask)
     assert seq["verdict"]["fits"] and seq["verdict"]["memory"]["tight"]
     assert seq["verdict"]["summary"].startswith("fits, but TIGHT")
+    del ask["batch"]  # what max-batch solves for (refused as an input, as the CLI does)
     batch = cm.max_batch("llama3-8b", **{**ask, "seq": 4096})
-    del ask["batch"]
     flags = [f"--{k}={v}" for k, v in {**ask, "seq": 4096}.items()]
     assert main(["solve", "max-batch", "--model", "llama3-8b", *flags, "--json"]) == 0
     said = json.loads(capsys.readouterr().out)
@@ -459,3 +459,12 @@ def test_questions_refuse_inputs_they_would_drop_silently():
     with pytest.raises(cm.SpecError, match="sweep needs a model") as err:  # no cs336-2.7b default
         cm.sweep(hardware="h100-sxm", gpus=8, batch=64, seq=[1024, 2048])
     assert err.value.field == "model"
+
+
+def test_serve_speaks_the_apis_names():
+    """Issue 60's probe: ``serve`` said "--tp 4 fits the batch of 32" and "give --context"
+    inside Python, where estimate's notes name keywords."""
+    ans = cm.serve("llama3-70b", hardware="h100-sxm", tp=2, input=2000, output=500, batch=512)
+    assert not ans.fits and ans.nearest.startswith("tp ") and "--" not in ans.nearest
+    with pytest.raises(cm.SpecError, match=r"give context, or input \(and output\)"):
+        cm.serve("llama3-8b", hardware="h100-sxm")

@@ -279,7 +279,12 @@ def serve(
     does not, and the caveats (:class:`costmodel.answers.serve.ServeAnswer`)."""
     spec_model = model if isinstance(model, ModelSpec) else get_model(_preset(model))
     hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)
-    return answer(spec_model, spec_of(inputs), hw)
+    try:
+        spec = spec_of(inputs)
+    except SpecError as err:  # the serve CLI's words, in this API's names
+        raise SpecError(err.field, as_fields(str(err))) from None
+    ans = answer(spec_model, spec, hw)
+    return replace(ans, nearest=None if ans.nearest is None else as_fields(ans.nearest))
 
 
 def _preset(model: Any) -> str:

@@ -357,7 +357,10 @@ class TrainSpec:
 
     @property
     def micro_batch(self) -> int:
-        """Sequences in one forward/backward pass."""
+        """Sequences in one forward/backward pass of the whole batch, over every replica
+        (batch / grad_accum): 8 for fsdp 8 at one sequence a device. Per device, as the
+        CLI's ``--microbatch``, a plan's rows and ``sweep(micro_batch=...)`` count it, it is
+        this over the data-parallel ranks, dp x fsdp (``engine.nearest.micro_per_device``)."""
         return self.batch // self.grad_accum
 
     def replace(self, **changes: Any) -> TrainSpec:
