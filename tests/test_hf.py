@@ -276,3 +276,17 @@ def test_qwen_windows_on_the_last_layers_only_are_refused():
     change = {"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 21}
     with pytest.raises(ValueError, match="max_window_layers"):
         model_from_hf_dict({**QWEN2_0_5B, **change})
+
+
+def test_serve_takes_a_config_json_with_its_trained_positions(tmp_path, capsys):
+    """Issue 60's probe: ``serve`` and its 128k-context question had no ``--hf-config``
+    (only ``--rope-scaling`` on a preset of 8,192 positions)."""
+    from costmodel.cli import main
+
+    long = {**LLAMA3_8B, "max_position_embeddings": 131072}
+    argv = ["serve", "--input", "100000", "--output", "500", "--batch", "1"]
+    assert main([*argv, "--hf-config", str(write(tmp_path, long))]) == 0
+    out = capsys.readouterr().out
+    assert "TTFT" in out and "fits" in out
+    assert main([*argv, "--model", "llama3-8b"]) == 2  # the preset's 8,192 positions
+    assert "8,192 positions" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from costmodel.answers.serve import (
     spec_of,
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import device_word, int_arg, to_json
 from costmodel.engine.quantities import nest
@@ -193,7 +194,9 @@ DEFAULT_HARDWARE = "h100-sxm"
 def _cmd_serve(args: argparse.Namespace) -> int:
     spec = spec_of({k: getattr(args, k, None) for k in SERVE_INPUTS})
     inp, out = spec.input, spec.output
-    model, hw = get_model(args.model), get_hardware(args.hardware or DEFAULT_HARDWARE)
+    model = get_model(args.model) if args.hf_config is None else model_from_hf_config(
+        args.hf_config)  # fmt: skip
+    hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
     ans = answer(model, spec, hw)
     est = ans.estimate
     output_defaulted = args.output is None and (args.context is None or args.input is None)
@@ -231,7 +234,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def add_serve(sub) -> None:
     p = sub.add_parser("serve", help="serving: KV cache, memory, TTFT, TPOT, throughput")
-    p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
+    src.add_argument(
+        "--hf-config",
+        metavar="PATH",
+        help="a Hugging Face config.json (its "
+        "positions and rope scaling as the model was trained: Llama 3.1's 131,072)",
+    )
     p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "
                    f"{DEFAULT_HARDWARE})")  # fmt: skip
     p.add_argument("--context", type=int_arg, help="tokens a sequence holds at its end")
