@@ -468,3 +468,10 @@ def test_serve_speaks_the_apis_names():
     assert not ans.fits and ans.nearest.startswith("tp ") and "--" not in ans.nearest
     with pytest.raises(cm.SpecError, match=r"give context, or input \(and output\)"):
         cm.serve("llama3-8b", hardware="h100-sxm")
+
+
+def test_a_fine_tuning_estimate_says_so_in_its_repr():
+    """Issue 60's probe: an Estimate of a QLoRA run read as full training in its repr."""
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=1, finetune="qlora", seq=2048,
+                      batch=4)  # fmt: skip
+    assert "bf16-mixed, qlora, grad-accum" in repr(est)

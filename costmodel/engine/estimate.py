@@ -133,8 +133,10 @@ class Estimate:
 
     def summary(self) -> dict[str, str]:
         """The few lines a reader wants first, as label -> text (seconds, GiB)."""
-        out = {"model": f"{self.model.name}: batch {self.train.batch} x seq {self.train.seq}, "
-                        f"{self.train.precision}, grad-accum {self.train.grad_accum}"}  # fmt: skip
+        t = self.train
+        tuning = "" if t.finetune == "full" else f", {t.finetune}"
+        out = {"model": f"{self.model.name}: batch {t.batch} x seq {t.seq}, {t.precision}"
+                        f"{tuning}, grad-accum {t.grad_accum}"}  # fmt: skip
         if self.parallel is not None and self.hardware is not None:
             p = self.parallel
             out["layout"] = (f"{p.devices} x {self.hardware.name}, {p.framework}: dp {p.dp}, "
