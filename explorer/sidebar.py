@@ -93,12 +93,6 @@ def _zero_unused() -> str | None:
     return None if sharded else _ZERO_UNUSED
 
 
-def _not_used(_stage: Any) -> str:
-    """What a greyed ZeRO widget shows: not the stage it holds (a greyed "3" beside
-    Megatron's ZeRO-1, or beside nothing sharded, read as the stage in effect)."""
-    return "not used"
-
-
 def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     """The input's widget, then its message slot directly under it."""
     field, text, help_ = BY_KEY[key], label(key), help_of(key)
@@ -111,10 +105,12 @@ def _widget(key: str, slots: dict[str, Any], container: Any = st) -> None:
     elif options and key in ("overlap",):
         container.radio(text, options, key=key, horizontal=True, help=help_)
     elif options:
+        # Where the stage does not apply the box is greyed and its label says why; its
+        # options stay the stages as they read (the browser keeps a choice by its text: a
+        # greyed "not used" came back as the first stage, 1, once the box was live again)
         unused = _zero_unused() if key == "zero" else None
         container.selectbox(f"{text} ({unused})" if unused else text, options, key=key,
-                            disabled=bool(unused), help=help_,
-                            format_func=_not_used if unused else str)  # fmt: skip
+                            disabled=bool(unused), help=help_)  # fmt: skip
     elif field.kind is float:
         container.number_input(text, min_value=0.0, format="%.4g", key=key, help=help_)
     else:

@@ -76,7 +76,29 @@ def test_app_in_chromium(server):
         assert float(_metric(page, "memory per device (GiB)")) > float(before)
         assert "seq=768" in page.url  # the URL follows the widgets
         page.screenshot(path=str(ARTIFACTS / "app-seq768.png"), full_page=True)
+        _deepspeed_keeps_its_stage(page)
         browser.close()
+
+
+def _deepspeed_keeps_its_stage(page) -> None:
+    """Issue 60's app probe: after DeepSpeed made the greyed ZeRO box live, the next edit
+    sent the box's greyed text back, which the server read as the first stage: ZeRO-3
+    became ZeRO-1 (memory more than doubled) without the stage being touched."""
+    gpus = page.get_by_label("GPUs (empty: what the degrees need)", exact=True)
+    gpus.fill("2")  # one device shards nothing: the box would stay greyed
+    gpus.press("Enter")
+    page.wait_for_function("() => location.search.includes('gpus=2')", timeout=RERUN_MS)
+    box = page.get_by_label("framework (what each rank holds)", exact=True).first
+    box.click()
+    box.fill("deepspeed")
+    page.get_by_role("option", name="deepspeed", exact=True).first.click()
+    page.get_by_text("deepspeed, ZeRO-3 over").first.wait_for(timeout=RERUN_MS)
+    seq = page.get_by_label("sequence length", exact=True)
+    seq.fill("640")
+    seq.press("Enter")
+    page.wait_for_function("() => location.search.includes('seq=640')", timeout=RERUN_MS)
+    page.get_by_text("deepspeed, ZeRO-3 over").first.wait_for(timeout=RERUN_MS)
+    assert "zero=" not in page.url
 
 
 def _box(locator) -> dict:
