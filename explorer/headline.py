@@ -47,7 +47,9 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
         cols[5].metric("days to train", "–", "does not fit", **off)
         return
     cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
-    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}")
+    n = setup.parallel.devices  # the CLI's per-device figure beside the total
+    per = f"all {n:,} devices; {v['tokens_per_s'] / n:,.0f} per device"
+    cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}", per, **off)
     named, _ = peak_named(setup.train, setup.hardware)
     cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)
     if "train_days" in v:
@@ -80,7 +82,7 @@ def headline(
     verdict_col, assumed = st.columns([3, 2])
     assumed.markdown(f"Assumed: {setup_line(setup, defaulted)}")
     for note in setup.notes:
-        assumed.caption(note)
+        assumed.caption(in_words(note))  # widgets' names, not the CLI's flags
     if stale:  # no green "Fits" for inputs that are not the current ones
         verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
         return

@@ -155,7 +155,8 @@ def _result(setup: Setup, stale: bool, left: frozenset[str] = frozenset()) -> No
     v = setup.estimate().values
     headline(setup, v, stale, left)
     tabs = st.tabs(["Memory", "Time", "Roofline", "Formulas", "Inverse questions", "Export"])
-    summary = summary_rows(setup.estimate(), judge(v, setup.hardware).fits)
+    fits = judge(v, setup.hardware).fits
+    summary = summary_rows(setup.estimate(), fits)
     with tabs[0]:
         _chart("memory_seq", setup, v)
         _chart("memory_batch", setup, v)
@@ -163,6 +164,7 @@ def _result(setup: Setup, stale: bool, left: frozenset[str] = frozenset()) -> No
         with st.expander("every memory quantity (the names --json and the API use)"):
             _table({k: v[k] for k in v if k.startswith("memory_bytes_per_device.")})
     with tabs[1]:
+        _unfit_note(fits)
         _chart("comm", setup, v)
         _chart("flops", setup, v)
         _lines(summary, "time per step")
@@ -172,11 +174,26 @@ def _result(setup: Setup, stale: bool, left: frozenset[str] = frozenset()) -> No
     with tabs[2]:
         _chart("roofline", setup, v)
     with tabs[3]:
+        _unfit_note(fits)
         formulas_tab(setup, v)
     with tabs[4]:
+        _unfit_note(fits)
         inverse_tab(setup)
     with tabs[5]:
         _export(setup, v, stale)
+
+
+UNFIT_NOTE = (
+    "Does not fit: no step of this layout runs. The times, MFU and bounds below "
+    "are what it would take if it fitted, as the formulas give them, not an answer."
+)
+"""What the Time, Formulas and Inverse tabs say first for a layout that does not fit (the
+headline gives it no step time or MFU, as the CLI does)."""
+
+
+def _unfit_note(fits: bool | None) -> None:
+    if fits is False:
+        st.warning(UNFIT_NOTE)
 
 
 def export_data(setup: Setup, stale: bool = False) -> dict[str, Any]:

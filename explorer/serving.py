@@ -205,9 +205,11 @@ def serve_page() -> None:
     else:  # the CLI's verdict: a load that fits memory but not the deployment warns
         head = ans.headline()
         shown = st.success if head == "fits" else st.warning
-        shown(f"**{head[0].upper()}{head[1:]}**: {ans.how_many()}; "
-              f"{', '.join(est.notes)}.")  # fmt: skip
-    st.caption(f"Assumed: {assumptions(_spec(v, v['batch'], rated=True))}.")
+        shown(f"**{head[0].upper()}{head[1:]}**: "
+              f"{fmt_bytes(est['memory_bytes_per_device.total'])} of "
+              f"{fmt_bytes(est['memory_bytes_per_device.budget'])} per device; "
+              f"{ans.how_many()}; {in_words(', '.join(est.notes))}.")  # fmt: skip
+    st.caption(f"Assumed: {in_words(assumptions(_spec(v, v['batch'], rated=True)))}.")
     for text in ans.caveats:
         st.warning(text)
     per_token = (f"KV cache per token (a device of tp {v['tp']})" if v["tp"] > 1
@@ -218,7 +220,8 @@ def serve_page() -> None:
     st.markdown(f"**Limited by** {limited_by(est.values)}.")
     c = st.columns(5)
     c[0].metric(per_token, f"{est['kv_bytes_per_token']:,} B")
-    c[1].metric("TTFT (mean)", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
+    grows = " of the simulated requests: grows with their count" * ans.overloaded
+    c[1].metric(f"TTFT (mean{grows})", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
     c[2].metric("TPOT (mean)", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
     c[4].metric("memory per device", fmt_bytes(est["memory_bytes_per_device.total"]))

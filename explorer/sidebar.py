@@ -17,7 +17,7 @@ from costmodel import ModelSpec
 from costmodel.catalog.hf import model_from_hf_dict, parse_config
 from costmodel.inputs import BY_KEY
 from costmodel.specs.frameworks import trait
-from explorer.labels import help_of, label
+from explorer.labels import help_of, in_words, label
 from explorer.state import (
     FIELDS,
     MODEL_OVERRIDES,
@@ -88,7 +88,7 @@ def _zero_unused() -> str | None:
     own stage (``explorer.state._given`` passes the stage only where it applies)."""
     framework = st.session_state.get("framework") or BY_KEY["framework"].default
     if not trait(framework, "zero_stages"):
-        return f"Not used: {framework} shards as {trait(framework, 'sharding')}."
+        return in_words(f"Not used: {framework} shards as {trait(framework, 'sharding')}.")
     sharded = st.session_state.get("fsdp") is not None or trait(framework, "shards_by_default")
     return None if sharded else _ZERO_UNUSED
 

@@ -189,3 +189,17 @@ def test_the_assumed_line_is_the_clis_and_names_deepspeeds_default_zero_stage(ca
     chosen = _app(**ask, zero="2")
     assumed = next(m.value for m in chosen.markdown if m.value.startswith("Assumed:"))
     assert "costmodel's default" not in assumed and "ZeRO-3" not in assumed
+
+
+def test_a_layout_that_does_not_fit_says_so_above_its_times():
+    """Issue 60's app probe: the headline gave no step time to a layout that does not fit,
+    but the Time, Formulas and Inverse tabs printed its step time, MFU and a critical batch
+    as answers."""
+    from explorer.pages import UNFIT_NOTE
+
+    at = _app(model="llama3-70b", batch="64", seq="8192", recompute="full", gpus="64", tp="8",
+              pp="2")  # fmt: skip
+    assert not at.exception
+    assert [w.value for w in at.warning].count(UNFIT_NOTE) == 3
+    fits = _app(model="gpt2", batch="8", seq="512")
+    assert UNFIT_NOTE not in [w.value for w in fits.warning]
