@@ -83,6 +83,10 @@ def formulas_tab(setup: Setup, v: dict[str, float]) -> None:
     structure = structure_of(setup.model, setup.train, setup.parallel)
     rows = summary(structure)
     used: set[str] = set()
+    st.caption(
+        "Each quantity by the name `estimate --json`, `--formula` and the Python API "
+        "use, its value here, then its formula in the symbols listed below."
+    )
     for title, keys in GROUPS:
         st.subheader(title)
         for key in (k for k in keys if k in v and k in rows):

@@ -133,9 +133,10 @@ class Fit:
         """What a reserve over the budget means, or None where it is within."""
         if not self.reserved_over_budget:
             return None
-        return (f"reserved {self.reserved_bytes / 2**30:,.1f} GiB is over the budget: the "
-                "caching allocator will free cached blocks and retry (slower steps; "
-                "expandable_segments helps)")  # fmt: skip
+        return (f"reserved {self.reserved_bytes / 2**30:,.1f} GiB is over the budget: it "
+                "takes the margin the headroom keeps (the CUDA context, NCCL's buffers), and "
+                "where the device runs short the caching allocator frees cached blocks and "
+                "retries (slower steps; expandable_segments helps)")  # fmt: skip
 
     def sentence(self, warn: bool = True) -> str:
         """``fits: peak 31.9 GiB <= 72.0 GiB (headroom 0.9 of 80 GiB); reserved 38.3 GiB``,
@@ -159,8 +160,9 @@ class Fit:
                      "much, so expect retries that free cached blocks and a risk of running out "
                      "(expandable_segments helps; a smaller micro-batch is safer)")  # fmt: skip
         elif warn and self.reserved_over_budget:
-            said += (" is over it: the caching allocator will free cached blocks and retry "
-                     "(slower steps; expandable_segments helps)")  # fmt: skip
+            said += (" is over it, within the device's memory: it takes the margin the "
+                     "headroom keeps, and where the device runs short the caching allocator "
+                     "frees cached blocks and retries (slower steps)")  # fmt: skip
         return said
 
 
