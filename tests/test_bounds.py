@@ -249,6 +249,8 @@ def test_a_zero_stage_asked_for_shards_or_is_refused(capsys):
     assert code == 2 and "zero 2 shards over the fsdp ranks and fsdp is 1" in err
     _, out, _ = _run(capsys, *base, "--framework", "deepspeed")
     assert "ZeRO-3 (costmodel's default for a ZeRO framework; DeepSpeed's own is stage 0" in out
+    _, out, _ = _run(capsys, *base, "--fsdp", "8")  # the reference model's ZeRO: no DeepSpeed
+    assert "ZeRO-3 (costmodel's default for a ZeRO framework; --zero 1, 2 or 3)" in out
 
 
 def test_a_device_comparison_says_what_each_device_rests_on_and_its_memory_adds_up(capsys):
