@@ -123,7 +123,8 @@ def verdict(est: Estimate, *, nearest: bool = True) -> dict[str, Any]:
     if est.parallel is None or est.hardware is None:
         raise SpecError("hardware", "a verdict needs hardware (and a layout)")
     out = _verdict(est, est.headroom, defaulted=est.defaulted, nearest=nearest, notes=est.notes)
-    return {k: as_fields(v) if isinstance(v, str) else v for k, v in out.items()}
+    worded = ("summary", "limited_by", "layout", "assumptions")  # where the CLI names flags
+    return {k: as_fields(v) if k in worded else v for k, v in out.items()}
 
 
 def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
