@@ -54,7 +54,7 @@ def test_the_repr_counts_in_the_clis_words(capsys):
     verdict = next(x for x in capsys.readouterr().out.splitlines() if "verdict" in x)
     said = "not one sequence's cache fits beside the weights"
     assert none.how_many() == said and said in verdict
-    assert repr(none).startswith(f"ServeAnswer(does NOT fit: {said}; nearest fit: --")
+    assert repr(none).startswith(f"ServeAnswer(does NOT fit: {said}; nearest fit: precision ")
     assert "0 sequences" not in repr(none)
     two = costmodel.serve("llama3-70b", hardware="h200", tp=8, gpus=16, input=2000, output=500,
                           batch=32)  # fmt: skip
@@ -77,7 +77,7 @@ def test_serve_takes_the_cli_defaults():
 def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():
     ans = costmodel.serve("mixtral-8x7b", context=4096, batch=512)
     assert not ans.fits and ans.nearest and "mixture-of-experts" in ans.caveats[0]
-    assert "TTFT" not in repr(ans) and "nearest fit: --" in repr(ans)
+    assert "TTFT" not in repr(ans) and "nearest fit: tp 8 fits" in repr(ans)  # the API's names
 
 
 def test_the_json_of_a_batch_that_does_not_fit_has_its_memory_and_no_times(capsys):
@@ -136,7 +136,7 @@ def test_a_closed_loop_fits_when_its_users_do_and_says_when_they_queue():
     open loop past its capacity is OVERLOADED, in the CLI, the app and the repr alike."""
     asked = {"hardware": "h100-sxm", "concurrency": 32, "input": 2000, "output": 500}
     ans = costmodel.serve("llama3-70b", **asked)
-    assert not ans.fits and ans.nearest == "--tp 4 holds the 32 users a replica at once"
+    assert not ans.fits and ans.nearest == "tp 4 holds the 32 users a replica at once"
     held = costmodel.serve("llama3-70b", **asked, tp=4)
     assert held.headline() == "fits" and held["max_batch"] >= 32
     queued = costmodel.serve("llama3-70b", **asked, precision="fp8")
