@@ -121,9 +121,9 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     micro = t.batch // p.batch_step(t.grad_accum)
     zero = ""
     if traits_of(p).zero_stages and p.fsdp > 1 and "zero" in defaulted:
-        own = "; DeepSpeed's own is stage 0" * (p.framework == "deepspeed")
-        zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework{own}; --zero 1, 2 "
-                "or 3)")  # fmt: skip
+        own = traits_of(p).own_default
+        zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework{'; ' * bool(own)}"
+                f"{own}; --zero 1, 2 or 3)")  # fmt: skip
     return (
         f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}; "
         f"micro-batch {micro} per device x grad-accum {t.grad_accum}; recompute {t.recompute}; "

@@ -92,6 +92,9 @@ class Traits:
     zero_stage: ClassVar[int] = 3
     """The ZeRO stage the framework runs where the user does not pick one (the planner's
     ``shardings`` use it, and so does every question stated by inputs; :meth:`own_stage`)."""
+    own_default: ClassVar[str] = ""
+    """Where the framework's own default stage differs from costmodel's ``zero_stage``, in
+    words for the assumptions line (DeepSpeed's ``zero_optimization.stage`` is 0)."""
     shards_by_default: ClassVar[bool] = False
     """With no sharding degree stated, the data-parallel devices form one shard group
     (torchtitan's ``dp_shard = -1``; DeepSpeed's ZeRO over its data-parallel group); else
@@ -227,6 +230,7 @@ class DeepSpeedTraits(Traits):
     zero3_prefetch = True
     params_persist = True
     zero_stages = True
+    own_default = "DeepSpeed's own is stage 0"
 
 
 class HandwrittenTraits(Traits):
