@@ -316,6 +316,10 @@ def test_a_device_quantity_without_a_device_says_it_needs_one():
     suggested time_s.step; a price without a token budget was dropped without a word."""
     with pytest.raises(KeyError, match=r"'time_s\.step' needs a device"):
         cm.estimate("gpt2")["time_s.step"]
+    # issue 60's probe: a misspelt one was told it needs a device, then, with hardware, that
+    # it is unknown; it now hears both at once
+    with pytest.raises(KeyError, match=r"did you mean 'time_s\.step'.*a device's: give hardware"):
+        cm.estimate("gpt2")["time_s.stepp"]
     with pytest.raises(KeyError, match="unknown quantity 'nope'"):
         cm.estimate("gpt2")["nope"]
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, price_per_hour=2.5)

@@ -8,6 +8,7 @@ and (given a token budget) days and cost of training are added.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import html
 import json
@@ -23,6 +24,8 @@ from costmodel.engine.quantities import (
     BUDGET_KEYS,
     DEVICE_ROOTS,
     EVAL_SYMBOLS,
+    MEMORY,
+    TIMES,
     compiled,
     compiled_scalar,
     nest,
@@ -81,7 +84,11 @@ class Estimate:
         layout's memory, communication and time), or one it does not know (the closest
         it knows; ``est[key]`` and ``est.expr(key)`` raise this as :class:`UnknownKey`)."""
         if self.hardware is None and str(key).split(".")[0] in DEVICE_ROOTS:
-            return f"{key!r} needs a device: give hardware (the CLI's --hardware)"
+            known = (*MEMORY, *TIMES)
+            if key in known or not difflib.get_close_matches(str(key), known, n=1):
+                return f"{key!r} needs a device: give hardware (the CLI's --hardware)"
+            said = checks.unknown("quantity", key, known, "")
+            return f"{said} These are a device's: give hardware"
         return checks.unknown("quantity", key, self.values, "est.keys() lists them all")
 
     def __contains__(self, key: object) -> bool:

@@ -68,6 +68,24 @@ PARALLEL_STRUCTURE = (
 )  # fmt: skip
 EVAL_SYMBOLS = ALL_SYMBOLS + PARALLEL_SYMBOLS + HARDWARE_SYMBOLS + BUDGET_SYMBOLS
 BUDGET_KEYS = ("train_days", "train_cost")
+MEMORY = (
+    "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
+    "memory_bytes_per_device.params", "memory_bytes_per_device.master",
+    "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
+    "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
+    "memory_bytes_per_device.frozen",
+)  # fmt: skip
+TIMES = (
+    "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
+    "time_s.compute", "time_s.comm", "time_s.host_bound", "tokens_per_s", "mfu",
+    "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
+    "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep", "comm_overlapped_s.tp",
+    "time_s.contention_forward", "time_s.contention_backward",
+)  # fmt: skip
+"""Device quantities of memory and time: what the planner evaluates per layout (NaN where a
+structure has none; ``costmodel.engine.search.QUANTITIES``), and what a misspelt device
+quantity asked without a device is matched against (``Estimate.missing``)."""
+
 DEVICE_ROOTS = frozenset(("comm_bytes", "comm_exposed_share", "comm_overlapped_s",
                           "comm_phase_s", "comm_time_s", "hfu", "memory_bytes_per_device",
                           "mfu", "roofline", "tflops_per_device", "time_s", "tokens_per_s",

@@ -44,7 +44,13 @@ from costmodel.engine.estimate import symbol_values
 from costmodel.engine.fit import PEAK, fits
 from costmodel.engine.grid import SEARCHED, layout_grid
 from costmodel.engine.options import PlanOptions
-from costmodel.engine.quantities import PARALLEL_STRUCTURE, TRAIN_STRUCTURE, structure_of
+from costmodel.engine.quantities import MEMORY as MEMORY  # re-exported
+from costmodel.engine.quantities import (
+    PARALLEL_STRUCTURE,
+    TIMES,
+    TRAIN_STRUCTURE,
+    structure_of,
+)
 from costmodel.engine.sweep import factorize, sweep
 from costmodel.engine.threads import in_threads
 from costmodel.engine.workers import compile_all, cores
@@ -54,20 +60,6 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
-MEMORY = (
-    "memory_bytes_per_device.peak", "memory_bytes_per_device.reserved",
-    "memory_bytes_per_device.params", "memory_bytes_per_device.master",
-    "memory_bytes_per_device.grads", "memory_bytes_per_device.optimizer",
-    "memory_bytes_per_device.buffers", "memory_bytes_per_device.activations",
-    "memory_bytes_per_device.frozen",
-)  # fmt: skip
-TIMES = (
-    "time_s.step", "time_s.forward", "time_s.backward", "time_s.bubble", "time_s.optimizer",
-    "time_s.compute", "time_s.comm", "time_s.host_bound", "tokens_per_s", "mfu",
-    "comm_time_s.dp", "comm_time_s.fsdp", "comm_time_s.tp", "comm_time_s.pp", "comm_time_s.cp",
-    "comm_time_s.ep", "comm_exposed_share.tp", "comm_exposed_share.ep", "comm_overlapped_s.tp",
-    "time_s.contention_forward", "time_s.contention_backward",
-)  # fmt: skip
 QUANTITIES = TIMES[:10] + MEMORY + TIMES[10:]
 """What the planner evaluates per layout, compiled as one function per structure; a top
 search runs its peak memory (cut from it: ``quantities.compiled_within``) over every layout
