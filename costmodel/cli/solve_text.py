@@ -85,12 +85,11 @@ def _tight(result: dict[str, Any]) -> str:
     """The verdict's TIGHT said on the answer's own line: the answer fits its budget, but
     the caching allocator's reserve would be over the device's memory."""
     memory = result.get("verdict", {}).get("memory", {})
-    reserved, capacity = memory.get("reserved_bytes", 0), memory.get("capacity_bytes", 0)
-    if not (memory.get("fits") and capacity and reserved > capacity):
+    if not memory.get("tight"):  # the fit rule's own flag (engine.fit.Fit.tight)
         return ""
     return (
-        f"; but TIGHT: reserved {_gib(reserved)} is over the device's {_gib(capacity)} "
-        "(the verdict below says what that risks)"
+        f"; but TIGHT: reserved {_gib(memory['reserved_bytes'])} is over the device's "
+        f"{_gib(memory['capacity_bytes'])} (the verdict below says what that risks)"
     )
 
 
