@@ -89,7 +89,7 @@ def test_a_printed_example_is_what_the_command_prints(page, command, shown):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = main(shlex.split(command)[3:])
-    assert status == 0, command
+    assert status == 0 or (status == 1 and " plan " in command), command  # 1: none fits
     lost = missing(shown, out.getvalue().splitlines())
     assert lost is None, f"{page}: `{command}` no longer prints: {lost}\n{out.getvalue()}"
 

@@ -131,6 +131,39 @@ def test_where_nothing_fits_within_8x_the_hints_remain(capsys, monkeypatch):
     assert "nothing fits on up to 8x the devices" in out
 
 
+def test_the_way_out_leaves_out_the_fewest_choices_it_can_nearly_as_fast(capsys):
+    """Issue 60: the way out was the widened search's fastest, which also switched to
+    Megatron with another recompute policy where full recompute under the user's FSDP2 is
+    within 10 % of it: the nearest now changes the fewest choices among the layouts within
+    ``why.SLOWER`` of the best."""
+    argv = ["plan", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+            "8192", "--global-batch", "64", "--recompute", "none", "--frameworks", "fsdp2",
+            "--json"]  # fmt: skip
+    assert main(argv) == 1
+    near = json.loads(capsys.readouterr().out)["nearest_fit"]
+    assert near["changes"] == ["32 GPUs (4x)", "recompute full"]
+    train = TrainSpec(seq=8192, batch=64)
+    options = why.widened(PlanOptions(frameworks=("fsdp2",), recompute=("none",)))
+    best = plan(get_model("llama3-70b"), train, H100, 32, options, top=1).top(1)[0]
+    assert best["framework"] == "megatron"  # the fastest leaves out a second choice
+    assert near["tokens_per_s"] >= best["tokens_per_s"] * (1 - why.SLOWER) - 1e-6
+
+
+def test_the_planners_way_out_keeps_the_users_layout_where_it_can():
+    """Issue 60: Llama-3-70B under Megatron tp 2 on 16 H100s fits nowhere on 16; the way out
+    on 32 changed six fields (tp, sp, pp, interleave, cp, recompute): it now keeps the user's
+    choices where a layout within 10 % of the fastest does."""
+    from costmodel import estimate as api_estimate
+    from costmodel import verdict
+
+    est = api_estimate("llama3-70b", hardware="h100-sxm", gpus=16, seq=8192, batch=16,
+                       framework="megatron", tp=2)  # fmt: skip
+    near = verdict(est)["nearest_fit"]
+    assert near["inputs"]["gpus"] == 32 and "nearest yours on 32 devices" in near["change"]
+    changed = set(near["inputs"]) - {"gpus", "microbatch", "dp"}
+    assert len(changed) <= 3, near["inputs"]
+
+
 def test_what_changed_names_what_the_options_left_out():
     options = PlanOptions(frameworks=("reference",), recompute=("none",), micro_batches=(4,),
                           max_tp=2, interleave=(1,))  # fmt: skip

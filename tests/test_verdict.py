@@ -191,7 +191,8 @@ def test_llama3_8b_on_one_h100_names_the_planners_layout_at_the_same_batch(capsy
             "--batch", "4")  # fmt: skip
     code, out, _ = run(capsys, *argv, "--json")
     near = json.loads(out)["verdict"]["nearest_fit"]
-    assert code == 0 and near["change"].startswith("the planner's layout on 4 devices at batch 4")
+    said = "the planner's layout nearest yours on 4 devices at batch 4"
+    assert code == 0 and near["change"].startswith(said)
     assert near["inputs"]["gpus"] == 4 and "--gpus 4" in near["flags"]
     code, again, _ = run(capsys, *argv, *near["flags"].split(), "--json")
     data = json.loads(again)

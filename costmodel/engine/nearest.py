@@ -43,6 +43,9 @@ PLANNED = ("framework", "zero", "dp", "fsdp", "tp", "sequence_parallel", "pp", "
            "cp", "ep", "etp", "ep_dispatcher", "ep_overlap", "grad_reduce_fp32",
            "recompute")  # fmt: skip
 """A plan row's layout fields that are inputs of the same name."""
+NEAR = tuple(k for k in PLANNED if k != "dp")
+"""What counts as a change of layout when the planner names the nearest that fits (dp
+follows from the devices and the rest)."""
 
 
 def stated_layout(row: dict[str, Any], fields: tuple[str, ...] = PLANNED) -> tuple[str, ...]:
@@ -168,11 +171,13 @@ def _answer(change: str, inputs: dict[str, Any], got: Estimate) -> dict[str, Any
 
 
 def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
-    """The planner's fastest layout that fits within ``allowed`` bytes at ``est``'s global
-    batch: on its devices with every layout, recompute policy and micro-batch, then on 2, 4
-    and 8 times them (:func:`costmodel.engine.why.nearest_fitting`), its framework first
-    (where the planner searches it), priced with the user's other inputs; None when none
-    fits (so priced) or the planner cannot state the question (a spec it refuses)."""
+    """The planner's layout nearest ``est``'s that fits within ``allowed`` bytes at its
+    global batch (the fewest :data:`NEAR` fields changed among those nearly as fast as the
+    best: :func:`costmodel.engine.why.nearest_row`): on its devices
+    with every layout, recompute policy and micro-batch, then on 2, 4 and 8 times them
+    (:func:`costmodel.engine.why.nearest_fitting`), its framework first (where the planner
+    searches it), priced with the user's other inputs; None when none fits (so priced) or
+    the planner cannot state the question (a spec it refuses)."""
     p, hw = est.parallel, est.hardware
     assert p is not None and hw is not None
     try:
@@ -180,7 +185,9 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
         options = PlanOptions(memory_headroom=share)  # the planner's frameworks, or the user's
         if trait(p.framework, "planned"):
             options = replace(options, frameworks=(p.framework,))
-        row = nearest_fitting(est.model, est.train, hw, p.devices, options, [est.train.batch])
+        near = {k: _current(est, k) for k in stated_layout({"framework": p.framework}, NEAR)}
+        row = nearest_fitting(est.model, est.train, hw, p.devices, options, [est.train.batch],
+                              near)  # fmt: skip
     except SpecError:
         return None
     if row is None:
@@ -195,7 +202,7 @@ def planned(est: Estimate, allowed: float) -> dict[str, Any] | None:
     if row["gpus"] != p.devices:
         inputs = {"gpus": row["gpus"], **inputs}
     more = f" on {row['gpus']:,} devices" if row["gpus"] != p.devices else ""
-    return _answer(f"the planner's layout{more} at batch {est.train.batch:,}: "
+    return _answer(f"the planner's layout nearest yours{more} at batch {est.train.batch:,}: "
                    f"{layout_label(row)}", inputs, got)  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.engine.options import PlanOptions
-from costmodel.engine.plan import LAYOUT, plan
+from costmodel.engine.plan import LAYOUT, Plan, plan, score
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
@@ -26,6 +26,9 @@ RECOMPUTE = ("none", "selective", "selective-op", "full")
 SHARDING = ("fsdp2", "megatron")
 FACTORS = (1, 2, 4, 8)
 """Device multiples tried for a way out, in order (1: the same devices, wider options)."""
+SLOWER = 0.10
+"""How much slower than the best that fits (by the plan's objective) the nearest way out
+may be: fewer changes are worth a little speed, not a step twice as long."""
 
 
 WORDS = {"pp_interleave": "interleave", "sequence_parallel": "sequence parallel",
@@ -93,11 +96,14 @@ def nearest_fitting(
     gpus: int | Sequence[int],
     options: PlanOptions,
     batches: Sequence[int] | None = None,
+    near: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The best layout that fits nearest the request (the search options widened on its
+    """The layout that fits nearest the request (the search options widened on its
     devices, then :data:`FACTORS` times its largest count), with what changed in words;
-    None if none up to 8x. Fewer devices than a count that does not fit rarely fit, so a
-    budget's smaller counts are not scaled (each would be a search of its own)."""
+    None if none up to 8x. Nearest: :func:`nearest_row` (``near``: a layout's fields to
+    keep where a layout as fast keeps them). Fewer devices than a count that does not
+    fit rarely fit, so a budget's smaller counts are not scaled (each would be a search of
+    its own)."""
     counts = [gpus] if isinstance(gpus, int) else list(gpus)
     wide = widened(options)
     for factor in FACTORS:
@@ -105,13 +111,45 @@ def nearest_fitting(
             continue  # the search that found nothing
         scaled = counts if factor == 1 else [max(counts) * factor]  # a budget: its top
         try:
-            found = plan(model, train, hardware, scaled, wide, batches=batches, top=1)
+            found = plan(model, train, hardware, scaled, wide, batches=batches)
         except SpecError:  # no valid layout of these counts
             continue
         if len(found.order):
-            row = found.row(int(found.order[0]))
+            row = found.row(nearest_row(found, options, near))
             return {**row, "changes": what_changed(row, options, factor)}
     return None
+
+
+def nearest_row(found: Plan, options: PlanOptions, near: dict[str, Any] | None) -> int:
+    """Among ``found``'s fitting layouts within :data:`SLOWER` of its best by its
+    objective, the fewest choices ``options`` left out (:func:`excluded`), then the fewest
+    of ``near``'s fields changed (:func:`moved`), then the best rank."""
+    order = found.order
+    key = score(found.columns, found.values, found.options.objective)[order]
+    order = order[key <= key[0] * (1 + SLOWER)]
+    cols = {k: v[order] for k, v in found.columns.items()}
+    distance = excluded(cols, options) * (len(LAYOUT) + 1) + moved(cols, near)
+    return int(order[int(np.argmin(distance))])  # argmin's first: the best rank
+
+
+def excluded(cols: dict[str, np.ndarray], options: PlanOptions) -> np.ndarray:
+    """Per layout, how many of its choices ``options`` left out (:func:`what_changed`)."""
+    n = ~np.isin(cols["recompute"], options.recompute) + 0
+    n += ~np.isin(cols["framework"], options.frameworks)
+    n += ~np.isin(cols["pp_interleave"], options.interleave)
+    if options.micro_batches:
+        n += ~np.isin(cols["micro_batch"], options.micro_batches)
+    if options.max_tp is not None:
+        n += cols["tp"] > options.max_tp
+    return n
+
+
+def moved(cols: dict[str, np.ndarray], near: dict[str, Any] | None) -> np.ndarray:
+    """Per layout, how many of ``near``'s layout fields it changes (0 without ``near``)."""
+    n = np.zeros(len(cols["gpus"]), dtype=np.int64)
+    for key, value in (near or {}).items():
+        n += cols[key] != value
+    return n
 
 
 def what_changed(row: dict[str, Any], options: PlanOptions, factor: int) -> list[str]:
