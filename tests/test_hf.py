@@ -290,3 +290,17 @@ def test_serve_takes_a_config_json_with_its_trained_positions(tmp_path, capsys):
     assert "TTFT" in out and "fits" in out
     assert main([*argv, "--model", "llama3-8b"]) == 2  # the preset's 8,192 positions
     assert "8,192 positions" in capsys.readouterr().err
+
+
+def test_rl_takes_a_config_json_and_prices_it_as_the_preset(tmp_path, capsys):
+    """Issue 60's probe: ``rl`` had no ``--hf-config`` where ``estimate`` and ``serve`` do;
+    Llama-3-8B's config.json is the preset, so the step is the preset's to the digit."""
+    from costmodel.cli import main
+
+    argv = ["rl", "--gpus", "8", "--prompts", "16", "--input", "256", "--output", "512",
+            "--json"]  # fmt: skip
+    assert main([*argv, "--hf-config", str(write(tmp_path, LLAMA3_8B))]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--model", "llama3-8b"]) == 0
+    preset = json.loads(capsys.readouterr().out)
+    assert from_file["rl"]["step_s"] == preset["rl"]["step_s"] > 0

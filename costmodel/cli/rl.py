@@ -7,15 +7,18 @@ import argparse
 
 from costmodel.answers.serve import serve_caveats
 from costmodel.catalog.hardware import HARDWARE, get_hardware
+from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import int_arg, to_json
 from costmodel.engine.caveats import caveats
 from costmodel.engine.quantities import nest
+from costmodel.inputs import FRONT
 from costmodel.rl import PLACEMENTS, RLSpec, rl_step
 from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
 from costmodel.rl.step import training_estimate
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.parallel import FRAMEWORKS
 from costmodel.units import fmt_bytes, fmt_seconds
 
@@ -68,17 +71,20 @@ def _n(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'s' * (count != 1)}"
 
 
-def _moe(model: str) -> bool:
-    return get_model(model).n_experts > 0
+def _model(args: argparse.Namespace) -> ModelSpec:
+    """``--model``'s preset or ``--hf-config``'s model."""
+    if args.hf_config is None:
+        return get_model(args.model)
+    return model_from_hf_config(args.hf_config)
 
 
-def rl_caveats(model: str, spec: RLSpec, hardware: str, out: dict) -> list[str]:
+def rl_caveats(model: ModelSpec, spec: RLSpec, hardware: str, out: dict) -> list[str]:
     """The caveats ``estimate`` gives the training step (its device's calibration, MoE
     training) and, for a mixture-of-experts model, ``serve``'s for its rollouts."""
     est = training_estimate(model, spec, hardware, out["rl.response_mean"])
     said = caveats(est)
-    if _moe(model):
-        said += [c for c in serve_caveats(get_model(model), get_hardware(hardware))
+    if model.n_experts > 0:
+        said += [c for c in serve_caveats(model, get_hardware(hardware))
                  if c.startswith("mixture-of-experts")]  # fmt: skip
     return said
 
@@ -86,16 +92,17 @@ def rl_caveats(model: str, spec: RLSpec, hardware: str, out: dict) -> list[str]:
 def _cmd_rl(args: argparse.Namespace) -> int:
     spec = _spec(args)
     hardware = args.hardware or DEFAULT_HARDWARE
-    out = rl_step(args.model, spec, hardware)
-    warned = rl_caveats(args.model, spec, hardware, out)
+    model = _model(args)
+    out = rl_step(model, spec, hardware)
+    warned = rl_caveats(model, spec, hardware, out)
     if args.json:
         verdict = {"fits": bool(out["rl.train_fits"])}
-        print(to_json({"model": args.model, "hardware": hardware, "verdict": verdict,
+        print(to_json({"model": model.name, "hardware": hardware, "verdict": verdict,
                           "caveats": warned, **nest(out)}, indent=2))  # fmt: skip
         return 0
     step = out["rl.step_s"]
     said = " (the default --hardware)" * (args.hardware is None)
-    print(f"{args.model} on {args.gpus} x {hardware}{said} ({spec.placement}): "
+    print(f"{model.name} on {args.gpus} x {hardware}{said} ({spec.placement}): "
           f"{spec.prompts} prompts x {spec.samples} samples of {spec.input:,} + "
           f"{spec.output:,} tokens")  # fmt: skip
     rows = [
@@ -115,7 +122,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
               f" a GPU, over the {fmt_bytes(out['rl.train_budget_bytes'])} the fit rule allows "
               f"on {hardware} (0.9 of its memory): train on more GPUs (--gpus), or split the "
               f"model further (--train-tp, --train-pp"
-              f"{', --train-ep' * _moe(args.model)})")  # fmt: skip
+              f"{', --train-ep' * (model.n_experts > 0)})")  # fmt: skip
         print(f"  assumptions: {_assumptions(spec, out)}")
         print("  step: none: training does not fit")
         _print_caveats(warned)
@@ -139,7 +146,9 @@ def _print_caveats(said: list[str]) -> None:
 
 def add_rl(sub) -> None:
     p = sub.add_parser("rl", help="one RL step: generation, scoring, training, weight sync")
-    p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help=f"preset: {', '.join(PRESETS)}")
+    src.add_argument("--hf-config", metavar="PATH", help=FRONT["hf_config"].help)
     p.add_argument("--hardware", help=f"{', '.join(HARDWARE)} or .json (default "
                    f"{DEFAULT_HARDWARE})")  # fmt: skip
     p.add_argument("--gpus", type=int_arg, required=True, help="GPUs of the step (generation "

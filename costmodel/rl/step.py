@@ -80,7 +80,9 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
             "rl.response_longest": run.longest}  # fmt: skip
 
 
-def training_estimate(model_name: str, spec: RLSpec, hardware: str, mean_response: float) -> Any:
+def training_estimate(
+    model: str | ModelSpec, spec: RLSpec, hardware: str, mean_response: float
+) -> Any:
     """The estimate of one of the step's ``minibatches`` optimizer steps (module docstring)."""
     _, train_gpus = spec.pools()
     sequences = spec.prompts * spec.samples // spec.minibatches
@@ -95,16 +97,21 @@ def training_estimate(model_name: str, spec: RLSpec, hardware: str, mean_respons
               "sequence_parallel": spec.sequence_parallel}  # fmt: skip
     if spec.train_ep > 1:
         layout["ep"] = spec.train_ep
-    return estimate(model_name, hardware=hardware, gpus=train_gpus, batch=batch, seq=seq,
+    return estimate(model, hardware=hardware, gpus=train_gpus, batch=batch, seq=seq,
                     microbatch=micro, framework=spec.framework, **layout)  # fmt: skip
 
 
-def rl_step(model_name: str, spec: RLSpec, hardware: str) -> dict[str, Any]:
-    """The step's phases (module docstring), by dotted name: seconds, GPUs, the share."""
-    model, hw = get_model(model_name), get_hardware(hardware)
+def rl_step(model: str | ModelSpec, spec: RLSpec, hardware: str) -> dict[str, Any]:
+    """The step's phases (module docstring), by dotted name: seconds, GPUs, the share.
+    ``model``: a preset's name or a ModelSpec (e.g. ``costmodel.from_hf``'s)."""
+    model = get_model(model) if isinstance(model, str) else model
+    if spec.train_ep > 1 and model.n_experts == 0:
+        raise SpecError("train_ep", f"train_ep > 1 needs a mixture-of-experts model; "
+                        f"{model.name} has no experts (got train_ep={spec.train_ep})")  # fmt: skip
+    hw = get_hardware(hardware)
     out = _generation(model, spec, hw)
     gen_gpus, train_gpus = spec.pools()
-    est = training_estimate(model_name, spec, hardware, out["rl.response_mean"])
+    est = training_estimate(model, spec, hardware, out["rl.response_mean"])
     steps = spec.minibatches
     scoring = steps * est["time_s.forward"] * (int(spec.reference) + int(spec.old_logprobs))
     weights = 2 * est["params.total"]  # bf16
