@@ -212,7 +212,7 @@ def build(
         check(spec, train)
         notes = _notes(train, ParallelSpec(), micro_default=values.get("grad_accum") is None,
                        shard_default=False)  # fmt: skip
-        return Setup(spec, train, notes=notes)
+        return Setup(spec, train, notes=(*_seq_note(values, spec, train, solving), *notes))
     parallel = _parallel(layout, values.get("gpus"))
     if solving == "batch":
         micro = values.get("microbatch") or 1
@@ -238,6 +238,7 @@ def build(
     notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip
+    notes = (*_seq_note(values, spec, train, solving), *notes)
     if not spec.ffn_only and parallel.tp > spec.n_kv_heads:
         notes = (*notes, f"tp {parallel.tp} is more than the {spec.n_kv_heads} KV heads: "
                  f"each is replicated over {parallel.tp // spec.n_kv_heads} ranks, as vLLM "
@@ -301,6 +302,17 @@ def default_batch(batch: Any, ranks: Any) -> Any:
     """``batch`` where it divides over the ``ranks`` data-parallel devices, else the
     smallest multiple of them above it (one sequence per device); numbers or arrays."""
     return -(-batch // ranks) * ranks
+
+
+def _seq_note(
+    values: Mapping[str, Any], model: ModelSpec, train: TrainSpec, solving: str | None
+) -> tuple[str, ...]:
+    """A sequence length not given: the default, said with the model's own positions (a
+    model trained at 8,192 priced at 1,024 looks far lighter than its training run)."""
+    if values.get("seq") is not None or solving == "seq":
+        return ()
+    trained = f" (the model takes up to {model.max_positions:,})" if model.max_positions else ""
+    return (f"seq {train.seq:,} tokens, the default{trained}: set --seq to change",)
 
 
 def _notes(

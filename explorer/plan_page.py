@@ -20,6 +20,7 @@ from costmodel.engine.plan import (
     Plan,
     PlanOptions,
     layout_label,
+    nearest_words,
     plan,
 )
 from costmodel.engine.sizing import ASSUMPTIONS, choose, sizes, train_days
@@ -262,12 +263,8 @@ def _nearest(p: Plan) -> None:
     """The nearest layout that fits (more devices, or what the options left out)."""
     with st.spinner("searching for the nearest layout that fits"):
         near = _nearest_row(p.model, p.train, p.hardware, _counts(p), p.options)
-    if near is None:
-        st.info("Nothing fits on up to 8x the devices with every option the search allows.")
-        return
-    st.info(f"Nearest that fits: {', '.join(near['changes'])}: {layout_label(near)} on "
-            f"{near['gpus']:,} GPUs, step {near['time_s.step']:.3g} s, peak "
-            f"{near['memory_bytes_per_device.peak'] / GIB:,.1f} GiB.")  # fmt: skip
+    words = nearest_words(near)
+    st.info(f"{words[:1].upper()}{words[1:]}.")
 
 
 def _counts(p: Plan) -> tuple[int, ...]:

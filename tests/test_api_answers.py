@@ -36,14 +36,22 @@ def test_plan_refuses_what_it_searches_and_takes_the_clis_search_options():
     assert "on up to 4 x h100-sxm" in repr(p) and "ranked by cost" in repr(p)
 
 
-def test_a_plan_where_nothing_fits_says_why_as_the_cli_does():
-    """Issue 60's probe: the API's plan said only "no layout fits"; the CLI gives the
-    smallest peak and what to try, and so does the Plan now, in the API's names."""
+def test_a_plan_where_nothing_fits_says_why_as_the_cli_does(capsys):
+    """Issue 60's probes: the API's plan said only "no layout fits", then "try more GPUs"
+    with no count; the CLI gives the smallest peak and the nearest layout that fits, and
+    so does the Plan now (``Plan.nearest``, in the API's names), the same row."""
     p = cm.plan("cs336-2.7b", hardware="a100-40gb", gpus=1, batch=4, seq=1024,
                 frameworks=["fsdp2"], recompute=["none", "full"], progress=False)  # fmt: skip
     text = repr(p)
     assert len(p) == 0 and "no layout fits: the smallest peak is" in text
-    assert "GiB per device" in text and "try more GPUs" in text and "--" not in text
+    assert "GiB per device" in text and "--" not in text
+    assert p.nearest_searched and p.nearest["gpus"] == 2
+    assert "nearest that fits: 2 GPUs (2x): fsdp2 dp1 fsdp1 tp2+sp" in text
+    assert main(["plan", "--model", "cs336-2.7b", "--hardware", "a100-40gb", "--gpus", "1",
+                 "--global-batch", "4", "--seq", "1024", "--frameworks", "fsdp2",
+                 "--recompute", "none,full", "--json"]) == 1  # fmt: skip
+    cli = json.loads(capsys.readouterr().out)["nearest_fit"]
+    assert cli["time_s.step"] == p.nearest["time_s.step"] and cli["changes"] == p.nearest["changes"]
 
 
 def test_an_estimate_carries_the_clis_caveats_and_verdict(capsys):
@@ -99,3 +107,95 @@ def test_a_fine_tuning_estimate_says_so_in_its_repr():
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=1, finetune="qlora", seq=2048,
                       batch=4)  # fmt: skip
     assert "bf16-mixed, qlora, grad-accum" in repr(est)
+
+
+def test_a_sequence_length_not_given_is_said_with_the_models_own(capsys):
+    """Issue 60's third probe: a missing seq silently became 1,024 for a model trained at
+    8,192 (24.5 GiB "fits" where the run's length is TIGHT at 70.9 GiB): now a note, in the
+    API and the CLI alike; a seq given says nothing."""
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, framework="fsdp2")
+    said = "seq 1,024 tokens, the default (the model takes up to 8,192): set seq to change"
+    assert est.notes[0] == said and said in repr(est)
+    assert main(["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                 "--batch", "64", "--framework", "fsdp2"]) == 0  # fmt: skip
+    assert said.replace("set seq", "set --seq") in capsys.readouterr().out
+    given = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024)
+    assert not any(n.startswith("seq ") for n in given.notes)
+
+
+def test_to_dict_of_a_layout_that_does_not_fit_is_the_clis_json(capsys):
+    """The API's to_dict gave MFU 0.47 where the CLI's --json gives null, and lacked the
+    memory table's transients: one method now serves both."""
+    kw = dict(hardware="h100-sxm", gpus=8, batch=64, seq=16384, framework="fsdp2")
+    est = cm.estimate("llama3-8b", **kw)
+    assert not est.fit().fits and est["mfu"] > 0  # the formula's number stays, by key
+    ours = json.loads(est.to_json())
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "llama3-8b",
+                "--hardware",
+                "h100-sxm",
+                "--gpus",
+                "8",
+                "--batch",
+                "64",
+                "--seq",
+                "16384",
+                "--framework",
+                "fsdp2",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    cli = json.loads(capsys.readouterr().out)
+    assert ours["mfu"] is None and cli["mfu"] is None and ours["hfu"] is None
+    assert ours["memory_bytes_per_device"] == cli["memory_bytes_per_device"]
+    parts = ours["memory_bytes_per_device"]
+    listed = sum(parts[k] for k in ("params", "master", "grads", "optimizer", "buffers",
+                                    "activations", "frozen", "transients"))  # fmt: skip
+    assert listed == pytest.approx(parts["peak"], rel=1e-12)
+
+
+def test_the_specs_path_says_what_the_keyword_path_says():
+    """Specs gave no caveats (the keyword path did) and took hardware without a layout
+    silently (a one-device number with no verdict)."""
+    from costmodel import ParallelSpec, TrainSpec, get_hardware, get_model
+
+    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
+    train = TrainSpec(batch=64, seq=16384, grad_accum=8)
+    est = cm.estimate(model, train, ParallelSpec(fsdp=8, framework="fsdp2"), hw)
+    assert est.caveats and est.caveats == tuple(cm.verdict(est)["caveats"])
+    with pytest.raises(cm.SpecError, match="hardware prices a layout: give a ParallelSpec"):
+        cm.estimate(model, TrainSpec(batch=8, seq=1024), hardware="h100-sxm")
+
+
+def test_the_results_are_mappings_and_wrong_arguments_name_themselves():
+    """``est.values()`` and ``plan.values()`` raised "'dict' object is not callable";
+    evaluating a bare symbol, verdict of a dict, from_hf of a list and a row past the
+    candidates raised Python's internals."""
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024)
+    assert list(est.values()) == [est[k] for k in est]
+    assert est.evaluate(cm.symbol("T")) == 1024
+    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(24, 64), seq=4096,
+                progress=False)  # fmt: skip
+    assert [list(v) for v in p.values()][:2] == [list(p["gpus"]), list(p["batch"])]
+    assert set(p.columns["batch"].tolist()) <= set(range(24, 65)) and p.top(1)[0]["batch"] == 64
+    for call, words in ((lambda: cm.verdict({}), "verdict takes an Estimate"),
+                        (lambda: cm.from_hf([1, 2]), "from_hf takes a config.json's path"),
+                        (lambda: p.row(10**9), "row i must be below the"),
+                        (lambda: cm.plan("llama3-8b", hardware="h100-sxm", gpus=8,
+                                         batch="32:64"), "not text"),
+                        (lambda: cm.sweep("llama3-8b", hardware="h100-sxm", gpus=[8, 3],
+                                          batch=64), "gpus 3 leave 3 data-parallel ranks"),
+                        (lambda: cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64,
+                                          microbatch=3), "microbatch \\* dp \\* fsdp"),
+                        (lambda: cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64,
+                                          quantities=["time_s.stpe"]), "did you mean"),
+                        (lambda: cm.serve("llama3-8b", context=4096)["tpot"],
+                         "did you mean 'time_s.tpot'")):  # fmt: skip
+        with pytest.raises((cm.SpecError, KeyError), match=words):
+            call()

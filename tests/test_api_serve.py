@@ -71,7 +71,10 @@ def test_serve_takes_the_cli_defaults():
     rated = costmodel.serve("llama3-8b", input=1000, output=200, request_rate=1.0)
     most = min(ENGINES[DEFAULT].max_seqs, rated.estimate["max_batch"])
     assert "workload.ttft_s.p99" in rated
-    assert f"at most {most} in flight" in rated.estimate.notes[0]
+    assert rated.estimate.notes[0] == "hardware h100-sxm, the default: set hardware"
+    assert f"at most {most} in flight" in rated.estimate.notes[1]
+    given = costmodel.serve("llama3-8b", "h100-sxm", input=1000, output=200, request_rate=1.0)
+    assert given.estimate.notes == rated.estimate.notes[1:]
 
 
 def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():

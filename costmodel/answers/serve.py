@@ -32,6 +32,8 @@ SERVING_RECORD = "serving"
 its figures on the published MoE serving runs are the MoE caveat's numbers."""
 
 
+DEFAULT_HARDWARE = "h100-sxm"
+"""The device ``serve`` prices on where none is given (the CLI's and the API's; said)."""
 DEFAULT_OUTPUT = 128
 """Generated tokens when only ``context`` is given (the prompt is the rest)."""
 WORKLOAD = ("context", "input", "output")

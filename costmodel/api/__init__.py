@@ -15,45 +15,34 @@ are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budge
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from costmodel.answers.serve import ServeAnswer, answer, spec_of
+from costmodel.answers.serve import DEFAULT_HARDWARE, ServeAnswer, answer, spec_of
 from costmodel.api.planning import plan as plan
+from costmodel.api.sweeping import sweep as sweep
 from costmodel.catalog.hardware import get_hardware
 from costmodel.catalog.hf import model_from_hf_config, model_from_hf_dict
 from costmodel.catalog.presets import get_model
 from costmodel.engine import estimate as _engine
 from costmodel.engine import inverse
 from costmodel.engine import plan as _plan
-from costmodel.engine import sweep as _sweep
 from costmodel.engine.caveats import caveats
 from costmodel.engine.estimate import Estimate
-from costmodel.engine.fit import (
-    PEAK,
-    RESERVED,
-    budget_bytes,
-    budget_from,
-    check_headroom,
-    fits,
-)
-from costmodel.engine.sweep import Table
+from costmodel.engine.fit import budget_from, check_headroom
+from costmodel.engine.sweep import Table as Table
 from costmodel.engine.verdict import verdict as _verdict
 from costmodel.inputs import (
     BY_KEY,
     build,
-    default_batch,
     keyword_values,
     refuse_solved,
     solved_verdict,
 )
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
-from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -64,7 +53,10 @@ GB, GIB = 1e9, 2**30
 def from_hf(config: str | Path | Mapping[str, Any]) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (a path, or the parsed dict)."""
     if isinstance(config, Mapping):
-        return model_from_hf_dict(dict(config))
+        return model_from_hf_dict(dict(config), "the config dict")
+    if not isinstance(config, str | Path):
+        raise SpecError("config", "from_hf takes a config.json's path or its parsed dict (got "
+                        f"{type(config).__name__})")  # fmt: skip
     return model_from_hf_config(config)
 
 
@@ -88,7 +80,10 @@ def estimate(
         budget = {k: inputs.pop(k) for k in ("token_budget", "price_per_hour") if k in inputs}
         if inputs:
             raise SpecError(sorted(inputs)[0], "give inputs as keywords or specs, not both")
-        return _engine.estimate(model, train, parallel, hw, **budget)
+        if hw is not None and parallel is None:
+            raise SpecError("hardware", "hardware prices a layout: give a ParallelSpec too "
+                            "(ParallelSpec() for one device)")  # fmt: skip
+        return _with_caveats(_engine.estimate(model, train, parallel, hw, **budget))
     if train is not None or parallel is not None:
         raise SpecError("train", "train and parallel must be a TrainSpec and a ParallelSpec")
     if isinstance(hardware, Hardware):
@@ -107,6 +102,11 @@ def estimate(
         headroom=headroom,
         defaulted=frozenset(set(BY_KEY) - {k for k, v in values.items() if v is not None}),
     )
+    return _with_caveats(est)
+
+
+def _with_caveats(est: Estimate) -> Estimate:
+    """``est`` with the caveats of the CLI's verdict (none without a layout)."""
     if est.parallel is None:
         return est
     fitting = est.fit().fits  # the CLI's verdict leaves MFU's caveat out where nothing runs
@@ -120,6 +120,10 @@ def verdict(est: Estimate, *, nearest: bool = True) -> dict[str, Any]:
     the nearest change that fits, from the planner's search (``nearest_fit``: its inputs,
     in the API's names); the layout, the assumptions (defaults named), what the device's
     numbers rest on, the caveats and the notes."""
+    if not isinstance(est, Estimate):
+        raise SpecError("est", "verdict takes an Estimate, what costmodel.estimate returns "
+                        f"(got {type(est).__name__}; serve's answer has its own fits, "
+                        "nearest and caveats)")  # fmt: skip
     if est.parallel is None or est.hardware is None:
         raise SpecError("hardware", "a verdict needs hardware (and a layout)")
     out = _verdict(est, est.headroom, defaulted=est.defaulted, nearest=nearest, notes=est.notes)
@@ -137,154 +141,25 @@ def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
         return tab.columns()
 
 
-def _fill_gpus(gpus: Any, given: dict[str, Any]) -> dict[str, Any]:
-    """``gpus`` as the CLI takes it: the data-parallel devices fill what tp, pp, cp (and
-    the degree given) leave, as one shard group (fsdp) where the framework shards by
-    default and neither dp nor fsdp is given, else as replicas (dp)."""
-    gpus = np.asarray(gpus)
-    checks.integer("gpus", gpus)
-    framework = given.get("framework", ParallelSpec().framework)
-    shard = "dp" not in given and "fsdp" not in given
-    shard = np.asarray(trait(np.asarray(framework, dtype=object), "shards_by_default")) & shard
-    other = np.ones((), dtype=np.int64)
-    for name in ("tp", "pp", "cp", "dp", "fsdp"):
-        other = other * np.asarray(given.get(name, 1))
-    if np.any(gpus % other):
-        raise SpecError("gpus", "dp * fsdp * tp * pp * cp must divide gpus")
-    rest = gpus // other
-    if "dp" in given and "fsdp" in given:
-        if np.any(rest != 1):
-            raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus")
-        return {}
-    if "dp" in given:
-        return {"fsdp": rest}
-    if "fsdp" in given:
-        return {"dp": rest}
-    return {"fsdp": np.where(shard, rest, 1), "dp": np.where(shard, 1, rest)}
-
-
-def sweep(
-    model: str | ModelSpec | None = None,
-    *,
-    hardware: str | Hardware | None = None,
-    quantities: Iterable[str] | None = None,
-    gpus: Any = None,
-    microbatch: Any = None,
-    **overrides: Any,
-) -> Table:
-    """Quantities over a broadcast grid of spec fields, with the inputs as columns.
-
-    ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays (see
-    ``engine.sweep.sweep``); ``gpus`` fills dp (or fsdp under a framework that shards by
-    default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch;
-    ``micro_batch``, the engine's name, the same) sets grad_accum (with ``gpus``, 1 unless
-    grad_accum is given, as the CLI). Returns a :class:`Table`: every input given (with
-    the dp, fsdp and micro-batch that gpus gave), then every quantity, as arrays of the
-    grid's shape, and with a device ``fits`` (the fit rule of ``estimate``'s verdict: a
-    row's times are what it would take if it fitted) (``.frame()`` for pandas,
-    ``costmodel.table(result)`` for either)."""
-    if model is None:  # no silent default model (it was cs336-2.7b): estimate needs one too
-        raise SpecError("model", "sweep needs a model: a preset name or a ModelSpec first")
-    _one("model", model, (str, ModelSpec), "a preset name or a ModelSpec", "call once per model")
-    _one("hardware", hardware, (str, Hardware, type(None)), "a catalog name or a Hardware",
-         "call once per device, or plan(hardware=...) compares devices")  # fmt: skip
-    if isinstance(quantities, str):  # one quantity by name, not its characters
-        quantities = [quantities]
-    grid = dict(overrides)
-    _check_broadcast({**grid, **({"gpus": gpus} if gpus is not None else {})})
-    if gpus is not None:
-        grid.update(_fill_gpus(gpus, grid))
-    if "batch" not in grid and ("dp" in grid or "fsdp" in grid):  # estimate's default batch
-        ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
-        grid["batch"] = default_batch(TrainSpec().batch, ranks)
-    if gpus is not None:
-        hardware = hardware or _required("gpus")
-        if microbatch is None and "grad_accum" not in grid and "micro_batch" not in grid:
-            microbatch = _one_sequence(grid)  # the engine's micro_batch, given, is kept
-    if microbatch is not None:
-        if "micro_batch" in grid:
-            raise SpecError("micro_batch", "give microbatch or micro_batch, not both")
-        grid["micro_batch"] = microbatch
-    asked = None if quantities is None else list(quantities)
-    if asked is not None and hardware is not None:  # the fit rule's inputs: every row says
-        quantities = [*asked, *(k for k in (PEAK, RESERVED) if k not in asked)]  # if it fits
-    out = _sweep.sweep(model, hardware=hardware, quantities=quantities, **grid)
-    inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
-    if microbatch is not None:
-        inputs["microbatch"] = microbatch
-    inputs.update({k: grid[k] for k in ("dp", "fsdp", "batch") if k in grid})
-    shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
-    cols = {k: np.broadcast_to(np.asarray(v), shape) for k, v in inputs.items()}
-    if hardware is not None and PEAK in out:  # the fit rule, as estimate's verdict
-        hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
-        ok = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
-        out["fits"] = ok
-        out["tight"] = ok & (np.broadcast_to(np.asarray(out[RESERVED]), shape) > hw.hbm_bytes)
-        for key in (PEAK, RESERVED):
-            if asked is not None and key not in asked:
-                del out[key]
-    return Table({**cols, **out}, inputs=tuple(cols))
-
-
-def _one(field: str, value: Any, types: tuple[type, ...], what: str, instead: str) -> None:
-    """One model or device per call: a list of them is refused, naming the field (a sweep
-    varies spec fields) and what to do ``instead``."""
-    if not isinstance(value, types):
-        raise SpecError(field, f"{field} must be {what}, one per call (got "
-                        f"{type(value).__name__}): {instead}")  # fmt: skip
-
-
-def _check_broadcast(grid: dict[str, Any]) -> None:
-    """Arrays of the grid numpy can broadcast together, or one line naming two that do not."""
-    empty = next((k for k, v in grid.items() if np.ndim(v) and np.size(v) == 0), None)
-    if empty is not None:
-        raise SpecError(empty, f"{empty} is an empty list: give at least one value")
-    shaped = [(k, np.shape(v)) for k, v in grid.items() if np.ndim(v)]
-    try:
-        np.broadcast_shapes(*(shape for _, shape in shaped))
-    except ValueError:
-        pairs = [(x, y) for i, x in enumerate(shaped) for y in shaped[i + 1 :]]
-        (a, sa), (b, sb) = next((p for p in pairs if not _broadcasts(p[0][1], p[1][1])), pairs[0])
-        raise SpecError(a, f"{a} (shape {sa}) and {b} (shape {sb}) do not broadcast: give "
-                        f"arrays of one length, or crossed shapes (e.g. np.array({a})[:, "
-                        "None])") from None  # fmt: skip
-
-
-def _broadcasts(a: tuple, b: tuple) -> bool:
-    try:
-        np.broadcast_shapes(a, b)
-    except ValueError:
-        return False
-    return True
-
-
-def _one_sequence(grid: dict[str, Any]) -> int | None:
-    """1 (one sequence per device per micro-batch, as ``inputs.build`` takes it with gpus)
-    where the batch divides over the data-parallel devices everywhere, else None."""
-    batch = np.asarray(grid.get("batch", TrainSpec().batch))
-    ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
-    return 1 if np.all(batch % ranks == 0) else None
-
-
-def _required(field: str) -> str:
-    raise SpecError("hardware", f"hardware is required with {field}")
-
-
 def serve(
-    model: str | ModelSpec, hardware: str | Hardware = "h100-sxm", **inputs: Any
+    model: str | ModelSpec, hardware: str | Hardware | None = None, **inputs: Any
 ) -> ServeAnswer:
     """Serving ``model`` on ``hardware`` (``serve`` of the CLI, by its names without the
     dashes: ``context`` or ``input`` and ``output``, ``batch``, ``tp``, ``kv_dtype``,
     ``request_rate``, ...; the CLI's defaults): the estimate (memory, TTFT, TPOT,
     throughput; dict-like), whether the batch fits, the nearest change that fits when it
-    does not, and the caveats (:class:`costmodel.answers.serve.ServeAnswer`)."""
+    does not, and the caveats (:class:`costmodel.answers.serve.ServeAnswer`). Without
+    ``hardware``, the CLI's default device, said in the notes."""
     spec_model = model if isinstance(model, ModelSpec) else get_model(_preset(model))
+    said = [f"hardware {DEFAULT_HARDWARE}, the default: set hardware"] * (hardware is None)
+    hardware = DEFAULT_HARDWARE if hardware is None else hardware
     hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)
     try:
         spec = spec_of(inputs)
     except SpecError as err:  # the serve CLI's words, in this API's names
         raise SpecError(err.field, as_fields(str(err))) from None
     ans = answer(spec_model, spec, hw)
+    ans.estimate.notes[:0] = said
     return replace(ans, nearest=None if ans.nearest is None else as_fields(ans.nearest))
 
 

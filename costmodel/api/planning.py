@@ -5,7 +5,8 @@ The CLI's search options under their Python names (``--max-gpus`` as ``max_gpus`
 ``--objective``), the model and training inputs as ``estimate`` takes them; what the
 planner searches (the degrees, the micro-batch) is refused by name, as the CLI has no flag
 for it. The returned :class:`~costmodel.engine.plan.Plan` ranks, explains its ranking and,
-where nothing fits, says why (:func:`~costmodel.engine.plan.no_fit_text`), as the CLI does.
+where nothing fits, says why (:func:`~costmodel.engine.plan.no_fit_text`) and names the
+nearest layout that does (``Plan.nearest``), as the CLI does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 from costmodel.catalog.hardware import get_hardware
 from costmodel.engine import plan as _plan
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import device_counts
+from costmodel.engine.layouts import batch_choices, device_counts
+from costmodel.engine.why import nearest_fitting
 from costmodel.inputs import build, keyword_values
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
@@ -41,7 +43,7 @@ def plan(
     hardware: str | Hardware,
     gpus: int | None = None,
     max_gpus: int | None = None,
-    batch: int | None = None,
+    batch: int | tuple[int, int] | range | None = None,
     frameworks: Iterable[str] | None = None,
     recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
     microbatches: Iterable[int] | None = None,
@@ -54,11 +56,13 @@ def plan(
 ) -> _plan.Plan:
     """The best layouts of ``gpus`` devices (or of every count up to ``max_gpus``, as
     ``--max-gpus`` searches) that fit (``plan`` of the CLI): ``batch`` sequences per step
-    (the CLI's ``--global-batch``); ``framework`` searches that one framework alone
-    (``frameworks`` several; by default the planner's, fsdp2 and megatron); ``objective``
-    ranks (``time``, ``cost``, ``tokens-per-gpu``, ``mfu``); the other inputs (seq,
-    precision, ...) as the CLI's. ``progress`` counts the layout structures compiled on
-    stderr (the slow part of a first call), or is a callable ``(items, total) -> items``."""
+    (the CLI's ``--global-batch``; a range, ``(low, high)`` or ``range(low, high + 1)``,
+    searches the batches in it that split evenly, as ``--global-batch LOW:HIGH``);
+    ``framework`` searches that one framework alone (``frameworks`` several; by default
+    the planner's, fsdp2 and megatron); ``objective`` ranks (``time``, ``cost``,
+    ``tokens-per-gpu``, ``mfu``); the other inputs (seq, precision, ...) as the CLI's.
+    ``progress`` counts the layout structures compiled on stderr (the slow part of a
+    first call), or is a callable ``(items, total) -> items``."""
     _refuse_unsearchable(inputs)
     if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
         keyword_values(model, inputs)
@@ -71,7 +75,8 @@ def plan(
                         f"(items, total) -> items (got {progress!r})")  # fmt: skip
     frameworks = _frameworks(frameworks, inputs)
     hw = hardware if isinstance(hardware, Hardware) else _one_kind(hardware)
-    values, spec = keyword_values(model, {**inputs, "batch": batch})
+    low, high = _batch_range(batch)
+    values, spec = keyword_values(model, {**inputs, "batch": high})
     setup = build(values, spec)
     options = _plan.PlanOptions(
         frameworks=_choices("frameworks", frameworks), recompute=_choices("recompute", recompute),
@@ -85,7 +90,33 @@ def plan(
     else:
         counts = device_counts(max_gpus, hw.devices_per_node)
     counter = _count_on_stderr if progress is True else (progress or None)
-    return _plan.plan(setup.model, setup.train, hw, counts, options, counter)
+    listed = [counts] if isinstance(counts, int) else counts
+    batches = batch_choices(low, high, counts=listed) if low != high else None
+    found = _plan.plan(setup.model, setup.train, hw, counts, options, counter, batches)
+    if not len(found.order):  # as the CLI: the nearest layout that fits, in the repr
+        found.nearest = nearest_fitting(setup.model, setup.train, hw, counts, options, batches)
+        found.nearest_searched = True
+    return found
+
+
+def _batch_range(batch: Any) -> tuple[int, int]:
+    """``(low, high)`` of a batch (one number: both) or a range of them."""
+    if isinstance(batch, str):
+        raise SpecError("batch", f"batch takes a number or (low, high), not text (got {batch!r})")
+    if isinstance(batch, range):
+        if batch.step != 1 or not len(batch):
+            raise SpecError("batch", f"batch range must be contiguous and non-empty (got {batch})")
+        return batch[0], batch[-1]
+    if isinstance(batch, tuple | list):
+        if len(batch) != 2:
+            raise SpecError("batch", f"batch takes one number or (low, high) (got {batch!r})")
+        low, high = batch
+        checks.integer("batch", low)
+        checks.integer("batch", high)
+        if low > high:
+            raise SpecError("batch", f"batch range ({low}, {high}) has low > high")
+        return low, high
+    return batch, batch
 
 
 def _refuse_unsearchable(inputs: dict[str, Any]) -> None:

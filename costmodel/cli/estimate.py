@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 import sympy as sp
@@ -22,7 +22,7 @@ from costmodel.cli.args import (
     values_of,
 )
 from costmodel.engine.caveats import calibration_line
-from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.estimate import UNFIT, Estimate, estimate
 from costmodel.engine.fit import PEAK, rest_at_peak
 from costmodel.engine.verdict import rate_words, verdict
 from costmodel.inputs import BY_KEY
@@ -66,10 +66,6 @@ def _nearest_text(near: dict[str, Any] | None) -> str:
     return (f"{near['change']}: peak {near['peak_bytes'] / GIB:,.1f} GiB, reserved "
             f"{near['reserved_bytes'] / GIB:,.1f} GiB{tight}, step "
             f"{_fmt_seconds(near['step_s'])} ({near['flags']})")  # fmt: skip
-
-
-_UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
-"""Quantities that are no answer for a layout that does not fit."""
 
 
 _SUMMARY = (
@@ -170,7 +166,7 @@ def _table(est: Estimate, answer: dict[str, Any] | None = None, *, full: bool = 
         if k in v and (full or answer is None)
     ]
     if not fits:
-        extra = [k for k in extra if k not in _UNFIT]
+        extra = [k for k in extra if k not in UNFIT]
         if full:
             rows += [("", ""), ("mfu, days, cost", "none: the layout does not fit")]
     if extra:
@@ -282,12 +278,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         answer = verdict(est, args.memory_headroom, defaulted=defaulted, notes=setup.notes)
     elif args.memory_headroom is not None:
         raise SpecError("memory_headroom", "memory_headroom needs --hardware (a device)")
-    if args.json:
-        out = est.to_dict()
-        if PEAK in est.values:  # the text's transients line: the parts then add to the peak
-            out["memory_bytes_per_device"]["transients"] = rest_at_peak(est.values)
-        if answer and not answer["fits"]:  # no answer for a layout that does not fit, as in text
-            out.update({k: None for k in _UNFIT if k in out})
+    if args.json:  # no MFU for a layout that does not fit; transients: the parts add up
+        out = replace(est, headroom=args.memory_headroom).to_dict()
         print(to_json({"verdict": answer, **out} if answer else out, indent=2))
     else:
         notes = [] if answer else [("note", n) for n in setup.notes]  # (the verdict has them)

@@ -27,6 +27,7 @@ from costmodel.engine.plan import (
     Plan,
     PlanOptions,
     layout_label,
+    nearest_words,
     no_fit_text,
     plan,
 )
@@ -289,12 +290,8 @@ def _nearest(args, s: Searched, batches: list[int] | None, values: dict) -> dict
 
 
 def _nearest_text(row: dict | None) -> str:
-    if row is None:
-        return "nothing fits on up to 8x the devices with every option the search allows"
-    return (f"nearest that fits: {', '.join(row['changes'])}: {layout_label(row)} on "
-            f"{row['gpus']:,} GPUs, step {row['time_s.step']:.3f} s, peak "
-            f"{row['memory_bytes_per_device.peak'] / GIB:,.1f} GiB\n"
-            f"  {row['estimate_command']}")  # fmt: skip
+    """:func:`nearest_words`, and the estimate command that reproduces the row."""
+    return nearest_words(row) + (f"\n  {row['estimate_command']}" if row else "")
 
 
 def best_caveats(result: Plan, batches: list[int] | None = None) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from costmodel.answers.serve import (
+    DEFAULT_HARDWARE,
     DEFAULT_OUTPUT,
     SERVE_INPUTS,
     ServeAnswer,
@@ -185,10 +186,6 @@ def _load(spec: ServeSpec, est: Any, lengths_: str) -> str:
                 f"{est['continuous.in_flight']} in flight a replica")  # fmt: skip
     per = f" a replica ({spec.batch * spec.dp:,} in all)" if spec.dp > 1 else ""
     return f"{spec.batch:,} x {lengths_}{per}"
-
-
-DEFAULT_HARDWARE = "h100-sxm"
-"""The device ``serve`` prices on where ``--hardware`` is not given (said in its header)."""
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import sympy as sp
 
 from costmodel.config import check
-from costmodel.engine.fit import Fit, judge
+from costmodel.engine.fit import PEAK, Fit, judge, rest_at_peak
 from costmodel.engine.quantities import (
     BUDGET_KEYS,
     DEVICE_ROOTS,
@@ -34,7 +34,7 @@ from costmodel.engine.quantities import (
 from costmodel.kinds.routing import routing_values
 from costmodel.parallel.layout import layout_values
 from costmodel.specs import checks
-from costmodel.specs.checks import SpecError, UnknownKey
+from costmodel.specs.checks import Quantities, SpecError, UnknownKey
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -48,6 +48,10 @@ from costmodel.symbols import (
     values_for,
 )
 
+UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
+"""Quantities that are no answer for a layout that does not fit (its verdict withholds
+them; ``est[key]`` still gives what the formula says it would take)."""
+
 
 @dataclass(frozen=True, repr=False)
 class Estimate:
@@ -55,11 +59,14 @@ class Estimate:
 
     Read-only and dict-like over its quantities (``est["time_s.step"]``, ``in``, ``keys()``,
     ``items()``; seconds, bytes, FLOPs as the key says); in a notebook it shows as a short
-    table (model, layout, fit verdict, step time, MFU, peak memory)."""
+    table (model, layout, fit verdict, step time, MFU, peak memory). A layout that does not
+    fit keeps every quantity (what it would take if it ran); its verdict, ``summary`` and
+    ``to_dict`` give no MFU, HFU, TFLOP/s, days or cost for it (:data:`UNFIT`)."""
 
     model: ModelSpec
     train: TrainSpec
     values: dict[str, int | float]
+    """Every quantity by key (a :class:`Quantities`: ``values()`` works as a dict's)."""
     parallel: ParallelSpec | None = None
     hardware: Hardware | None = None
     notes: tuple[str, ...] = ()
@@ -72,6 +79,10 @@ class Estimate:
     caveats: tuple[str, ...] = ()
     """Regimes of known error this configuration is in (``costmodel.engine.caveats``), as
     the CLI's verdict lists them; filled by ``costmodel.estimate``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.values, Quantities):
+            object.__setattr__(self, "values", Quantities(self.values))
 
     def __getitem__(self, key: str) -> int | float:
         try:
@@ -125,7 +136,7 @@ class Estimate:
         if not isinstance(formula, sp.Basic):
             raise SpecError("expr", f"evaluate takes a quantity's name or a sympy expression "
                             f"(got {type(expr).__name__})")  # fmt: skip
-        out = formula.xreplace(self.symbol_values())
+        out = sp.sympify(formula.xreplace(self.symbol_values()))  # a bare symbol: its number
         if out.free_symbols:
             names = ", ".join(sorted(str(s) for s in out.free_symbols))
             raise SpecError("expr", f"the formula uses symbols this estimate has no value "
@@ -146,7 +157,11 @@ class Estimate:
                         f"{tuning}, grad-accum {t.grad_accum}"}  # fmt: skip
         if self.parallel is not None and self.hardware is not None:
             p = self.parallel
-            out["layout"] = (f"{p.devices} x {self.hardware.name}, {p.framework}: dp {p.dp}, "
+            said = {"gpus": f" (gpus not given: {p.devices} from the degrees)",
+                    "framework": " (the default framework: set framework)"}  # fmt: skip
+            count, fw = (said[k] * (k in self.defaulted) for k in ("gpus", "framework"))
+            out["layout"] = (f"{p.devices} x {self.hardware.name}{count}, {p.framework}{fw}: "
+                             f"dp {p.dp}, "
                              f"fsdp {p.fsdp}, tp {p.tp}, pp {p.pp}, cp {p.cp}, ep {p.ep}; "
                              f"recompute {self.train.recompute}")  # fmt: skip
             fit = self.fit()
@@ -182,13 +197,20 @@ class Estimate:
                      budget)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """Nested dict for JSON: specs plus every quantity."""
+        """Nested dict for JSON, as the CLI's ``--json`` gives it: specs plus every quantity,
+        with the memory table's ``transients`` (what its parts leave of the peak) and no
+        answer (None) for :data:`UNFIT`'s quantities of a layout that does not fit."""
         out = {"model": _fields(self.model), "train": _fields(self.train)}
         if self.parallel is not None:
             out["parallel"] = _fields(self.parallel)
         if self.hardware is not None:
             out["hardware"] = self.hardware.name
-        return {**out, **nest(self.values)}
+        out.update(nest(self.values))
+        if PEAK in self.values:  # the parts then add to the peak, as the CLI's table
+            out["memory_bytes_per_device"]["transients"] = rest_at_peak(self.values)
+            if not self.fit().fits:
+                out.update({k: None for k in UNFIT if k in out})
+        return out
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, **kwargs)

@@ -13,7 +13,7 @@ Units: seconds, bytes.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -41,6 +41,16 @@ LAYOUT = ("gpus", "batch", "framework", "zero", "dp", "fsdp", "tp", "sequence_pa
           "pp_interleave", "cp", "ep", "etp", "ep_dispatcher", "micro_batch", "grad_accum",
           "recompute",
           "grad_reduce_fp32", "ep_overlap")  # fmt: skip
+
+
+class RankedValues(dict):
+    """A plan's quantities of every candidate by key (``plan.values["mfu"]``), also called
+    as a Mapping's ``values()`` is: the ranked columns of ``keys()`` (``plan[k]`` each)."""
+
+    plan: Plan
+
+    def __call__(self) -> list[np.ndarray]:
+        return [self.plan[k] for k in self.plan]
 
 
 @dataclass(repr=False)
@@ -71,9 +81,24 @@ class Plan:
     skipped: tuple[int, ...] = field(default=())
     """Device counts a top search left out: none of their layouts could rank among its
     top rows (:mod:`costmodel.engine.search`)."""
+    nearest: dict[str, Any] | None = None
+    """Where none fits and ``nearest_searched``: the nearest layout that does
+    (``costmodel.engine.why.nearest_fitting``; None: none up to 8x the devices)."""
+    nearest_searched: bool = False
+
+    def __post_init__(self) -> None:
+        ranked = RankedValues(self.values)
+        ranked.plan = self
+        self.values = ranked
 
     def row(self, i: int) -> dict[str, Any]:
-        """One candidate: its layout, quantities and what limits it."""
+        """One candidate (an index of ``columns``; ``order`` lists the fitting ones best
+        first): its layout, quantities and what limits it."""
+        n = len(self.fits)
+        checks.integer("i", i, minimum=0)
+        if i >= n:
+            raise SpecError("i", f"row i must be below the {n:,} candidates (got {i:,}); "
+                            "plan.order ranks those that fit, plan.top(k) the best")  # fmt: skip
         out = {k: _plain(self.columns[k][i]) for k in LAYOUT}
         out.update({k: float(self.values[k][i]) for k in QUANTITIES})
         out["fits"] = bool(self.fits[i])
@@ -124,6 +149,9 @@ class Plan:
     def keys(self) -> list[str]:
         return [*LAYOUT, *QUANTITIES]
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
     def items(self) -> list[tuple[str, np.ndarray]]:
         return [(k, self[k]) for k in self.keys()]
 
@@ -143,7 +171,8 @@ class Plan:
                 f"peak {r['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB; {r['limit']}"
                 for n, r in enumerate(self.top(k), 1)]  # fmt: skip
         if not rows:
-            return [head, no_fit_text(self)]
+            searched = [nearest_words(self.nearest)] if self.nearest_searched else []
+            return [head, no_fit_text(self, hints=not self.nearest_searched), *searched]
         return [head, ranking_text(self.options.objective), *rows]
 
     def __repr__(self) -> str:
@@ -366,6 +395,17 @@ def no_fit_text(p: Plan, hints: bool = True, name: Callable[[str], str] = str) -
             f"({layout_label(best)}) against {p.budget_bytes / 2**30:,.1f} GiB "
             f"({p.options.memory_headroom:.0%} of {hbm:,.0f} GiB)")  # fmt: skip
     return f"{text}; try {', or '.join(tries)}" if hints else text
+
+
+def nearest_words(row: dict[str, Any] | None) -> str:
+    """The nearest layout that fits (``costmodel.engine.why.nearest_fitting``'s row, or None
+    for none) in the words the CLI's plan, the Plan page and a Plan's repr share."""
+    if row is None:
+        return "nothing fits on up to 8x the devices with every option the search allows"
+    changes = ", ".join(row["changes"]) or "wider search options"
+    return (f"nearest that fits: {changes}: {layout_label(row)} on {row['gpus']:,} GPUs, "
+            f"step {row['time_s.step']:.3f} s, peak "
+            f"{row['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB")  # fmt: skip
 
 
 def _plain(value: Any) -> Any:

@@ -175,10 +175,12 @@ def sweep(
     points = int(np.prod(shape))
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
+    structures: list[tuple] = []
 
     def evaluated(item: tuple[Any, dict[str, Any]]) -> tuple[Any, tuple[str, ...], list]:
         idx, group = item
         specs = _specs(group, checked)
+        structures.append(specs.structure)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
         args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
         if quantities is None:
@@ -200,8 +202,10 @@ def sweep(
                 out[key] = np.full(points, np.nan)
             out[key][idx] = result
     missing = [k for k in quantities or () if k not in out]
-    if missing:
-        raise SpecError("quantities", f"unknown quantity: {', '.join(missing)}")
+    if missing:  # named with the closest keys a structure of the grid has
+        said = checks.unknown("quantity", missing[0], compiled(structures[0]).keys,
+                              "estimate(...).keys() lists them")  # fmt: skip
+        raise SpecError("quantities", said)
     return {k: v if v.shape == shape else v.reshape(shape) for k, v in out.items()}
 
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from costmodel.specs.checks import Quantities, UnknownKey, unknown
+
 
 @dataclass(repr=False)
 class ServeEstimate(Mapping):
@@ -15,10 +17,20 @@ class ServeEstimate(Mapping):
     dict-like (``est["time_s.tpot"]``, ``"fits" in est``, ``dict(est)``)."""
 
     values: dict[str, Any]
+    """Every number by dotted name (a ``Quantities``: ``values()`` works as a dict's)."""
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.values, Quantities):
+            self.values = Quantities(self.values)
+
     def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+        try:
+            return self.values[key]
+        except (KeyError, TypeError):  # TypeError: an unhashable key
+            raise UnknownKey(
+                key, unknown("quantity", key, self.values, "keys() lists them")
+            ) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.values)

@@ -49,6 +49,15 @@ class UnknownKey(KeyError):
         return str(self.args[0])
 
 
+class Quantities(dict):
+    """A result's quantities by key (an estimate's, a serve answer's): a dict that is also
+    called as a Mapping's ``values()`` is, so that ``est.values["mfu"]`` and
+    ``est.values()`` both work."""
+
+    def __call__(self) -> Any:
+        return dict.values(self)
+
+
 def unknown(kind: str, key: Any, known: Iterable[str], hint: str) -> str:
     """The one sentence for a ``kind`` named ``key`` that is not among ``known``: the closest
     known names (``difflib``; else those that contain ``key``), else ``hint``."""
