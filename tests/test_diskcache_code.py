@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import sympy as sp
 
 from costmodel.engine import diskcache
@@ -66,3 +67,35 @@ def test_a_loaded_function_reads_the_globals_lambdify_would_give_it(tmp_path, mo
         assert np.array_equal(got, want)
     trace = compile("def f(a):\n    return trace(a)\n", "<test>", "exec")  # numpy.linalg's
     assert diskcache._globals(trace, "numpy", "f")["trace"] is whole["trace"]
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [("llama3-70b", {"tp": 8, "pp": 2, "dp": 4, "framework": "megatron",
+                     "sequence_parallel": True}),
+     ("mixtral-8x7b", {"tp": 2, "dp": 4, "ep": 4, "framework": "megatron"}),
+     ("gemma-2-2b", {"fsdp": 8, "framework": "fsdp2"})],
+)  # fmt: skip
+def test_the_shared_subexpressions_compute_what_sympys_cse_does(model, layout):
+    """``diskcache._shared`` is ``tree_cse`` without sympy's ``opt_cse`` pass: the same
+    quantities to within a few ulp (float sums in another order), exact integers exact."""
+    from costmodel.catalog.hardware import get_hardware
+    from costmodel.catalog.presets import get_model
+    from costmodel.engine.estimate import symbol_values
+    from costmodel.engine.quantities import EVAL_SYMBOLS, compiled, structure_of
+    from costmodel.specs.model import TrainSpec
+    from costmodel.specs.parallel import ParallelSpec
+
+    m, train, par = get_model(model), TrainSpec(seq=4096, batch=64), ParallelSpec(**layout)
+    comp = compiled(structure_of(m, train, par))
+    values = symbol_values(m, train, par, get_hardware("h100-sxm"))
+    args = [values[s] for s in EVAL_SYMBOLS]
+    ours = diskcache.lambdify(EVAL_SYMBOLS, comp.exprs, "scalar")(*args)
+    with sp.core.parameters.evaluate(False):
+        theirs = sp.lambdify(list(EVAL_SYMBOLS), comp.exprs, modules=diskcache.MODULES["scalar"],
+                             cse=True)(*args)  # fmt: skip
+    for key, a, b in zip(comp.keys, ours, theirs, strict=True):
+        if isinstance(b, int) and isinstance(a, int):
+            assert a == b, key
+        else:
+            assert float(a) == pytest.approx(float(b), rel=1e-15, abs=0), key
