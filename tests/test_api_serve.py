@@ -80,7 +80,7 @@ def test_serve_takes_the_cli_defaults():
 def test_a_batch_that_does_not_fit_names_the_nearest_and_shows_no_times():
     ans = costmodel.serve("mixtral-8x7b", context=4096, batch=512)
     assert not ans.fits and ans.nearest and "mixture-of-experts" in ans.caveats[0]
-    assert "TTFT" not in repr(ans) and "nearest fit: tp 8 fits" in repr(ans)  # the API's names
+    assert "TTFT" not in repr(ans) and "nearest fit: tp 8 gpus 8 fits" in repr(ans)  # API names
 
 
 def test_the_json_of_a_batch_that_does_not_fit_has_its_memory_and_no_times(capsys):
@@ -139,7 +139,7 @@ def test_a_closed_loop_fits_when_its_users_do_and_says_when_they_queue():
     open loop past its capacity is OVERLOADED, in the CLI, the app and the repr alike."""
     asked = {"hardware": "h100-sxm", "concurrency": 32, "input": 2000, "output": 500}
     ans = costmodel.serve("llama3-70b", **asked)
-    assert not ans.fits and ans.nearest == "tp 4 holds the 32 users a replica at once"
+    assert not ans.fits and ans.nearest == "tp 4 gpus 4 holds the 32 users a replica at once"
     held = costmodel.serve("llama3-70b", **asked, tp=4)
     assert held.headline() == "fits" and held["max_batch"] >= 32
     queued = costmodel.serve("llama3-70b", **asked, precision="fp8")
@@ -164,3 +164,22 @@ def test_a_static_batch_says_its_prompts_are_not_chunked_by_the_token_budget():
     )
     loop = spec_of({"input": 2000, "output": 500, "concurrency": 8, "token_budget": 1})
     assert "priced prefilled together" not in assumptions(loop, False, False, False)
+
+
+@pytest.mark.parametrize(
+    ("given", "model", "batch"),
+    [(["--gpus", "2", "--tp", "2"], "llama3-70b", "64"),
+     (["--gpus", "8", "--tp", "2"], "llama3-70b", "400"),
+     (["--gpus", "4"], "llama3-8b", "1000")],
+)  # fmt: skip
+def test_a_nearest_fit_with_gpus_given_runs_as_printed(given, model, batch, capsys):
+    """Issue 60's third probe: with --gpus given, the nearest fit said "--tp 4", which then
+    failed ("--gpus (2) must be a multiple of --tp x --pp (4)"): a larger tp now keeps the
+    devices (fewer replicas) or names the devices it needs, so its flags run as printed."""
+    argv = ["serve", "--model", model, "--hardware", "h100-sxm", "--input", "2000",
+            "--output", "500", "--batch", batch, *given]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    near = json.loads(capsys.readouterr().out)["verdict"]["nearest"]
+    flags = near.split(" fits")[0].split()
+    assert main([*argv, *flags, "--json"]) == 0, near
+    assert json.loads(capsys.readouterr().out)["verdict"]["fits"], near

@@ -280,17 +280,31 @@ def _changes(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> list[tuple[Serv
         out.append((replace(spec, precision="fp8"), "--precision fp8"))
     tp = spec.tp * 2
     while tp <= hw.devices_per_node:  # a tp the heads refuse is skipped (a SpecError)
-        out.append((replace(spec, tp=tp), f"--tp {tp}"))
+        out.append(_more_tp(spec, tp))
         tp *= 2
     top = tp // 2
     tp = spec.tp * 2
     while fp8_cache and spec.kv_dtype != "fp8" and tp <= top:  # more tp, the cache alone fp8
-        out.append((replace(spec, tp=tp, kv_dtype="fp8"), f"--tp {tp} --kv-dtype fp8"))
+        out.append(_more_tp(spec, tp, kv_dtype="fp8"))
         tp *= 2
     if fp8 and top > spec.tp:
-        both = replace(spec, tp=top, precision="fp8", kv_dtype="fp8")
-        out.append((both, f"--tp {top} --precision fp8 --kv-dtype fp8"))
+        out.append(_more_tp(spec, top, precision="fp8", kv_dtype="fp8"))
     return out
+
+
+def _more_tp(spec: ServeSpec, tp: int, **more: str) -> tuple[ServeSpec, str]:
+    """``spec`` at a larger ``tp`` on the same devices where its replicas allow (fewer
+    replicas: dp halves as tp doubles), else with more devices, and the flags that say so
+    whether the user gave ``--gpus`` or ``--dp`` (``--gpus`` is checked against tp x pp x
+    dp: a tp alone would not fit the devices given)."""
+    devices = spec.tp * spec.dp
+    dp = devices // tp if devices % tp == 0 else spec.dp
+    changed = replace(spec, tp=tp, dp=dp, **more)
+    flags = [f"--tp {tp}", *(f"--dp {dp}" for _ in range(dp != spec.dp))]
+    if tp * dp != devices and not spec.prefill_replicas:  # more devices than before
+        flags.append(f"--gpus {tp * spec.pp * dp}")
+    flags += [f"--{k.replace('_', '-')} {v}" for k, v in more.items()]
+    return changed, " ".join(flags)
 
 
 def serve_caveats(model: ModelSpec, hw: Hardware) -> list[str]:
