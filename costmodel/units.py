@@ -55,3 +55,8 @@ def fmt_quantity(key: str, value: float) -> str:
     if head == "train_cost":
         return f"${value:,.0f}"
     return f"{value:,.6g}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 device``, ``8 devices``: a count with its noun, plural but for one."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"

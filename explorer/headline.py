@@ -48,7 +48,8 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
         return
     cols[2].metric("step time (s)", f"{v['time_s.step']:.4g}")
     n = setup.parallel.devices  # the CLI's per-device figure beside the total
-    per = f"all {n:,} devices; {v['tokens_per_s'] / n:,.0f} per device"
+    per = ("one device" if n == 1 else f"all {n:,} devices; "
+           f"{v['tokens_per_s'] / n:,.0f} per device")  # fmt: skip
     cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}", per, **off)
     named, _ = peak_named(setup.train, setup.hardware)
     cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)

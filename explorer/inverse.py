@@ -15,7 +15,7 @@ from costmodel.engine.fit import budget_bytes
 from costmodel.engine.inverse import min_fsdp_fitting
 from costmodel.inputs import Setup
 from costmodel.specs.checks import SpecError
-from costmodel.units import GB, GIB
+from costmodel.units import GB, GIB, plural
 from explorer import charts
 from explorer.labels import in_words
 
@@ -66,7 +66,9 @@ def inverse_tab(setup: Setup) -> None:
         st.markdown("**Full model** (compute vs communication time, this layout)")
         cross = _full_crossover(setup)
         tokens = f" ({cross * setup.train.seq:,} tokens)" if cross else ""
-        shown = f"{cross:,} sequences{tokens}" if cross else "not up to 2^15 x the batch step"
+        shown = (
+            f"{plural(cross, 'sequence')}{tokens}" if cross else "not up to 2^15 x the batch step"
+        )
         st.metric("compute-bound from batch (full model)", shown)
     with book:
         st.markdown(f"**{LABEL}**")
@@ -80,7 +82,7 @@ def _held(setup: Setup, result: dict) -> str:
     would instead take dp down)."""
     par = setup.parallel.replace(fsdp=result["fsdp"])  # type: ignore[union-attr]
     batch = par.batch_step(setup.train.grad_accum) * result["micro_batch_per_device"]
-    return (f"on {par.devices:,} GPUs at batch {batch:,}: dp {par.dp}, tp {par.tp}, pp "
+    return (f"on {plural(par.devices, 'GPU')} at batch {batch:,}: dp {par.dp}, tp {par.tp}, pp "
             f"{par.pp}, cp {par.cp} and the micro-batch held")  # fmt: skip
 
 

@@ -6,7 +6,8 @@ First three changes that cut per-device memory on the same devices and batch:
 2. a micro-batch of 1 sequence per device (``--microbatch 1``: more gradient-accumulation
    steps, the same global batch);
 3. sharding over every data-parallel rank as the framework can (its
-   ``Traits.shardings``: ZeRO-3 or FSDP over all replicas).
+   ``Traits.most_sharded``: ZeRO-3, FSDP2 or Megatron-FSDP over all replicas), or a
+   deeper ZeRO stage over the same ranks.
 
 Each single change is tried, then each pair, then all three (at most 7 estimates); among
 the fewest changes that fit, the fastest step whose allocator's reserve the device holds
@@ -81,12 +82,15 @@ def changes(train: TrainSpec, par: ParallelSpec) -> list[Change]:
     if micro_per_device(train, par) > 1:
         out.append(_micro(train, par, 1))
     replicas, fw = par.dp * par.fsdp, traits_of(par)
-    dp, fsdp, zero = max(fw.shardings(replicas), key=lambda s: (s[1], s[2]))
-    if (dp, fsdp) != (par.dp, par.fsdp) or (fsdp > 1 and zero > par.zero):
+    dp, fsdp, zero = fw.most_sharded(replicas)
+    if (dp, fsdp) != (par.dp, par.fsdp):
         stage = {"zero": zero} if fw.zero_stages else {}  # else the framework's own
-        named = f", ZeRO-{zero}" if stage else ""
+        named = f", ZeRO-{zero}" if stage else f", {fw.fsdp_name}"
         out.append((f"shard over all {replicas} data-parallel ranks (fsdp {fsdp}{named})",
                     {"dp": dp, "fsdp": fsdp, **stage}))  # fmt: skip
+    elif fsdp > 1 and zero > par.zero and fw.zero_stages:  # the same ranks, a deeper stage
+        out.append((f"ZeRO-{zero} over the {fsdp} fsdp ranks (stage {par.zero} -> {zero})",
+                    {"zero": zero}))  # fmt: skip
     return out
 
 

@@ -403,7 +403,8 @@ def nearest_words(row: dict[str, Any] | None) -> str:
     if row is None:
         return "nothing fits on up to 8x the devices with every option the search allows"
     changes = ", ".join(row["changes"]) or "wider search options"
-    return (f"nearest that fits: {changes}: {layout_label(row)} on {row['gpus']:,} GPUs, "
+    gpus = f"{row['gpus']:,} GPU{'s' * (row['gpus'] != 1)}"  # engine sits below units
+    return (f"nearest that fits: {changes}: {layout_label(row)} on {gpus}, "
             f"step {row['time_s.step']:.3f} s, peak "
             f"{row['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB")  # fmt: skip
 

@@ -18,6 +18,7 @@ import numpy as np
 from costmodel.engine.options import PlanOptions
 from costmodel.engine.plan import LAYOUT, Plan, plan, score
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 
@@ -57,6 +58,8 @@ def differences(row: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     changed = {k: [best[k], row[k]] for k in LAYOUT if row[k] != best[k]}
     if "etp" in changed and row["etp"] == row["tp"] and best["etp"] == best["tp"]:
         del changed["etp"]  # the experts split as the dense layers in both: tp says it
+    if "zero" in changed and not any(trait(r["framework"], "zero_stages") for r in (row, best)):
+        del changed["zero"]  # a framework's own sharding: fsdp (or dp) says it, no stage input
     speed = row["tokens_per_s"] / best["tokens_per_s"] - 1
     peak = row["memory_bytes_per_device.peak"] - best["memory_bytes_per_device.peak"]
     return {"tokens_per_s_change": speed, "peak_change_bytes": peak, "changed": changed}

@@ -26,6 +26,8 @@ class Traits:
     tries and the layouts it refuses are methods, whose defaults are what most do."""
 
     name: ClassVar[str]
+    fsdp_name: ClassVar[str] = "ZeRO-3"
+    """What its sharding over fsdp ranks is called (a nearest fit's words)."""
     autocast: ClassVar[bool] = False
     """torch.autocast over fp32 parameters (the reference model): an fp32 residual stream,
     low-precision weight casts kept from forward to backward and their cast traffic."""
@@ -117,6 +119,11 @@ class Traits:
         1/2/3 over every replica."""
         return [(1, replicas, z) for z in (1, 2, 3)]
 
+    def most_sharded(self, replicas: int) -> tuple[int, int, int]:
+        """The (dp, fsdp, zero) that shards the most over ``replicas`` devices, the nearest
+        fit's sharding change: by default the deepest of :meth:`shardings`."""
+        return max(self.shardings(replicas), key=lambda s: (s[1], s[2]))
+
 
 class ReferenceTraits(Traits):
     """This project's own model, as ``validate/`` runs it (``validate/reference/model.py``:
@@ -145,6 +152,7 @@ class FSDP2Traits(Traits):
     ``mixed_precision_reduce = "float32"``)."""
 
     name = "fsdp2"
+    fsdp_name = "FSDP2"
     sharding = (
         "FSDP: parameters, gradients and optimizer state over the fsdp ranks (ZeRO-3; "
         "--no-reshard-after-forward keeps the gathered parameters to the backward, as ZeRO-2 does)"
@@ -182,6 +190,7 @@ class MegatronTraits(Traits):
     Optimizer"), Transformer Engine layers, combined 1F1B and expert tensor parallelism."""
 
     name = "megatron"
+    fsdp_name = "Megatron-FSDP"
     sharding = (
         "its distributed optimizer: master weights and optimizer state over the "
         "data-parallel ranks (ZeRO-1 in DeepSpeed's terms), or Megatron-FSDP (ZeRO-3) "
@@ -220,6 +229,10 @@ class MegatronTraits(Traits):
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """Data parallelism with the distributed optimizer over every replica."""
         return [(replicas, 1, self.zero_stage)]
+
+    def most_sharded(self, replicas: int) -> tuple[int, int, int]:
+        """Megatron-FSDP over every replica (ZeRO-3), which the planner leaves out."""
+        return (1, replicas, 3)
 
 
 class DeepSpeedTraits(Traits):
