@@ -73,8 +73,14 @@ def max_rows(result: dict[str, Any], field: str) -> Rows:
         rows = [("answer", f"{field} {value:,}: {result['bound']}, whose per-device peak "
                            f"fits {budget} (more may fit)")]  # fmt: skip
     else:
+        one_step = ""
+        if field == "batch":  # a batch per step of micro-batches: accumulation adds more
+            one_step = (
+                " at the grad-accum assumed below (each more accumulation step "
+                "holds as many sequences again at the same peak)"
+            )
         rows = [("answer", f"{field} {value:,}: the largest whose per-device peak fits "
-                           f"{budget}")]  # fmt: skip
+                           f"{budget}{one_step}")]  # fmt: skip
     rows[0] = ("answer", rows[0][1] + _tight(result))
     rows.append(("assumed", result["assumed"]))
     rows += [("note", result[k]) for k in ("limited_by", "note") if result.get(k)]
