@@ -183,3 +183,20 @@ def test_a_nearest_fit_with_gpus_given_runs_as_printed(given, model, batch, caps
     flags = near.split(" fits")[0].split()
     assert main([*argv, *flags, "--json"]) == 0, near
     assert json.loads(capsys.readouterr().out)["verdict"]["fits"], near
+
+
+def test_a_device_no_serving_run_checks_gets_the_caveat():
+    """Issue 60's third probe: serve on tpu-v6e had no caveat (its training runs calibrate
+    it, but no serving run does); the devices named are the serving corpus's own."""
+    from pathlib import Path
+
+    from costmodel.answers.serve import SERVED_ON
+
+    corpus = Path(__file__).parents[1] / "validate" / "published" / "serving_runs.json"
+    data = json.loads(corpus.read_text())
+    runs = data["runs"] if isinstance(data, dict) else data
+    assert set(SERVED_ON) == {r["hardware"] for r in runs}
+    tpu = costmodel.serve("llama3-8b", "tpu-v6e", input=1000, output=200, batch=8)
+    assert any("no published serving run checks serving on it" in c for c in tpu.caveats)
+    gpu = costmodel.serve("llama3-8b", "h100-sxm", input=1000, output=200, batch=8)
+    assert not gpu.caveats

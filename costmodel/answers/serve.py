@@ -32,6 +32,9 @@ SERVING_RECORD = "serving"
 its figures on the published MoE serving runs are the MoE caveat's numbers."""
 
 
+SERVED_ON = ("a100-80gb", "h100-sxm", "h200", "mi300x")
+"""The devices of the fitted serving corpus's runs (``validate/published/serving_runs.json``;
+``tests/test_api_serve.py`` holds them equal)."""
 DEFAULT_HARDWARE = "h100-sxm"
 """The device ``serve`` prices on where none is given (the CLI's and the API's; said)."""
 DEFAULT_OUTPUT = 128
@@ -315,6 +318,10 @@ def serve_caveats(model: ModelSpec, hw: Hardware) -> list[str]:
     if hw.calibration.get("basis", "datasheet") == "datasheet":
         out.append(f"{hw.name}: {calibration_line(hw, pointer=False)}; no fitted rate is "
                    "checked on it, so expect larger errors")  # fmt: skip
+    elif hw.name not in SERVED_ON:
+        out.append(f"{hw.name}: no published serving run checks serving on it (the serving "
+                   f"corpus is on {', '.join(SERVED_ON)}); its training calibration is "
+                   "what prices it, so expect larger errors")  # fmt: skip
     return out
 
 
