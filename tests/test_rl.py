@@ -132,3 +132,21 @@ def test_rl_gives_the_caveats_estimate_and_serve_give_for_its_model_and_device(c
     assert [c.split(" ")[0] for c in said] == ["h200", "mixture-of-experts", "mixture-of-experts"]
     assert main(ARGV) == 0
     assert "caveat:" not in capsys.readouterr().out
+
+
+def test_the_trainers_recompute_is_a_flag_said_in_the_assumptions(capsys):
+    """Issue 60's third probe: rl trained with no recomputation, unsaid and with no flag,
+    so Qwen3-30B-A3B on 8 H100s "did not fit" where full recomputation fits (as estimate's
+    nearest fit says)."""
+    from costmodel.cli import main
+
+    argv = ["rl", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--prompts", "64", "--input", "512", "--output", "4096",
+            "--rollout-tp", "2"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out and "--train-recompute full" in out
+    assert "recompute none (the default; --train-recompute)" in out
+    assert main([*argv, "--train-recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: fits" in out and "recompute full," in out

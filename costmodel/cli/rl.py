@@ -18,7 +18,7 @@ from costmodel.rl.spec import COLOCATED_MEMORY, REASONING_SIGMA, SEPARATE_MEMORY
 from costmodel.rl.step import training_estimate
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
-from costmodel.specs.model import ModelSpec
+from costmodel.specs.model import RECOMPUTE_POLICIES, ModelSpec
 from costmodel.specs.parallel import FRAMEWORKS
 from costmodel.units import fmt_bytes, fmt_seconds
 
@@ -32,8 +32,13 @@ def _spec(args: argparse.Namespace) -> RLSpec:
                   max_output=args.max_output, reference=not args.no_reference,
                   old_logprobs=not args.no_old_logprobs, framework=args.framework,
                   train_tp=args.train_tp, train_pp=args.train_pp, train_ep=args.train_ep,
+                  train_recompute=args.train_recompute,
                   sequence_parallel=args.sequence_parallel, pack_tokens=args.pack_tokens,
                   minibatches=args.minibatches)  # fmt: skip
+
+
+def _said(default: bool) -> str:
+    return " (the default; --train-recompute)" if default else ""
 
 
 def _assumptions(spec: RLSpec, out: dict) -> str:
@@ -55,7 +60,8 @@ def _assumptions(spec: RLSpec, out: dict) -> str:
         else "one sequence per micro-batch"
     )
     return (f"{spec.samples} samples per prompt; {lengths}; scoring by "
-            f"{', '.join(scorers) or 'no model'}; training {spec.framework}, {packing}, "
+            f"{', '.join(scorers) or 'no model'}; training {spec.framework}, recompute "
+            f"{spec.train_recompute}{_said(spec.train_recompute == 'none')}, {packing}, "
             f"{spec.minibatches} optimizer step(s); the rollout engine "
             f"{ENGINES[spec.rollout_engine].title} takes {spec.engine_memory():g} of a GPU"
             f"{' (default; --rollout-memory)' if spec.rollout_memory is None else ''}; "
@@ -122,7 +128,8 @@ def _cmd_rl(args: argparse.Namespace) -> int:
               f" a GPU, over the {fmt_bytes(out['rl.train_budget_bytes'])} the fit rule allows "
               f"on {hardware} (0.9 of its memory): train on more GPUs (--gpus), or split the "
               f"model further (--train-tp, --train-pp"
-              f"{', --train-ep' * (model.n_experts > 0)})")  # fmt: skip
+              f"{', --train-ep' * (model.n_experts > 0)}), or recompute activations "
+              "(--train-recompute full)")  # fmt: skip
         print(f"  assumptions: {_assumptions(spec, out)}")
         print("  step: none: training does not fit")
         _print_caveats(warned)
@@ -192,6 +199,8 @@ def add_rl(sub) -> None:
     p.add_argument("--train-pp", type=int_arg, default=1, help="the trainer's pipeline stages")
     p.add_argument("--train-ep", type=int_arg, default=1, help="the trainer's expert "
                    "parallelism (a mixture-of-experts model)")  # fmt: skip
+    p.add_argument("--train-recompute", choices=RECOMPUTE_POLICIES, default="none",
+                   help="the trainer's activation recomputation (default none)")  # fmt: skip
     p.add_argument(
         "--sequence-parallel",
         action="store_true",

@@ -10,6 +10,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.fields import document_fields
+from costmodel.specs.model import RECOMPUTE_POLICIES
 from costmodel.specs.parallel import FRAMEWORKS
 
 PLACEMENTS = ("colocated", "separate", "async")
@@ -69,6 +70,10 @@ class RLSpec:
     train_tp: int = 1
     train_pp: int = 1
     train_ep: int = 1
+    train_recompute: str = "none"
+    """The trainer's activation recomputation (``TrainSpec.recompute``: none, selective,
+    selective-op, full; verl's ``enable_gradient_checkpointing``, NeMo RL's
+    ``activation_checkpointing``)."""
     sequence_parallel: bool = False
     """The trainer's tp ranks split the sequence outside the matmuls (Megatron's
     ``sequence_parallel``; required for a mixture-of-experts model under tp > 1)."""
@@ -88,6 +93,7 @@ class RLSpec:
         checks.choice("placement", self.placement, PLACEMENTS)
         checks.choice("rollout_engine", self.rollout_engine, ENGINES)
         checks.choice("framework", self.framework, FRAMEWORKS)
+        checks.choice("train_recompute", self.train_recompute, RECOMPUTE_POLICIES)
         checks.number("response_sigma", self.response_sigma, allow_zero=True)
         checks.at_most("response_sigma", self.response_sigma, "10",
                        10, "(a log-space spread: 10 already puts the longest response e^20 "

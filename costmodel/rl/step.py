@@ -98,7 +98,8 @@ def training_estimate(
     if spec.train_ep > 1:
         layout["ep"] = spec.train_ep
     return estimate(model, hardware=hardware, gpus=train_gpus, batch=batch, seq=seq,
-                    microbatch=micro, framework=spec.framework, **layout)  # fmt: skip
+                    microbatch=micro, framework=spec.framework,
+                    recompute=spec.train_recompute, **layout)  # fmt: skip
 
 
 def rl_step(model: str | ModelSpec, spec: RLSpec, hardware: str) -> dict[str, Any]:
