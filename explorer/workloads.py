@@ -13,7 +13,13 @@ import streamlit as st
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.lengths import SYNTHETIC, read_lengths, synthetic_lengths
 from costmodel.engine.offload import LINKS, OffloadConfig, OffloadSpec, explain, plan_offload
-from costmodel.engine.padding import LONGEST_DRAWN, row_coefficients, strategy_costs, truncated
+from costmodel.engine.padding import (
+    LONGEST_DRAWN,
+    judged,
+    row_coefficients,
+    strategy_costs,
+    truncated,
+)
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
 from explorer.labels import in_words
@@ -165,6 +171,11 @@ def padding_page() -> None:
     except SpecError as err:
         st.error(in_words(err.message))
         return
+    fit = judged(rows, setup)  # the CLI's rule: no speed for a layout that cannot run
+    if fit is not None and not fit.fits:
+        st.error(f"Does not fit: {fit.sentence()[len('does not fit: '):]}. No speed for it: "
+                 "the Estimate page names the nearest layout that fits; the padding shares "
+                 "below stand.")  # fmt: skip
     st.caption(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens; rows of "
                f"{setup.train.seq:,} tokens, {setup.train.batch} rows per step")  # fmt: skip
     cut = truncated(lengths, setup.train.seq)
@@ -175,7 +186,8 @@ def padding_page() -> None:
                    "them)")  # fmt: skip
     table = [{"strategy": k, "rows": r["rows"], "pad tokens (%)": round(100 * r["pad_fraction"], 2),
               "wasted FLOPs (%)": round(100 * r["wasted_flops_fraction"], 2),
-              "tokens/s": round(r["tokens_per_s"])} for k, r in rows.items()]  # fmt: skip
+              "tokens/s": None if r["tokens_per_s"] is None else round(r["tokens_per_s"])}
+             for k, r in rows.items()]  # fmt: skip
     st.dataframe(table, hide_index=True, width="stretch")
     tips = ["strategy:N", "tokens/s:Q", "pad tokens (%):Q", "wasted FLOPs (%):Q"]
     chart = alt.Chart(alt.Data(values=table), title="Useful tokens per second").mark_bar()

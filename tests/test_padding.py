@@ -175,3 +175,28 @@ def test_the_table_says_its_scope_its_rows_and_its_held_draws(capsys, tmp_path):
     assert main(["padding", "--model", "gpt2", "--distribution", "exponential:mean=1e30",
                  "--samples", "10"]) == 0  # fmt: skip
     assert "10 drawn documents reached 16,777,216 tokens" in capsys.readouterr().out
+
+
+def test_a_layout_that_does_not_fit_gets_no_speed_or_days(capsys):
+    """Issue 60's third probe: padding printed 1,180 tokens/s and 98 days for Llama-3-70B on
+    one H100 (1,418 GiB) with no verdict; now the verdict comes first and the speeds, days
+    and costs are withheld (text and --json), the padding shares stay."""
+    argv = ["padding", "--model", "llama3-70b", "--hardware", "h100-sxm", "--seq", "8192",
+            "--batch", "4", "--distribution", "fixed:length=8192", "--token-budget", "1e10",
+            "--samples", "1000"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verdict: does not fit: peak 1,418.0 GiB") and "1,180" not in out
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"]["fits"] is False
+    for row in data["strategies"].values():
+        assert row["tokens_per_s"] is None and row["train_days"] is None
+        assert row["pad_fraction"] == 0.0
+    fits = ["padding", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--framework", "fsdp2", "--seq", "4096", "--batch", "64", "--samples", "1000",
+            "--distribution", "lognormal:median=721,sigma=0.85", "--token-budget", "1e10",
+            "--price-per-hour", "2"]  # fmt: skip
+    assert main(fits) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verdict: fits:") and "  days  cost" in out and "$" in out

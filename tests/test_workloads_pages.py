@@ -108,5 +108,6 @@ def test_the_padding_page_draws_and_cuts_the_documents_as_the_cli_does(capsys):
                  "--distribution", "lognormal:median=721,sigma=0.85"]) == 0  # fmt: skip
     cli = capsys.readouterr().out.splitlines()
     shown = [c.value for c in at.caption]
-    assert cli[0].split(", rows")[0] in shown[0]  # 100,000 documents, mean 1,034.2 tokens
+    assert cli[0].startswith("verdict: does not fit") and "Does not fit" in at.error[0].value
+    assert cli[1].split(", rows")[0] in shown[0]  # 100,000 documents, mean 1,034.2 tokens
     assert shown[1].startswith("212 documents (0.2%) are longer than a row")

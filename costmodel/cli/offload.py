@@ -23,6 +23,7 @@ from costmodel.engine.offload import LINKS, OffloadSpec, evaluate_plan, explain,
 from costmodel.engine.padding import (
     LONGEST_DRAWN,
     STRATEGIES,
+    judged,
     row_coefficients,
     strategy_costs,
     truncated,
@@ -183,10 +184,22 @@ def _cmd_padding(args: argparse.Namespace) -> int:
         for row in rows.values():
             row.update(budget_cost(row, setup.parallel.devices, budget, setup.price_per_hour))
     cut = truncated(lengths, setup.train.seq)
+    fit = judged(rows, setup)  # no speed, days or cost of a layout that cannot run
     if args.json:
-        print(to_json({"documents": len(lengths), "truncated": cut, "strategies": rows},
-                         indent=2))  # fmt: skip
+        verdict = None if fit is None else {"fits": fit.fits, "summary": fit.sentence()}
+        print(to_json({"documents": len(lengths), "truncated": cut, "verdict": verdict,
+                       "strategies": rows}, indent=2))  # fmt: skip
         return 0
+    if fit is not None:
+        way = (
+            ""
+            if fit.fits
+            else (
+                ": no speed or days for it (python -m costmodel estimate "
+                "with the same flags names the nearest layout that fits)"
+            )
+        )
+        print(f"verdict: {fit.sentence()}{way}")
     said = " (default; --seq)" if "seq" not in values_of(args) else ""
     print(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens, rows of "
           f"{setup.train.seq:,}{said}, batch {setup.train.batch}")  # fmt: skip
@@ -203,18 +216,25 @@ def _cmd_padding(args: argparse.Namespace) -> int:
     if most < setup.train.batch:
         print(f"note: {most:,} rows at most, fewer than the batch of {setup.train.batch:,}: each "
               "strategy is priced on its own rows, less than one step")  # fmt: skip
-    if any(r["seconds"] for r in rows.values()):
+    if any(r["seconds"] and r.get("tokens_per_s") is not None for r in rows.values()):
         devices = setup.parallel.devices
         print(f"tokens/s: the documents' own tokens (no padding) a second, over the {devices:,} "
               f"device{'s' * (devices > 1)} of the layout")  # fmt: skip
+    priced = any(r.get("train_cost") is not None for r in rows.values())
     print(f"{'strategy':<16}{'rows':>10}{'pad tokens':>12}{'wasted FLOPs':>14}{'tokens/s':>12}"
-          + ("  days" if budget else ""))  # fmt: skip
+          + ("  days" if budget else "") + ("  cost" if priced else ""))  # fmt: skip
     for name, r in rows.items():
-        tps = f"{r['tokens_per_s']:>12,.0f}" if r["seconds"] else f"{'-':>12}"
-        days = f"  {r['train_days']:,.2f}" if "train_days" in r else ""
+        tps = _shown(r.get("tokens_per_s") if r["seconds"] else None, "{:>12,.0f}", 12)
+        days = "  " + _shown(r.get("train_days"), "{:,.2f}") if "train_days" in r else ""
+        cost = "  " + _shown(r.get("train_cost"), "${:,.0f}") if priced else ""
         print(f"{name:<16}{r['rows']:>10,}{r['pad_fraction']:>12.1%}"
-              f"{r['wasted_flops_fraction']:>14.1%}{tps}{days}")  # fmt: skip
+              f"{r['wasted_flops_fraction']:>14.1%}{tps}{days}{cost}")  # fmt: skip
     return 0
+
+
+def _shown(value: float | None, form: str, width: int = 0) -> str:
+    """``value`` in ``form``, or a dash where there is none (right-aligned to ``width``)."""
+    return form.format(value) if value is not None else "-".rjust(width)
 
 
 def add_padding(sub) -> None:

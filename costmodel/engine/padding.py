@@ -179,3 +179,20 @@ def truncated(lengths: np.ndarray, seq: int) -> dict[str, Any]:
     dropped = int((lengths[over] - seq).sum())
     return {"documents": int(over.sum()), "tokens": dropped,
             "tokens_fraction": dropped / float(lengths.sum())}  # fmt: skip
+
+
+TIMED = ("seconds", "tokens_per_s", "train_days", "train_cost")
+"""A strategy's numbers that are no answer when the layout does not fit."""
+
+
+def judged(rows: dict[str, dict[str, Any]], setup: Any) -> Any:
+    """The layout's fit verdict (``engine.fit.Fit``; None without a layout), with each
+    strategy's time, speed, days and cost set to None where it does not fit (the CLI's and
+    the app's rule: no speed for a layout that cannot run; the padding shares stand)."""
+    if setup.parallel is None:
+        return None
+    fit = setup.estimate().fit()
+    if not fit.fits:
+        for row in rows.values():
+            row.update({k: None for k in TIMED if k in row})
+    return fit
