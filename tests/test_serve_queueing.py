@@ -213,3 +213,18 @@ def test_a_length_spread_needs_a_simulated_workload():
         ServeSpec(input=1000, output=200, batch=8, length_spread=0.5)
     with pytest.raises(SpecError, match=r"length_spread must be <= 1"):
         ServeSpec(input=1000, output=200, concurrency=8, arrival="continuous", length_spread=2)
+
+
+def test_a_rate_the_run_does_not_keep_up_with_is_overloaded():
+    """Issue 60's app probe: 5 requests/s offered, 4.61 served, TTFT p99 16 s and growing
+    read as a plain "Fits" (the rule was served < 0.9 x offered); 4.5 offered is served
+    whole and is not flagged."""
+    import costmodel
+
+    over = costmodel.serve("llama3-8b", "h100-sxm", input=2000, output=500, batch=32,
+                           request_rate=5)  # fmt: skip
+    v = over.estimate.values
+    assert v["workload.sustained_per_s"] < 0.95 * 5 and over.overloaded
+    steady = costmodel.serve("llama3-8b", "h100-sxm", input=2000, output=500, batch=32,
+                             request_rate=4.5)  # fmt: skip
+    assert steady.estimate.values["workload.sustained_per_s"] == 4.5 and not steady.overloaded
