@@ -43,7 +43,10 @@ def test_each_pool_is_its_colocated_estimate_and_the_slower_one_limits():
     assert v["disaggregated.prefill_requests_per_s"] == pytest.approx(prefill)
     assert v["disaggregated.decode_requests_per_s"] == pytest.approx(decode)
     assert v["throughput.output_tokens_per_s"] == pytest.approx(min(prefill, decode) * 500)
-    assert v["time_s.ttft"] == pytest.approx(step["time_s.ttft"] + handoff_s(MODEL, spec, H100))
+    # a static batch of 2 x 64 prompts waits for waves of 2 replicas x 2 prompts: 32 waves
+    assert v["disaggregated.prefill_waves_mean"] == pytest.approx(16.5)
+    first = step["time_s.ttft"] * 16.5 + handoff_s(MODEL, spec, H100)
+    assert v["time_s.ttft"] == pytest.approx(first)
     assert v["time_s.e2e"] == pytest.approx(v["time_s.ttft"] + 499 * v["time_s.tpot"])
     assert v["throughput.output_tokens_per_s_per_gpu"] == pytest.approx(
         v["throughput.output_tokens_per_s"] / (4 * 2 + 2 * 2)
@@ -82,3 +85,13 @@ def test_bad_pool_input_is_one_line_naming_the_field(flags, field, refused):
     assert "--" + field.replace("_", "-") in refused([*base, *flags])
     with pytest.raises(SpecError, match="prefill_tp"):
         ServeSpec(input=10, output=10, prefill_tp=2)
+
+
+def test_a_static_batch_waits_for_the_prefill_pools_waves():
+    """Issue 60's probe: TTFT was one prefill step whatever the prefill replicas (665 ms for
+    96 prompts on 1, 3 or 12 replicas); a static batch now waits for its wave, and more
+    replicas (fewer waves) bring TTFT down to one step where one wave holds the batch."""
+    ttft = [serve(MODEL, ServeSpec(**BASE, prefill_replicas=n, prefill_tp=2), H100).values
+            for n in (1, 4, 64)]  # fmt: skip
+    assert ttft[0]["time_s.ttft"] > ttft[1]["time_s.ttft"] > ttft[2]["time_s.ttft"]
+    assert ttft[2]["disaggregated.prefill_waves_mean"] == 1.0  # 64 x 2 prompts: one wave

@@ -14,10 +14,12 @@ decode replicas that only decode (DistServe, Zhong et al. 2024; Splitwise, Patel
   are never stalled by a prompt: TPOT is the decode step (or the speculative cycle per
   token). Capacity: dp x batch requests per (output − 1) TPOTs (the first token came from
   prefill).
-- **The deployment** serves the smaller capacity (requests/s) x output tokens; a request's
-  TTFT is a prefill step and the hand-off, its end to end TTFT + (output − 1) x TPOT. The
-  queue in front of the slower pool is not modelled: the latencies are those of a request
-  that finds both pools keeping up.
+- **The deployment** serves the smaller capacity (requests/s) x output tokens. A static
+  batch (``arrival`` together: every replica's ``batch`` at once) waits for the prefill
+  pool's waves: wave i (replicas x n prompts) has its first token after i + 1 prefill
+  steps, so TTFT is the mean over the batch of its wave's steps, plus the hand-off (the
+  other arrivals are not yet modelled with disaggregated prefill). End to end: TTFT +
+  (output − 1) x TPOT.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def handoff_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     return hw.network_latency_s + nbytes / rate
 
 
+def prefill_waves(spec: ServeSpec, per_step: int) -> float:
+    """Prefill steps a request of a static batch waits for its first token, on average
+    over the batch: its ``dp`` x ``batch`` prompts in waves of ``prefill_replicas`` x
+    ``per_step``, wave i done after i + 1 steps."""
+    if spec.arrival != "together":
+        return 1.0
+    total, wave = spec.dp * spec.batch, spec.prefill_replicas * per_step
+    full, rest = divmod(total, wave)
+    steps = wave * full * (full + 1) / 2 + rest * (full + 1)  # sum over prompts of i + 1
+    return steps / total
+
+
 def pools(
     model: ModelSpec, spec: ServeSpec, hw: Hardware, decoded: dict[str, Any],
     estimate: Callable[..., Any], chunk: int,
@@ -65,10 +79,12 @@ def pools(
     decode_rate = spec.dp * spec.batch / max(out - 1, 1) / tpot
     requests = min(prefill_rate, decode_rate)
     handoff = handoff_s(model, spec, hw)
-    ttft = step["time_s.ttft"] + handoff
+    waves = prefill_waves(spec, step_spec.batch)
+    ttft = step["time_s.ttft"] * waves + handoff
     tokens = requests * out
     return {
         "disaggregated.prefill_step_s": step["time_s.ttft"],
+        "disaggregated.prefill_waves_mean": waves,
         "disaggregated.prefill_prompts_per_step": step_spec.batch,
         "disaggregated.prefill_fits": step["fits"],
         "fits": decoded["fits"] and step["fits"],
