@@ -220,3 +220,12 @@ def test_a_tight_answer_says_so_on_its_own_line(capsys):
     assert main([*argv, "--memory-headroom", "0.8"]) == 0  # 1.2 x 64 GiB stays within 80 GiB
     answer = capsys.readouterr().out.splitlines()[0]
     assert answer.startswith("answer   seq ") and "TIGHT" not in answer
+
+
+def test_the_fsdp_condition_under_tp_is_per_fsdp_rank_and_per_device(capsys):
+    """Issue 60's third probe: under tp 8 the book's FSDP bound B/X (tokens per fsdp rank,
+    a tp group) was printed "per device", 8x the per-device figure beside B*'s."""
+    assert main(["bounds", "--model", "llama3-70b", "--hardware", "h100-sxm", "--fsdp", "64",
+                 "--tp", "8"]) == 0  # fmt: skip
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("conditions"))
+    assert "19,788 tokens per fsdp rank (a tp group of 8: 2,474 per device)" in line

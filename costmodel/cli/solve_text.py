@@ -125,8 +125,12 @@ def bounds_rows(report: dict[str, Any], hardware: str) -> Rows:
     if b_star:
         rows.append(("at B*", f"math {times['math']:.4g} s, fsdp {times['fsdp']:.4g} s, tp "
                               f"{times['tp']:.4g} s: step {times['step']:.4g} s"))  # fmt: skip
-    said_cond = (f"fsdp is compute-bound from {cond['fsdp_min_batch_per_device']:,.0f} tokens "
-                 f"per device; tp up to degree {cond['tp_max_degree']:,.1f}")  # fmt: skip
+    per_rank, tp = cond["fsdp_min_batch_per_device"], report["tp"]
+    # the book's B/X: tokens per fsdp rank, each a tp group of tp devices
+    where = (f"per fsdp rank (a tp group of {tp}: {per_rank / tp:,.0f} per device)" if tp > 1
+             else "per device")  # fmt: skip
+    said_cond = (f"fsdp is compute-bound from {per_rank:,.0f} tokens {where}; tp up to "
+                 f"degree {cond['tp_max_degree']:,.1f}")  # fmt: skip
     if report["fsdp"] > 1 and report["tp"] > 1 and "mixed_optimal_fsdp" in cond:
         said_cond += (f"; fsdp x tp from {cond['mixed_min_batch_per_device']:,.0f} tokens per "
                       f"device, best at fsdp {cond['mixed_optimal_fsdp']:,.1f}")  # fmt: skip
