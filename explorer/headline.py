@@ -91,10 +91,11 @@ def headline(
     if fit.tight:  # the CLI's "fits, but TIGHT", its sentence whole
         verdict_col.warning(f"Fits, but TIGHT: {fit.sentence().split(': ', 1)[1]} (per device, "
                             f"{where}).")  # fmt: skip
+    elif fit.fits and fit.reserve_warning():  # one amber verdict, not green beside amber
+        verdict_col.warning(f"Fits, with little margin: {said} (per device, {where}). The "
+                            f"{fit.reserve_warning()}.")  # fmt: skip
     elif fit.fits:
         verdict_col.success(f"Fits: {said} (per device, {where}).")
-        if fit.reserve_warning():
-            verdict_col.warning(f"The {fit.reserve_warning()}.")
     else:
         verdict_col.error(f"Does not fit: {said} (per device, {where}).")
         with verdict_col:

@@ -30,7 +30,8 @@ def test_renders_default_setup_with_every_section():
     assert metric(at, "parameters") == "3.41 B"
     setup, _ = setup_of(START, None)  # the verdict is the one fit rule's (engine.fit)
     fit = setup.estimate().fit()
-    shown = (at.success if fit.fits else at.error)[0].value
+    amber = fit.fits and (fit.tight or fit.reserve_warning() is not None)
+    shown = (at.warning if amber else at.success if fit.fits else at.error)[0].value
     assert shown.startswith("Fits" if fit.fits else "Does not fit") and "on 1 × h100-sxm" in shown
     labels = {m.label for m in at.metric}
     for label in (
