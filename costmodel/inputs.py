@@ -44,6 +44,7 @@ from costmodel.specs.model import (
     field_docs,
 )
 from costmodel.specs.parallel import ParallelSpec, fill_dp, grad_accum_of
+from costmodel.specs.rules import MAX_BATCH
 
 SECTIONS = ("model", "training", "cluster", "cost")
 
@@ -178,6 +179,8 @@ def _check_budget(budget: float, train: TrainSpec) -> None:
     """A token budget is at least one step's tokens (a smaller one trains nothing: its days
     and cost would read as a run's)."""
     checks.number("token_budget", budget)
+    checks.at_most("token_budget", budget, f"{10**18:,}", 10**18, "tokens (tens of "
+                   "thousands of times the largest published training runs')")  # fmt: skip
     step = train.batch * train.seq
     if budget < step:
         raise SpecError("token_budget", f"token_budget ({budget:,.6g} tokens) is less than one "
@@ -200,6 +203,7 @@ def build(
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     if price is not None:
         checks.number("price_per_hour", price, allow_zero=True)
+        checks.at_most("price_per_hour", price, f"{10**6:,}", 10**6, "per device-hour")
     if budget is not None:
         _check_budget(budget, train)
     layout = _given(values, PARALLEL_INPUTS)
@@ -294,8 +298,14 @@ def _sharded_somewhere(parallel: ParallelSpec, stage: int | None) -> ParallelSpe
 
 
 def _default_batch(train: TrainSpec, par: ParallelSpec) -> TrainSpec:
-    """A batch not given (:func:`default_batch`)."""
-    return train.replace(batch=default_batch(train.batch, par.dp * par.fsdp))
+    """A batch not given (:func:`default_batch`); one over what a step may hold is said of
+    the devices that took it, not of a batch the user never gave."""
+    batch = default_batch(train.batch, par.dp * par.fsdp)
+    if batch > MAX_BATCH:
+        raise SpecError("gpus", f"{par.dp * par.fsdp:,} data-parallel devices would take a "
+                        f"default batch of {batch:,} (one sequence each), over the "
+                        f"{MAX_BATCH:,} a step may hold: give fewer gpus")  # fmt: skip
+    return train.replace(batch=batch)
 
 
 def default_batch(batch: Any, ranks: Any) -> Any:

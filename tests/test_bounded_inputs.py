@@ -260,3 +260,22 @@ def test_recompute_every_is_at_most_the_layers_it_picks_from(capsys):
     with pytest.raises(SpecError, match="recompute_every must be <= n_layers") as bad:
         costmodel.sweep("gpt2", batch=4, seq=128, recompute="full", recompute_every=[2, 13])
     assert bad.value.field == "recompute_every"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [(["--hardware", "h100-sxm", "--gpus", "9007199254740992"],
+      "data-parallel devices would take a default batch of 9,007,199,254,740,992"),
+     (["--hardware", "h100-sxm", "--gpus", "8", "--token-budget", "1e30"],
+      "--token-budget must be <= 1,000,000,000,000,000,000 tokens"),
+     (["--hardware", "h100-sxm", "--gpus", "8", "--token-budget", "1e12", "--price-per-hour",
+       "1e300"], "--price-per-hour must be <= 1,000,000 per device-hour"),
+     (["--hardware", "h100"], "did you mean h100-sxm or h100-sxm-96gb or h100-pcie?")],
+)  # fmt: skip
+def test_the_cli_probes_inputs_are_refused_by_their_own_name(flags, says, capsys):
+    """Issue 60's third CLI probe: --gpus 2^53 was refused as "--batch" (never given),
+    --price-per-hour 1e300 printed "$inf", and "--hardware h100" listed every device
+    without the three it may mean."""
+    assert main(["estimate", "--model", "llama3-8b", *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1

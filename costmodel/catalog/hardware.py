@@ -8,6 +8,7 @@ writes it is (each entry's ``aliases``; the rules in the catalog's ``_aliases`` 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -71,9 +72,13 @@ def get_hardware(name_or_path: str) -> Hardware:
         if not isinstance(data, dict):
             raise SpecError("hardware", f"hardware: {path} must hold a JSON object")
         return hardware_from_dict(str(data.get("name", path.stem)), data)
+    name = str(name_or_path).lower()
+    close = [k for k in HARDWARE if name in k] or difflib.get_close_matches(name, HARDWARE, n=3)
+    said = f"; did you mean {' or '.join(close)}?" if close else ""
     raise SpecError(
         "hardware",
-        f"hardware must be one of {', '.join(HARDWARE)} or a .json path (got {name_or_path!r})",
+        f"hardware must be one of {', '.join(HARDWARE)} or a .json path (got "
+        f"{name_or_path!r}){said}",
     )
 
 
