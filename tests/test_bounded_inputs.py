@@ -226,6 +226,7 @@ def test_a_flag_is_its_whole_name_never_a_prefix_of_one(capsys):
     assert main([*argv, "--micro", "2"]) == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --micro 2" in err and err.count("\n") == 1, err
+    assert err.startswith("python -m costmodel estimate: error:")  # the subcommand's parser
     sub = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert not make_parser().allow_abbrev
     assert not [name for name, parser in sub.choices.items() if parser.allow_abbrev]

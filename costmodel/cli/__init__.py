@@ -64,7 +64,10 @@ def _command(argv: list[str] | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(_command(argv))
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the subcommand's parser: its name and flags, not the top's
+            (_subcommand(parser, args.command) or parser).error(
+                f"unrecognized arguments: {' '.join(extra)}")  # fmt: skip
     except SystemExit as done:  # --help (0), or a bad flag already said in one line (2)
         return int(done.code or 0)
     try:
