@@ -349,9 +349,11 @@ def _notes(
                      "dispatcher, which sends one copy per routed pair whatever the spread "
                      "(--ep-dispatcher deepep sends one per destination rank)")  # fmt: skip
     if par.pp > 1 and train.grad_accum < par.pp:
+        micro = train.batch // par.batch_step(train.grad_accum)
+        how = "raise --grad-accum or lower --microbatch" if micro > 1 else (
+            "a larger --batch gives more micro-batches of one sequence")  # fmt: skip
         notes.append(f"{train.grad_accum} micro-batches for {par.pp} pipeline stages: most "
-                     "of the step is the pipeline bubble (raise --grad-accum or lower "
-                     "--microbatch)")  # fmt: skip
+                     f"of the step is the pipeline bubble ({how})")  # fmt: skip
     return tuple(notes)
 
 
