@@ -15,6 +15,7 @@ from typing import Any
 
 import streamlit as st
 
+from costmodel.engine.caveats import calibration_line
 from costmodel.engine.fit import Fit, judge
 from costmodel.engine.verdict import assumptions, peak_named, verdict
 from costmodel.inputs import Setup
@@ -105,6 +106,7 @@ def headline(
     for text in said_of["caveats"]:
         st.warning(text)
     st.caption(f"Layout: {said_of['layout']}")
+    st.caption(f"Calibration: {calibration_line(setup.hardware, pointer=False)}.")
 
 
 PLANNER_KEY = "search_nearest"

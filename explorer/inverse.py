@@ -69,7 +69,11 @@ def inverse_tab(setup: Setup) -> None:
         shown = (
             f"{plural(cross, 'sequence')}{tokens}" if cross else "not up to 2^15 x the batch step"
         )
-        st.metric("compute-bound from batch (full model)", shown)
+        first = setup.parallel.batch_step(setup.train.grad_accum)  # type: ignore[union-attr]
+        floor = (f"already at the smallest batch of this layout at grad-accum "
+                 f"{setup.train.grad_accum}" if cross == first else None)  # fmt: skip
+        st.metric("compute-bound from batch (full model)", shown, floor, delta_color="off",
+                  delta_arrow="off")  # fmt: skip
     with book:
         st.markdown(f"**{LABEL}**")
         _book_critical_batch(setup)

@@ -50,6 +50,7 @@ def test_renders_default_setup_with_every_section():
     assert len(at.get("vega_lite_chart")) == 5  # memory x2, comm, FLOPs, roofline
     assert len(at.latex) >= 5
     assert [c for c in at.caption if c.value.startswith("computed in")]
+    assert [c for c in at.caption if c.value.startswith("Calibration: ")]  # the CLI's line
 
 
 def test_widgets_change_outputs_and_the_url():
