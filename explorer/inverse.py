@@ -59,6 +59,10 @@ def inverse_tab(setup: Setup) -> None:
     with book:
         st.markdown(f"**{LABEL}**")
         _book_min_fsdp(setup, budget * GB)
+        split = setup.parallel.tp * setup.parallel.pp * setup.parallel.cp
+        if split > 1:  # not the same question: say so beside the number
+            st.caption(f"FSDP alone: the book's form has no tp, pp or cp, which split this "
+                       f"layout's model {split} ways before fsdp shards it.")  # fmt: skip
     st.caption(_WHY_FSDP)
     st.subheader("Batch to be compute-bound")
     full, book = st.columns(2)
