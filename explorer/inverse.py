@@ -151,12 +151,12 @@ def _book_critical_batch(setup: Setup) -> None:
         return
     tokens = report["critical_batch_tokens"]
     if tokens == 0:  # "B* = 0" would read as an answer; there is nothing to hide
-        st.info(f"fsdp {report['fsdp']}, tp {report['tp']}: {report['regime']} (the book's "
-                "model).")  # fmt: skip
+        regime = in_words(report["regime"])
+        st.info(f"fsdp {report['fsdp']}, tp {report['tp']}: {regime} (the book's model).")
         return
     st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
     if tokens is None:
-        st.warning(f"fsdp {report['fsdp']}, tp {report['tp']}: {report['regime']}.")
+        st.warning(f"fsdp {report['fsdp']}, tp {report['tp']}: {in_words(report['regime'])}.")
         return
     per_device = report["critical_batch_tokens_per_device"]
     st.metric(

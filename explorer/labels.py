@@ -74,5 +74,11 @@ def in_words(message: str) -> str:
     have widgets, not flags or field names."""
     message = re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", " "),
                      message)  # fmt: skip
+    message = re.sub(r"(?<=[a-z0-9])=(?=[\w'\"-])", " ", message)  # batch=8 -> batch 8
     return re.sub(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b",
-                  lambda m: m.group(1).replace("_", " "), message)  # fmt: skip
+                  lambda m: m.group(1) if m.group(1) in KEPT else m.group(1).replace("_", " "),
+                  message)  # fmt: skip
+
+
+KEPT = frozenset({"expandable_segments", "max_num_seqs", "gpu_memory_utilization"})
+"""Settings of other tools named as their users type them (PyTorch's allocator, vLLM's)."""

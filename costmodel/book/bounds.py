@@ -89,9 +89,11 @@ def critical_value(t: dict[str, sp.Expr], values: dict) -> tuple[float | None, s
         return 0.0, "no communication: compute-bound at any batch"
     if a <= b:
         return None, ("never compute-bound: tp's collectives grow with the batch as fast as "
-                      "the math (tp above tp_max_degree)")  # fmt: skip
+                      "the math (tp above the conditions' largest degree)")  # fmt: skip
     if c == 0:
-        return 0.0, "compute-bound at any batch (tp below tp_max_degree, no fsdp gathers)"
+        return 0.0, (
+            "compute-bound at any batch (tp below the conditions' largest degree, no fsdp gathers)"
+        )
     return c / (a - b), "compute-bound above B*"
 
 
