@@ -130,7 +130,8 @@ def test_plan_sizes_a_run_in_json(capsys):
 def test_a_deadline_nobody_meets_says_so(capsys):
     assert main([*PLAN, "--deadline-days", "1e-6"]) == 1
     text = capsys.readouterr().out
-    assert "deadline_days of 1e-06 is met by no device count within the budget" in text
+    said = "--deadline-days of 1e-06 is met by no device count within the budget"
+    assert text.startswith(f"verdict: {said}")  # first, in the flag's name (issue 60 probe)
     assert "assumes: goodput from failures per GPU-hour" in text
 
 

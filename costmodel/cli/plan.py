@@ -14,7 +14,13 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.cli.args import device_word, flag, negation, to_json, values_of
 from costmodel.cli.plan_args import MODEL_KEYS, TRAIN_KEYS, add_plan_arguments, global_batch
 from costmodel.cli.plan_compare import Searched, compare_json, compare_text, prices_for, ranked
-from costmodel.cli.sizing import reliability, sized_plan, sizing_json, sizing_text
+from costmodel.cli.sizing import (
+    deadline_verdict,
+    reliability,
+    sized_plan,
+    sizing_json,
+    sizing_text,
+)
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.caveats import caveats
 from costmodel.engine.estimate import estimate
@@ -272,6 +278,9 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
         print(no_fit_text(result, nearest is None, flag))
         print(_nearest_text(nearest))
         return 1
+    said = deadline_verdict(sized, args.deadline_days) if sized is not None else None
+    if said is not None:
+        print(said)
     _print_rows(result, rows, s.seconds, args.max_gpus, batches)
     if sized is not None:
         print(sizing_text(result, sized, args.token_budget, args.deadline_days))

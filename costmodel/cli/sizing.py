@@ -71,7 +71,7 @@ def sizing_text(p: Plan, rows: list[Size], budget: float, deadline: float | None
     try:
         best = choose(rows, deadline)
     except SpecError as err:
-        return "\n".join([*out, err.message])
+        return "\n".join([*out, _flagged(err.message)])
     why = "the fastest" if deadline is None else f"the cheapest within {deadline:g} days"
     cost = "" if best.cost is None else f", ${best.cost:,.0f}"
     extra = "" if best.energy_mwh is None else f", {best.energy_mwh:,.0f} MWh"
@@ -80,6 +80,25 @@ def sizing_text(p: Plan, rows: list[Size], budget: float, deadline: float | None
     out.append(f"answer ({why}): {best.gpus:,} GPUs, {best.effective_days:,.1f} days, "
                f"{best.gpu_hours:,.0f} GPU-hours{cost}{extra}")  # fmt: skip
     return "\n".join(out)
+
+
+def deadline_verdict(rows: list[Size], deadline: float | None) -> str | None:
+    """With a deadline, the sizing's answer in one line, said before the ranked table
+    (whether a device count meets it, the sizing's first question); None without one."""
+    if deadline is None:
+        return None
+    try:
+        best = choose(rows, deadline)
+    except SpecError as err:
+        return f"verdict: {_flagged(err.message)}"
+    return (
+        f"verdict: {best.gpus:,} GPUs meet the {deadline:g}-day deadline at the least "
+        f"GPU-hours ({best.effective_days:,.1f} days; the sizing below)"
+    )
+
+
+def _flagged(message: str) -> str:
+    return message.replace("deadline_days", "--deadline-days")
 
 
 _TIGHT = "  TIGHT: the allocator's reserve is over the device's memory"
