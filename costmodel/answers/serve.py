@@ -426,8 +426,8 @@ def _arrival(spec: ServeSpec) -> str:
         return ("continuous batching kept full, prompts chunked into the decode iterations "
                 "(steady state; no arrival gaps or queueing)")  # fmt: skip
     if spec.prefill_replicas:
-        return ("prompts prefilled apart and their cache sent over the network; no queueing "
-                "modelled")  # fmt: skip
+        return ("prompts prefilled apart in waves of the prefill pool (the batch's arrive "
+                "together) and their cache sent over the network")  # fmt: skip
     return "the batch's prompts arrive together"
 
 

@@ -131,8 +131,14 @@ def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str,
                  f"{_rate(v['throughput.output_tokens_per_s'])} output tokens/s "
                  f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})")]  # fmt: skip
     return [
-        ("TTFT (prefill)", fmt_seconds(v["time_s.ttft"])),
-        ("TPOT (decode step)", fmt_seconds(v["time_s.tpot"])),
+        (
+            "TTFT (prefill)" if not spec.prefill_replicas else "TTFT (waves, mean)",
+            fmt_seconds(v["time_s.ttft"]),
+        ),
+        (
+            "TPOT (decode step)" if not spec.draft_tokens else "TPOT (speculative)",
+            fmt_seconds(v["time_s.tpot"]),
+        ),
         *_speculative_rows(v, spec),
         *_pool_rows(v, spec),
         ("end to end", fmt_seconds(v["time_s.e2e"])),

@@ -410,8 +410,8 @@ def _notes(spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware) -> li
         notes = [queueing.note(spec, out)]
     if spec.prefill_replicas:
         notes.append(
-            "disaggregated: queueing between the pools is not modelled (the slower "
-            "pool sets the rate)"
+            "disaggregated: TTFT is the mean over the batch of waiting for its prefill wave; "
+            "the throughput is the slower pool's steady rate"
         )
     if spec.arrival == "continuous" and not spec.simulated:
         notes += continuous.notes(spec, asked, out)
