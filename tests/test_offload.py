@@ -145,7 +145,8 @@ def test_cli(capsys):
     head, given = out.splitlines()[:2]
     assert (
         head
-        == "llama3-8b on one h100-sxm, its host over pcie5 (overlap 1): batch 68 x seq 8192, bf16"
+        == "llama3-8b on one h100-sxm, its host over pcie5 (the device's; --link) (overlap 1): "
+        "batch 68 x seq 8192, bf16"
     )
     assert given == "the plan given" and "34 rounds of 2 sequence(s)" in out
     assert main([*args[:-4], "--host-budget-gb", "5", "--device-budget-gb", "30"]) == 2
@@ -199,3 +200,16 @@ def test_a_device_budget_over_the_fit_rule_is_noted_and_the_limit_is_told_exactl
     assert "note:" not in capsys.readouterr().out
     assert main([*argv, "85.9"]) == 2
     assert "must be <= h100-sxm's memory, 85.8993 GB (got 85.9 GB)" in capsys.readouterr().err
+
+
+def test_the_host_link_is_the_devices_own_unless_given(capsys):
+    """Issue 60's fourth probe: every device streamed over PCIe 5, the RTX 4090 and the A100
+    included (PCIe 4), the GH200 too (NVLink-C2C): each profile now states its host link,
+    the default the header names; --link still overrides it."""
+    argv = ["offload", "--model", "llama3-8b", "--batch", "4", "--seq", "2048",
+            "--device-budget-gb", "24", "--host-budget-gb", "256"]  # fmt: skip
+    for device, link in (("rtx-4090", "pcie4"), ("a100-80gb", "pcie4"), ("gh200", "nvlink-c2c")):
+        assert main([*argv, "--hardware", device]) == 0
+        assert f"its host over {link} (the device's; --link)" in capsys.readouterr().out
+    assert main([*argv, "--hardware", "rtx-4090", "--link", "pcie5"]) == 0
+    assert "its host over pcie5 (overlap" in capsys.readouterr().out

@@ -235,7 +235,7 @@ def test_fsdp2_replicated_on_8_gpus_is_told_to_shard(capsys):
     assert code == 0 and row(out, "verdict").startswith("does not fit")
     assert "fsdp2, DDP over 8 replicas, nothing sharded" in row(out, "layout")
     near = row(out, "nearest fit")
-    assert "shard over all 8 data-parallel ranks (fsdp 8)" in near and "ZeRO" not in near
+    assert "shard over all 8 data-parallel ranks (fsdp 8, FSDP2)" in near and "ZeRO" not in near
     code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
     assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
     assert row(again, "layout").startswith("8 x h100-sxm: fsdp2, FSDP over 8;")

@@ -46,6 +46,12 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         print(to_json(result, indent=2))
         return 0
     print(_header(args))
+    if args.hardware is not None:  # the verdict first, as every command says it
+        hw = get_hardware(args.hardware)
+        peak, fits = result["memory_bytes.peak"], result["memory_bytes.peak"] <= hw.hbm_bytes
+        print(f"  verdict: {'fits' if fits else 'does NOT fit'}: peak {fmt_bytes(peak)} "
+              f"{'<=' if fits else '>'} {hw.name}'s {fmt_bytes(hw.hbm_bytes)}"
+              + ("" if fits else "; its times below are what it would take"))  # fmt: skip
     for key, value in result.items():
         if key.startswith("time_s"):
             shown = f"{value * 1e3:.3f} ms"
@@ -54,11 +60,6 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         else:
             shown = fmt_count(value, "FLOP")
         print(f"  {LABELS.get(key, key):<40} {shown}")
-    if args.hardware is not None:
-        hw = get_hardware(args.hardware)
-        if result["memory_bytes.peak"] > hw.hbm_bytes:
-            print(f"note: the peak, {fmt_bytes(result['memory_bytes.peak'])}, is more than "
-                  f"{hw.name}'s {fmt_bytes(hw.hbm_bytes)}: this call would not fit")  # fmt: skip
     return 0
 
 

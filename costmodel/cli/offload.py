@@ -57,6 +57,13 @@ def _int_list(text: str) -> tuple[int, ...]:
     return tuple(int_arg(t) for t in text.split(",") if t.strip())
 
 
+def link_name(args: argparse.Namespace) -> str:
+    """``--link``, else the device's own host link (``Hardware.host_link``)."""
+    if args.link is not None:
+        return args.link
+    return get_hardware(args.hardware).host_link if args.hardware else "pcie5"
+
+
 def offload_spec(args: argparse.Namespace) -> OffloadSpec:
     for flag in (
         "link_gbps",
@@ -67,7 +74,7 @@ def offload_spec(args: argparse.Namespace) -> OffloadSpec:
     ):  # checked as given, before they become bytes
         if getattr(args, flag) is not None:
             _check_flag(flag, getattr(args, flag))
-    link = args.link_gbps * GB if args.link_gbps is not None else LINKS[args.link][0]
+    link = args.link_gbps * GB if args.link_gbps is not None else LINKS[link_name(args)][0]
     return OffloadSpec(
         device_budget=args.device_budget_gb * GB, host_budget=args.host_budget_gb * GB,
         link_bw=link, overlap=args.overlap, host_memory_bw=args.host_memory_gbps * GB,
@@ -106,7 +113,8 @@ def _cmd_offload(args: argparse.Namespace) -> int:
     head = configs[0]
     broken = [k.removesuffix("_ok") for k, ok in head.fits.items() if not ok]
     title = "the plan given" if args.plan else "fastest plan"
-    link = f"{args.link_gbps:g} GB/s" if args.link_gbps is not None else args.link
+    link = (f"{args.link_gbps:g} GB/s" if args.link_gbps is not None else args.link
+            or f"{hw.host_link} (the device's; --link)")  # fmt: skip
     print(f"{setup.model.name} on one {hw.name}, its host over {link} (overlap "
           f"{args.overlap:g}): batch {setup.train.batch} x seq {setup.train.seq}, "
           f"{setup.train.precision}")  # fmt: skip
@@ -145,7 +153,7 @@ def add_offload(sub) -> None:
     g = p.add_argument_group("budgets and links")
     g.add_argument("--device-budget-gb", type=float, required=True, help="device memory (1e9 B)")
     g.add_argument("--host-budget-gb", type=float, required=True, help="host memory (1e9 B)")
-    g.add_argument("--link", choices=tuple(LINKS), default="pcie5",
+    g.add_argument("--link", choices=tuple(LINKS), default=None,
                    help="; ".join(f"{k}: {v[1]}" for k, v in LINKS.items()))  # fmt: skip
     g.add_argument("--link-gbps", type=float, help="achieved GB/s per direction (overrides --link)")
     g.add_argument("--overlap", type=float, default=1.0, help="compute/transfer overlap, 0..1")

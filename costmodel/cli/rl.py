@@ -37,6 +37,12 @@ def _spec(args: argparse.Namespace) -> RLSpec:
                   minibatches=args.minibatches)  # fmt: skip
 
 
+def _recompute_hint(spec: RLSpec) -> str:
+    """Recomputation as a way to fit, where the trainer does not recompute in full yet."""
+    return "" if spec.train_recompute == "full" else (
+        ", or recompute activations (--train-recompute full)")  # fmt: skip
+
+
 def _said(default: bool) -> str:
     return " (the default; --train-recompute)" if default else ""
 
@@ -128,8 +134,8 @@ def _cmd_rl(args: argparse.Namespace) -> int:
               f" a GPU, over the {fmt_bytes(out['rl.train_budget_bytes'])} the fit rule allows "
               f"on {hardware} (0.9 of its memory): train on more GPUs (--gpus), or split the "
               f"model further (--train-tp, --train-pp"
-              f"{', --train-ep' * (model.n_experts > 0)}), or recompute activations "
-              "(--train-recompute full)")  # fmt: skip
+              f"{', --train-ep' * (model.n_experts > 0)})"
+              f"{_recompute_hint(spec)}")  # fmt: skip
         print(f"  assumptions: {_assumptions(spec, out)}")
         print("  step: none: training does not fit")
         _print_caveats(warned)

@@ -132,6 +132,8 @@ def bounds_rows(report: dict[str, Any], hardware: str) -> Rows:
     said_cond = (f"fsdp is compute-bound from {per_rank:,.0f} tokens {where}; tp up to "
                  f"degree {cond['tp_max_degree']:,.1f}")  # fmt: skip
     if report["fsdp"] > 1 and report["tp"] > 1 and "mixed_optimal_fsdp" in cond:
-        said_cond += (f"; fsdp x tp from {cond['mixed_min_batch_per_device']:,.0f} tokens per "
-                      f"device, best at fsdp {cond['mixed_optimal_fsdp']:,.1f}")  # fmt: skip
+        said_cond += (f"; some split of these {report['fsdp'] * report['tp']:,} devices into "
+                      f"fsdp x tp is compute-bound from {cond['mixed_min_batch_per_device']:,.0f}"
+                      f" tokens per device (the book's best split at B*: fsdp "
+                      f"{cond['mixed_optimal_fsdp']:,.1f}; B* above is this layout's)")  # fmt: skip
     return [*rows, ("conditions", said_cond)]

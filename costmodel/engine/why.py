@@ -125,11 +125,15 @@ def nearest_fitting(
 
 def nearest_row(found: Plan, options: PlanOptions, near: dict[str, Any] | None) -> int:
     """Among ``found``'s fitting layouts within :data:`SLOWER` of its best by its
-    objective, the fewest choices ``options`` left out (:func:`excluded`), then the fewest
-    of ``near``'s fields changed (:func:`moved`), then the best rank."""
+    objective (those whose allocator's reserve the device holds, where any does), the
+    fewest choices ``options`` left out (:func:`excluded`), then the fewest of ``near``'s
+    fields changed (:func:`moved`), then the best rank."""
     order = found.order
     key = score(found.columns, found.values, found.options.objective)[order]
     order = order[key <= key[0] * (1 + SLOWER)]
+    safe = found.values["memory_bytes_per_device.reserved"][order] <= found.hardware.hbm_bytes
+    if safe.any():  # a reserve the device holds before one it does not (TIGHT), as rank does
+        order = order[safe]
     cols = {k: v[order] for k, v in found.columns.items()}
     distance = excluded(cols, options) * (len(LAYOUT) + 1) + moved(cols, near)
     return int(order[int(np.argmin(distance))])  # argmin's first: the best rank

@@ -15,6 +15,7 @@ import numpy as np
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import FlashFamily
+from costmodel.specs.offload import LINKS
 
 DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
@@ -168,6 +169,10 @@ class Hardware:
     link_name: str = ""
     """The link ``link_bw`` is, as its vendor names it (``Infinity Fabric``, ``PCIe``); empty
     for the kind's usual one (:meth:`intranode_link`)."""
+    host_link: str = "pcie5"
+    """The host<->device link an offload plan streams over by default
+    (``costmodel.specs.offload.LINKS``: pcie3, pcie4, pcie5, nvlink-c2c), from the
+    datasheet."""
     source: str = ""
     calibration: dict[str, Any] = field(default_factory=dict)
     """What this profile's numbers were checked or fitted on: ``basis`` (``published-runs``,
@@ -186,6 +191,7 @@ class Hardware:
 
     def _check(self) -> None:
         checks.choice("kind", self.kind, DEVICE_KINDS)
+        checks.choice("host_link", self.host_link, tuple(LINKS))
         for name in _POSITIVE:
             checks.number(name, getattr(self, name))
             if getattr(self, name) < _LEAST:

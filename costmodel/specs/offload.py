@@ -8,9 +8,10 @@ from typing import Literal
 from costmodel.specs import checks
 
 LINKS: dict[str, tuple[float, str]] = {
+    "pcie3": (12.6e9, "PCIe 3.0 x16: 15.75 GB/s per direction (PCI-SIG) x 0.8 achieved"),
     "pcie4": (25.2e9, "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG) x 0.8 achieved"),
     "pcie5": (50.4e9, "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG) x 0.8 achieved"),
-    "nvlink-c2c": (360e9, "GH200 NVLink-C2C: 450 GB/s per direction (NVIDIA) x 0.8 achieved"),
+    "nvlink-c2c": (360e9, "Grace's NVLink-C2C: 450 GB/s per direction (NVIDIA) x 0.8 achieved"),
 }
 """Host<->device links: achieved bytes/s per direction, with the source of the raw rate
 (0.8: the link efficiency the hardware profiles use for NVLink)."""
