@@ -217,12 +217,13 @@ def serve_page() -> None:
     if not ans.fits:
         st.metric(per_token, f"{est['kv_bytes_per_token']:,} B")
         return
-    st.markdown(f"**Limited by** {limited_by(est.values)}.")
+    st.markdown(f"**Limited by** {limited_by(est.values, v['output'])}.")
     c = st.columns(5)
     c[0].metric(per_token, f"{est['kv_bytes_per_token']:,} B")
     grows = " of the simulated requests: grows with their count" * ans.overloaded
     c[1].metric(f"TTFT (mean{grows})", f"{est['time_s.ttft'] * 1e3:,.1f} ms")
-    c[2].metric("TPOT (mean)", f"{est['time_s.tpot'] * 1e3:,.2f} ms")
+    c[2].metric("TPOT (mean)", f"{est['time_s.tpot'] * 1e3:,.2f} ms" if v["output"] > 1
+                else "none (one token)")  # fmt: skip
     c[3].metric("output tokens/s", f"{est['throughput.output_tokens_per_s']:,.0f}")
     c[4].metric("memory per device", fmt_bytes(est["memory_bytes_per_device.total"]))
     if "workload.ttft_s.p99" in est.values:

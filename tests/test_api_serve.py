@@ -200,3 +200,13 @@ def test_a_device_no_serving_run_checks_gets_the_caveat():
     assert any("no published serving run checks serving on it" in c for c in tpu.caveats)
     gpu = costmodel.serve("llama3-8b", "h100-sxm", input=1000, output=200, batch=8)
     assert not gpu.caveats
+
+
+def test_one_generated_token_is_limited_by_the_prefill_and_has_no_tpot(capsys):
+    """Issue 60's fourth probe: output 1 said "limited by decode (51 %)" with a TPOT, though
+    no decode step follows the prefill's one token."""
+    assert main(["serve", "--model", "llama3-8b", "--input", "2000", "--output", "1",
+                 "--batch", "8"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "limited by             the prefill: one token is generated" in out
+    assert "TPOT (decode step)     none: one token, no decode" in out

@@ -37,11 +37,14 @@ PARTS = {
 }
 
 
-def limited_by(v: dict[str, Any]) -> str:
-    """The pool that limits a disaggregated deployment where it is the prefill pool; else
-    the decode step's (a continuous engine's iteration's) largest part: its matmuls or its
+def limited_by(v: dict[str, Any], output: int | None = None) -> str:
+    """The pool that limits a disaggregated deployment where it is the prefill pool; the
+    prefill where a request generates one token (``output`` 1: no decode step); else the
+    decode step's (a continuous engine's iteration's) largest part: its matmuls or its
     attention, each compute- or memory-bound (a roofline per kernel), its exposed all-reduces,
     overhead or host; and what a step's bytes are."""
+    if output == 1:
+        return "the prefill: one token is generated, so no decode step follows (TTFT is all)"
     d = "disaggregated."
     if v.get(d + "prefill_requests_per_s", float("inf")) < v.get(d + "decode_requests_per_s", 0):
         return (f"the prefill pool: {v[d + 'prefill_requests_per_s']:,.2f} requests/s against "
@@ -80,7 +83,7 @@ def _rows(
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
             f"per device; {ans.how_many()}{nearest}",
         ),
-        *([("limited by", limited_by(v))] if ans.fits else []),
+        *([("limited by", limited_by(v, spec.output))] if ans.fits else []),
         ("assumptions", assumptions(spec, *defaulted)),
         *[("caveat", text) for text in ans.caveats],
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"]) + per_device),
@@ -137,7 +140,7 @@ def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str,
         ),
         (
             "TPOT (decode step)" if not spec.draft_tokens else "TPOT (speculative)",
-            fmt_seconds(v["time_s.tpot"]),
+            fmt_seconds(v["time_s.tpot"]) if spec.output > 1 else "none: one token, no decode",
         ),
         *_speculative_rows(v, spec),
         *_pool_rows(v, spec),
@@ -207,7 +210,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.json:  # the text's verdict, assumptions and limit, and the spec priced
         verdict = {"fits": ans.fits, "overloaded": ans.overloaded, "nearest": ans.nearest,
                    "caveats": ans.caveats,
-                   "limited_by": limited_by(est.values) if ans.fits else None,
+                   "limited_by": limited_by(est.values, spec.output) if ans.fits else None,
                    "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(to_json({"model": model.name, "hardware": hw.name, "input": inp,
                           "output": out, "context": spec.context, "spec": asdict(spec),

@@ -158,7 +158,8 @@ class Fit:
                 cap += f" ({self.capacity_bytes / 2**30:,.1f} GiB)"
             said += (f" is over the device's {cap}: the allocator cannot hold that "
                      "much, so expect retries that free cached blocks and a risk of running out "
-                     "(expandable_segments helps; a smaller micro-batch is safer)")  # fmt: skip
+                     "(expandable_segments helps; less memory a device is safer: a smaller "
+                     "micro-batch, more sharding or recomputation)")  # fmt: skip
         elif warn and self.reserved_over_budget:
             said += (" is over it, within the device's memory: it takes the margin the "
                      "headroom keeps, and where the device runs short the caching allocator "
