@@ -15,9 +15,12 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path):
     nb = nbformat.read(path, as_version=4)
+    # generous limits: a kernel is a new Python process, which a loaded 2-core machine may
+    # take minutes to start (its 60 s default failed under load); a cell is not timed here
     NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
+        nb, timeout=1800, startup_timeout=900, kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()  # fmt: skip
     outputs = "".join(
         o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
     )

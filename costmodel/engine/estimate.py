@@ -48,11 +48,10 @@ from costmodel.symbols import (
     values_for,
 )
 
-UNFIT = ("mfu", "hfu", "tflops_per_device", "tokens_per_s", "train_days", "train_cost",
-         "time_s")  # fmt: skip
-"""Quantities (and groups: ``time_s``, each of its entries) that are no answer for a
-layout that does not fit: its verdict withholds them, as the CLI's text shows no step for
-it; ``est[key]`` still gives what the formula says it would take."""
+UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
+"""Quantities that are no answer for a layout that does not fit: its verdict withholds
+them (its times stay, as ``--full`` prints them: what it would take if it ran);
+``est[key]`` still gives what the formula says."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -63,7 +62,7 @@ class Estimate:
     ``items()``; seconds, bytes, FLOPs as the key says); in a notebook it shows as a short
     table (model, layout, fit verdict, step time, MFU, peak memory). A layout that does not
     fit keeps every quantity (what it would take if it ran); its verdict, ``summary`` and
-    ``to_dict`` give no step time, tokens/s, MFU, days or cost for it (:data:`UNFIT`)."""
+    ``to_dict`` give no MFU, days or cost for it (:data:`UNFIT`)."""
 
     model: ModelSpec
     train: TrainSpec
@@ -211,7 +210,7 @@ class Estimate:
         if PEAK in self.values:  # the parts then add to the peak, as the CLI's table
             out["memory_bytes_per_device"]["transients"] = rest_at_peak(self.values)
             if not self.fit().fits:
-                out.update({k: _withheld(out[k]) for k in UNFIT if k in out})
+                out.update({k: None for k in UNFIT if k in out})
         return out
 
     def to_json(self, **kwargs: Any) -> str:
@@ -225,12 +224,6 @@ def _expr(structure: tuple, key: str) -> sp.Expr:
     if key not in comp.keys:
         raise UnknownKey(key, checks.unknown("quantity", key, comp.keys, "est.keys() lists them"))
     return subs_safe(comp.exprs[comp.keys.index(key)])
-
-
-def _withheld(value: Any) -> Any:
-    """None for a number, and for each number of a group (the keys stay: a reader of
-    ``time_s.step`` finds it, with no value)."""
-    return {k: _withheld(v) for k, v in value.items()} if isinstance(value, dict) else None
 
 
 def _fields(spec: Any) -> dict[str, Any]:
