@@ -21,6 +21,9 @@ import streamlit as st
 ESTIMATE = "_estimate_inputs"
 """Session key of the Estimate page's current inputs (the shared ones)."""
 SHARED = ("model", "hardware", "gpus", "seq", "batch", "precision")
+NOT_SHARED = {"serve": ("batch",)}
+"""Per page, a shared input that means something else there: the Serve page's batch is
+requests at once, not the training step's sequences."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def _shared(page: str, inputs: tuple[PageInput, ...]) -> dict[str, Any]:
     """The Estimate page's current values of this page's inputs (valid ones only)."""
     current = st.session_state.get(ESTIMATE, {})
     out = {}
-    for f in inputs:
+    for f in (f for f in inputs if f.key not in NOT_SHARED.get(page, ())):
         value = current.get(f.key)
         if value is None:
             continue

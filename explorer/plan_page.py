@@ -181,11 +181,21 @@ def table_rows(p: Plan, top: int, model: str) -> list[dict[str, Any]]:
                      "MFU (%)": round(100 * r["mfu"], 1),
                      "peak (GiB)": round(r["memory_bytes_per_device.peak"] / GIB, 1),
                      "reserved (GiB)": round(r["memory_bytes_per_device.reserved"] / GIB, 1),
+                     "margin": _margin(r, p),
                      "vs fastest (%)": round(100 * (r["time_s.step"] / fastest - 1), 2),
                      "model-parallel GPUs": int(r["tp"] * r["pp"] * r["cp"]),
                      "limited by": r["limit"],
                      "differs from ✓": change_words(changed, "→")})  # fmt: skip
     return rows
+
+
+def _margin(row: dict[str, Any], p: Plan) -> str:
+    """The Estimate page's word for a row's allocator reserve: TIGHT over the device's
+    memory, little over the fit rule's budget, else nothing to say."""
+    reserved = row["memory_bytes_per_device.reserved"]
+    if reserved > p.hardware.hbm_bytes:
+        return "TIGHT"
+    return "little" if reserved > p.budget_bytes else ""
 
 
 def _table(p: Plan, top: int, model: str) -> None:

@@ -75,6 +75,12 @@ def test_plan_table_rows_are_fastest_first_with_the_recommendation_marked(small_
     tied = [r for r in rows if r["vs fastest (%)"] <= 0.5]  # the tie rule, read off the table
     assert pick in tied and pick["model-parallel GPUs"] == min(r["model-parallel GPUs"]
                                                                for r in tied)  # fmt: skip
+    # the Estimate page's margin words, read off the reserve (issue 60's fourth probe)
+    hbm, budget = small_plan.hardware.hbm_bytes / 2**30, small_plan.budget_bytes / 2**30
+    for r in rows:
+        want = "TIGHT" if r["reserved (GiB)"] > hbm else (
+            "little" if r["reserved (GiB)"] > budget else "")  # fmt: skip
+        assert r["margin"] == want or abs(r["reserved (GiB)"] - budget) < 0.1, r
 
 
 def test_a_planned_layouts_link_reproduces_it_on_the_estimate_page(small_plan):

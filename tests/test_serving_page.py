@@ -163,3 +163,14 @@ def test_serve_page_says_memory_in_the_clis_units(capsys):
     row = _verdict_row(capsys, "--batch", "4096")
     said = row.split("does NOT fit: ", 1)[1].split(" per device", 1)[0]
     assert f"**Does not fit**: {said} per device" in error.value and " GiB (" in said
+
+
+def test_the_estimate_pages_training_batch_is_not_requests_at_once():
+    """Issue 60's fourth probe: the Serve page took the Estimate page's batch (sequences of
+    a training step) as its requests at once; it keeps the model and device only."""
+    at = AppTest.from_function(_serve, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "llama3-8b", "hardware": "h200",
+                                            "batch": 256}  # fmt: skip
+    at.run()
+    assert not at.exception
+    assert at.session_state["serve_batch"] == 32 and at.session_state["serve_model"] == "llama3-8b"
