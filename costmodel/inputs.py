@@ -417,3 +417,12 @@ def keyword_values(model: str | ModelSpec | None, inputs: dict[str, Any]) -> tup
     if model is not None and not isinstance(model, str):
         raise SpecError("model", f"a preset name or a ModelSpec (got {type(model).__name__})")
     return {**inputs, "model": model}, None
+
+
+def expert_start(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A shard group the layout rules accept for a search over the FSDP degree (``solve
+    min-fsdp``): ep x etp ranks where the experts are split (they must divide the data-
+    parallel ranks), one sequence each; nothing where they are not. The search then tries
+    every degree the rules allow (``engine.inverse.min_fsdp_fitting``)."""
+    ranks = (values.get("ep") or 1) * (values.get("etp") or 1)
+    return {} if ranks == 1 else {"fsdp": ranks}

@@ -229,3 +229,20 @@ def test_the_fsdp_condition_under_tp_is_per_fsdp_rank_and_per_device(capsys):
                  "--tp", "8"]) == 0  # fmt: skip
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("conditions"))
     assert "19,788 tokens per fsdp rank (a tp group of 8: 2,474 per device)" in line
+
+
+def test_min_fsdp_searches_a_layout_whose_experts_are_split(capsys):
+    """Issue 60's fourth probe: min_fsdp and solve min-fsdp with ep 8 failed ("ep * etp must
+    divide tp * dp * fsdp * cp"), starting the question from fsdp 1; both now start from a
+    group ep allows and answer the same degree, one sequence a device."""
+    import costmodel
+
+    api = costmodel.min_fsdp("mixtral-8x7b", hardware="h100-sxm", seq=4096, ep=8,
+                             framework="megatron")  # fmt: skip
+    assert api["fsdp"] is not None and api["fsdp"] % 8 == 0 and api["micro_batch_per_device"] == 1
+    argv = ["solve", "min-fsdp", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--seq",
+            "4096", "--ep", "8", "--framework", "megatron", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli["answer"]["fsdp"] == api["fsdp"]
+    assert cli["answer"]["assumed"].startswith("4,096 tokens per device (1 x seq 4096)")

@@ -37,6 +37,7 @@ from costmodel.engine.verdict import verdict as _verdict
 from costmodel.inputs import (
     BY_KEY,
     build,
+    expert_start,
     keyword_values,
     refuse_solved,
     solved_verdict,
@@ -230,7 +231,8 @@ def min_fsdp(
     varied = {"gpus", "fsdp", "grad_accum", "microbatch"} & set(inputs)
     if varied:
         raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
-    values, spec = keyword_values(model, {"batch": 1, **inputs})
+    start = expert_start(inputs)  # a group the experts' split allows, searched from 1
+    values, spec = keyword_values(model, {"batch": start.get("fsdp", 1), **start, **inputs})
     setup = build(values, spec)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")

@@ -22,7 +22,7 @@ from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, budget_from, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
-from costmodel.inputs import BY_KEY, build, refuse_solved, solved_verdict
+from costmodel.inputs import BY_KEY, build, expert_start, refuse_solved, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
@@ -186,7 +186,9 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args)  # the budget is the user's either way
     # the same question to the full model: one device's tokens, fsdp varied
     given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
-    setup = build({**given, "hardware": device, "batch": max(1, held // train.seq)})
+    start = expert_start(given)  # a group the experts' split allows, searched from 1
+    sequences = max(1, held // train.seq) * start.get("fsdp", 1)
+    setup = build({**given, **start, "hardware": device, "batch": sequences})
     assert setup.parallel is not None and setup.hardware is not None
     full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
     out: dict[str, Any] = {"book": result, "full_model": full}
@@ -198,7 +200,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     answer = {"fsdp": full["fsdp"], "fsdp_usable": full["fsdp_usable"],
               "from": f"the full model (per-device peak on {device}; the Scaling Book's below)",
               **({"why": full["why"]} if "why" in full else {})}  # fmt: skip
-    sequences = setup.train.batch
+    sequences = full["micro_batch_per_device"]  # one device's, whatever group it starts from
     rounded = "" if tokens == held else f"; --batch-tokens {tokens:,} rounded up to one " \
         "sequence, in the book's line too"  # fmt: skip
     per = f"{held:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
