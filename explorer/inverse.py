@@ -59,6 +59,9 @@ def inverse_tab(setup: Setup) -> None:
     with book:
         st.markdown(f"**{LABEL}**")
         _book_min_fsdp(setup, budget * GB)
+        if setup.train.finetune != "full":  # the book's state is full training's
+            st.caption(f"Full training's state: the book's form has no {setup.train.finetune} "
+                       "(frozen weights without gradients or optimizer state).")  # fmt: skip
         split = setup.parallel.tp * setup.parallel.pp * setup.parallel.cp
         if split > 1:  # not the same question: say so beside the number
             st.caption(f"FSDP alone: the book's form has no tp, pp or cp, which split this "
