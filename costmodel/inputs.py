@@ -363,6 +363,13 @@ def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_g
     if micro is None:
         return train
     checks.integer("microbatch", micro)
+    ranks = par.dp * par.fsdp
+    if train.batch % (micro * ranks):  # in the user's words: the devices, not dp and fsdp
+        fit = [m for m in range(1, train.batch // ranks + 1) if train.batch % (m * ranks) == 0]
+        way = (f"give microbatch {' or '.join(map(str, fit[-3:]))}" if fit else
+               f"batch {train.batch} does not split over the {ranks} devices at all")  # fmt: skip
+        raise SpecError("microbatch", f"microbatch {micro} x the {ranks} data-parallel devices "
+                        f"({micro * ranks}) must divide batch {train.batch}: {way}")  # fmt: skip
     accum = grad_accum_of(train.batch, par.dp, par.fsdp, micro, field="microbatch")
     if accum_given and accum != train.grad_accum:
         raise SpecError(

@@ -231,10 +231,12 @@ def plan_page() -> None:
         return
     _batch_warning(inp)
     fit = int(p.fits.sum())
+    rows = (f" Rows fastest first (numbered so; the CLI and the API number them by this "
+            f"rule); the recommended one (✓) is, among those within {100 * TIE:g} % of the "
+            "fastest, the one with the fewest model-parallel GPUs, then the least memory."
+            if fit else "")  # fmt: skip
     st.caption(f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid, {fit:,} fit in "
-               f"{p.budget_bytes / GIB:,.1f} GiB per device. Rows fastest first; the "
-               f"recommended one (✓) is, among those within {100 * TIE:g} % of the fastest, "
-               "the one with the fewest model-parallel GPUs, then the least memory.")  # fmt: skip
+               f"{p.budget_bytes / GIB:,.1f} GiB per device.{rows}")  # fmt: skip
     if not fit:
         best = p.smallest_memory()
         st.warning(

@@ -271,12 +271,16 @@ def test_recompute_every_is_at_most_the_layers_it_picks_from(capsys):
       "--token-budget must be <= 1,000,000,000,000,000,000 tokens"),
      (["--hardware", "h100-sxm", "--gpus", "8", "--token-budget", "1e12", "--price-per-hour",
        "1e300"], "--price-per-hour must be <= 1,000,000 per device-hour"),
-     (["--hardware", "h100"], "did you mean h100-sxm or h100-sxm-96gb or h100-pcie?")],
+     (["--hardware", "h100"], "did you mean h100-sxm or h100-sxm-96gb or h100-pcie?"),
+     (["--hardware", "h100-sxm", "--gpus", "8", "--batch", "8", "--microbatch", "3"],
+      "--microbatch 3 x the 8 data-parallel devices (24) must divide --batch 8: give "
+      "--microbatch 1")],
 )  # fmt: skip
 def test_the_cli_probes_inputs_are_refused_by_their_own_name(flags, says, capsys):
-    """Issue 60's third CLI probe: --gpus 2^53 was refused as "--batch" (never given),
-    --price-per-hour 1e300 printed "$inf", and "--hardware h100" listed every device
-    without the three it may mean."""
+    """Issue 60's third and fourth CLI probes: --gpus 2^53 was refused as "--batch" (never
+    given), --price-per-hour 1e300 printed "$inf", "--hardware h100" listed every device
+    without the three it may mean, and a micro-batch that does not divide named --dp and
+    --fsdp, which --gpus had filled."""
     assert main(["estimate", "--model", "llama3-8b", *flags]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1

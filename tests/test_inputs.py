@@ -90,7 +90,7 @@ def test_cli_and_app_build_the_same_setup(argv):
         ({"gpus": 8, "tp": 3}, "gpus", "cluster", "must divide gpus"),
         ({"gpus": 4, "dp": 2}, "gpus", "cluster", "must equal gpus"),
         ({"fsdp": 8, "batch": 4}, "dp", "cluster", "dp * fsdp * grad_accum must divide batch"),
-        ({"microbatch": 3, "batch": 8}, "microbatch", "training", "microbatch * dp * fsdp"),
+        ({"microbatch": 3, "batch": 8}, "microbatch", "training", "microbatch 3 x the"),
         ({"token_budget": -1.0}, "token_budget", "cost", "token_budget must be > 0"),
         (
             {"token_budget": 1000.0, "hardware": "h100-sxm"},
