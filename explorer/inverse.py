@@ -56,6 +56,12 @@ def inverse_tab(setup: Setup) -> None:
         else:
             st.metric("min FSDP degree (full model)", result["fsdp"], _held(setup, result),
                       delta_color="off", delta_arrow="off")  # fmt: skip
+            if result["reserved_bytes"] > setup.hardware.hbm_bytes:  # the CLI's TIGHT
+                safe = result["fsdp_untight"]
+                then = (f"the smallest degree whose reserve it holds: {safe}" if safe
+                        else "no degree's reserve fits it")  # fmt: skip
+                st.warning(f"TIGHT: reserved {result['reserved_bytes'] / GIB:,.1f} GiB is over "
+                           f"the device's memory; {then}")  # fmt: skip
     with book:
         st.markdown(f"**{LABEL}**")
         _book_min_fsdp(setup, budget * GB)

@@ -246,3 +246,24 @@ def test_min_fsdp_searches_a_layout_whose_experts_are_split(capsys):
     cli = json.loads(capsys.readouterr().out)
     assert cli["answer"]["fsdp"] == api["fsdp"]
     assert cli["answer"]["assumed"].startswith("4,096 tokens per device (1 x seq 4096)")
+
+
+def test_a_tight_answer_names_the_one_the_device_holds(capsys):
+    """Issue 60's third and fourth probes: max_seq answered 8,936 (reserved 86.4 GiB on an
+    80 GiB H100), max_batch 16 and min_fsdp 24 likewise TIGHT, with no safe answer beside;
+    each now names the largest (smallest) whose allocator reserve the device holds."""
+    import costmodel
+
+    seq = costmodel.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, batch=8,
+                            framework="fsdp2")  # fmt: skip
+    assert seq["verdict"]["memory"]["tight"] and seq["seq_untight"] < seq["seq"]
+    at = costmodel.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=8,
+                            framework="fsdp2", seq=seq["seq_untight"])  # fmt: skip
+    assert at.fit().fits and not at.fit().tight
+    assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus",
+                 "8", "--batch", "8", "--framework", "fsdp2"]) == 0  # fmt: skip
+    said = f"the largest whose reserve the device holds: seq {seq['seq_untight']:,}"
+    assert said in capsys.readouterr().out
+    fsdp = costmodel.min_fsdp("mixtral-8x7b", hardware="h100-sxm", seq=4096, ep=8,
+                              framework="megatron")  # fmt: skip
+    assert fsdp["fsdp_untight"] is not None and fsdp["fsdp_untight"] > fsdp["fsdp"]

@@ -93,9 +93,15 @@ def _tight(result: dict[str, Any]) -> str:
     memory = result.get("verdict", {}).get("memory", {})
     if not memory.get("tight"):  # the fit rule's own flag (engine.fit.Fit.tight)
         return ""
+    found = {**result, **(result.get("full_model") or {})}
+    field, safe = next(((k[: -len("_untight")], v) for k, v in found.items()
+                        if k.endswith("_untight")), (None, None))  # fmt: skip
+    held = (f"; the {'smallest' if field == 'fsdp' else 'largest'} whose reserve the device "
+            f"holds: {field} {safe:,}" if safe is not None else
+            "; none whose reserve the device holds" if field else "")  # fmt: skip
     return (
         f"; but TIGHT: reserved {_gib(memory['reserved_bytes'])} is over the device's "
-        f"{_gib(memory['capacity_bytes'])} (the verdict below says what that risks)"
+        f"{_gib(memory['capacity_bytes'])} (the verdict below says what that risks){held}"
     )
 
 

@@ -58,7 +58,9 @@ def max_fitting(
     headroom: float | None = None,
 ) -> dict:
     """Largest ``batch`` or ``seq`` that fits ``budget`` bytes per device (default: the
-    fit rule's headroom x device memory, :func:`costmodel.engine.fit.budget_bytes`).
+    fit rule's headroom x device memory, :func:`costmodel.engine.fit.budget_bytes`); where
+    the answer's allocator reserve is over the device's memory (``fits, but TIGHT``),
+    ``<field>_untight`` is the largest whose reserve the device holds (None: none).
 
     The search stops at :data:`SEARCH_LIMIT` (or the model's learned positions); when the
     answer is that bound, ``limited_by`` says so: the budget did not set it. Where even the
@@ -72,11 +74,18 @@ def max_fitting(
         est = estimate(model, train.replace(**{field: value}), parallel, hardware)
         return fits(est.values, allowed)
 
+    def held(value: int) -> bool:  # fits, and the device holds the allocator's reserve
+        est = estimate(model, train.replace(**{field: value}), parallel, hardware)
+        reserved = est.values["memory_bytes_per_device.reserved"]
+        return fits(est.values, allowed) and reserved <= hardware.hbm_bytes
+
     learned = field == "seq" and model.pos == "learned"
     limit = model.max_positions if learned else SEARCH_LIMIT
     top = max(step, limit - limit % step)
     best = largest_fitting(fitting, step, top, step)
     out: dict = {field: best, "budget_bytes": allowed}
+    if best is not None and not held(best):  # TIGHT at the answer: the largest that is not
+        out[f"{field}_untight"] = largest_fitting(held, step, best, step)
     if best is None:  # the smallest value the layout allows does not fit: say so
         smallest = estimate(model, train.replace(**{field: step}), parallel, hardware)
         out["reason"] = f"even {field} {step:,} {smallest.fit(headroom, budget).sentence()}"
@@ -122,7 +131,9 @@ def min_fsdp_fitting(
 ) -> dict:
     """Smallest FSDP degree (1..max_fsdp) that fits ``budget`` bytes per device (default:
     the fit rule's headroom x device memory), and ``fsdp_usable``, the power of two at or
-    above it (a degree node sizes divide; 7 fits where 8 GPUs run 8). Each device keeps
+    above it (a degree node sizes divide; 7 fits where 8 GPUs run 8); where the answer is
+    ``fits, but TIGHT``, ``fsdp_untight`` is the smallest whose allocator reserve the
+    device holds (None: none, or not TIGHT). Each device keeps
     its micro-batch of sequences, so the global batch grows with the degree:
     batch = dp · fsdp · micro-batch · grad_accum."""
     allowed = budget_bytes(hardware, headroom, budget)
@@ -139,9 +150,11 @@ def min_fsdp_fitting(
         # the framework's own stage at each degree (Megatron-FSDP over fsdp > 1)
         fixed["zero"] = fixed_stage(parallel.framework, fsdp)
     values = sweep(model, hardware=hardware, quantities=[PEAK, RESERVED], **fixed)
-    fitting = np.flatnonzero(fits(values, allowed))
+    ok = np.asarray(fits(values, allowed))
+    fitting = np.flatnonzero(ok)
     at = int(fitting[0]) if fitting.size else int(np.argmin(values[PEAK]))
     found = int(fsdp[at]) if fitting.size else None
+    untight = np.flatnonzero(ok & (np.asarray(values[RESERVED]) <= hardware.hbm_bytes))
     out = {
         "fsdp": found,
         "fsdp_usable": None if found is None else 1 << (found - 1).bit_length(),
@@ -149,7 +162,10 @@ def min_fsdp_fitting(
         "reserved_bytes": float(values[RESERVED][at]),
         "budget_bytes": allowed,
         "micro_batch_per_device": micro,
+        "fsdp_untight": None,
     }
+    if found is not None and values[RESERVED][at] > hardware.hbm_bytes:  # TIGHT: the next
+        out["fsdp_untight"] = int(fsdp[untight[0]]) if untight.size else None
     if not fitting.size:
         out["why"] = (
             f"no fsdp degree up to {int(fsdp[-1]):,} fits: the lowest peak, "
