@@ -40,10 +40,13 @@ def _model_inputs(seq: int, batch: int, precision: str) -> tuple[PageInput, ...]
             PageInput("precision", str, precision, PRECISIONS))  # fmt: skip
 
 
+DEVICE_LINK = "device"
+"""The offload page's default host link: the device's own (``Hardware.host_link``), as the
+CLI's ``offload`` without ``--link``."""
 OFFLOAD = (*_model_inputs(8192, 68, "bf16"),
            PageInput("device_gb", float, 30.0, lo=0.1, hi=1e5),
            PageInput("host_gb", float, 70.0, lo=0.1, hi=1e6),
-           PageInput("link", str, tuple(LINKS)[1], tuple(LINKS)),
+           PageInput("link", str, DEVICE_LINK, (DEVICE_LINK, *LINKS)),
            PageInput("overlap", float, 1.0, lo=0.0, hi=1.0),
            PageInput("optimizer_state", str, "nvme", ("host", "nvme")),
            PageInput("nvme_gbs", float, 6.0, lo=0.1, hi=1e3))  # fmt: skip
@@ -67,15 +70,17 @@ def _offload_inputs() -> tuple[dict[str, Any], OffloadSpec]:
         c = st.columns(6)
         c[0].number_input("device budget (GB)", 0.1, 1e5, key="offload_device_gb")
         c[1].number_input("host budget (GB)", 0.1, 1e6, key="offload_host_gb")
-        c[2].selectbox("host link", tuple(LINKS), key="offload_link", help="; ".join(
-            f"{k}: {v[1]}" for k, v in LINKS.items()))  # fmt: skip
+        c[2].selectbox("host link", (DEVICE_LINK, *LINKS), key="offload_link", help="; ".join(
+            [f"{DEVICE_LINK}: the device's own host link (its datasheet)"] +
+            [f"{k}: {v[1]}" for k, v in LINKS.items()]))  # fmt: skip
         c[3].slider("overlap", 0.0, 1.0, step=0.05, key="offload_overlap")
         c[4].selectbox("optimizer state", ("host", "nvme"), key="offload_optimizer_state")
         c[5].number_input("NVMe GB/s", 0.1, 1e3, key="offload_nvme_gbs")
         st.form_submit_button("Plan", type="primary")
     v = finish("offload", OFFLOAD)
+    link = get_hardware(v["hardware"]).host_link if v["link"] == DEVICE_LINK else v["link"]
     spec = OffloadSpec(device_budget=v["device_gb"] * GB, host_budget=v["host_gb"] * GB,
-                       link_bw=LINKS[v["link"]][0], overlap=v["overlap"],
+                       link_bw=LINKS[link][0], overlap=v["overlap"],
                        optimizer_state=v["optimizer_state"],
                        nvme_bw=v["nvme_gbs"] * GB)  # fmt: skip
     return v, spec

@@ -111,3 +111,18 @@ def test_the_padding_page_draws_and_cuts_the_documents_as_the_cli_does(capsys):
     assert cli[0].startswith("verdict: does not fit") and "Does not fit" in at.error[0].value
     assert cli[1].split(", rows")[0] in shown[0]  # 100,000 documents, mean 1,034.2 tokens
     assert shown[1].startswith("212 documents (0.2%) are longer than a row")
+
+
+def test_the_offload_page_streams_over_the_devices_own_host_link_as_the_cli():
+    """Issue 60's fourth probe: every device streamed over PCIe 5; the page's default link
+    is now the device's own (an A100's PCIe 4), as the CLI's without --link."""
+    at = AppTest.from_function(_offload, default_timeout=300)
+    at.query_params["hardware"] = "a100-80gb"
+    at.run()
+    assert not at.exception and at.session_state["offload_link"] == "device"
+    steps = {"device": at.dataframe[0].value["step (s)"].tolist()}
+    for link in ("pcie4", "pcie5"):
+        at.selectbox(key="offload_link").set_value(link)
+        at.button[0].click().run()
+        steps[link] = at.dataframe[0].value["step (s)"].tolist()
+    assert steps["device"] == steps["pcie4"] != steps["pcie5"]
