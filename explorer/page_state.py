@@ -20,7 +20,7 @@ import streamlit as st
 
 ESTIMATE = "_estimate_inputs"
 """Session key of the Estimate page's current inputs (the shared ones)."""
-SHARED = ("model", "hardware", "gpus", "seq", "batch", "precision")
+SHARED = ("model", "hardware", "gpus", "seq", "batch", "precision", "framework")
 NOT_SHARED = {"serve": ("batch",)}
 """Per page, a shared input that means something else there: the Serve page's batch is
 requests at once, not the training step's sequences."""

@@ -22,6 +22,8 @@ from costmodel.engine.padding import (
 )
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
+from costmodel.specs.frameworks import trait
+from costmodel.specs.parallel import FRAMEWORKS
 from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
 from explorer.state import choices
@@ -51,6 +53,7 @@ OFFLOAD = (*_model_inputs(8192, 68, "bf16"),
            PageInput("optimizer_state", str, "nvme", ("host", "nvme")),
            PageInput("nvme_gbs", float, 6.0, lo=0.1, hi=1e3))  # fmt: skip
 PADDING = (*_model_inputs(4096, 32, "bf16-mixed"), PageInput("gpus", int, 8, hi=2**16),
+           PageInput("framework", str, BY_KEY["framework"].default, FRAMEWORKS),
            PageInput("distribution", str, "lognormal:median=721,sigma=0.85"))  # fmt: skip
 
 
@@ -142,15 +145,22 @@ def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
     warn_unused(start("padding", PADDING))
     with st.form("padding_inputs"):
         _model_row("padding")
-        c = st.columns([1, 3, 2])
-        c[0].number_input("GPUs (FSDP)", 1, 2**16, key="padding_gpus")
-        c[1].text_input("distribution", key="padding_distribution",
+        c = st.columns([1, 1, 3, 2])
+        c[0].number_input("GPUs (FSDP; Megatron: replicas)", 1, 2**16, key="padding_gpus")
+        c[1].selectbox(
+            "framework",
+            FRAMEWORKS,
+            key="padding_framework",
+            help="the trainer the speeds are priced under (the Estimate page's)",
+        )
+        c[2].text_input("distribution", key="padding_distribution",
                         help=f"{', '.join(SYNTHETIC)} (name:key=value,...)")  # fmt: skip
-        upload = c[2].file_uploader("or a lengths file (.txt: lengths or 'length count')")
+        upload = c[3].file_uploader("or a lengths file (.txt: lengths or 'length count')")
         st.form_submit_button("Compare", type="primary")
     v = finish("padding", PADDING)
     dist = v.pop("distribution")
-    return {**v, "fsdp": v["gpus"]}, dist, upload
+    sharded = not trait(v["framework"], "distributed_optimizer")  # Megatron: replicas
+    return {**v, **({"fsdp": v["gpus"]} if sharded else {})}, dist, upload
 
 
 def _lengths(dist: str, upload: Any, seq: int) -> np.ndarray:

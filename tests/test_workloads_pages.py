@@ -126,3 +126,19 @@ def test_the_offload_page_streams_over_the_devices_own_host_link_as_the_cli():
         at.button[0].click().run()
         steps[link] = at.dataframe[0].value["step (s)"].tolist()
     assert steps["device"] == steps["pcie4"] != steps["pcie5"]
+
+
+def test_the_padding_page_prices_the_framework_it_shows():
+    """Issue 60's fourth probe: the Padding page priced the reference framework (76.5k
+    tokens/s) where the Estimate page priced FSDP2 (81.7k) with no framework input; it now
+    has one, taken from the Estimate page."""
+    at = AppTest.from_function(_padding, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "llama3-8b", "hardware": "h100-sxm",
+                                            "gpus": 8, "seq": 4096, "batch": 32,
+                                            "framework": "fsdp2"}  # fmt: skip
+    at.run()
+    assert not at.exception and at.session_state["padding_framework"] == "fsdp2"
+    fsdp2 = at.dataframe[0].value["tokens/s"].tolist()
+    at.selectbox(key="padding_framework").set_value("reference")
+    at.button[0].click().run()
+    assert at.dataframe[0].value["tokens/s"].tolist() != fsdp2
