@@ -66,8 +66,13 @@ def parse(field: PageInput, text: str) -> Any:
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or not field.lo <= value <= field.hi:
-        raise ValueError(f"must be a number from {field.lo:g} to {field.hi:g}")
+        raise ValueError(f"must be a number from {_shown(field.lo)} to {_shown(field.hi)}")
     return value
+
+
+def _shown(bound: float) -> str:
+    """A range bound as a reader writes it: 16,777,216, not 1.67772e+07; 0.1 as 0.1."""
+    return f"{bound:,.0f}" if float(bound).is_integer() else f"{bound:g}"
 
 
 def _shared(page: str, inputs: tuple[PageInput, ...]) -> dict[str, Any]:
