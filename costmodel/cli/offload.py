@@ -59,9 +59,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def link_name(args: argparse.Namespace) -> str:
     """``--link``, else the device's own host link (``Hardware.host_link``)."""
-    if args.link is not None:
-        return args.link
-    return get_hardware(args.hardware).host_link if args.hardware else "pcie5"
+    return args.link or get_hardware(args.hardware).host_link
 
 
 def offload_spec(args: argparse.Namespace) -> OffloadSpec:

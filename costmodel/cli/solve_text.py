@@ -15,7 +15,8 @@ def min_fsdp_rows(result: dict[str, Any]) -> Rows:
     """``solve min-fsdp``: the answer (the full model's, or for the state alone the book's),
     what it assumed, and the book's closed form with its parts."""
     answer, full = result["answer"], result.get("full_model")
-    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result["book"]) + _tight(result))]
+    rows: Rows = [("answer", _min_fsdp_answer(answer, full, result["book"])
+                   + _tight(result, "fsdp", full or {}))]  # fmt: skip
     rows.append(("assumed", answer["assumed"]))
     rows.append(("book", _book(result["book"])))
     return rows
@@ -81,24 +82,23 @@ def max_rows(result: dict[str, Any], field: str) -> Rows:
             )
         rows = [("answer", f"{field} {value:,}: the largest whose per-device peak fits "
                            f"{budget}{one_step}")]  # fmt: skip
-    rows[0] = ("answer", rows[0][1] + _tight(result))
+    rows[0] = ("answer", rows[0][1] + _tight(result, field, result))
     rows.append(("assumed", result["assumed"]))
     rows += [("note", result[k]) for k in ("limited_by", "note") if result.get(k)]
     return rows
 
 
-def _tight(result: dict[str, Any]) -> str:
+def _tight(result: dict[str, Any], field: str, found: dict[str, Any]) -> str:
     """The verdict's TIGHT said on the answer's own line: the answer fits its budget, but
-    the caching allocator's reserve would be over the device's memory."""
+    the caching allocator's reserve would be over the device's memory; then the ``field``
+    the device does hold (``found[field + "_untight"]``, ``engine.inverse``)."""
     memory = result.get("verdict", {}).get("memory", {})
     if not memory.get("tight"):  # the fit rule's own flag (engine.fit.Fit.tight)
         return ""
-    found = {**result, **(result.get("full_model") or {})}
-    field, safe = next(((k[: -len("_untight")], v) for k, v in found.items()
-                        if k.endswith("_untight")), (None, None))  # fmt: skip
+    safe = found.get(f"{field}_untight")
     held = (f"; the {'smallest' if field == 'fsdp' else 'largest'} whose reserve the device "
             f"holds: {field} {safe:,}" if safe is not None else
-            "; none whose reserve the device holds" if field else "")  # fmt: skip
+            "; none whose reserve the device holds")  # fmt: skip
     return (
         f"; but TIGHT: reserved {_gib(memory['reserved_bytes'])} is over the device's "
         f"{_gib(memory['capacity_bytes'])} (the verdict below says what that risks){held}"

@@ -137,7 +137,9 @@ class Estimate:
         if not isinstance(formula, sp.Basic):
             raise SpecError("expr", f"evaluate takes a quantity's name or a sympy expression "
                             f"(got {type(expr).__name__})")  # fmt: skip
-        out = sp.sympify(formula.xreplace(self.symbol_values()))  # a bare symbol: its number
+        out = formula.xreplace(self.symbol_values())
+        if not isinstance(out, sp.Basic):  # a bare symbol becomes its Python number
+            return out
         if out.free_symbols:
             names = ", ".join(sorted(str(s) for s in out.free_symbols))
             raise SpecError("expr", f"the formula uses symbols this estimate has no value "
