@@ -145,9 +145,11 @@ def test_grouped_gemms_cost_their_experts_summed():
     assert all(0.7 <= r <= 1.3 for r in ratios)
 
 
-@pytest.mark.parametrize(("script", "rows"), [("gemm_shapes", 16), ("attention_kernels", 2)])
+@pytest.mark.parametrize(
+    ("script", "rows"), [("gemm_shapes", 16), ("attention_kernels", 2), ("moe_layer", 4)]
+)
 def test_the_kernel_benchmarks_write_rows_and_resume(tmp_path, script, rows):
-    """Both benchmarks on this machine's CPU (their small grids; nothing about speed is
+    """Each benchmark on this machine's CPU (their small grids; nothing about speed is
     asserted): one row per case, appended as measured, none measured again on a rerun."""
     import importlib
     import sys
