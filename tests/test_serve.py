@@ -360,3 +360,22 @@ def test_fp8_weights_on_a_gpu_without_fp8_serve_as_w8a16():
     assert any("W8A16" in n for n in fp8.notes)
     with pytest.raises(SpecError, match="a100-80gb has no fp4"):  # no fp4 path to dequantize
         serve(model, ServeSpec(precision="nvfp4", **spec), a100)
+
+
+@pytest.mark.parametrize(
+    "load", [["--concurrency", "64"], ["--request-rate", "2"], ["--arrival", "continuous"]]
+)
+def test_continuous_json_carries_no_static_prefill_beside_its_ttft(capsys, load):
+    """Issue 60's probe: ``serve --concurrency 64 --json`` carried the 1.79 s prefill of all
+    64 prompts at once (a static batch's) beside the workload's 227 ms TTFT. Under
+    continuous batching the JSON holds the workload's TTFT only; a static batch keeps its
+    prefill."""
+    base = ["--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1000", "--output",
+            "100"]  # fmt: skip
+    continuous = _cli(capsys, *base, *load, *(["--batch", "64"] if "--arrival" in load else []))
+    assert not any(
+        k.startswith(("time_s.prefill.", "flops_per_device.prefill")) for k in continuous
+    )
+    assert continuous["time_s.ttft"] > 0
+    static = _cli(capsys, *base, "--batch", "64")
+    assert static["time_s.prefill.total"] > static["time_s.ttft"] / 2 > 0

@@ -199,12 +199,19 @@ TIMED = (
 where the batch does not fit."""
 
 
-def shown_values(ans: ServeAnswer) -> dict[str, Any]:
+STATIC_PREFILL = ("time_s.prefill.", "flops_per_device.prefill")
+"""A static batch's prefill of every prompt at once, which continuous batching (users, a
+request rate or ``--arrival continuous``) does not run: its TTFT is the workload's."""
+
+
+def shown_values(ans: ServeAnswer, spec: ServeSpec) -> dict[str, Any]:
     """The estimate's quantities an answer shows: all of them where the batch fits, its
-    memory only where it does not (as the text and the app show no time for it)."""
+    memory only where it does not (as the text and the app show no time for it); under
+    continuous batching not the static batch's prefill of every prompt at once."""
     values = ans.estimate.values
-    return dict(values) if ans.fits else {k: v for k, v in values.items()
-                                          if not k.startswith(TIMED)}  # fmt: skip
+    together = spec.arrival == "together"
+    hidden = TIMED if not ans.fits else () if together else STATIC_PREFILL
+    return {k: v for k, v in values.items() if not (hidden and k.startswith(hidden))}
 
 
 def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:

@@ -214,7 +214,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                    "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(to_json({"model": model.name, "hardware": hw.name, "input": inp,
                           "output": out, "context": spec.context, "spec": asdict(spec),
-                          "verdict": verdict, **nest(shown_values(ans)),
+                          "verdict": verdict, **nest(shown_values(ans, spec)),
                           "notes": est.notes},
                          indent=2))  # fmt: skip
         return 0
