@@ -267,3 +267,24 @@ def test_a_tight_answer_names_the_one_the_device_holds(capsys):
     fsdp = costmodel.min_fsdp("mixtral-8x7b", hardware="h100-sxm", seq=4096, ep=8,
                               framework="megatron")  # fmt: skip
     assert fsdp["fsdp_untight"] is not None and fsdp["fsdp_untight"] > fsdp["fsdp"]
+
+
+def test_min_fsdp_holds_the_tokens_at_once_beside_a_dp_given(capsys):
+    """Issue 60's probe: ``solve min-fsdp --dp 4`` failed (a batch of one device's
+    sequences that dp x fsdp must divide), and ``--batch-tokens 8192`` at seq 4,096 held one
+    sequence a micro-batch over two micro-batches, where the book's line beside it holds
+    both at once. Now the batch spans dp x fsdp devices and each holds its tokens in one
+    micro-batch."""
+    base = ["solve", "min-fsdp", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq",
+            "4096", "--batch-tokens", "8192"]  # fmt: skip
+    assert main([*base, "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["full_model"]["micro_batch_per_device"] == 2
+    assert "(2 x seq 4096)" in alone["answer"]["assumed"]
+    assert main([*base, "--dp", "4", "--json"]) == 0
+    beside = json.loads(capsys.readouterr().out)
+    assert beside["full_model"]["micro_batch_per_device"] == 2
+    assert beside["answer"]["fsdp"] == alone["answer"]["fsdp"]  # dp replicates the state
+    api = costmodel.min_fsdp("llama3-8b", hardware="h100-sxm", seq=4096, dp=4)
+    assert api["fsdp"] == costmodel.min_fsdp("llama3-8b", hardware="h100-sxm", seq=4096)["fsdp"]
+    assert "dp 4" in api["assumed"]

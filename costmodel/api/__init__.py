@@ -232,7 +232,8 @@ def min_fsdp(
     if varied:
         raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
     start = expert_start(inputs)  # a group the experts' split allows, searched from 1
-    values, spec = keyword_values(model, {"batch": start.get("fsdp", 1), **start, **inputs})
+    replicas = inputs.get("dp", 1) * start.get("fsdp", 1)  # the batch spans dp x fsdp devices
+    values, spec = keyword_values(model, {"batch": replicas, **start, **inputs})
     setup = build(values, spec)
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")

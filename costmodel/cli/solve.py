@@ -187,8 +187,10 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
     # the same question to the full model: one device's tokens, fsdp varied
     given = {k: v for k, v in values_of(args).items() if k not in _VARIED}
     start = expert_start(given)  # a group the experts' split allows, searched from 1
-    sequences = max(1, held // train.seq) * start.get("fsdp", 1)
-    setup = build({**given, **start, "hardware": device, "batch": sequences})
+    per_device = max(1, held // train.seq)  # held at once: one micro-batch of them
+    replicas = given.get("dp", 1) * start.get("fsdp", 1)  # the batch spans dp x fsdp devices
+    setup = build({**given, **start, "hardware": device, "batch": per_device * replicas,
+                   "microbatch": per_device})  # fmt: skip
     assert setup.parallel is not None and setup.hardware is not None
     full = min_fsdp_fitting(setup.model, setup.train, setup.parallel, setup.hardware, budget)
     out: dict[str, Any] = {"book": result, "full_model": full}
