@@ -153,3 +153,18 @@ def test_a_cache_others_can_write_is_never_run(tmp_path, monkeypatch):
     assert np.array_equal(fresh["time_s.step"], again["time_s.step"])
     tmp_path.chmod(0o700)
     compiled_subset.cache_clear()
+
+
+def test_plan_says_where_it_wrote_the_timeline(tmp_path, capsys):
+    """Issue 60's probe: ``plan --timeline`` was silent on success. It names the file on
+    stderr, so that --json's output stays JSON."""
+    from costmodel.cli import main
+
+    path = tmp_path / "step.svg"
+    argv = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq",
+            "2048", "--global-batch", "16", "--top", "1", "--json"]  # fmt: skip
+    argv += ["--timeline", str(path)]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["top"] and path.exists()
+    assert f"wrote the best layout's step timeline to {path}" in err

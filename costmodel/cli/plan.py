@@ -241,8 +241,9 @@ def _search(args, values, setup, kind: tuple, price: float | None, batches) -> S
 def _timeline(args: argparse.Namespace, s: Searched) -> None:
     if args.timeline and len(s.plan.order):
         best = int(s.plan.order[0])
-        write_timeline(args.timeline, s.plan.model, s.plan.train_spec(best),
-                       s.plan.parallel_spec(best), s.plan.hardware)  # fmt: skip
+        out = write_timeline(args.timeline, s.plan.model, s.plan.train_spec(best),
+                             s.plan.parallel_spec(best), s.plan.hardware)  # fmt: skip
+        print(f"wrote the best layout's step timeline to {out}", file=sys.stderr)  # not --json's
 
 
 def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict) -> int:
