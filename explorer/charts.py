@@ -15,6 +15,7 @@ from costmodel.engine.timeline import COLOURS
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
 from costmodel.units import GIB
+from explorer.labels import op_name
 
 MEMORY_PARTS = ("frozen", "params", "master", "grads", "optimizer", "buffers", "activations")
 """``frozen``: fine-tuning's frozen weights (0 when every weight trains)."""
@@ -141,7 +142,7 @@ def flops_chart(values: dict[str, float]) -> alt.Chart:
     for phase in ("forward", "backward"):
         prefix = f"flops.{phase}_by_op."
         rows += [
-            {"op": k[len(prefix) :], "phase": phase, "FLOPs": float(v)}
+            {"op": op_name(k[len(prefix) :]), "phase": phase, "FLOPs": float(v)}
             for k, v in values.items()
             if k.startswith(prefix) and k != prefix + "total"
         ]
@@ -216,10 +217,9 @@ def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]
     for key, intensity in values.items():
         # an op the model does not run (no shared experts, no dense blocks) moves nothing
         if key.startswith("roofline.") and key.endswith(".intensity") and intensity > 0:
-            op = key.split(".")[1]
             rows.append(
                 {
-                    "op": op,
+                    "op": op_name(key.split(".")[1]),
                     "intensity": intensity,
                     "FLOP/s": min(compute, intensity * bandwidth),
                     "bound": "compute" if intensity * bandwidth >= compute else "memory",

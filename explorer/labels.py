@@ -58,6 +58,21 @@ LABELS = {
 }
 
 
+OPS = {
+    "attn_q": "Q projection", "attn_k": "K projection", "attn_v": "V projection",
+    "attn_o": "attention output projection", "attn_scores": "attention scores (Q K^T)",
+    "attn_values": "attention x V", "attn_core": "attention core", "ffn": "FFN",
+    "experts": "routed experts", "shared_experts": "shared experts", "router": "router",
+    "lm_head": "LM head",
+}  # fmt: skip
+"""The charts' names of the model's ops (``flops.*_by_op``, ``roofline.*``)."""
+
+
+def op_name(op: str) -> str:
+    """An op's name on a chart (the key with spaces where it is not listed)."""
+    return OPS.get(op, op.replace("_", " "))
+
+
 def label(key: str) -> str:
     """The plain label of input ``key`` (the key itself only for an input not listed)."""
     return LABELS.get(key, key.replace("_", " "))

@@ -437,3 +437,13 @@ def test_the_book_never_answers_a_critical_batch_of_zero():
     assert any("compute-bound at any batch" in i.value for i in at.info)
     at = _app(gpus="8", fsdp="8", batch="64")
     assert metric(at, "critical batch (book, tokens per step)") != "0"
+
+
+def test_charts_name_the_ops_in_words():
+    """Issue 60's probe: the FLOP chart's legend read ``attn_q``, ``attn_scores``."""
+    from explorer import charts
+
+    v = {"flops.forward_by_op.attn_q": 1e12, "flops.forward_by_op.attn_scores": 2e12,
+         "flops.forward_by_op.lm_head": 3e12, "flops.forward_by_op.new_op": 1e12}  # fmt: skip
+    ops = {r["op"] for r in charts.flops_chart(v).to_dict()["data"]["values"]}
+    assert ops == {"Q projection", "attention scores (Q K^T)", "LM head", "new op"}
