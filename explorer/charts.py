@@ -240,8 +240,13 @@ def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
         alt.Chart(alt.Data(values=line))
         .mark_line(color="gray")
         .encode(
-            alt.X("intensity:Q", scale=log, title="arithmetic intensity (FLOP/byte)"),
-            alt.Y("FLOP/s:Q", scale=log, title="attainable FLOP/s"),
+            alt.X(
+                "intensity:Q",
+                scale=log,
+                title="arithmetic intensity (FLOP/byte)",
+                axis=alt.Axis(format=",~r"),
+            ),  # 1,000 and 0.5, not 1e+3
+            alt.Y("FLOP/s:Q", scale=log, title="attainable FLOP/s", axis=alt.Axis(format="~s")),
         )
     )
     points = (

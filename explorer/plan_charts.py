@@ -87,7 +87,8 @@ def sizing_chart(rows: list[Size], deadline: float | None) -> alt.LayerChart:
     base = alt.Chart(alt.Data(values=data))
     x = alt.X("days:Q", scale=alt.Scale(type="log"), title="days to train")
     points = base.mark_circle(size=60).encode(
-        x, alt.Y(f"{y}:Q", scale=alt.Scale(zero=False), title=y if money else "GPU-hours"),
+        x, alt.Y(f"{y}:Q", scale=alt.Scale(zero=False), title=y if money else "GPU-hours",
+                 axis=alt.Axis(format="$,.3~s" if money else ",.3~s")),  # $1.2M, not 1200000
         alt.Color("front:N", scale=colours, title=""),
         tooltip=["GPUs:Q", alt.Tooltip("days:Q", format=",.1f"),
                  alt.Tooltip("GPU-hours:Q", format=",.0f"),

@@ -447,3 +447,16 @@ def test_charts_name_the_ops_in_words():
          "flops.forward_by_op.lm_head": 3e12, "flops.forward_by_op.new_op": 1e12}  # fmt: skip
     ops = {r["op"] for r in charts.flops_chart(v).to_dict()["data"]["values"]}
     assert ops == {"Q projection", "attention scores (Q K^T)", "LM head", "new op"}
+
+
+def test_chart_axes_read_as_numbers_and_money():
+    """Issue 60's probe: the sizing chart's cost axis printed raw dollars with decimals and
+    the roofline's log axes 1e+15: money and GPU-hours now read $1.2M and 12k, FLOP/s 1P."""
+    from costmodel.engine.sizing import Size
+    from explorer import plan_charts
+
+    rows = [Size(0, g, 1e5, 30 / g, 1e5, 2.5e6 / g) for g in (64, 128)]
+    spec = str(plan_charts.sizing_chart(rows, None).to_dict())
+    assert "'format': '$,.3~s'" in spec
+    no_price = [Size(0, g, 1e5, 30 / g, 1e5, None) for g in (64, 128)]
+    assert "'format': ',.3~s'" in str(plan_charts.sizing_chart(no_price, None).to_dict())
