@@ -30,13 +30,11 @@ build lacks) is a row with ``error`` and no time.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from kernel_log import Case, arguments, record, seconds
+from kernel_log import Case, arguments, host_seconds, record, seconds
 
 EXPERTS = {  # (gate+up k, n), (down k, n) of one expert; from each model's config.json
     "qwen3-30b-a3b": ((2048, 1536), (768, 2048)),
@@ -122,21 +120,6 @@ CASES = (("mm", "bf16"), ("scaled_mm", "tensorwise"), ("scaled_mm", "rowwise"),
          ("grouped_mm", "bf16"), ("grouped_mm_dx", "bf16"), ("grouped_mm_dw", "bf16"),
          ("scaled_grouped_mm", "rowwise"), ("expert_loop", "bf16"),
          ("expert_loop_host", "bf16"))  # fmt: skip
-
-
-def host_seconds(call: Callable[[], Any], device: torch.device, repeats: int = 20) -> float:
-    """Median host seconds to issue ``call`` (its kernels queued, not waited for; the device
-    drained before each repeat)."""
-    samples = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return statistics.median(samples)
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:

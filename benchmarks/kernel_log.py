@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,21 @@ def seconds(call: Callable[[], Any], device: torch.device) -> float:
 
         return triton.testing.do_bench(call, warmup=10, rep=50, return_mode="median") / 1e3
     return time_call(call, device, 0.05)
+
+
+def host_seconds(call: Callable[[], Any], device: torch.device, repeats: int = 20) -> float:
+    """Median host seconds to issue ``call`` (its kernels queued, not waited for; the device
+    drained before each repeat)."""
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(samples)
 
 
 def arguments(doc: str, argv: list[str] | None) -> tuple[Path, torch.device, bool]:

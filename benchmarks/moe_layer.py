@@ -30,14 +30,12 @@ dispatched, forward and backward, counted with a dispatch mode) and on a GPU ``k
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from kernel_log import Case, arguments, record, seconds
+from kernel_log import Case, arguments, host_seconds, record, seconds
 from torch.utils._python_dispatch import TorchDispatchMode
 
 MODELS = {  # d_model, d_ff_expert, n_experts, experts_per_token; from each config.json
@@ -123,20 +121,6 @@ def shapes(cuda: bool, quick: bool) -> Iterator[tuple[str, int, int, int, int, i
                 yield (model, d, f, local, min(k, local), tokens)
 
 
-def host_seconds(call: Callable[[], Any], device: torch.device, repeats: int = 10) -> float:
-    """Median host seconds to issue ``call``, the device drained before each repeat."""
-    samples = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return statistics.median(samples)
-
-
 def kernels(call: Callable[[], Any]) -> int:
     """Device kernels one ``call`` launches (``torch.profiler``; GPU only)."""
     from torch.profiler import ProfilerActivity, profile
@@ -168,7 +152,7 @@ def measure(path: str, d: int, f: int, experts: int, k: int, tokens: int,
         with OpCount() as count:
             step()
         row = {"seconds": seconds(step, device), "forward_s": seconds(forward, device),
-               "host_s": host_seconds(step, device), "ops": count.ops}  # fmt: skip
+               "host_s": host_seconds(step, device, repeats=10), "ops": count.ops}  # fmt: skip
         if device.type == "cuda":
             row["kernels"] = kernels(step)
         flops = 3 * 2 * tokens * k * 3 * d * f
