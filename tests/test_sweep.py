@@ -10,7 +10,7 @@ from costmodel import ParallelSpec, SpecError, TrainSpec, estimate, get_hardware
 
 def test_grid_broadcasts_and_matches_estimate():
     batch, seq = np.array([1, 2, 4])[:, None], np.array([128, 1024])[None, :]
-    out = sweep("cs336-2.7b", batch=batch, seq=seq, precision="bf16-mixed")
+    out = sweep("cs336-2.7b", batch=batch, seq=seq, precision="bf16-mixed", grad_accum=1)
     assert out["memory_bytes.peak"].shape == (3, 2)
     for i, bb in enumerate([1, 2, 4]):
         for j, tt in enumerate([128, 1024]):
@@ -56,7 +56,8 @@ def test_learned_positions_checked_over_the_grid():
 
 def test_kinds_vary_across_the_grid_grouped_by_structure():
     """Precision and recomputation as arrays: each point equals its own estimate."""
-    out = sweep("cs336-small", precision=["fp32", "bf16-mixed"], recompute=[["none"], ["full"]])
+    out = sweep("cs336-small", precision=["fp32", "bf16-mixed"], recompute=[["none"], ["full"]],
+                grad_accum=1)  # the spec's own, as the estimates below  # fmt: skip
     for i, rec in enumerate(["none", "full"]):
         for j, prec in enumerate(["fp32", "bf16-mixed"]):
             one = estimate(get_model("cs336-small"), TrainSpec(precision=prec, recompute=rec))
@@ -93,3 +94,28 @@ def test_micro_batch_arrays_mean_grad_accum():
         sweep("gpt2", hardware="h100-sxm", batch=32, fsdp=4, micro_batch=np.array([3]))
     with pytest.raises(SpecError, match="not both"):
         sweep("gpt2", hardware="h100-sxm", batch=32, micro_batch=1, grad_accum=1)
+
+
+def test_sweep_takes_estimates_defaults_and_crosses_gpus_with_batches():
+    """Issue 60's probe: with the same keywords ``estimate`` held one sequence a micro-batch
+    (fsdp 8, batch 64: 47.7 GB, fits) where ``sweep`` took grad_accum 1 (242.9 GB, does not
+    fit); ``gpus`` beside a batch list raised a numpy broadcasting error; and ``dp`` with
+    ``gpus`` that ``estimate`` refuses was filled with fsdp."""
+    import costmodel
+
+    kw = {"hardware": "h100-sxm", "seq": 4096, "framework": "fsdp2"}
+    one = costmodel.estimate("llama3-8b", fsdp=8, batch=64, **kw)
+    grid = costmodel.sweep("llama3-8b", fsdp=8, batch=64, **kw)
+    for key in ("memory_bytes_per_device.peak", "time_s.step"):
+        assert grid[key] == pytest.approx(one[key], rel=1e-12)
+    assert bool(grid["fits"])
+    crossed = costmodel.sweep("llama3-8b", gpus=np.array([8, 16])[:, None],
+                              batch=np.array([64, 128])[None, :], **kw)  # fmt: skip
+    for i, g in enumerate((8, 16)):
+        for j, b in enumerate((64, 128)):
+            at = costmodel.estimate("llama3-8b", gpus=g, batch=b, **kw)
+            assert crossed["time_s.step"][i, j] == pytest.approx(at["time_s.step"], rel=1e-12)
+    assert costmodel.sweep("llama3-8b", gpus=8, batch=[64, 128], **kw)["time_s.step"].shape == (2,)
+    with pytest.raises(SpecError, match="must equal gpus") as err:
+        costmodel.sweep("llama3-8b", gpus=16, dp=2, batch=64, **kw)
+    assert err.value.field == "gpus"

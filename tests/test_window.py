@@ -141,7 +141,7 @@ def test_estimate_and_sweep_agree_over_windows(name, windows, every):
     keys = ["time_s.step", "flops.conventions.useful", "memory_bytes_per_device.peak"]
     layout = {"fsdp": 8, "batch": 16, "seq": seq, "recompute": "selective"}
     grid = sweep(name, hardware=H100, quantities=keys, sliding_window=windows,
-                 global_every=every, **layout)  # fmt: skip
+                 global_every=every, grad_accum=1, **layout)  # fmt: skip
     everies = np.broadcast_to(every, len(windows))
     for i, (window, ge) in enumerate(zip(windows, everies, strict=True)):
         spec = model.replace(sliding_window=int(window), global_every=int(ge))

@@ -23,8 +23,9 @@ from costmodel.specs.parallel import ParallelSpec
 
 def _fill_gpus(gpus: Any, given: dict[str, Any]) -> dict[str, Any]:
     """``gpus`` as the CLI takes it: the data-parallel devices fill what tp, pp, cp (and
-    the degree given) leave, as one shard group (fsdp) where the framework shards by
-    default and neither dp nor fsdp is given, else as replicas (dp)."""
+    fsdp given) leave, as one shard group (fsdp) where the framework shards by default and
+    neither dp nor fsdp is given, else as replicas (dp); a dp given is the layout's, which
+    gpus must equal (``estimate``'s rule)."""
     gpus = np.asarray(gpus)
     checks.integer("gpus", gpus)
     framework = given.get("framework", ParallelSpec().framework)
@@ -36,12 +37,11 @@ def _fill_gpus(gpus: Any, given: dict[str, Any]) -> dict[str, Any]:
     if np.any(gpus % other):
         raise SpecError("gpus", "dp * fsdp * tp * pp * cp must divide gpus")
     rest = gpus // other
-    if "dp" in given and "fsdp" in given:
+    if "dp" in given:  # as estimate: a dp given is the layout's, which gpus must equal
         if np.any(rest != 1):
-            raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus")
+            raise SpecError("gpus", "dp * fsdp * tp * pp * cp must equal gpus (dp given: "
+                            "give fsdp too for a hybrid layout, or leave dp out)")  # fmt: skip
         return {}
-    if "dp" in given:
-        return {"fsdp": rest}
     if "fsdp" in given:
         return {"dp": rest}
     return {"fsdp": np.where(shard, rest, 1), "dp": np.where(shard, 1, rest)}
@@ -61,8 +61,8 @@ def sweep(
     ``overrides`` are ModelSpec, TrainSpec or ParallelSpec fields, scalars or arrays (see
     ``engine.sweep.sweep``); ``gpus`` fills dp (or fsdp under a framework that shards by
     default) as the CLI does, and ``microbatch`` (sequences per device per micro-batch;
-    ``micro_batch``, the engine's name, the same) sets grad_accum (with ``gpus``, 1 unless
-    grad_accum is given, as the CLI). Returns a :class:`Table`: every input given (with
+    ``micro_batch``, the engine's name, the same) sets grad_accum (1 unless grad_accum is
+    given, as ``estimate`` and the CLI). Returns a :class:`Table`: every input given (with
     the dp, fsdp and micro-batch that gpus gave), then every quantity, as arrays of the
     grid's shape, and with a device ``fits`` (the fit rule of ``estimate``'s verdict: a
     row's times are what it would take if it fitted) (``.frame()`` for pandas,
@@ -83,8 +83,9 @@ def sweep(
         grid["batch"] = default_batch(TrainSpec().batch, ranks)
     if gpus is not None:
         hardware = hardware or _required("gpus")
-        if microbatch is None and "grad_accum" not in grid and "micro_batch" not in grid:
-            microbatch = _one_sequence(grid)  # the engine's micro_batch, given, is kept
+    shown = microbatch is not None or gpus is not None  # a column where given or gpus chose
+    if microbatch is None and "grad_accum" not in grid and "micro_batch" not in grid:
+        microbatch = _one_sequence(grid)  # estimate's default; micro_batch, given, is kept
     if microbatch is not None:
         if "micro_batch" in grid:
             raise SpecError("micro_batch", "give microbatch or micro_batch, not both")
@@ -94,13 +95,14 @@ def sweep(
         quantities = [*asked, *(k for k in (PEAK, RESERVED) if k not in asked)]  # if it fits
     if gpus is not None and "batch" in grid:  # named by gpus, which chose the ranks
         ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
-        bad = np.broadcast_to(np.asarray(grid["batch"]) % ranks != 0, np.shape(ranks))
+        batch = np.asarray(grid["batch"])
+        shape = np.broadcast_shapes(np.shape(batch), np.shape(ranks), np.shape(gpus))
+        bad = np.broadcast_to(batch % ranks != 0, shape)
         if bad.any():
-            at = np.unravel_index(int(np.argmax(bad)), bad.shape)
-            got = np.broadcast_to(np.asarray(grid["batch"]), bad.shape)[at]
-            raise SpecError("gpus", f"gpus {np.broadcast_to(gpus, bad.shape)[at]} leave "
-                            f"{ranks[at]} data-parallel ranks (dp * fsdp), which do not "
-                            f"divide batch {got}")  # fmt: skip
+            at = np.unravel_index(int(np.argmax(bad)), shape)
+            g, r, b = (np.broadcast_to(x, shape)[at] for x in (gpus, ranks, batch))
+            raise SpecError("gpus", f"gpus {g} leave {r} data-parallel ranks (dp * fsdp), "
+                            f"which do not divide batch {b}")  # fmt: skip
     try:
         out = _sweep.sweep(model, hardware=hardware, quantities=quantities, **grid)
     except SpecError as err:  # the engine's micro_batch is the API's microbatch
@@ -108,7 +110,7 @@ def sweep(
             raise
         raise SpecError("microbatch", err.message.replace("micro_batch", "microbatch")) from None
     inputs = {**overrides, **({"gpus": gpus} if gpus is not None else {})}
-    if microbatch is not None:
+    if microbatch is not None and shown:
         inputs["microbatch"] = microbatch
     inputs.update({k: grid[k] for k in ("dp", "fsdp", "batch") if k in grid})
     shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
@@ -157,7 +159,7 @@ def _broadcasts(a: tuple, b: tuple) -> bool:
 
 
 def _one_sequence(grid: dict[str, Any]) -> int | None:
-    """1 (one sequence per device per micro-batch, as ``inputs.build`` takes it with gpus)
+    """1 (one sequence per device per micro-batch, as ``inputs.build`` takes it)
     where the batch divides over the data-parallel devices everywhere, else None."""
     batch = np.asarray(grid.get("batch", TrainSpec().batch))
     ranks = np.asarray(grid.get("dp", 1)) * np.asarray(grid.get("fsdp", 1))
