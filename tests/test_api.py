@@ -356,12 +356,18 @@ def test_solved_answers_carry_the_verdict_solve_prints(capsys):
 
 def test_min_fsdp_says_what_it_held_as_max_batch_does():
     """Issue 60: ``min_fsdp`` returned less than the CLI (no ``assumed``, where max_batch
-    has one): ``batch=8`` is one sequence a device x grad-accum 8, so its fsdp 8 is a step
-    of 64 sequences, which only the verdict's assumptions said."""
-    fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", framework="fsdp2", seq=8192, batch=8)
-    held = "micro-batch 1 x seq 8192 per device x grad-accum 8 (the batch grows with the degree)"
+    has one). A fifth probe: ``batch=8`` was one sequence a device x grad-accum 8, so its
+    verdict at fsdp 8 priced a step of 64 sequences, where the CLI refuses --batch. Now
+    ``batch`` is refused as the CLI does, and ``batch_tokens`` (the CLI's --batch-tokens)
+    holds that many tokens a device in one micro-batch."""
+    with pytest.raises(cm.SpecError, match="leave batch out") as err:
+        cm.min_fsdp("llama3-8b", hardware="h100-sxm", framework="fsdp2", seq=8192, batch=8)
+    assert err.value.field == "batch"
+    fsdp = cm.min_fsdp("llama3-8b", hardware="h100-sxm", framework="fsdp2", seq=4096,
+                       batch_tokens=8192)  # fmt: skip
+    held = "micro-batch 2 x seq 4096 per device x grad-accum 1 (the batch grows with the degree)"
     assert fsdp["assumed"].startswith(f"{held}, framework fsdp2")
-    assert "fsdp 1" not in fsdp["assumed"] and "grad-accum 8" in fsdp["verdict"]["assumptions"]
+    assert "fsdp 1" not in fsdp["assumed"] and "grad-accum 1" in fsdp["verdict"]["assumptions"]
     none = cm.min_fsdp("xxl", hardware="tpu-v5p", seq=8192, budget_gb=95)
     assert none["fsdp"] is None and none["assumed"].startswith("micro-batch 1 x seq 8192")
 

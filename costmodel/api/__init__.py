@@ -223,18 +223,33 @@ def min_fsdp(
     budget_gb: float | None = None,
     budget_gib: float | None = None,
     memory_headroom: float | None = None,
+    batch_tokens: int | None = None,
     **inputs: Any,
 ) -> dict[str, Any]:
     """``solve min-fsdp`` (the full model's answer): the smallest FSDP degree that fits,
-    each device keeping its micro-batch (default one sequence; ``batch`` beyond it is
-    accumulated), with ``assumed``, what it held, in words; needs ``hardware``."""
-    varied = {"gpus", "fsdp", "grad_accum", "microbatch"} & set(inputs)
-    if varied:
-        raise SpecError(sorted(varied)[0], "min_fsdp varies the FSDP degree: give batch only")
+    each device holding ``batch_tokens`` (default one sequence; whole sequences, rounded
+    up) in one micro-batch, so the batch grows with the degree, with ``assumed``, what it
+    held, in words; needs ``hardware``."""
+    for chosen in ("gpus", "fsdp"):
+        if chosen in inputs:
+            raise SpecError(chosen, f"min_fsdp finds {chosen}: leave {chosen} out")
+    for held in ("batch", "grad_accum", "microbatch"):  # as the CLI: one device's tokens
+        if held in inputs:
+            raise SpecError(held, "min_fsdp holds one device's tokens (batch_tokens, default "
+                            f"one sequence) in one micro-batch: leave {held} out")  # fmt: skip
+    if batch_tokens is not None:
+        checks.integer("batch_tokens", batch_tokens, minimum=1)
     start = expert_start(inputs)  # a group the experts' split allows, searched from 1
     replicas = inputs.get("dp", 1) * start.get("fsdp", 1)  # the batch spans dp x fsdp devices
-    values, spec = keyword_values(model, {"batch": replicas, **start, **inputs})
-    setup = build(values, spec)
+    per_device = 1
+    while True:  # one sequence each, then the whole sequences batch_tokens asks at the seq
+        values, spec = keyword_values(model, {**start, **inputs, "microbatch": per_device,
+                                              "batch": per_device * replicas})  # fmt: skip
+        setup = build(values, spec)
+        held = -(-(batch_tokens or 1) // setup.train.seq)
+        if held <= per_device:
+            break
+        per_device = held
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", "min_fsdp needs hardware")
     budget = budget_from(budget_gb, budget_gib, memory_headroom)
