@@ -397,3 +397,21 @@ def test_importing_the_package_loads_no_model_and_names_every_public_name():
     assert all(getattr(cm, name) is not None for name in cm.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         cm.nope  # noqa: B018
+
+
+def test_a_derivative_sympy_cannot_take_is_one_line_not_a_type_error():
+    """Issue 60's API probe: python.md's ``sp.diff(step, T)`` evaluated to a raw sympy
+    TypeError (the ceilings of the GEMM tiles leave Derivative objects); a smooth quantity's
+    derivative evaluates."""
+    import sympy as sp
+
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, seq=8192, batch=64,
+                      framework="fsdp2")  # fmt: skip
+    T = cm.symbol("T")
+    with pytest.raises(cm.SpecError, match="difference two estimates") as err:
+        est.evaluate(sp.diff(est.expr("time_s.step"), T))
+    assert err.value.field == "expr"
+    per_token = est.evaluate(sp.diff(est.expr("flops.step"), T))
+    ahead = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, seq=8193, batch=64,
+                        framework="fsdp2")  # fmt: skip
+    assert per_token == pytest.approx(ahead["flops.step"] - est["flops.step"], rel=1e-3)

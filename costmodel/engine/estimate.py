@@ -123,7 +123,11 @@ class Estimate:
 
     def expr(self, key: str) -> sp.Expr:
         """The symbolic expression behind ``key`` (sizes as symbols, those of
-        :mod:`costmodel.symbols`); ``est.evaluate(expr)`` gives its number."""
+        :mod:`costmodel.symbols`); ``est.evaluate(expr)`` gives its number. The achieved
+        rates in it (``C_eff``, ``C_attn``, ``C_attn_b``, ``W_hbm``, the links') are this
+        estimate's: the attention kernels' depend on the sequence length, so substituting
+        another ``T`` moves the FLOPs and bytes but not those rates (estimate again at the
+        other length for its number)."""
         if isinstance(key, str):
             with contextlib.suppress(UnknownKey):  # then the same sentence as est[key]'s
                 return _expr(structure_of(self.model, self.train, self.parallel), key)
@@ -144,6 +148,10 @@ class Estimate:
             names = ", ".join(sorted(str(s) for s in out.free_symbols))
             raise SpecError("expr", f"the formula uses symbols this estimate has no value "
                             f"for: {names}")  # fmt: skip
+        if out.has(sp.Derivative, sp.Subs):  # sympy left d/dx of ceiling, max or min
+            raise SpecError("expr", "the formula holds a derivative sympy cannot take (of "
+                            "the ceilings of GEMM tiles and waves, or of a max or min): "
+                            "difference two estimates (e.g. at seq and seq + 1)")  # fmt: skip
         return int(out) if out.is_Integer else float(out)
 
     def symbol_values(self) -> dict[sp.Symbol, int | float]:
