@@ -415,3 +415,16 @@ def test_a_derivative_sympy_cannot_take_is_one_line_not_a_type_error():
     ahead = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, seq=8193, batch=64,
                         framework="fsdp2")  # fmt: skip
     assert per_token == pytest.approx(ahead["flops.step"] - est["flops.step"], rel=1e-3)
+
+
+def test_a_plan_over_a_batch_range_or_gpu_counts_says_each_rows_own():
+    """Issue 60's API probe: over ``batch=(32, 64)`` the repr's header said batch 64 while
+    rows ran 64, 60, 56 and 48 (a faster step looked better), and under ``max_gpus`` the
+    rows left out their GPU counts."""
+    ranged = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(32, 64), seq=8192)
+    text = repr(ranged)
+    assert "batch 48..64 x seq 8192" in text
+    for row in ranged.top(5):
+        assert f"ga{row['grad_accum']} {row['recompute']}: batch {row['batch']:,}, step" in text
+    counts = cm.plan("llama3-8b", hardware="h100-sxm", max_gpus=64, batch=64, seq=4096)
+    assert ": 64 GPUs, step" in repr(counts) and "batch 64, step" not in repr(counts)

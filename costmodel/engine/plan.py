@@ -163,13 +163,20 @@ class Plan:
         none fits: :func:`no_fit_text`)."""
         counts = np.unique(self.columns["gpus"]) if len(self.columns["gpus"]) else ()
         on = f"up to {self.gpus}" if len(counts) > 1 else f"{self.gpus}"
-        head = (f"{self.model.name} on {on} x {self.hardware.name}: batch "
-                f"{self.train.batch} x seq {self.train.seq}; {self.enumerated:,} layouts, "
-                f"{self.valid:,} valid, {len(self):,} fit in {self.budget_bytes / 2**30:,.1f} "
-                "GiB")  # fmt: skip
-        rows = [f"{n}. {layout_label(r)}: step {r['time_s.step']:.4g} s, MFU {r['mfu']:.1%}, "
-                f"peak {r['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB; {r['limit']}"
-                for n, r in enumerate(self.top(k), 1)]  # fmt: skip
+        batches = np.unique(self.columns["batch"]) if len(self.columns["batch"]) else ()
+        batch = (f"batch {batches[0]:,}..{batches[-1]:,}" if len(batches) > 1 else
+                 f"batch {self.train.batch:,}")  # fmt: skip
+        head = (f"{self.model.name} on {on} x {self.hardware.name}: {batch} x seq "
+                f"{self.train.seq}; {self.enumerated:,} layouts, {self.valid:,} valid, "
+                f"{len(self):,} fit in {self.budget_bytes / 2**30:,.1f} GiB")  # fmt: skip
+
+        def each(r: dict[str, Any]) -> str:  # what varies between rows: GPUs, batch
+            return "".join([f"{r['gpus']:,} GPUs, " * (len(counts) > 1),
+                            f"batch {r['batch']:,}, " * (len(batches) > 1)])  # fmt: skip
+
+        rows = [f"{n}. {layout_label(r)}: {each(r)}step {r['time_s.step']:.4g} s, MFU "
+                f"{r['mfu']:.1%}, peak {r['memory_bytes_per_device.peak'] / 2**30:,.1f} GiB; "
+                f"{r['limit']}" for n, r in enumerate(self.top(k), 1)]  # fmt: skip
         if not rows:
             searched = [nearest_words(self.nearest)] if self.nearest_searched else []
             return [head, no_fit_text(self, hints=not self.nearest_searched), *searched]
