@@ -428,3 +428,10 @@ def test_a_plan_over_a_batch_range_or_gpu_counts_says_each_rows_own():
         assert f"ga{row['grad_accum']} {row['recompute']}: batch {row['batch']:,}, step" in text
     counts = cm.plan("llama3-8b", hardware="h100-sxm", max_gpus=64, batch=64, seq=4096)
     assert ": 64 GPUs, step" in repr(counts) and "batch 64, step" not in repr(counts)
+
+
+def test_a_plans_microbatches_error_names_the_argument():
+    """Issue 60's API probe: ``microbatches=[0]`` was refused as ``micro_batches``."""
+    with pytest.raises(cm.SpecError, match="microbatches must be >= 1") as err:
+        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096, microbatches=[0])
+    assert err.value.field == "microbatches"

@@ -80,7 +80,7 @@ def plan(
     setup = build(values, spec)
     options = _plan.PlanOptions(
         frameworks=_choices("frameworks", frameworks), recompute=_choices("recompute", recompute),
-        micro_batches=None if microbatches is None else _choices("microbatches", microbatches),
+        micro_batches=None if microbatches is None else _counts("microbatches", microbatches),
         max_tp=max_tp, memory_headroom=memory_headroom, objective=objective,
         dispatchers=_choices("ep_dispatchers", ep_dispatchers),
     )  # fmt: skip
@@ -160,6 +160,14 @@ def _choices(name: str, given: Any) -> tuple[Any, ...]:
     chosen = (given,) if isinstance(given, str | int) else tuple(given)
     if not chosen:
         raise SpecError(name, f"{name} must name at least one choice (got none)")
+    return chosen
+
+
+def _counts(name: str, given: Any) -> tuple[int, ...]:
+    """Choices that are counts (each an integer >= 1), named as the call's argument."""
+    chosen = _choices(name, given)
+    for count in chosen:
+        checks.integer(name, count)
     return chosen
 
 
