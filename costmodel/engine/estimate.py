@@ -208,9 +208,10 @@ class Estimate:
                      budget)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """Nested dict for JSON, as the CLI's ``--json`` gives it: specs plus every quantity,
-        with the memory table's ``transients`` (what its parts leave of the peak) and no
-        answer (None) for :data:`UNFIT`'s quantities of a layout that does not fit."""
+        """Nested dict for JSON, as the CLI's ``--json`` gives it after its ``verdict``
+        (``costmodel.verdict(est)``): specs plus every quantity, with the memory table's
+        ``transients`` (what its parts leave of the peak) and no answer (None) for
+        :data:`UNFIT`'s quantities of a layout that does not fit."""
         out = {"model": _fields(self.model), "train": _fields(self.train)}
         if self.parallel is not None:
             out["parallel"] = _fields(self.parallel)
