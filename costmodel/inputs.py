@@ -352,8 +352,11 @@ def _notes(
         micro = train.batch // par.batch_step(train.grad_accum)
         how = "raise --grad-accum or lower --microbatch" if micro > 1 else (
             "a larger --batch gives more micro-batches of one sequence")  # fmt: skip
-        notes.append(f"{train.grad_accum} micro-batches for {par.pp} pipeline stages: most "
-                     f"of the step is the pipeline bubble ({how})")  # fmt: skip
+        m = train.grad_accum
+        idle = (par.pp - m) / par.pp  # (pp - m) of the pp + ... slots
+        notes.append(f"{m:,} micro-batch{'es' * (m != 1)} for {par.pp} pipeline stages: "
+                     f"each stage idles {idle:.0%} of the step or more in the pipeline "
+                     f"bubble, interleaved or not ({how})")  # fmt: skip
     return tuple(notes)
 
 

@@ -87,7 +87,8 @@ def test_a_pipeline_with_fewer_micro_batches_than_stages_is_warned_of():
     assert est["time_s.bubble"] / est["time_s.step"] < 0.1  # 15 / 256 of the compute
     small = build({**big, "batch": 64})
     assert small.train.grad_accum == 8
-    assert any("8 micro-batches for 16 pipeline stages" in n for n in small.notes)
+    assert any("8 micro-batches for 16 pipeline stages: each stage idles 50%" in n
+               for n in small.notes)  # fmt: skip
 
 
 def test_the_cli_prints_the_notes_with_the_verdict():

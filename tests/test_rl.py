@@ -150,3 +150,20 @@ def test_the_trainers_recompute_is_a_flag_said_in_the_assumptions(capsys):
     assert main([*argv, "--train-recompute", "full"]) == 0
     out = capsys.readouterr().out
     assert "verdict: fits" in out and "recompute full," in out
+
+
+def test_async_names_what_sets_its_step_and_pools_say_their_split(capsys):
+    """Issue 60's fifth probe: under ``--placement async`` the verdict said "limited by
+    generation (67% of the step)" where generation (38 s) ran beside scoring and training
+    (56 s), which set the step; the separate pools' 4/4 split was a default unsaid."""
+    from costmodel.cli import main
+
+    base = ["rl", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--prompts",
+            "64", "--samples", "8", "--input", "512", "--output", "2048"]  # fmt: skip
+    assert main([*base, "--placement", "async"]) == 0
+    out = capsys.readouterr().out
+    assert "limited by scoring and training (" in out and "runs beside them one step" in out
+    assert "4 of the 8 GPUs generate, 4 train (default: half; --rollout-gpus)" in out
+    assert main([*base, "--placement", "separate", "--rollout-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "4 of the 8 GPUs generate, 4 train;" in out

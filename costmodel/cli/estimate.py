@@ -29,7 +29,7 @@ from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.units import GIB, fmt_bytes, fmt_count
+from costmodel.units import GIB, fmt_bytes, fmt_count, plural
 
 
 def verdict_rows(answer: dict[str, Any]) -> list[tuple[str, str]]:
@@ -250,9 +250,9 @@ def _train_line(t: TrainSpec, p: ParallelSpec | None = None) -> str:
     data-parallel replicas and accumulation steps."""
     replicas = p.batch_step(1) if p is not None else 1
     ranks = "data-parallel ranks" if p is not None and p.fsdp > 1 else "replicas"
+    steps = plural(t.grad_accum, "step")
     split = (f"micro-batch {t.micro_batch // replicas} per device x {replicas} {ranks} x "
-             f"{t.grad_accum} steps" if replicas > 1 else
-             f"micro-batch {t.micro_batch} x {t.grad_accum} steps")  # fmt: skip
+             f"{steps}" if replicas > 1 else f"micro-batch {t.micro_batch} x {steps}")  # fmt: skip
     return (
         f"batch {t.batch} x seq {t.seq} ({split}), {t.precision}, "
         f"{t.optimizer}, attention {t.attention}, recompute {t.recompute}"

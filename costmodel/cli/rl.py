@@ -37,6 +37,22 @@ def _spec(args: argparse.Namespace) -> RLSpec:
                   minibatches=args.minibatches)  # fmt: skip
 
 
+def _limit(spec: RLSpec, out: dict[str, float], rows: list[tuple[str, float, str]]) -> str:
+    """The phase that sets the step: the longest, but under ``async`` (generation one step
+    ahead, beside scoring and training) the longer of generation and the two after it."""
+    step = out["rl.step_s"]
+    if spec.placement == "async":
+        trainer = out["rl.scoring_s"] + out["rl.train_s"]
+        if trainer >= out["rl.generation_s"]:
+            return (f"scoring and training ({trainer / step:.0%} of the step; generation, "
+                    f"{fmt_seconds(out['rl.generation_s'])}, runs beside them one step "
+                    "ahead)")  # fmt: skip
+        return (f"generation ({out['rl.generation_s'] / step:.0%} of the step; scoring and "
+                "training run beside it on the previous step's samples)")  # fmt: skip
+    name, seconds, _ = max(rows, key=lambda r: r[1])
+    return f"{name} ({seconds / step:.0%} of the step)"
+
+
 def _recompute_hint(spec: RLSpec) -> str:
     """Recomputation as a way to fit, where the trainer does not recompute in full yet."""
     return "" if spec.train_recompute == "full" else (
@@ -65,7 +81,12 @@ def _assumptions(spec: RLSpec, out: dict) -> str:
         if spec.pack_tokens
         else "one sequence per micro-batch"
     )
-    return (f"{spec.samples} samples per prompt; {lengths}; scoring by "
+    pools = ""
+    if spec.placement != "colocated":  # the split of the GPUs, said where defaulted
+        rollout = spec.rollout_gpus or spec.gpus - out["rl.train_gpus"]
+        said = " (default: half; --rollout-gpus)" * (not spec.rollout_gpus)
+        pools = f"{rollout} of the {spec.gpus} GPUs generate, {out['rl.train_gpus']} train{said}; "
+    return (f"{pools}{spec.samples} samples per prompt; {lengths}; scoring by "
             f"{', '.join(scorers) or 'no model'}; training {spec.framework}, recompute "
             f"{spec.train_recompute}{_said(spec.train_recompute == 'none')}, {packing}, "
             f"{spec.minibatches} optimizer step(s); the rollout engine "
@@ -140,8 +161,7 @@ def _cmd_rl(args: argparse.Namespace) -> int:
         print("  step: none: training does not fit")
         _print_caveats(warned)
         return 0
-    largest = max(rows, key=lambda r: r[1])
-    print(f"  verdict: fits; limited by {largest[0]} ({largest[1] / step:.0%} of the step)")
+    print(f"  verdict: fits; limited by {_limit(spec, out, rows)}")
     print(f"  assumptions: {_assumptions(spec, out)}")
     for name, seconds, how in rows:
         print(f"  {name:<26} {fmt_seconds(seconds):>9}  {seconds / step:6.1%}  {how}")

@@ -21,10 +21,10 @@ same rows in the same order among them:
 - **the same bound per candidate**, once ``top`` layouts fit: a recompute policy re-runs
   a share of the matmuls on top (:func:`recomputed_share`; full recomputation of
   Turing-NLG 530B, 22 %), and a pipeline idles ``(pp - 1) / v`` micro-batches beside its
-  ``m`` (``costmodel.parallel.timing.step_time``'s bubble), so a candidate's bound is
-  divided by ``(1 + share) x (1 + (pp - 1) / (v x m))``; a candidate whose bound cannot
-  place is not evaluated, and a policy no candidate of a count can place with is not
-  enumerated (Turing-NLG: 470,580 of 1.5 M valid candidates evaluated).
+  ``m`` (``pp - m + (m - 1) / v`` where m < pp: ``costmodel.parallel.pipeline``'s bubble),
+  so a candidate's bound is divided by ``(1 + share) x (1 + bubble / m)``; a candidate
+  whose bound cannot place is not evaluated, and a policy no candidate of a count can
+  place with is not enumerated (Turing-NLG: 470,580 of 1.5 M valid candidates evaluated).
 ``tests/test_plan_search.py`` checks the bounds on every valid layout of dense, MoE, fp8,
 long-context and TPU searches, and that the pruned search's top rows equal the full
 search's. A schedule that hides the bubble would have to change the bound with it.
@@ -209,12 +209,14 @@ class _Cut:
         """Which candidates (of columns, broadcast or not) may place, by the FLOP/s
         ceiling of their devices over the FLOPs they execute at least: the useful ones,
         their recompute policy's share again, and the pipeline's fill and drain (the
-        step's ``(pp - 1) / v`` micro-batches idle beside its ``m``:
+        step's ``pp - m + (m - 1) / v`` micro-batches idle beside its ``m`` (``(pp - 1) /
+        v`` where m >= pp):
         ``costmodel.parallel.timing.step_time``)."""
 
         def wanted(cols: dict) -> Any:
             redo = sum(np.where(cols["recompute"] == p, s, 0.0) for p, s in shares.items())
-            bubble = 1 + (cols["pp"] - 1) / (cols["pp_interleave"] * cols["grad_accum"])
+            pp, v, m = cols["pp"], cols["pp_interleave"], cols["grad_accum"]
+            bubble = 1 + (np.maximum(pp - m, 0) + (np.minimum(m, pp) - 1) / v) / m
             most = cols["gpus"] * ceiling / (self.per_token * self.floor)  # of the product
             return bubble <= most / (1 + redo)
 

@@ -214,11 +214,16 @@ def pipeline_bubble(
 ) -> sp.Expr:
     """Seconds a pipeline rank idles per step, from one micro-batch's ``forward`` and
     ``backward`` seconds on its stage: 1F1B's (pp - 1)(F + B) / v (Narayanan et al. 2021,
-    Sec. 2.2); DualPipe's (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run
-    together (their compute; the communication they hide is priced with the phases) and
-    W the ``weights``' gradients (DeepSeek-V3 report, Table 2), over its pp·v stages of 1/v
-    of a rank's layers each (DualPipeV: 2pp stages, each half a rank's)."""
+    Sec. 2.2) where the m micro-batches fill the pipeline (m >= pp); with fewer, the first
+    stage waits for a micro-batch to come round before its next chunk, so the v chunks
+    save only on the m - 1 that follow the first: (pp - m + (m - 1) / v)(F + B) (stage s
+    runs chunk c of micro-batch j at (c pp + s + j) chunk-times, the last forward ending
+    at v pp + m - 1; without interleaving both read (pp - 1)(F + B)). DualPipe's
+    (pp/2 - 1)(F&B + B - 3W), F&B a forward and a backward run together (their compute;
+    the communication they hide is priced with the phases) and W the ``weights``'
+    gradients (DeepSeek-V3 report, Table 2), over its pp·v stages of 1/v of a rank's
+    layers each (DualPipeV: 2pp stages, each half a rank's)."""
     if bidirectional(par):
         stages = N_pp * v
         return (stages / 2 - 1) * smax(0, forward + 2 * backward - 3 * weights) / v
-    return (forward + backward) * (N_pp - 1) / v
+    return (forward + backward) * (smax(N_pp - m, 0) + (smin(m, N_pp) - 1) / v)
