@@ -179,6 +179,19 @@ def crossover(rows: list[dict[str, Any]]) -> int | None:
     return hits[0] if hits else None
 
 
+def held(setup: Setup, batch: int | None = None) -> str:
+    """What a batch sweep holds: the accumulation steps (the micro-batch grows with the
+    batch), and at ``batch`` the micro-batch per device that reaches it. A batch raised
+    with the micro-batch kept adds steps instead, and FSDP gathers the weights again in
+    each: the micro-batch is what makes a step compute-bound (a fifth probe)."""
+    steps = setup.train.grad_accum
+    fixed = f"grad-accum {steps} held"
+    if batch is None:
+        return fixed
+    micro = batch // setup.parallel.batch_step(steps)  # type: ignore[union-attr]
+    return f"{fixed}: micro-batch {micro} per device"
+
+
 def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
     rows = comm_rows(setup, batches)
     lines = (
@@ -196,8 +209,9 @@ def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
     )
     cross = crossover(rows)
     title = "Compute vs communication per step" + (
-        f": compute-bound from batch {cross}" if cross else ": communication-bound throughout"
-    )
+        f": compute-bound from batch {cross} ({held(setup, cross)})" if cross
+        else f": communication-bound throughout ({held(setup)})"
+    )  # fmt: skip
     if cross is None:
         return lines.properties(title=title)
     rule = alt.Chart(alt.Data(values=[{"batch": cross}])).mark_rule(strokeDash=[4, 4])

@@ -30,7 +30,9 @@ _WHY_BATCH = (
     "The book is an FFN-only model at peak FLOP/s over one link per axis, without the "
     "(N-1)/N ring factor or latency; the full model counts attention and the vocabulary, "
     "achieved (not peak) FLOP/s, α-β collectives on the link each group is placed on, "
-    "and the overlap rule per phase."
+    "and the overlap rule per phase. The full model's batch grows with the accumulation "
+    "steps held, its micro-batch per device with it: set that micro-batch to reach it (a "
+    "larger batch of more accumulation steps gathers the FSDP weights again in each)."
 )
 
 
@@ -84,7 +86,8 @@ def inverse_tab(setup: Setup) -> None:
         )
         first = setup.parallel.batch_step(setup.train.grad_accum)  # type: ignore[union-attr]
         floor = (f"already at the smallest batch of this layout at grad-accum "
-                 f"{setup.train.grad_accum}" if cross == first else None)  # fmt: skip
+                 f"{setup.train.grad_accum}" if cross == first else
+                 charts.held(setup, cross) if cross else None)  # fmt: skip
         st.metric("compute-bound from batch (full model)", shown, floor, delta_color="off",
                   delta_arrow="off")  # fmt: skip
     with book:

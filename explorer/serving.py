@@ -94,7 +94,9 @@ def _inputs() -> dict[str, Any]:
         c[0].number_input("tensor parallel", 1, 64, key="serve_tp")
         c[1].number_input("prompt tokens", 1, 2**24, key="serve_input")
         c[2].number_input("generated tokens", 1, 2**24, key="serve_output")
-        c[3].number_input("requests at once", 1, 2**20, key="serve_batch")
+        c[3].number_input("requests at once (a replica)", 1, 2**20, key="serve_batch",
+                          help="sequences one replica holds at once: the dp replicas "
+                          "serve that many each")  # fmt: skip
         c = st.columns(4)
         c[0].number_input("replicas (dp)", 1, 4096, key="serve_dp")
         c[1].number_input("expert parallel (ep)", 1, 4096, key="serve_ep", help=EP_HELP)
@@ -176,10 +178,15 @@ def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
     used = {"weights": est[mem + "weights"], "KV cache": est[mem + "kv_cache_paged"],
             "workspace": est[mem + "workspace"], "drafter": est[mem + "drafter"]}  # fmt: skip
     used["free"] = max(0.0, est[mem + "budget"] - sum(used.values()))
-    parts = [{"part": k, "GiB": x / GIB, "memory": fmt_bytes(x)} for k, x in used.items()]
+    parts = [{"part": k, "GiB": x / GIB, "memory": fmt_bytes(x), "of": "a device"}
+             for k, x in used.items()]  # fmt: skip
     title = "Memory per device (of the engine's share)"
-    bar = alt.Chart(alt.Data(values=parts), title=title).mark_bar().encode(
-        x=alt.X("GiB:Q", stack="zero"), color="part:N", tooltip=["part:N", "memory:N"])  # fmt: skip
+    bar = (alt.Chart(alt.Data(values=parts), title=title).mark_bar(size=36)
+           .encode(x=alt.X("GiB:Q", stack="zero", title="GiB"), y=alt.Y("of:N", title=None),
+                   color=alt.Color("part:N", sort=list(used), title=None),
+                   order=alt.Order("order:Q"), tooltip=["part:N", "memory:N"])
+           .transform_calculate(order=f"indexof({list(used)!r}, datum.part)")
+           .properties(height=70))  # a y: without one the bar drew no height (a probe)  # fmt: skip
     st.vega_lite_chart(bar.to_dict(validate=False), width="stretch")
 
 
@@ -196,6 +203,10 @@ def serve_page() -> None:
         st.error(in_words(err.message))
         return
     est = ans.estimate
+    if v["arrival"] == "together" and v["request_rate"] > 0:  # the CLI's --request-rate rule
+        st.info("A request rate is served as random (poisson) arrivals, simulated one by one "
+                "with their queueing, as the CLI's --request-rate: arrival **together** "
+                "applies to a static batch without a rate.")  # fmt: skip
     if not ans.fits:
         st.error(f"**Does not fit**: {fmt_bytes(est['memory_bytes_per_device.total'])} of "
                  f"{fmt_bytes(est['memory_bytes_per_device.budget'])} per device; "

@@ -460,3 +460,25 @@ def test_chart_axes_read_as_numbers_and_money():
     assert "'format': '$,.3~s'" in spec
     no_price = [Size(0, g, 1e5, 30 / g, 1e5, None) for g in (64, 128)]
     assert "'format': ',.3~s'" in str(plan_charts.sizing_chart(no_price, None).to_dict())
+
+
+def test_overlapping_phases_are_drawn_side_by_side_and_the_crossover_says_what_it_holds():
+    """Issue 60's fifth probe: the offload page stacked compute and both link directions
+    (which run at once) end to end, and the compute-bound batch moved when used: it grows
+    the micro-batch at the accumulation steps held, which the chart now says."""
+    from costmodel.inputs import build
+    from explorer import charts
+    from explorer.workloads import _bars
+
+    phases = {"forward": {"compute": 1.0, "host->device": 0.5}}
+    side = _bars(phases, "s", "t", stacked=False).to_dict()
+    assert side["encoding"]["yOffset"]["field"] == "part" and side["encoding"]["x"]["stack"] is None
+    stacked = _bars(phases, "GB", "t").to_dict()
+    assert stacked["encoding"]["x"]["stack"] == "zero" and "yOffset" not in stacked["encoding"]
+    setup = build({"model": "llama3-8b", "gpus": 64, "batch": 64, "seq": 512,
+                   "framework": "fsdp2", "hardware": "a100-40gb"})  # fmt: skip
+    title = charts.comm_chart(setup, [64 * 2**k for k in range(6)]).to_dict()["title"]
+    assert "grad-accum 1 held" in title
+    if "compute-bound from batch" in title:
+        cross = int(title.split("compute-bound from batch ")[1].split(" ")[0])
+        assert f"micro-batch {cross // 64} per device" in title

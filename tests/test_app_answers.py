@@ -77,8 +77,9 @@ def test_a_plan_batch_smaller_than_the_gpus_is_said_and_the_table_reads_in_words
     at.session_state["_estimate_inputs"] = ESTIMATE
     at.run()
     assert not at.exception and not at.error
-    said = [w.value for w in at.warning if "fewer than the 8 GPUs" in w.value]
+    said = [w.value for w in at.info if "fewer than the 8 GPUs" in w.value]
     assert said and "(taken from the Estimate page)" in said[0]
+    assert "splits each sequence over" in said[0] and "far below peak" not in said[0]
     table = at.dataframe[0].value
     assert list(table.columns[:3]) == ["#", "recommended", "estimate"]
     assert not table["differs from ✓"].str.contains("_").any()

@@ -3,6 +3,8 @@ the memory split; bad input is a message naming the field, never a traceback."""
 
 from __future__ import annotations
 
+import json
+
 from streamlit.testing.v1 import AppTest
 
 
@@ -157,6 +159,8 @@ def test_serve_page_says_memory_in_the_clis_units(capsys):
     assert f"fits: {memory} of " in _verdict_row(capsys, "--batch", "32")
     bar = at.get("vega_lite_chart")[1].proto.spec
     assert '"GiB"' in bar and '"GB"' not in bar
+    spec = json.loads(bar)  # a fifth probe: with no y channel the bar drew no height
+    assert spec["encoding"]["y"]["field"] == "of" and spec["encoding"]["x"]["stack"] == "zero"
     at.number_input(key="serve_batch").set_value(4096)
     at.button[0].click().run()
     (error,) = at.error
