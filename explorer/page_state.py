@@ -40,9 +40,15 @@ class PageInput:
     hi: float = 2**24
 
 
-def remember_estimate(values: Mapping[str, Any]) -> None:
+UPLOADED = "_estimate_uploaded"
+"""Session key: whether the Estimate page prices an uploaded config.json, which the other
+pages, taking presets, do not carry (they say so)."""
+
+
+def remember_estimate(values: Mapping[str, Any], uploaded: bool = False) -> None:
     """The Estimate page's inputs that the other pages start from (None: not set)."""
     st.session_state[ESTIMATE] = {k: values[k] for k in SHARED if values.get(k) is not None}
+    st.session_state[UPLOADED] = uploaded
 
 
 def parse(field: PageInput, text: str) -> Any:
@@ -95,6 +101,10 @@ def start(page: str, inputs: tuple[PageInput, ...]) -> list[str]:
     draw; returns the URL parameters not used, each in words."""
     stored, problems = st.session_state.get(f"_{page}"), []
     shared = _shared(page, inputs)
+    if st.session_state.get(UPLOADED) and any(f.key == "model" for f in inputs):
+        st.info("The config.json uploaded on the Estimate page is not carried here: this "
+                "page prices the preset model chosen below; its other inputs follow the "
+                "Estimate page.")  # fmt: skip
     reset: set[str] = set()  # widgets whose value the page sets now
     if stored is None:  # the first visit: defaults, the Estimate page's, the link's
         stored = {f.key: f.default for f in inputs} | shared | {"_from": shared}

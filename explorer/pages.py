@@ -127,7 +127,7 @@ def _share(values: dict[str, Any], uploaded: Any, setup: Setup | None) -> None:
         shared["gpus"] = setup.parallel.devices
     if uploaded is not None:
         shared.pop("model")
-    remember_estimate(shared)
+    remember_estimate(shared, uploaded=uploaded is not None)
 
 
 def _explain(values: dict[str, Any], uploaded: Any, errors: dict[str, str], slots: dict) -> None:

@@ -142,3 +142,21 @@ def test_the_padding_page_prices_the_framework_it_shows():
     at.selectbox(key="padding_framework").set_value("reference")
     at.button[0].click().run()
     assert at.dataframe[0].value["tokens/s"].tolist() != fsdp2
+
+
+def test_a_page_says_the_uploaded_config_is_not_carried():
+    """Issue 60's fifth probe: after a config.json upload on the Estimate page, Padding
+    (and Plan) priced llama3-8b with no note, the GPUs, seq and batch carried over."""
+    from explorer.page_state import ESTIMATE, UPLOADED
+
+    at = AppTest.from_function(_padding, default_timeout=300)
+    at.session_state[ESTIMATE] = {"gpus": 8, "seq": 2048, "batch": 16}
+    at.session_state[UPLOADED] = True
+    at.run()
+    assert not at.exception
+    assert any("config.json uploaded on the Estimate page is not carried" in i.value
+               for i in at.info)  # fmt: skip
+    plain = AppTest.from_function(_padding, default_timeout=300)
+    plain.session_state[ESTIMATE] = {"gpus": 8, "seq": 2048, "batch": 16}
+    plain.run()
+    assert not any("uploaded" in i.value for i in plain.info)
