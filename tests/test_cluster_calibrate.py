@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -377,10 +378,11 @@ def test_the_lent_h100s_serving_run_is_re_predicted_from_its_files():
     before a profile carried serving's fields (GEMMs at the measured training rate, no
     per-layer step overhead) and the catalog's Hopper attention table of that day (one half
     length per kernel, from FlashAttention-3's paper: ``HOPPER_THEN``): rebuilt that way from
-    the machine's calibration, every stored prediction is reproduced; the cache bytes are
-    exact and the prefill within 6.9 % median |error|; the eager decode step is host-bound
-    and predicted too fast (the README there says why, and what today's serving fields do
-    to the prefill)."""
+    the machine's calibration, every stored prefill and cache prediction is reproduced; the
+    cache bytes are exact and the prefill within 6.9 % median |error|. The eager decode
+    step is host-bound: stored 48-75 % fast (its dispatch priced over the fused kernel
+    counts), it now counts op by op, as ``dispatch_s`` is calibrated (the Llama-3 rows -5
+    and -12 %, cs336-large +71 %, Gemma 3 +76 %: 42 % median |error|, was 64 %)."""
     from dataclasses import replace
 
     from costmodel import get_model
@@ -390,7 +392,7 @@ def test_the_lent_h100s_serving_run_is_re_predicted_from_its_files():
     hw = hardware_from_dict("h100-measured", _h100_profile())
     training = {k: v for k, v in hw.efficiency.items() if k not in ("decode", "serve_matmul")}
     hw = replace(hw, efficiency=training, serve_layer_s=0.0, attention_kernels=HOPPER_THEN)
-    prefill = []
+    prefill, decode = [], {}
     for line in (H100_RUN / "serve.jsonl").open():
         row, c = json.loads(line), json.loads(line)["config"]
         base = get_model(c["preset"])
@@ -399,11 +401,17 @@ def test_the_lent_h100s_serving_run_is_re_predicted_from_its_files():
                          kv_dtype=c["precision"], engine="eager")  # fmt: skip
         key = {"kv_bytes": "memory_bytes_per_device.kv_cache", "time_s.prefill": "time_s.ttft",
                "time_s.decode_step": "time_s.tpot"}[row["quantity"]]  # fmt: skip
-        assert serve(model, spec, hw)[key] == pytest.approx(row["predicted"], rel=1e-9)
+        now = serve(model, spec, hw)[key]
         if row["quantity"] == "kv_bytes":
-            assert row["predicted"] == row["measured"]
+            assert now == row["predicted"] == row["measured"]
         elif row["quantity"] == "time_s.prefill":
+            assert now == pytest.approx(row["predicted"], rel=1e-9)
             prefill.append(abs(row["predicted"] / row["measured"] - 1))
-        else:
-            assert row["predicted"] < row["measured"]  # host-bound: more ops than priced
+        else:  # host-bound: the eager step's dispatch now counts op by op (the kernels
+            # dispatch_s is calibrated per), where the stored row counted fused kernels
+            assert row["predicted"] < row["measured"]
+            decode[row["case"]] = now / row["measured"] - 1
     assert len(prefill) == 4 and sorted(prefill)[1:3] == pytest.approx([0.0671, 0.0696], abs=2e-3)
+    # stored: 48-75 % fast; now the Llama-3 rows within 13 %, cs336-large and Gemma 3 slow
+    assert all(-0.13 < decode[c] < 0 for c in decode if c.startswith("llama3-8b"))
+    assert statistics.median(abs(e) for e in decode.values()) < 0.45

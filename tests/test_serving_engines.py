@@ -120,3 +120,26 @@ def test_an_older_engine_is_slower_where_the_host_binds():
 ])  # fmt: skip
 def test_a_published_run_is_priced_on_the_engine_it_states(engine_name, version, source, kind):
     assert engine_of({"engine": engine_name, "engine_version": version, "source": source}) == kind
+
+
+def test_the_eager_reference_is_host_bound_on_a_catalog_gpu(capsys):
+    """Issue 60's fifth probe: on the catalog's H100 (no ``dispatch_s`` of its own) the
+    eager reference engine's TPOT was 7.25 ms at batch 1, vLLM V1's 7.40 ms: its dispatch
+    was 0. It now pays the engine's measured 30.9 us per eager kernel on an x86 GPU node,
+    op by op, and is host-bound well above vLLM."""
+    import json
+
+    from costmodel.cli import main
+
+    def tpot(engine: str) -> float:
+        argv = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1024",
+                "--output", "256", "--batch", "8", "--engine", engine, "--json"]  # fmt: skip
+        assert main(argv) == 0
+        return json.loads(capsys.readouterr().out)["time_s"]["tpot"]
+
+    eager, vllm = tpot("eager"), tpot("vllm")
+    assert eager > 3 * vllm
+    argv = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1024",
+            "--output", "256", "--batch", "8", "--engine", "eager"]  # fmt: skip
+    assert main(argv) == 0
+    assert "limited by             decode: the host" in capsys.readouterr().out

@@ -24,20 +24,23 @@ def _eager_precision(spec: ServeSpec) -> str:
 def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     """Host seconds to dispatch one step's kernels in an eager engine (the reference model),
     or in any engine on a CPU: the training forward's kernel counts
-    (``costmodel.single.kernels``) times ``Hardware.dispatch_s``; 0 for a fused engine on an
-    accelerator (it replays CUDA graphs), where ``dispatch_s`` is 0, and for kinds whose
-    eager counts are not modelled."""
+    (``costmodel.single.kernels``) times ``Hardware.dispatch_s``, or on an accelerator whose
+    profile states none (the catalog's) the engine's own measured seconds per kernel
+    (``Engine.dispatch_s``: eager PyTorch on an x86 GPU node); 0 for a fused engine on an
+    accelerator (it replays CUDA graphs) and for kinds whose eager counts are not
+    modelled."""
     graphed = spec.engine_kind.fused and hw.kind != "cpu"
-    if graphed or not hw.dispatch_s or not attention.projections(model).eager:
+    per_kernel = hw.dispatch_s or (spec.engine_kind.dispatch_s if hw.kind != "cpu" else 0.0)
+    if graphed or not per_kernel or not attention.projections(model).eager:
         return 0.0
     prec = _eager_precision(spec)
-    train = TrainSpec(batch=1, seq=2, precision=prec)
+    train = TrainSpec(batch=1, seq=2, precision=prec, elementwise="eager")  # op by op
     residual = PRECISIONS[prec].residual
     kernels = sum(
         n * layer_kernels(model, train, residual, block=k.name)[0] for k, n in ffn.blocks(model)
     )
     total = as_expr(kernels + model_kernels(model, train, residual)[0]).xreplace(values_for(model))
-    return int(total) * hw.dispatch_s  # an MoE block's counts are in its sizes' symbols
+    return int(total) * per_kernel  # an MoE block's counts are in its sizes' symbols
 
 
 def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) -> float:

@@ -72,6 +72,10 @@ class Engine:
     fused: bool = True
     """Whether a layer's elementwise work is fused into few kernels (every engine); the
     reference model runs it op by op (priced by ``serving.estimate``)."""
+    dispatch_s: float = 0.0
+    """Host seconds per kernel an engine that runs op by op dispatches on an accelerator
+    whose profile states none (``Hardware.dispatch_s`` 0: the catalog's); a measured
+    profile's own wins (``costmodel.serving.eager.host_s``)."""
     batch_overlap_flag: str = ""
     """The engine's flag for two micro-batches per step, each one's expert dispatch and
     combine beside the other's compute (``ServeSpec.batch_overlap``); empty: it has none."""

@@ -19,7 +19,12 @@ EAGER = register(Engine(
     step_s=0.0,
     seq_s=0.0,
     fused=False,
-    sources={"max_seqs": "vLLM's default, for comparison (costmodel.specs.engines.vllm)",
+    dispatch_s=3.09e-05,
+    sources={"dispatch_s": "the mean of validate.cluster calibrate's host seconds per eager "
+             "kernel on two lent GPU nodes' x86 hosts: 29.0 us (H100 SXM5, "
+             "validate/measured/h100-sxm-2026-11-26) and 32.8 us (H200, "
+             "validate/measured/h200-moe-2026-11-30)",
+             "max_seqs": "vLLM's default, for comparison (costmodel.specs.engines.vllm)",
              "token_budget": "vLLM V1's default, for comparison",
              "memory_utilization": "vLLM's default, for comparison"},
 ))  # fmt: skip
