@@ -229,6 +229,10 @@ def test_the_fsdp_condition_under_tp_is_per_fsdp_rank_and_per_device(capsys):
                  "--tp", "8"]) == 0  # fmt: skip
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("conditions"))
     assert "19,788 tokens per fsdp rank (a tp group of 8: 2,474 per device)" in line
+    # a fifth probe: "some split ... is compute-bound from 4,046" read as worse than this
+    # split's own 3,401; it is the book's forward-pass form at this layout's two links
+    assert "the book's mixed condition (a forward pass, at this layout's two links)" in line
+    assert "some split" not in line and "can be lower" in line
 
 
 def test_min_fsdp_searches_a_layout_whose_experts_are_split(capsys):

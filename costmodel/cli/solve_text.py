@@ -138,8 +138,10 @@ def bounds_rows(report: dict[str, Any], hardware: str) -> Rows:
     said_cond = (f"fsdp is compute-bound from {per_rank:,.0f} tokens {where}; tp up to "
                  f"degree {cond['tp_max_degree']:,.1f}")  # fmt: skip
     if report["fsdp"] > 1 and report["tp"] > 1 and "mixed_optimal_fsdp" in cond:
-        said_cond += (f"; some split of these {report['fsdp'] * report['tp']:,} devices into "
-                      f"fsdp x tp is compute-bound from {cond['mixed_min_batch_per_device']:,.0f}"
-                      f" tokens per device (the book's best split at B*: fsdp "
-                      f"{cond['mixed_optimal_fsdp']:,.1f}; B* above is this layout's)")  # fmt: skip
+        said_cond += (f"; the book's mixed condition (a forward pass, at this layout's two "
+                      f"links) puts the best split of these {report['fsdp'] * report['tp']:,} "
+                      f"devices at {cond['mixed_min_batch_per_device']:,.0f} tokens per device "
+                      f"(fsdp {cond['mixed_optimal_fsdp']:,.1f}): other splits place their "
+                      "groups on other links, and a full step adds less tp traffic, so a "
+                      "split's own B* (bounds --fsdp X --tp Y) can be lower")  # fmt: skip
     return [*rows, ("conditions", said_cond)]
