@@ -228,3 +228,25 @@ def test_a_rate_the_run_does_not_keep_up_with_is_overloaded():
     steady = costmodel.serve("llama3-8b", "h100-sxm", input=2000, output=500, batch=32,
                              request_rate=4.5)  # fmt: skip
     assert steady.estimate.values["workload.sustained_per_s"] == 4.5 and not steady.overloaded
+
+
+def test_a_rate_prices_the_cache_its_load_holds_as_users_and_steady_states_do(capsys):
+    """Issue 60's fifth probe: at 5 requests/s the simulated answer showed the whole pool
+    (55.78 GiB of cache, the engine's cap of sequences), the steady state 1.72 GiB and 64
+    users 10 GiB: three meanings of one line. Each now holds the cache of its load's mean
+    in flight a replica."""
+    import json
+
+    from costmodel.cli import main
+
+    base = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1024",
+            "--output", "256", "--json"]  # fmt: skip
+    assert main([*base, "--request-rate", "5"]) == 0
+    rated = json.loads(capsys.readouterr().out)
+    held = rated["workload"]["in_flight"]
+    per_seq = rated["kv_bytes_per_sequence"]
+    assert rated["memory_bytes_per_device"]["kv_cache"] == held * per_seq
+    assert (
+        rated["memory_bytes_per_device"]["kv_cache"]
+        < 0.1 * rated["memory_bytes_per_device"]["budget"]
+    )

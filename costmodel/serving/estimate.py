@@ -356,7 +356,8 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
         # its step as the load holds it: the mean in flight a replica (Little's law)
         held = sim["workload.sustained_per_s"] / spec.dp * sim["time_s.e2e"]
         held = max(1, min(spec.batch, round(held)))
-        out.update(_times(model, replace(spec, batch=held), hw, vals))
+        out.update(_memory(model, replace(spec, batch=held), hw, vals))  # as the others:
+        out.update(_times(model, replace(spec, batch=held), hw, vals))  # the load's cache
         out.update(sim, **{"workload.in_flight": held})
     elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
