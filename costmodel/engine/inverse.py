@@ -93,6 +93,12 @@ def max_fitting(
         out["note"] = (f"{best:,} tokens is past {model.name}'s {model.max_positions:,} "
                        "trained positions: memory allows it, the model needs position scaling "
                        "(e.g. YaRN) or long-context training for it")  # fmt: skip
+    m = train.grad_accum
+    if field == "seq" and best is not None and m < parallel.pp:  # 1F1B holds min(m, pp)
+        pipe = (f"at grad-accum {m} a pipeline of {parallel.pp} stages holds {m} "
+                f"micro-batch{'es' * (m > 1)} in flight; a larger batch (more micro-batches) "
+                "holds more and lowers this answer")  # fmt: skip
+        out["note"] = f"{out['note']}; {pipe}" if "note" in out else pipe
     out["assumed"] = held_fixed(train, parallel, field)
     if best == top:
         bound = (
