@@ -250,3 +250,16 @@ def test_a_rate_prices_the_cache_its_load_holds_as_users_and_steady_states_do(ca
         rated["memory_bytes_per_device"]["kv_cache"]
         < 0.1 * rated["memory_bytes_per_device"]["budget"]
     )
+
+
+def test_users_queued_behind_a_cap_are_said_to_wait_for_the_cap(capsys):
+    """Issue 60's fifth probe: 64 users under --batch 8 read "QUEUED (56 ... wait for a
+    slot: 357 sequences fit at once)", blaming memory, and the cap left the assumptions."""
+    from costmodel.cli import main
+
+    argv = ["serve", "--model", "llama3-8b", "--hardware", "h100-sxm", "--input", "1024",
+            "--output", "256", "--concurrency", "64", "--batch", "8"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "wait for a slot: a replica holds 8 at once (the --batch or engine cap; 357 fit" in out
+    assert "assumptions             at most 8 in flight a replica (--batch)" in out

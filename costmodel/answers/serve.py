@@ -165,8 +165,11 @@ class ServeAnswer(Mapping):
                     f"{v['workload.offered_per_s']:.3g} requests/s served)")  # fmt: skip
         waiting = v.get("workload.users_waiting", 0)
         if waiting:
-            return (f"fits, but QUEUED ({waiting:,} of each replica's users wait for a slot: "
-                    f"{v['max_batch']:,} sequences fit at once)")  # fmt: skip
+            slots = v.get("workload.slots", v["max_batch"])
+            why = (f"{v['max_batch']:,} sequences fit at once" if slots >= v["max_batch"] else
+                   f"a replica holds {slots:,} at once (the --batch or engine cap; "
+                   f"{v['max_batch']:,} fit its memory)")  # fmt: skip
+            return f"fits, but QUEUED ({waiting:,} of each replica's users wait for a slot: {why})"
         return "fits"
 
     @property
@@ -360,10 +363,12 @@ def assumptions(
     """Every setting the numbers assume, given or default (a default named with its flag)."""
     kind = spec.engine_kind
     output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
+    loaded = spec.request_rate is not None or spec.concurrency
     if batch_defaulted:
         output += (f"at most {spec.batch} in flight (the engine's default; --batch), "
-                   if spec.request_rate is not None or spec.concurrency else
-                   "one request at a time (default; --batch), ")  # fmt: skip
+                   if loaded else "one request at a time (default; --batch), ")  # fmt: skip
+    elif loaded:  # a cap the user set binds a load: said beside the others
+        output += f"at most {spec.batch:,} in flight a replica (--batch), "
     return (f"{output}engine {kind.title} ({_said(engine_defaulted)}--engine): "
             f"{_host(kind)}; {spec.precision} weights, {spec.kv_dtype} cache in blocks of "
             f"{spec.block_size}; "

@@ -344,6 +344,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     out = _memory(model, spec, hw, vals)
     if spec.concurrency:  # a closed loop's users a replica cannot hold at once wait
         out["workload.users_waiting"] = max(0, queueing.users_of(spec) - spec.batch)
+        out["workload.slots"] = spec.batch  # what a replica holds at once: cap, memory
     out.update(_times(model, spec, hw, vals))
     if spec.prefill_replicas:
         out.update(disaggregated.pools(model, spec, hw, out, serve, spec.token_budget))
