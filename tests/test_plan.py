@@ -311,3 +311,14 @@ def test_the_limit_names_contention_and_the_group_whose_traffic_is_left():
     )
     row.update({"time_s.contention_forward": 0.0, "time_s.contention_backward": 0.0})
     assert limit_of(row, 80e9) == "compute; PP communication 13% of the step, exposed"
+
+
+def test_the_header_states_the_tie_rule_beside_the_ranking(capsys):
+    """Issue 60's fifth probe: "ranked by time" headed a table whose #1 (58.886 s) was
+    slower than #2 (58.610 s); the 0.5 % tie rule was only said further down."""
+    from costmodel.cli import main
+
+    assert main(["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                 "--seq", "2048", "--global-batch", "16", "--top", "3"]) == 0  # fmt: skip
+    head = capsys.readouterr().out.splitlines()[1]
+    assert "ranked by time (the most tokens/s), those within 0.5% of each other by fewer" in head

@@ -84,7 +84,8 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"{p.enumerated:,} layouts enumerated, {p.valid:,} valid evaluated, "
         f"{int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
-        f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}",
+        f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}, those "
+        f"within {TIE:.1%} of each other by fewer devices, then fewer model-parallel ones",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
         f"{'tok/s/' + device_word(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit"
