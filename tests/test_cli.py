@@ -270,3 +270,15 @@ def test_a_command_loads_only_its_own_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout + out.stderr
+
+
+def test_attention_fits_by_the_one_fit_rule(capsys):
+    """Issue 60's fifth probe: ``attention`` said "fits: peak 73.38 GiB <= 80.00 GiB" where
+    every other command allows 0.9 of the device (72 GiB)."""
+    argv = ["attention", "--batch", "1", "--seq", "16384", "--head-dim", "128", "--heads", "48",
+            "--kernel", "naive", "--dtype", "bf16", "--causal"]  # fmt: skip
+    argv += ["--hardware", "h100-sxm"]
+    assert main(argv) == 0
+    verdict = capsys.readouterr().out.splitlines()[1]
+    assert verdict.startswith("  verdict: does NOT fit: peak 73.38 GiB")
+    assert "> 72.00 GiB (77.31 GB) (0.9 of h100-sxm's 80.00 GiB" in verdict

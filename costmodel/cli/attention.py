@@ -6,6 +6,7 @@ import argparse
 
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.cli.args import int_arg, to_json
+from costmodel.engine.fit import DEFAULT_HEADROOM, budget_bytes
 from costmodel.single.attention import (
     DTYPE_BYTES,
     KERNELS,
@@ -48,9 +49,11 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     print(_header(args))
     if args.hardware is not None:  # the verdict first, as every command says it
         hw = get_hardware(args.hardware)
-        peak, fits = result["memory_bytes.peak"], result["memory_bytes.peak"] <= hw.hbm_bytes
+        peak, allowed = result["memory_bytes.peak"], budget_bytes(hw)  # the one fit rule
+        fits = peak <= allowed
         print(f"  verdict: {'fits' if fits else 'does NOT fit'}: peak {fmt_bytes(peak)} "
-              f"{'<=' if fits else '>'} {hw.name}'s {fmt_bytes(hw.hbm_bytes)}"
+              f"{'<=' if fits else '>'} {fmt_bytes(allowed)} ({DEFAULT_HEADROOM:g} of "
+              f"{hw.name}'s {fmt_bytes(hw.hbm_bytes)})"
               + ("" if fits else "; its times below are what it would take"))  # fmt: skip
     for key, value in result.items():
         if key.startswith("time_s"):
