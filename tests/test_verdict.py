@@ -375,3 +375,15 @@ def test_a_tight_nearest_fit_says_so(capsys):
     assert "(TIGHT: over the device's memory)" in said and "TIGHT" not in _nearest_text(
         {**near, "tight": False}
     )
+
+
+def test_cp_ranks_among_the_gradients_reducers_are_named():
+    """Issue 60's fifth probe: cp 8 with dp 1 read "DDP over 8 replicas", and Megatron at
+    cp 2 "distributed optimizer over 8 data-parallel ranks; dp 4"."""
+    from costmodel.engine.verdict import sharding
+    from costmodel.specs.parallel import ParallelSpec
+
+    assert sharding(ParallelSpec(cp=8)) == "DDP over dp 1 x cp 8 = 8 ranks, nothing sharded"
+    assert sharding(ParallelSpec(dp=4)) == "DDP over 4 replicas, nothing sharded"
+    mega = sharding(ParallelSpec(dp=4, cp=2, framework="megatron"))
+    assert mega == "distributed optimizer over dp 4 x cp 2 = 8 ranks"

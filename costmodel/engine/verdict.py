@@ -54,7 +54,7 @@ def sharding(par: ParallelSpec) -> str:
     if fw.distributed_optimizer:
         ranks = par.dp * par.fsdp * par.cp
         if ranks > 1:
-            return f"distributed optimizer over {ranks} data-parallel ranks"
+            return f"distributed optimizer over {_ranks(par, ranks, 'data-parallel ranks')}"
     elif fw.zero_stages and par.fsdp > 1:
         return f"ZeRO-{par.zero} over fsdp {par.fsdp}{replicas}"
     elif not fw.zero_stages:
@@ -63,7 +63,18 @@ def sharding(par: ParallelSpec) -> str:
             over = f"fsdp {par.fsdp} x cp {par.cp}" if shards != par.fsdp else f"{shards}"
             return f"FSDP over {over}{replicas}"
     ranks = par.dp * (1 if fw.shards_over_cp else par.cp)
-    return f"DDP over {ranks} replicas, nothing sharded" if ranks > 1 else "nothing sharded"
+    if ranks == 1:
+        return "nothing sharded"
+    return f"DDP over {_ranks(par, ranks, 'replicas')}, nothing sharded"
+
+
+def _ranks(par: ParallelSpec, ranks: int, noun: str) -> str:
+    """``8 replicas``, or where cp ranks are among them (they reduce the same weights'
+    gradients but hold other tokens) ``dp 1 x cp 8 = 8 ranks``."""
+    if par.cp == 1 or ranks == par.dp * par.fsdp:
+        return f"{ranks} {noun}"
+    dp = f"dp {par.dp}" + (f" x fsdp {par.fsdp}" if par.fsdp > 1 else "")
+    return f"{dp} x cp {par.cp} = {ranks} ranks"
 
 
 def degrees(par: ParallelSpec) -> str:
