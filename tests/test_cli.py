@@ -282,3 +282,18 @@ def test_attention_fits_by_the_one_fit_rule(capsys):
     verdict = capsys.readouterr().out.splitlines()[1]
     assert verdict.startswith("  verdict: does NOT fit: peak 73.38 GiB")
     assert "> 72.00 GiB (77.31 GB) (0.9 of h100-sxm's 80.00 GiB" in verdict
+
+
+def test_error_lines_speak_the_clis_words(capsys):
+    """Issue 60's fifth probe: --formula's unknown quantity pointed at est.keys() (Python),
+    plan at a million GPUs blamed cp dividing seq, not the batch, and --concurrency under
+    pp named --arrival=continuous, which was never given."""
+    base = ["--model", "llama3-8b", "--hardware", "h100-sxm"]
+    assert main(["estimate", *base, "--gpus", "8", "--batch", "8", "--formula", "foo.bar"]) == 2
+    assert "--full lists them all" in capsys.readouterr().err
+    assert main(["plan", *base, "--global-batch", "64", "--gpus", "1000000"]) == 2
+    assert "split each over 15,625 devices or more" in capsys.readouterr().err
+    argv = ["serve", *base, "--tp", "8", "--pp", "2", "--gpus", "16", "--concurrency", "16"]
+    assert main([*argv, "--input", "100", "--output", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "continuous batching (concurrency" in err and "arrival=continuous" not in err

@@ -124,5 +124,17 @@ def no_layout_message(
         par, per_candidate = candidates(first, train)
         check(model, per_candidate, par)
     except SpecError as err:
-        return f"gpus {gpus}: no valid layout for this model and batch (e.g. {err})"
-    return f"gpus {gpus}: no valid layout for this model and batch"
+        thin = _thin(gpus, train)
+        return f"gpus {gpus}: no valid layout for this model and batch (e.g. {err}){thin}"
+    return f"gpus {gpus}: no valid layout for this model and batch{_thin(gpus, train)}"
+
+
+def _thin(gpus: int, train: TrainSpec) -> str:
+    """Where the devices outnumber the sequences: what that asks of each sequence."""
+    if gpus <= train.batch:
+        return ""
+    return (
+        f"; {gpus:,} GPUs over a batch of {train.batch:,} sequences split each over "
+        f"{-(-gpus // train.batch):,} devices or more (tp x pp x cp): a larger batch or "
+        "fewer GPUs"
+    )

@@ -324,8 +324,9 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
     if spec.arrival != "together" and (spec.draft_tokens or spec.prefill_replicas or spec.pp > 1):
         raise SpecError(
             "arrival",
-            f"arrival={spec.arrival} is modelled for tp, ep and dp replicas: "
-            "not yet with speculative decoding, disaggregated prefill or pp",
+            "continuous batching (concurrency, a request rate or arrival continuous) is "
+            "modelled for tp, ep and dp replicas: not yet with speculative decoding, "
+            "disaggregated prefill or pp",
         )
     if spec.pp > 1 and (spec.draft_tokens or spec.prefill_replicas):
         raise SpecError("pp", "pp > 1 with speculative decoding or disaggregated prefill is "
