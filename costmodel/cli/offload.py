@@ -36,6 +36,9 @@ from costmodel.specs.offload import MAX_BUDGET, PLAN_KEYS, RATES
 
 GB = 1e9
 
+DEFAULT_DEVICE = "h100-sxm"
+"""The device ``offload`` plans for where ``--hardware`` is not given (said in its header)."""
+
 
 def _plan_arg(text: str) -> dict[str, int]:
     """``chunk=16384,seqs_per_round=2,...`` into a dict of integers (no evaluation)."""
@@ -59,7 +62,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def link_name(args: argparse.Namespace) -> str:
     """``--link``, else the device's own host link (``Hardware.host_link``)."""
-    return args.link or get_hardware(args.hardware).host_link
+    return args.link or get_hardware(args.hardware or DEFAULT_DEVICE).host_link
 
 
 def offload_spec(args: argparse.Namespace) -> OffloadSpec:
@@ -99,7 +102,7 @@ def _check_flag(flag: str, value: float) -> None:
 def _cmd_offload(args: argparse.Namespace) -> int:
     values = {k: v for k, v in values_of(args).items() if BY_KEY[k].section != "cluster"}
     setup = build(values)
-    hw = get_hardware(args.hardware)
+    hw = get_hardware(args.hardware or DEFAULT_DEVICE)
     spec = offload_spec(args)
     if args.plan is not None:
         configs = [evaluate_plan(setup.model, setup.train, hw, spec, args.plan)]
@@ -113,7 +116,8 @@ def _cmd_offload(args: argparse.Namespace) -> int:
     title = "the plan given" if args.plan else "fastest plan"
     link = (f"{args.link_gbps:g} GB/s" if args.link_gbps is not None else args.link
             or f"{hw.host_link} (the device's; --link)")  # fmt: skip
-    print(f"{setup.model.name} on one {hw.name}, its host over {link} (overlap "
+    said = " (the default --hardware)" * (args.hardware is None)
+    print(f"{setup.model.name} on one {hw.name}{said}, its host over {link} (overlap "
           f"{args.overlap:g}): batch {setup.train.batch} x seq {setup.train.seq}, "
           f"{setup.train.precision}")  # fmt: skip
     print(title + (f" (does NOT fit the {' and '.join(broken)} budget)" if broken else ""))
@@ -147,7 +151,7 @@ def add_offload(sub) -> None:
     p = sub.add_parser("offload", help="fastest plans that stream weights, gradients and "
                        "activations from host memory (one device)")  # fmt: skip
     add_model_args(p)
-    p.add_argument("--hardware", default="h100-sxm", help=FRONT["hardware"].help)
+    p.add_argument("--hardware", help=f"{FRONT['hardware'].help} (default {DEFAULT_DEVICE})")
     g = p.add_argument_group("budgets and links")
     g.add_argument("--device-budget-gb", type=float, required=True, help="device memory (1e9 B)")
     g.add_argument("--host-budget-gb", type=float, required=True, help="host memory (1e9 B)")
