@@ -304,3 +304,18 @@ def test_rl_takes_a_config_json_and_prices_it_as_the_preset(tmp_path, capsys):
     assert main([*argv, "--model", "llama3-8b"]) == 0
     preset = json.loads(capsys.readouterr().out)
     assert from_file["rl"]["step_s"] == preset["rl"]["step_s"] > 0
+
+
+def test_a_config_is_named_by_its_file_not_its_folder(tmp_path):
+    """Issue 60's fifth probe: ``--hf-config /tmp/probe5-cli/llama31.json`` named the model
+    "probe5-cli", its folder. A file other than config.json names it; config.json's folder
+    (a downloaded checkpoint's) still does, and the config's own name first."""
+    (tmp_path / "llama31.json").write_text(json.dumps(LLAMA3_8B))
+    assert model_from_hf_config(tmp_path / "llama31.json").name == "llama31"
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA3_8B))
+    assert model_from_hf_config(folder / "config.json").name == "Meta-Llama-3-8B"
+    named = {**LLAMA3_8B, "_name_or_path": "meta-llama/Meta-Llama-3-8B"}
+    (tmp_path / "x.json").write_text(json.dumps(named))
+    assert model_from_hf_config(tmp_path / "x.json").name == "meta-llama/Meta-Llama-3-8B"

@@ -100,7 +100,10 @@ def _from_dict(cfg: Any, path: Path) -> ModelSpec:
         raise ValueError(f"{path}: mixture-of-experts model_type {kind!r} is not modelled "
                          f"({moe[0]}={cfg[moe[0]]!r}); supported: {', '.join(_MOE_KINDS)}. "
                          "Costing it as a dense model would undercount its parameters")  # fmt: skip
-    name = cfg.get("_name_or_path") or path.parent.name or kind
+    # the checkpoint's own name, else the file's (llama31.json) unless it is config.json,
+    # whose folder then names it (a downloaded model's folder)
+    stem = path.stem if path.stem not in ("config", "") else ""
+    name = cfg.get("_name_or_path") or stem or path.parent.name or kind
     if kind == "gemma3":  # the multimodal wrapper: its text decoder (no vision encoder)
         cfg, kind = cfg.get("text_config"), "gemma3_text"
         if not isinstance(cfg, dict):
