@@ -322,3 +322,19 @@ def test_the_header_states_the_tie_rule_beside_the_ranking(capsys):
                  "--seq", "2048", "--global-batch", "16", "--top", "3"]) == 0  # fmt: skip
     head = capsys.readouterr().out.splitlines()[1]
     assert "ranked by time (the most tokens/s), those within 0.5% of each other by fewer" in head
+
+
+def test_a_compared_devices_best_above_its_measured_mfu_is_cautioned(capsys):
+    """Issue 60's fifth probe: the device comparison showed an MFU above the highest the
+    corpus measured on that device with no caveat, where estimate cautions it."""
+    from costmodel.catalog.hardware import get_hardware
+    from costmodel.cli import main
+
+    assert main(["plan", "--model", "llama3-8b", "--hardware", "h100-sxm,a100-80gb", "--gpus",
+                 "8", "--global-batch", "64", "--seq", "2048"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.startswith("  1  h100-sxm"))
+    mfu = float(row.split("%")[0].split()[-1]) / 100
+    top = get_hardware("h100-sxm").calibration["max_mfu"]
+    said = f"its best row's MFU {mfu:.1%} is above it: read it as optimistic" in out
+    assert said == (mfu > top)

@@ -109,7 +109,12 @@ def compare_text(order: list[Searched], objective: str, no_fit: dict[str, str]) 
         )
     lines += [f"  {s.hardware}: {no_fit[s.hardware]}" for s in order if s.best is None]
     for s in order:
-        line = calibration_line(get_hardware(s.hardware), pointer=False)
+        hw = get_hardware(s.hardware)
+        line = calibration_line(hw, pointer=False)
+        top = hw.calibration.get("max_mfu")
+        if s.best is not None and top is not None and s.best["mfu"] > top:  # as estimate
+            line += (f"; its best row's MFU {s.best['mfu']:.1%} is above it: read it as "
+                     "optimistic")  # fmt: skip
         lines.append(f"  calibration of {s.hardware}: {line}")
     return "\n".join(lines)
 
