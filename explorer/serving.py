@@ -46,6 +46,7 @@ SERVE = (
     PageInput("request_rate", float, 0.0, lo=0.0, hi=1e6),
     PageInput("length_spread", float, 0.0, lo=0.0, hi=1.0),
     PageInput("batch_overlap", str, "off", ("off", "on")),
+    PageInput("rope_scaling", float, 1.0, lo=1.0, hi=1024.0),
 )
 
 EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
@@ -121,6 +122,10 @@ def _inputs() -> dict[str, Any]:
                           help=SPREAD_HELP)  # fmt: skip
         c[3].selectbox("two-batch overlap (ep > tp)", ("off", "on"), key="serve_batch_overlap",
                        help=OVERLAP_HELP)  # fmt: skip
+        st.columns(4)[0].number_input(
+            "RoPE scaling (x the trained positions)", 1.0, 1024.0, key="serve_rope_scaling",
+            help="a context past the model's trained positions, as YaRN stretches them (the "
+            "CLI's --rope-scaling): 4 for Qwen's 4x, 40 for DeepSeek-V3's")  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -144,7 +149,7 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
                      acceptance=v["acceptance"] if drafted else None,
                      prefill_replicas=v["prefill_replicas"],
                      prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None,
-                     length_spread=spread,
+                     length_spread=spread, rope_scaling=v["rope_scaling"],
                      batch_overlap=v["batch_overlap"] == "on")  # fmt: skip
     return spec
 

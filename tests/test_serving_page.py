@@ -178,3 +178,17 @@ def test_the_estimate_pages_training_batch_is_not_requests_at_once():
     at.run()
     assert not at.exception
     assert at.session_state["serve_batch"] == 32 and at.session_state["serve_model"] == "llama3-8b"
+
+
+def test_a_context_past_the_positions_can_be_scaled_on_the_page():
+    """Issue 60's fifth probe: a context past Llama-3-405B's 8,192 positions was refused
+    naming RoPE scaling, which the page had no input for."""
+    at = AppTest.from_function(_serve, default_timeout=300).run()
+    at.selectbox(key="serve_model").set_value("llama3-8b")
+    at.number_input(key="serve_input").set_value(8000)
+    at.number_input(key="serve_output").set_value(1000)
+    at.button[0].click().run()
+    assert not at.exception and "RoPE scaling" in at.error[0].value
+    at.number_input(key="serve_rope_scaling").set_value(2.0)
+    at.button[0].click().run()
+    assert not at.exception and not at.error
