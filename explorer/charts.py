@@ -275,5 +275,6 @@ def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
         )
     )
     ridge = compute / bandwidth
-    title = f"Roofline on {setup.hardware.name}: ridge at {ridge:.0f} FLOP/byte"
+    title = (f"Roofline on {setup.hardware.name} at its achieved rates ({compute / 1e12:,.0f} "
+             f"TFLOP/s, {bandwidth / 1e12:,.2f} TB/s): ridge at {ridge:.0f} FLOP/byte")  # fmt: skip
     return alt.layer(roof, points, title=title)
