@@ -186,12 +186,13 @@ def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
     parts = [{"part": k, "GiB": x / GIB, "memory": fmt_bytes(x), "of": "a device"}
              for k, x in used.items()]  # fmt: skip
     title = "Memory per device (of the engine's share)"
+    legend = alt.Legend(orient="bottom", title=None)
     bar = (alt.Chart(alt.Data(values=parts), title=title).mark_bar(size=36)
            .encode(x=alt.X("GiB:Q", stack="zero", title="GiB"), y=alt.Y("of:N", title=None),
-                   color=alt.Color("part:N", sort=list(used), title=None),
+                   color=alt.Color("part:N", sort=list(used), legend=legend),
                    order=alt.Order("order:Q"), tooltip=["part:N", "memory:N"])
            .transform_calculate(order=f"indexof({list(used)!r}, datum.part)")
-           .properties(height=70))  # a y: without one the bar drew no height (a probe)  # fmt: skip
+           .properties(height=230))  # Streamlit fits axis and legend in it (a probe)  # fmt: skip
     st.vega_lite_chart(bar.to_dict(validate=False), width="stretch")
 
 
