@@ -435,3 +435,12 @@ def test_a_plans_microbatches_error_names_the_argument():
     with pytest.raises(cm.SpecError, match="microbatches must be >= 1") as err:
         cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096, microbatches=[0])
     assert err.value.field == "microbatches"
+
+
+def test_fit_refuses_a_headroom_beside_a_budget():
+    """Issue 60's API probe: ``fit(headroom=0.5, budget=60e9)`` let the budget win silently,
+    where max_seq and max_batch refuse the pair."""
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096)
+    with pytest.raises(cm.SpecError, match="give headroom or budget, not both") as err:
+        est.fit(headroom=0.5, budget=60e9)
+    assert err.value.field == "budget" and est.fit(budget=60e9).budget_bytes == 60e9

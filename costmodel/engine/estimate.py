@@ -204,6 +204,9 @@ class Estimate:
         :data:`costmodel.engine.fit.DEFAULT_HEADROOM`, or ``budget`` bytes)."""
         if self.hardware is None or self.parallel is None:
             raise SpecError("hardware", "a fit verdict needs hardware (and a layout)")
+        if headroom is not None and budget is not None:  # as max_seq and max_batch refuse it
+            raise SpecError("budget", "give headroom or budget, not both: a budget is the "
+                            "bytes allowed, a headroom the device's share")  # fmt: skip
         return judge(self.values, self.hardware, self.headroom if headroom is None else headroom,
                      budget)  # fmt: skip
 
