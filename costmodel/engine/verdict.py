@@ -138,7 +138,8 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
     return (
         f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}; "
         f"micro-batch {micro} per device x grad-accum {t.grad_accum}; recompute {t.recompute}; "
-        f"{_precision(t, defaulted)}; attention {t.attention} (kernel {t.attention_kernel}); "
+        f"{_precision(t, defaulted)}; attention {t.attention}"
+        f"{f' (kernel {t.attention_kernel})' if t.attention == 'flash' else ''}; "
         f"{t.optimizer}{_tuned(t)}"
     )
 
