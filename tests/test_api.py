@@ -444,3 +444,11 @@ def test_fit_refuses_a_headroom_beside_a_budget():
     with pytest.raises(cm.SpecError, match="give headroom or budget, not both") as err:
         est.fit(headroom=0.5, budget=60e9)
     assert err.value.field == "budget" and est.fit(budget=60e9).budget_bytes == 60e9
+
+
+def test_min_fsdp_without_hardware_names_hardware():
+    """Issue 60's sixth probe: min_fsdp without hardware said "hardware is required with
+    microbatch" (never given)."""
+    with pytest.raises(cm.SpecError, match="min_fsdp needs hardware") as err:
+        cm.min_fsdp("llama3-8b", seq=4096)
+    assert err.value.field == "hardware"

@@ -52,8 +52,8 @@ def test_the_repr_counts_in_the_clis_words(capsys):
     assert main(["serve", "--model", "llama3-70b", "--hardware", "h100-sxm", "--context",
                  "4096"]) == 0  # fmt: skip
     verdict = next(x for x in capsys.readouterr().out.splitlines() if "verdict" in x)
-    said = "not one sequence's cache fits beside the weights"
-    assert none.how_many() == said and said in verdict
+    said = "the weights alone do not fit the engine's share of a device (a larger tp)"
+    assert none.how_many() == said and said in verdict  # 141 GB of weights (a sixth probe)
     assert repr(none).startswith(f"ServeAnswer(does NOT fit: {said}; nearest fit: precision ")
     assert "0 sequences" not in repr(none)
     two = costmodel.serve("llama3-70b", hardware="h200", tp=8, gpus=16, input=2000, output=500,
@@ -210,3 +210,16 @@ def test_one_generated_token_is_limited_by_the_prefill_and_has_no_tpot(capsys):
     out = capsys.readouterr().out
     assert "limited by             the prefill: one token is generated" in out
     assert "TPOT (decode step)     none: one token, no decode" in out
+
+
+def test_an_unfit_serve_names_the_cause_and_the_change_that_holds_the_most():
+    """Issue 60's sixth probe: Llama-3-405B's weights over tp 8 (101 GB a device) read "not
+    one sequence's cache fits beside the weights"; and a 100k context at tp 2 answered "no
+    batch fits on one node" where tp 8 holds 14 and tp 8 in fp8 33."""
+    big = costmodel.serve("llama3-405b", hardware="h100-sxm", tp=8, input=1000, output=100,
+                          batch=4)  # fmt: skip
+    assert big.how_many().startswith("the weights alone do not fit")
+    long = costmodel.serve("llama3-70b", hardware="h100-sxm", tp=2, input=100000, output=100,
+                           batch=64, rope_scaling=16)  # fmt: skip
+    assert long.how_many() == "not one sequence's cache fits beside the weights"
+    assert long.nearest.endswith("fits 33 at once (of the 64 asked)") and "tp 8" in long.nearest

@@ -151,7 +151,8 @@ class ServeAnswer(Mapping):
     def how_many(self) -> str:
         """How many sequences fit, in the verdict's words (:func:`how_many`): the CLI's,
         the app's and the repr's."""
-        return how_many(self.estimate.values["max_batch"], self.replicas)
+        v = self.estimate.values
+        return how_many(v["max_batch"], self.replicas, v.get("memory_bytes_per_device.kv_room"))
 
     def headline(self) -> str:
         """The verdict's first words, the same in the CLI, the app and the repr: whether it
@@ -242,9 +243,10 @@ def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstim
     """The first change that fits the user's batch, in this order: a disaggregated
     deployment's larger prefill tp, a mixture-of-experts model's experts over every device
     of its replicas (ep), an fp8 cache, fp8 weights, more tp within a node (each
-    doubling), more tp with an fp8 cache, then both fp8 at the largest tp; else
-    the largest batch that fits as asked, or that nothing fits on one node."""
-    want, partial = _wanted(spec), None
+    doubling), more tp with an fp8 cache, then both fp8 at the largest tp; else the change
+    that holds the most of it, the largest batch that fits as asked, or that nothing fits
+    on one node."""
+    want, partial, most = _wanted(spec), None, 0
     for change, flags in _changes(model, spec, hw):
         try:
             got = serve(model, change, hw)
@@ -252,8 +254,9 @@ def nearest_fit(model: ModelSpec, spec: ServeSpec, hw: Hardware, est: ServeEstim
             continue
         if got["fits"] and got["max_batch"] >= want:
             return f"{flags} {_holds(spec, want)}"
-        if got["fits"] and partial is None:
-            partial = f"{flags} fits {got['max_batch']:,} at once (of the {want:,} asked)"
+        if got["max_batch"] > most:  # else the change that holds the most of the batch
+            most = got["max_batch"]
+            partial = f"{flags} fits {most:,} at once (of the {want:,} asked)"
     if partial is not None:
         return partial
     if est["max_batch"] >= 1:

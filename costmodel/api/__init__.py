@@ -239,6 +239,9 @@ def min_fsdp(
                             f"one sequence) in one micro-batch: leave {held} out")  # fmt: skip
     if batch_tokens is not None:
         checks.integer("batch_tokens", batch_tokens, minimum=1)
+    if inputs.get("hardware") is None:  # before the build, which names what needs it
+        raise SpecError("hardware", "min_fsdp needs hardware (the full model's per-device "
+                        "peak; solve min-fsdp prices the book's chip without it)")  # fmt: skip
     start = expert_start(inputs)  # a group the experts' split allows, searched from 1
     replicas = inputs.get("dp", 1) * start.get("fsdp", 1)  # the batch spans dp x fsdp devices
     per_device = 1

@@ -41,7 +41,7 @@ class ServeEstimate(Mapping):
     def __repr__(self) -> str:
         v = self.values
         if not v.get("fits"):  # no times for a load that does not fit (the CLI's words)
-            said = how_many(v.get("max_batch", 0))
+            said = how_many(v.get("max_batch", 0), room=v.get("memory_bytes_per_device.kv_room"))
             return f"ServeEstimate(does NOT fit: {said}; {len(v)} quantities)"
         head = [f"fits ({how_many(v['max_batch'])})"]
         shown = (("time_s.ttft", "TTFT", 1e3, " ms"), ("time_s.tpot", "TPOT", 1e3, " ms"),
@@ -52,10 +52,13 @@ class ServeEstimate(Mapping):
         return f"ServeEstimate({', '.join(head)}; {len(v)} quantities)"
 
 
-def how_many(most: int, replicas: int = 1) -> str:
-    """How many sequences fit a replica, in words (none: not even one's cache), and over
-    the ``replicas`` where there are several: the verdict's count, the CLI's, the app's and
+def how_many(most: int, replicas: int = 1, room: float | None = None) -> str:
+    """How many sequences fit a replica, in words (none: not even one's cache, or where the
+    cache's ``room`` is negative the weights alone do not fit), and over the ``replicas``
+    where there are several: the verdict's count, the CLI's, the app's and
     :class:`ServeAnswer`'s repr."""
+    if most < 1 and room is not None and room < 0:
+        return "the weights alone do not fit the engine's share of a device (a larger tp)"
     if most < 1:
         return "not one sequence's cache fits beside the weights"
     said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
