@@ -336,6 +336,11 @@ def layout_rules(
         ok = ~np.asarray(getattr(par, flag, False), dtype=bool) | (tp > 1)
         checks.require(ok, flag, lambda f=flag: f"{f} works over the tensor-parallel ranks: it "
                        "needs tp > 1")  # fmt: skip
+    kept = ~np.asarray(getattr(par, "reshard_after_forward", True), dtype=bool)
+    ok = ~kept | (np.asarray(par.framework) == "fsdp2")  # its memory is priced for FSDP2's
+    checks.require(ok, "reshard_after_forward", lambda: "reshard_after_forward=False keeps "
+                   "FSDP2's gathered layers to the backward (fully_shard's option): framework "
+                   "fsdp2 (the others run their own schedules)")  # fmt: skip
     checks.divides("slices", getattr(par, "slices", 1), "the device count", device_count(par))
     moe_rule(par, model, shards_over_cp)
 
