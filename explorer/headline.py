@@ -53,7 +53,9 @@ def _metrics(setup: Setup, v: dict[str, float], fit: Fit) -> None:
            f"{v['tokens_per_s'] / n:,.0f} per device")  # fmt: skip
     cols[3].metric("tokens/s", f"{v['tokens_per_s']:,.0f}", per, **off)
     named, _ = peak_named(setup.train, setup.hardware)
-    cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off)
+    cols[4].metric("MFU", f"{100 * v['mfu']:.1f} %", f"of {named}", **off,
+                   help="model FLOPs utilisation: the useful FLOPs a step needs (no "
+                   "recomputation: flops.conventions.useful) over a step at peak")  # fmt: skip
     if "train_days" in v:
         cost = f"${v['train_cost']:,.0f}" if "train_cost" in v else "set a price"
         cols[5].metric("days to train", f"{v['train_days']:,.2f}", cost, **off)

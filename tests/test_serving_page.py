@@ -19,7 +19,11 @@ def test_serve_page_estimates_draws_and_refuses():
     assert not at.exception and not at.error
     assert "Fits" in at.success[0].value and not at.warning  # a dense model, calibrated
     assert " GB) per device; up to " in at.success[0].value  # its memory, as the CLI says it
-    assert [m.label for m in at.metric][:3] == ["KV cache per token", "TTFT (mean)", "TPOT (mean)"]
+    assert [m.label for m in at.metric][:3] == [
+        "KV cache per token",
+        "TTFT (the batch's prefill)",
+        "TPOT (mean)",
+    ]
     assert any(m.value.startswith("**Limited by** decode") for m in at.markdown)
     assert at.metric[0].value == "131,072 B"  # Llama-3-8B, bf16: 2 x 32 x 8 x 128 x 2
     assert len(at.get("vega_lite_chart")) == 2
