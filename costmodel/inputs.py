@@ -234,6 +234,10 @@ def build(
     train = _micro_batch(train, parallel, micro, accum_given)
     check(spec, train, parallel)
     hardware = get_hardware(values["hardware"])
+    if hardware.kind == "tpu" and trait(parallel.framework, "cuda_only"):
+        raise SpecError("framework", f"{parallel.framework} runs on CUDA GPUs, not on "
+                        f"{hardware.name}: on a TPU price --framework fsdp2 (MaxText's FSDP, "
+                        "as the TPU runs the catalog checks)")  # fmt: skip
     hardware.peak(PRECISIONS[train.precision].peak_dtype)  # the device has the precision
     if train.attention == "flash":  # ... and a rate for the attention kernel named
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,

@@ -308,3 +308,14 @@ def test_no_reshard_after_forward_is_fsdp2s(capsys):
         assert main([*base, "--framework", framework]) == 2
         assert "keeps FSDP2's gathered layers" in capsys.readouterr().err
     assert main([*base, "--framework", "fsdp2"]) == 0
+
+
+def test_cuda_only_frameworks_are_refused_on_a_tpu_and_not_planned(capsys):
+    """Issue 60's sixth probe: Megatron on a TPU v5p answered 68.6 % MFU unwarned, and the
+    planner ranked Megatron layouts on TPUs."""
+    base = ["--model", "llama3-8b", "--hardware", "tpu-v5p", "--gpus", "16"]
+    assert main(["estimate", *base, "--batch", "16", "--framework", "megatron"]) == 2
+    assert "megatron runs on CUDA GPUs, not on tpu-v5p" in capsys.readouterr().err
+    assert main(["plan", *base, "--global-batch", "64", "--seq", "4096", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["top"]
+    assert rows and all(r["framework"] not in ("megatron", "deepspeed") for r in rows)

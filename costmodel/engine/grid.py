@@ -240,7 +240,9 @@ def _blocks(model: ModelSpec, hardware: Hardware, gpus: int, options: PlanOption
     max_tp = options.max_tp or hardware.devices_per_node
     splits = set().union(*(divisors(int(size)) for size in sizes))  # replica counts that split
     rows = []
-    for fw, tp, cp in itertools.product(options.frameworks, divisors(gpus), divisors(gpus)):
+    runs = [fw for fw in options.frameworks  # Megatron, DeepSpeed: CUDA GPUs only
+            if not (hardware.kind == "tpu" and trait(fw, "cuda_only"))]  # fmt: skip
+    for fw, tp, cp in itertools.product(runs, divisors(gpus), divisors(gpus)):
         if tp > max_tp or gpus % (tp * cp):
             continue
         for pp in divisors(gpus // (tp * cp)):

@@ -28,6 +28,9 @@ class Traits:
     name: ClassVar[str]
     fsdp_name: ClassVar[str] = "ZeRO-3"
     """What its sharding over fsdp ranks is called (a nearest fit's words)."""
+    cuda_only: ClassVar[bool] = False
+    """Runs on CUDA GPUs alone (Transformer Engine's and DeepSpeed's kernels): refused on a
+    TPU, where the runs the catalog checks are MaxText's FSDP (framework ``fsdp2``)."""
     autocast: ClassVar[bool] = False
     """torch.autocast over fp32 parameters (the reference model): an fp32 residual stream,
     low-precision weight casts kept from forward to backward and their cast traffic."""
@@ -191,6 +194,7 @@ class MegatronTraits(Traits):
 
     name = "megatron"
     fsdp_name = "Megatron-FSDP"
+    cuda_only = True
     sharding = (
         "its distributed optimizer: master weights and optimizer state over the "
         "data-parallel ranks (ZeRO-1 in DeepSpeed's terms), or Megatron-FSDP (ZeRO-3) "
@@ -239,6 +243,7 @@ class DeepSpeedTraits(Traits):
     """DeepSpeed's ZeRO engine (its stage picked with ``--zero``)."""
 
     name = "deepspeed"
+    cuda_only = True
     shards_by_default = True
     zero3_prefetch = True
     params_persist = True
