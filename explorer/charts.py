@@ -10,7 +10,7 @@ import altair as alt
 import numpy as np
 
 from costmodel.engine.estimate import estimate
-from costmodel.engine.fit import budget_bytes
+from costmodel.engine.fit import budget_bytes, peak_at
 from costmodel.engine.timeline import COLOURS
 from costmodel.inputs import Setup
 from costmodel.single.precision import PRECISIONS
@@ -108,7 +108,11 @@ def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
     )
     title = (f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} "
              f"capacity, orange: the fit rule's budget)")  # fmt: skip
-    title = alt.TitleParams(title, subtitle=why_bars_differ(data, field))
+    said = why_bars_differ(data, field)
+    at = peak_at(estimate(setup.model, setup.train, setup.parallel, setup.hardware).values)
+    if at is not None:  # where the transients are: at the step, no activations are held
+        said.append(f"at {field} {current:,} the peak falls at {at}")
+    title = alt.TitleParams(title, subtitle=said)
     return alt.layer(mark.encode(x), bars, peak, rule, budget, title=title)
 
 

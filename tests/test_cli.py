@@ -319,3 +319,17 @@ def test_cuda_only_frameworks_are_refused_on_a_tpu_and_not_planned(capsys):
     assert main(["plan", *base, "--global-batch", "64", "--seq", "4096", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["top"]
     assert rows and all(r["framework"] not in ("megatron", "deepspeed") for r in rows)
+
+
+def test_the_memory_table_says_where_the_peak_falls(capsys):
+    """Issue 60's sixth probe: with recompute full the peak (at the optimizer step: fp32
+    step gradients and the optimizer's temporaries, no activations) read as activations
+    moved into "transients"; the table now says where the peak falls."""
+    argv = ["estimate", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "16",
+            "--tp", "8", "--pp", "2", "--batch", "64", "--seq", "4096", "--framework",
+            "megatron"]  # fmt: skip
+    assert main([*argv, "--recompute", "full"]) == 0
+    assert "  peak falls at    the optimizer step" in capsys.readouterr().out
+    assert main(["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                 "--batch", "64", "--seq", "8192", "--framework", "fsdp2"]) == 0  # fmt: skip
+    assert "peak falls at        the forward and backward" in capsys.readouterr().out

@@ -23,7 +23,7 @@ from costmodel.cli.args import (
 )
 from costmodel.engine.caveats import calibration_line
 from costmodel.engine.estimate import UNFIT, Estimate, estimate
-from costmodel.engine.fit import PEAK, rest_at_peak
+from costmodel.engine.fit import PEAK, peak_at, rest_at_peak
 from costmodel.engine.verdict import rate_words, verdict
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
@@ -91,6 +91,7 @@ _SUMMARY = (
         ),
     ),
     ("  peak", "memory_bytes_per_device.peak", fmt_bytes),
+    ("  peak falls at", "memory_bytes_per_device.peak_at", str),
     ("  reserved", "memory_bytes_per_device.reserved", fmt_bytes),
     ("time per step", None, None),
     ("  compute", "time_s.compute", None),
@@ -125,6 +126,9 @@ def summary_rows(est: Estimate, fits: bool) -> list[tuple[str, str]]:
     v = dict(est.values)
     if PEAK in v:
         v["memory_bytes_per_device.rest_at_peak"] = rest_at_peak(v)
+        at = peak_at(v)  # the transients' phase: at the optimizer step, not the activations'
+        if at is not None:
+            v["memory_bytes_per_device.peak_at"] = at
     v.update(_step_parts(v))
     shown = {k for _, k, _ in _SUMMARY if k and (v.get(k) or (k == "time_s.step" and k in v))}
     if v.get("time_s.comm"):  # what of it the step waits for, 0 included

@@ -57,6 +57,20 @@ def rest_at_peak(values: Mapping[str, Any]) -> float:
     return float(values[PEAK]) - listed
 
 
+def peak_at(values: Mapping[str, Any]) -> str | None:
+    """Where a step's peak falls: ``the optimizer step`` where it is above the forward's
+    and the backward's with the optimizer state held beside them (``costmodel.single.
+    memory.peak_memory``: the step's gradients and the optimizer's temporaries beside the
+    state, no activations), else ``the forward and backward``; None where the phases' peaks
+    are not priced."""
+    keys = ("memory_bytes_per_device.peak_forward_backward", "memory_bytes_per_device.optimizer")
+    both, state = (values.get(k) for k in keys)
+    if PEAK not in values or both is None or state is None:
+        return None
+    step = float(values[PEAK]) > (float(both) + float(state)) * (1 + 1e-9)
+    return "the optimizer step" if step else "the forward and backward"
+
+
 def check_headroom(headroom: Any) -> float:
     """``headroom`` as a float in (0, 1], else a SpecError naming ``memory_headroom``."""
     checks.number("memory_headroom", headroom)
