@@ -20,6 +20,7 @@ from costmodel.engine.padding import (
     strategy_costs,
     truncated,
 )
+from costmodel.engine.verdict import sharding
 from costmodel.inputs import BY_KEY, build
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
@@ -154,7 +155,9 @@ def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
     with st.form("padding_inputs"):
         _model_row("padding")
         c = st.columns([1, 1, 3, 2])
-        c[0].number_input("GPUs (FSDP; Megatron: replicas)", 1, 2**16, key="padding_gpus")
+        c[0].number_input("GPUs (FSDP; Megatron: replicas)", 1, 2**16, key="padding_gpus",
+                          help="this page shards over every GPU (the CLI's padding with "
+                          "--fsdp GPUS); Megatron's optimizer over replicas")  # fmt: skip
         c[1].selectbox(
             "framework",
             FRAMEWORKS,
@@ -195,10 +198,15 @@ def padding_page() -> None:
         st.error(in_words(err.message))
         return
     fit = judged(rows, setup)  # the CLI's rule: no speed for a layout that cannot run
-    if fit is not None and not fit.fits:
-        st.error(f"Does not fit: {fit.sentence()[len('does not fit: '):]}. No speed for it: "
+    layout = f"{setup.parallel.framework}, {sharding(setup.parallel)}"  # said: the CLI's
+    if fit is not None and not fit.fits:  # padding shards only with --fsdp
+        st.error(f"Does not fit ({layout}): {fit.sentence()[len('does not fit: '):]}. No "
+                 "speed for it: "
                  "the Estimate page names the nearest layout that fits; the padding shares "
                  "below stand.")  # fmt: skip
+    elif fit is not None:  # the verdict first, as the CLI's
+        said = fit.sentence()
+        st.success(f"{said[0].upper()}{said[1:]} ({layout})")
     st.caption(f"{len(lengths):,} documents, mean {lengths.mean():,.1f} tokens; rows of "
                f"{setup.train.seq:,} tokens, {setup.train.batch} rows per step")  # fmt: skip
     cut = truncated(lengths, setup.train.seq)

@@ -160,3 +160,12 @@ def test_a_page_says_the_uploaded_config_is_not_carried():
     plain.session_state[ESTIMATE] = {"gpus": 8, "seq": 2048, "batch": 16}
     plain.run()
     assert not any("uploaded" in i.value for i in plain.info)
+
+
+def test_the_padding_page_says_its_verdict_and_layout_first():
+    """Issue 60's sixth probe: the Padding page showed speeds with no verdict and sharded
+    over every GPU unsaid, where the CLI's padding (DDP without --fsdp) did not fit."""
+    at = AppTest.from_function(_padding, default_timeout=300).run()
+    assert not at.exception and at.success
+    said = at.success[0].value
+    assert said.startswith("Fits: peak") and said.endswith("(reference, ZeRO-3 over fsdp 8)")
