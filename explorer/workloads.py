@@ -220,9 +220,12 @@ def padding_page() -> None:
               "tokens/s": None if r["tokens_per_s"] is None else round(r["tokens_per_s"])}
              for k, r in rows.items()]  # fmt: skip
     st.dataframe(table, hide_index=True, width="stretch")
+    timed = any(r["tokens/s"] is not None for r in table)  # none where it does not fit
+    speed = "tokens/s" if timed else "pad tokens (%)"
     tips = ["strategy:N", "tokens/s:Q", "pad tokens (%):Q", "wasted FLOPs (%):Q"]
-    chart = alt.Chart(alt.Data(values=table), title="Useful tokens per second").mark_bar()
-    chart = chart.encode(x="tokens/s:Q", y=alt.Y("strategy:N", sort=None), tooltip=tips)
+    title = "Useful tokens per second" if timed else "Padding tokens (no speed: it does not fit)"
+    chart = alt.Chart(alt.Data(values=table), title=title).mark_bar()
+    chart = chart.encode(x=f"{speed}:Q", y=alt.Y("strategy:N", sort=None), tooltip=tips)
     st.vega_lite_chart(chart.to_dict(validate=False), width="stretch")
     hist = np.histogram(np.minimum(lengths, setup.train.seq), bins=64)
     bins = [{"from": float(lo), "to": float(hi), "documents": int(n)}
