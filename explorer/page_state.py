@@ -112,8 +112,8 @@ def start(page: str, inputs: tuple[PageInput, ...]) -> list[str]:
         for f in (f for f in inputs if f.key in query):
             try:
                 stored[f.key] = parse(f, query[f.key])
-            except ValueError as err:
-                problems.append(f"{f.key}={query[f.key][:40]!r} {err}")
+            except ValueError as err:  # the value kept instead is said (a probe)
+                problems.append(f"{f.key}={query[f.key][:40]!r} {err}; using {stored[f.key]}")
         reset = {f.key for f in inputs}
     elif shared != stored["_from"]:  # the Estimate page changed since: follow it
         reset = {k for k, v in shared.items() if stored["_from"].get(k) != v}

@@ -166,7 +166,7 @@ def test_the_memory_and_time_tables_add_up_as_the_clis_do():
     assert not at.exception
     memory, _, time, *_ = (df.value for df in at.dataframe)
     names = list(memory.iloc[:, 0])
-    assert names[-3:] == ["transients", "peak", "reserved"] and "weights" in names
+    assert names[-4:] == ["transients", "peak", "peak falls at", "reserved"] and "weights" in names
     parts = dict(zip(time.iloc[:, 0], time["value"], strict=True))
     assert list(parts) == ["compute", "communication", "of it exposed", "contention",
                            "optimizer", "step"]  # fmt: skip
