@@ -89,6 +89,7 @@ _WORD = re.compile(
     r"|(?<=\* )([a-z][a-z0-9]*)\b|(?<=\bx )([a-z][a-z0-9]*)\b|(?<=divide )([a-z][a-z0-9]*)\b"
     r"|(?<=\bor )([a-z][a-z0-9]*)\b(?![.(`])|^([a-z][a-z0-9]*)\b(?![.(`])"
     r"|(?<=\bgive )([a-z][a-z0-9]*)\b(?![.(`])|(?<=\bof )([a-z][a-z0-9]*)(?= \d)"
+    r"|(?<=\bneeds )([a-z][a-z0-9]*)\b(?![.(`])"
 )
 """A one-word field where a rule names it: a factor of a product, ``got x=``, ``x must``,
 the sentence's subject, what to ``give``, a value ``of x 12``."""

@@ -221,9 +221,12 @@ class ServeSpec:
         if self.concurrency is not None:
             checks.integer("concurrency", self.concurrency)
             checks.at_most("concurrency", self.concurrency, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
-            if self.request_rate is not None or self.arrival != "continuous":
-                raise SpecError("concurrency", "concurrency (a closed loop of users) needs "
-                                "arrival=continuous and no request_rate")  # fmt: skip
+            if self.request_rate is not None:
+                raise SpecError("concurrency", "concurrency (a closed loop of users) and "
+                                "request_rate (an open loop): give one")  # fmt: skip
+            if self.arrival != "continuous":
+                raise SpecError("concurrency", "concurrency (a closed loop of users) runs "
+                                "continuous batching: leave arrival out")  # fmt: skip
             if self.requests is not None and self.requests < self.concurrency:
                 raise SpecError("requests", f"requests must be >= concurrency (got requests="
                                 f"{self.requests:,}, concurrency={self.concurrency:,}): each "
