@@ -198,7 +198,10 @@ def build(
     if unknown:
         raise SpecError(unknown[0], f"unknown input(s): {', '.join(unknown)}")
     spec = build_model(values, model)
-    train = TrainSpec(**_given(values, TRAIN_INPUTS))
+    given = _given(values, TRAIN_INPUTS)
+    if solving == "batch" and "batch" not in given and "grad_accum" in given:
+        given["batch"] = given["grad_accum"]  # a start the accumulation divides (not solved)
+    train = TrainSpec(**given)
     _adapter_inputs(values, train)
     budget, price = values.get("token_budget"), values.get("price_per_hour")
     if price is not None:

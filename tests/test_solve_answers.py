@@ -303,3 +303,16 @@ def test_max_seq_says_a_pipelines_answer_depends_on_its_micro_batches(capsys):
     assert main(argv) == 0
     note = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("note"))
     assert "at grad-accum 2 a pipeline of 4 stages holds 2 micro-batches in flight" in note
+
+
+def test_max_batch_takes_a_grad_accum_without_naming_a_batch_never_given(capsys):
+    """Issue 60's sixth probe: max-batch with --grad-accum 8 failed "grad_accum must divide
+    batch (got batch=4, grad_accum=8)", a default batch the question solves for."""
+    argv = ["solve", "max-batch", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus",
+            "8", "--seq", "8192", "--framework", "fsdp2", "--grad-accum", "8"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("answer   batch ") and "grad-accum 8" in out
+    api = costmodel.max_batch("llama3-8b", hardware="h100-sxm", gpus=8, seq=8192,
+                              framework="fsdp2", grad_accum=8)  # fmt: skip
+    assert f"answer   batch {api['batch']:,}:" in out
