@@ -250,6 +250,11 @@ def build(
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip
     notes = (*_seq_note(values, spec, train, solving), *notes)
+    if hardware.kind == "gpu" and parallel.tp > hardware.devices_per_node:
+        nodes = -(-parallel.tp // hardware.devices_per_node)
+        notes = (*notes, f"tp {parallel.tp} spans {nodes} nodes of {hardware.devices_per_node} "
+                 "GPUs: its collectives cross the network, priced at its bandwidth (training "
+                 "frameworks keep tp within a node)")  # fmt: skip
     if not spec.ffn_only and parallel.tp > spec.n_kv_heads:
         notes = (*notes, f"tp {parallel.tp} is more than the {spec.n_kv_heads} KV heads: "
                  f"each is replicated over {parallel.tp // spec.n_kv_heads} ranks, as vLLM "

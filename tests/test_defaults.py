@@ -169,3 +169,14 @@ def test_each_frameworks_own_stage_over_arrays_is_its_per_layout_one():
     assert own_stage(names, degrees).tolist() == expected
     one = own_stage(np.array(["megatron"]), np.array([[1, 8], [2, 1]]))
     assert one.tolist() == [[1, 3], [3, 1]] and own_stage(np.array([], str), []).size == 0
+
+
+def test_a_tp_group_across_nodes_is_noted():
+    """Issue 60's sixth probe: tp 16 on 8-GPU nodes was priced over the network unsaid
+    (bounds warned of an fsdp group across nodes, estimate said nothing of tp's)."""
+    setup = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 16, "tp": 16,
+                   "batch": 16})  # fmt: skip
+    assert any(n.startswith("tp 16 spans 2 nodes of 8 GPUs") for n in setup.notes)
+    inside = build({"model": "llama3-8b", "hardware": "h100-sxm", "gpus": 16, "tp": 8,
+                    "batch": 16})  # fmt: skip
+    assert not any("spans" in n for n in inside.notes)
