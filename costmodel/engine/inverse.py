@@ -88,7 +88,9 @@ def max_fitting(
         out[f"{field}_untight"] = largest_fitting(held, step, best, step)
     if best is None:  # the smallest value the layout allows does not fit: say so
         smallest = estimate(model, train.replace(**{field: step}), parallel, hardware)
-        out["reason"] = f"even {field} {step:,} {smallest.fit(headroom, budget).sentence()}"
+        said = smallest.fit(headroom, budget).sentence()
+        out["reason"] = (f"even {field} {step:,} {said}; estimate at {field} {step:,} names "
+                         "the nearest change that fits")  # fmt: skip
     if field == "seq" and not learned and best is not None and best > model.max_positions:
         out["note"] = (f"{best:,} tokens is past {model.name}'s {model.max_positions:,} "
                        "trained positions: memory allows it, the model needs position scaling "
