@@ -63,6 +63,11 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         else:
             shown = fmt_count(value, "FLOP")
         print(f"  {LABELS.get(key, key):<40} {shown}")
+    rates = [k for k in result if k.startswith("time_s.") and "kernel" in k]
+    if rates and result["time_s.forward"] > min(result[k] for k in rates):
+        print("  note: the roofline prices these tiles' reads of K and V from HBM, one pass "
+              f"per tile of {spec.tile} queries; the device's kernel (larger tiles, "
+              "reuse on chip) runs at its measured rate, which can be the faster")  # fmt: skip
     return 0
 
 
