@@ -29,7 +29,7 @@ from costmodel.engine.why import change_words, differences, nearest_fitting
 from costmodel.inputs import BY_KEY
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import TrainSpec
-from costmodel.units import GIB
+from costmodel.units import GIB, fmt_count
 from explorer import plan_charts
 from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
@@ -296,7 +296,7 @@ def _sizing(p: Plan, inp: dict[str, Any]) -> None:
     answer (the cheapest count within the deadline) and the days-against-cost chart."""
     price, deadline = inp["price"] or None, inp["deadline"] or None
     rows = sizes(p, inp["tokens"], price, deadline)
-    st.subheader(f"Sizing: {inp['tokens']:,.4g} tokens")
+    st.subheader(f"Sizing: {fmt_count(inp['tokens'])} tokens")
     try:
         best = choose(rows, deadline)
         cost = "" if best.cost is None else f", ${best.cost:,.0f}"

@@ -162,8 +162,8 @@ class ServeAnswer(Mapping):
         if not self.fits:
             return "does NOT fit"
         if self.overloaded:
-            return (f"fits, but OVERLOADED ({v['workload.sustained_per_s']:.3g} of "
-                    f"{v['workload.offered_per_s']:.3g} requests/s served)")  # fmt: skip
+            return (f"fits, but OVERLOADED ({_rate(v['workload.sustained_per_s'])} of "
+                    f"{_rate(v['workload.offered_per_s'])} requests/s served)")  # fmt: skip
         waiting = v.get("workload.users_waiting", 0)
         if waiting:
             slots = v.get("workload.slots", v["max_batch"])
@@ -225,6 +225,11 @@ def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
     nearest = None if fits else nearest_fit(model, spec, hw, est)
     caveats = serve_caveats(model, hw) + _over_cap(spec)
     return ServeAnswer(est, fits, nearest, caveats, replicas=spec.dp)
+
+
+def _rate(x: float) -> str:
+    """A rate as a reader writes it: 1,000 and 4.59, not 1e+03."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _over_cap(spec: ServeSpec) -> list[str]:
