@@ -144,8 +144,7 @@ def test_cli(capsys):
     out = capsys.readouterr().out
     head, given = out.splitlines()[:2]
     assert (
-        head
-        == "llama3-8b on one h100-sxm (the default --hardware), its host over pcie5 (the "
+        head == "llama3-8b on one h100-sxm (the default --hardware), its host over pcie5 (the "
         "device's; --link) (overlap 1): batch 68 x seq 8192, bf16"
     )
     assert given == "the plan given" and "34 rounds of 2 sequence(s)" in out
