@@ -150,7 +150,7 @@ def test_capacity_and_imbalance_sweep_as_real_numbers():
         "capacity_factor": np.array([0.0, 1.0, 1.25]),
         "ep_imbalance": np.array([1.5, 1.5, 1.2]),
     }
-    fixed = {"ep": 8, "fsdp": 8, "framework": "fsdp2", "batch": 64, "seq": 4096}
+    fixed = {"ep": 8, "fsdp": 8, "framework": "fsdp2", "batch": 64, "seq": 4096, "grad_accum": 1}
     keys = ("time_s.step", "moe.dropped_fraction", "comm_bytes.ep")
     got = sweep(MIXTRAL, quantities=keys, hardware=H100, **grid, **fixed)
     for i in range(3):

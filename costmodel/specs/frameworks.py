@@ -28,6 +28,9 @@ class Traits:
     name: ClassVar[str]
     fsdp_name: ClassVar[str] = "ZeRO-3"
     """What its sharding over fsdp ranks is called (a nearest fit's words)."""
+    reshard_option: ClassVar[bool] = False
+    """Whether ``reshard_after_forward=False`` is its option (FSDP2's ``fully_shard``), its
+    memory priced; the others run their own schedules and refuse it."""
     cuda_only: ClassVar[bool] = False
     """Runs on CUDA GPUs alone (Transformer Engine's and DeepSpeed's kernels): refused on a
     TPU, where the runs the catalog checks are MaxText's FSDP (framework ``fsdp2``)."""
@@ -156,6 +159,7 @@ class FSDP2Traits(Traits):
 
     name = "fsdp2"
     fsdp_name = "FSDP2"
+    reshard_option = True
     sharding = (
         "FSDP: parameters, gradients and optimizer state over the fsdp ranks (ZeRO-3; "
         "--no-reshard-after-forward keeps the gathered parameters to the backward, as ZeRO-2 does)"

@@ -19,7 +19,7 @@ import numpy as np
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.fields import check_fields, document_fields
-from costmodel.specs.frameworks import FRAMEWORKS, framework_defaults, own_stage
+from costmodel.specs.frameworks import FRAMEWORKS, framework_defaults, own_stage, trait
 from costmodel.specs.frameworks import FrameworkName as Framework
 from costmodel.specs.pipeline import dualpipe_rule, first_round_layers, pipeline_rule
 
@@ -337,7 +337,7 @@ def layout_rules(
         checks.require(ok, flag, lambda f=flag: f"{f} works over the tensor-parallel ranks: it "
                        "needs tp > 1")  # fmt: skip
     kept = ~np.asarray(getattr(par, "reshard_after_forward", True), dtype=bool)
-    ok = ~kept | (np.asarray(par.framework) == "fsdp2")  # its memory is priced for FSDP2's
+    ok = ~kept | np.asarray(trait(par.framework, "reshard_option"), dtype=bool)
     checks.require(ok, "reshard_after_forward", lambda: "reshard_after_forward=False keeps "
                    "FSDP2's gathered layers to the backward (fully_shard's option): framework "
                    "fsdp2 (the others run their own schedules)")  # fmt: skip
