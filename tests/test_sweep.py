@@ -119,3 +119,18 @@ def test_sweep_takes_estimates_defaults_and_crosses_gpus_with_batches():
     with pytest.raises(SpecError, match="must equal gpus") as err:
         costmodel.sweep("llama3-8b", gpus=16, dp=2, batch=64, **kw)
     assert err.value.field == "gpus"
+
+
+def test_sweep_takes_a_memory_headroom_as_estimate_does():
+    """Issue 60's sixth probe: sweep refused memory_headroom, so its fits column always
+    used 0.9 where estimate takes the user's."""
+    import costmodel
+
+    kw = {"hardware": "h100-sxm", "gpus": 8, "batch": 64, "seq": 8192, "framework": "fsdp2"}
+    for headroom in (0.8, 0.95):
+        grid = costmodel.sweep("llama3-8b", memory_headroom=headroom, **kw)
+        one = costmodel.estimate("llama3-8b", memory_headroom=headroom, **kw)
+        assert bool(grid["fits"]) == one.fit().fits
+    assert not costmodel.sweep("llama3-8b", memory_headroom=0.8, **kw)["fits"]
+    with pytest.raises(SpecError, match="memory_headroom"):
+        costmodel.sweep("llama3-8b", memory_headroom=1.5, **kw)

@@ -10,7 +10,7 @@ import numpy as np
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.engine import sweep as _sweep
-from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, fits
+from costmodel.engine.fit import PEAK, RESERVED, budget_bytes, check_headroom, fits
 from costmodel.engine.sweep import Table
 from costmodel.inputs import default_batch
 from costmodel.specs import checks
@@ -54,6 +54,7 @@ def sweep(
     quantities: Iterable[str] | None = None,
     gpus: Any = None,
     microbatch: Any = None,
+    memory_headroom: float | None = None,
     **overrides: Any,
 ) -> Table:
     """Quantities over a broadcast grid of spec fields, with the inputs as columns.
@@ -65,7 +66,8 @@ def sweep(
     given, as ``estimate`` and the CLI). Returns a :class:`Table`: every input given (with
     the dp, fsdp and micro-batch that gpus gave), then every quantity, as arrays of the
     grid's shape, and with a device ``fits`` (the fit rule of ``estimate``'s verdict: a
-    row's times are what it would take if it fitted) (``.frame()`` for pandas,
+    row's times are what it would take if it fitted; ``memory_headroom`` as estimate's)
+    (``.frame()`` for pandas,
     ``costmodel.table(result)`` for either)."""
     if model is None:  # no silent default model (it was cs336-2.7b): estimate needs one too
         raise SpecError("model", "sweep needs a model: a preset name or a ModelSpec first")
@@ -117,7 +119,9 @@ def sweep(
     cols = {k: np.broadcast_to(np.asarray(v), shape) for k, v in inputs.items()}
     if hardware is not None and PEAK in out:  # the fit rule, as estimate's verdict
         hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
-        ok = np.broadcast_to(np.asarray(fits(out, budget_bytes(hw))), shape)
+        allowed = budget_bytes(hw, None if memory_headroom is None
+                               else check_headroom(memory_headroom))  # as estimate's  # fmt: skip
+        ok = np.broadcast_to(np.asarray(fits(out, allowed)), shape)
         out["fits"] = ok
         out["tight"] = ok & (np.broadcast_to(np.asarray(out[RESERVED]), shape) > hw.hbm_bytes)
         for key in (PEAK, RESERVED):
