@@ -22,7 +22,7 @@ def fmt_count(n: float, unit: str = "") -> str:
                           (1e6, "M")):  # fmt: skip
         if abs(n) >= scale:
             short = f"{n / scale:,.2f} {suffix}{unit}"
-            exact = f"{n:,.0f}" if float(n).is_integer() else f"{n:,.4g}"
+            exact = f"{n:,.0f}"  # a million or more: whole digits (1e+12 read as code)
             return f"{exact} ({short})"
     return f"{n:,.0f} {unit}".rstrip()
 

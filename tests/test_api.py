@@ -452,3 +452,11 @@ def test_min_fsdp_without_hardware_names_hardware():
     with pytest.raises(cm.SpecError, match="min_fsdp needs hardware") as err:
         cm.min_fsdp("llama3-8b", seq=4096)
     assert err.value.field == "hardware"
+
+
+def test_the_repr_says_the_training_days_and_cost_of_a_token_budget():
+    """Issue 60's sixth probe: with token_budget and price_per_hour the repr left out the
+    days and the cost the CLI prints."""
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=64, batch=512, seq=8192,
+                      framework="fsdp2", token_budget=1e12, price_per_hour=2.5)  # fmt: skip
+    assert f"training: {est['train_days']:,.2f} days, ${est['train_cost']:,.0f}" in repr(est)

@@ -180,6 +180,9 @@ class Estimate:
             if fit.fits:
                 out["step"] = f"{self['time_s.step']:.4g} s"
                 out["MFU"] = f"{self['mfu']:.1%}"
+                if "train_days" in self.values:  # a token budget given, as the CLI prints
+                    cost = f", ${self['train_cost']:,.0f}" if "train_cost" in self.values else ""
+                    out["training"] = f"{self['train_days']:,.2f} days{cost}"
             out["peak"] = f"{self['memory_bytes_per_device.peak'] / 2**30:,.2f} GiB per device"
         else:
             out["peak"] = f"{self['memory_bytes.peak'] / 2**30:,.2f} GiB (one device)"
