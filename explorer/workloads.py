@@ -109,8 +109,12 @@ def _bars(parts: dict[str, dict[str, float]], unit: str, title: str,
     """One bar per group: its parts stacked (they add up), or side by side where they run
     at the same time (``stacked`` False). Twenty colours and a legend below in columns, so
     that a dozen parts keep their own colour and name."""
-    rows = [{"group": g, "part": k.replace("_", " "), unit: v}
-            for g, d in parts.items() for k, v in d.items() if v]  # a legend of drawn parts
+    rows = [
+        {"group": g, "part": k.replace("_", " "), unit: v}
+        for g, d in parts.items()
+        for k, v in d.items()
+        if v
+    ]  # a legend of drawn parts
     colour = alt.Color("part:N", title=None, scale=alt.Scale(scheme="category20"),
                        legend=alt.Legend(orient="bottom", columns=3, labelLimit=320))  # fmt: skip
     side = {} if stacked else {"yOffset": alt.YOffset("part:N")}
