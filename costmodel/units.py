@@ -27,6 +27,12 @@ def fmt_count(n: float, unit: str = "") -> str:
     return f"{n:,.0f} {unit}".rstrip()
 
 
+def fmt_rate(x: float) -> str:
+    """A rate as a reader writes it: whole digits from 10 (4,470 tokens/s, 1,000
+    requests/s), else the digits that say it (4.59, a CPU's 0.34); never 1e+03."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
+
+
 def fmt_seconds(s: float) -> str:
     """``850 µs``, ``12.3 ms``, ``4.56 s``, ``2.5 h``: three significant digits."""
     for scale, unit in ((3600, "h"), (1, "s"), (1e-3, "ms"), (1e-6, "µs")):

@@ -54,7 +54,7 @@ ALLOWED = {
         "catalog",
     },
     "serving": {"serving", "kinds", "single", "specs", "symbols"},
-    "answers": {"answers", "serving", "engine", "catalog", "kinds", "specs"},
+    "answers": {"answers", "serving", "engine", "catalog", "kinds", "specs", "units"},
     "rl": {"rl", "api", "engine", "serving", "catalog", "specs"},
     "book": {"book", "engine", "frameworks", "kinds", "parallel", "single", "specs", "symbols"},
     "inputs": {"inputs", "config", "catalog", "engine", "single", "specs"},

@@ -271,8 +271,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
             raise SpecError("formula", "--formula prints an expression, --json the values: "
                             "give one of them")  # fmt: skip
         if args.formula not in est.values:
-            missing = est.missing(args.formula[:60]).replace("est.keys() lists them all",
-                                                              "--full lists them all")  # fmt: skip
+            missing = est.missing(args.formula[:60], "--full lists them all")
             raise SpecError("formula", f"formula: {missing}")
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")

@@ -26,7 +26,7 @@ from costmodel.engine.quantities import nest
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
-from costmodel.units import fmt_bytes, fmt_count, fmt_seconds
+from costmodel.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 PARTS = {
     "matmuls": "the matmuls",
@@ -102,11 +102,6 @@ def _rows(
     return memory + _time_rows(v, spec, unit)
 
 
-def _rate(x: float) -> str:
-    """Tokens/s: whole above 10, else with the digits that say it (a CPU's 0.34)."""
-    return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
-
-
 def _spread(v: dict[str, Any], name: str) -> str:
     """``mean 1.2 s, p50 ..., p90 ..., p99 ...`` of a simulated workload's figure."""
     parts = [f"{k} {fmt_seconds(v[f'workload.{name}_s.{k}'])}" for k in ("mean", "p50", "p90",
@@ -127,12 +122,13 @@ def _over_run(v: dict[str, Any], spec: ServeSpec) -> str:
 
 def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
     if spec.simulated:
+        per = fmt_rate(v["throughput.output_tokens_per_s_per_gpu"])
         return [("TTFT (queue + prefill)", _spread(v, "ttft")),
                 ("TPOT (after the first)", _spread(v, "tpot")),
                 ("end to end", _spread(v, "e2e")),
                 ("served", f"{v['workload.requests_per_s']:,.3g} requests/s{_over_run(v, spec)}, "
-                 f"{_rate(v['throughput.output_tokens_per_s'])} output tokens/s "
-                 f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})")]  # fmt: skip
+                 f"{fmt_rate(v['throughput.output_tokens_per_s'])} output tokens/s "
+                 f"({per} per {unit})")]  # fmt: skip
     return [
         (
             "TTFT (prefill)" if not spec.prefill_replicas else "TTFT (waves, mean)",
@@ -147,8 +143,8 @@ def _time_rows(v: dict[str, Any], spec: ServeSpec, unit: str) -> list[tuple[str,
         ("end to end", fmt_seconds(v["time_s.e2e"])),
         (
             "output tokens/s",
-            f"{_rate(v['throughput.output_tokens_per_s'])} "
-            f"({_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})",
+            f"{fmt_rate(v['throughput.output_tokens_per_s'])} "
+            f"({fmt_rate(v['throughput.output_tokens_per_s_per_gpu'])} per {unit})",
         ),
         (
             "decode FLOPs / bytes",

@@ -91,7 +91,7 @@ class Estimate:
         except (KeyError, TypeError):  # TypeError: an unhashable key
             raise UnknownKey(key, self.missing(key)) from None
 
-    def missing(self, key: str) -> str:
+    def missing(self, key: str, listed: str = "est.keys() lists them all") -> str:
         """Why ``key`` is not a quantity of this estimate: one that needs a device (a
         layout's memory, communication and time), or one it does not know (the closest
         it knows; ``est[key]`` and ``est.expr(key)`` raise this as :class:`UnknownKey`)."""
@@ -101,7 +101,7 @@ class Estimate:
                 return f"{key!r} needs a device: give hardware (the CLI's --hardware)"
             said = checks.unknown("quantity", key, known, "")
             return f"{said} These are a device's: give hardware"
-        return checks.unknown("quantity", key, self.values, "est.keys() lists them all")
+        return checks.unknown("quantity", key, self.values, listed)
 
     def __contains__(self, key: object) -> bool:
         return key in self.values
