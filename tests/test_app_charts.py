@@ -1,0 +1,49 @@
+"""The app's charts as issue 60's fifth probe read them: ops in words, axes as numbers and
+money, overlapping phases side by side, the compute-bound batch with what it holds."""
+
+from __future__ import annotations
+
+
+def test_charts_name_the_ops_in_words():
+    """Issue 60's probe: the FLOP chart's legend read ``attn_q``, ``attn_scores``."""
+    from explorer import charts
+
+    v = {"flops.forward_by_op.attn_q": 1e12, "flops.forward_by_op.attn_scores": 2e12,
+         "flops.forward_by_op.lm_head": 3e12, "flops.forward_by_op.new_op": 1e12}  # fmt: skip
+    ops = {r["op"] for r in charts.flops_chart(v).to_dict()["data"]["values"]}
+    assert ops == {"Q projection", "attention scores (Q K^T)", "LM head", "new op"}
+
+
+def test_chart_axes_read_as_numbers_and_money():
+    """Issue 60's probe: the sizing chart's cost axis printed raw dollars with decimals and
+    the roofline's log axes 1e+15: money and GPU-hours now read $1.2M and 12k, FLOP/s 1P."""
+    from costmodel.engine.sizing import Size
+    from explorer import plan_charts
+
+    rows = [Size(0, g, 1e5, 30 / g, 1e5, 2.5e6 / g) for g in (64, 128)]
+    spec = str(plan_charts.sizing_chart(rows, None).to_dict())
+    assert "'format': '$,.3~s'" in spec
+    no_price = [Size(0, g, 1e5, 30 / g, 1e5, None) for g in (64, 128)]
+    assert "'format': ',.3~s'" in str(plan_charts.sizing_chart(no_price, None).to_dict())
+
+
+def test_overlapping_phases_are_drawn_side_by_side_and_the_crossover_says_what_it_holds():
+    """Issue 60's fifth probe: the offload page stacked compute and both link directions
+    (which run at once) end to end, and the compute-bound batch moved when used: it grows
+    the micro-batch at the accumulation steps held, which the chart now says."""
+    from costmodel.inputs import build
+    from explorer import charts
+    from explorer.workloads import _bars
+
+    phases = {"forward": {"compute": 1.0, "host->device": 0.5}}
+    side = _bars(phases, "s", "t", stacked=False).to_dict()
+    assert side["encoding"]["yOffset"]["field"] == "part" and side["encoding"]["x"]["stack"] is None
+    stacked = _bars(phases, "GB", "t").to_dict()
+    assert stacked["encoding"]["x"]["stack"] == "zero" and "yOffset" not in stacked["encoding"]
+    setup = build({"model": "llama3-8b", "gpus": 64, "batch": 64, "seq": 512,
+                   "framework": "fsdp2", "hardware": "a100-40gb"})  # fmt: skip
+    title = charts.comm_chart(setup, [64 * 2**k for k in range(6)]).to_dict()["title"]
+    assert "grad-accum 1 held" in title
+    if "compute-bound from batch" in title:
+        cross = int(title.split("compute-bound from batch ")[1].split(" ")[0])
+        assert f"micro-batch {cross // 64} per device" in title
