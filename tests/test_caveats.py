@@ -209,3 +209,31 @@ def test_a_sequence_past_the_models_positions_is_priced_with_a_caveat(capsys):
     assert "seq 200,000 is past llama3-8b's 8,192 trained positions" in capsys.readouterr().out
     assert main([*argv, "--seq", "8192"]) == 0
     assert "trained positions" not in capsys.readouterr().out
+
+
+def _pipelined(framework: str, pp: int, v: int, grad_accum: int, dp: int = 1):
+    par = ParallelSpec(framework=framework, pp=pp, pp_interleave=v, tp=8, dp=dp,
+                       sequence_parallel=True)  # fmt: skip
+    train = TrainSpec(batch=grad_accum * dp, seq=2048, grad_accum=grad_accum)
+    return estimate(get_model("llama3-70b"), train, par, get_hardware("h100-sxm"))
+
+
+def test_a_megatron_pipeline_says_what_megatron_must_be_told_to_run_it():
+    """80 layers over pp 15 x v 2 = 30 stages: 20 stages of 3 and 10 of 2, which Megatron-LM
+    runs only with an explicit layout; 32 micro-batches over pp 15 under interleaving, which
+    older Megatron-Core schedules refuse. An even split (pp 4 x v 2, 32 micro-batches) and
+    the same uneven split under FSDP2 (torch's pipelining splits as it chooses) say
+    nothing of it."""
+    (text,) = caveats(_pipelined("megatron", 15, 2, 32))
+    assert text.startswith("80 layers do not split evenly over 30 pipeline stages (20 hold 3, "
+                           "the rest 2;")  # fmt: skip
+    assert "--pipeline-model-parallel-layout" in text
+    assert "32 micro-batches are not a multiple of pp 15: older Megatron-Core" in text
+    assert caveats(_pipelined("megatron", 4, 2, 32)) == []
+    assert caveats(_pipelined("fsdp2", 15, 2, 32)) == []
+
+
+def test_megatron_layouts_say_megatron_lm_reduces_in_fp32_by_default():
+    answer = verdict(_pipelined("megatron", 4, 2, 32, dp=2), nearest=False)
+    assert "gradients reduced in bf16 (as NeMo's performance recipes; Megatron-LM's own " \
+           "default: fp32)" in answer["layout"]  # fmt: skip

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from costmodel.catalog.fitted import fitted
 from costmodel.engine.estimate import Estimate
 from costmodel.kinds import ffn
+from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
+from costmodel.specs.pipeline import split_slots
 
 MOE_RECORD = "host"
 """The fitted record whose fit runs are the published MoE runs on GPUs
@@ -94,8 +96,54 @@ def _positions_text(est: Estimate) -> str:
             "(RoPE scaling such as YaRN) or long-context training for it")  # fmt: skip
 
 
+def _uneven_split(est: Estimate) -> tuple[int, int] | None:
+    """(slots, virtual stages) where a pipeline's layers (and the embedding and loss slots
+    it counts) do not divide over its pp x v stages under a framework that must be told
+    such a split (its ``pipeline_layout``); None otherwise."""
+    par = est.parallel
+    if par is None or par.pp == 1 or par.pp_schedule != "1f1b":
+        return None
+    if not traits_of(par).pipeline_layout:
+        return None
+    emb, loss = split_slots(par)
+    slots, stages = est.model.n_layers + int(emb) + int(loss), par.pp * par.pp_interleave
+    return (slots, stages) if slots % stages else None
+
+
+def _odd_rounds(est: Estimate) -> bool:
+    """Interleaved 1F1B whose micro-batches the pipeline ranks do not divide, under a
+    framework that says something of it (its ``interleaved_rounds``)."""
+    par = est.parallel
+    return (par is not None and par.pp > 1 and par.pp_interleave > 1
+            and bool(traits_of(par).interleaved_rounds) and par.pp_schedule == "1f1b"
+            and est.train.grad_accum % par.pp != 0)  # fmt: skip
+
+
+def _pipeline_text(est: Estimate) -> str:
+    """What the framework must be told to run this pipeline split, and what its interleaved
+    schedule does with a micro-batch count its ranks do not divide (its traits'
+    ``pipeline_layout`` and ``interleaved_rounds``)."""
+    par, said = est.parallel, []
+    assert par is not None
+    uneven = _uneven_split(est)
+    if uneven:
+        slots, stages = uneven
+        low = slots // stages
+        said.append(f"{slots} layers do not split evenly over {stages} pipeline stages "
+                    f"({slots % stages} hold {low + 1}, the rest {low}; the fullest sets the "
+                    f"pace, as priced): {par.framework} runs it only with an explicit "
+                    f"{traits_of(par).pipeline_layout}")  # fmt: skip
+    if _odd_rounds(est):
+        said.append(
+            f"{est.train.grad_accum} micro-batches are not a multiple of pp "
+            f"{par.pp}: {traits_of(par).interleaved_rounds}"
+        )
+    return "; ".join(said)
+
+
 CAVEATS: tuple[Caveat, ...] = (
     Caveat("positions", lambda est: est.train.seq > est.model.max_positions, _positions_text),
+    Caveat("pipeline", lambda est: bool(_uneven_split(est)) or _odd_rounds(est), _pipeline_text),
     Caveat("datasheet", lambda est: _basis(est) == "datasheet", _datasheet_text),
     Caveat("mfu", _mfu_above, _mfu_text),
     Caveat(

@@ -104,7 +104,8 @@ def layout_line(train: TrainSpec, par: ParallelSpec, hardware: Hardware) -> str:
     one data-parallel rank reduces)."""
     reduce = ""
     if par.dp * par.fsdp * par.cp > 1:
-        reduce = f"gradients reduced in {reduce_dtype(train, par)}; "
+        dtype, own = reduce_dtype(train, par), traits_of(par).reduce_own_default
+        reduce = f"gradients reduced in {dtype}{f' ({own})' * (dtype != 'fp32' and bool(own))}; "
     return (
         f"{par.devices} x {hardware.name}: {par.framework}, {sharding(par)}; {degrees(par)}; "
         f"recompute {train.recompute}; {reduce}overlap {par.overlap}"

@@ -110,6 +110,18 @@ class Traits:
     reduce_fp32_default: ClassVar[bool] = False
     """Gradients are reduced in fp32 unless told otherwise (torchtitan's
     ``mixed_precision_reduce = "float32"``); the planner's candidates follow it."""
+    reduce_own_default: ClassVar[str] = ""
+    """Where the framework's own gradient-reduce dtype differs from costmodel's default for
+    it, in words for the layout line."""
+    pipeline_layout: ClassVar[str] = ""
+    """The argument that states a pipeline split whose layers do not divide over its
+    stages (Megatron-LM's ``--pipeline-model-parallel-layout``); empty: the framework
+    splits them as it chooses (torch's pipelining)."""
+    interleaved_rounds: ClassVar[str] = ""
+    """What its interleaved schedule does with micro-batches the pipeline ranks do not
+    divide, in words (Megatron-Core before ``microbatch_group_size_per_vp_stage`` raised
+    "number of microbatches ... is not divisible by pipeline-model-parallel-size"); empty:
+    it runs any count."""
 
     def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
         """Layouts this framework refuses beyond the shared rules, at the points ``on``
@@ -214,6 +226,12 @@ class MegatronTraits(Traits):
     expert_tensor_parallel = True
     expert_gemm_loop = True
     module_launches = True
+    reduce_own_default = "as NeMo's performance recipes; Megatron-LM's own default: fp32"
+    pipeline_layout = "--pipeline-model-parallel-layout"
+    interleaved_rounds = (
+        "older Megatron-Core interleaved schedules refuse that count "
+        "(current ones run a short last round)"
+    )
 
     def rules(self, par: Any, model: Any, train: Any, on: Any) -> None:
         """An MoE model under tp > 1 needs sequence parallelism (Megatron-Core's
