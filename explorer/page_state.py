@@ -51,6 +51,10 @@ def remember_estimate(values: Mapping[str, Any], uploaded: bool = False) -> None
     st.session_state[UPLOADED] = uploaded
 
 
+EMBED = {"embed", "embed_options"}
+"""Streamlit's own URL parameters (an embedded app's), which every page keeps."""
+
+
 def parse(field: PageInput, text: str) -> Any:
     """One URL value; ValueError with a short reason in words."""
     if field.kind is list:
@@ -109,6 +113,9 @@ def start(page: str, inputs: tuple[PageInput, ...]) -> list[str]:
     if stored is None:  # the first visit: defaults, the Estimate page's, the link's
         stored = {f.key: f.default for f in inputs} | shared | {"_from": shared}
         query = st.query_params.to_dict()
+        known = {f.key for f in inputs} | EMBED
+        problems += [f"{k[:40]!r} is not an input of this page; ignored"
+                     for k in query if k not in known]  # fmt: skip
         for f in (f for f in inputs if f.key in query):
             try:
                 stored[f.key] = parse(f, query[f.key])

@@ -22,6 +22,7 @@ from costmodel.inputs import BY_KEY, Input, Setup, build, section_of
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import trait
 from costmodel.specs.model import ModelSpec
+from explorer.page_state import EMBED
 
 MODEL_OVERRIDES = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab")
 TRAINING = ("batch", "seq", "precision", "optimizer", "optimizer_impl", "attention")
@@ -125,6 +126,8 @@ def from_query(query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]
     shown = {f.key: f for f in FIELDS}
     for key, raw in query.items():
         field = shown.get(key)
+        if field is None and key in EMBED:
+            continue
         if field is None:
             problems[key] = f"{key[:40]!r} is not an input of this page; ignored"
             continue

@@ -199,5 +199,7 @@ def test_plan_page_starts_from_the_estimate_and_its_link_reproduces_it():
     bad = AppTest.from_function(_page, default_timeout=300)
     bad.query_params["top"] = "many"
     bad.query_params["model"] = "gpt2"
+    bad.query_params["users"] = "5"  # an input of another page (a probe: dropped unsaid)
     bad.run()
     assert "top='many' must be a number from 1 to 100" in bad.warning[0].value
+    assert "'users' is not an input of this page; ignored" in bad.warning[0].value
