@@ -145,7 +145,19 @@ def _book_min_fsdp(setup: Setup, budget: float) -> None:
         delta_color="off",
         delta_arrow="off",
     )
-    st.latex(r"N_{FSDP} \ge " + result["latex"])
+    # the closed form in its named terms: sympy's expansion in every model size overflowed
+    # the column (a probe); the terms' values follow it
+    st.latex(r"N_{FSDP} \ge \frac{S + f\,A}{M - (1 - f)\,A}")
+    st.caption(
+        f"S = {_gib(result['state_bytes'])} of training state (weights, gradients, optimizer "
+        f"state), A = {_gib(result['activation_bytes'])} of activations a device holds, "
+        f"f = {result['sharded_activation_fraction']:g} of them sharded, M = "
+        f"{_gib(result['budget_bytes'])}: N >= {result['fsdp_exact']:,.2f}"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

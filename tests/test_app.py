@@ -3,6 +3,7 @@ the URL carries the state (``streamlit.testing.v1.AppTest``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,12 @@ def test_renders_default_setup_with_every_section():
     assert len(at.tabs) == 6
     assert len(at.get("vega_lite_chart")) == 5  # memory x2, comm, FLOPs, roofline
     assert len(at.latex) >= 5
+    # the book's min FSDP in its named terms (the expanded sympy form overflowed its column)
+    shown = [x.value.strip("$\n") for x in at.latex]
+    assert r"N_{FSDP} \ge \frac{S + f\,A}{M - (1 - f)\,A}" in shown
+    (terms,) = [c.value for c in at.caption if c.value.startswith("S = ")]
+    exact = float(terms.rsplit("N >= ", 1)[1].replace(",", ""))
+    assert math.ceil(exact - 1e-9) == int(metric(at, "min FSDP degree (book)"))
     assert [c for c in at.caption if c.value.startswith("computed in")]
     assert [c for c in at.caption if c.value.startswith("Calibration: ")]  # the CLI's line
 
