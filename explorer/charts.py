@@ -4,6 +4,7 @@ specs (no Streamlit), so they are tested and cached outside the page."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import altair as alt
@@ -246,6 +247,13 @@ def roofline_rows(setup: Setup, values: dict[str, float]) -> list[dict[str, Any]
     return rows
 
 
+def decades(lo: float, hi: float) -> list[float]:
+    """The powers of ten from below ``lo`` to above ``hi``: a log axis's ticks, evenly
+    spaced (Vega's own log ticks read 1T, 3T, 20T, 100T, 300T: a probe)."""
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    return [10.0**k for k in range(first, last + 1)]
+
+
 def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
     ops = roofline_rows(setup, values)
     compute, bandwidth = _roof(setup)
@@ -253,6 +261,7 @@ def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
     hi = max([r["intensity"] for r in ops] + [compute / bandwidth]) * 2
     xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]
     line = [{"intensity": x, "FLOP/s": min(compute, x * bandwidth)} for x in xs]
+    low_flops = min([r["FLOP/s"] for r in ops] + [line[0]["FLOP/s"]])
     log = alt.Scale(type="log")
     roof = (
         alt.Chart(alt.Data(values=line))
@@ -262,9 +271,14 @@ def roofline_chart(setup: Setup, values: dict[str, float]) -> alt.Chart:
                 "intensity:Q",
                 scale=log,
                 title="arithmetic intensity (FLOP/byte)",
-                axis=alt.Axis(format=",~r"),
+                axis=alt.Axis(format=",~r", values=decades(lo, hi)),
             ),  # 1,000 and 0.5, not 1e+3
-            alt.Y("FLOP/s:Q", scale=log, title="attainable FLOP/s", axis=alt.Axis(format="~s")),
+            alt.Y(
+                "FLOP/s:Q",
+                scale=log,
+                title="attainable FLOP/s",
+                axis=alt.Axis(format="~s", values=decades(low_flops, compute)),
+            ),
         )
     )
     points = (

@@ -47,3 +47,20 @@ def test_overlapping_phases_are_drawn_side_by_side_and_the_crossover_says_what_i
     if "compute-bound from batch" in title:
         cross = int(title.split("compute-bound from batch ")[1].split(" ")[0])
         assert f"micro-batch {cross // 64} per device" in title
+
+
+def test_the_roofline_ticks_every_decade():
+    """Issue 60's sixth probe: the roofline's log axes were ticked 1T, 3T, 20T, 100T, 300T,
+    none near the roof; now at every power of ten from below the lowest op to above the
+    roof."""
+    from costmodel.inputs import build
+    from explorer import charts
+
+    setup = build({"model": "llama3-8b", "gpus": 8, "fsdp": 8, "framework": "fsdp2",
+                   "hardware": "h100-sxm"})  # fmt: skip
+    spec = charts.roofline_chart(setup, setup.estimate().values).to_dict()
+    axis = spec["layer"][0]["encoding"]["y"]["axis"]["values"]
+    assert all(abs(b / a - 10) < 1e-9 for a, b in zip(axis, axis[1:], strict=False))
+    compute, _ = charts._roof(setup)
+    assert axis[-1] >= compute > axis[-2]
+    assert charts.decades(0.3, 2e3) == [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
