@@ -35,7 +35,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import framework_defaults, own_stage
 from costmodel.specs.hardware import Hardware
-from costmodel.specs.model import ModelSpec, TrainSpec, following
+from costmodel.specs.model import DERIVED, ModelSpec, TrainSpec, following
 from costmodel.specs.parallel import ParallelSpec, expert_tp, grad_accum_of
 
 _OWNERS = {cls: {f.name: f for f in fields(cls)} for cls in (ModelSpec, TrainSpec, ParallelSpec)}
@@ -237,6 +237,11 @@ def _columns(
             cols[name] = value
     given = {k: grid.get(k, v) for k, v in overrides.items()}
     cols.update({k: np.asarray(v) for k, v in following(base, given).items()})
+    # a field the base left unset (a dense preset's expert width) is derived as a spec
+    # built with it would be: a sweep that makes the preset MoE had NaN there (a probe)
+    for name, sources, rule in DERIVED:
+        if cols[name].dtype == object and all(v is None for v in cols[name].flat):
+            cols[name] = np.asarray(rule(*(cols[s] for s in sources)))
     if layout:  # fields left to each framework's own default
         stated = {k for k, v in {**overrides, **grid}.items() if v is not None}
         cols.update(framework_defaults(cols["framework"], stated))

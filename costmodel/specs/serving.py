@@ -21,7 +21,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES, Engine, engine
-from costmodel.specs.fields import document_fields
+from costmodel.specs.fields import document_fields, plain_scalars
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "nvfp4": 0.5625,
                "mxfp4": 0.53125}  # fmt: skip
@@ -157,6 +157,7 @@ class ServeSpec:
     hide) and an engine that runs it."""
 
     def __post_init__(self) -> None:
+        plain_scalars(self)
         for name in (
             "input",
             "output",

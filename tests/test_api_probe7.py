@@ -1,0 +1,38 @@
+"""The Python API's answers to the questions issue 60's seventh probe asked: numpy numbers
+as inputs, a sweep that makes a dense preset mixture-of-experts, a plan's caveats, a serving
+answer's assumptions, a plan's specs by rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import costmodel as cm
+
+
+def test_numpy_integers_give_the_numbers_python_integers_give():
+    """The probe: ``batch=np.int64(2048)`` of Llama-3-405B at 8,192 tokens wrapped the step's
+    FLOPs past 2^63 (MFU 2.8 % for 21.4 %); np.int32 lengths gave a serving TTFT of 3.85 s
+    for 5.06 s and a negative prefill communication time. Specs hold Python numbers."""
+    kw = dict(hardware="h100-sxm", gpus=16384, tp=8, pp=16, framework="megatron",
+              sequence_parallel=True, recompute="full")  # fmt: skip
+    plain = cm.estimate("llama3-405b", seq=8192, batch=2048, **kw)
+    typed = cm.estimate("llama3-405b", seq=np.int32(8192), batch=np.int64(2048), **kw)
+    assert typed["flops.step"] == plain["flops.step"] > 2**63
+    assert typed["mfu"] == plain["mfu"] and type(typed.train.batch) is int
+    serve = dict(hardware="h100-sxm", tp=4, output=500)
+    assert (
+        cm.serve("llama3-70b", input=np.int32(2000), batch=np.int32(32), **serve)["time_s.ttft"]
+        == cm.serve("llama3-70b", input=2000, batch=32, **serve)["time_s.ttft"]
+    )
+
+
+def test_a_sweep_that_makes_a_dense_preset_mixture_of_experts_derives_its_expert_width():
+    """The probe: ``n_experts=[0, 8]`` over Llama-3-8B gave NaN in every quantity and "does
+    not fit" for 8 experts (the dense preset leaves d_ff_expert unset); estimate derived it."""
+    grid = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, framework="fsdp2",
+                    seq=4096, n_experts=[0, 8], experts_per_token=[0, 2])  # fmt: skip
+    moe = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, framework="fsdp2",
+                      seq=4096, n_experts=8, experts_per_token=2)  # fmt: skip
+    assert grid["params.total"][1] == moe["params.total"]
+    assert grid["time_s.step"][1] == pytest.approx(moe["time_s.step"], rel=1e-12)
