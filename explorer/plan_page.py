@@ -10,7 +10,7 @@ import streamlit as st
 
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.cli.plan import best_caveats
+from costmodel.engine.caveats import plan_caveats
 from costmodel.engine.estimate import estimate
 from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.layouts import MAX_GPUS, device_counts
@@ -247,7 +247,7 @@ def plan_page() -> None:
         _nearest(p)
     else:
         _table(p, inp["top"], inp["model"])
-        for text in best_caveats(p):  # what plan and estimate caution of the best layout
+        for text in plan_caveats(p):  # what plan and estimate caution of the best layout
             st.warning(text)
     if fit and inp["tokens"] > 0:
         _sizing(p, inp)

@@ -36,3 +36,15 @@ def test_a_sweep_that_makes_a_dense_preset_mixture_of_experts_derives_its_expert
                       seq=4096, n_experts=8, experts_per_token=2)  # fmt: skip
     assert grid["params.total"][1] == moe["params.total"]
     assert grid["time_s.step"][1] == pytest.approx(moe["time_s.step"], rel=1e-12)
+
+
+def test_the_python_plan_carries_the_clis_caveats():
+    """The probe: ``plan --json`` cautioned the MoE error and the batch range's missing
+    critical-batch limit; the Python Plan said neither."""
+    moe = cm.plan("mixtral-8x7b", hardware="h100-sxm", gpus=32, batch=128, seq=4096,
+                  progress=False)  # fmt: skip
+    assert moe.caveats and moe.caveats[0].startswith("mixture-of-experts steps are less")
+    assert f"caveat: {moe.caveats[0]}" in repr(moe) and "caveat: " in moe._repr_html_()
+    ranged = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(32, 64), seq=8192,
+                     progress=False)  # fmt: skip
+    assert any(c.startswith("the global batch was searched from 48 to 64") for c in ranged.caveats)

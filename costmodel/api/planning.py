@@ -18,6 +18,7 @@ from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
 from costmodel.engine import plan as _plan
+from costmodel.engine.caveats import plan_caveats
 from costmodel.engine.fit import DEFAULT_HEADROOM
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.why import nearest_fitting
@@ -96,6 +97,7 @@ def plan(
     if not len(found.order):  # as the CLI: the nearest layout that fits, in the repr
         found.nearest = nearest_fitting(setup.model, setup.train, hw, counts, options, batches)
         found.nearest_searched = True
+    found.caveats = plan_caveats(found, batches)
     return found
 
 

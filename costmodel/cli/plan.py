@@ -22,8 +22,7 @@ from costmodel.cli.sizing import (
     sizing_text,
 )
 from costmodel.cli.timeline import timeline_path, write_timeline
-from costmodel.engine.caveats import caveats
-from costmodel.engine.estimate import estimate
+from costmodel.engine.caveats import plan_caveats
 from costmodel.engine.fit import DEFAULT_HEADROOM, MEMORY_PARTS, rest_at_peak
 from costmodel.engine.layouts import batch_choices, device_counts
 from costmodel.engine.nearest import stated_layout
@@ -37,7 +36,7 @@ from costmodel.engine.plan import (
     no_fit_text,
     plan,
 )
-from costmodel.engine.sizing import NO_CRITICAL_BATCH, train_days
+from costmodel.engine.sizing import train_days
 from costmodel.engine.why import difference_text, differences, nearest_fitting
 from costmodel.inputs import build
 from costmodel.specs import checks
@@ -266,7 +265,7 @@ def _one(args, setup: Any, batches: list[int] | None, s: Searched, values: dict)
                "skipped_counts": list(result.skipped),
                "fitting": int(result.fits.sum()), "budget_bytes": result.budget_bytes,
                "seconds": s.seconds, "top": rows,
-               "caveats": best_caveats(result, batches)}  # fmt: skip
+               "caveats": plan_caveats(result, batches)}  # fmt: skip
         if not rows:
             out["no_fit"] = no_fit_text(result, nearest is None, flag)
             out["nearest_fit"] = nearest
@@ -305,22 +304,6 @@ def _nearest_text(row: dict | None) -> str:
     return nearest_words(row) + (f"\n  {row['estimate_command']}" if row else "")
 
 
-def best_caveats(result: Plan, batches: list[int] | None = None) -> list[str]:
-    """What ``estimate`` cautions of the best layout (``costmodel.engine.caveats``), and
-    where a batch range was searched, that nothing bounds the batch but the range."""
-    if not len(result.order):
-        return []
-    best = int(result.order[0])
-    train = result.train_spec(best)
-    est = estimate(result.model, train, result.parallel_spec(best), result.hardware)
-    said = caveats(est)
-    if batches and len(set(batches)) > 1:
-        said.append(f"the global batch was searched from {min(batches):,} to {max(batches):,} "
-                    f"and the best takes {train.batch:,}: {NO_CRITICAL_BATCH}, so bound "
-                    "--global-batch by what the training tolerates")  # fmt: skip
-    return said
-
-
 def _print_rows(
     result: Plan, rows: list[dict], seconds: float, max_gpus: int | None,
     batches: list[int] | None = None,
@@ -336,7 +319,7 @@ def _print_rows(
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0], objective)}"
                         for i, r in enumerate(rows[1:], 2)))  # fmt: skip
     print(breakdown(rows[0]))
-    for text in best_caveats(result, batches):
+    for text in plan_caveats(result, batches):
         print(f"  caveat: {text}")
     print("\neach row as estimate computes it:")
     print("\n".join(f"{i:>3}  {r['estimate_command']}" for i, r in enumerate(rows, 1)))

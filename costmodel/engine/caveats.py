@@ -11,15 +11,20 @@ profile's (``Hardware.calibration``, :mod:`costmodel.catalog.hardware`): ``basis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from costmodel.catalog.fitted import fitted
-from costmodel.engine.estimate import Estimate
+from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.sizing import NO_CRITICAL_BATCH
 from costmodel.kinds import ffn
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.pipeline import split_slots
+
+if TYPE_CHECKING:
+    from costmodel.engine.plan import Plan
 
 MOE_RECORD = "host"
 """The fitted record whose fit runs are the published MoE runs on GPUs
@@ -169,3 +174,22 @@ def caveats(est: Estimate, skip: Collection[str] = ()) -> list[str]:
     """The sentences of every caveat that applies to ``est`` (which has hardware), but
     those named in ``skip``."""
     return [c.says(est) for c in CAVEATS if c.name not in skip and c.applies(est)]
+
+
+def plan_caveats(result: Plan, batches: Sequence[int] | None = None) -> list[str]:
+    """What ``estimate`` cautions of a plan's best layout (:func:`caveats`) and, where a
+    batch range was searched (``batches``; None: the batches of the plan's rows), that
+    nothing bounds the batch but the range (the CLI's, the API's and the app's plan say
+    the same)."""
+    if not len(result.order):
+        return []
+    if batches is None:
+        batches = [int(b) for b in set(result.columns["batch"].tolist())]
+    best = int(result.order[0])
+    train = result.train_spec(best)
+    said = caveats(estimate(result.model, train, result.parallel_spec(best), result.hardware))
+    if batches and len(set(batches)) > 1:
+        said.append(f"the global batch was searched from {min(batches):,} to {max(batches):,} "
+                    f"and the best takes {train.batch:,}: {NO_CRITICAL_BATCH}, so bound "
+                    "the batch range by what the training tolerates")  # fmt: skip
+    return said

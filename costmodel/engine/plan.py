@@ -85,6 +85,9 @@ class Plan:
     """Where none fits and ``nearest_searched``: the nearest layout that does
     (``costmodel.engine.why.nearest_fitting``; None: none up to 8x the devices)."""
     nearest_searched: bool = False
+    caveats: list[str] = field(default_factory=list)
+    """What the CLI cautions of the best layout (``costmodel.engine.caveats.plan_caveats``:
+    filled by ``costmodel.plan``), shown in the repr."""
 
     def __post_init__(self) -> None:
         ranked = RankedValues(self.values)
@@ -183,13 +186,15 @@ class Plan:
         return [head, ranking_text(self.options.objective), *rows]
 
     def __repr__(self) -> str:
-        return "\n".join(["Plan(", *(f"  {line}" for line in self.summary()), ")"])
+        lines = [*self.summary(), *(f"caveat: {c}" for c in self.caveats)]
+        return "\n".join(["Plan(", *(f"  {line}" for line in lines), ")"])
 
     def _repr_html_(self) -> str:
         head, said, *rows = self.summary()  # the search, how it ranks (or why none fits)
         items = "".join(f"<li>{html.escape(r.split('. ', 1)[-1])}</li>" for r in rows)
+        said_too = "".join(f"<p>caveat: {html.escape(c)}</p>" for c in self.caveats)
         return (f"<div><p>{html.escape(head)}</p><p>{html.escape(said)}</p>"
-                f"<ol style='margin:0'>{items}</ol></div>")  # fmt: skip
+                f"<ol style='margin:0'>{items}</ol>{said_too}</div>")  # fmt: skip
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
