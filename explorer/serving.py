@@ -11,10 +11,10 @@ import altair as alt
 import numpy as np
 import streamlit as st
 
-from costmodel.answers.serve import ServeAnswer, answer, assumptions
+from costmodel.answers.serve import ServeAnswer, answer
+from costmodel.answers.serve_words import assumptions, limited_by
 from costmodel.catalog.hardware import device_choices, get_hardware
 from costmodel.catalog.presets import get_model
-from costmodel.cli.serve import limited_by
 from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE

@@ -48,3 +48,32 @@ def test_the_python_plan_carries_the_clis_caveats():
     ranged = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(32, 64), seq=8192,
                      progress=False)  # fmt: skip
     assert any(c.startswith("the global batch was searched from 48 to 64") for c in ranged.caveats)
+
+
+def test_a_serving_answer_says_its_limit_and_assumptions_as_the_cli_does(capsys):
+    """The probe: the Python answer said neither what limits it nor its defaults (output
+    128 tokens, one request, vLLM V1), had no to_dict, and under continuous batching gave
+    the static batch's prefill of every prompt at once (5.06 s) that the CLI withholds."""
+    from costmodel.cli import main
+
+    ans = cm.serve("llama3-70b", tp=4, input=2000)
+    assert ans.limited_by().startswith("decode: the matmuls, memory-bound")
+    said = ans.assumptions()
+    assert said.startswith("128 generated tokens (default; output), one request at a time "
+                           "(default; batch), engine vLLM V1")  # fmt: skip
+    assert "--" not in said and f"assumptions: {said}" in repr(ans)
+    argv = ["serve", "--model", "llama3-70b", "--hardware", "h100-sxm", "--tp", "4",
+            "--engine", "vllm", "--input", "2000", "--output", "500", "--concurrency", "32",
+            "--json"]  # fmt: skip
+    assert main(argv) == 0
+    import json
+
+    cli = json.loads(capsys.readouterr().out)
+    loaded = cm.serve("llama3-70b", hardware="h100-sxm", tp=4, engine="vllm", input=2000,
+                      output=500, concurrency=32)  # fmt: skip
+    mine = loaded.to_dict()
+    assert mine["time_s"] == cli["time_s"] and mine["spec"] == cli["spec"]
+    assert mine["verdict"]["limited_by"] == cli["verdict"]["limited_by"]
+    assert "time_s.prefill.total" not in loaded and "prefill" not in mine["time_s"]
+    with pytest.raises(KeyError, match="continuous batching does not run"):
+        loaded["time_s.prefill.total"]

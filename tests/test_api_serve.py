@@ -154,7 +154,8 @@ def test_a_static_batch_says_its_prompts_are_not_chunked_by_the_token_budget():
     iteration" beside the TTFT of budgets 512 and 8,192. A static batch is priced with its
     prompts prefilled together, and the assumptions say so where the budget would chunk
     them; a closed loop chunks them (its TTFT moves with the budget)."""
-    from costmodel.answers.serve import assumptions, spec_of
+    from costmodel.answers.serve import spec_of
+    from costmodel.answers.serve_words import assumptions
 
     said = assumptions(spec_of({"input": 2000, "output": 500, "batch": 8, "token_budget": 1}),
                        False, False, False)  # fmt: skip

@@ -257,7 +257,7 @@ def test_the_first_screen_says_whether_it_fits_what_limits_it_and_what_it_assume
 def test_limited_by_names_the_kernel_and_its_bound():
     """A roofline per kernel: a large batch's decode is limited by its attention over the
     cache (memory-bound) beside compute-bound matmuls; a small one by reading the weights."""
-    from costmodel.cli.serve import limited_by
+    from costmodel.answers.serve_words import limited_by
 
     big = serve(get_model("llama3-8b"), ServeSpec(input=128, output=2048, batch=800,
                 precision="fp8", kv_dtype="fp8", engine="trtllm"),

@@ -10,12 +10,15 @@ shows the memory and the nearest fit instead.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from costmodel.answers import as_fields
 from costmodel.answers.serve_nearest import nearest_fit
+from costmodel.answers.serve_words import assumptions, limited_by
 from costmodel.catalog.fitted import fitted
 from costmodel.engine.caveats import calibration_line
+from costmodel.engine.quantities import nest
 from costmodel.kinds import ffn
 from costmodel.serving.estimate import ServeEstimate, serve
 from costmodel.serving.queueing import overloaded
@@ -23,7 +26,7 @@ from costmodel.serving.result import how_many
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
-from costmodel.specs.engines import Engine, engine
+from costmodel.specs.engines import engine
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
@@ -129,26 +132,85 @@ class ServeAnswer(Mapping):
     caveats: list[str] = field(default_factory=list)
     replicas: int = 1
     """The deployment's replicas (dp): the count says a replica's and their total."""
+    spec: ServeSpec | None = None
+    """The question as priced (its assumptions are said from it)."""
+    defaulted: tuple[bool, bool, bool] = (False, False, False)
+    """Whether the output length, the batch and the engine were left to their defaults
+    (the assumptions say so)."""
+    keywords: bool = False
+    """Say settings by the API's keyword names (``engine``) rather than the CLI's flags."""
 
     def __getitem__(self, key: str) -> Any:
+        if self._static_prefill(key):
+            raise KeyError(f"{key}: the prefill of every prompt at once, which this "
+                           "workload's continuous batching does not run (its TTFT is "
+                           "time_s.ttft)")  # fmt: skip
         return self.estimate[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.estimate)
+        return (k for k in self.estimate if not self._static_prefill(k))
 
     def __len__(self) -> int:
-        return len(self.estimate)
+        return sum(1 for _ in self)
+
+    def _static_prefill(self, key: str) -> bool:
+        """A static batch's prefill quantity under continuous batching (``STATIC_PREFILL``:
+        the CLI and its --json leave them out; so does the answer)."""
+        return (self.spec is not None and self.spec.arrival != "together"
+                and key.startswith(STATIC_PREFILL))  # fmt: skip
 
     def __repr__(self) -> str:
         v = self.estimate.values
         if not self.fits:
-            return (f"ServeAnswer({self.headline()}: {self.how_many()}; nearest fit: "
-                    f"{self.nearest}; {len(self.caveats)} caveat(s))")  # fmt: skip
-        shown = [f"{label} {_seconds(v[key])}" for key, label in (
-            ("time_s.ttft", "TTFT"), ("time_s.tpot", "TPOT")) if key in v]  # fmt: skip
-        shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
-        return (f"ServeAnswer({self.headline()}: {self.how_many()}; {', '.join(shown)}; "
-                f"{len(self.caveats)} caveat(s))")  # fmt: skip
+            head = f"{self.headline()}: {self.how_many()}; nearest fit: {self.nearest}"
+        else:
+            shown = [f"{label} {_seconds(v[key])}" for key, label in (
+                ("time_s.ttft", "TTFT"), ("time_s.tpot", "TPOT")) if key in v]  # fmt: skip
+            shown.append(f"tokens/s {v['throughput.output_tokens_per_s']:,.4g}")
+            head = f"{self.headline()}: {self.how_many()}; {', '.join(shown)}"
+        said = [f"limited by: {self.limited_by()}"] * (self.limited_by() is not None)
+        said += [f"assumptions: {self.assumptions()}"] * (self.spec is not None)
+        said += [f"caveat: {c}" for c in self.caveats]
+        return (
+            "\n".join(
+                [
+                    f"ServeAnswer({head}; {len(self.caveats)} caveat(s)",
+                    *(f"  {line}" for line in said),
+                ]
+            )
+            + ")"
+        )
+
+    def _words(self, text: str) -> str:
+        return as_fields(text) if self.keywords else text
+
+    def limited_by(self) -> str | None:
+        """What limits a fitting answer (:func:`~costmodel.answers.serve_words.limited_by`);
+        None without a fit or a spec."""
+        if not self.fits or self.spec is None:
+            return None
+        return self._words(limited_by(self.estimate.values, self.spec.output))
+
+    def assumptions(self) -> str:
+        """Every setting the numbers assume, the defaults named as defaults
+        (:func:`~costmodel.answers.serve_words.assumptions`)."""
+        if self.spec is None:
+            return ""
+        return self._words(assumptions(self.spec, *self.defaulted))
+
+    def verdict(self) -> dict[str, Any]:
+        """The verdict as the CLI's ``--json`` gives it."""
+        return {"fits": self.fits, "overloaded": self.overloaded, "nearest": self.nearest,
+                "caveats": self.caveats, "limited_by": self.limited_by(),
+                "assumptions": self.assumptions()}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``serve --json`` of this answer: the spec priced, the verdict, the
+        quantities shown (nested; none of time where the batch does not fit, no static
+        prefill under continuous batching) and the notes."""
+        assert self.spec is not None, "an answer built without its spec"
+        return {"spec": asdict(self.spec), "verdict": self.verdict(),
+                **nest(shown_values(self, self.spec)), "notes": list(self.notes)}  # fmt: skip
 
     def how_many(self) -> str:
         """How many sequences fit, in the verdict's words (:func:`how_many`): the CLI's,
@@ -220,13 +282,20 @@ def shown_values(ans: ServeAnswer, spec: ServeSpec) -> dict[str, Any]:
     return {k: v for k, v in values.items() if not (hidden and k.startswith(hidden))}
 
 
-def answer(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeAnswer:
-    """The estimate of ``spec``, its verdict, the nearest fit and the caveats."""
+def answer(
+    model: ModelSpec,
+    spec: ServeSpec,
+    hw: Hardware,
+    defaulted: tuple[bool, bool, bool] = (False, False, False),
+) -> ServeAnswer:
+    """The estimate of ``spec``, its verdict, the nearest fit and the caveats; ``defaulted``:
+    whether the output, the batch and the engine were left to their defaults."""
     est = serve(model, spec, hw)
     fits = bool(est["fits"])
     nearest = None if fits else nearest_fit(model, spec, hw, est)
     caveats = serve_caveats(model, hw) + _over_cap(spec)
-    return ServeAnswer(est, fits, nearest, caveats, replicas=spec.dp)
+    return ServeAnswer(est, fits, nearest, caveats, replicas=spec.dp, spec=spec,
+                       defaulted=defaulted)  # fmt: skip
 
 
 def _over_cap(spec: ServeSpec) -> list[str]:
@@ -272,103 +341,4 @@ def _moe_text() -> str:
         f"{f['low']:+.0%} to {f['high']:+.0%}, with the serving parameters refitted without "
         "each source (python -m validate.published --loso); experts are read as uniform "
         "routing reaches them"
-    )
-
-
-def assumptions(
-    spec: ServeSpec,
-    output_defaulted: bool = False,
-    batch_defaulted: bool = False,
-    engine_defaulted: bool = False,
-) -> str:
-    """Every setting the numbers assume, given or default (a default named with its flag)."""
-    kind = spec.engine_kind
-    output = f"{spec.output} generated tokens (default; --output), " if output_defaulted else ""
-    loaded = spec.request_rate is not None or spec.concurrency
-    if batch_defaulted:
-        output += (f"at most {spec.batch} in flight (the engine's default; --batch), "
-                   if loaded else "one request at a time (default; --batch), ")  # fmt: skip
-    elif loaded:  # a cap the user set binds a load: said beside the others
-        output += f"at most {spec.batch:,} in flight a replica (--batch), "
-    return (f"{output}engine {kind.title} ({_said(engine_defaulted)}--engine): "
-            f"{_host(kind)}; {spec.precision} weights, {spec.kv_dtype} cache in blocks of "
-            f"{spec.block_size}; "
-            f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
-            f"{spec.memory_utilization:g} of each device; {_budget(spec)}; "
-            f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
-
-
-def _budget(spec: ServeSpec) -> str:
-    """The engine's tokens an iteration, and where it does not apply: a static batch's
-    prompts are priced as prefilled together (its TTFT does not chunk them)."""
-    if spec.token_budget is None:
-        return "whole prompts a step (up to the model's context)"
-    said = f"at most {spec.token_budget:,} tokens an iteration"
-    if spec.arrival == "together" and spec.batch * spec.input > spec.token_budget:
-        said += " (prompts arriving over time; this batch's are priced prefilled together)"
-    return said
-
-
-def _said(default: bool) -> str:
-    return "default; " if default else ""
-
-
-def _host(kind: Engine) -> str:
-    """What the engine's host costs an iteration, in words."""
-    if not kind.fused:
-        return "elementwise ops and kernel launches priced op by op"
-
-    def cost(fixed: float, per: float) -> str:
-        return " + ".join([f"{fixed * 1e3:.3g} ms"] * bool(fixed)
-                          + [f"{per * 1e6:.3g} us a sequence"] * bool(per))  # fmt: skip
-
-    parts = [f"{cost(fixed, per)} {what}" for what, fixed, per in (
-        ("waited for", kind.step_s, kind.seq_s),
-        ("beside the device", kind.async_step_s, kind.async_seq_s)) if fixed or per]  # fmt: skip
-    return f"host per iteration {', '.join(parts)}" if parts else "host time not priced"
-
-
-def _experts(spec: ServeSpec) -> str:
-    if spec.ep == 1:
-        return ""
-    if spec.ep == spec.tp:
-        return f", ep {spec.ep} (whole experts over each replica's tp ranks)"
-    flag = spec.engine_kind.batch_overlap_flag
-    overlap = f", in two micro-batches whose all-to-alls overlap ({flag})" * spec.batch_overlap
-    return (
-        f", ep {spec.ep}: whole experts over {spec.ep // spec.tp} replicas' tp ranks, "
-        f"tokens dispatched to them and combined back (uniform routing){overlap}"
-    )
-
-
-def _arrival(spec: ServeSpec) -> str:
-    if spec.simulated:
-        load = (f"requests arrive at random (Poisson) at {spec.request_rate:g}/s"
-                if spec.request_rate is not None else
-                f"a closed loop of {spec.concurrency:,} users")  # fmt: skip
-        other = "; --arrival continuous: the mean steady state" * (spec.request_rate is not None)
-        count = ("the steady state of many" if spec.requests is None else
-                 f"a benchmark of {spec.requests:,}")  # fmt: skip
-        return (f"{load}, {count} simulated one by one through continuous batching "
-                f"(queueing included{other})")  # fmt: skip
-    if spec.request_rate:
-        return (f"requests arrive at {spec.request_rate:g}/s into continuous batching (at most "
-                f"{spec.batch} in flight a replica; mean steady state, no queueing of random "
-                "arrivals)")  # fmt: skip
-    if spec.arrival == "continuous":
-        return ("continuous batching kept full, prompts chunked into the decode iterations "
-                "(steady state; no arrival gaps or queueing)")  # fmt: skip
-    if spec.prefill_replicas:
-        return ("prompts prefilled apart in waves of the prefill pool (the batch's arrive "
-                "together) and their cache sent over the network")  # fmt: skip
-    return "the batch's prompts arrive together"
-
-
-def _drafting(spec: ServeSpec) -> str:
-    if not spec.draft_tokens:
-        return "; no speculative decoding"
-    return (
-        f"; a {spec.draft_layers}-layer drafter of the model's shape proposes "
-        f"{spec.draft_tokens} tokens a step, each accepted with probability "
-        f"{spec.acceptance:g} (chain drafts, no tree)"
     )

@@ -14,12 +14,12 @@ are ``budget_gb`` (1e9 bytes) or ``budget_gib`` (2^30 bytes), as ``solve --budge
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from costmodel.answers import as_fields
 from costmodel.answers.serve import DEFAULT_HARDWARE, ServeAnswer, answer, spec_of
 from costmodel.api.planning import plan as plan
 from costmodel.api.sweeping import sweep as sweep
@@ -159,9 +159,13 @@ def serve(
         spec = spec_of(inputs)
     except SpecError as err:  # the serve CLI's words, in this API's names
         raise SpecError(err.field, as_fields(str(err))) from None
-    ans = answer(spec_model, spec, hw)
+    given = {k for k, v in inputs.items() if v is not None}
+    defaulted = ("output" not in given and not {"context", "input"} <= given,
+                 "batch" not in given, "engine" not in given)  # fmt: skip
+    ans = answer(spec_model, spec, hw, defaulted)
     ans.estimate.notes[:0] = said
-    return replace(ans, nearest=None if ans.nearest is None else as_fields(ans.nearest))
+    return replace(ans, nearest=None if ans.nearest is None else as_fields(ans.nearest),
+                   caveats=[as_fields(c) for c in ans.caveats], keywords=True)  # fmt: skip
 
 
 def _preset(model: Any) -> str:
@@ -274,9 +278,3 @@ def solve(question: str, model: str | ModelSpec, **inputs: Any) -> dict[str, Any
     questions = {"max-batch": max_batch, "max-seq": max_seq, "min-fsdp": min_fsdp}
     checks.choice("question", question, tuple(questions))
     return questions[question](model, **inputs)
-
-
-def as_fields(text: str) -> str:
-    """A note in the API's words: the CLI's flags (``--grad-accum``) as the keyword names a
-    call takes (``grad_accum``)."""
-    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_"), text)

@@ -4,8 +4,6 @@ and throughput for a workload (``costmodel.serving``)."""
 from __future__ import annotations
 
 import argparse
-import math
-from dataclasses import asdict
 from typing import Any
 
 from costmodel.answers.serve import (
@@ -14,65 +12,19 @@ from costmodel.answers.serve import (
     SERVE_INPUTS,
     ServeAnswer,
     answer,
-    assumptions,
-    shown_values,
     spec_of,
 )
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import device_word, int_arg, to_json
-from costmodel.engine.quantities import nest
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
-PARTS = {
-    "matmuls": "the matmuls",
-    "attention": "attention over the cache",
-    "comm": "communication (tp all-reduces)",
-    "overhead": "per-layer step overhead",
-    "host": "the host (dispatch, the engine's scheduling and output processing)",
-}
 
-
-def limited_by(v: dict[str, Any], output: int | None = None) -> str:
-    """The pool that limits a disaggregated deployment where it is the prefill pool; the
-    prefill where a request generates one token (``output`` 1: no decode step); else the
-    decode step's (a continuous engine's iteration's) largest part: its matmuls or its
-    attention, each compute- or memory-bound (a roofline per kernel), its exposed all-reduces,
-    overhead or host; and what a step's bytes are."""
-    if output == 1:
-        return "the prefill: one token is generated, so no decode step follows (TTFT is all)"
-    d = "disaggregated."
-    if v.get(d + "prefill_requests_per_s", float("inf")) < v.get(d + "decode_requests_per_s", 0):
-        return (f"the prefill pool: {v[d + 'prefill_requests_per_s']:,.2f} requests/s against "
-                f"the decode pool's {v[d + 'decode_requests_per_s']:,.2f} (--prefill-replicas "
-                f"{math.ceil(v[d + 'prefill_replicas_to_balance'])} keeps up)")  # fmt: skip
-    kind = "iteration" if "time_s.iteration.total" in v else "decode_step"
-    t = {k.rsplit(".", 1)[1]: x for k, x in v.items() if k.startswith(f"time_s.{kind}.")}
-    bound = {k: "compute" if t[f"{k}_compute"] >= t[f"{k}_memory"] else "memory"
-             for k in ("matmuls", "attention")}  # fmt: skip
-    parts = {k: (max(t[f"{k}_compute"], t[f"{k}_memory"]) if k in bound else t[k]) for k in PARTS}
-    part = max(parts, key=parts.__getitem__)
-    what = "an iteration (decodes and prompt chunks)" if kind == "iteration" else "decode"
-    named = PARTS[part]
-    if part == "comm" and v.get("bytes_per_device.decode_step_experts"):  # dispatch too
-        named = "communication (tp all-reduces, expert dispatch and combine)"
-    how = f", {bound[part]}-bound" if part in bound else ""
-    kv = v["bytes_per_device.decode_step_kv"] / v["bytes_per_device.decode_step"]
-    held = v.get("workload.in_flight")
-    load = "" if held is None else f" at the mean {held:,} in flight a replica"
-    return (
-        f"{what}{load}: {named}{how} ({parts[part] / t['total']:.0%} of a step); its "
-        f"bytes {1 - kv:.0%} weights, {kv:.0%} KV cache"
-    )
-
-
-def _rows(
-    ans: ServeAnswer, spec: ServeSpec, defaulted: tuple[bool, bool, bool], unit: str
-) -> list[tuple[str, str]]:
+def _rows(ans: ServeAnswer, spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = ans.headline()
     per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
@@ -83,8 +35,8 @@ def _rows(
             f"{fit}: {fmt_bytes(v[mem + 'total'])} of {fmt_bytes(v[mem + 'budget'])} "
             f"per device; {ans.how_many()}{nearest}",
         ),
-        *([("limited by", limited_by(v, spec.output))] if ans.fits else []),
-        ("assumptions", assumptions(spec, *defaulted)),
+        *([("limited by", ans.limited_by())] if ans.fits else []),
+        ("assumptions", ans.assumptions()),
         *[("caveat", text) for text in ans.caveats],
         ("KV cache per token", fmt_bytes(v["kv_bytes_per_token"]) + per_device),
         ("KV cache per sequence", fmt_bytes(v["kv_bytes_per_sequence"]) + per_device),
@@ -199,20 +151,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     model = get_model(args.model) if args.hf_config is None else model_from_hf_config(
         args.hf_config)  # fmt: skip
     hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
-    ans = answer(model, spec, hw)
-    est = ans.estimate
     output_defaulted = args.output is None and (args.context is None or args.input is None)
     defaulted = (output_defaulted, args.batch is None, args.engine is None)
+    ans = answer(model, spec, hw, defaulted)
+    est = ans.estimate
     if args.json:  # the text's verdict, assumptions and limit, and the spec priced
-        verdict = {"fits": ans.fits, "overloaded": ans.overloaded, "nearest": ans.nearest,
-                   "caveats": ans.caveats,
-                   "limited_by": limited_by(est.values, spec.output) if ans.fits else None,
-                   "assumptions": assumptions(spec, *defaulted)}  # fmt: skip
         print(to_json({"model": model.name, "hardware": hw.name, "input": inp,
-                          "output": out, "context": spec.context, "spec": asdict(spec),
-                          "verdict": verdict, **nest(shown_values(ans, spec)),
-                          "notes": est.notes},
-                         indent=2))  # fmt: skip
+                       "output": out, "context": spec.context, **ans.to_dict()},
+                      indent=2))  # fmt: skip
         return 0
     pools = f", {spec.prefill_replicas} prefill x tp {spec.prefill_degree}" * bool(
         spec.prefill_replicas
@@ -225,7 +171,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           f"{pools}): "
           f"{load}, {spec.precision} weights, {spec.kv_dtype} cache")  # fmt: skip
     unit = device_word(hw)
-    rows = _rows(ans, spec, defaulted, unit)
+    rows = _rows(ans, spec, unit)
     width = max(len(k) for k, _ in rows)
     for key, shown in rows:
         print(f"  {key:<{width}}  {shown}")
