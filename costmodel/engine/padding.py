@@ -42,19 +42,25 @@ MEGABATCH = 50
 
 @dataclass(frozen=True)
 class RowCosts:
-    """Per-token and per-token² coefficients: FLOPs (a, c) and seconds (alpha, gamma), plus
-    seconds added per step."""
+    """Per-token and per-token² coefficients: FLOPs (a, c) and seconds (alpha, gamma), the
+    seconds each row costs whatever its length (kappa), and seconds added per step."""
 
     a: float
     c: float
     alpha: float
     gamma: float
     per_step_s: float = 0.0
+    kappa: float = 0.0
 
 
 def row_coefficients(setup: Any) -> RowCosts:
     """FLOP and time coefficients of one sequence from an ``inputs.Setup`` (with a layout
-    for time; without one, time is 0)."""
+    for time; without one, time is 0). A row's seconds are kappa + alpha·n + gamma·n²,
+    fitted through the estimate's compute at seq, seq/2 and seq/4: the estimate's part
+    that does not grow with the tokens (kernel launches, GEMM tiles a short row leaves
+    idle) is kappa's; without it a two-point fit put that part into a negative gamma and
+    priced less attention (a document mask) slower (a probe). Where seq is too short for
+    three distinct points, kappa is 0."""
     model, train = setup.model, setup.train
     one = values_for(model, train.replace(batch=1, grad_accum=1))  # one sequence
     step = flop_totals(model, train)["step"].subs({k: v for k, v in one.items() if k != T})
@@ -62,13 +68,17 @@ def row_coefficients(setup: Any) -> RowCosts:
     a, c = (float(poly.coeff_monomial(T**k)) for k in (1, 2))
     if setup.parallel is None:
         return RowCosts(a, c, 0.0, 0.0)
-    seq = train.seq
-    half = setup.parallel.seq_step() * max(1, seq // 2 // setup.parallel.seq_step())
+    unit = setup.parallel.seq_step()
+    points = sorted({train.seq, *(unit * max(1, train.seq // d // unit) for d in (2, 4))})
     t1 = setup.estimate()
-    t2 = replace(setup, train=train.replace(seq=half)).estimate()
-    per_seq = [t1["time_s.compute"] / train.batch, t2["time_s.compute"] / train.batch]
-    alpha, gamma = np.linalg.solve([[seq, seq**2], [half, half**2]], per_seq)
-    return RowCosts(a, c, float(alpha), float(gamma), t1["time_s.step"] - t1["time_s.compute"])
+    per_seq = [(t1 if n == train.seq else replace(setup, train=train.replace(seq=n)).estimate())[
+        "time_s.compute"] / train.batch for n in points]  # fmt: skip
+    if len(points) == 3:
+        kappa, alpha, gamma = np.linalg.solve([[1, n, n**2] for n in points], per_seq)
+    else:
+        (alpha, gamma), kappa = np.linalg.lstsq([[n, n**2] for n in points], per_seq)[0], 0.0
+    return RowCosts(a, c, float(alpha), float(gamma), t1["time_s.step"] - t1["time_s.compute"],
+                    float(kappa))  # fmt: skip
 
 
 def _rows_padded(lengths: np.ndarray, batch: int, mega: int | None, seed: int) -> np.ndarray:
@@ -146,7 +156,12 @@ def strategy_costs(
     for name in STRATEGIES:
         n_rows, slots, quad = _processed(name, docs, max_len, batch, seed)
         flops = coef.a * slots + coef.c * quad
-        seconds = coef.alpha * slots + coef.gamma * quad + np.ceil(n_rows / batch) * coef.per_step_s
+        seconds = (
+            coef.kappa * n_rows
+            + coef.alpha * slots
+            + coef.gamma * quad
+            + np.ceil(n_rows / batch) * coef.per_step_s
+        )
         out[name] = {
             "rows": n_rows, "slots": slots, "tokens": real, "pad_tokens": slots - real,
             "pad_fraction": 1 - real / slots, "flops": flops, "useful_flops": useful,
