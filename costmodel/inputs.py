@@ -260,10 +260,25 @@ def build(
                  f"each is replicated over {parallel.tp // spec.n_kv_heads} ranks, as vLLM "
                  "serves them; Megatron-Core and torchtitan train with tp dividing the KV "
                  "heads")  # fmt: skip
-    if price and not budget:
-        notes = (*notes, f"--price-per-hour {price:g} prices a token budget: give "
-                 "--token-budget for the days and the cost")  # fmt: skip
+    notes = (*notes, *_unused(values, parallel, price if not budget else None))
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
+
+
+def _unused(values: dict[str, Any], parallel: ParallelSpec, price: float | None) -> tuple:
+    """Notes for inputs given that change nothing here: a price without a token budget,
+    a bucket size where no data-parallel all-reduce is bucketed (a probe: both were
+    ignored unsaid)."""
+    said = ()
+    if price:
+        said += (f"--price-per-hour {price:g} prices a token budget: give --token-budget "
+                 "for the days and the cost",)  # fmt: skip
+    if values.get("bucket_mb") is not None and (
+        parallel.dp == 1 or trait(parallel.framework, "distributed_optimizer")
+    ):
+        said += (f"--bucket-mb {values['bucket_mb']:g} sizes the buckets of a data-parallel "
+                 "all-reduce between replicas (dp > 1; Megatron's distributed optimizer "
+                 "sizes its own): this layout has none, so it changes nothing",)  # fmt: skip
+    return said
 
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:

@@ -37,14 +37,20 @@ def test_tree_allreduce_takes_two_log2_n_rounds(n, tree):
 
 
 def test_dp_latency_uses_the_tree_rounds():
-    """DDP over 64 ranks (8 nodes): per bucket 12 latency rounds, not the ring's 126."""
+    """DDP over 64 ranks (8 nodes): per bucket 12 latency rounds, not the ring's 126. The
+    reference's DDP reduces its fp32 gradients as they are, and its last bucket, launched
+    once the backward ends, runs after it (nothing to hide it)."""
     train = TrainSpec(batch=64, seq=4096, precision="bf16-mixed")
     v = values(train, dp=64)
-    buckets = math.ceil(2 * v["params.total"] / (25 * 2**20))
+    grads = 4 * v["params.total"]  # fp32 under torch.autocast
+    buckets = math.ceil(grads / (25 * 2**20))
+    last = 25 * 2**20 / grads
     beta, alpha = group_links(ParallelSpec(dp=64), H100)["dp"]
     assert alpha == H100.network_latency_s
-    expected = v["comm_bytes.dp"] / beta + 12 * alpha * buckets
+    expected = (1 - last) * v["comm_bytes.dp"] / beta + 12 * alpha * (buckets - 1)
     assert v["comm_phase_s.dp.backward"] == pytest.approx(expected, rel=1e-12)
+    tail = last * v["comm_bytes.dp"] / beta + 12 * alpha
+    assert v["comm_phase_s.dp.optimizer"] == pytest.approx(tail, rel=1e-12)
 
 
 def test_megatron_distributed_optimizer_scatters_then_gathers():
@@ -52,7 +58,8 @@ def test_megatron_distributed_optimizer_scatters_then_gathers():
     all-gathers the updated bf16 parameters in forward: the ring all-reduce's bytes, split
     over the two phases; Megatron-Core's buckets hold max(4e7, 1e6·dp) parameters."""
     train = TrainSpec(batch=64, seq=4096, precision="bf16-mixed")
-    mega, ddp = values(train, framework="megatron", dp=8), values(train, dp=8)
+    mega = values(train, framework="megatron", dp=8)
+    ddp = values(train, dp=8, grad_reduce_fp32=False)  # the same dtype as Megatron's
     assert mega["comm_bytes.dp"] == pytest.approx(ddp["comm_bytes.dp"], rel=1e-12)
     n, beta = mega["params.total"], H100.link_bw * H100.eff("link")
     buckets = math.ceil(n / 40e6)
@@ -114,11 +121,12 @@ def test_a_group_sends_through_the_nics_its_members_hold(layout, members):
 @pytest.mark.parametrize("m", [1, 4])
 def test_zero3_gathers_and_scatters_every_micro_batch(m):
     """FSDP (ZeRO-3) under gradient accumulation frees what each micro-batch gathered:
-    every micro-batch gathers in forward, again in backward, and reduce-scatters."""
+    every micro-batch gathers in forward, again in backward, and reduce-scatters (the
+    reference's gradients in fp32, their dtype under torch.autocast)."""
     train = TrainSpec(batch=8 * m, seq=4096, precision="bf16-mixed", grad_accum=m)
     v = values(train, fsdp=8)
     one = 2 * v["params.total"] * 7 / 8  # one pass of bf16 all-gathers
-    assert v["comm_bytes.fsdp"] == pytest.approx(3 * m * one, rel=1e-12)
+    assert v["comm_bytes.fsdp"] == pytest.approx((2 + 2) * m * one, rel=1e-12)
     # no backward re-gather: FSDP2's option (its memory is priced there alone)
     kept = values(train, fsdp=8, reshard_after_forward=False, framework="fsdp2",
                   grad_reduce_fp32=False)  # fmt: skip
@@ -213,3 +221,17 @@ def test_megatron_sequence_parallel_backward_hides_the_column_linears_collective
     # async TP keeps pricing every TP collective by its chunked overlap (1/tp exposed)
     assert est[("megatron", True)]["comm_bytes.tp"] == dtensor["comm_bytes.tp"]
     assert est[("megatron", True)]["comm_overlapped_s.tp"] == 0
+
+
+def test_one_ddp_bucket_of_every_gradient_hides_nothing():
+    """Issue 60's seventh probe: --bucket-mb 100000 (one bucket of every gradient) hid the
+    whole all-reduce and made the step faster; DDP launches a bucket once its last gradient
+    is ready, so that one runs after the backward, exposed. Within a node (the reduce
+    shorter than the backward) the default 25 MiB buckets are faster."""
+    train = TrainSpec(batch=64, seq=1024, precision="bf16-mixed")
+    model = get_model("gpt2-xl")
+    small, one = (estimate(model, train, ParallelSpec(dp=8, bucket_mb=mb), H100).values
+                  for mb in (25, 1e5))  # fmt: skip
+    assert one["comm_phase_s.dp.backward"] == 0
+    assert one["comm_phase_s.dp.optimizer"] == pytest.approx(one["comm_time_s.dp"])
+    assert one["time_s.step"] > small["time_s.step"]

@@ -46,5 +46,6 @@ def test_context_parallel_ranks_reduce_their_gradients(framework: str) -> None:
         return estimate(model, train, par, hw)["comm_bytes.dp"]
 
     assert dp_bytes(dp=4, cp=2) == pytest.approx(dp_bytes(dp=8))
-    grads = estimate(model, train.replace(batch=1), None)["params.total"] * 2  # bf16
+    fp32 = ParallelSpec(framework=framework).grad_reduce_fp32  # the framework's own dtype
+    grads = estimate(model, train.replace(batch=1), None)["params.total"] * (4 if fp32 else 2)
     assert dp_bytes(cp=2) == pytest.approx(grads)

@@ -50,17 +50,20 @@ def test_zero_stages_shard_what_they_promise():
 
 
 def test_dp_all_reduce_moves_two_n_minus_one_over_n():
-    # Ring all-reduce of bf16 gradients: 2·(N-1)/N · 2 bytes · params per device.
+    # Ring all-reduce of the reference's fp32 gradients (torch.autocast keeps fp32
+    # parameters; DDP reduces .grad as it is): 2·(N-1)/N · 4 bytes · params per device.
     v = est(dp=4)
     n = estimate(get_model("cs336-small"), TrainSpec()).values["params.total"]
-    assert v["comm_bytes.dp"] == pytest.approx(2 * 3 / 4 * 2 * n)
+    assert v["comm_bytes.dp"] == pytest.approx(2 * 3 / 4 * 4 * n)
+    assert est(dp=4, grad_reduce_fp32=False)["comm_bytes.dp"] == pytest.approx(2 * 3 / 4 * 2 * n)
 
 
 def test_fsdp_moves_gather_twice_and_reduce_scatter_once():
-    # ZeRO-3: AllGather forward + AllGather backward + ReduceScatter, each (X-1)/X · 2·N bytes.
+    # ZeRO-3: AllGather forward + AllGather backward of bf16 weights, then a ReduceScatter
+    # of the reference's fp32 gradients, each (X-1)/X of their bytes.
     v = est(fsdp=8)
     n = estimate(get_model("cs336-small"), TrainSpec()).values["params.total"]
-    assert v["comm_bytes.fsdp"] == pytest.approx(3 * 7 / 8 * 2 * n)
+    assert v["comm_bytes.fsdp"] == pytest.approx(7 / 8 * (2 * 2 + 4) * n)
 
 
 def test_tp_all_reduces_per_layer():

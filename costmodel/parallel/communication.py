@@ -63,6 +63,7 @@ from costmodel.symbols import (
     more_than_one,
     sceil,
     smax,
+    smin,
     v,
 )
 
@@ -106,9 +107,7 @@ def communication(
         lat = ring_steps("all_gather", dp) * a_dp * sceil(per_device / megatron_bucket(dp))
         groups["dp"] = _phases(scatter + gather, gather / W_dp + lat, scatter / W_dp + lat, 0)
     else:  # DDP's buckets of bucket_mb
-        dp_bytes = grad_bytes * reduced()
-        lat = allreduce_steps(dp) * a_dp * sceil(grad_bytes * per_device / S_bucket)
-        groups["dp"] = _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
+        groups["dp"] = _bucketed(par, grad_bytes * reduced(), grad_bytes * per_device, dp)
 
     gather, scatter = c * sharded("all_gather"), grad_bytes * sharded("reduce_scatter")
     if finetune.tunes(train) and par.zero == 3:  # the frozen weights, as stored
@@ -148,6 +147,24 @@ def fsdp_group(par: ParallelSpec, gather: sp.Expr, scatter: sp.Expr, alpha: sp.E
     again = 1 if par.reshard_after_forward and par.pp == 1 else 0
     fwd, bwd = passes * gather, passes * (again * gather + scatter)
     return _phases(fwd + bwd, fwd / W_X + passes * lat, bwd / W_X + passes * (1 + again) * lat, 0)
+
+
+def _bucketed(
+    par: ParallelSpec, dp_bytes: sp.Expr, grads: sp.Expr, dp: sp.Expr
+) -> dict[str, sp.Expr]:
+    """Data-parallel all-reduces of ``grads`` bytes of gradients in buckets of
+    ``bucket_mb`` (``dp_bytes`` on the wire), one latency term per bucket, beside the
+    backward. Under torch DDP's buckets (the framework's ``ddp_buckets``) the last bucket
+    is launched once the backward has produced its last gradient, so nothing hides it: it
+    runs after the backward, a bucket as large as every gradient reducing them all there
+    (Li et al. 2020, "PyTorch Distributed", Sec. 3.2.3, Fig. 6)."""
+    per_bucket = allreduce_steps(dp) * a_dp
+    lat = per_bucket * sceil(grads / S_bucket)
+    if not traits_of(par).ddp_buckets:
+        return _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
+    last = smin(1, S_bucket / smax(grads, 1))
+    tail = last * dp_bytes / W_dp + per_bucket
+    return _phases(dp_bytes, 0, (1 - last) * dp_bytes / W_dp + lat - per_bucket, tail)
 
 
 def megatron_bucket(dp: sp.Expr) -> sp.Expr:

@@ -150,6 +150,8 @@ class ReferenceTraits(Traits):
 
     name = "reference"
     autocast = True
+    reduce_fp32_default = True  # autocast keeps fp32 parameters, so fp32 .grad: DDP and
+    # ZeRO reduce them as they are (no compression hook)
     ddp_buckets = True
     rebuilds_tables = True
     dtensor_tp = True

@@ -182,9 +182,10 @@ class ParallelSpec:
     reduce-scattered in fp32; fsdp only, no recomputation, untied embeddings)."""
     grad_reduce_fp32: bool | None = None
     """Gradients reduced in fp32 rather than the compute dtype; unset, the framework's
-    own default: fp32 under FSDP2 (torchtitan's ``mixed_precision_reduce = "float32"``),
-    the compute dtype under the others (Megatron without --grad-reduce-in-fp32,
-    DeepSpeed's default communication_data_type, torch.autocast's DDP)."""
+    own default: fp32 under FSDP2 (torchtitan's ``mixed_precision_reduce = "float32"``)
+    and the reference (torch.autocast keeps fp32 parameters, whose gradients DDP reduces
+    as they are), the compute dtype under Megatron (as NeMo's performance recipes; its own
+    default is fp32) and DeepSpeed (its default communication_data_type)."""
     async_tp: bool = False
     """Tensor-parallel collectives overlapped with the matmuls they feed (async TP:
     torchtitan's micro-pipelined all-gather/reduce-scatter matmuls; Megatron's

@@ -1,0 +1,26 @@
+"""The CLI's answers to the questions issue 60's seventh probe asked: flags that change
+nothing said so, defaults announced, the cost objective's ties."""
+
+from __future__ import annotations
+
+from costmodel.cli import main
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_a_bucket_size_where_no_all_reduce_is_bucketed_is_said_to_change_nothing(capsys):
+    """The probe: --bucket-mb under FSDP over every device (no replicas) printed the same
+    step as without it, and no note."""
+    base = ("estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--seq", "4096", "--batch", "32", "--framework", "fsdp2")  # fmt: skip
+    _, plain = _run(capsys, *base)
+    _, bucketed = _run(capsys, *base, "--bucket-mb", "1")
+    assert "--bucket-mb 1 sizes the buckets of a data-parallel all-reduce" in bucketed
+    step = [line for line in plain.splitlines() if line.startswith("step")]
+    assert step == [line for line in bucketed.splitlines() if line.startswith("step")]
+    _, ddp = _run(capsys, "estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus",
+                  "8", "--bucket-mb", "1")  # fmt: skip
+    assert "--bucket-mb" not in ddp  # DDP's replicas reduce in those buckets
