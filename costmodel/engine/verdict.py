@@ -23,6 +23,7 @@ from costmodel.engine.estimate import Estimate
 from costmodel.engine.nearest import nearest_fit
 from costmodel.engine.plan import limit_of
 from costmodel.frameworks.registry import framework_of
+from costmodel.kinds import ffn
 from costmodel.parallel.pipeline import schedule_name
 from costmodel.single import fp8
 from costmodel.single.precision import PRECISIONS
@@ -137,7 +138,8 @@ def assumptions(est: Estimate, defaulted: Collection[str] = ()) -> str:
         zero = (f"; ZeRO-{p.zero} (costmodel's default for a ZeRO framework{'; ' * bool(own)}"
                 f"{own}; --zero 1, 2 or 3)")  # fmt: skip
     return (
-        f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}; "
+        f"{framework_words(p, defaulted)}{zero}; {degrees(p)}{_experts(p, defaulted)}"
+        f"{_expert_gemms(est, defaulted)}; "
         f"micro-batch {micro} per device x grad-accum {t.grad_accum}; recompute {t.recompute}; "
         f"{_precision(t, defaulted)}; attention {t.attention}"
         f"{f' (kernel {t.attention_kernel})' if t.attention == 'flash' else ''}; "
@@ -167,6 +169,22 @@ def _experts(p: ParallelSpec, defaulted: Collection[str]) -> str:
         _capacity(p),
     ]
     return f"; experts: {', '.join(said)}"
+
+
+def _expert_gemms(est: Estimate, defaulted: Collection[str]) -> str:
+    """How a routed model's expert GEMMs launch (``ParallelSpec.expert_gemm``), which moves
+    an MoE step by up to the half its looped GEMMs are priced at (a probe: unsaid)."""
+    p = est.parallel
+    assert p is not None
+    if not ffn.routes(est.model):
+        return ""
+    loop = p.expert_gemm == "loop" or (p.expert_gemm == "framework" and
+                                       traits_of(p).expert_gemm_loop)  # fmt: skip
+    how = ("one GEMM per local expert launched from the host (Transformer Engine's "
+           "GroupedLinear), at efficiency.grouped of a dense GEMM" if loop else
+           "one grouped kernel for all local experts")  # fmt: skip
+    said = f"{p.framework}'s default; " if "expert_gemm" in defaulted else ""
+    return f"; expert GEMMs: {how} ({said}--expert-gemm {'grouped' if loop else 'loop'})"
 
 
 def _overlap(p: ParallelSpec) -> str:
