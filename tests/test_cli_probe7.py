@@ -41,3 +41,16 @@ def test_a_routed_models_expert_gemms_are_announced(capsys):
     _, dense = _run(capsys, "estimate", "--model", "llama3-8b", "--hardware", "h100-sxm",
                     "--gpus", "8")  # fmt: skip
     assert "expert GEMMs" not in dense
+
+
+def test_bounds_names_the_flags_the_book_does_not_read(capsys):
+    """The probe: bounds printed the same B* with --pp, --recompute or --seq as without,
+    as if it were that layout's."""
+    base = ("bounds", "--model", "llama3-8b", "--fsdp", "8", "--hardware", "h100-sxm")
+    _, plain = _run(capsys, *base)
+    assert "note:" not in plain
+    _, more = _run(capsys, *base, "--pp", "2", "--gpus", "16", "--recompute", "full")
+    assert ("note: the book's bounds read the model's shape, fsdp, tp, the device and the "
+            "precision alone: --recompute full, --pp 2 change nothing here") in more  # fmt: skip
+    answer = [line for line in plain.splitlines() if line.startswith("answer")]
+    assert answer == [line for line in more.splitlines() if line.startswith("answer")]

@@ -22,7 +22,7 @@ from costmodel.cli.solve_text import bounds_rows, max_rows, min_fsdp_rows
 from costmodel.engine.estimate import Estimate, estimate
 from costmodel.engine.fit import budget_bytes, budget_from, check_headroom
 from costmodel.engine.inverse import max_fitting, min_fsdp_fitting
-from costmodel.inputs import BY_KEY, build, expert_start, refuse_solved, solved_verdict
+from costmodel.inputs import BY_KEY, build, expert_start, refuse_solved, section_of, solved_verdict
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.parallel import ParallelSpec
@@ -100,15 +100,36 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
         peak_flops=args.peak_flops,
         bandwidth=args.bandwidth,
     )
+    unused = _unused_by_the_book(args)
     if args.json:
         hardware = _device(args)
-        print(to_json({"hardware": hardware, **report}, indent=2))
+        print(to_json({"hardware": hardware, **report, "notes": unused}, indent=2))
         return 0
     for warning in report.pop("warnings"):
         print(f"warning: {warning}")
+    for note in unused:
+        print(f"note: {note}")
     said = f"{BOUNDS_HARDWARE} (the default --hardware: the Scaling Book's chip)"
     print(format_rows(bounds_rows(report, said if args.hardware is None else args.hardware)))
     return 0
+
+
+BOOK_INPUTS = ("precision", "hardware", "gpus", "fsdp", "tp")
+"""What the book's bounds read beside the model's shape: the rest of a layout (pp, cp, the
+framework, recompute, the batch) has no term in its closed forms."""
+
+
+def _unused_by_the_book(args: argparse.Namespace) -> list[str]:
+    """One note naming the flags given that the book's bounds do not read (a probe: they
+    printed the same answer, unsaid)."""
+    given = {k: v for k, v in values_of(args).items() if v is not False}
+    unused = [f"--{k.replace('_', '-')} {v}" for k, v in given.items()
+              if section_of(k) != "model" and k not in BOOK_INPUTS]  # fmt: skip
+    if not unused:
+        return []
+    return [f"the book's bounds read the model's shape, fsdp, tp, the device and the "
+            f"precision alone: {', '.join(unused)} change nothing here (estimate prices "
+            "them)"]  # fmt: skip
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
