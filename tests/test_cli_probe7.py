@@ -54,3 +54,18 @@ def test_bounds_names_the_flags_the_book_does_not_read(capsys):
             "precision alone: --recompute full, --pp 2 change nothing here") in more  # fmt: skip
     answer = [line for line in plain.splitlines() if line.startswith("answer")]
     assert answer == [line for line in more.splitlines() if line.startswith("answer")]
+
+
+def test_plans_sizing_flags_without_a_token_budget_are_one_line(capsys):
+    """The probe: --price-per-hour, --checkpoint-gbps, --pue, --kwh-price, --failures-per-
+    gpu-hour and --restart-minutes changed nothing without --token-budget, unsaid."""
+    base = ("plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq", "4096",
+            "--gpus", "8", "--global-batch", "64", "--top", "2")  # fmt: skip
+    sizing = (("--checkpoint-gbps", "10"), ("--pue", "1.5"), ("--kwh-price", "0.1"),
+              ("--failures-per-gpu-hour", "0.5"), ("--restart-minutes", "30"))  # fmt: skip
+    for flag, value in sizing:
+        assert main([*base, flag, value]) == 2
+        assert f"{flag} sizes a run on --token-budget" in capsys.readouterr().err
+    assert main([*base, "--price-per-hour", "3"]) == 2
+    assert "--price-per-hour prices a --token-budget" in capsys.readouterr().err
+    assert main([*base, "--price-per-hour", "3", "--token-budget", "1e9"]) == 0

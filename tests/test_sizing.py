@@ -138,7 +138,7 @@ def test_a_deadline_nobody_meets_says_so(capsys):
 def test_a_deadline_needs_a_token_budget(capsys):
     args = [a for a in PLAN if a not in ("--token-budget", "1e11")]
     assert main([*args, "--deadline-days", "30"]) == 2
-    assert "--deadline-days needs --token-budget" in capsys.readouterr().err
+    assert "--deadline-days sizes a run on --token-budget" in capsys.readouterr().err
 
 
 def _page() -> None:

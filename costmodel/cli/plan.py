@@ -20,6 +20,7 @@ from costmodel.cli.sizing import (
     sized_plan,
     sizing_json,
     sizing_text,
+    unsized,
 )
 from costmodel.cli.timeline import timeline_path, write_timeline
 from costmodel.engine.caveats import plan_caveats
@@ -189,6 +190,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     batches = batch_choices(low, high, counts=counts) if low != high else None
     _check_cost_flags(args)
     prices = prices_for(list(args.hardware), args.price_per_hour, args.objective)
+    unsized(args)  # after the prices' own count is checked
     if len(set(args.hardware)) < len(args.hardware):
         raise SpecError("hardware", "hardware: name each device kind once")
     kinds = [(name, get_hardware(name)) for name in args.hardware]  # every name checked first
@@ -206,9 +208,6 @@ def _check_cost_flags(args: argparse.Namespace) -> None:
     for price in args.price_per_hour or ():
         checks.number("price_per_hour", price)
     reliability(args)
-    if args.deadline_days is not None and args.token_budget is None:
-        raise SpecError("deadline_days", "deadline_days needs --token-budget (the tokens to "
-                        "train on)")  # fmt: skip
     if args.deadline_days is not None and len(args.hardware) > 1:
         raise SpecError("deadline_days", "deadline_days sizes one --hardware: compare the "
                         "kinds without it, then size the best one")  # fmt: skip

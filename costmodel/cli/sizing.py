@@ -11,7 +11,6 @@ from costmodel.engine.estimate import estimate
 from costmodel.engine.plan import Plan, layout_label
 from costmodel.engine.sizing import (
     ASSUMPTIONS,
-    LLAMA3_FAILURES_PER_GPU_HOUR,
     Reliability,
     Size,
     checkpoint_bytes,
@@ -30,19 +29,19 @@ def add_sizing(p: argparse.ArgumentParser) -> None:
     s.add_argument("--checkpoint-gbps", type=float, default=None,
                    help="aggregate checkpoint write bandwidth, GB/s: models failures, Young/Daly "
                    "checkpoints and restarts (goodput); without it every step runs")  # fmt: skip
-    s.add_argument("--failures-per-gpu-hour", type=float, default=LLAMA3_FAILURES_PER_GPU_HOUR,
+    s.add_argument("--failures-per-gpu-hour", type=float, default=None,
                    help="unexpected interruptions per GPU-hour (default 1.97e-5: Llama 3's 419 "
                    "in 54 days on 16,384 H100)")  # fmt: skip
     s.add_argument(
         "--restart-minutes",
         type=float,
-        default=0.0,
+        default=None,
         help="minutes from a failure to training again (default 0)",
     )
     s.add_argument(
         "--pue",
         type=float,
-        default=1.0,
+        default=None,
         help="facility over device energy (default 1: the devices alone)",
     )
     s.add_argument("--kwh-price", type=float, default=None, help="price of a kWh")
@@ -116,8 +115,28 @@ def reliability(args: argparse.Namespace) -> Reliability:
     """The sizing flags, checked whether or not a budget asks for a sizing."""
     if args.kwh_price is not None:
         checks.number("kwh_price", args.kwh_price, allow_zero=True)
-    return Reliability(args.checkpoint_gbps, args.failures_per_gpu_hour, args.restart_minutes,
-                       args.pue)  # fmt: skip
+    given = {k: getattr(args, k) for k in SIZED if getattr(args, k) is not None}
+    return Reliability(**{k: v for k, v in given.items() if k != "kwh_price"})
+
+
+SIZED = ("checkpoint_gbps", "failures_per_gpu_hour", "restart_minutes", "pue", "kwh_price")
+"""Flags that size a run on a token budget (goodput and energy); unset, Reliability's own
+defaults."""
+
+
+def unsized(args: argparse.Namespace) -> None:
+    """A sizing flag, or a price that neither prices a budget nor ranks by cost, given
+    without ``--token-budget``: one line naming it (a probe: they changed nothing,
+    unsaid)."""
+    if args.token_budget is not None:
+        return
+    for name in ("deadline_days", *SIZED):
+        if getattr(args, name) is not None:
+            raise SpecError(name, f"{name} sizes a run on --token-budget (the tokens to "
+                            "train on): give --token-budget")  # fmt: skip
+    if args.price_per_hour and args.objective != "cost":
+        raise SpecError("price_per_hour", "price_per_hour prices a --token-budget, or ranks "
+                        "the kinds with --objective cost: give one of them")  # fmt: skip
 
 
 def sized_plan(result: Plan, args: argparse.Namespace, price: float | None) -> list[Size]:
