@@ -32,6 +32,7 @@ from costmodel.engine.plan import (
     TIE,
     Plan,
     PlanOptions,
+    device_tie,
     layout_label,
     nearest_words,
     no_fit_text,
@@ -85,7 +86,8 @@ def _table(p: Plan, rows: list[dict[str, Any]], seconds: float, max_gpus: int | 
         f"{int(p.fits.sum()):,} fit "
         f"in {fmt_bytes(p.budget_bytes)} ({p.options.memory_headroom:.0%} of HBM); "
         f"searched in {seconds:.2f} s; ranked by {RANKED_BY[p.options.objective]}, those "
-        f"within {TIE:.1%} of each other by fewer devices, then fewer model-parallel ones",
+        f"within {TIE:.1%} of each other by {device_tie(p.options.objective)}, then fewer "
+        "model-parallel ones",
         "",
         f"{'#':>3}  {names}{'layout':<{width}} {'step':>9} "
         f"{'tok/s/' + device_word(hw):>10} {'MFU':>6} {'peak GiB':>9}  limit"
@@ -311,8 +313,9 @@ def _print_rows(
     if len(rows) > 1:
         print(
             f"\nhow the next differ from #1 (ties: the layouts within {TIE:.1%} of the "
-            "best not yet ranked rank by fewer GPUs, then fewer model-parallel devices, "
-            "then less memory; a reserve over the device's memory ranks last):"
+            f"best not yet ranked rank by {device_tie(result.options.objective)}, then "
+            "fewer model-parallel devices, then less memory; a reserve over the device's "
+            "memory ranks last):"
         )
         objective = result.options.objective
         print("\n".join(f"{i:>3}  {difference_text(r, rows[0], objective)}"

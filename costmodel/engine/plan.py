@@ -352,9 +352,10 @@ def rank(
     capacity: float = np.inf,
 ) -> np.ndarray:
     """``idx`` best first by ``objective`` (:func:`score`); ties (``TIE``) go to the layout
-    on fewer devices (a budget's search), then with the fewest model-parallel devices (tp x
-    pp x cp: fewer collectives on the critical path, fewer ways to go wrong), then with
-    the smaller peak memory. A layout whose reserved bytes (the caching allocator's,
+    on fewer devices (a budget's search; by cost or tokens per GPU, on more: as cheap and
+    sooner, :func:`device_tie`), then with the fewest model-parallel devices (tp x pp x cp:
+    fewer collectives on the critical path, fewer ways to go wrong), then with the smaller
+    peak memory. A layout whose reserved bytes (the caching allocator's,
     ``engine.fit``) exceed the device's ``capacity`` ranks after every one that does not:
     its peak fits the budget, but the allocator would retry and may run out."""
     key = score(cols, values, objective)
@@ -368,7 +369,15 @@ def rank(
     split = (cols["tp"] * cols["pp"] * cols["cp"])[idx]
     peak = values["memory_bytes_per_device.peak"][idx]
     at_risk = values["memory_bytes_per_device.reserved"][idx] > capacity
-    return idx[np.lexsort((best, peak, split, cols["gpus"][idx], tier, at_risk))]
+    gpus = cols["gpus"][idx] * (1 if device_tie(objective) == "fewer devices" else -1)
+    return idx[np.lexsort((best, peak, split, gpus, tier, at_risk))]
+
+
+def device_tie(objective: str) -> str:
+    """Which device count a near-tie goes to: fewer by time or MFU (the same speed on fewer
+    devices), more by cost or tokens per GPU (the same cost, sooner: fewer devices had
+    ranked a 3,816-day run over an as cheap 951-day one, a probe)."""
+    return "more devices" if objective in ("cost", "tokens-per-gpu") else "fewer devices"
 
 
 RANKED_BY = {"time": "time (the most tokens/s)",
@@ -382,8 +391,9 @@ def ranking_text(objective: str) -> str:
     """:func:`rank`'s rule in words, for a reader who sees a row a little slower than the
     one below it."""
     return (
-        f"ranked by {RANKED_BY[objective]}; within {TIE:.1%} of each other by fewer "
-        "devices, then fewer model-parallel ones (tp x pp x cp), then the smaller peak; "
+        f"ranked by {RANKED_BY[objective]}; within {TIE:.1%} of each other by "
+        f"{device_tie(objective)}, then fewer model-parallel ones (tp x pp x cp), then the "
+        "smaller peak; "
         "a layout whose reserved memory exceeds the device's ranks after all that do not"
     )
 
