@@ -125,7 +125,11 @@ def test_plan_page_ranks_draws_and_explains():
     at = AppTest.from_function(_page, default_timeout=300).run()
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    assert len(table) == 10 and (table["step (s)"].diff().dropna() >= 0).all()
+    assert len(table) == 10
+    # numbered as the CLI numbers them (issue 60's seventh probe: the page sorted by step
+    # time, so its row 7 was the CLI's row 9): row 1 recommended, the plan's own order
+    assert table["recommended"].iloc[0] == "✓" and (table["recommended"] == "✓").sum() == 1
+    assert table["#"].tolist() == list(range(1, 11))
     assert table["estimate"].str.startswith("/?model=llama3-8b").all()
     picked = table[table["recommended"] == "✓"]
     assert (picked["differs from ✓"] == "").all() and (table["differs from ✓"] != "").sum() >= 8
