@@ -69,3 +69,18 @@ def test_plans_sizing_flags_without_a_token_budget_are_one_line(capsys):
     assert main([*base, "--price-per-hour", "3"]) == 2
     assert "--price-per-hour prices a --token-budget" in capsys.readouterr().err
     assert main([*base, "--price-per-hour", "3", "--token-budget", "1e9"]) == 0
+
+
+def test_the_nearest_fit_recomputes_no_more_than_it_must(capsys):
+    """The probe: Llama-3-8B on 8 H100 at 32 x 8,192 was told recompute full + ZeRO-3 (4.46
+    s) where selective-op with the same sharding fits and runs 3.85 s."""
+    import json
+
+    argv = ["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--seq", "8192", "--batch", "32", "--json"]  # fmt: skip
+    _, out = _run(capsys, *argv)
+    near = json.loads(out)["verdict"]["nearest_fit"]
+    assert near["inputs"]["recompute"] == "selective-op" and near["inputs"]["fsdp"] == 8
+    _, full = _run(capsys, *argv[:-1], "--fsdp", "8", "--zero", "3", "--recompute", "full",
+                   "--json")  # fmt: skip
+    assert near["step_s"] < json.loads(full)["time_s"]["step"]
