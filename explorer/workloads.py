@@ -53,7 +53,11 @@ OFFLOAD = (*_model_inputs(8192, 68, "bf16"),
            PageInput("overlap", float, 1.0, lo=0.0, hi=1.0),
            PageInput("optimizer_state", str, "nvme", ("host", "nvme")),
            PageInput("nvme_gbs", float, 6.0, lo=0.1, hi=1e3))  # fmt: skip
+SHARDINGS = ("every GPU", "none (DDP replicas)")
+"""The Padding page's sharding: FSDP over every GPU, or none (said beside the GPUs: the
+CLI's padding shards only with --fsdp, and a probe read opposite verdicts)."""
 PADDING = (*_model_inputs(4096, 32, "bf16-mixed"), PageInput("gpus", int, 8, hi=2**16),
+           PageInput("sharding", str, "every GPU", SHARDINGS),
            PageInput("framework", str, BY_KEY["framework"].default, FRAMEWORKS),
            PageInput("distribution", str, "lognormal:median=721,sigma=0.85"))  # fmt: skip
 
@@ -158,23 +162,26 @@ def _padding_inputs() -> tuple[dict[str, Any], str, Any]:
     warn_unused(start("padding", PADDING))
     with st.form("padding_inputs"):
         _model_row("padding")
-        c = st.columns([1, 1, 3, 2])
-        c[0].number_input("GPUs (FSDP; Megatron: replicas)", 1, 2**16, key="padding_gpus",
-                          help="this page shards over every GPU (the CLI's padding with "
-                          "--fsdp GPUS); Megatron's optimizer over replicas")  # fmt: skip
-        c[1].selectbox(
+        c = st.columns([1, 1, 1, 3, 2])
+        c[0].number_input("GPUs", 1, 2**16, key="padding_gpus")
+        c[1].selectbox("sharding", SHARDINGS, key="padding_sharding",
+                       help="every GPU: the CLI's --fsdp GPUS (Megatron: its distributed "
+                       "optimizer over the replicas); none: DDP replicas, the CLI's "
+                       "padding without --fsdp")  # fmt: skip
+        c[2].selectbox(
             "framework",
             FRAMEWORKS,
             key="padding_framework",
             help="the trainer the speeds are priced under (the Estimate page's)",
         )
-        c[2].text_input("distribution", key="padding_distribution",
+        c[3].text_input("distribution", key="padding_distribution",
                         help=f"{', '.join(SYNTHETIC)} (name:key=value,...)")  # fmt: skip
-        upload = c[3].file_uploader("or a lengths file (.txt: lengths or 'length count')")
+        upload = c[4].file_uploader("or a lengths file (.txt: lengths or 'length count')")
         st.form_submit_button("Compare", type="primary")
     v = finish("padding", PADDING)
     dist = v.pop("distribution")
-    sharded = not trait(v["framework"], "distributed_optimizer")  # Megatron: replicas
+    sharded = v.pop("sharding") == SHARDINGS[0]
+    sharded = sharded and not trait(v["framework"], "distributed_optimizer")
     return {**v, **({"fsdp": v["gpus"]} if sharded else {})}, dist, upload
 
 

@@ -169,3 +169,34 @@ def test_the_padding_page_says_its_verdict_and_layout_first():
     assert not at.exception and at.success
     said = at.success[0].value
     assert said.startswith("Fits: peak") and said.endswith("(reference, ZeRO-3 over fsdp 8)")
+
+
+def test_the_padding_pages_sharding_is_an_input_as_the_clis_fsdp(capsys):
+    """Issue 60's seventh probe: the page sharded over every GPU, said only in a tooltip, so
+    its "Fits" met the CLI's "does not fit" (padding without --fsdp) for the same visible
+    inputs. Sharding is now an input beside the GPUs; "none" is the CLI's default."""
+    from costmodel.cli import main
+
+    at = AppTest.from_function(_padding, default_timeout=300).run()
+    assert at.session_state["padding_sharding"] == "every GPU"
+    assert "Fits" in (at.success or at.warning)[0].value
+    at.selectbox(key="padding_sharding").set_value("none (DDP replicas)")
+    at.button[0].click().run()
+    assert not at.exception and "Does not fit" in at.error[0].value
+    argv = [
+        "padding",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100-sxm",
+        "--seq",
+        "4096",
+        "--batch",
+        "32",
+        "--gpus",
+        "8",
+        "--distribution",
+        "lognormal:median=721,sigma=0.85",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("verdict: does not fit")
