@@ -4,6 +4,7 @@ estimate's, length files and distributions, bad input, and the CLI."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,15 @@ def test_masked_packing_is_not_slower_than_packing():
     docs = synthetic_lengths("lognormal:median=721,sigma=0.85", 20_000, 4096)
     rows = strategy_costs(docs, 4096, 32, row_coefficients(setup))
     assert rows["packing-masked"]["tokens_per_s"] > rows["packing"]["tokens_per_s"]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("lognormal:median=721,sigma=1e308", "sigma must be <= 10 (got 1e+308)"),
+    ("lognormal:median=1e308,sigma=1", "median must be <= 16,777,216"),
+    ("uniform:low=1,high=1e30", "high must be <= 16,777,216"),
+])  # fmt: skip
+def test_a_distribution_past_any_length_is_one_line(text, words):
+    """Issue 60's seventh probe: sigma=1e308 overflowed numpy's exp (a warning in the server
+    log) and priced lengths clipped at both ends, 100 % of the tokens dropped."""
+    with pytest.raises(SpecError, match=re.escape(words)):
+        synthetic_lengths(text, 10, 4096)

@@ -166,4 +166,14 @@ def _params(name: str, text: str) -> dict[str, float]:
                         f"{name}:{','.join(k + '=1' for k in want)})")  # fmt: skip
     if name == "uniform" and params["low"] > params["high"]:
         raise SpecError("distribution", "uniform: low must be <= high")
+    for key, value in params.items():  # a probe: sigma=1e308 overflowed exp, unsaid
+        top = MAX_SIGMA if key == "sigma" else 2**24
+        if value > top:
+            raise SpecError("distribution", f"{name}: {key} must be <= {top:,} (got "
+                            f"{value:g}){SIGMA_WHY * (key == 'sigma')}")  # fmt: skip
     return params
+
+
+MAX_SIGMA = 10
+"""The widest lognormal a distribution takes (its lengths' log standard deviation)."""
+SIGMA_WHY = ": a spread of e^10, 22,026x, per standard deviation"
