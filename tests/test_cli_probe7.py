@@ -84,3 +84,13 @@ def test_the_nearest_fit_recomputes_no_more_than_it_must(capsys):
     _, full = _run(capsys, *argv[:-1], "--fsdp", "8", "--zero", "3", "--recompute", "full",
                    "--json")  # fmt: skip
     assert near["step_s"] < json.loads(full)["time_s"]["step"]
+
+
+def test_a_drive_rate_without_the_drive_is_one_line(capsys):
+    """The probe: offload --nvme-gbps 0.1 without --optimizer-state nvme changed nothing,
+    unsaid; with it the optimizer step takes 965 s."""
+    base = ("offload", "--model", "llama3-8b", "--seq", "8192", "--batch", "68", "--precision",
+            "bf16", "--host-budget-gb", "70", "--device-budget-gb", "30")  # fmt: skip
+    assert main([*base, "--nvme-gbps", "0.1"]) == 2
+    assert "--nvme-gbps rates the drive --optimizer-state nvme" in capsys.readouterr().err
+    assert main([*base, "--nvme-gbps", "0.1", "--optimizer-state", "nvme"]) == 0

@@ -65,6 +65,10 @@ def link_name(args: argparse.Namespace) -> str:
     return args.link or get_hardware(args.hardware or DEFAULT_DEVICE).host_link
 
 
+NVME_GBPS = 6.0
+"""The drive's read and write rate where ``--nvme-gbps`` is not given (GB/s)."""
+
+
 def offload_spec(args: argparse.Namespace) -> OffloadSpec:
     for flag in (
         "link_gbps",
@@ -75,11 +79,16 @@ def offload_spec(args: argparse.Namespace) -> OffloadSpec:
     ):  # checked as given, before they become bytes
         if getattr(args, flag) is not None:
             _check_flag(flag, getattr(args, flag))
+    if args.nvme_gbps is not None and args.optimizer_state != "nvme":  # a probe: unsaid
+        raise SpecError("nvme_gbps", "nvme_gbps rates the drive --optimizer-state nvme keeps "
+                        "the optimizer state on: give --optimizer-state nvme, or no "
+                        "--nvme-gbps")  # fmt: skip
+    nvme = NVME_GBPS if args.nvme_gbps is None else args.nvme_gbps
     link = args.link_gbps * GB if args.link_gbps is not None else LINKS[link_name(args)][0]
     return OffloadSpec(
         device_budget=args.device_budget_gb * GB, host_budget=args.host_budget_gb * GB,
         link_bw=link, overlap=args.overlap, host_memory_bw=args.host_memory_gbps * GB,
-        optimizer_state=args.optimizer_state, nvme_bw=args.nvme_gbps * GB,
+        optimizer_state=args.optimizer_state, nvme_bw=nvme * GB,
         loss_chunk=args.loss_chunk, chunks=args.chunks, seqs_per_round=args.seqs_per_round,
     )  # fmt: skip
 
@@ -162,7 +171,8 @@ def add_offload(sub) -> None:
     g.add_argument("--host-memory-gbps", type=float, default=100.0,
                    help="host DRAM GB/s the CPU optimizer reaches")  # fmt: skip
     g.add_argument("--optimizer-state", choices=("host", "nvme"), default="host")
-    g.add_argument("--nvme-gbps", type=float, default=6.0, help="with --optimizer-state nvme")
+    g.add_argument("--nvme-gbps", type=float, default=None,
+                   help="with --optimizer-state nvme (default 6)")  # fmt: skip
     g.add_argument("--loss-chunk", type=int_arg, default=1024, help="tokens per head/loss chunk")
     s = p.add_argument_group("search")
     s.add_argument("--chunks", type=_int_list, default=(), help="chunk sizes, e.g. 4096,8192")
