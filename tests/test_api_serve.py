@@ -160,8 +160,8 @@ def test_a_static_batch_says_its_prompts_are_not_chunked_by_the_token_budget():
     said = assumptions(spec_of({"input": 2000, "output": 500, "batch": 8, "token_budget": 1}),
                        False, False, False)  # fmt: skip
     assert (
-        "at most 1 tokens an iteration (prompts arriving over time; this batch's are "
-        "priced prefilled together)" in said
+        "at most 1 tokens an iteration for prompts arriving over time, not applied to this "
+        "batch's prefill: its prompts are priced prefilled together" in said
     )
     loop = spec_of({"input": 2000, "output": 500, "concurrency": 8, "token_budget": 1})
     assert "priced prefilled together" not in assumptions(loop, False, False, False)

@@ -83,7 +83,9 @@ def _budget(spec: ServeSpec) -> str:
         return "whole prompts a step (up to the model's context)"
     said = f"at most {spec.token_budget:,} tokens an iteration"
     if spec.arrival == "together" and spec.batch * spec.input > spec.token_budget:
-        said += " (prompts arriving over time; this batch's are priced prefilled together)"
+        said += (" for prompts arriving over time, not applied to this batch's prefill: its "
+                 "prompts are priced prefilled together (--arrival continuous, --concurrency "
+                 "or --request-rate chunk them)")  # fmt: skip
     return said
 
 
