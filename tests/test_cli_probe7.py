@@ -94,3 +94,17 @@ def test_a_drive_rate_without_the_drive_is_one_line(capsys):
     assert main([*base, "--nvme-gbps", "0.1"]) == 2
     assert "--nvme-gbps rates the drive --optimizer-state nvme" in capsys.readouterr().err
     assert main([*base, "--nvme-gbps", "0.1", "--optimizer-state", "nvme"]) == 0
+
+
+def test_a_replicated_cache_is_labelled_whole_and_a_rate_is_bounded(capsys):
+    """The probe: MLA's latent cache, whole on every tp rank, read "(of tp 8)" like a share;
+    --request-rate 1e308 printed a 309-digit rate."""
+    _, mla = _run(capsys, "serve", "--model", "deepseek-v3", "--tp", "8", "--hardware", "h200",
+                  "--precision", "fp8", "--input", "1000", "--output", "100")  # fmt: skip
+    assert "70,272 B a device (whole on each of the tp 8 ranks)" in mla
+    _, gqa = _run(capsys, "serve", "--model", "llama3-70b", "--tp", "4", "--input", "1000",
+                  "--output", "100")  # fmt: skip
+    assert "81,920 B a device (its share of tp 4)" in gqa
+    assert main(["serve", "--model", "llama3-8b", "--input", "1000", "--output", "200",
+                 "--request-rate", "1e308"]) == 2  # fmt: skip
+    assert "--request-rate must be <= 1,000,000 requests/s" in capsys.readouterr().err

@@ -27,7 +27,12 @@ from costmodel.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 def _rows(ans: ServeAnswer, spec: ServeSpec, unit: str) -> list[tuple[str, str]]:
     v, mem = ans.estimate.values, "memory_bytes_per_device."
     fit = ans.headline()
-    per_device = f" a device (of tp {spec.tp})" * (spec.tp > 1)
+    share = (
+        f"its share of tp {spec.tp}"
+        if v["kv_split_over_tp"]
+        else (f"whole on each of the tp {spec.tp} ranks")
+    )
+    per_device = f" a device ({share})" * (spec.tp > 1)
     nearest = f"; nearest fit: {ans.nearest}" if ans.nearest else ""
     memory = [
         (

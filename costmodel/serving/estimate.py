@@ -143,6 +143,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * act, vals)
     weights += _expert_shift(model, spec, vals) * wb
     per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
+    one = {**vals, Y: 1}  # the whole cache of a token, unsplit
     kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
     kv_seq_paged = paged_cache_bytes(model, spec, spec.context)
     width = _num(2 * D + terms.layer_widths(model), vals)
@@ -167,6 +168,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
         "memory_bytes_per_device.budget": budget,
         "memory_bytes_per_device.kv_room": room,
         "kv_bytes_per_token": per_token,
+        "kv_split_over_tp": per_token < kvb * _num(terms.kv_elements_per_token(model), one),
         "kv_bytes_per_sequence": kv_seq,
         "fits": total <= budget and max_batch >= 1,  # an engine that holds no sequence
         "max_batch": max_batch,  # does not start (it profiles a full token budget's work)

@@ -41,6 +41,8 @@ ARRIVALS = ("together", "continuous", "poisson")
 static batch); a continuously batched engine kept full, or at a request rate its mean steady
 state (``costmodel.serving.continuous``); or requests at a rate arriving at random, served
 one by one by a continuously batching engine (``costmodel.serving.queueing``)."""
+MAX_RATE = 10**6
+"""The largest request rate a question takes (requests/s; 1e308 printed 309 digits)."""
 MAX_REQUESTS = 100_000
 """The most requests a workload simulation serves (``requests``)."""
 STEADY_REQUESTS = 1000
@@ -214,6 +216,9 @@ class ServeSpec:
             checks.at_most("requests", self.requests, f"{MAX_REQUESTS:,}", MAX_REQUESTS)
         if self.request_rate is not None:
             checks.number("request_rate", self.request_rate)
+            checks.at_most("request_rate", self.request_rate, f"{MAX_RATE:,}", MAX_RATE,
+                           "requests/s (a million a second: no deployment this prices "
+                           "serves more)")  # fmt: skip
             if self.arrival == "together":
                 raise SpecError("request_rate", "request_rate needs arrival=continuous or "
                                 "poisson (an engine admitting requests as they come)")  # fmt: skip
