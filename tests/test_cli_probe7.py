@@ -108,3 +108,11 @@ def test_a_replicated_cache_is_labelled_whole_and_a_rate_is_bounded(capsys):
     assert main(["serve", "--model", "llama3-8b", "--input", "1000", "--output", "200",
                  "--request-rate", "1e308"]) == 2  # fmt: skip
     assert "--request-rate must be <= 1,000,000 requests/s" in capsys.readouterr().err
+
+
+def test_a_reserve_over_the_budget_is_said_in_the_apps_words(capsys):
+    """The probe: the app's banner read "Fits, with little margin" where the CLI's verdict
+    began "fits" for the same estimate (the app's defaults)."""
+    _, out = _run(capsys, "estimate", "--model", "cs336-2.7b", "--hardware", "h100-sxm",
+                  "--gpus", "1")  # fmt: skip
+    assert out.startswith("verdict      fits, with little margin: peak 63.5 GiB")

@@ -167,7 +167,9 @@ def test_llama3_70b_on_64_h100_does_not_fit_and_names_a_change_that_does(capsys)
     flags = near[near.rindex("(") + 1 : -1].split()
     assert "--recompute" in flags or "--microbatch" in flags or "--fsdp" in flags
     code, again, _ = run(capsys, *LLAMA70_64, *flags)  # the change it names does fit
-    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
+    assert code == 0 and row(again, "verdict").startswith(
+        ("fits: peak", "fits, but TIGHT: peak", "fits, with little margin: peak")
+    )
 
 
 def test_llama3_70b_json_has_the_verdict_and_no_mfu_in_it(capsys):
@@ -221,7 +223,9 @@ def test_lora_on_an_rtx_4090_does_not_fit_and_names_what_would(capsys):
     near = row(out, "nearest fit")
     assert near.startswith("recompute full: peak") and near.endswith("(--recompute full)")
     code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
-    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
+    assert code == 0 and row(again, "verdict").startswith(
+        ("fits: peak", "fits, but TIGHT: peak", "fits, with little margin: peak")
+    )
     assert "gradients reduced" not in row(out, "layout")  # one device reduces nothing
 
 
@@ -237,7 +241,9 @@ def test_fsdp2_replicated_on_8_gpus_is_told_to_shard(capsys):
     near = row(out, "nearest fit")
     assert "shard over all 8 data-parallel ranks (fsdp 8, FSDP2)" in near and "ZeRO" not in near
     code, again, _ = run(capsys, *argv, *near[near.rindex("(") + 1 : -1].split())
-    assert code == 0 and row(again, "verdict").startswith(("fits: peak", "fits, but TIGHT: peak"))
+    assert code == 0 and row(again, "verdict").startswith(
+        ("fits: peak", "fits, but TIGHT: peak", "fits, with little margin: peak")
+    )
     assert row(again, "layout").startswith("8 x h100-sxm: fsdp2, FSDP over 8;")
 
 

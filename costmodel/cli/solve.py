@@ -114,9 +114,10 @@ def _cmd_bounds(args: argparse.Namespace) -> int:
     return 0
 
 
-BOOK_INPUTS = ("precision", "hardware", "gpus", "fsdp", "tp")
-"""What the book's bounds read beside the model's shape: the rest of a layout (pp, cp, the
-framework, recompute, the batch) has no term in its closed forms."""
+BOOK_INPUTS = ("precision", "hardware", "gpus", "fsdp", "tp", "mx", "my", "overlap")
+"""What the book's bounds read beside the model's shape (the TPU mesh axes and the overlap
+rule too): the rest of a layout (pp, cp, the framework, recompute, the batch) has no term
+in its closed forms."""
 
 
 def _unused_by_the_book(args: argparse.Namespace) -> list[str]:
