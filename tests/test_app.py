@@ -212,7 +212,7 @@ def test_state_round_trip_and_build_errors():
     _, errors = setup_of({**START, "seq": 0})  # keyed by the widget it is shown under
     assert "seq must be >= 1" in errors["seq"]
     _, errors = setup_of({**START, "gpus": 8, "tp": 16})
-    assert "tp" in errors["gpus"]
+    assert "must divide gpus" in errors["tp"]  # under the one degree given
     _, errors = setup_of({**START, "n_heads": 7})
     assert "n_heads must divide d_model" in errors["n_heads"]
 
@@ -343,8 +343,9 @@ def test_an_error_about_a_derived_input_is_under_a_widget_that_mends_it():
 
 def test_an_error_no_value_of_its_field_mends_offers_the_field_that_does():
     at = _app(gpus="8", tp="3")  # 3 divides no GPU count that 32 heads allow
-    under = _under(at, "gpus")
+    under = _under(at, "tp")  # the degree given, not the GPUs (a probe: "Fix GPUs")
     assert "must divide gpus" in under[0].value
+    assert "Fix **tensor-parallel degree" in at.main.error[0].value
     assert [b.label for b in under[1:]] == ["Use tensor-parallel degree = 2"]
     under[1].click().run()
     assert not at.error and at.number_input(key="tp").value == 2

@@ -87,7 +87,7 @@ def test_cli_and_app_build_the_same_setup(argv):
         ({"seq": 0}, "seq", "training", "seq must be >= 1 (got 0)"),
         ({"n_heads": 7}, "n_heads", "model", "n_heads must divide d_model"),
         ({"model": "gpt2", "seq": 4096}, "seq", "training", "seq must be <= max_positions"),
-        ({"gpus": 8, "tp": 3}, "gpus", "cluster", "must divide gpus"),
+        ({"gpus": 8, "tp": 3}, "tp", "cluster", "must divide gpus"),  # the one degree set
         ({"gpus": 4, "dp": 2}, "gpus", "cluster", "must equal gpus"),
         ({"fsdp": 8, "batch": 4}, "dp", "cluster", "dp * fsdp * grad_accum must divide batch"),
         ({"microbatch": 3, "batch": 8}, "microbatch", "training", "microbatch 3 x the"),

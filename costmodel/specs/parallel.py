@@ -414,8 +414,11 @@ def fill_dp(parallel: ParallelSpec, gpus: int, *, shard: bool = False) -> Parall
     axis = "fsdp" if shard else "dp"
     other = parallel.devices // getattr(parallel, axis)
     if gpus % other:
-        names = " * ".join(n for n in ("dp", "fsdp", "tp", "pp", "cp") if n != axis)
-        raise SpecError("gpus", f"{names} must divide gpus (got {other} and gpus={gpus})")
+        names = [n for n in ("dp", "fsdp", "tp", "pp", "cp") if n != axis]
+        split = [n for n in names if getattr(parallel, n) > 1]
+        field = split[0] if len(split) == 1 else "gpus"  # the one degree to mend (a probe)
+        raise SpecError(field, f"{' * '.join(names)} must divide gpus (got {other} and "
+                        f"gpus={gpus})")  # fmt: skip
     return parallel.replace(**{axis: gpus // other})
 
 
