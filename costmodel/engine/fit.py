@@ -163,8 +163,13 @@ class Fit:
         if not self.fits:
             return f"does not fit: peak {peak:,.{digits}f} GiB > {self.allowance(digits)}"
         tight = self.tight
-        head = ("fits, but TIGHT" if warn and tight else "fits, with little margin"
-                if warn and self.reserved_over_budget else "fits")  # the app's words too
+        head = (
+            "fits, but TIGHT"
+            if warn and tight
+            else "fits, with little margin"
+            if warn and self.reserved_over_budget
+            else "fits"
+        )  # the app's words too
         said = (f"{head}: peak {peak:,.{digits}f} GiB <= {self.allowance(digits)}; reserved "
                 f"{reserved:,.1f} GiB")  # fmt: skip
         if warn and tight:
