@@ -70,6 +70,21 @@ def memory_rows(setup: Setup, field: str, values: list[int]) -> list[dict[str, A
     return rows
 
 
+TABLEAU = (
+    "#4c78a8",
+    "#f58518",
+    "#e45756",
+    "#72b7b2",
+    "#54a24b",
+    "#eeca3b",
+    "#b279a2",
+    "#ff9da6",
+    "#9d755d",
+    "#bab0ac",
+)
+"""Vega's tableau10, the colours a category scale takes by default, in order."""
+
+
 def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
     """Stacked components, the peak (black), the device's capacity (red dashed) and the fit
     rule's budget (orange dashed: a peak above it does not fit), with the current setting
@@ -81,13 +96,17 @@ def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
     current = getattr(setup.train, field)
     x = alt.X(f"{field}:O", title=f"{field} (current: {current:,})")
     order = [*MEMORY_PARTS, "transient"]
+    # the legend lists the parts drawn (frozen weights, buffers: often none), each in the
+    # colour it has wherever it is drawn
+    drawn = [c for c in order if any(r["component"] == c and r["GiB"] > 0 for r in parts)]
+    colours = alt.Scale(domain=drawn, range=[TABLEAU[order.index(c) % 10] for c in drawn])
     bars = (
         alt.Chart(alt.Data(values=parts))
         .mark_bar()
         .encode(
             x,
             alt.Y("GiB:Q", stack="zero", title="GiB per device"),
-            alt.Color("component:N", sort=order, scale=alt.Scale(domain=order)),
+            alt.Color("component:N", sort=drawn, scale=colours),
             alt.Order("rank:Q"),
             tooltip=[f"{field}:O", "component:N", alt.Tooltip("GiB:Q", format=".2f")],
         )

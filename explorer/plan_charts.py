@@ -111,7 +111,9 @@ def timeline_chart(segs: list[Segment]) -> alt.Chart:
     """One step as lanes of bars (compute; overlapped and exposed communication)."""
     rows = [{"lane": s.lane, "label": s.label, "kind": LEGEND[s.kind], "start_ms": s.start * 1e3,
              "end_ms": s.end * 1e3, "ms": s.seconds * 1e3} for s in segs]  # fmt: skip
-    colours = alt.Scale(domain=[LEGEND[k] for k in COLOURS], range=list(COLOURS.values()))
+    drawn = {s.kind for s in segs if s.seconds > 0}  # the legend lists what has a bar
+    kinds = [k for k in COLOURS if k in drawn]
+    colours = alt.Scale(domain=[LEGEND[k] for k in kinds], range=[COLOURS[k] for k in kinds])
     return (
         alt.Chart(alt.Data(values=rows), title="One step, predicted (hover for each phase)")
         .mark_bar()

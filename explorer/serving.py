@@ -175,14 +175,23 @@ def _curve(v: dict[str, Any], most: int) -> list[dict[str, Any]]:
 def _charts(v: dict[str, Any], est: ServeEstimate) -> None:
     rows = _curve(v, est["max_batch"])
     tips = ["batch:Q", "TPOT (ms):Q", "output tokens/s:Q", "TTFT (s):Q"]
-    line = alt.Chart(alt.Data(values=rows), title="Throughput against latency, batch 1 to the "
-                     "most that fits").mark_line(point=True).encode(
-        x=alt.X("TPOT (ms):Q"), y=alt.Y("output tokens/s:Q"), tooltip=tips)  # fmt: skip
+    line = (
+        alt.Chart(
+            alt.Data(values=rows), title="Throughput against latency, batch 1 to the most that fits"
+        )
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("TPOT (ms):Q", scale=alt.Scale(zero=False), axis=alt.Axis(format=",.4~g")),
+            y=alt.Y("output tokens/s:Q"),
+            tooltip=tips,
+        )
+    )  # one TPOT (host-bound) read 43.290900
     st.vega_lite_chart(line.to_dict(validate=False), width="stretch")
     mem = "memory_bytes_per_device."
     used = {"weights": est[mem + "weights"], "KV cache": est[mem + "kv_cache_paged"],
             "workspace": est[mem + "workspace"], "drafter": est[mem + "drafter"]}  # fmt: skip
     used["free"] = max(0.0, est[mem + "budget"] - sum(used.values()))
+    used = {k: x for k, x in used.items() if x > 0 or k == "free"}  # no legend for no bar
     parts = [{"part": k, "GiB": x / GIB, "memory": fmt_bytes(x), "of": "a device"}
              for k, x in used.items()]  # fmt: skip
     title = "Memory per device (of the engine's share)"

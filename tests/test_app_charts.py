@@ -66,3 +66,23 @@ def test_the_roofline_ticks_every_decade():
     compute, _ = charts._roof(setup)
     assert axis[-1] >= compute > axis[-2]
     assert charts.decades(0.3, 2e3) == [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
+
+
+def test_legends_list_only_what_is_drawn():
+    """Issue 60's seventh probe: the Estimate memory legends listed "frozen" and "buffers"
+    at 0 GiB and the Plan timeline "pipeline bubble" without pp; each lists what has a bar,
+    in the colour it keeps wherever it is drawn."""
+    from costmodel.engine.timeline import segments
+    from costmodel.inputs import build
+    from explorer import charts, plan_charts
+
+    setup = build({"model": "cs336-2.7b", "hardware": "h100-sxm", "gpus": 1})
+    spec = charts.memory_chart(setup, "batch", [1, 2, 4]).to_dict()
+    (scale,) = [layer["encoding"]["color"]["scale"] for layer in spec["layer"]
+                if "color" in layer.get("encoding", {})]  # fmt: skip
+    assert "frozen" not in scale["domain"] and "buffers" not in scale["domain"]
+    order = [*charts.MEMORY_PARTS, "transient"]
+    assert scale["range"] == [charts.TABLEAU[order.index(c) % 10] for c in scale["domain"]]
+    segs = segments(setup.estimate().values, setup.parallel)
+    kinds = plan_charts.timeline_chart(segs).to_dict()["encoding"]["color"]["scale"]["domain"]
+    assert "pipeline bubble" not in kinds and kinds
