@@ -21,9 +21,10 @@ import streamlit as st
 ESTIMATE = "_estimate_inputs"
 """Session key of the Estimate page's current inputs (the shared ones)."""
 SHARED = ("model", "hardware", "gpus", "seq", "batch", "precision", "framework")
-NOT_SHARED = {"serve": ("batch",)}
+NOT_SHARED = {"serve": ("batch", "precision")}
 """Per page, a shared input that means something else there: the Serve page's batch is
-requests at once, not the training step's sequences."""
+requests at once, not the training step's sequences; its precision is the served weights',
+not the training's matmuls (fp8 training set fp8 weights unsaid: a probe)."""
 
 
 @dataclass(frozen=True)

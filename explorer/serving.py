@@ -235,7 +235,9 @@ def serve_page() -> None:
               f"{fmt_bytes(est['memory_bytes_per_device.total'])} of "
               f"{fmt_bytes(est['memory_bytes_per_device.budget'])} per device; "
               f"{ans.how_many()}; {in_words(', '.join(est.notes))}.")  # fmt: skip
-    st.caption(f"Assumed: {in_words(assumptions(_spec(v, v['batch'], rated=True)))}.")
+    default_engine = v["engine"] == DEFAULT_ENGINE  # said as the CLI says it (a probe)
+    said = assumptions(_spec(v, v["batch"], rated=True), engine_defaulted=default_engine)
+    st.caption(f"Assumed: {in_words(said)}.")
     for text in ans.caveats:
         st.warning(text)
     per_token = (f"KV cache per token (a device of tp {v['tp']})" if v["tp"] > 1

@@ -196,3 +196,15 @@ def test_a_context_past_the_positions_can_be_scaled_on_the_page():
     at.number_input(key="serve_rope_scaling").set_value(2.0)
     at.button[0].click().run()
     assert not at.exception and not at.error
+
+
+def test_the_serve_page_says_its_default_engine_and_keeps_its_own_precision():
+    """Issue 60's seventh probe: the page's assumptions named vLLM V1 without "default",
+    as the CLI says it, and an Estimate page training in fp8 set the served weights to fp8
+    unsaid (training fp8 is no fp8 checkpoint)."""
+    at = AppTest.from_function(_serve, default_timeout=300)
+    at.session_state["_estimate_inputs"] = {"model": "llama3-8b", "precision": "fp8"}
+    at.run()
+    assert not at.exception and at.session_state["serve_precision"] == "bf16"
+    assumed = [c.value for c in at.caption if c.value.startswith("Assumed:")]
+    assert assumed and "(default; engine)" in assumed[0]
