@@ -77,3 +77,42 @@ def test_a_serving_answer_says_its_limit_and_assumptions_as_the_cli_does(capsys)
     assert "time_s.prefill.total" not in loaded and "prefill" not in mine["time_s"]
     with pytest.raises(KeyError, match="continuous batching does not run"):
         loaded["time_s.prefill.total"]
+
+
+def test_misused_calls_are_one_error_naming_the_argument():
+    """The probe: parallel_spec(-1) returned the last candidate and 10**9 an IndexError; an
+    int as the hardware or a str as the parallel spec an AttributeError deep inside;
+    table(None) a TypeError; a Hardware where a name is taken a 3 kB repr; the budget
+    named 'budget' for budget_gb; a misspelt column a bare KeyError; a framework given
+    twice ranked every layout twice."""
+    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024, progress=False)
+    for i in (-1, 10**9):
+        with pytest.raises(cm.SpecError) as err:
+            p.parallel_spec(i)
+        assert err.value.field == "i"
+    assert p.parallel_spec(int(p.order[0])) == cm.plan(
+        "llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024, progress=False,
+        frameworks=["fsdp2", "megatron", "fsdp2"]).parallel_spec(int(p.order[0]))  # fmt: skip
+    twice = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024,
+                    frameworks=["fsdp2", "fsdp2"], progress=False)  # fmt: skip
+    once = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024,
+                   frameworks=["fsdp2"], progress=False)  # fmt: skip
+    assert twice.valid == once.valid
+    model, train = cm.get_model("llama3-8b"), cm.TrainSpec(batch=8, seq=1024)
+    with pytest.raises(cm.SpecError, match="got a value of type int") as err:
+        cm.estimate(model, train, cm.ParallelSpec(fsdp=8), 5)
+    assert err.value.field == "hardware"
+    with pytest.raises(cm.SpecError, match="parallel must be a ParallelSpec") as err:
+        cm.estimate(model, train, "fsdp", "h100-sxm")
+    with pytest.raises(cm.SpecError, match="table takes a sweep's result or a plan"):
+        cm.table(None)
+    with pytest.raises(cm.SpecError, match=r"name it \('h100-sxm'\)") as err:
+        cm.max_seq("llama3-8b", hardware=cm.get_hardware("h100-sxm"), gpus=8)
+    assert len(str(err.value)) < 300
+    with pytest.raises(cm.SpecError) as err:
+        cm.max_seq("llama3-8b", hardware="h100-sxm", gpus=8, budget_gb=1e6)
+    assert err.value.field == "budget_gb" and str(err.value).startswith("budget_gb must be")
+    grid = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, framework="fsdp2",
+                    seq=[1024, 2048])  # fmt: skip
+    with pytest.raises(KeyError, match=r"did you mean time_s\.step"):
+        grid["time_s.stepp"]

@@ -77,7 +77,11 @@ def estimate(
     if isinstance(train, TrainSpec):
         if not isinstance(model, ModelSpec):
             raise SpecError("model", "with a TrainSpec, give a ModelSpec (get_model(name))")
-        hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+        hw = hardware if hardware is None or isinstance(hardware, Hardware) else get_hardware(
+            hardware)  # fmt: skip
+        if parallel is not None and not isinstance(parallel, ParallelSpec):
+            raise SpecError("parallel", f"parallel must be a ParallelSpec (got a "
+                            f"{type(parallel).__name__})")  # fmt: skip
         budget = {k: inputs.pop(k) for k in ("token_budget", "price_per_hour") if k in inputs}
         if inputs:
             raise SpecError(sorted(inputs)[0], "give inputs as keywords or specs, not both")
@@ -135,6 +139,9 @@ def verdict(est: Estimate, *, nearest: bool = True) -> dict[str, Any]:
 def table(result: Mapping[str, Any] | _plan.Plan) -> Any:
     """A sweep's or a plan's rows as a pandas DataFrame when pandas is installed, else as
     a dict of flat numpy columns (inputs first, then quantities)."""
+    if not isinstance(result, Mapping | _plan.Plan):
+        raise SpecError("result", "table takes a sweep's result or a plan (got a value of type "
+                        f"{type(result).__name__})")  # fmt: skip
     tab = result.table() if isinstance(result, _plan.Plan) else Table(result)
     try:
         return tab.frame()
@@ -207,8 +214,14 @@ def _max_fitting(field, model, budget_gb, budget_gib, headroom, inputs) -> dict[
     if setup.parallel is None or setup.hardware is None:
         raise SpecError("hardware", f"max {field} needs hardware (and a layout)")
     budget = budget_from(budget_gb, budget_gib, headroom)
-    out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
-                              field, budget, headroom)  # fmt: skip
+    named = "budget_gib" if budget_gib is not None else "budget_gb"
+    try:
+        out = inverse.max_fitting(setup.model, setup.train, setup.parallel, setup.hardware,
+                                  field, budget, headroom)  # fmt: skip
+    except SpecError as err:  # the argument given, not the engine's field (a probe)
+        if err.field != "budget":
+            raise
+        raise SpecError(named, err.message.replace("budget", named, 1)) from None
     if out[field] is not None:
         train = setup.train.replace(**{field: out[field]})
         out["verdict"] = _verdict_at(setup, train, setup.parallel, values, headroom, budget)

@@ -159,8 +159,8 @@ def _one_kind(name: str) -> Hardware:
 
 def _choices(name: str, given: Any) -> tuple[Any, ...]:
     """A search's choices: one (a string or a number) or several, never none."""
-    chosen = (given,) if isinstance(given, str | int) else tuple(given)
-    if not chosen:
+    chosen = (given,) if isinstance(given, str | int) else tuple(dict.fromkeys(given))
+    if not chosen:  # each once (a probe: a framework given twice ranked each layout twice)
         raise SpecError(name, f"{name} must name at least one choice (got none)")
     return chosen
 

@@ -97,11 +97,7 @@ class Plan:
     def row(self, i: int) -> dict[str, Any]:
         """One candidate (an index of ``columns``; ``order`` lists the fitting ones best
         first): its layout, quantities and what limits it."""
-        n = len(self.fits)
-        checks.integer("i", i, minimum=0)
-        if i >= n:
-            raise SpecError("i", f"row i must be below the {n:,} candidates (got {i:,}); "
-                            "plan.order ranks those that fit, plan.top(k) the best")  # fmt: skip
+        self._candidate(i)
         out = {k: _plain(self.columns[k][i]) for k in LAYOUT}
         out.update({k: float(self.values[k][i]) for k in QUANTITIES})
         out["fits"] = bool(self.fits[i])
@@ -116,11 +112,26 @@ class Plan:
     def smallest_memory(self) -> dict[str, Any]:
         return self.row(int(np.argmin(self.values["memory_bytes_per_device.peak"])))
 
+    def _candidate(self, i: int) -> None:
+        """``i`` names a candidate (an index of ``columns``, not a rank: a probe read
+        ``parallel_spec(0)`` as the best, which ``order[0]`` is)."""
+        n = len(self.fits)
+        checks.integer("i", i, minimum=0)
+        if i >= n:
+            raise SpecError("i", f"row i must be below the {n:,} candidates (got {i:,}); "
+                            "plan.order ranks those that fit (the best: plan.order[0]), "
+                            "plan.top(k) the best rows")  # fmt: skip
+
     def parallel_spec(self, i: int) -> ParallelSpec:
+        """The layout of candidate ``i`` (an index of ``columns``; the best is
+        ``order[0]``) as ``estimate`` takes it."""
+        self._candidate(i)
         c = {k: _plain(self.columns[k][i]) for k in LAYOUT}
         return ParallelSpec(**{k: c[k] for k in ParallelSpec.__dataclass_fields__ if k in c})
 
     def train_spec(self, i: int) -> TrainSpec:
+        """The training of candidate ``i`` (its batch, accumulation and recompute)."""
+        self._candidate(i)
         ga, rc = int(self.columns["grad_accum"][i]), str(self.columns["recompute"][i])
         return self.train.replace(grad_accum=ga, recompute=rc, batch=int(self.columns["batch"][i]))
 

@@ -9,6 +9,7 @@ expressions, with symbol values from the same function ``estimate`` uses.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import fields
 from types import SimpleNamespace
@@ -104,6 +105,12 @@ class Table(dict):
     def __init__(self, data: Any = (), inputs: tuple[str, ...] = ()) -> None:
         super().__init__(data)
         self.inputs = inputs
+
+    def __missing__(self, key: str) -> Any:
+        """A name no column has: the closest names, as an estimate's ``[]`` says them."""
+        close = difflib.get_close_matches(str(key), list(self), n=3)
+        said = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"{key!r} is no column of this table{said}")
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every array flattened to one column (the rows of the grid, C order)."""
