@@ -30,6 +30,7 @@ from costmodel.catalog.hf import model_from_hf_config
 from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.config import check
 from costmodel.engine.estimate import Estimate, estimate
+from costmodel.engine.notes import layout_notes, placement_notes, seq_note, unused_notes
 from costmodel.engine.verdict import verdict
 from costmodel.single import fp8
 from costmodel.single.precision import PRECISIONS
@@ -217,9 +218,9 @@ def build(
         if values.get("grad_accum") is None:  # one replica, one sequence per micro-batch
             train = train.replace(grad_accum=train.batch)
         check(spec, train)
-        notes = _notes(train, ParallelSpec(), micro_default=values.get("grad_accum") is None,
+        notes = layout_notes(train, ParallelSpec(), micro_default=values.get("grad_accum") is None,
                        shard_default=False)  # fmt: skip
-        return Setup(spec, train, notes=(*_seq_note(values, spec, train, solving), *notes))
+        return Setup(spec, train, notes=(*seq_note(values, spec, train, solving), *notes))
     parallel = _parallel(layout, values.get("gpus"))
     if solving == "batch":
         micro = values.get("microbatch") or 1
@@ -246,39 +247,13 @@ def build(
         hardware.attention_peak(PRECISIONS[train.precision].attention_peak_dtype,
                                 train.attention_kernel)  # fmt: skip
     fp8.check_device(train.fp8_recipe, train.precision, hardware)  # ... and its fp8 scales
-    notes = _notes(train, parallel, micro_default=values.get("microbatch") is None and not
+    notes = layout_notes(train, parallel, micro_default=values.get("microbatch") is None and not
                    accum_given, shard_default="fsdp" not in layout and "dp" not in layout,
                    batch_default=batch_default)  # fmt: skip
-    notes = (*_seq_note(values, spec, train, solving), *notes)
-    if hardware.kind == "gpu" and parallel.tp > hardware.devices_per_node:
-        nodes = -(-parallel.tp // hardware.devices_per_node)
-        notes = (*notes, f"tp {parallel.tp} spans {nodes} nodes of {hardware.devices_per_node} "
-                 "GPUs: its collectives cross the network, priced at its bandwidth (training "
-                 "frameworks keep tp within a node)")  # fmt: skip
-    if not spec.ffn_only and parallel.tp > spec.n_kv_heads:
-        notes = (*notes, f"tp {parallel.tp} is more than the {spec.n_kv_heads} KV heads: "
-                 f"each is replicated over {parallel.tp // spec.n_kv_heads} ranks, as vLLM "
-                 "serves them; Megatron-Core and torchtitan train with tp dividing the KV "
-                 "heads")  # fmt: skip
-    notes = (*notes, *_unused(values, parallel, price if not budget else None))
+    notes = (*seq_note(values, spec, train, solving), *notes)
+    notes = (*notes, *placement_notes(spec, parallel, hardware))
+    notes = (*notes, *unused_notes(values, parallel, price if not budget else None))
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
-
-
-def _unused(values: dict[str, Any], parallel: ParallelSpec, price: float | None) -> tuple:
-    """Notes for inputs given that change nothing here: a price without a token budget,
-    a bucket size where no data-parallel all-reduce is bucketed (a probe: both were
-    ignored unsaid)."""
-    said = ()
-    if price:
-        said += (f"--price-per-hour {price:g} prices a token budget: give --token-budget "
-                 "for the days and the cost",)  # fmt: skip
-    if values.get("bucket_mb") is not None and (
-        parallel.dp == 1 or trait(parallel.framework, "distributed_optimizer")
-    ):
-        said += (f"--bucket-mb {values['bucket_mb']:g} sizes the buckets of a data-parallel "
-                 "all-reduce between replicas (dp > 1; Megatron's distributed optimizer "
-                 "sizes its own): this layout has none, so it changes nothing",)  # fmt: skip
-    return said
 
 
 def _parallel(layout: dict[str, Any], gpus: int | None) -> ParallelSpec:
@@ -339,52 +314,6 @@ def default_batch(batch: Any, ranks: Any) -> Any:
     """``batch`` where it divides over the ``ranks`` data-parallel devices, else the
     smallest multiple of them above it (one sequence per device); numbers or arrays."""
     return -(-batch // ranks) * ranks
-
-
-def _seq_note(
-    values: Mapping[str, Any], model: ModelSpec, train: TrainSpec, solving: str | None
-) -> tuple[str, ...]:
-    """A sequence length not given: the default, said with the model's own positions (a
-    model trained at 8,192 priced at 1,024 looks far lighter than its training run)."""
-    if values.get("seq") is not None or solving == "seq":
-        return ()
-    trained = f" (the model takes up to {model.max_positions:,})" if model.max_positions else ""
-    return (f"seq {train.seq:,} tokens, the default{trained}: set --seq to change",)
-
-
-def _notes(
-    train: TrainSpec,
-    par: ParallelSpec,
-    *,
-    micro_default: bool,
-    shard_default: bool,
-    batch_default: bool = False,
-) -> tuple[str, ...]:
-    """What :func:`build` chose as the framework would, and a pipeline's bubble warning."""
-    notes = []
-    if batch_default:
-        notes.append(f"batch {train.batch} sequences of {train.seq} tokens per step "
-                     "(set --batch to change)")  # fmt: skip
-    if micro_default and train.grad_accum > 1:
-        notes.append(f"micro-batch 1 per device, {train.grad_accum} accumulation steps "
-                     "(set --microbatch or --grad-accum to change)")  # fmt: skip
-    if shard_default and par.fsdp > 1:
-        notes.append(f"{par.framework} shards over all {par.fsdp} data-parallel devices "
-                     "(set --fsdp or --dp to change)")  # fmt: skip
-    if par.ep_routing != "random" and par.ep_dispatcher == "all-to-all":
-        notes.append(f"--ep-routing {par.ep_routing} changes nothing under the all-to-all "
-                     "dispatcher, which sends one copy per routed pair whatever the spread "
-                     "(--ep-dispatcher deepep sends one per destination rank)")  # fmt: skip
-    if par.pp > 1 and train.grad_accum < par.pp:
-        micro = train.batch // par.batch_step(train.grad_accum)
-        how = "raise --grad-accum or lower --microbatch" if micro > 1 else (
-            "a larger --batch gives more micro-batches of one sequence")  # fmt: skip
-        m = train.grad_accum
-        idle = (par.pp - m) / par.pp  # (pp - m) of the pp + ... slots
-        notes.append(f"{m:,} micro-batch{'es' * (m != 1)} for {par.pp} pipeline stages: "
-                     f"each stage idles {idle:.0%} of the step or more in the pipeline "
-                     f"bubble, interleaved or not ({how})")  # fmt: skip
-    return tuple(notes)
 
 
 def _micro_batch(train: TrainSpec, par: ParallelSpec, micro: int | None, accum_given: bool):
