@@ -212,7 +212,8 @@ def build(
         _check_budget(budget, train)
     layout = _given(values, PARALLEL_INPUTS)
     if values.get("hardware") is None:
-        asked = [*layout, *(k for k in ("gpus", "microbatch", "token_budget") if values.get(k))]
+        priced = ("gpus", "microbatch", "token_budget", "price_per_hour")  # each needs a device
+        asked = [*layout, *(k for k in priced if values.get(k))]
         if asked:
             raise SpecError("hardware", f"hardware is required with {', '.join(asked)}")
         if values.get("grad_accum") is None:  # one replica, one sequence per micro-batch
@@ -252,7 +253,7 @@ def build(
                    batch_default=batch_default)  # fmt: skip
     notes = (*seq_note(values, spec, train, solving), *notes)
     notes = (*notes, *placement_notes(spec, parallel, hardware))
-    notes = (*notes, *unused_notes(values, parallel, price if not budget else None))
+    notes = (*notes, *unused_notes(values, train, parallel, price if not budget else None))
     return Setup(spec, train, parallel, hardware, budget, price if budget else None, notes)
 
 

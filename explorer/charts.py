@@ -128,6 +128,8 @@ def memory_chart(setup: Setup, field: str, values: list[int]) -> alt.Chart:
     )
     title = (f"Memory per device vs {field} (black: peak, red: {setup.hardware.name} "
              f"capacity, orange: the fit rule's budget)")  # fmt: skip
+    if field == "batch":  # the micro-batch grows with it (a probe read batch 32 as the page's)
+        title += f"; {held(setup)}"
     said = why_bars_differ(data, field)
     at = peak_at(estimate(setup.model, setup.train, setup.parallel, setup.hardware).values)
     if at is not None:  # where the transients are: at the step, no activations are held
@@ -218,8 +220,9 @@ def held(setup: Setup, batch: int | None = None) -> str:
 
 def comm_chart(setup: Setup, batches: list[int]) -> alt.Chart:
     rows = comm_rows(setup, batches)
+    drawn = [r for r in rows if r["seconds"] > 0]  # a log axis draws no zero (one device)
     lines = (
-        alt.Chart(alt.Data(values=rows))
+        alt.Chart(alt.Data(values=drawn))
         .mark_line(point=True)
         .encode(
             alt.X("batch:Q", scale=alt.Scale(type="log", base=2), title="global batch (sequences)"),

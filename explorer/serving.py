@@ -240,8 +240,9 @@ def serve_page() -> None:
     st.caption(f"Assumed: {in_words(said)}.")
     for text in ans.caveats:
         st.warning(text)
-    per_token = (f"KV cache per token (a device of tp {v['tp']})" if v["tp"] > 1
-                 else "KV cache per token")  # fmt: skip
+    share = "its share of tp" if est["kv_split_over_tp"] else "whole on each of the tp"
+    per_token = (f"KV cache per token (a device: {share} {v['tp']})" if v["tp"] > 1
+                 else "KV cache per token")  # the CLI's words (a probe)  # fmt: skip
     if not ans.fits:
         st.metric(per_token, f"{est['kv_bytes_per_token']:,} B")
         return

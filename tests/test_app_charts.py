@@ -86,3 +86,18 @@ def test_legends_list_only_what_is_drawn():
     segs = segments(setup.estimate().values, setup.parallel)
     kinds = plan_charts.timeline_chart(segs).to_dict()["encoding"]["color"]["scale"]["domain"]
     assert "pipeline bubble" not in kinds and kinds
+
+
+def test_one_devices_time_chart_draws_and_the_batch_chart_says_what_it_holds():
+    """Round eight: on one GPU the communication line is 0, which a log axis cannot draw, so
+    the Time tab's first chart came out empty; the memory-vs-batch chart held 4 accumulation
+    steps unsaid, drawing batch 32 over the device where the page's batch 32 fits."""
+    from costmodel.inputs import build
+    from explorer import charts
+
+    setup = build({"model": "cs336-2.7b", "hardware": "h100-sxm", "gpus": 1})
+    data = charts.comm_chart(setup, [4, 8, 16]).to_dict()
+    drawn = data.get("data", data.get("layer", [{}])[0].get("data"))["values"]
+    assert drawn and all(r["seconds"] > 0 for r in drawn)
+    title = charts.memory_chart(setup, "batch", [1, 2, 4]).to_dict()["title"]
+    assert "grad-accum 4 held" in str(title)

@@ -116,3 +116,25 @@ def test_a_reserve_over_the_budget_is_said_in_the_apps_words(capsys):
     _, out = _run(capsys, "estimate", "--model", "cs336-2.7b", "--hardware", "h100-sxm",
                   "--gpus", "1")  # fmt: skip
     assert out.startswith("verdict      fits, with little margin: peak 63.5 GiB")
+
+
+def test_the_eighth_probes_inputs_are_named_or_refused(capsys):
+    """Round eight: a TPU plan of Megatron alone said "no layout splits batch 64" (Megatron
+    runs on CUDA GPUs only); numpy floats read "must be a number"; --attention-kernel under
+    naive attention and --price-per-hour without a device changed nothing, unsaid."""
+    import numpy as np
+
+    import costmodel as cm
+
+    assert main(["plan", "--model", "llama3-8b", "--hardware", "tpu-v5p", "--gpus", "8",
+                 "--global-batch", "64", "--frameworks", "megatron"]) == 2  # fmt: skip
+    assert "megatron runs on CUDA GPUs, not on tpu-v5p" in capsys.readouterr().err
+    est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, fsdp=8,
+                      memory_headroom=np.float32(0.9), price_per_hour=np.float32(2.5),
+                      token_budget=np.int64(10**12))  # fmt: skip
+    assert est.fit().fits
+    _, out = _run(capsys, "estimate", "--model", "gpt2", "--hardware", "h100-sxm", "--gpus",
+                  "1", "--attention", "naive", "--attention-kernel", "fa3")  # fmt: skip
+    assert "--attention-kernel fa3 names a fused kernel: attention naive runs none" in out
+    assert main(["estimate", "--model", "gpt2", "--price-per-hour", "2"]) == 2
+    assert "--hardware is required with --price-per-hour" in capsys.readouterr().err

@@ -117,7 +117,8 @@ def test_poisson_without_a_rate_is_refused_and_a_tp_cache_is_a_devices():
     at.selectbox(key="serve_arrival").set_value("together")
     at.number_input(key="serve_tp").set_value(4)
     at.button[0].click().run()
-    assert not at.exception and at.metric[0].label == "KV cache per token (a device of tp 4)"
+    assert not at.exception
+    assert at.metric[0].label == "KV cache per token (a device: its share of tp 4)"
     assert at.metric[0].value == "32,768 B"  # 131,072 B over 4 devices
 
 

@@ -77,11 +77,16 @@ def placement_notes(spec: ModelSpec, parallel: ParallelSpec, hardware: Hardware)
     return notes
 
 
-def unused_notes(values: dict[str, Any], parallel: ParallelSpec, price: float | None) -> tuple:
+def unused_notes(
+    values: Mapping[str, Any], train: TrainSpec, parallel: ParallelSpec, price: float | None
+) -> tuple:
     """Notes for inputs given that change nothing here: a price without a token budget,
-    a bucket size where no data-parallel all-reduce is bucketed (a probe: both were
-    ignored unsaid)."""
-    said = ()
+    a bucket size where no data-parallel all-reduce is bucketed, a fused kernel's name
+    under naive attention (probes: each was ignored unsaid)."""
+    said: tuple[str, ...] = ()
+    if values.get("attention_kernel") is not None and train.attention != "flash":
+        said += (f"--attention-kernel {values['attention_kernel']} names a fused kernel: "
+                 f"attention {train.attention} runs none, so it changes nothing",)  # fmt: skip
     if price:
         said += (f"--price-per-hour {price:g} prices a token budget: give --token-budget "
                  "for the days and the cost",)  # fmt: skip

@@ -33,6 +33,7 @@ from costmodel.engine.search import collect, collect_top, evaluate, first_candid
 from costmodel.engine.sweep import Table
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError, UnknownKey
+from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
@@ -248,6 +249,7 @@ def plan(
     if top is not None:
         checks.integer("top", top)
     check_positions(model.pos, train.seq, model.max_positions)
+    _runs_somewhere(options, hardware)
     budget = budget_bytes(hardware, options.memory_headroom)
     if top is None:
         found = collect(model, train, hardware, counts, options, batches, progress)
@@ -264,6 +266,17 @@ def plan(
     return Plan(model, train, hardware, int(max(counts)), options, found.cols, found.values,
                 fitting, order, found.enumerated, found.valid, budget, found.structures,
                 found.skipped)  # fmt: skip
+
+
+def _runs_somewhere(options: PlanOptions, hardware: Hardware) -> None:
+    """At least one framework asked for runs on the device: on a TPU the CUDA-only ones
+    (Megatron, DeepSpeed) are left out of the search, so asking only for them is the
+    estimate's refusal, not "no layout splits the batch" (a probe)."""
+    if hardware.kind == "tpu" and all(trait(f, "cuda_only") for f in options.frameworks):
+        verb = "runs" if len(options.frameworks) == 1 else "run"
+        raise SpecError("frameworks", f"{', '.join(options.frameworks)} {verb} on CUDA GPUs, "
+                        f"not on {hardware.name}: on a TPU plan --frameworks fsdp2 "
+                        "(MaxText's FSDP, as the TPU runs the catalog checks)")  # fmt: skip
 
 
 def evaluate_layout(

@@ -187,7 +187,9 @@ def integer(field: str, value: Any, *, minimum: int = 1) -> None:
 
 def number(field: str, value: Any, *, positive: bool = True, allow_zero: bool = False) -> None:
     """A finite real number, > 0 (or >= 0 with ``allow_zero``) when ``positive``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool | np.bool_) or not isinstance(
+        value, int | float | np.integer | np.floating
+    ):  # numpy's scalars too (a probe: np.float32 read "must be a number")
         raise SpecError(field, f"{field} must be a number (got {value!r})")
     try:
         finite = math.isfinite(value)
