@@ -164,7 +164,7 @@ def test_the_api_refuses_a_budget_over_the_devices_memory():
     import costmodel
     from costmodel.specs.checks import SpecError
 
-    with pytest.raises(SpecError, match="budget must be <= h100-sxm's memory"):
+    with pytest.raises(SpecError, match="budget_gb must be <= h100-sxm's memory"):
         costmodel.max_batch("llama3-8b", hardware="h100-sxm", seq=8192, fsdp=8, budget_gb=200)
 
 
