@@ -203,6 +203,16 @@ def _table(p: Plan, top: int, model: str) -> None:
     }
     st.dataframe(table_rows(p, top, model), hide_index=True, column_config=config,
                  width="stretch")  # fmt: skip
+    if p.options.memory_headroom != DEFAULT_HEADROOM:  # a row can fit here and not there
+        st.caption(f"The rows fit {p.options.memory_headroom:g} of the device's memory; the "
+                   f"Estimate page a row opens judges at its own {DEFAULT_HEADROOM:g} "
+                   "(the CLI's estimate --memory-headroom sets it).")  # fmt: skip
+    tight = [i for i in p.order[:top] if p.values["memory_bytes_per_device.reserved"][i]
+             > p.hardware.hbm_bytes]  # fmt: skip
+    if tight:
+        st.warning(f"{len(tight)} of these rows are TIGHT: the allocator would reserve more "
+                   "than the device holds (retries that free cached blocks, a risk of "
+                   "running out); a lower headroom keeps rows that leave it room.")  # fmt: skip
 
 
 def _timeline(p: Plan, top: int) -> None:
