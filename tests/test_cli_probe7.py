@@ -138,3 +138,11 @@ def test_the_eighth_probes_inputs_are_named_or_refused(capsys):
     assert "--attention-kernel fa3 names a fused kernel: attention naive runs none" in out
     assert main(["estimate", "--model", "gpt2", "--price-per-hour", "2"]) == 2
     assert "--hardware is required with --price-per-hour" in capsys.readouterr().err
+
+
+def test_a_context_past_any_rope_scaling_does_not_suggest_one(capsys):
+    """Round eight: a context 4,100x the positions suggested RoPE scaling 4.1e3x, which the
+    input then refuses (at most 1,024x)."""
+    assert main(["serve", "--model", "llama3-8b", "--input", "40000000", "--output", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "no RoPE scaling taken reaches it (4,883x; at most 1,024x)" in err

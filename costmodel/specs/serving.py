@@ -317,10 +317,12 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
     if spec.context > positions:
         if model.pos == "learned":
             why = "learned positions cannot be stretched"
-        else:
-            need = spec.context / model.max_positions
+        elif (need := spec.context / model.max_positions) <= MAX_ROPE_SCALING:
             why = (f"RoPE scaling by {need:.3g}x (YaRN, Peng et al. 2023; --rope-scaling) "
                    f"would allow it")  # fmt: skip
+        else:  # past any scaling taken (a probe: the app refused the factor it was told)
+            why = (f"no RoPE scaling taken reaches it ({need:,.0f}x; at most "
+                   f"{MAX_ROPE_SCALING:,}x): a shorter input or output")  # fmt: skip
         raise SpecError(
             "context",
             f"context (input + output = {spec.context:,}) exceeds {model.name}'s "
