@@ -91,8 +91,6 @@ def estimate(
         return _with_caveats(_engine.estimate(model, train, parallel, hw, **budget))
     if train is not None or parallel is not None:
         raise SpecError("train", "train and parallel must be a TrainSpec and a ParallelSpec")
-    if isinstance(hardware, Hardware):
-        raise SpecError("hardware", "with keyword inputs, name the hardware (or give specs)")
     headroom = inputs.pop("memory_headroom", None)
     values, spec = keyword_values(model, {**inputs, "hardware": hardware})
     setup = build(values, spec)

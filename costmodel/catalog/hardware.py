@@ -54,13 +54,14 @@ def hardware_from_dict(name: str, data: dict[str, Any]) -> Hardware:
 
 
 def get_hardware(name_or_path: str) -> Hardware:
-    """A catalog entry by name, or a JSON profile by path."""
+    """A catalog entry by name, a JSON profile by path, or a profile already built (a
+    ``Hardware``, e.g. one with its efficiencies changed: taken as it is)."""
+    if isinstance(name_or_path, Hardware):
+        return name_or_path
     if not isinstance(name_or_path, str | Path):
-        given = type(name_or_path).__name__  # a Hardware's repr runs to 3 kB (a probe)
-        hint = (f": name it ({name_or_path.name!r}), or give specs to the calls that take "
-                "a Hardware" if isinstance(name_or_path, Hardware) else "")  # fmt: skip
-        raise SpecError("hardware", "hardware must be a catalog name or a .json path "
-                        f"(got a value of type {given}){hint}")  # fmt: skip
+        given = type(name_or_path).__name__
+        raise SpecError("hardware", "hardware must be a catalog name, a .json path or a "
+                        f"Hardware (got a value of type {given})")  # fmt: skip
     if not str(name_or_path).strip():
         raise SpecError("hardware", "hardware must be a catalog name or a .json path (got '')")
     if name_or_path in HARDWARE:
