@@ -5,6 +5,7 @@ command naming its own kind; bad input is one line naming the field."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
@@ -169,7 +170,10 @@ def test_dispatchers_are_searched_for_expert_parallel_layouts_only(capsys):
     assert command[command.index("--ep-dispatcher") + 1] == "deepep"
     est = build(values_of(make_parser().parse_args(command[3:]))).estimate()
     assert est["time_s.step"] == pytest.approx(best["time_s.step"], rel=1e-9)
+    on_tpu = dataclasses.replace(options, frameworks=("fsdp2",))  # megatron: CUDA GPUs only
     with pytest.raises(SpecError, match=r"ep_dispatchers .*run on NVIDIA GPUs"):
+        plan(model, train, get_hardware("tpu-v5p"), 16, on_tpu)
+    with pytest.raises(SpecError, match="megatron runs on CUDA GPUs, not on tpu-v5p"):
         plan(model, train, get_hardware("tpu-v5p"), 16, options)
     with pytest.raises(SpecError, match="ep_dispatchers"):
         PlanOptions(dispatchers=("nccl",))
