@@ -164,7 +164,8 @@ def _bucketed(
         return _phases(dp_bytes, 0, dp_bytes / W_dp + lat, 0)
     last = smin(1, S_bucket / smax(grads, 1))
     tail = last * dp_bytes / W_dp + per_bucket
-    return _phases(dp_bytes, 0, (1 - last) * dp_bytes / W_dp + lat - per_bucket, tail)
+    rest = (1 - last) * dp_bytes / W_dp + smax(0, lat - per_bucket)  # no bucket: none
+    return _phases(dp_bytes, 0, rest, tail)
 
 
 def megatron_bucket(dp: sp.Expr) -> sp.Expr:
