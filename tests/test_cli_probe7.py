@@ -146,3 +146,12 @@ def test_a_context_past_any_rope_scaling_does_not_suggest_one(capsys):
     assert main(["serve", "--model", "llama3-8b", "--input", "40000000", "--output", "10"]) == 2
     err = capsys.readouterr().err
     assert "no RoPE scaling taken reaches it (4,883x; at most 1,024x)" in err
+
+
+def test_a_dense_plan_refuses_a_dispatcher_as_estimate_does(capsys):
+    """Round eight: plan --ep-dispatchers deepep on a dense model was taken without a word,
+    where estimate --ep-dispatcher deepep is refused."""
+    argv = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+            "--global-batch", "64", "--ep-dispatchers", "all-to-all,deepep"]  # fmt: skip
+    assert main(argv) == 2
+    assert "llama3-8b has no routed experts" in capsys.readouterr().err

@@ -199,7 +199,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         result = {"approximation": LABEL, "framework": framework, "fsdp": None,
                   "why": err.message}  # fmt: skip
     if book_only:  # the book's own question: the state alone
-        assumed = (f"the training state alone (--batch-tokens 0), budget {budget / GB:,.1f} "
+        assumed = (f"the training state alone (--batch-tokens 0), budget {budget / GB:,.4g} "
                    f"GB, framework {framework}, {train.precision}")  # fmt: skip
         book = {"fsdp": result["fsdp"], "fsdp_usable": result.get("fsdp_power_of_two"),
                 "from": "the Scaling Book approximation (a step's tokens or --hardware: the "
@@ -229,7 +229,7 @@ def _min_fsdp(args: argparse.Namespace) -> dict[str, Any]:
         "sequence, in the book's line too"  # fmt: skip
     per = f"{held:,} tokens per device ({sequences} x seq {train.seq}{rounded})"
     on = " (the default --hardware: the Scaling Book's chip)" * (args.hardware is None)
-    assumed = (f"{per}, budget {budget / GB:,.1f} GB, framework {framework}, "
+    assumed = (f"{per}, budget {budget / GB:,.4g} GB, framework {framework}, "
                f"{train.precision}, recompute {train.recompute}, on {device}{on}")  # fmt: skip
     return {"answer": {**answer, "assumed": assumed}, **out}
 

@@ -31,6 +31,7 @@ from costmodel.engine.search import QUANTITIES as QUANTITIES  # re-exported
 from costmodel.engine.search import TIE as TIE  # re-exported
 from costmodel.engine.search import collect, collect_top, evaluate, first_candidates
 from costmodel.engine.sweep import Table
+from costmodel.kinds import ffn
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError, UnknownKey
 from costmodel.specs.frameworks import trait
@@ -250,6 +251,9 @@ def plan(
         checks.integer("top", top)
     check_positions(model.pos, train.seq, model.max_positions)
     _runs_somewhere(options, hardware)
+    if not ffn.routes(model) and set(options.dispatchers) - {"all-to-all"}:  # as estimate
+        raise SpecError("ep_dispatchers", "ep_dispatchers pick how tokens travel between "
+                        f"expert-parallel ranks: {model.name} has no routed experts")  # fmt: skip
     budget = budget_bytes(hardware, options.memory_headroom)
     if top is None:
         found = collect(model, train, hardware, counts, options, batches, progress)
