@@ -121,7 +121,9 @@ def start(page: str, inputs: tuple[PageInput, ...]) -> list[str]:
             try:
                 stored[f.key] = parse(f, query[f.key])
             except ValueError as err:  # the value kept instead is said (a probe)
-                problems.append(f"{f.key}={query[f.key][:40]!r} {err}; using {stored[f.key]}")
+                kept = stored[f.key]  # a list as a reader writes it, not Python's repr
+                kept = ", ".join(map(str, kept)) if isinstance(kept, list | tuple) else kept
+                problems.append(f"{f.key}={query[f.key][:40]!r} {err}; using {kept}")
         reset = {f.key for f in inputs}
     elif shared != stored["_from"]:  # the Estimate page changed since: follow it
         reset = {k for k, v in shared.items() if stored["_from"].get(k) != v}

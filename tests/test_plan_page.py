@@ -222,3 +222,13 @@ def test_a_plan_at_another_headroom_says_the_estimate_judges_at_its_own():
     said = " ".join(c.value for c in at.caption)
     assert "the Estimate page a row opens judges at its own 0.9" in said
     assert any("are TIGHT" in w.value for w in at.warning)
+
+
+def test_a_bad_list_in_the_link_says_the_list_kept_in_words():
+    """Round eight: frameworks=fsdp2,foo said "using ['fsdp2', 'megatron']" (Python's repr)."""
+    at = AppTest.from_function(_page, default_timeout=300)
+    at.query_params["frameworks"] = "fsdp2,foo"
+    at.run()
+    assert not at.exception
+    said = " ".join(w.value for w in at.warning)
+    assert "using fsdp2, megatron" in said and "['" not in said
