@@ -17,6 +17,7 @@ import streamlit as st
 
 from costmodel.engine.caveats import calibration_line
 from costmodel.engine.fit import Fit, judge
+from costmodel.engine.notes import seq_note
 from costmodel.engine.verdict import assumptions, peak_named, verdict
 from costmodel.inputs import Setup
 from costmodel.units import GIB, fmt_count
@@ -85,7 +86,8 @@ def headline(
     said = fit.sentence(warn=False).split(": ", 1)[1]
     verdict_col, assumed = st.columns([3, 2])
     assumed.markdown(f"Assumed: {setup_line(setup, defaulted)}")
-    for note in setup.notes:
+    seq = seq_note({}, setup.model, setup.train, None) if "seq" in defaulted else ()
+    for note in (*seq, *setup.notes):  # the CLI's default seq note too (a probe)
         assumed.caption(in_words(note))  # widgets' names, not the CLI's flags
     if stale:  # no green "Fits" for inputs that are not the current ones
         verdict_col.info(f"Last valid inputs: {fit.peak_bytes / GIB:,.2f} GiB per device {where}.")
