@@ -446,14 +446,3 @@ def test_the_book_never_answers_a_critical_batch_of_zero():
     assert any("compute-bound at any batch" in i.value for i in at.info)
     at = _app(gpus="8", fsdp="8", batch="64")
     assert metric(at, "critical batch (book, tokens per step)") != "0"
-
-
-def test_a_default_seq_is_said_with_the_models_own_positions():
-    """Round eight: the CLI notes "seq 1,024 tokens, the default (the model takes up to
-    8,192)" for Llama-3-70B; the Estimate page showed 1,024 in the sidebar alone."""
-    at = _app(model="llama3-70b", gpus="64", tp="8", batch="8")
-    assert not at.exception
-    said = [c.value for c in at.caption]
-    assert any("seq 1,024 tokens, the default (the model takes up to 8,192)" in c for c in said)
-    again = _app(model="llama3-70b", gpus="64", tp="8", batch="8", seq="4096")
-    assert not any("the default (the model takes" in c.value for c in again.caption)

@@ -208,3 +208,14 @@ def test_a_layout_that_does_not_fit_says_so_above_its_times():
     assert [w.value for w in at.warning].count(UNFIT_NOTE) == 3
     fits = _app(model="gpt2", batch="8", seq="512")
     assert UNFIT_NOTE not in [w.value for w in fits.warning]
+
+
+def test_a_default_seq_is_said_with_the_models_own_positions():
+    """Round eight: the CLI notes "seq 1,024 tokens, the default (the model takes up to
+    8,192)" for Llama-3-70B; the Estimate page showed 1,024 in the sidebar alone."""
+    at = _app(model="llama3-70b", gpus="64", tp="8", batch="8")
+    assert not at.exception
+    said = [c.value for c in at.caption]
+    assert any("seq 1,024 tokens, the default (the model takes up to 8,192)" in c for c in said)
+    again = _app(model="llama3-70b", gpus="64", tp="8", batch="8", seq="4096")
+    assert not any("the default (the model takes" in c.value for c in again.caption)
