@@ -116,5 +116,5 @@ def test_misused_calls_are_one_error_naming_the_argument():
     assert err.value.field == "budget_gb" and str(err.value).startswith("budget_gb must be")
     grid = cm.sweep("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, framework="fsdp2",
                     seq=[1024, 2048])  # fmt: skip
-    with pytest.raises(KeyError, match=r"did you mean time_s\.step"):
+    with pytest.raises(KeyError, match=r"did you mean 'time_s\.step'"):
         grid["time_s.stepp"]

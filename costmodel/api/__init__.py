@@ -77,8 +77,7 @@ def estimate(
     if isinstance(train, TrainSpec):
         if not isinstance(model, ModelSpec):
             raise SpecError("model", "with a TrainSpec, give a ModelSpec (get_model(name))")
-        hw = hardware if hardware is None or isinstance(hardware, Hardware) else get_hardware(
-            hardware)  # fmt: skip
+        hw = None if hardware is None else get_hardware(hardware)  # a name, path or Hardware
         if parallel is not None and not isinstance(parallel, ParallelSpec):
             raise SpecError("parallel", f"parallel must be a ParallelSpec (got a "
                             f"{type(parallel).__name__})")  # fmt: skip

@@ -9,7 +9,6 @@ expressions, with symbol values from the same function ``estimate`` uses.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import fields
 from types import SimpleNamespace
@@ -33,7 +32,7 @@ from costmodel.engine.quantities import (
 )
 from costmodel.engine.threads import in_threads, threads_for
 from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
+from costmodel.specs.checks import SpecError, UnknownKey, unknown
 from costmodel.specs.frameworks import framework_defaults, own_stage
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import DERIVED, ModelSpec, TrainSpec, following
@@ -108,9 +107,7 @@ class Table(dict):
 
     def __missing__(self, key: str) -> Any:
         """A name no column has: the closest names, as an estimate's ``[]`` says them."""
-        close = difflib.get_close_matches(str(key), list(self), n=3)
-        said = f"; did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"{key!r} is no column of this table{said}")
+        raise UnknownKey(key, unknown("column", key, self, "table.keys() lists them"))
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every array flattened to one column (the rows of the grid, C order)."""
