@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from costmodel.symbols.algebra import Var
+
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -177,8 +179,9 @@ def lambdify(args: Sequence[sp.Symbol], exprs: Any, kind: str = "numpy") -> Call
     changes nothing the function computes (the expressions were evaluated when built;
     1,723 estimate values over 12 layouts are bit-identical either way). sympy's
     evaluate flag is thread-local, so the app's other sessions are not touched."""
+    args = [a.sym if isinstance(a, Var) else a for a in args]
     with sp.core.parameters.evaluate(False):
-        return sp.lambdify(list(args), exprs, modules=MODULES[kind], cse=_shared,
+        return sp.lambdify(args, exprs, modules=MODULES[kind], cse=_shared,
                            printer=_printer(kind), use_imps=False)  # fmt: skip
 
 

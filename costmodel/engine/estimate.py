@@ -14,6 +14,7 @@ import html
 import json
 from collections.abc import ItemsView, Iterator, KeysView
 from dataclasses import dataclass, fields
+from fractions import Fraction
 from typing import Any
 
 import sympy as sp
@@ -23,12 +24,11 @@ from costmodel.engine.fit import PEAK, Fit, judge, rest_at_peak
 from costmodel.engine.quantities import (
     BUDGET_KEYS,
     DEVICE_ROOTS,
-    EVAL_SYMBOLS,
     MEMORY,
     TIMES,
     compiled,
-    compiled_scalar,
     nest,
+    quantities,
     structure_of,
 )
 from costmodel.kinds.routing import routing_values
@@ -43,10 +43,13 @@ from costmodel.symbols import (
     HARDWARE_SYMBOLS,
     PARALLEL_SYMBOLS,
     N_tok,
+    numeric,
     price,
     subs_safe,
     values_for,
 )
+from costmodel.symbols.algebra import Var
+from costmodel.symbols.forms import by_symbol
 
 UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
 """Quantities that are no answer for a layout that does not fit: its verdict withholds
@@ -138,6 +141,8 @@ class Estimate:
         by its value at once (``xreplace``: a fraction of a second where ``.subs``, which
         simplifies after each symbol, takes tens of seconds on a step-time formula)."""
         formula = self.expr(expr) if isinstance(expr, str) else expr
+        if isinstance(formula, Var):
+            formula = formula.sym
         if not isinstance(formula, sp.Basic):
             raise SpecError("expr", f"evaluate takes a quantity's name or a sympy expression "
                             f"(got {type(expr).__name__})")  # fmt: skip
@@ -156,9 +161,10 @@ class Estimate:
 
     def symbol_values(self) -> dict[sp.Symbol, int | float]:
         """Every symbol a formula may use -> its number here (degrees and links of the
-        layout, 1 without one; the budget symbols 0): ``est.evaluate(expr)`` uses them."""
+        layout, 1 without one; the budget symbols 0), keyed by sympy symbols (indexed by
+        them or by ``costmodel.symbols``' own): ``est.evaluate(expr)`` uses them."""
         values = symbol_values(self.model, self.train, self.parallel, self.hardware)
-        return {k: _as_number(v) for k, v in values.items()}
+        return by_symbol({k: _as_number(v) for k, v in values.items()})
 
     def summary(self) -> dict[str, str]:
         """The few lines a reader wants first, as label -> text (seconds, GiB)."""
@@ -248,6 +254,8 @@ def _fields(spec: Any) -> dict[str, Any]:
 
 
 def _as_number(value: Any) -> int | float:
+    if isinstance(value, Fraction):  # exact arithmetic of counts (symbols.algebra)
+        return int(value) if value.denominator == 1 else float(value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return value
@@ -296,12 +304,12 @@ def estimate(
     check(model, train, parallel)
     if token_budget is not None and parallel is None:
         raise SpecError("token_budget", "token_budget needs a layout and hardware (a step time)")
-    keys, fn = compiled_scalar(structure_of(model, train, parallel))
     values = symbol_values(model, train, parallel, hardware)
     values.update(budget_values(token_budget, price_per_hour))
-    numbers = fn(*(values[s] for s in EVAL_SYMBOLS))
+    with numeric(values):  # the formulas computed on numbers: no expression is built
+        numbers = quantities(model, train, parallel)
     dropped = _unasked(token_budget, price_per_hour)
-    out = {k: _as_number(x) for k, x in zip(keys, numbers, strict=True) if k not in dropped}
+    out = {k: _as_number(x) for k, x in numbers.items() if k not in dropped}
     return Estimate(model, train, out, parallel, hardware)
 
 

@@ -45,6 +45,7 @@ from costmodel.symbols import (
     Y,
     as_expr,
     price,
+    symbolic,
 )
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "parallel_block", "tied", "pos",
@@ -131,7 +132,7 @@ def quantities(
                              sharded_memory(model, train, parallel, pricing=pricing)))  # fmt: skip
         out.update(step_time(model, train, parallel, pricing=pricing))
         out.update(training_cost(out["tokens_per_s"]))
-    return {k: as_expr(v) for k, v in out.items()}
+    return {k: as_expr(v) for k, v in out.items()} if symbolic() else out
 
 
 def training_cost(tokens_per_s: sp.Expr) -> dict[str, sp.Expr]:

@@ -34,6 +34,7 @@ from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
+from costmodel.symbols.algebra import integer
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
@@ -45,7 +46,7 @@ def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
     block = block_params(model, norms=True, largest=True)
     block -= expert_block(model)[0] * (1 - 1 / N_ep)  # those the ep group's others hold
     if model.ffn_only:
-        return sp.Integer(0), block, sp.Integer(0)
+        return integer(0), block, integer(0)
     parts = param_breakdown(model)
     embed = parts["embedding"] + parts["pos_embedding"]
     return embed, block, V * D + parts["norms"] / (2 * L + 1)
@@ -59,8 +60,8 @@ def _ungathered_experts(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     ``validate.run --suite parallel``, layout ep-fsdp2)."""
     prec = PRECISIONS[train.precision]
     if prec.param != prec.activation:
-        return sp.Integer(0)
-    experts, _ = local_experts(model, [(ffn.top(model), sp.Integer(1))])  # 0 if none
+        return integer(0)
+    experts, _ = local_experts(model, [(ffn.top(model), integer(1))])  # 0 if none
     return experts * (1 - more_than_one(expert_shards(X * N_cp)))
 
 
@@ -81,7 +82,7 @@ def in_flight(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str
     if par.reshard_after_forward:
         return {"blocks": 2 * block, "transition": block + head, "head": 2 * head,
                 "head_backward": smax(2 * head, head + block), "backward_top": 2 * block,
-                "backward_next": 2 * block, "kept": sp.Integer(0)}  # fmt: skip
+                "backward_next": 2 * block, "kept": integer(0)}  # fmt: skip
     through = embed + L * block  # every unit before the head
     return {"blocks": through + block, "transition": through + block + head,
             "head": through + 2 * head, "head_backward": through + head,

@@ -43,6 +43,7 @@ from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
+from costmodel.symbols.algebra import integer, sceil
 
 SHARD_BYTES = 4
 """The shards, their gradients and the reduce-scatter are fp32 whatever the precision."""
@@ -50,14 +51,14 @@ SHARD_BYTES = 4
 
 def padded(elements: sp.Expr) -> sp.Expr:
     """A matrix's elements after padding to a multiple of the fsdp degree."""
-    return X * sp.ceiling(elements / X)
+    return X * sceil(elements / X)
 
 
 def _split(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
     """(padded elements of every sharded matrix, elements of the replicated parameters)."""
     mats = weight_matrices(model)
-    sharded = sum((n * padded(e) for n, e in mats), sp.Integer(0))
-    replicated = param_breakdown(model)["total"] - sum((n * e for n, e in mats), sp.Integer(0))
+    sharded = sum((n * padded(e) for n, e in mats), integer(0))
+    replicated = param_breakdown(model)["total"] - sum((n * e for n, e in mats), integer(0))
     return sharded, replicated
 
 
@@ -161,11 +162,11 @@ def fsdp_group(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     prec = PRECISIONS[train.precision]
     c = prec.activation
     sharded, replicated = _split(model)
-    count = sum((n for n, _ in weight_matrices(model)), sp.Integer(0))
+    count = sum((n for n, _ in weight_matrices(model)), integer(0))
     tables = _tables(model)
     gather, scatter = bus_factor("all_gather", X), bus_factor("reduce_scatter", X)
     fwd = m * gather * c * sharded
-    unsaved = sum((padded(e) for e in tables), sp.Integer(0))
+    unsaved = sum((padded(e) for e in tables), integer(0))
     bwd = m * (gather * c * (sharded - unsaved) + scatter * SHARD_BYTES * sharded)
     opt = bus_factor("all_reduce", X) * prec.grad * replicated
     steps = ring_steps("all_gather", X) * a_X

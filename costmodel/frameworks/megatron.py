@@ -27,6 +27,7 @@ from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import X
+from costmodel.symbols.algebra import integer
 
 
 class Megatron(Framework):
@@ -54,7 +55,7 @@ class Megatron(Framework):
             grad = prec.grad if par.grad_reduce_fp32 else prec.activation
             return {"params": prec.activation * per_shard(X), "master": prec.param * per_shard(dp),
                     "grads": grad * per_shard(X), "optimizer": opt(dp)}  # fmt: skip
-        grads, step_grads = prec.grad * n, sp.Integer(0)
+        grads, step_grads = prec.grad * n, integer(0)
         if not par.grad_reduce_fp32:
             grads, step_grads = prec.activation * n, prec.grad * per_shard(dp)
         return {"params": prec.activation * n, "master": prec.param * per_shard(dp),

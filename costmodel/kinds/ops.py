@@ -12,6 +12,8 @@ from typing import Any
 
 import sympy as sp
 
+from costmodel.symbols.algebra import integer
+
 STAT = 4
 """Bytes of the fp32 statistics norms, softmax and routers compute in."""
 INDEX_BYTES = 8
@@ -26,7 +28,7 @@ def norm_kept(norm: str, nbytes: int, width: Any) -> Any:
 
 def cast_bytes(src: int, dst: int, n: sp.Expr) -> sp.Expr:
     """``.to(dtype)`` reads and writes n elements, or dispatches nothing if the dtype holds."""
-    return (src + dst) * n if src != dst else sp.Integer(0)
+    return (src + dst) * n if src != dst else integer(0)
 
 
 def differ(a: int, b: int) -> int:

@@ -40,6 +40,7 @@ from costmodel.symbols import (
     b,
     more_than_one,
 )
+from costmodel.symbols.algebra import add, integer, smax
 
 _TP_SHARDED = ("attention", "qk_norm", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
 _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
@@ -79,7 +80,7 @@ def sharded_activations(
     shares = _layer_shares(model, held, device_blocks(model, par, rank))
     ep_scales = _kept_scales(model, train)
     head = 1 if rank is None or rank.last else 0
-    total = sp.Integer(0)
+    total = integer(0)
     framework = traits_of(par)
     dtensor = framework.dtensor_tp
     for op, expr in parts.items():
@@ -121,9 +122,9 @@ def _layer_shares(
     shares = {"all": held / L}
     if len(device) == 1:  # one kind: its parts are in every block
         return shares
-    layers = sp.Add(*(n for _, n in device))
+    layers = add(*(n for _, n in device))
     for (kind, count), (_, mine) in zip(ffn.blocks(model), device, strict=True):
-        shares.update(dict.fromkeys(kind.kept_parts, held * mine / layers / sp.Max(count, 1)))
+        shares.update(dict.fromkeys(kind.kept_parts, held * mine / layers / smax(count, 1)))
     return shares
 
 
@@ -135,7 +136,7 @@ def ring_transient(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     allocates the same, plus its send buffers; measured on the hand-written ring,
     ``validate.distributed.context``)."""
     if model.ffn_only:
-        return sp.Integer(0)
+        return integer(0)
     c = PRECISIONS[train.precision].activation
     q, key, value = attention.projections(model).ring_widths(model, train.attention)
     kv = key + value
@@ -158,7 +159,7 @@ def dtensor_embedding_buffers(model: ModelSpec, train: TrainSpec, par: ParallelS
     parallel``, layouts tp and tp-sp); Megatron's VocabParallelEmbedding reduces in place (none).
     In terms of the micro-batch's b sequences of T tokens, as :func:`sharded_activations`."""
     if model.ffn_only or not traits_of(par).dtensor_tp:
-        return sp.Integer(0)
+        return integer(0)
     copies = 3 / Y if par.sequence_parallel else 2  # in terms of the global micro-batch b
     return more_than_one(Y) * copies * residual_bytes(train, par) * b * T * D  # and T, as
     # the rest of sharded_activations (its callers divide both over the device's share)

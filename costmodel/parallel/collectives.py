@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import sympy as sp
-
 from costmodel.symbols import smin
+from costmodel.symbols.algebra import log, sceil, symbolic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
@@ -26,7 +25,9 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 def _check(op: str, n: Any) -> None:
     if op not in OPS:
         raise ValueError(f"op must be one of {', '.join(OPS)} (got {op!r})")
-    if isinstance(n, int) and n < 2:  # a sympy symbol (the cost model's degrees) is not checked
+    # a degree of the cost model's formulas (a symbol, or its value, 1 included, where
+    # they compute numbers) is not checked
+    if isinstance(n, int) and n < 2 and symbolic():
         raise ValueError(f"ranks must be >= 2 (got {n})")
 
 
@@ -42,7 +43,7 @@ def tree_steps(n: Any) -> Any:
     2(n-1)/n bytes per rank (Sanders, Speck & Träff 2009, two-tree broadcast and reduction;
     Jeaugey, "Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA 2019: full
     bandwidth at logarithmic latency). ``n`` an int or a sympy degree."""
-    return 2 * sp.ceiling(sp.log(n, 2))
+    return 2 * sceil(log(n) / log(2))
 
 
 def allreduce_steps(n: Any) -> Any:

@@ -66,6 +66,7 @@ from costmodel.symbols import (
     smin,
     v,
 )
+from costmodel.symbols.algebra import integer, ratio
 
 
 def communication(
@@ -258,7 +259,7 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     act = prec.activation * per_token
     # under sequence parallelism half of a block's bytes are all-gathers of a matmul's
     # input, which an fp8 recipe gathers quantised (matmul_input bytes a value)
-    gathered = sp.Rational(prec.activation + prec.matmul_input, 2) * per_token
+    gathered = ratio(prec.activation + prec.matmul_input, 2) * per_token
     block = gathered if par.sequence_parallel else act
     per_layer = 1 if model.ffn_only or model.parallel_block else 2
     layers = stage_layers(par)
@@ -278,7 +279,7 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     fwd_b = m * layers * ar * block * width_fwd
     bwd_b = m * layers * ar * block * (width_bwd + again)
     fwd_n, bwd_n = m * layers * per_layer, m * layers * (per_layer + count)
-    overlapped = sp.Integer(0)
+    overlapped = integer(0)
     if par.sequence_parallel and traits_of(par).tp_backward_overlap and not par.async_tp:
         # the input shards gathered again (half an all-reduce) beside dgrad, and the input
         # gradients' reduce-scatters beside wgrad: a backward all-reduce's worth hidden
@@ -289,7 +290,7 @@ def tp_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     if not model.ffn_only:
         embed = ar * residual_bytes(train, par) * per_token * D
         head, loss = ar * act * D, 3 * ar * 4 * per_token
-        split = sp.Rational(1, 2) if par.sequence_parallel else 0
+        split = ratio(1, 2) if par.sequence_parallel else 0
         vocab_in = (embed * (1 - split), embed * split)  # (forward, backward) bytes
         vocab_out = (head * split + loss, head * (1 - split))
         if par.pp > 1:  # on different stages: the device with the larger share
@@ -314,7 +315,7 @@ def _attention_widths(model: ModelSpec, par: ParallelSpec) -> tuple[sp.Expr, sp.
     a reduce-scatter of the D-wide output each way ((g + D) / 2 all-reduces); without it
     the output's all-reduce in forward and the gathered input's gradient in backward."""
     if model.ffn_only or model.parallel_block:  # a parallel block's is the FFN's one
-        return sp.Integer(0), sp.Integer(0)
+        return integer(0), integer(0)
     g = attention.projections(model).gathered_width(model)
     if par.sequence_parallel:
         return (g + D) / 2, (g + D) / 2

@@ -59,13 +59,14 @@ from costmodel.symbols import (
     T,
     X,
     Y,
-    as_expr,
     b,
+    bind,
     m,
     more_than_one,
     smax,
     smin,
 )
+from costmodel.symbols.algebra import integer, unevaluated
 
 
 def sharded_state(
@@ -95,7 +96,7 @@ def ddp_buckets(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Exp
     expert parallelism a routed expert's gradient is bucketed only where other ranks hold
     the same expert (torch DDP leaves out the parameters it is told to ignore)."""
     if not traits_of(par).ddp_buckets:
-        return sp.Integer(0)
+        return integer(0)
     n = trained_per_device(model, train, par)
     experts, _ = device_experts(model, par)
     grad = PRECISIONS[train.precision].grad
@@ -132,25 +133,24 @@ def rank_memory(
     ZeRO-3's two gathered layers in flight (one on a stage of one layer), gradients held
     through the step, and as ``buffers`` DDP's gradient buckets and a pipelining runtime's
     receive buffers); ``rank``: the pipeline rank it is (none without pp)."""
-    boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
-    state = {"frozen": sp.Integer(0), "step_grads": sp.Integer(0),
-             **sharded_state(model, train, par, rank, pricing=pricing),
-             "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
-    acts = sharded_activations(model, train, par, rank=rank)
-    per_device = dict(zip(("b", "T"), device_batch(), strict=True))
-    subs = {b: per_device["b"], T: per_device["T"]}
-    held = pricing.accumulated_grad_bytes(train, par) * params_per_device(model, par, rank)[0]
-    live = _grads_live(par, rank, held)
-    with sp.evaluate(False):  # unevaluated so the peaks' Max terms are not re-simplified
-        peaks = pricing.own_peaks(model, train, par, state, acts, live)
-        if peaks is None:
-            peaks = _live_set_peaks(model, train, par, rank, state, acts, live, held, pricing)
-        peaks = {k: (e + held).xreplace(subs) for k, e in peaks.items()}
-        state = {k: as_expr(e).xreplace(subs) for k, e in state.items()}
+    per_device = dict(zip((b, T), device_batch(), strict=True))
     gathered = zero3_gathered(model, train, par)
+    with bind(per_device):  # the micro-batch's tokens on this device for the batch's
+        boundary = boundary_tensors(par, rank)[0] * stage_boundary(train, par) if rank else 0
+        state = {"frozen": integer(0), "step_grads": integer(0),
+                 **sharded_state(model, train, par, rank, pricing=pricing),
+                 "buffers": ddp_buckets(model, train, par) + boundary}  # fmt: skip
+        acts = sharded_activations(model, train, par, rank=rank)
+        held = pricing.accumulated_grad_bytes(train, par) * params_per_device(model, par, rank)[0]
+        live = _grads_live(par, rank, held)
+        with unevaluated():  # unevaluated so the peaks' Max terms are not re-simplified
+            peaks = pricing.own_peaks(model, train, par, state, acts, live)
+            if peaks is None:
+                peaks = _live_set_peaks(model, train, par, rank, state, acts, live, held, pricing)
+            peaks = {k: e + held for k, e in peaks.items()}
     peaks = {k: e + gathered for k, e in peaks.items()}
     reserved = peaks["peak"] * R_alloc
-    return {**state, "activations": acts.xreplace(subs), **peaks, "reserved": reserved}
+    return {**state, "activations": acts, **peaks, "reserved": reserved}
 
 
 def _grads_live(par: ParallelSpec, rank: PipelineRank | None, held):
@@ -158,9 +158,9 @@ def _grads_live(par: ParallelSpec, rank: PipelineRank | None, held):
     for a buffer allocated once and never freed (Megatron's), never for FSDP2's shards
     under pipelining (reduce-scattered from the held gradients after the last one)."""
     if traits_of(par).grads_always_live:
-        return sp.Integer(1)
+        return integer(1)
     if held:
-        return sp.Integer(0)
+        return integer(0)
     return more_than_one(m) if rank is None else grads_at_fullest(par, rank)
 
 
@@ -191,7 +191,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
     and DeepSpeed): the layer running and the next, prefetched; one on a one-layer stage.
     FSDP2's gathered layers are its ``params`` (what it gathers is not stored)."""
     if par.zero != 3 or not traits_of(par).zero3_prefetch:
-        return sp.Integer(0)
+        return integer(0)
     _, n_mm = params_per_device(model, par)
     layers = stage_layers(par)
     in_flight = smin(2, layers)
@@ -202,7 +202,7 @@ def zero3_gathered(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.
             model, train) / L  # fmt: skip
         return in_flight * block * (1 - 1 / X)
     if ffn.routes(model):  # the top block, its routed experts gathered over their own group
-        top = [(ffn.top(model), sp.Integer(1))]
+        top = [(ffn.top(model), integer(1))]
         dense = stacked_blocks(model, top)[1] - expert_block(model)[1]
         _, experts = local_experts(model, top)
         one_layer = dense * (1 - 1 / X) + experts * (1 - 1 / expert_shards(X))

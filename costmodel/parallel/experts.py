@@ -21,6 +21,7 @@ from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_frac
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import N_ep, N_etp, Y, as_expr, smin
+from costmodel.symbols.algebra import add, integer
 
 __all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_group_ranks",
            "expert_replicas", "expert_shards", "kept_fraction", "local_experts", "sharded_params",
@@ -37,7 +38,7 @@ def local_experts(model: ModelSpec, blocks: list[tuple[Any, sp.Expr]]) -> tuple[
     """(parameters, matmul weights) of the routed experts a device holding ``blocks`` (FFN
     kind, how many) keeps before ZeRO: n_experts / ep of each routed block's."""
     routed = [[n * e / N_ep for e in kind.routed(model)] for kind, n in blocks]
-    return sp.Add(*(r[0] for r in routed)), sp.Add(*(r[1] for r in routed))
+    return add(*(r[0] for r in routed)), add(*(r[1] for r in routed))
 
 
 def expert_group_ranks() -> sp.Expr:
@@ -88,7 +89,7 @@ def split_state(
     if not ffn.routes(model):  # (a dense model's frozen weights are counted once)
         return state_memory(model, train, params=n, kept_copies=kept, shards=shards)
     routed, routed_mm = experts
-    routed_kept = kept_weight_copies(model, train, matmul=routed_mm, head=sp.Integer(0))
+    routed_kept = kept_weight_copies(model, train, matmul=routed_mm, head=integer(0))
     dense = state_memory(model, train, params=n - routed, kept_copies=kept - routed_kept,
                          shards=shards)  # fmt: skip
     mine = state_memory(model, train, params=routed, kept_copies=routed_kept,

@@ -11,6 +11,7 @@ from costmodel.parallel.pipeline import bidirectional, combined_alone
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import Y
+from costmodel.symbols.algebra import integer
 
 
 def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:
@@ -40,4 +41,4 @@ def exposed_share(group: str, par: ParallelSpec) -> sp.Expr:
         return 1 / Y
     if group == "ep" and (par.ep_overlap or bidirectional(par)):
         return combined_alone(par)
-    return sp.Integer(1)
+    return integer(1)

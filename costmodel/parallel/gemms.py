@@ -40,6 +40,7 @@ from costmodel.symbols import (
     t_m,
     t_n,
 )
+from costmodel.symbols.algebra import integer
 
 __all__ = ["Gemm", "all_gemms", "gemm_cost", "gemm_seconds", "matmul_shapes", "tile_slots",
            "wave_efficiency"]  # fmt: skip
@@ -52,7 +53,7 @@ def matmul_shapes(
     under tensor parallelism Y (``Projections.shapes``)."""
     if model.ffn_only:
         return {}
-    one = sp.Integer(1)
+    one = integer(1)
     return {**attention.projections(model).shapes(model, sequence_parallel),
             "lm_head": [(one, D, V / Y)]}  # fmt: skip
 
@@ -65,14 +66,14 @@ def all_gemms(
     its adapters' (x A: k = fan-in, n2 = r; then B: k = r)."""
     shapes = matmul_shapes(model, sequence_parallel)
     head = shapes.pop("lm_head", None)
-    gemms = {op: [(rows, k, n2, sp.Integer(1)) for rows, k, n2 in triples]
+    gemms = {op: [(rows, k, n2, integer(1)) for rows, k, n2 in triples]
              for op, triples in shapes.items()}  # fmt: skip
     for kind, _ in ffn.blocks(model):
         gemms.update(kind.gemms(model))
     if head is not None:
-        gemms["lm_head"] = [(rows, k, n2, sp.Integer(1)) for rows, k, n2 in head]
+        gemms["lm_head"] = [(rows, k, n2, integer(1)) for rows, k, n2 in head]
     if train is not None and tunes(train):
-        one = sp.Integer(1)
+        one = integer(1)
         gemms["lora"] = [g for _, k, n2, c in adapted(model, train)
                          for g in ((one, k, r_a, c), (one, r_a, n2, c))]  # fmt: skip
     return gemms

@@ -66,6 +66,7 @@ from costmodel.symbols import (
     t_ex,
     t_op,
 )
+from costmodel.symbols.algebra import integer
 
 EXPERT_LINEARS = 2
 """Grouped linears per expert in Megatron-Core's grouped MLP: fc1 (the gated activation's
@@ -136,6 +137,6 @@ def after_sync_host(model: ModelSpec, par: ParallelSpec) -> sp.Expr:
     launches (:func:`expert_launches`' per block); 0 for a dense model."""
     kinds = [kind for kind, _ in device_blocks(model, par) if kind.routes]
     if not kinds:
-        return sp.Integer(0)
+        return integer(0)
     kernels = kinds[0].fused_kernels(model)[0] - 1 + dense.matrices(model)
     return kernels * t_op + l_ex * E_r / N_ep * EXPERT_LINEARS * t_ex

@@ -39,6 +39,7 @@ import sympy as sp
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import L, N_pp, m, sceil, sfloor, smax, smin, v
+from costmodel.symbols.algebra import integer, ratio, smod
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,15 @@ def ranks(par: ParallelSpec) -> list[PipelineRank]:
     """The ranks (pp > 1) whose maximum is every rank's (module docstring; the second
     counts where :func:`present`)."""
     if bidirectional(par):  # rank 0 holds both ends (DualPipe: rank pp - 1 mirrors it)
-        return [PipelineRank(sp.Integer(0), True, True), PipelineRank(sp.Integer(1), False, False)]
-    return [PipelineRank(sp.Integer(0), True, False), PipelineRank(sp.Integer(1), False, False),
+        return [PipelineRank(integer(0), True, True), PipelineRank(integer(1), False, False)]
+    return [PipelineRank(integer(0), True, False), PipelineRank(integer(1), False, False),
             PipelineRank(N_pp - 1, False, True)]  # fmt: skip
 
 
 def present(rank: PipelineRank) -> sp.Expr:
     """1 where ``rank`` exists: the second rank is the last one when pp = 2 (expressions
     are built once for every pp > 1, so this stays symbolic)."""
-    return sp.Integer(1) if rank.first or rank.last else sp.Min(N_pp - 2, 1)
+    return integer(1) if rank.first or rank.last else smin(N_pp - 2, 1)
 
 
 def slots(par: ParallelSpec) -> tuple[int, int, sp.Expr]:
@@ -108,10 +109,10 @@ def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     ones; less the embedding's slot on the first rank and the loss's on the last."""
     emb, loss, total = slots(par)
     stages = N_pp * v
-    extra = sp.Mod(total, stages, evaluate=False)
+    extra = smod(total, stages)
     if bidirectional(par):  # stages r and pp·v - 1 - r, the earlier taking the spare slots
         spare = sum((smin(1, smax(0, extra - j)) for j in (rank.index, stages - 1 - rank.index)),
-                    sp.Integer(0))  # fmt: skip
+                    integer(0))  # fmt: skip
         return 2 * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
     spare = smin(v, smax(0, sceil((extra - rank.index) / N_pp)))
     return v * sfloor(total / stages) + spare - emb * rank.first - loss * rank.last
@@ -122,7 +123,7 @@ def leading_layers(par: ParallelSpec, rank: PipelineRank, count: sp.Expr) -> sp.
     ``rank`` holds: their overlap with its first virtual stage, the rank's only stage
     among the first pp (a layout rule keeps the leading blocks within those)."""
     emb, loss, total = slots(par)
-    per, extra = sfloor(total / (N_pp * v)), sp.Mod(total, N_pp * v, evaluate=False)
+    per, extra = sfloor(total / (N_pp * v)), smod(total, N_pp * v)
     j = rank.index  # the rank's first virtual stage (the last stage too, uninterleaved)
     start = j * per + smin(j, extra) - (0 if rank.first else emb)
     last = rank.last and par.pp_interleave == 1 and not bidirectional(par)  # stage r only
@@ -163,9 +164,9 @@ def combined_alone(par: ParallelSpec) -> sp.Expr:
     if par.pp == 1:
         return 1 / m
     if bidirectional(par):
-        return smin(sp.Rational(3, 2) * N_pp * v - 1, m * v) / (m * v)
-    first = PipelineRank(sp.Integer(0), True, False)
-    return sp.Min(_interleaved_warmup(first) + 1, m * v) / (m * v)
+        return smin(ratio(3, 2) * N_pp * v - 1, m * v) / (m * v)
+    first = PipelineRank(integer(0), True, False)
+    return smin(_interleaved_warmup(first) + 1, m * v) / (m * v)
 
 
 def grads_at_fullest(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
@@ -203,7 +204,7 @@ def boundary_tensors(par: ParallelSpec, rank: PipelineRank) -> tuple[sp.Expr, sp
     if dualpipe(par) or not traits_of(par).torch_pipelining:  # Megatron (and DualPipe)
         # receive into fresh tensors and free a stage's output once sent
         # (deallocate_output_tensor; DualPipe's _free_tensors)
-        return sp.Integer(0), sp.Integer(0)
+        return integer(0), integer(0)
     buffers = m * (2 * v - int(rank.first) - int(rank.last))
     kept = (int(rank.first) - int(rank.last)) * chunks_in_flight(par, rank) / v
     return buffers, kept

@@ -32,6 +32,7 @@ from costmodel.symbols import (
     b,
     sceil,
 )
+from costmodel.symbols.algebra import add, integer
 
 
 def device_batch() -> tuple[sp.Expr, sp.Expr]:
@@ -58,20 +59,20 @@ def device_blocks(
     mix = ffn.blocks(model)
     *lower, (top, _) = mix
     if rank is not None:
-        held, below = [], sp.Integer(0)
+        held, below = [], integer(0)
         for kind, n in lower:  # each lower kind's blocks follow the kinds below it
             mine = leading_layers(par, rank, below + n) - leading_layers(par, rank, below)
             held.append((kind, mine))
             below += n
-        return [*held, (top, rank_layers(par, rank) - sp.Add(*(n for _, n in held)))]
+        return [*held, (top, rank_layers(par, rank) - add(*(n for _, n in held)))]
     if par.pp > 1:
-        return [*((kind, sp.Integer(0)) for kind, _ in lower), (top, stage_layers(par))]
+        return [*((kind, integer(0)) for kind, _ in lower), (top, stage_layers(par))]
     return mix
 
 
 def routed_blocks(model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None) -> sp.Expr:
     """Blocks a device holds whose FFN routes tokens (MoE blocks; 0 for a dense model)."""
-    return sp.Add(*(n for kind, n in device_blocks(model, par, rank) if kind.routes))
+    return add(*(n for kind, n in device_blocks(model, par, rank) if kind.routes))
 
 
 def device_experts(

@@ -23,6 +23,7 @@ from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 from costmodel.symbols import D, L, N_ep, N_etp, N_pp, V, X, Y, smax
+from costmodel.symbols.algebra import integer
 
 
 def params_per_device(
@@ -86,7 +87,7 @@ def replicated_embedding_grad(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     The reference framework holds it; FSDP2 reduce-scatters it, Megatron's
     VocabParallelEmbedding computes its own rows only."""
     if model.ffn_only:
-        return sp.Integer(0)
+        return integer(0)
     return PRECISIONS[train.precision].grad * V * D * (1 - 1 / Y)
 
 

@@ -78,6 +78,7 @@ from costmodel.symbols import (
     smin,
     t_ex,
 )
+from costmodel.symbols.algebra import add, bind, integer
 
 
 def block_shares(model: ModelSpec, par: ParallelSpec) -> list[tuple[ffn.FFNKind, sp.Expr]]:
@@ -86,7 +87,7 @@ def block_shares(model: ModelSpec, par: ParallelSpec) -> list[tuple[ffn.FFNKind,
     stage's are all MoE blocks)."""
     device = device_blocks(model, par)
     if len(device) == 1:
-        return [(device[0][0], sp.Integer(1))]
+        return [(device[0][0], integer(1))]
     return [(kind, n / stage_layers(par)) for kind, n in device]
 
 
@@ -94,7 +95,7 @@ def _layer_share(model: ModelSpec, par: ParallelSpec, op: str) -> sp.Expr:
     """The fraction of the stage's blocks that run ``op``: each FFN kind's ops run in its
     blocks, every other op in all of them."""
     shares = [share for kind, share in block_shares(model, par) if op in kind.ops]
-    return shares[0] if shares else sp.Integer(1)
+    return shares[0] if shares else integer(1)
 
 
 def roofline(
@@ -109,7 +110,7 @@ def roofline(
     ops: dict[str, dict[str, sp.Expr]] = {}
     grouped = ffn.grouped_ops(model)
     for op, shapes in all_gemms(model, train, par.sequence_parallel).items():
-        total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), sp.Integer(0))
+        total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), integer(0))
         frozen = backward_factor(op, train) == 1  # a frozen weight: dX alone
         for rows, k, n2, count in shapes:
             seconds = gemm_seconds(n * rows, k, n2, a, frozen, grouped=op in grouped)
@@ -172,15 +173,15 @@ def _recomputed(model: ModelSpec, train: TrainSpec, per_layer: dict[str, sp.Expr
     whole block (full), the core (selective), the matmuls and naive core op-level selective
     AC does not save (``recompute_flops_by_op``)."""
     if train.recompute == "full":  # of the checkpointed blocks (recompute_every)
-        return checkpointed_share(train) * sum(per_layer.values(), sp.Integer(0))
+        return checkpointed_share(train) * sum(per_layer.values(), integer(0))
     if train.recompute == "selective-op":
         redo = op_level_recomputed(model, skip_last=not train.dropout)
         if train.attention == "naive" and "attn_core" in per_layer:
-            redo["attn_core"] = sp.Integer(1)
-        return sum((share * per_layer[op] for op, share in redo.items()), sp.Integer(0))
+            redo["attn_core"] = integer(1)
+        return sum((share * per_layer[op] for op, share in redo.items()), integer(0))
     if train.recompute == "selective" and "attn_core" in per_layer:
         return per_layer["attn_core"]
-    return sp.Integer(0)
+    return integer(0)
 
 
 def _ops_per_phase(
@@ -196,8 +197,8 @@ def _ops_per_phase(
     layers = stage_layers(par)
 
     def stage(per_op: dict[str, sp.Expr]) -> sp.Expr:
-        blocks = sum((e for k, e in per_op.items() if k != "lm_head"), sp.Integer(0))
-        return layers * blocks + per_op.get("lm_head", sp.Integer(0))
+        blocks = sum((e for k, e in per_op.items() if k != "lm_head"), integer(0))
+        return layers * blocks + per_op.get("lm_head", integer(0))
 
     per_layer = {k: e for k, e in forward.items() if k != "lm_head"}
     return stage(forward), stage(backward) + layers * _recomputed(model, train, per_layer)
@@ -221,24 +222,32 @@ def _elementwise_time(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> 
     """
     b_dev, t_dev = device_batch()
     if train.elementwise == "fused":
-        local = dict(zip((b, T), (b_dev, t_dev), strict=True))
-        written = _fused_written(model, replace(train, recompute="none"), par)
-        fwd = 2 * written.xreplace(local) / W_hbm
+        with bind({b: b_dev, T: t_dev}):
+            written = _fused_written(model, replace(train, recompute="none"), par)
+        fwd = 2 * written / W_hbm
         return fwd, 2 * fwd
+    if par.sequence_parallel:
+        fwd, bwd = (e / Y for e in _eager_bytes(model, train, par))
+    else:  # a tp rank's heads and FFN width
+        with bind({F: F / Y, H: H / Y, K: K / Y}):
+            fwd, bwd = _eager_bytes(model, train, par)
+    tokens = stage_layers(par) * b_dev * t_dev / W_hbm
+    return tokens * fwd, tokens * bwd
+
+
+def _eager_bytes(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> tuple:
+    """(forward, backward) bytes per token of one block's eager elementwise ops, averaged
+    over the FFN kinds of the stage's blocks; backward repeats the forward's where blocks
+    are checkpointed."""
     prec = PRECISIONS[train.precision]
     args = (model, residual_bytes(train, par), prec.activation, train.dropout > 0)
-    fwd = bwd = sp.Integer(0)
+    fwd = bwd = integer(0)
     for kind, share in block_shares(model, par):  # the blocks' average over the FFN kinds
         kind_fwd, kind_bwd = eager_bytes(*args, block=kind.name)
         fwd, bwd = fwd + share * kind_fwd, bwd + share * kind_bwd
     if checkpoints_blocks(train):
         bwd += checkpointed_share(train) * fwd
-    if par.sequence_parallel:
-        fwd, bwd = fwd / Y, bwd / Y
-    else:
-        fwd, bwd = (e.xreplace({F: F / Y, H: H / Y, K: K / Y}) for e in (fwd, bwd))
-    tokens = stage_layers(par) * b_dev * t_dev / W_hbm
-    return tokens * fwd, tokens * bwd
+    return fwd, bwd
 
 
 def _fused_written(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> sp.Expr:
@@ -291,8 +300,8 @@ def _casts_and_loss(
                   for op, gemms in all_gemms(model, None, par.sequence_parallel).items()
                   if op != "lm_head"
                   for rows, k, n2, c in gemms]  # fmt: skip
-        inputs = stage_layers(par) * sum((w * n * k for w, k, _ in shapes), sp.Integer(0))
-        outputs = stage_layers(par) * sum((w * n * n2 for w, _, n2 in shapes), sp.Integer(0))
+        inputs = stage_layers(par) * sum((w * n * k for w, k, _ in shapes), integer(0))
+        outputs = stage_layers(par) * sum((w * n * n2 for w, _, n2 in shapes), integer(0))
         mats = weights - (0 if model.ffn_only else V * D / Y)
         fwd += 5 * (inputs + mats)
         bwd += 5 * outputs + 2 * (inputs + mats)
@@ -322,11 +331,11 @@ def _phase_seconds(
     """
     exposed = exposed_groups(par)
     shown = sum(((comm[k][name] - overlapped(comm[k], name)) * exposed_share(k, par)
-                 for k in exposed), sp.Integer(0))  # fmt: skip
-    hidden = sum((g[name] for k, g in comm.items() if k != "dp"), sp.Integer(0)) - shown
+                 for k in exposed), integer(0))  # fmt: skip
+    hidden = sum((g[name] for k, g in comm.items() if k != "dp"), integer(0)) - shown
     compute, dp = m * per_mb, comm["dp"][name]
     if par.overlap == "sum":
-        return compute + hidden + dp + shown, sp.Integer(0)
+        return compute + hidden + dp + shown, integer(0)
     lost = contention(compute, hidden + dp)
     return smax(compute, smax(hidden, compute - per_mb) + dp) + lost + shown, lost
 
@@ -334,7 +343,7 @@ def _phase_seconds(
 def overlapped(group: dict[str, sp.Expr], phase: str) -> sp.Expr:
     """Seconds of a group's phase its framework hides beside the GEMMs (TP's backward
     under Megatron's sequence parallelism, ``communication.tp_group``); 0 otherwise."""
-    return group.get(f"{phase}_overlapped", sp.Integer(0))
+    return group.get(f"{phase}_overlapped", integer(0))
 
 
 def contention(compute: sp.Expr, overlapped: sp.Expr) -> sp.Expr:
@@ -348,7 +357,7 @@ def _after_sync_device(ops: dict, comm: dict, par: ParallelSpec) -> sp.Expr:
     layers' host syncs: the routed and shared experts' GEMMs and the expert-parallel
     dispatch and combine (``costmodel.parallel.host.sync_idle``)."""
     experts = sum((ops[k]["time_s"] for k in ("experts", "shared_experts") if k in ops),
-                  sp.Integer(0))  # fmt: skip
+                  integer(0))  # fmt: skip
     return stage_layers(par) * experts + comm["ep"]["forward"] / m
 
 
@@ -356,8 +365,8 @@ def _weight_grads(ops: dict, par: ParallelSpec) -> sp.Expr:
     """Seconds of one micro-batch's weight gradients on this stage (DualPipe's W): each
     matmul's dW has its forward's FLOPs and shape class, so its forward's seconds."""
     gemms = {k: e["time_s"] for k, e in ops.items() if k not in ("attn_core", "lm_head")}
-    head = ops["lm_head"]["time_s"] if "lm_head" in ops else sp.Integer(0)
-    return stage_layers(par) * sum(gemms.values(), sp.Integer(0)) + head
+    head = ops["lm_head"]["time_s"] if "lm_head" in ops else integer(0)
+    return stage_layers(par) * sum(gemms.values(), integer(0)) + head
 
 
 def step_time(
@@ -382,7 +391,7 @@ def step_time(
     # re-runs), so that HFU <= 1 whenever no kernel beats the peak
     flops = {k: e["flops"] for k, e in ops.items()}
     backward_flops = {k: backward_factor(k, train) * e for k, e in flops.items()}
-    executed = sp.Add(*_ops_per_phase(model, train, par, flops, backward_flops))
+    executed = add(*_ops_per_phase(model, train, par, flops, backward_flops))
     (fwd, fwd_lost), (bwd, bwd_lost) = (
         _phase_seconds(comm, "forward", fwd_mb, par),
         _phase_seconds(comm, "backward", bwd_mb, par),
@@ -394,7 +403,7 @@ def step_time(
     traffic = optimizer_traffic(train.optimizer, train.optimizer_impl, train.precision)
     traffic = traffic * n_dev_params
     update = traffic / W_hbm
-    optimizer = update + sum((g["optimizer"] for g in comm.values()), sp.Integer(0))
+    optimizer = update + sum((g["optimizer"] for g in comm.values()), integer(0))
     step = phase["forward"] + phase["backward"] + bubble + optimizer
     devices = N_dp * X * Y * N_pp * N_cp
     useful = flop_conventions(model, train)["useful"]
@@ -411,10 +420,10 @@ def step_time(
         "time_s.microbatch_backward": bwd_mb,
         "time_s.optimizer_update": update,
         "time_s.host": m * (host_fwd + host_bwd),
-        "time_s.expert_host": m * (1 - g_full) * t_ex * sp.Add(*expert_launches(model, train, par)),
+        "time_s.expert_host": m * (1 - g_full) * t_ex * add(*expert_launches(model, train, par)),
         "time_s.sync_idle": m * (idle_fwd + idle_bwd),
         "time_s.host_bound": m  # what with_host adds to the device's time
-        * sp.Add(
+        * add(
             *(
                 smax(h - d - idle, 0) + idle + s_sync * smin(d + idle, h)
                 for d, h, idle in ((dev_fwd, host_fwd, idle_fwd), (dev_bwd, host_bwd, idle_bwd))
@@ -424,7 +433,7 @@ def step_time(
         "time_s.contention_backward": bwd_lost,
         **({"moe.dropped_fraction": dropped_fraction()} if ffn.routes(model) else {}),
         "time_s.comm": sum(
-            (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), sp.Integer(0)
+            (g["forward"] + g["backward"] + g["optimizer"] for g in comm.values()), integer(0)
         ),
         "tokens_per_s": B * T / step,
         "mfu": useful / (step * C * devices),

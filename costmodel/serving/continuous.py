@@ -39,6 +39,7 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
 from costmodel.symbols import B, T, Y, values_for
+from costmodel.symbols.forms import by_symbol
 
 
 def kept_batch(spec: ServeSpec) -> int:
@@ -56,13 +57,14 @@ def pricer(
     decode step: ``estimate.decode_step``) and ``tokens`` prompt tokens (their share of
     whole prompts' attention and cache), by ``phase`` (``estimate._phase``)."""
     vals = {**values_for(model), Y: spec.tp}
-    core = float(terms.prefill_core_flops(model).xreplace({**vals, B: 1, T: spec.input}))
-    per_token = DTYPE_BYTES[spec.kv_dtype] * float(
-        terms.kv_elements(model).xreplace({**vals, T: spec.input})) / spec.input  # fmt: skip
+    prompt = by_symbol({**vals, B: 1, T: spec.input})
+    core = float(terms.prefill_core_flops(model).xreplace(prompt))
+    kv = float(terms.kv_elements(model).xreplace(prompt))
+    per_token = DTYPE_BYTES[spec.kv_dtype] * kv / spec.input
 
     def seconds(decode: dict[str, Any], b: int, tokens: float) -> dict[str, float]:
         prompts = tokens / spec.input
-        flops = float(terms.linear_flops(model, tokens, prompts).xreplace(vals))
+        flops = float(terms.linear_flops(model, tokens, prompts).xreplace(by_symbol(vals)))
         cores = decode["core_s"] + prompts * core / attention_rate
         cache = decode["kv_bytes"] + tokens * per_token
         return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),

@@ -33,6 +33,7 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
 from costmodel.symbols import T, Y, values_for
+from costmodel.symbols.forms import by_symbol
 
 
 def prefill_spec(spec: ServeSpec, chunk: int) -> ServeSpec:
@@ -47,7 +48,9 @@ def prefill_spec(spec: ServeSpec, chunk: int) -> ServeSpec:
 def handoff_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     """Seconds to move one prompt's cache (one copy of its input tokens' keys and values,
     every layer) from a prefill replica to a decode replica over the network."""
-    elements = terms.kv_elements(model).xreplace({**values_for(model), Y: 1, T: spec.input})
+    elements = terms.kv_elements(model).xreplace(
+        by_symbol({**values_for(model), Y: 1, T: spec.input})
+    )
     nbytes = DTYPE_BYTES[spec.kv_dtype] * int(elements)
     rate = spec.prefill_degree * hw.network_bw * hw.eff("network")
     return hw.network_latency_s + nbytes / rate

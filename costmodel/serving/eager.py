@@ -13,6 +13,7 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.serving import ServeSpec
 from costmodel.symbols import F, H, K, Y, as_expr, values_for
+from costmodel.symbols.forms import by_symbol
 
 
 def _eager_precision(spec: ServeSpec) -> str:
@@ -39,7 +40,9 @@ def host_s(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
     kernels = sum(
         n * layer_kernels(model, train, residual, block=k.name)[0] for k, n in ffn.blocks(model)
     )
-    total = as_expr(kernels + model_kernels(model, train, residual)[0]).xreplace(values_for(model))
+    total = as_expr(kernels + model_kernels(model, train, residual)[0]).xreplace(
+        by_symbol(values_for(model))
+    )
     return int(total) * per_kernel  # an MoE block's counts are in its sizes' symbols
 
 
@@ -55,6 +58,6 @@ def elementwise_s(model: ModelSpec, spec: ServeSpec, hw: Hardware, tokens: int) 
     per_token = 0.0
     for kind, count in ffn.blocks(model):
         fwd = eager_bytes(model, prec.residual, prec.activation, block=kind.name)[0]
-        split = fwd.xreplace({F: F / Y, H: H / Y, K: K / Y})
-        per_token += float((count * split).xreplace(vals))
+        split = fwd.xreplace(by_symbol({F: F / Y, H: H / Y, K: K / Y}))
+        per_token += float((count * split).xreplace(by_symbol(vals)))
     return tokens * per_token / hw.hbm_bandwidth()

@@ -63,6 +63,7 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
 from costmodel.symbols import B, D, T, Y, as_expr, values_for
+from costmodel.symbols.forms import by_symbol
 
 
 def act_bytes(spec: ServeSpec) -> int:
@@ -116,8 +117,8 @@ def _at_sizes(expr: sp.Expr, sizes: frozenset) -> Any:
     """``expr`` with a model's sizes in, as a function of its load symbols (keywords), in
     exact rational arithmetic: the same number ``xreplace`` gives, without building an
     expression per load."""
-    args = sorted(_LOAD, key=lambda s: s.name)
-    return sp.lambdify(args, expr.xreplace(dict(sizes)), modules=[_EXACT, "math"],
+    args = [as_expr(s) for s in sorted(_LOAD, key=lambda s: s.name)]
+    return sp.lambdify(args, expr.xreplace(by_symbol(sizes)), modules=[_EXACT, "math"],
                        printer=_ExactPrinter)  # fmt: skip
 
 

@@ -46,12 +46,13 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
 from costmodel.symbols import E_r, k_r
+from costmodel.symbols.forms import by_symbol
 
 
 def expert_elements(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
     """Routed-expert elements on a device: every expert's 1 / tp slice, or (E + R) / ep
     whole experts, R the redundant copies (the same total over ep devices without them)."""
-    sliced = float(terms.expert_weights(model).xreplace(vals))
+    sliced = float(terms.expert_weights(model).xreplace(by_symbol(vals)))
     if spec.ep == 1:
         return sliced
     copies = (model.n_experts + spec.redundant_experts) / model.n_experts
@@ -71,7 +72,7 @@ def touched(model: ModelSpec, spec: ServeSpec, tokens: int, vals: dict) -> float
         return 1.0
     share = terms.touched_experts(model, group_tokens(spec, tokens))
     slots = vals[E_r] + spec.redundant_experts  # a token reaches one copy of its expert
-    return float(share.xreplace({E_r: slots, k_r: vals[k_r]}))
+    return float(share.xreplace(by_symbol({E_r: slots, k_r: vals[k_r]})))
 
 
 def moe_layers(model: ModelSpec) -> int:

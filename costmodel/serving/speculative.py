@@ -28,6 +28,7 @@ from costmodel.serving import terms
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
 from costmodel.symbols import Y, values_for
+from costmodel.symbols.forms import by_symbol
 
 
 def tokens_per_cycle(draft_tokens: int, acceptance: float) -> float:
@@ -71,7 +72,7 @@ def extra_memory(model: ModelSpec, spec: ServeSpec, weight_bytes: int, cache: Ca
     tokens)``: one sequence's paged cache on a device) its own cache of the context and γ
     more slots in the model's."""
     draft = drafter(model, spec)
-    layers = int(terms.block_weights(draft).xreplace({**values_for(draft), Y: spec.tp}))
+    layers = int(terms.block_weights(draft).xreplace(by_symbol({**values_for(draft), Y: spec.tp})))
     context = spec.context
     per_seq = (cache(draft, spec, context) + cache(model, spec, context + spec.draft_tokens)
                - cache(model, spec, context))  # fmt: skip

@@ -27,6 +27,7 @@ import sympy as sp
 from costmodel.kinds import attention, ffn
 from costmodel.single.params import param_breakdown
 from costmodel.symbols import B, D, E_r, H, L, V, Y, k_r
+from costmodel.symbols.algebra import integer
 
 EMBEDDINGS = ("embedding", "pos_embedding", "lm_head", "norms")
 
@@ -49,12 +50,12 @@ def block_weights(model: Any) -> sp.Expr:
     """Matrix elements of the blocks one tp rank holds (the routed experts included)."""
     proj = attention.projections(model)
     attn = sum(
-        (fan_in * fan_out * proj.splits(fan_in, fan_out) for _, fan_in, fan_out in
-         proj.matrices(model)),
-        sp.Integer(0),
+        (fan_in * fan_out * share for (_, fan_in, fan_out), share in
+         zip(proj.matrices(model), proj.split_shares(model), strict=True)),
+        integer(0),
     )  # fmt: skip
     parts = param_breakdown(model)
-    ffn_total = sum((parts[op] for op in ffn.ops(model)), sp.Integer(0))
+    ffn_total = sum((parts[op] for op in ffn.ops(model)), integer(0))
     return L * attn + ffn_total / Y
 
 
@@ -69,13 +70,13 @@ def other_weights(model: Any) -> sp.Expr:
 def unread_embedding(model: Any) -> sp.Expr:
     """Elements of the embedding table a step does not read: an untied table's, whose
     lookup reads one row per token (a tied table is read whole as the head)."""
-    return sp.Integer(0) if model.tied else param_breakdown(model)["embedding"] / Y
+    return integer(0) if model.tied else param_breakdown(model)["embedding"] / Y
 
 
 @cache
 def expert_weights(model: Any) -> sp.Expr:
     """Routed-expert elements one tp rank holds (0 for a dense model)."""
-    return param_breakdown(model).get("experts", sp.Integer(0)) / Y
+    return param_breakdown(model).get("experts", integer(0)) / Y
 
 
 @cache
@@ -83,7 +84,7 @@ def touched_experts(model: Any, tokens: sp.Expr) -> sp.Expr:
     """Share of the routed experts that ``tokens`` route to (uniform routing; module
     docstring); 1 for a dense model, whose expert term is 0."""
     if not ffn.routes(model):
-        return sp.Integer(1)
+        return integer(1)
     return 1 - (1 - k_r / E_r) ** tokens
 
 
@@ -93,12 +94,12 @@ def linear_flops(model: Any, tokens: sp.Expr, head_tokens: sp.Expr) -> sp.Expr:
     blocks, ``head_tokens`` through the head."""
     proj = attention.projections(model)
     attn = sum(
-        (2 * fan_in * fan_out * proj.splits(fan_in, fan_out) for _, fan_in, fan_out in
-         proj.matrices(model)),
-        sp.Integer(0),
+        (2 * fan_in * fan_out * share for (_, fan_in, fan_out), share in
+         zip(proj.matrices(model), proj.split_shares(model), strict=True)),
+        integer(0),
     )  # fmt: skip
     per_token = ffn.by_op(model, lambda kind: kind.forward_flops(model))
-    ffn_flops = sum(per_token.values(), sp.Integer(0))
+    ffn_flops = sum(per_token.values(), integer(0))
     return tokens * (L * attn + ffn_flops / Y) + 2 * head_tokens * D * V / Y
 
 
@@ -108,11 +109,16 @@ def layer_widths(model: Any) -> sp.Expr:
     projection's output and the FFN's hidden widths (its per-token FLOPs over 2·D)."""
     proj = attention.projections(model)
     outs = sum(
-        (fan_out * proj.splits(fan_in, fan_out) for _, fan_in, fan_out in proj.matrices(model)),
-        sp.Integer(0),
+        (
+            fan_out * share
+            for (_, _, fan_out), share in zip(
+                proj.matrices(model), proj.split_shares(model), strict=True
+            )
+        ),
+        integer(0),
     )
     per_token = ffn.by_op(model, lambda kind: kind.forward_flops(model))
-    return outs + sum(per_token.values(), sp.Integer(0)) / (2 * D) / Y / L
+    return outs + sum(per_token.values(), integer(0)) / (2 * D) / Y / L
 
 
 @cache

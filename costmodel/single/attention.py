@@ -35,6 +35,7 @@ from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.symbols import B_tile, T, as_expr, d_h, h_call
 from costmodel.symbols import b as b_seq
+from costmodel.symbols.algebra import ratio, sceil
 
 KERNELS = ("naive", "flash")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -71,7 +72,7 @@ class AttentionSpec:
 
 
 def _tiles() -> sp.Expr:
-    return sp.ceiling(N / tile)
+    return sceil(N / tile)
 
 
 def attention_costs(kernel: str, causal: bool, e: int) -> dict[str, sp.Expr]:
@@ -92,7 +93,7 @@ def attention_costs(kernel: str, causal: bool, e: int) -> dict[str, sp.Expr]:
         hbm_bwd = e * (8 * mats + (11 if causal else 9) * square) + (b * h * N**2 if causal else 0)
     else:
         per_tile = 4 * b * h * tile**2 * d
-        fwd_exec, bwd_count = per_tile * pairs, sp.Rational(5, 2) * dense_fwd
+        fwd_exec, bwd_count = per_tile * pairs, ratio(5, 2) * dense_fwd
         after = e * 4 * mats + 4 * b * h * N
         peak = e * 8 * mats + 8 * b * h * N
         kv_passes = (tiles + 1) / 2 if causal else tiles
@@ -106,7 +107,7 @@ def attention_costs(kernel: str, causal: bool, e: int) -> dict[str, sp.Expr]:
         "flops.forward": dense_fwd,
         "flops.backward": bwd_count,
         "flops.forward_executed": fwd_exec,
-        "flops.backward_executed": sp.Rational(5, 2) * fwd_exec if kernel == "flash" else bwd_count,
+        "flops.backward_executed": ratio(5, 2) * fwd_exec if kernel == "flash" else bwd_count,
         "memory_bytes.after_forward": after,
         "memory_bytes.peak": peak,
         "hbm_bytes.forward": hbm_fwd,

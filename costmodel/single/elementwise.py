@@ -22,6 +22,7 @@ from costmodel.kinds.ops import STAT
 from costmodel.kinds.ops import cast_bytes as _cast
 from costmodel.specs.model import ModelSpec
 from costmodel.symbols import D, H, K, d_h
+from costmodel.symbols.algebra import expand, integer
 
 
 def _norm(
@@ -59,13 +60,13 @@ def _bias(model: ModelSpec, a: int, kind: ffn.FFNKind) -> tuple[sp.Expr, sp.Expr
     here) and sums its output gradient over tokens in backward (a per output; an MoE
     FFN's experts over the tokens routed to them; Q, K and V alone under ``qkv_bias``)."""
     if not (model.bias or model.qkv_bias):
-        return sp.Integer(0), sp.Integer(0)
-    outputs = sp.Integer(0) if model.ffn_only else (H + 2 * K) * d_h  # Q, K and V's
+        return integer(0), integer(0)
+    outputs = integer(0) if model.ffn_only else (H + 2 * K) * d_h  # Q, K and V's
     if model.bias:  # O's and the FFN's
         outputs += kind.bias_outputs(model)
         if not model.ffn_only:
             outputs += D
-    return sp.Integer(0), a * outputs
+    return integer(0), a * outputs
 
 
 def eager_bytes(
@@ -101,6 +102,6 @@ def eager_bytes(
             parts += [_norm(model, a, a, d_h, H), _norm(model, a, a, d_h, K)]
         if model.pos == "rope":
             parts.append(_rope(a))
-    fwd += sum((p[0] for p in parts), sp.Integer(0))
-    bwd += sum((p[1] for p in parts), sp.Integer(0))
-    return sp.expand(fwd), sp.expand(bwd)
+    fwd += sum((p[0] for p in parts), integer(0))
+    bwd += sum((p[1] for p in parts), integer(0))
+    return expand(fwd), expand(bwd)

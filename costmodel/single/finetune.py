@@ -32,6 +32,7 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.finetune import LORA_TARGETS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import D, F, H, K, L, T, b, d_h, r_a
+from costmodel.symbols.algebra import integer, sceil
 
 NF4_BLOCK = 64  # weights per absmax (QLoRA, Sec. 3; bitsandbytes' default blocksize)
 ABSMAX_BLOCK = 256  # absmaxes per second-level fp32 scale (double quantization)
@@ -67,13 +68,13 @@ def adapts(model: ModelSpec, train: TrainSpec, op: str, down: bool = False) -> b
 
 def adapter_params(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     """Trained adapter parameters: r·(fan-in + fan-out) per adapted matrix, L blocks."""
-    per_block = sum((c * (m + n) for _, m, n, c in adapted(model, train)), sp.Integer(0))
+    per_block = sum((c * (m + n) for _, m, n, c in adapted(model, train)), integer(0))
     return L * r_a * per_block
 
 
 def adapter_inputs(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     """Per token, the ranks of every block's adapters: the A outputs each B keeps."""
-    return L * r_a * sum((c for *_, c in adapted(model, train)), sp.Integer(0))
+    return L * r_a * sum((c for *_, c in adapted(model, train)), integer(0))
 
 
 def trainable_params(model: ModelSpec, train: TrainSpec) -> sp.Expr:
@@ -92,15 +93,15 @@ def block_weights(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
 def nf4_bytes(n: sp.Expr) -> sp.Expr:
     """Bytes of one n-weight matrix in double-quantized NF4: packed 4-bit codes, an 8-bit
     absmax per 64 weights, an fp32 scale per 256 absmaxes and the absmaxes' fp32 mean."""
-    blocks = sp.ceiling(n / NF4_BLOCK)
-    return sp.ceiling(n / 2) + blocks + 4 * sp.ceiling(blocks / ABSMAX_BLOCK) + 4
+    blocks = sceil(n / NF4_BLOCK)
+    return sceil(n / 2) + blocks + 4 * sceil(blocks / ABSMAX_BLOCK) + 4
 
 
 def frozen_bytes(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     """Bytes of the frozen model: every weight in the compute dtype (LoRA), the block
     matrices in NF4 (QLoRA); 0 when fully trained."""
     if not tunes(train):
-        return sp.Integer(0)
+        return integer(0)
     act = PRECISIONS[train.precision].activation
     total = act * param_breakdown(model)["total"]
     if train.finetune == "qlora":
@@ -112,16 +113,16 @@ def frozen_bytes(model: ModelSpec, train: TrainSpec) -> sp.Expr:
 def frozen_block_bytes(model: ModelSpec, train: TrainSpec) -> sp.Expr:
     """Bytes of one block's frozen matrices as stored (what ZeRO-3 gathers for a block)."""
     if train.finetune == "qlora":
-        return sum((c * nf4_bytes(n) for c, n in block_weights(model)), sp.Integer(0)) / L
+        return sum((c * nf4_bytes(n) for c, n in block_weights(model)), integer(0)) / L
     act = PRECISIONS[train.precision].activation
-    return act * sum((c * n for c, n in block_weights(model)), sp.Integer(0)) / L
+    return act * sum((c * n for c, n in block_weights(model)), integer(0)) / L
 
 
 def dequantized(model: ModelSpec, train: TrainSpec, split: Any = 1) -> sp.Expr:
     """Bytes of the largest block matrix dequantized to the compute dtype for its matmul
     (QLoRA; 0 otherwise), alive beside backward's end (the first block's dX)."""
     if train.finetune != "qlora":
-        return sp.Integer(0)
+        return integer(0)
     return PRECISIONS[train.precision].activation * D * F / split
 
 
@@ -139,7 +140,7 @@ def adjust_activations(model: ModelSpec, train: TrainSpec, parts: dict[str, sp.E
                        ("attn_out_input", adapts(model, train, "attn_o")),
                        ("lm_head_input", False), ("embedding", False)):  # fmt: skip
         if part in parts and not keep:
-            parts[part] = sp.Integer(0)
+            parts[part] = integer(0)
     checkpointed_flash = train.recompute == "selective" and train.attention == "flash"
     if checkpointed_flash and not adapts(model, train, "attn_o"):  # the core's output is
         act = PRECISIONS[train.precision].activation  # O's input, kept by O's adapter only
@@ -158,7 +159,7 @@ def dequantize_traffic(model: ModelSpec, train: TrainSpec) -> tuple[sp.Expr, sp.
     each read in NF4 and written in the compute dtype, for the forward matmul and again for
     backward's dX (memory-bound; 0 unless QLoRA)."""
     if train.finetune != "qlora":
-        return sp.Integer(0), sp.Integer(0)
+        return integer(0), integer(0)
     act = PRECISIONS[train.precision].activation
-    moved = sum((c * (nf4_bytes(n) + act * n) for c, n in block_weights(model)), sp.Integer(0))
+    moved = sum((c * (nf4_bytes(n) + act * n) for c, n in block_weights(model)), integer(0))
     return moved, moved

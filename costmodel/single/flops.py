@@ -33,6 +33,7 @@ from costmodel.single.params import (
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import B, D, H, L, T, V, d_h, r_a
+from costmodel.symbols.algebra import add, expand, integer, ratio
 
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o",
              *(op for kind in ffn.KINDS.values() for op in kind.ops))  # fmt: skip
@@ -88,7 +89,7 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
         if skip_last and adapts(model, train, "ffn", down=True):  # the down adapter's B
             ops["lora"] -= 2 * B * T * L * r_a * D
         elif skip_last:
-            ops["ffn"] = fwd["ffn"] * sp.Rational(ffn_matrices(model) - 1, ffn_matrices(model))
+            ops["ffn"] = fwd["ffn"] * ratio(ffn_matrices(model) - 1, ffn_matrices(model))
         share = checkpointed_share(train)  # every n-th block's only (recompute_every)
         return {k: share * v for k, v in ops.items()}
     if train.recompute == "selective" and not model.ffn_only:
@@ -113,8 +114,8 @@ def backward_factor(op: str, train: TrainSpec) -> sp.Expr:
     attention core's is 5/2 (FlashAttention-2 recomputes QKᵀ: five T x T matmuls for the
     forward's two; Dao 2023, Alg. 2), the naive core's 2."""
     if op in CORE_OPS or op == "attn_core":
-        return sp.Rational(5, 2) if train.attention == "flash" else sp.Integer(2)
-    return sp.Integer(1) if tunes(train) and op != "lora" else sp.Integer(2)
+        return ratio(5, 2) if train.attention == "flash" else integer(2)
+    return integer(1) if tunes(train) and op != "lora" else integer(2)
 
 
 def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
@@ -148,7 +149,7 @@ def flop_conventions(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
             conv["megatron"] = _megatron(train)
         # QKᵀ and PV, 2·d_h FLOPs per pair each, forward and a backward of twice that
         pairs = attention.total(model, lambda kind: kind.useful_pairs())
-        conv["useful"] += sp.expand(3 * 2 * 2 * B * H * d_h * pairs)  # integer coefficients
+        conv["useful"] += expand(3 * 2 * 2 * B * H * d_h * pairs)  # integer coefficients
     return conv
 
 
@@ -164,7 +165,7 @@ def _megatron(train: TrainSpec) -> sp.Expr:
 
 def flop_totals(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     """forward, backward and step (= forward + backward) FLOPs for one optimizer step."""
-    fwd = sp.Add(*forward_flops_by_op(model, train).values())
-    bwd = sp.Add(*backward_flops_by_op(model, train).values())
-    redo = sp.Add(*recompute_flops_by_op(model, train).values())
+    fwd = add(*forward_flops_by_op(model, train).values())
+    bwd = add(*backward_flops_by_op(model, train).values())
+    redo = add(*recompute_flops_by_op(model, train).values())
     return {"forward": fwd, "backward": bwd, "step": fwd + bwd, "recompute": redo}

@@ -55,6 +55,7 @@ from costmodel.symbols import (
     smax,
     smin,
 )
+from costmodel.symbols.algebra import add, integer
 
 
 def kept_weight_copies(
@@ -69,12 +70,12 @@ def kept_weight_copies(
     """
     if finetune.tunes(train):  # the adapters' casts; frozen weights are stored cast
         casts = finetune.adapter_params(model, train)
-        return sp.Integer(0) if checkpoints_blocks(train) else casts
+        return integer(0) if checkpoints_blocks(train) else casts
     matmul = matmul_weight_params(model) if matmul is None else matmul
     if not checkpoints_blocks(train):
         return matmul
     if model.ffn_only:
-        return sp.Integer(0)
+        return integer(0)
     head = V * D if head is None else head
     return head + uncheckpointed_share(train) * (matmul - head)  # blocks not checkpointed
 
@@ -92,13 +93,13 @@ def _every_nth(train: TrainSpec) -> bool:
 def checkpointed_share(train: TrainSpec) -> sp.Expr:
     """The share of the blocks a checkpointing policy re-runs: all of them, but
     ceil(L / n) / L under full recomputation of every n-th block (``recompute_every``)."""
-    return L_rc / L if _every_nth(train) else sp.Integer(1)
+    return L_rc / L if _every_nth(train) else integer(1)
 
 
 def uncheckpointed_share(train: TrainSpec) -> sp.Expr:
     """1 - :func:`checkpointed_share`, as (L - L_rc) / L: a quantity of the L blocks times
     it cancels L and stays an exact count."""
-    return (L - L_rc) / L if _every_nth(train) else sp.Integer(0)
+    return (L - L_rc) / L if _every_nth(train) else integer(0)
 
 
 def state_memory(
@@ -123,7 +124,7 @@ def state_memory(
     if prec.weight_copy:
         weights, master = prec.weight_copy * kept / p_shards, prec.param * n / p_shards
     else:
-        weights, master = prec.param * n / p_shards, sp.Integer(0)
+        weights, master = prec.param * n / p_shards, integer(0)
     return {
         "params": weights,
         "master": master,
@@ -184,7 +185,7 @@ def activation_memory(
         parts["lm_head_input"] = mm * b * T * D
         parts["loss"] = 4 * b * T * V + 4  # fp32 log-softmax and the scalar total weight
     finetune.adjust_activations(model, train, parts)
-    parts["total"] = sp.Add(*parts.values())
+    parts["total"] = add(*parts.values())
     return parts
 
 
@@ -283,7 +284,7 @@ def peak_memory(
     acts = activation_memory(model, train)["total"] if acts is None else acts
     persist = not prec.weight_copy if params_persist is None else params_persist
     if persist:
-        stored, copies = state["params"] + state["master"], sp.Integer(0)
+        stored, copies = state["params"] + state["master"], integer(0)
     else:  # fp32 parameters are the master; the casts are the working copy
         stored, copies = state["master"], state["params"]
     # communication buffers and frozen weights (fine-tuning) kept across steps

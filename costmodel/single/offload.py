@@ -29,6 +29,7 @@ from costmodel.single.precision import PRECISIONS, STAT_BYTES
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.symbols import B, D, H, K, L, T, b, d_h
+from costmodel.symbols.algebra import add, expand, integer, ratio
 
 SAVE_MODES = ("full", "attn", "ctx")
 """How an offloaded block's activations are kept, most bytes (no recomputation) first."""
@@ -53,12 +54,12 @@ def saved_bytes_per_token(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
     prec = PRECISIONS[train.precision]
     acts = activation_memory(model, train.replace(recompute="none"))
     per_token = {b: 1, T: 1, L: 1}
-    full = sp.Add(*(acts[k] for k in _BLOCK_PARTS if k in acts)).subs(per_token)
+    full = add(*(acts[k] for k in _BLOCK_PARTS if k in acts)).subs(per_token)
     block_input = prec.residual * D
     context = 2 * prec.activation * K * d_h
     attention_out = prec.activation * H * d_h + STAT_BYTES * H
     return {
-        "full": sp.expand(full),
+        "full": expand(full),
         "attn": block_input + context + attention_out,
         "ctx": block_input + context,
     }
@@ -74,9 +75,9 @@ def recompute_flops_per_token(model: ModelSpec, train: TrainSpec) -> dict[str, s
     _check(model, train)
     ops = {k: v / (B * T * L) for k, v in forward_flops_by_op(model).items()}
     m = ffn_matrices(model)
-    attn = ops["attn_q"] + ops["attn_o"] + ops["ffn"] * sp.Rational(m - 1, m)
+    attn = ops["attn_q"] + ops["attn_o"] + ops["ffn"] * ratio(m - 1, m)
     return {
-        "full": sp.Integer(0),
-        "attn": sp.expand(attn),
-        "ctx": sp.expand(attn + ops["attn_scores"] + ops["attn_values"]),
+        "full": integer(0),
+        "attn": expand(attn),
+        "ctx": expand(attn + ops["attn_scores"] + ops["attn_values"]),
     }

@@ -16,6 +16,7 @@ from costmodel.kinds.ffn.dense import linear as _linear
 from costmodel.kinds.ffn.dense import matrices as ffn_matrices
 from costmodel.specs.model import ModelSpec
 from costmodel.symbols import D, F, L, P, V, d_h
+from costmodel.symbols.algebra import add, integer, ratio
 
 
 def attention_matrices(model: ModelSpec) -> list[tuple[str, sp.Expr, sp.Expr]]:
@@ -32,7 +33,7 @@ def head_widths(model: ModelSpec, kernel: str = "naive") -> tuple[sp.Expr, sp.Ex
 
 def _attention_weights(model: ModelSpec) -> sp.Expr:
     """One block's attention matmul weights."""
-    return sum((m * n for _, m, n in attention_matrices(model)), sp.Integer(0))
+    return sum((m * n for _, m, n in attention_matrices(model)), integer(0))
 
 
 def block_matmuls(model: ModelSpec) -> list[tuple[str, sp.Expr, bool]]:
@@ -63,7 +64,7 @@ def op_level_recomputed(model: ModelSpec, skip_last: bool = True) -> dict[str, s
     false (a dropout after it keeps a mask backward needs later)."""
     order = block_matmuls(model)
     redo = [op for i, (op, _, _) in enumerate(order[: -1 if skip_last else None]) if i % 2 == 1]
-    return {op: sp.Rational(redo.count(op), [o for o, _, _ in order].count(op)) for op in redo}
+    return {op: ratio(redo.count(op), [o for o, _, _ in order].count(op)) for op in redo}
 
 
 def _norm(model: ModelSpec, width: sp.Expr = D) -> sp.Expr:
@@ -77,7 +78,7 @@ def block_norms(model: ModelSpec) -> sp.Expr:
     heads); and those of its attention projections (MLA's latents': the key/value one's,
     and the query's where it has one)."""
     widths = attention.projections(model).norm_widths(model)
-    latents = sum((_norm(model, w) for w in widths), sp.Integer(0))
+    latents = sum((_norm(model, w) for w in widths), integer(0))
     pre = 1 if model.parallel_block else 2
     return pre * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
 
@@ -89,7 +90,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     FFN kinds' ops (``ffn``; an MoE model's router, experts, shared_experts:
     ``costmodel.kinds.ffn``), total. Attention and FFN entries are summed over the blocks.
     """
-    zero = sp.Integer(0)
+    zero = integer(0)
     parts: dict[str, sp.Expr] = dict.fromkeys(
         ("embedding", "pos_embedding", "attn_q", "attn_k", "attn_v", "attn_o", "norms", "lm_head"),
         zero,
@@ -104,7 +105,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
             parts[op] += L * _linear(fan_in, fan_out, model.bias if op == "attn_o" else qkv_bias)
         parts["norms"] = L * block_norms(model) + _norm(model)
         parts["lm_head"] = zero if model.tied else V * D
-    parts["total"] = sp.Add(*parts.values())
+    parts["total"] = add(*parts.values())
     return parts
 
 
@@ -132,11 +133,11 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
            for n, size in kind.weight_matrices(model)]  # fmt: skip
     if model.ffn_only:
         return out
-    out += [(L, m * n) for _, m, n in attention_matrices(model)] + [(sp.Integer(1), V * D)]
+    out += [(L, m * n) for _, m, n in attention_matrices(model)] + [(integer(1), V * D)]
     if model.pos == "learned":
-        out.append((sp.Integer(1), P * D))
+        out.append((integer(1), P * D))
     if not model.tied:
-        out.append((sp.Integer(1), V * D))
+        out.append((integer(1), V * D))
     return out
 
 
@@ -159,15 +160,15 @@ def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.
 def _attention_params(model: ModelSpec) -> sp.Expr:
     """One block's attention parameters (biases included)."""
     parts = param_breakdown(model)  # (each attention part is L times one block's)
-    return sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), sp.Integer(0)) / L
+    return sum((parts[k] for k in ("attn_q", "attn_k", "attn_v", "attn_o")), integer(0)) / L
 
 
 def stacked_blocks(model: ModelSpec, counts: list[tuple[Any, sp.Expr]]) -> tuple[sp.Expr, sp.Expr]:
     """(parameters without norms, matmul weights) of blocks given as (FFN kind, how many)
     (``costmodel.kinds.ffn.blocks``' form): attention in every one, the FFN of its kind."""
     attention, attention_mm = _attention_params(model), _block_matmuls(model)
-    params = sp.Add(*(n * (attention + sum(kind.params(model).values())) for kind, n in counts))
-    mm = sp.Add(*(n * (attention_mm + kind.matmul_weights(model)) for kind, n in counts))
+    params = add(*(n * (attention + sum(kind.params(model).values())) for kind, n in counts))
+    mm = add(*(n * (attention_mm + kind.matmul_weights(model)) for kind, n in counts))
     return params, mm
 
 

@@ -36,6 +36,7 @@ from costmodel.frameworks import framework_of
 from costmodel.parallel.distributed import rank_memory
 from costmodel.parallel.pipeline import PipelineRank
 from costmodel.symbols import as_expr
+from costmodel.symbols.forms import by_symbol
 from validate.distributed.checks import small_spec
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM
@@ -269,7 +270,7 @@ def predicted(case: PipelineCase) -> list[dict[str, float]]:
     out = []
     for r in range(case.world):
         rank = PipelineRank(sp.Integer(r), r == 0, r == case.world - 1)
-        mem = {k: float(as_expr(e).xreplace(values)) for k, e in
+        mem = {k: float(as_expr(e).xreplace(by_symbol(values))) for k, e in
                rank_memory(spec, train, par, rank, pricing=framework_of(par)).items()}  # fmt: skip
         # a rank's parameter storages are the fp32 master where autocast casts from it
         mem["params"] = mem["master"] or mem["params"]

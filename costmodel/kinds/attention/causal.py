@@ -11,6 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from costmodel.symbols import T
+from costmodel.symbols.algebra import integer
 
 
 class Causal:
@@ -28,7 +29,7 @@ class Causal:
         return T * (T + 1) / 2
 
     def mask_bytes(self, kernel: str, act: int) -> sp.Expr:
-        return T * T if kernel == "naive" else sp.Integer(0)
+        return T * T if kernel == "naive" else integer(0)
 
     def mask_kernels(self, kernel: str) -> int:
         return 2 if kernel == "naive" else 0

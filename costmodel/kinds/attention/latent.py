@@ -26,6 +26,7 @@ import sympy as sp
 
 from costmodel.kinds.ops import STAT, norm_kept
 from costmodel.symbols import D, H, L, T, Y, b, d_h, d_r, d_v, r_kv, r_q
+from costmodel.symbols.algebra import integer
 
 
 class Latent:
@@ -45,11 +46,16 @@ class Latent:
         the down-projection to the key/value latent and the shared RoPE key (D -> r_kv +
         d_r), ``attn_v`` the per-head up-projection of keys and values (r_kv -> H·(d_h +
         d_v)), and O; query and key heads are d_h + d_r wide."""
+        return [(op, fan_in, fan_out) for op, fan_in, fan_out, _ in self._matrices(model)]
+
+    def _matrices(self, model: Any) -> list[tuple[str, Any, Any, str]]:
+        """:meth:`matrices` with the side of each that holds the heads ("out", "in", or ""
+        for the down-projections to the latents, which hold none)."""
         q_heads = H * (d_h + d_r)
-        query = [("attn_q", D, r_q), ("attn_q", r_q, q_heads)] if model.q_lora_rank else [
-            ("attn_q", D, q_heads)]  # fmt: skip
-        return [*query, ("attn_k", D, r_kv + d_r), ("attn_v", r_kv, H * (d_h + d_v)),
-                ("attn_o", H * d_v, D)]  # fmt: skip
+        query = [("attn_q", D, r_q, ""), ("attn_q", r_q, q_heads, "out")] if (
+            model.q_lora_rank) else [("attn_q", D, q_heads, "out")]  # fmt: skip
+        return [*query, ("attn_k", D, r_kv + d_r, ""), ("attn_v", r_kv, H * (d_h + d_v), "out"),
+                ("attn_o", H * d_v, D, "in")]  # fmt: skip
 
     def head_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr]:
         """(query/key, value): d_h + d_r and d_v, the values zero-padded to the query's
@@ -75,12 +81,12 @@ class Latent:
         ``parallel_mode='duplicated'``), over the device's sequence shard under sequence
         parallelism (its 1/Y of the rows), else over the whole sequence."""
         shapes: dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]] = {}
-        shard = 1 / Y if sequence_parallel else sp.Integer(1)
-        for op, fan_in, fan_out in self.matrices(model):
-            if H in fan_out.free_symbols:
-                shape = (sp.Integer(1), fan_in, fan_out / Y)
-            elif H in fan_in.free_symbols:
-                shape = (sp.Integer(1), fan_in / Y, fan_out)
+        shard = 1 / Y if sequence_parallel else integer(1)
+        for op, fan_in, fan_out, heads in self._matrices(model):
+            if heads == "out":
+                shape = (integer(1), fan_in, fan_out / Y)
+            elif heads == "in":
+                shape = (integer(1), fan_in / Y, fan_out)
             else:
                 shape = (shard, fan_in, fan_out)
             shapes.setdefault(op, []).append(shape)
@@ -146,10 +152,10 @@ class Latent:
         scores the r_kv + d_r-wide cache entries and sums the r_kv-wide latents."""
         return r_kv + d_r, r_kv
 
-    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
-        """Matrices with heads split over tp (1/Y); the down-projections to the latents, whole
-        on every rank."""
-        return 1 / Y if H in (fan_in * fan_out).free_symbols else sp.Integer(1)
+    def split_shares(self, model: Any) -> list[Any]:
+        """Per matrix of :meth:`matrices`, the share one of tp's Y ranks holds when
+        serving: 1/Y of those with heads, the down-projections to the latents whole."""
+        return [1 / Y if heads else 1 for *_, heads in self._matrices(model)]
 
 
 LATENT = Latent()

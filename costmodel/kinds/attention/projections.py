@@ -84,8 +84,9 @@ class Projections(Protocol):
         """(score, value) widths per query head of a decode step's core over the cache."""
         ...
 
-    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
-        """The share of a projection matrix one of tp's Y ranks holds when serving."""
+    def split_shares(self, model: Any) -> list[Any]:
+        """Per matrix of :meth:`matrices`, the share one of tp's Y ranks holds when
+        serving."""
         ...
 
 

@@ -21,6 +21,7 @@ import sympy as sp
 from costmodel.kinds.attention.causal import CAUSAL
 from costmodel.kinds.attention.window import WINDOW
 from costmodel.symbols import L, L_loc, as_expr, at_least_one
+from costmodel.symbols.algebra import add
 
 
 class AttentionCore(Protocol):
@@ -83,7 +84,7 @@ def layer_counts(model: Any) -> list[tuple[AttentionCore, sp.Expr]]:
 
 def total(model: Any, quantity: Callable[[AttentionCore], Any]) -> sp.Expr:
     """A per-layer quantity summed over the model's layers."""
-    return sp.Add(*(count * quantity(kind) for kind, count in layer_counts(model)))
+    return add(*(count * quantity(kind) for kind, count in layer_counts(model)))
 
 
 def per_layer(model: Any, quantity: Callable[[AttentionCore], Any]) -> sp.Expr:
@@ -97,7 +98,7 @@ def _shared(model: Any, quantity: Callable[[AttentionCore], Any]) -> sp.Expr:
     counts = layer_counts(model)
     if len(counts) == 1:
         return as_expr(quantity(counts[0][0]))
-    return sp.Add(*(at_least_one(count) * quantity(kind) for kind, count in counts))
+    return add(*(at_least_one(count) * quantity(kind) for kind, count in counts))
 
 
 def mask_bytes(model: Any, kernel: str, act: int) -> sp.Expr:

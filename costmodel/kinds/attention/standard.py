@@ -16,6 +16,7 @@ import sympy as sp
 
 from costmodel.kinds.ops import STAT
 from costmodel.symbols import D, H, K, L, T, Y, b, d_h, smax
+from costmodel.symbols.algebra import integer
 
 
 class Standard:
@@ -52,7 +53,7 @@ class Standard:
     ) -> dict[str, list[tuple[sp.Expr, sp.Expr, sp.Expr]]]:
         """Per-device (rows per token, k, n2) of each projection under tensor parallelism
         Y: every matrix split by heads, over the whole (gathered) sequence."""
-        one = sp.Integer(1)
+        one = integer(1)
         return {"attn_q": [(one, D, H * d_h / Y)], "attn_k": [(one, D, K * d_h / Y)],
                 "attn_v": [(one, D, K * d_h / Y)], "attn_o": [(one, H * d_h / Y, D)]}  # fmt: skip
 
@@ -62,7 +63,7 @@ class Standard:
 
     def duplicated(self, model: Any) -> sp.Expr:
         """None: every matrix is split by heads."""
-        return sp.Integer(0)
+        return integer(0)
 
     def ring_widths(self, model: Any, kernel: str) -> tuple[sp.Expr, sp.Expr, sp.Expr]:
         """H query heads and K key and value heads of d_h."""
@@ -103,11 +104,12 @@ class Standard:
         """A query head scores d_h-wide keys and sums d_h-wide values."""
         return d_h, d_h
 
-    def splits(self, fan_in: sp.Expr, fan_out: sp.Expr) -> sp.Expr:
-        """Q and O split by heads (1/Y); K and V by kv heads (at least one per rank)."""
-        if K in (fan_in * fan_out).free_symbols:
-            return kv_heads_per_device() / K
-        return 1 / Y
+    def split_shares(self, model: Any) -> list[Any]:
+        """Per matrix of :meth:`matrices`, the share one of tp's Y ranks holds when
+        serving: Q and O split by heads (1/Y), K and V by kv heads (at least one per
+        rank)."""
+        kv = kv_heads_per_device() / K
+        return [1 / Y, kv, kv, 1 / Y]
 
 
 def kv_heads_per_device() -> sp.Expr:

@@ -18,6 +18,7 @@ import sympy as sp
 from costmodel.kinds.ops import differ
 from costmodel.specs.model import ModelSpec
 from costmodel.symbols import D, F, Y
+from costmodel.symbols.algebra import integer
 
 
 @dataclass(frozen=True)
@@ -111,17 +112,17 @@ class Dense:
 
     def unused(self, model: ModelSpec) -> sp.Expr:
         """Parameters a token does not run through: none."""
-        return sp.Integer(0)
+        return integer(0)
 
     def routed(self, model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
         """(parameters, matmul weights) expert parallelism splits: none."""
-        return sp.Integer(0), sp.Integer(0)
+        return integer(0), integer(0)
 
     def matmul_weights(self, model: ModelSpec) -> sp.Expr:
         return matrices(model) * D * F
 
     def weight_matrices(self, model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
-        return [(sp.Integer(matrices(model) - 1), D * F), (sp.Integer(1), F * D)]
+        return [(integer(matrices(model) - 1), D * F), (integer(1), F * D)]
 
     def forward_flops(self, model: ModelSpec) -> dict[str, sp.Expr]:
         return {"ffn": matrices(model) * 2 * D * F}
@@ -162,7 +163,7 @@ class Dense:
     def gemms(self, model: ModelSpec) -> dict[str, list[tuple[sp.Expr, ...]]]:
         """Per device under tensor parallelism Y: column-parallel up (and gate), the
         row-parallel down projection (Shoeybi et al. 2019, Sec. 3)."""
-        one = sp.Integer(1)
+        one = integer(1)
         up = [(one, D, F / Y, one)] * (matrices(model) - 1)
         return {"ffn": [*up, (one, F / Y, D, one)]}
 

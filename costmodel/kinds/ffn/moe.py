@@ -40,6 +40,7 @@ from costmodel.symbols import (
     smax,
     smin,
 )
+from costmodel.symbols.algebra import integer
 
 
 def router_width(model: ModelSpec) -> sp.Expr:
@@ -119,7 +120,7 @@ def moved(model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
     gradients (the weight's a product and a sum over D). The gradients of the input add
     up over the E experts, the router and the shared FFN; the weights' over the experts.
     """
-    c = cast_bytes(a, STAT, sp.Integer(1))  # a + 4 where the compute dtype is not fp32
+    c = cast_bytes(a, STAT, integer(1))  # a + 4 where the compute dtype is not fp32
     act_f, act_b = dense.hidden_moved(model, a, F_e)
     shared_f, shared_b = dense.hidden_moved(model, a, E_s * F_e)
     shared_input = dense.DENSE.input_consumers(model) * 3 * a * D  # SwiGLU's gate and up
@@ -209,8 +210,8 @@ class MoE:
 
     def weight_matrices(self, model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
         up = dense.matrices(model) - 1
-        return [(sp.Integer(1), D * router_width(model)), (E_r * up, D * F_e), (E_r, F_e * D),
-                (sp.Integer(up), D * E_s * F_e), (sp.Integer(1), E_s * F_e * D)]  # fmt: skip
+        return [(integer(1), D * router_width(model)), (E_r * up, D * F_e), (E_r, F_e * D),
+                (integer(up), D * E_s * F_e), (integer(1), E_s * F_e * D)]  # fmt: skip
 
     def forward_flops(self, model: ModelSpec) -> dict[str, sp.Expr]:
         """Per token: the router, its k routed experts and the shared ones."""
@@ -283,13 +284,13 @@ class MoE:
         shared = at_least_one(E_s)
         rows = k_r * N_ep / E_r * busiest_experts() * N_etp / Y
         experts, width, mine = E_r / N_ep, F_e / N_etp, 1 / Y
-        gate = [(mine, D, sp.Integer(1), sp.Integer(1))] if model.shared_expert_gate else []
+        gate = [(mine, D, integer(1), integer(1))] if model.shared_expert_gate else []
         return {
-            "router": [(mine, D, E_r, sp.Integer(1)), *gate],
+            "router": [(mine, D, E_r, integer(1)), *gate],
             "experts": [(rows, D, width, up * experts), (rows, width, D, experts)],
             "shared_experts": [
-                (shared, D, E_s * F_e / Y, sp.Integer(up)),
-                (shared, E_s * F_e / Y, D, sp.Integer(1)),
+                (shared, D, E_s * F_e / Y, integer(up)),
+                (shared, E_s * F_e / Y, D, integer(1)),
             ],
         }
 

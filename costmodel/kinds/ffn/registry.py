@@ -20,6 +20,7 @@ from costmodel.kinds.ffn.dense import DENSE
 from costmodel.kinds.ffn.moe import MOE
 from costmodel.specs.model import ModelSpec
 from costmodel.symbols import L, L_d
+from costmodel.symbols.algebra import add, integer
 
 Gemm = tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]
 """(rows per token, k, n2, how many) of one kind of matmul in an op."""
@@ -147,7 +148,7 @@ def top(model: Any) -> FFNKind:
 
 def total(model: Any, quantity: Callable[[FFNKind], Any]) -> sp.Expr:
     """A per-block quantity summed over the model's blocks."""
-    return sp.Add(*(count * quantity(kind) for kind, count in blocks(model)))
+    return add(*(count * quantity(kind) for kind, count in blocks(model)))
 
 
 def by_op(model: Any, quantity: Callable[[FFNKind], dict[str, sp.Expr]]) -> dict[str, sp.Expr]:
@@ -155,7 +156,7 @@ def by_op(model: Any, quantity: Callable[[FFNKind], dict[str, sp.Expr]]) -> dict
     out: dict[str, sp.Expr] = {}
     for kind, count in blocks(model):
         for op, expr in quantity(kind).items():
-            out[op] = out.get(op, sp.Integer(0)) + count * expr
+            out[op] = out.get(op, integer(0)) + count * expr
     return out
 
 

@@ -7,7 +7,7 @@ the micro-batch (``B`` divided by the gradient-accumulation steps).
 
 Use these symbols, not new ones: ``from costmodel.symbols import T, D`` or
 ``costmodel.symbol("T")``. Each carries assumptions (``positive``, ``integer``), and sympy
-tells symbols apart by name *and* assumptions, so ``sp.Symbol("T")`` is another symbol:
+tells symbols apart by name *and* assumptions, so ``Var("T")`` is another symbol:
 ``sp.diff(expr, sp.Symbol("T"))`` is 0 and ``expr.subs(sp.Symbol("T"), 8192)`` changes
 nothing. :func:`symbol` looks a symbol up by its printed name.
 
@@ -17,6 +17,10 @@ step time. ``Estimate.expr`` returns expressions whose ``Max``/``Min`` (:class:`
 :class:`SubsMin`) wait for numbers before they compare: sympy's own, given some symbols
 but not others, may drop an argument it cannot order (``Max(1, floor(132/ceiling(a/b)))``
 becomes ``floor(...)``, then 0/0 and ``nan is not comparable``).
+
+Each symbol is a :class:`~costmodel.symbols.algebra.Var`: its sympy symbol where formulas
+build expressions, its value where they compute numbers (:mod:`costmodel.symbols.algebra`);
+sympy takes it wherever it takes a symbol.
 """
 
 from __future__ import annotations
@@ -24,34 +28,52 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-import sympy as sp
+from costmodel.symbols.algebra import (  # noqa: F401 (re-exported: formulas import them here)
+    UnboundSymbol,
+    Var,
+    as_expr,
+    at_least_one,
+    bind,
+    log,
+    more_than_one,
+    numeric,
+    ratio,
+    resolve,
+    sceil,
+    sfloor,
+    smax,
+    smin,
+    sqrt,
+    symbolic,
+    symbols,
+)
 
 _INT = {"integer": True, "positive": True}
 
-B, b, T = sp.symbols("B b T", **_INT)
-r_a = sp.Symbol("r", **_INT)  # a LoRA adapter's rank
-L_rc = sp.Symbol("L_rc", **_INT)  # blocks checkpointed in full: ceil(L / recompute_every)
-V, D, F, L, H, K, P = sp.symbols("V D F L H K P", **_INT)
-d_h = sp.Symbol("d_h", **_INT)
+B, b, T = symbols("B b T", **_INT)
+r_a = Var("r", **_INT)  # a LoRA adapter's rank
+L_rc = Var("L_rc", **_INT)  # blocks checkpointed in full: ceil(L / recompute_every)
+V, D, F, L, H, K, P = symbols("V D F L H K P", **_INT)
+d_h = Var("d_h", **_INT)
 # mixture of experts: routed experts, experts per token, shared experts, dense leading
 # layers (all 0 for a dense model) and one expert's width
 _COUNT = {"integer": True, "nonnegative": True}
-E_r, k_r, E_s, L_d = sp.symbols("E k E_s L_d", **_COUNT)
-F_e = sp.Symbol("F_e", **_INT)
+E_r, k_r, E_s, L_d = symbols("E k E_s L_d", **_COUNT)
+F_e = Var("F_e", **_INT)
 # multi-head latent attention: the query's and the keys' and values' latent widths (0
 # without), each head's RoPE width (0 without) and value width
-r_q, r_kv, d_r = sp.symbols("r_q r_kv d_r", **_COUNT)
-d_v = sp.Symbol("d_v", **_INT)
+r_q, r_kv, d_r = symbols("r_q r_kv d_r", **_COUNT)
+d_v = Var("d_v", **_INT)
 # sliding-window attention: the keys a local layer's query sees (0 without) and the number
 # of local layers (costmodel.kinds.attention)
-W_sw, L_loc = sp.symbols("W_sw L_loc", **_COUNT)
+W_sw, L_loc = symbols("W_sw L_loc", **_COUNT)
 
-MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e,
+MODEL_SYMBOLS: tuple[Var, ...] = (V, D, F, L, H, K, d_h, P, E_r, k_r, E_s, L_d, F_e,
                                         r_q, r_kv, d_r, d_v, W_sw, L_loc)  # fmt: skip
-TRAIN_SYMBOLS: tuple[sp.Symbol, ...] = (B, b, T, r_a, L_rc)
-ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
+TRAIN_SYMBOLS: tuple[Var, ...] = (B, b, T, r_a, L_rc)
+ALL_SYMBOLS: tuple[Var, ...] = MODEL_SYMBOLS + TRAIN_SYMBOLS
 
-DESCRIPTIONS: dict[sp.Symbol, str] = {
+DESCRIPTIONS: dict[Var, str] = {
     V: "vocabulary size",
     D: "model width (d_model)",
     F: "FFN hidden width (d_ff)",
@@ -79,65 +101,6 @@ DESCRIPTIONS: dict[sp.Symbol, str] = {
 }
 
 
-def as_expr(value: int | float | sp.Expr) -> sp.Expr:
-    """A number or an expression as an expression (never parses strings)."""
-    if isinstance(value, sp.Basic):
-        return value
-    if isinstance(value, int):
-        return sp.Integer(value)
-    if isinstance(value, float):
-        return sp.Float(value)
-    raise TypeError(f"expected a number or a sympy expression, got {type(value).__name__}")
-
-
-def smax(*args: sp.Expr) -> sp.Expr:
-    """max(...) as an expression, unevaluated: sympy's Max compares its arguments
-    symbolically to simplify, which made building a structure's expressions ~8x slower
-    (0.7 s); evaluation (lambdify, subs) takes the numeric max all the same."""
-    return _lattice(sp.Max, args)
-
-
-def _lattice(cls: type, args: tuple[Any, ...]) -> sp.Expr:
-    """``cls(*args, evaluate=False)`` (Max or Min) with the arguments in the caller's order,
-    repeats dropped: sympy sorts them canonically, by node counts over whole subtrees,
-    which was a sixth of a plan's cold build (2.3 s over 5,744 maxima)."""
-    unique = tuple(dict.fromkeys(sp.sympify(a, strict=True) for a in args))
-    if len(unique) == 1:
-        return unique[0]
-    obj = sp.Expr.__new__(cls, *unique)
-    obj._argset = frozenset(unique)
-    return obj
-
-
-def smin(*args: sp.Expr) -> sp.Expr:
-    """min(...) as an expression, unevaluated (as :func:`smax`)."""
-    return _lattice(sp.Min, args)
-
-
-def sceil(x: sp.Expr) -> sp.Expr:
-    """ceiling(x), unevaluated: sympy's ceiling asks its argument's sign and integrality
-    through the assumptions system, a fifth of a plan's cold build (gemm tiles, pipeline
-    splits); numpy takes the same ceiling at evaluation."""
-    return sp.ceiling(x, evaluate=False)
-
-
-def sfloor(x: sp.Expr) -> sp.Expr:
-    """floor(x), unevaluated (as :func:`sceil`)."""
-    return sp.floor(x, evaluate=False)
-
-
-def at_least_one(n: Any) -> sp.Expr:
-    """1 when the non-negative integer ``n`` (a count that may be 0, as shared experts) is
-    at least 1, else 0, as an unevaluated expression: min(n, 1)."""
-    return smin(n, 1)
-
-
-def more_than_one(n: Any) -> sp.Expr:
-    """1 when the positive integer ``n`` (a degree, a micro-batch count) exceeds 1, else 0,
-    as an unevaluated expression: min(n - 1, 1)."""
-    return smin(n - 1, 1)
-
-
 def local_layers(n_layers: Any, sliding_window: Any, global_every: Any) -> Any:
     """Layers with a sliding window (scalars stay Python ints, or numpy arrays): all of
     them but every ``global_every``-th (``ModelSpec.is_local``); none without a window."""
@@ -146,7 +109,7 @@ def local_layers(n_layers: Any, sliding_window: Any, global_every: Any) -> Any:
     return (n_layers - global_layers) * (sliding_window > 0)
 
 
-def values_for(model, train=None) -> dict[sp.Symbol, int]:
+def values_for(model, train=None) -> dict[Var, int]:
     """Symbol -> integer value for a ModelSpec (and optionally a TrainSpec)."""
     values = {
         V: model.vocab,
@@ -177,43 +140,43 @@ def values_for(model, train=None) -> dict[sp.Symbol, int]:
 
 
 # Parallelism (Scaling Book: X FSDP, Y tensor; M_X, M_Y mesh axes) and hardware.
-X, Y = sp.symbols("X Y", **_INT)  # fsdp, tp degrees
-N_dp, N_pp, N_cp = sp.symbols("N_dp N_pp N_cp", **_INT)
-N_ep = sp.Symbol("N_ep", **_INT)  # expert-parallel degree
-N_etp = sp.Symbol("N_etp", **_INT)  # expert tensor-parallel degree
-rho_ep = sp.Symbol("rho_ep", positive=True)  # the busiest ep rank's routed tokens / mean
-c_cap = sp.Symbol("c_cap", positive=True)  # an expert's capacity over the mean (inf: dropless)
-m, v = sp.symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
-M_X, M_Y = sp.symbols("M_X M_Y", **_INT)
+X, Y = symbols("X Y", **_INT)  # fsdp, tp degrees
+N_dp, N_pp, N_cp = symbols("N_dp N_pp N_cp", **_INT)
+N_ep = Var("N_ep", **_INT)  # expert-parallel degree
+N_etp = Var("N_etp", **_INT)  # expert tensor-parallel degree
+rho_ep = Var("rho_ep", positive=True)  # the busiest ep rank's routed tokens / mean
+c_cap = Var("c_cap", positive=True)  # an expert's capacity over the mean (inf: dropless)
+m, v = symbols("m v", **_INT)  # micro-batches per step, virtual pipeline stages
+M_X, M_Y = symbols("M_X M_Y", **_INT)
 _POS = {"positive": True}
-C, C_eff, C_attn, W_hbm = sp.symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, HBM B/s
-C_attn_b = sp.Symbol("C_attn_b", **_POS)  # the fused attention backward's FLOP/s
-W_X, W_Y, W_dp, W_pp, W_cp, W_ep = sp.symbols("W_X W_Y W_dp W_pp W_cp W_ep", **_POS)  # B/s
-a_X, a_Y, a_dp, a_pp, a_cp, a_ep = sp.symbols(
+C, C_eff, C_attn, W_hbm = symbols("C C_eff C_attn W_hbm", **_POS)  # FLOP/s, HBM B/s
+C_attn_b = Var("C_attn_b", **_POS)  # the fused attention backward's FLOP/s
+W_X, W_Y, W_dp, W_pp, W_cp, W_ep = symbols("W_X W_Y W_dp W_pp W_cp W_ep", **_POS)  # B/s
+a_X, a_Y, a_dp, a_pp, a_cp, a_ep = symbols(
     "alpha_X alpha_Y alpha_dp alpha_pp alpha_cp alpha_ep", **_POS
 )
-W_epn = sp.Symbol("W_epn", **_POS)  # an ep rank's share of the NICs, B/s
-g_ep = sp.Symbol("g_ep", **_INT)  # ep ranks one node holds
-d_ep = sp.Symbol("d_ep", nonnegative=True)  # 1: one copy per destination rank and node
-h_nd = sp.Symbol("h_nd", nonnegative=True)  # other nodes a token's experts hit
-h_rk = sp.Symbol("h_rk", nonnegative=True)  # other ranks a token's experts hit
-S_bucket = sp.Symbol("S_bucket", **_POS)  # DDP bucket bytes
-R_alloc = sp.Symbol("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
-t_op = sp.Symbol("t_op", nonnegative=True)  # host seconds per counted kernel
-s_sync = sp.Symbol("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
-t_ex = sp.Symbol("t_ex", nonnegative=True)  # host seconds per expert GEMM a loop launches
-l_ex = sp.Symbol("l_ex", nonnegative=True)  # 1: the expert GEMMs loop over experts on the host
-g_part = sp.Symbol("g_part", nonnegative=True)  # 1: attention and MoE routing in CUDA graphs
-g_full = sp.Symbol("g_full", nonnegative=True)  # 1: the whole step replayed from a CUDA graph
-c_pad = sp.Symbol("c_pad", nonnegative=True)  # capacity an expert is padded to (0: none)
-eta_ov = sp.Symbol("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
-N_sm, t_m, t_n = sp.symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
-k_half = sp.Symbol("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
-r_grp = sp.Symbol("r_grp", positive=True)  # grouped expert GEMMs' efficiency over a dense GEMM's
+W_epn = Var("W_epn", **_POS)  # an ep rank's share of the NICs, B/s
+g_ep = Var("g_ep", **_INT)  # ep ranks one node holds
+d_ep = Var("d_ep", nonnegative=True)  # 1: one copy per destination rank and node
+h_nd = Var("h_nd", nonnegative=True)  # other nodes a token's experts hit
+h_rk = Var("h_rk", nonnegative=True)  # other ranks a token's experts hit
+S_bucket = Var("S_bucket", **_POS)  # DDP bucket bytes
+R_alloc = Var("R_alloc", **_POS)  # reserved over allocated bytes (caching allocator)
+t_op = Var("t_op", nonnegative=True)  # host seconds per counted kernel
+s_sync = Var("s_sync", nonnegative=True)  # 1: kernels run on the dispatching thread
+t_ex = Var("t_ex", nonnegative=True)  # host seconds per expert GEMM a loop launches
+l_ex = Var("l_ex", nonnegative=True)  # 1: the expert GEMMs loop over experts on the host
+g_part = Var("g_part", nonnegative=True)  # 1: attention and MoE routing in CUDA graphs
+g_full = Var("g_full", nonnegative=True)  # 1: the whole step replayed from a CUDA graph
+c_pad = Var("c_pad", nonnegative=True)  # capacity an expert is padded to (0: none)
+eta_ov = Var("eta_ov", nonnegative=True)  # share of overlapped comm that truly hides
+N_sm, t_m, t_n = symbols("N_sm t_m t_n", **_INT)  # SMs; a GEMM result tile's rows, cols
+k_half = Var("k_half", nonnegative=True)  # depth at half the GEMM efficiency (0: flat)
+r_grp = Var("r_grp", positive=True)  # grouped expert GEMMs' efficiency over a dense GEMM's
 
-PARALLEL_SYMBOLS: tuple[sp.Symbol, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, N_etp, rho_ep, c_cap, m,
+PARALLEL_SYMBOLS: tuple[Var, ...] = (X, Y, N_dp, N_pp, N_cp, N_ep, N_etp, rho_ep, c_cap, m,
                                            v)  # fmt: skip
-HARDWARE_SYMBOLS: tuple[sp.Symbol, ...] = (
+HARDWARE_SYMBOLS: tuple[Var, ...] = (
     C,
     C_eff,
     C_attn,
@@ -306,74 +269,25 @@ DESCRIPTIONS.update(
 )
 
 # What a training run costs (named quantities ``train_days`` and ``train_cost``).
-N_tok = sp.Symbol("N_tok", positive=True)  # tokens to train on
-price = sp.Symbol("price", nonnegative=True)  # currency per device-hour
-BUDGET_SYMBOLS: tuple[sp.Symbol, ...] = (N_tok, price)
+N_tok = Var("N_tok", positive=True)  # tokens to train on
+price = Var("price", nonnegative=True)  # currency per device-hour
+BUDGET_SYMBOLS: tuple[Var, ...] = (N_tok, price)
 DESCRIPTIONS.update({N_tok: "token budget", price: "price per device-hour"})
 
 # One attention call (costmodel.single.attention): its heads and the flash kernel's tile.
-h_call = sp.Symbol("h", **_INT)
-B_tile = sp.Symbol("B_r", **_INT)
+h_call = Var("h", **_INT)
+B_tile = Var("B_r", **_INT)
 DESCRIPTIONS.update({h_call: "heads in one attention call", B_tile: "flash tile rows (B_r = B_c)"})
 
 
-class SubsMax(sp.Max):
-    """``Max`` that compares its arguments only once all are numbers (module doc): an
-    expression's value is the same, substituted in any order; prints as ``Max``."""
-
-    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
-        args = tuple(as_expr(a) for a in args)
-        if all(a.is_number for a in args):
-            return sp.Max(*args)
-        return sp.Max.__new__(cls, *args, evaluate=False)
-
-
-class SubsMin(sp.Min):
-    """``Min`` that compares its arguments only once all are numbers (see :class:`SubsMax`)."""
-
-    def __new__(cls, *args: Any, **options: Any) -> sp.Expr:
-        args = tuple(as_expr(a) for a in args)
-        if all(a.is_number for a in args):
-            return sp.Min(*args)
-        return sp.Min.__new__(cls, *args, evaluate=False)
-
-
-SubsMax.__name__ = SubsMax.__qualname__ = "Max"  # printed (str, LaTeX, code) as sympy's
-SubsMin.__name__ = SubsMin.__qualname__ = "Min"
-_SAFE = {sp.Max: SubsMax, sp.Min: SubsMin}
-
-
-def subs_safe(expr: sp.Expr) -> sp.Expr:
-    """``expr`` with every ``Max``/``Min`` as :class:`SubsMax`/:class:`SubsMin` (equal
-    value; ``.subs`` in any order gives it)."""
-    if not expr.has(sp.Max, sp.Min):
-        return expr
-    done: dict[sp.Basic, sp.Basic] = {}
-
-    def rebuild(e: sp.Basic) -> sp.Basic:
-        # bottom up, each shared subtree once; a Max/Min is built as its safe kind directly:
-        # ``expr.replace`` rebuilt each as a Max first, whose argument comparisons
-        # (``_find_localzeros``) took 10-25 s on a step-time formula
-        if not e.args:
-            return e
-        if e in done:
-            return done[e]
-        args = tuple(rebuild(a) for a in e.args)
-        safe = _SAFE.get(type(e))
-        done[e] = out = safe(*args) if safe else e if args == e.args else e.func(*args)
-        return out
-
-    return rebuild(expr)
-
-
-SYMBOLS: dict[str, sp.Symbol] = {
+SYMBOLS: dict[str, Var] = {
     str(s): s for s in (*ALL_SYMBOLS, *PARALLEL_SYMBOLS, *HARDWARE_SYMBOLS, *BUDGET_SYMBOLS,
                         M_X, M_Y, h_call, B_tile)
 }  # fmt: skip
 """Every symbol by its printed name (``"T"``, ``"alpha_X"``, ``"d_h"``)."""
 
 
-def symbol(name: str) -> sp.Symbol:
+def symbol(name: str) -> Var:
     """The package's symbol printed as ``name`` (with its assumptions; module doc)."""
     try:
         return SYMBOLS[name]
@@ -391,3 +305,16 @@ class UnknownSymbol(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+_FORMS = ("SubsMax", "SubsMin", "subs_safe", "by_symbol")
+
+
+def __getattr__(name: str) -> Any:
+    """The sympy-side helpers (:mod:`costmodel.symbols.forms`), imported on first use so
+    that numbers never import sympy."""
+    if name in _FORMS:
+        from costmodel.symbols import forms
+
+        return getattr(forms, name)
+    raise AttributeError(f"module 'costmodel.symbols' has no attribute {name!r}")

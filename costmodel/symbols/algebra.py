@@ -1,0 +1,325 @@
+"""One formula, two readings: sympy expressions, or numbers computed directly.
+
+Every formula of the model is a plain Python function over the package's symbols
+(:class:`Var`). Outside any binding a symbol reads as its sympy symbol, so a formula builds
+the expression that ``Estimate.expr`` shows and the docs print. Inside :func:`numeric`,
+each symbol reads as its value (a Python number, or a numpy array for a sweep or a layout
+search), so the same function computes the number without building, simplifying or
+compiling an expression (issue 58: building a structure's expressions and lambdifying them
+cost 0.1-0.3 s each, a cold ``plan`` needed 48 of them).
+
+The few operations that are not Python arithmetic dispatch on the reading: :func:`smax`,
+:func:`smin`, :func:`sceil`, :func:`sfloor`, :func:`ratio` (an exact fraction where
+symbolic, a float where numeric), :func:`sqrt`, :func:`log`. A formula that needs a
+quantity with some symbols standing for others (a device's tokens for the batch's, a tp
+rank's FFN width for the model's) evaluates it under :func:`bind`, the numeric twin of
+sympy's simultaneous ``xreplace``: every read of a bound symbol gives its replacement,
+computed before the binding. Structure (kinds, flags, which parallel features are on) is
+a Python ``if`` on the specs, never on a symbol's value.
+
+sympy is imported only when a symbol is read symbolically (:attr:`Var.sym`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+import operator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class _Env:
+    values: Mapping[Var, Any] = field(default_factory=dict)
+    symbolic: bool = True
+    exact: bool = False
+    """Numbers without arrays: a division of integers stays an exact Fraction."""
+
+
+_ENV: contextvars.ContextVar[_Env | None] = contextvars.ContextVar("costmodel_env", default=None)
+
+
+class UnboundSymbol(KeyError):
+    """A numeric evaluation read a symbol it was given no value for."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def symbolic() -> bool:
+    """Whether formulas read as sympy expressions here (outside :func:`numeric`)."""
+    env = _ENV.get()
+    return env is None or env.symbolic
+
+
+@contextlib.contextmanager
+def numeric(values: Mapping[Var, Any]) -> Iterator[None]:
+    """Formulas called inside read each symbol as its value in ``values`` (numbers or
+    numpy arrays of one shape); a symbol without one raises :class:`UnboundSymbol`."""
+    exact = not any(isinstance(x, np.ndarray) for x in values.values())
+    if exact:  # integers as fractions: every division of counts stays exact
+        values = {k: Fraction(x) if type(x) is int else x for k, x in values.items()}
+    token = _ENV.set(_Env(dict(values), symbolic=False, exact=exact))
+    try:
+        yield
+    finally:
+        _ENV.reset(token)
+
+
+@contextlib.contextmanager
+def bind(values: Mapping[Var, Any]) -> Iterator[None]:
+    """Formulas called inside read each symbol in ``values`` as its replacement (computed
+    before, in the enclosing reading), the others as before: sympy's simultaneous
+    ``xreplace`` of those symbols, applied while the formula is built."""
+    env = _ENV.get() or _Env()
+    token = _ENV.set(_Env({**env.values, **values}, symbolic=env.symbolic, exact=env.exact))
+    try:
+        yield
+    finally:
+        _ENV.reset(token)
+
+
+def resolve(x: Any) -> Any:
+    """``x`` as it reads here (a symbol's sympy symbol or value; anything else as is)."""
+    return x.value() if type(x) is Var else x
+
+
+def as_expr(value: Any) -> Any:
+    """A number, a symbol or an expression as a sympy expression where symbolic (never
+    parses strings); as it reads (a symbol's value) where numeric."""
+    if not symbolic():
+        return resolve(value)
+    sp = _sympy()
+    value = resolve(value)
+    if isinstance(value, sp.Basic):
+        return value
+    if isinstance(value, int):
+        return sp.Integer(value)
+    if isinstance(value, float):
+        return sp.Float(value)
+    raise TypeError(f"expected a number or a sympy expression, got {type(value).__name__}")
+
+
+def _sympy() -> Any:
+    import sympy
+
+    return sympy
+
+
+class Var:
+    """A symbol of the model (``costmodel.symbols``): its sympy symbol where formulas read
+    symbolically, its value inside :func:`numeric` (module doc). Attributes it does not
+    have are its sympy symbol's (``T.is_positive``); sympy takes it where it takes a symbol
+    (``expr.subs(T, 8192)``, ``sp.diff(expr, T)``)."""
+
+    __slots__ = ("_sym", "assumptions", "name")
+    __array_ufunc__ = None  # numpy leaves ``array * var`` to Var.__rmul__
+
+    def __init__(self, name: str, **assumptions: bool) -> None:
+        self.name = name
+        self.assumptions = assumptions
+        self._sym = None
+
+    @property
+    def sym(self) -> Any:
+        """The sympy symbol (built, and sympy imported, on first use)."""
+        if self._sym is None:
+            self._sym = _sympy().Symbol(self.name, **self.assumptions)
+        return self._sym
+
+    def value(self) -> Any:
+        """What this symbol reads as here (module doc)."""
+        env = _ENV.get()
+        if env is None:
+            return self.sym
+        try:
+            return env.values[self]
+        except KeyError:
+            if env.symbolic:
+                return self.sym
+            raise UnboundSymbol(f"no value given for the symbol {self.name}") from None
+
+    def _sympy_(self) -> Any:
+        return _sympy().sympify(self.value())
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self.sym, attr)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+    def __neg__(self) -> Any:
+        return -self.value()
+
+    def __pos__(self) -> Any:
+        return self.value()
+
+
+def _divide(a: Any, b: Any) -> Any:
+    """a / b: exact (a Fraction) where both are integers or fractions and the numbers
+    have no arrays (a count stays an integer however its formula divides), else ``/``."""
+    if type(a) in _EXACT and type(b) in _EXACT:
+        env = _ENV.get()
+        if env is not None and env.exact:
+            return Fraction(a) / b
+    return a / b
+
+
+_EXACT = frozenset((int, Fraction))
+
+
+def _operators(op: Any) -> tuple[Any, Any]:
+    def forward(self: Var, other: Any) -> Any:
+        return op(self.value(), resolve(other))
+
+    def reflected(self: Var, other: Any) -> Any:
+        return op(resolve(other), self.value())
+
+    return forward, reflected
+
+
+for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+                   ("truediv", _divide), ("floordiv", operator.floordiv),
+                   ("mod", operator.mod), ("pow", operator.pow)):  # fmt: skip
+    _fwd, _rev = _operators(_op)
+    setattr(Var, f"__{_name}__", _fwd)
+    setattr(Var, f"__r{_name}__", _rev)
+
+
+def _arrays(args: tuple[Any, ...]) -> bool:
+    return any(isinstance(a, np.ndarray) for a in args)
+
+
+def _lattice(cls: Any, args: tuple[Any, ...]) -> Any:
+    """``cls(*args, evaluate=False)`` (Max or Min) with the arguments in the caller's order,
+    repeats dropped: sympy sorts them canonically, by node counts over whole subtrees,
+    which was a sixth of a plan's cold build (2.3 s over 5,744 maxima)."""
+    sp = _sympy()
+    unique = tuple(dict.fromkeys(sp.sympify(a, strict=True) for a in args))
+    if len(unique) == 1:
+        return unique[0]
+    obj = sp.Expr.__new__(cls, *unique)
+    obj._argset = frozenset(unique)
+    return obj
+
+
+def smax(*args: Any) -> Any:
+    """max(...): unevaluated ``Max`` where symbolic (sympy's Max compares its arguments
+    symbolically to simplify, which made building a structure's expressions ~8x slower),
+    the builtin max of numbers, ``numpy.maximum`` of arrays."""
+    args = tuple(map(resolve, args))
+    if symbolic():
+        return _lattice(_sympy().Max, args)
+    return functools.reduce(np.maximum, args) if _arrays(args) else max(args)
+
+
+def smin(*args: Any) -> Any:
+    """min(...), as :func:`smax`."""
+    args = tuple(map(resolve, args))
+    if symbolic():
+        return _lattice(_sympy().Min, args)
+    return functools.reduce(np.minimum, args) if _arrays(args) else min(args)
+
+
+def sceil(x: Any) -> Any:
+    """ceiling(x): unevaluated where symbolic (sympy's asks its argument's sign and
+    integrality through the assumptions system, a fifth of a plan's cold build),
+    ``math.ceil`` of a number, ``numpy.ceil`` of an array."""
+    x = resolve(x)
+    if symbolic():
+        return _sympy().ceiling(x, evaluate=False)
+    return np.ceil(x) if isinstance(x, np.ndarray) else math.ceil(x)
+
+
+def sfloor(x: Any) -> Any:
+    """floor(x), as :func:`sceil`."""
+    x = resolve(x)
+    if symbolic():
+        return _sympy().floor(x, evaluate=False)
+    return np.floor(x) if isinstance(x, np.ndarray) else math.floor(x)
+
+
+def ratio(p: int, q: int) -> Any:
+    """p/q of two integers: an exact sympy Rational where symbolic, a Fraction where
+    numbers are exact (no arrays), a float otherwise."""
+    if symbolic():
+        return _sympy().Rational(p, q)
+    return Fraction(p, q) if _ENV.get().exact else p / q
+
+
+def sqrt(x: Any) -> Any:
+    """The square root: sympy's, numpy's of an array, math's of a number."""
+    x = resolve(x)
+    if symbolic():
+        return _sympy().sqrt(x)
+    return np.sqrt(x) if isinstance(x, np.ndarray) else math.sqrt(x)
+
+
+def log(x: Any) -> Any:
+    """The natural logarithm, as :func:`sqrt`."""
+    x = resolve(x)
+    if symbolic():
+        return _sympy().log(x)
+    return np.log(x) if isinstance(x, np.ndarray) else math.log(x)
+
+
+def at_least_one(n: Any) -> Any:
+    """1 when the non-negative integer ``n`` (a count that may be 0, as shared experts) is
+    at least 1, else 0: min(n, 1)."""
+    return smin(n, 1)
+
+
+def more_than_one(n: Any) -> Any:
+    """1 when the positive integer ``n`` (a degree, a micro-batch count) exceeds 1, else 0:
+    min(n - 1, 1)."""
+    return smin(n - 1, 1)
+
+
+def add(*terms: Any) -> Any:
+    """The sum of ``terms`` (0 for none): one ``Add`` where symbolic (sympy flattens it
+    once, where ``+`` one term at a time re-flattens), Python's ``+`` where numeric."""
+    if symbolic():
+        return _sympy().Add(*map(resolve, terms))
+    return sum(terms, 0)
+
+
+def expand(x: Any) -> Any:
+    """sympy's ``expand`` where symbolic (products multiplied out, for integer
+    coefficients in the formulas shown); the number itself where numeric."""
+    return _sympy().expand(resolve(x)) if symbolic() else x
+
+
+def smod(x: Any, n: Any) -> Any:
+    """x mod n: unevaluated ``Mod`` where symbolic, ``%`` of numbers or arrays."""
+    x, n = resolve(x), resolve(n)
+    return _sympy().Mod(x, n, evaluate=False) if symbolic() else x % n
+
+
+def unevaluated() -> contextlib.AbstractContextManager[Any]:
+    """sympy's ``evaluate(False)`` where symbolic (terms built as written, not
+    re-simplified); nothing where numeric."""
+    return _sympy().evaluate(False) if symbolic() else contextlib.nullcontext()
+
+
+def symbols(names: str, **assumptions: bool) -> tuple[Var, ...]:
+    """One :class:`Var` per space-separated name, with the same assumptions (as
+    ``sympy.symbols``)."""
+    return tuple(Var(name, **assumptions) for name in names.split())
+
+
+def integer(n: int) -> Any:
+    """The integer ``n`` as the formulas need it: a sympy Integer where symbolic (so that
+    ``0 / shards`` stays an exact 0, not the float Python's division gives), ``n`` itself
+    where numeric."""
+    return _sympy().Integer(n) if symbolic() else n
