@@ -15,9 +15,10 @@ import sympy as sp
 
 from costmodel.engine.diskcache import json_cached
 from costmodel.engine.estimate import symbol_values
-from costmodel.engine.quantities import EVAL_SYMBOLS, compiled, structure_of
+from costmodel.engine.quantities import EVAL_SYMBOLS, expressions, structure_of
 from costmodel.inputs import Setup
-from costmodel.symbols import DESCRIPTIONS
+from costmodel.symbols.algebra import Var
+from costmodel.symbols.core import DESCRIPTIONS
 from costmodel.units import fmt_quantity
 
 _MEM = "memory_bytes_per_device."
@@ -43,7 +44,7 @@ _BY_NAME = {s.name: s for s in EVAL_SYMBOLS}
 @st.cache_data(show_spinner=False, max_entries=1024)
 def _latex(structure: tuple, key: str) -> str:
     """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
-    comp = compiled(structure)
+    comp = expressions(structure)
     return sp.latex(comp.exprs[comp.keys.index(key)])
 
 
@@ -54,7 +55,7 @@ def formula_rows(structure: tuple) -> dict[str, dict[str, Any]]:
     no sympy, where building its expressions takes ~1 s under tp x pp."""
 
     def build() -> dict[str, dict[str, Any]]:
-        comp = compiled(structure)
+        comp = expressions(structure)
         rows = {}
         for key in (k for k in SHOWN if k in comp.keys):
             expr = comp.exprs[comp.keys.index(key)]
@@ -69,24 +70,30 @@ def formula_rows(structure: tuple) -> dict[str, dict[str, Any]]:
 summary = st.cache_data(show_spinner=False, max_entries=256)(formula_rows)
 
 
-def legend(setup: Setup, symbols: list[sp.Symbol]) -> list[dict[str, str]]:
+def legend(setup: Setup, symbols: list[Var]) -> list[dict[str, str]]:
     """symbol (LaTeX source), meaning and value for the current inputs, one row each."""
     values = symbol_values(setup.model, setup.train, setup.parallel, setup.hardware)
     return [
-        {"symbol": sp.latex(s), "meaning": DESCRIPTIONS.get(s, "–"),
+        {"symbol": sp.latex(s.sym), "meaning": DESCRIPTIONS.get(s, "–"),
          "value": f"{values[s]:,.6g}" if s in values else "–"}
         for s in symbols
     ]  # fmt: skip
 
 
 def formulas_tab(setup: Setup, v: dict[str, float]) -> None:
-    structure = structure_of(setup.model, setup.train, setup.parallel)
-    rows = summary(structure)
-    used: set[str] = set()
+    """The formulas behind the numbers, on request: the numbers never build an expression,
+    and sympy builds a structure's the first time they are shown (about a second; then
+    from the disk cache, ``formula_rows``)."""
     st.caption(
         "Each quantity by the name `estimate --json`, `--formula` and the Python API "
         "use, its value here, then its formula in the symbols listed below."
     )
+    if not st.toggle("show the formulas (sympy builds them the first time: about a second)",
+                     key="show_formulas"):  # fmt: skip
+        return
+    structure = structure_of(setup.model, setup.train, setup.parallel)
+    rows = summary(structure)
+    used: set[str] = set()
     for title, keys in GROUPS:
         st.subheader(title)
         for key in (k for k in keys if k in v and k in rows):

@@ -16,7 +16,7 @@ from costmodel.engine.fit import judge
 from costmodel.engine.quantities import flat
 from costmodel.inputs import Setup
 from costmodel.units import fmt_quantity
-from explorer import charts, warmup
+from explorer import charts
 from explorer.formulas import formulas_tab
 from explorer.headline import current_answer, headline
 from explorer.inverse import inverse_tab
@@ -115,8 +115,6 @@ def estimate_page() -> None:
     with st.container(key="stale" if stale else "result"):
         _result(setup, stale, left)
     st.caption(f"computed in {1e3 * (time.perf_counter() - start):.0f} ms")
-    if not stale and uploaded is None:
-        warmup.start(values, setup)
 
 
 def _share(values: dict[str, Any], uploaded: Any, setup: Setup | None) -> None:

@@ -96,21 +96,11 @@ def _inputs() -> dict[str, Any]:
 
 
 def _search(inp: dict[str, Any]) -> Plan:
-    """The plan, with a progress bar while structures compile (cold, once per process)."""
-    bar = st.empty()
-
-    def progress(items, total):
-        for i, item in enumerate(items, 1):
-            yield item
-            bar.progress(i / total, text=f"compiling layout structures {i}/{total}")
-
-    try:
-        return _plan_of(inp, inp["hardware"], progress)
-    finally:
-        bar.empty()
+    """The plan of ``inp`` on its device kind."""
+    return _plan_of(inp, inp["hardware"])
 
 
-def _plan_of(inp: dict[str, Any], hardware: str, progress: Any = None) -> Plan:
+def _plan_of(inp: dict[str, Any], hardware: str) -> Plan:
     """The search of ``inp`` on one device kind (its own node size under "up to")."""
     train = TrainSpec(batch=inp["batch"], seq=inp["seq"], precision=inp["precision"])
     options = PlanOptions(frameworks=inp["frameworks"], recompute=inp["recompute"],
@@ -119,7 +109,7 @@ def _plan_of(inp: dict[str, Any], hardware: str, progress: Any = None) -> Plan:
     counts = inp["gpus"]
     if inp["count"] == "up to":
         counts = device_counts(inp["gpus"], hw.devices_per_node)
-    return plan(get_model(inp["model"]), train, hw, counts, options, progress=progress)
+    return plan(get_model(inp["model"]), train, hw, counts, options)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

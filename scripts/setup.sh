@@ -18,6 +18,4 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
 .venv/bin/python -m pip install --quiet -e ".[dev]"
-# the README's first estimate and plan, compiled once into the disk cache (~8 s on 2 cores)
-.venv/bin/python -m costmodel.cli.prewarm || echo "warning: the warm-up failed; first questions compile on first use"
 .venv/bin/python -c "import torch, costmodel; print(f'costmodel ready (torch {torch.__version__})')"

@@ -13,9 +13,7 @@ import pytest
 
 import validate.reference.attention  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
 
-os.environ["COSTMODEL_WARMUP"] = "off"  # no background warm-up per app test (explorer.warmup)
-# pytest-xdist's workers already fill the cores: searches compile in their own process
-# (tests/test_plan_search.py sets its own workers to check costmodel.engine.workers)
+# pytest-xdist's workers already fill the cores: a large sweep runs in one thread
 os.environ.setdefault("COSTMODEL_WORKERS", "1")
 
 RANK_MODULES = frozenset(

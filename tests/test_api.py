@@ -73,10 +73,10 @@ def test_plan_given_the_clis_global_batch_names_batch():
     "missing 1 required keyword-only argument: 'batch'"; it is one SpecError naming the
     API's name, and a plan without a batch names the field it needs."""
     with pytest.raises(cm.SpecError, match="the Python name is batch") as err:
-        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, global_batch=64, progress=False)
+        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, global_batch=64)
     assert err.value.field == "global_batch"
     with pytest.raises(cm.SpecError, match="plan needs batch") as err:
-        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, progress=False)
+        cm.plan("llama3-8b", hardware="h100-sxm", gpus=8)
     assert err.value.field == "batch"
 
 
@@ -174,7 +174,7 @@ def test_tables_without_pandas(monkeypatch):
 @pytest.fixture(scope="module")
 def plan8():
     return cm.plan("cs336-small", hardware="h100-sxm", gpus=8, batch=16, seq=512,
-                   frameworks=["fsdp2"], recompute=["none"], progress=False)  # fmt: skip
+                   frameworks=["fsdp2"], recompute=["none"])  # fmt: skip
 
 
 def test_plan_by_name_is_the_engines(plan8):
@@ -192,14 +192,6 @@ def test_plan_table_and_display(plan8):
     frame = cm.table(plan8)
     assert frame["time_s.step"].iloc[0] == plan8.top(1)[0]["time_s.step"]
     assert "<ol" in plan8._repr_html_()
-
-
-def test_plan_progress_counts_structures(capsys, monkeypatch):
-    cold = -1.0  # as if every structure were cold
-    monkeypatch.setattr(cm.api.planning, "PROGRESS_AFTER_S", cold)
-    cm.plan("cs336-small", hardware="h100-sxm", gpus=2, batch=4, seq=256,
-            frameworks=["fsdp2"], recompute=["none"])  # fmt: skip
-    assert "layout structures" in capsys.readouterr().err
 
 
 def test_inverse_questions_by_name_and_units():
@@ -285,7 +277,7 @@ def test_plan_takes_one_framework_by_estimates_name():
     """Issue 60's probe: ``plan(..., framework="fsdp2")`` said "hardware is required with
     framework" though hardware was given (plan takes ``frameworks``)."""
     p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=4096,
-                       framework="fsdp2", progress=False)  # fmt: skip
+                       framework="fsdp2")  # fmt: skip
     assert set(p.table(5)["framework"]) == {"fsdp2"}
 
 

@@ -18,7 +18,7 @@ def test_plan_refuses_what_it_searches_and_takes_the_clis_search_options():
     was given; ``max_gpus``, ``objective`` and ``ep_dispatchers`` (the CLI's) were unknown
     inputs, a Hardware object was refused with its whole repr, and two kinds in one string
     were taken as one name."""
-    base = dict(hardware="h100-sxm", gpus=8, batch=64, seq=512, progress=False)
+    base = dict(hardware="h100-sxm", gpus=8, batch=64, seq=512)
     cases = (({"tp": 2}, "tp", "plan searches tp: drop it"),
              ({"microbatch": 2}, "microbatch", "microbatches lists"),
              ({"token_budget": 1e9}, "token_budget", "does not size a run"),
@@ -29,9 +29,16 @@ def test_plan_refuses_what_it_searches_and_takes_the_clis_search_options():
         with pytest.raises(cm.SpecError, match=words) as err:
             cm.plan("cs336-small", **{**base, **given})
         assert err.value.field == field
-    p = cm.plan("cs336-small", hardware=cm.get_hardware("h100-sxm"), max_gpus=4, batch=16,
-                seq=512, objective="cost", frameworks=["fsdp2"], recompute=["none"],
-                progress=False)  # fmt: skip
+    p = cm.plan(
+        "cs336-small",
+        hardware=cm.get_hardware("h100-sxm"),
+        max_gpus=4,
+        batch=16,
+        seq=512,
+        objective="cost",
+        frameworks=["fsdp2"],
+        recompute=["none"],
+    )
     assert sorted(set(p["gpus"].tolist())) == [1, 2, 3, 4]
     assert "on up to 4 x h100-sxm" in repr(p) and "ranked by cost" in repr(p)
 
@@ -41,7 +48,7 @@ def test_a_plan_where_nothing_fits_says_why_as_the_cli_does(capsys):
     with no count; the CLI gives the smallest peak and the nearest layout that fits, and
     so does the Plan now (``Plan.nearest``, in the API's names), the same row."""
     p = cm.plan("cs336-2.7b", hardware="a100-40gb", gpus=1, batch=4, seq=1024,
-                frameworks=["fsdp2"], recompute=["none", "full"], progress=False)  # fmt: skip
+                frameworks=["fsdp2"], recompute=["none", "full"])  # fmt: skip
     text = repr(p)
     assert len(p) == 0 and "no layout fits: the smallest peak is" in text
     assert "GiB per device" in text and "--" not in text
@@ -181,8 +188,7 @@ def test_the_results_are_mappings_and_wrong_arguments_name_themselves():
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024)
     assert list(est.values()) == [est[k] for k in est]
     assert est.evaluate(cm.symbol("T")) == 1024
-    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(24, 64), seq=4096,
-                progress=False)  # fmt: skip
+    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(24, 64), seq=4096)
     assert [list(v) for v in p.values()][:2] == [list(p["gpus"]), list(p["batch"])]
     assert set(p.columns["batch"].tolist()) <= set(range(24, 65)) and p.top(1)[0]["batch"] == 64
     for call, words in ((lambda: cm.verdict({}), "verdict takes an Estimate"),

@@ -41,12 +41,10 @@ def test_a_sweep_that_makes_a_dense_preset_mixture_of_experts_derives_its_expert
 def test_the_python_plan_carries_the_clis_caveats():
     """The probe: ``plan --json`` cautioned the MoE error and the batch range's missing
     critical-batch limit; the Python Plan said neither."""
-    moe = cm.plan("mixtral-8x7b", hardware="h100-sxm", gpus=32, batch=128, seq=4096,
-                  progress=False)  # fmt: skip
+    moe = cm.plan("mixtral-8x7b", hardware="h100-sxm", gpus=32, batch=128, seq=4096)  # fmt: skip
     assert moe.caveats and moe.caveats[0].startswith("mixture-of-experts steps are less")
     assert f"caveat: {moe.caveats[0]}" in repr(moe) and "caveat: " in moe._repr_html_()
-    ranged = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(32, 64), seq=8192,
-                     progress=False)  # fmt: skip
+    ranged = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=(32, 64), seq=8192)
     assert any(c.startswith("the global batch was searched from 48 to 64") for c in ranged.caveats)
 
 
@@ -85,18 +83,18 @@ def test_misused_calls_are_one_error_naming_the_argument():
     table(None) a TypeError; a Hardware where a name is taken a 3 kB repr; the budget
     named 'budget' for budget_gb; a misspelt column a bare KeyError; a framework given
     twice ranked every layout twice."""
-    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024, progress=False)
+    p = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024)
     for i in (-1, 10**9):
         with pytest.raises(cm.SpecError) as err:
             p.parallel_spec(i)
         assert err.value.field == "i"
     assert p.parallel_spec(int(p.order[0])) == cm.plan(
-        "llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024, progress=False,
+        "llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024,
         frameworks=["fsdp2", "megatron", "fsdp2"]).parallel_spec(int(p.order[0]))  # fmt: skip
     twice = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024,
-                    frameworks=["fsdp2", "fsdp2"], progress=False)  # fmt: skip
+                    frameworks=["fsdp2", "fsdp2"])  # fmt: skip
     once = cm.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=64, seq=1024,
-                   frameworks=["fsdp2"], progress=False)  # fmt: skip
+                   frameworks=["fsdp2"])  # fmt: skip
     assert twice.valid == once.valid
     model, train = cm.get_model("llama3-8b"), cm.TrainSpec(batch=8, seq=1024)
     with pytest.raises(cm.SpecError, match="got a value of type int") as err:

@@ -49,13 +49,14 @@ def test_renders_default_setup_with_every_section():
     assert [b.label for b in at.get("download_button")] == ["estimate.json", "estimate.csv"]
     assert len(at.tabs) == 6
     assert len(at.get("vega_lite_chart")) == 5  # memory x2, comm, FLOPs, roofline
-    assert len(at.latex) >= 5
     # the book's min FSDP in its named terms (the expanded sympy form overflowed its column)
     shown = [x.value.strip("$\n") for x in at.latex]
     assert r"N_{FSDP} \ge \frac{S + f\,A}{M - (1 - f)\,A}" in shown
     (terms,) = [c.value for c in at.caption if c.value.startswith("S = ")]
     exact = float(terms.rsplit("N >= ", 1)[1].replace(",", ""))
     assert math.ceil(exact - 1e-9) == int(metric(at, "min FSDP degree (book)"))
+    at.toggle(key="show_formulas").set_value(True).run()  # the formulas, on request
+    assert len(at.latex) >= 5
     assert [c for c in at.caption if c.value.startswith("computed in")]
     assert [c for c in at.caption if c.value.startswith("Calibration: ")]  # the CLI's line
 
@@ -196,6 +197,8 @@ def test_tables_speak_units_and_formulas_come_with_a_legend():
     sized = [v for k, v in zip(memory[""], memory["value"], strict=True) if k != "peak falls at"]
     assert all(v.endswith(("B", "B)")) for v in sized)
     assert any("GiB (" in v for v in memory["value"])
+    assert not any("meaning" in d.value.columns for d in at.dataframe)  # built on request
+    at.toggle(key="show_formulas").set_value(True).run()
     frames = [d.value for d in at.dataframe]
     legend = next(f for f in frames if "meaning" in f.columns)
     row = legend[legend["symbol"] == "D"].iloc[0]

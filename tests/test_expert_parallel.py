@@ -15,6 +15,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.single.params import param_breakdown
 from costmodel.specs.checks import SpecError
 from costmodel.symbols import values_for
+from costmodel.symbols.algebra import by_symbol
 from validate.distributed.expert import model_check
 from validate.distributed.launch import launch
 from validate.distributed.memory import LayoutCase, measure_least, predicted
@@ -296,7 +297,7 @@ def _rank_values(model, train, par, index, first, last):
     values = symbol_values(model, train, par, H100)
     rank = PipelineRank(sp.Integer(index), first, last)
     memory = rank_memory(model, train, par, rank, pricing=framework_of(par))
-    return {k: float(e.xreplace(values)) for k, e in memory.items()}
+    return {k: float(e.xreplace(by_symbol(values))) for k, e in memory.items()}
 
 
 @pytest.mark.parametrize("ep", [1, 8])

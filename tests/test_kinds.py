@@ -17,6 +17,7 @@ from costmodel.kinds.ffn.registry import FFNKind
 from costmodel.single.params import active_params, param_breakdown
 from costmodel.specs.model import FFN_KINDS
 from costmodel.symbols import L, L_d, values_for
+from costmodel.symbols.algebra import by_symbol
 
 MODELS = (
     "llama3-8b",
@@ -66,7 +67,7 @@ def test_the_mix_adds_up_to_the_models_parameters(name):
     """The blocks of each FFN kind, times each block's parameters, are the breakdown's FFN
     entries; an MoE model's routed experts are what ep splits and what a token skips."""
     model = get_model(name)
-    values = values_for(model)
+    values = by_symbol(values_for(model))
     parts = param_breakdown(model)
     counts = [int(n.xreplace(values)) for _, n in ffn.blocks(model)]
     assert sum(counts) == model.n_layers
@@ -94,5 +95,7 @@ def test_mla_is_chosen_by_its_latent_rank():
     assert attention.projections(get_model("llama3-8b")).name == "standard"
     widths = attention.projections(get_model("deepseek-v2-lite")).head_widths
     model = get_model("deepseek-v2-lite")
-    d_qk, d_v = (sp.sympify(w).xreplace(values_for(model)) for w in widths(model, "naive"))
+    d_qk, d_v = (
+        sp.sympify(w).xreplace(by_symbol(values_for(model))) for w in widths(model, "naive")
+    )
     assert (d_qk, d_v) == (model.head_dim + model.rope_head_dim, model.v_head_dim)

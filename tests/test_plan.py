@@ -277,8 +277,7 @@ def test_the_probes_plan_questions_answer_in_their_own_terms(capsys):
                  "--global-batch", "64", "--micro-batches", "3"]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "into --micro-batches of 3" in err and "8, 16, 32, 64" in err
-    one = costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=64, frameworks="megatron",
-                         progress=False)  # fmt: skip
+    one = costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=64, frameworks="megatron")
     assert set(one["framework"]) == {"megatron"}
     with pytest.raises(SpecError, match="microbatches must name at least one"):
         costmodel.plan("gpt2", hardware="h100-sxm", gpus=8, batch=64, microbatches=[])

@@ -1,7 +1,7 @@
 """The top search (``plan(..., top=k)``, the CLI's; issue 37, item 6): the FLOP/s ceiling
 it prunes device counts by holds on every valid layout, its top rows are the whole
-search's, memory is priced for every layout and time only where it fits, and the
-memory function cut from the compiled one gives the same bits."""
+search's, memory is priced for every layout and time only where it fits, and asking for
+memory alone gives the same bits as asking for everything."""
 
 from __future__ import annotations
 
@@ -109,11 +109,11 @@ def test_the_top_search_times_only_what_fits():
     assert np.isfinite(top.values["memory_bytes_per_device.peak"]).all()
 
 
-def test_the_memory_cut_from_the_compiled_function_is_bit_identical():
+def test_asking_for_memory_alone_gives_the_same_bits_as_asking_for_everything():
     cols = {"tp": np.array([1, 2, 4, 8]), "pp": np.array([1, 2, 2, 1]),
             "fsdp": np.array([8, 2, 1, 1]), "micro_batch": np.array([1, 2, 1, 4])}  # fmt: skip
     fields = dict(hardware="h100-sxm", batch=32, seq=2048, framework="fsdp2", **cols)
-    cut = sweep("llama3-8b", quantities=MEMORY, within=QUANTITIES, **fields)
+    cut = sweep("llama3-8b", quantities=MEMORY, **fields)
     whole = sweep("llama3-8b", quantities=QUANTITIES, **fields)
     assert set(cut) == set(MEMORY) and not set(cut) & set(TIMES)
     for key in MEMORY:
@@ -137,45 +137,3 @@ def test_plan_refuses_a_bad_top():
     with pytest.raises(SpecError, match="top"):
         plan(get_model("cs336-small"), TrainSpec(batch=8, seq=512), get_hardware("h100-sxm"), 8,
              top=0)  # fmt: skip
-
-
-def test_workers_compile_what_this_process_would(tmp_path, monkeypatch):
-    """A cold search's structures compiled by two worker processes load as the functions
-    this process builds: the plan's every value is the same, bit for bit."""
-    from costmodel.engine import quantities, workers
-
-    model, train = get_model("cs336-small"), TrainSpec(batch=16, seq=512)
-    hw, options = get_hardware("h100-sxm"), PlanOptions(recompute=("none", "full"))
-    calls = []
-    real = workers._in_workers
-
-    def spy(*args):
-        calls.append(args[2])
-        return real(*args)
-
-    monkeypatch.setattr(workers, "_in_workers", spy)
-    found = {}
-    for count in ("2", "1"):
-        monkeypatch.setenv("COSTMODEL_CACHE", str(tmp_path / count))
-        monkeypatch.setenv("COSTMODEL_WORKERS", count)
-        for cache in (quantities.compiled_subset, quantities.compiled_within,
-                      quantities.compiled):  # fmt: skip
-            cache.cache_clear()
-        found[count] = plan(model, train, hw, 8, options)
-        assert found[count].structures >= 2 * workers.PER_WORKER
-    assert calls == [2]  # two workers for the first search, none for the second
-    assert len(list((tmp_path / "2").glob("*.json"))) >= found["2"].structures
-    for key in QUANTITIES:
-        assert np.array_equal(found["2"].values[key], found["1"].values[key], equal_nan=True), key
-
-
-def test_how_many_workers(monkeypatch):
-    from costmodel.engine.workers import PER_WORKER, workers_for
-
-    monkeypatch.setenv("COSTMODEL_WORKERS", "3")
-    assert workers_for(100) == 3 and workers_for(2 * PER_WORKER) == 2 and workers_for(3) == 1
-    monkeypatch.setenv("COSTMODEL_WORKERS", "1")
-    assert workers_for(100) == 1
-    monkeypatch.setenv("COSTMODEL_WORKERS", "3")
-    monkeypatch.setenv("COSTMODEL_CACHE", "off")  # nowhere to hand the functions over
-    assert workers_for(100) == 1

@@ -15,6 +15,7 @@ from costmodel.kinds import ffn
 from costmodel.single.elementwise import eager_bytes
 from costmodel.single.precision import PRECISIONS
 from costmodel.symbols import D, F, values_for
+from costmodel.symbols.algebra import by_symbol
 from validate.probes.traffic import eager_traffic
 
 EAGER = [name for name in PRESETS if not get_model(name).mla]
@@ -31,7 +32,7 @@ def test_eager_bytes_equal_the_dispatched_bytes(name, precision):
         model = model.replace(dense_layers=0)
     sizes = values_for(model)
     block = ffn.top(model).name
-    predicted = [e.xreplace(sizes) for e in
+    predicted = [e.xreplace(by_symbol(sizes)) for e in
                  eager_bytes(model, prec.residual, prec.activation, block=block)]  # fmt: skip
     measured = eager_traffic(model, precision)
     assert predicted == [int(m) for m in measured]
@@ -46,5 +47,5 @@ def test_dropout_bytes_equal_the_dispatched_bytes(precision):
     sizes = {D: model.d_model, F: model.d_ff}
     predicted = eager_bytes(model, prec.residual, prec.activation, dropout=True)
     measured = eager_traffic(model, precision, dropout=0.1)
-    assert [e.xreplace(sizes) for e in predicted] == [int(m) for m in measured]
+    assert [e.xreplace(by_symbol(sizes)) for e in predicted] == [int(m) for m in measured]
     assert predicted != eager_bytes(model, prec.residual, prec.activation)

@@ -11,9 +11,7 @@ nearest layout that does (``Plan.nearest``), as the CLI does.
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from costmodel.catalog.hardware import get_hardware
@@ -28,8 +26,6 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 
-PROGRESS_AFTER_S = 1.0
-"""plan's progress line appears once compiling has taken this long (seconds)."""
 SEARCHED = ("dp", "fsdp", "tp", "pp", "cp", "ep", "etp", "zero", "pp_interleave",
             "sequence_parallel", "grad_accum", "microbatch")  # fmt: skip
 """Inputs the planner searches: refused as inputs of ``plan`` (the CLI has no flag)."""
@@ -52,7 +48,6 @@ def plan(
     max_tp: int | None = None,
     memory_headroom: float = DEFAULT_HEADROOM,
     objective: str = "time",
-    progress: bool | Callable[[Iterable[Any], int], Iterable[Any]] = True,
     **inputs: Any,
 ) -> _plan.Plan:
     """The best layouts of ``gpus`` devices (or of every count up to ``max_gpus``, as
@@ -61,9 +56,7 @@ def plan(
     searches the batches in it that split evenly, as ``--global-batch LOW:HIGH``);
     ``framework`` searches that one framework alone (``frameworks`` several; by default
     the planner's, fsdp2 and megatron); ``objective`` ranks (``time``, ``cost``,
-    ``tokens-per-gpu``, ``mfu``); the other inputs (seq, precision, ...) as the CLI's.
-    ``progress`` counts the layout structures compiled on stderr (the slow part of a
-    first call), or is a callable ``(items, total) -> items``."""
+    ``tokens-per-gpu``, ``mfu``); the other inputs (seq, precision, ...) as the CLI's."""
     _refuse_unsearchable(inputs)
     if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
         keyword_values(model, inputs)
@@ -71,9 +64,6 @@ def plan(
     if (gpus is None) == (max_gpus is None):
         raise SpecError("gpus", "plan needs gpus (one count) or max_gpus (every count up to "
                         "it), not both")  # fmt: skip
-    if not (isinstance(progress, bool) or callable(progress)):
-        raise SpecError("progress", "progress must be True, False or a callable "
-                        f"(items, total) -> items (got {progress!r})")  # fmt: skip
     frameworks = _frameworks(frameworks, inputs)
     hw = hardware if isinstance(hardware, Hardware) else _one_kind(hardware)
     low, high = _batch_range(batch)
@@ -90,10 +80,9 @@ def plan(
         counts: int | list[int] = gpus
     else:
         counts = device_counts(max_gpus, hw.devices_per_node)
-    counter = _count_on_stderr if progress is True else (progress or None)
     listed = [counts] if isinstance(counts, int) else counts
     batches = batch_choices(low, high, counts=listed) if low != high else None
-    found = _plan.plan(setup.model, setup.train, hw, counts, options, counter, batches)
+    found = _plan.plan(setup.model, setup.train, hw, counts, options, batches)
     if not len(found.order):  # as the CLI: the nearest layout that fits, in the repr
         found.nearest = nearest_fitting(setup.model, setup.train, hw, counts, options, batches)
         found.nearest_searched = True
@@ -171,17 +160,3 @@ def _counts(name: str, given: Any) -> tuple[int, ...]:
     for count in chosen:
         checks.integer(name, count)
     return chosen
-
-
-def _count_on_stderr(items: Iterable[Any], total: int) -> Iterator[Any]:
-    """``compiling 3/12 layout structures`` on one stderr line, once the compiling has
-    taken ``PROGRESS_AFTER_S`` (structures cached on disk pass silently)."""
-    start, shown = time.perf_counter(), False
-    for i, item in enumerate(items, 1):
-        yield item
-        if shown or time.perf_counter() - start > PROGRESS_AFTER_S:
-            sys.stderr.write(f"\rcompiling {i}/{total} layout structures")
-            sys.stderr.flush()
-            shown = True
-    if shown:
-        sys.stderr.write("\n")

@@ -37,7 +37,7 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import DESCRIPTIONS, M_X, M_Y, C, D, F, L, X, Y
+from costmodel.symbols.core import DESCRIPTIONS, M_X, M_Y, C, D, F, L, X, Y
 
 B_tok = sp.Symbol("B_tok", positive=True)
 W_ici = sp.Symbol("W_ici", positive=True)

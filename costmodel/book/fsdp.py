@@ -29,7 +29,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import T, b
+from costmodel.symbols.core import T, b
 
 N_fsdp = sp.Symbol("N_FSDP", positive=True)
 

@@ -6,8 +6,6 @@ import argparse
 from dataclasses import asdict, fields, replace
 from typing import Any
 
-import sympy as sp
-
 from costmodel.catalog.fitted import fitted_lines
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.catalog.presets import NOTES, PRESETS, get_model
@@ -273,6 +271,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         if args.formula not in est.values:
             missing = est.missing(args.formula[:60], "--full lists them all")
             raise SpecError("formula", f"formula: {missing}")
+        import sympy as sp
+
         expr = est.expr(args.formula)
         print(f"{args.formula} =\n{sp.pretty(expr, use_unicode=True)}\n\nLaTeX: {sp.latex(expr)}")
         print(f"\nvalue: {_with_unit(args.formula, est[args.formula])}")

@@ -6,7 +6,6 @@ import argparse
 import shlex
 import sys
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -44,21 +43,6 @@ from costmodel.inputs import build
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.units import GIB, fmt_bytes
-
-
-def progress_bar(items: Iterable[Any], total: int) -> Iterator[Any]:
-    """Compiling structures, one line that fills (stderr, when it is a terminal)."""
-    if not sys.stderr.isatty():
-        yield from items
-        return
-    start = time.perf_counter()
-    for i, item in enumerate(items, 1):
-        yield item
-        done = int(30 * i / total)
-        sys.stderr.write(f"\rcompiling {i}/{total} layout structures [{'#' * done:<30}] "
-                         f"{time.perf_counter() - start:.1f} s")  # fmt: skip
-        sys.stderr.flush()
-    sys.stderr.write("\n")
 
 
 def budget_cost(
@@ -230,7 +214,7 @@ def _search(args, values, setup, kind: tuple, price: float | None, batches) -> S
                                                                    hw.devices_per_node)  # fmt: skip
     start = time.perf_counter()
     top = None if args.token_budget else args.top  # a sizing reads every count's best
-    result = plan(setup.model, setup.train, hw, counts, options, progress_bar, batches, top)
+    result = plan(setup.model, setup.train, hw, counts, options, batches, top)
     seconds = time.perf_counter() - start
     rows = [r | budget_cost(r, r["gpus"], args.token_budget, price) | {"hardware": name}
             for r in result.top(args.top)]  # fmt: skip

@@ -1,3 +1,3 @@
-"""The engine: every quantity's expression compiled once per structure (``quantities``),
-evaluated exactly for one configuration (``estimate``) or over numpy grids (``sweep``),
+"""The engine: every quantity from the formulas (``quantities``), computed exactly for one
+configuration (``estimate``) or over numpy grids (``sweep``),
 and inverse questions over the same numbers (``inverse``)."""

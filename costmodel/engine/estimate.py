@@ -1,8 +1,9 @@
 """The numbers of one configuration: every quantity of its structure, evaluated exactly.
 
-Counts (parameters, FLOPs, bytes) come out as exact Python integers: the scalar lambdified
-expressions run on Python ints. With a layout and hardware, per-device memory, time, MFU
-and (given a token budget) days and cost of training are added.
+Counts (parameters, FLOPs, bytes) come out as exact Python integers: the formulas run on
+exact fractions (``costmodel.symbols.algebra.numeric``). With a layout and hardware,
+per-device memory, time, MFU and (given a token budget) days and cost of training are
+added.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import json
 from collections.abc import ItemsView, Iterator, KeysView
 from dataclasses import dataclass, fields
 from fractions import Fraction
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.config import check
 from costmodel.engine.fit import PEAK, Fit, judge, rest_at_peak
@@ -26,7 +25,7 @@ from costmodel.engine.quantities import (
     DEVICE_ROOTS,
     MEMORY,
     TIMES,
-    compiled,
+    expressions,
     nest,
     quantities,
     structure_of,
@@ -38,18 +37,19 @@ from costmodel.specs.checks import Quantities, SpecError, UnknownKey
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import Var, by_symbol
+from costmodel.symbols.core import (
     BUDGET_SYMBOLS,
     HARDWARE_SYMBOLS,
     PARALLEL_SYMBOLS,
     N_tok,
     numeric,
     price,
-    subs_safe,
     values_for,
 )
-from costmodel.symbols.algebra import Var
-from costmodel.symbols.forms import by_symbol
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 UNFIT = ("mfu", "hfu", "tflops_per_device", "train_days", "train_cost")
 """Quantities that are no answer for a layout that does not fit: its verdict withholds
@@ -140,6 +140,8 @@ class Estimate:
         """The number of ``expr`` (or of the quantity named so) here: every symbol replaced
         by its value at once (``xreplace``: a fraction of a second where ``.subs``, which
         simplifies after each symbol, takes tens of seconds on a step-time formula)."""
+        import sympy as sp
+
         formula = self.expr(expr) if isinstance(expr, str) else expr
         if isinstance(formula, Var):
             formula = formula.sym
@@ -164,6 +166,7 @@ class Estimate:
         layout, 1 without one; the budget symbols 0), keyed by sympy symbols (indexed by
         them or by ``costmodel.symbols``' own): ``est.evaluate(expr)`` uses them."""
         values = symbol_values(self.model, self.train, self.parallel, self.hardware)
+
         return by_symbol({k: _as_number(v) for k, v in values.items()})
 
     def summary(self) -> dict[str, str]:
@@ -243,9 +246,11 @@ class Estimate:
 @functools.lru_cache(maxsize=256)
 def _expr(structure: tuple, key: str) -> sp.Expr:
     """One quantity's expression with subs-safe Max/Min (built once: seconds for a step)."""
-    comp = compiled(structure)
+    comp = expressions(structure)
     if key not in comp.keys:
         raise UnknownKey(key, checks.unknown("quantity", key, comp.keys, "est.keys() lists them"))
+    from costmodel.symbols.forms import subs_safe  # sympy: only where a formula is asked
+
     return subs_safe(comp.exprs[comp.keys.index(key)])
 
 
@@ -322,5 +327,5 @@ def _unasked(token_budget: Any, price_per_hour: Any) -> set[str]:
 
 def exact(model: ModelSpec, train: TrainSpec, key: str) -> sp.Expr:
     """Evaluate one quantity by sympy substitution (slow; the reference for tests)."""
-    comp = compiled(structure_of(model, train))
+    comp = expressions(structure_of(model, train))
     return comp.exprs[comp.keys.index(key)].subs(values_for(model, train))

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 
 import numpy as np
-import sympy as sp
 
 from costmodel.config import check
 from costmodel.engine.options import PlanOptions
@@ -279,9 +278,23 @@ def candidates(
 
 @functools.lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
-    """The divisors of ``n`` in increasing order, from its prime factors (sympy's
-    ``divisors``: instant for any count up to 2^53, where a scan up to n would not end)."""
-    return tuple(int(d) for d in sp.divisors(n))
+    """The divisors of ``n`` in increasing order, from its prime factors: trial division
+    up to 10^6 (any device count, at once), sympy's ``divisors`` beyond (instant for any
+    count up to 2^53, where a scan up to n would not end)."""
+    if n >= 10**12:
+        import sympy
+
+        return tuple(int(d) for d in sympy.divisors(n))
+    found, rest, p = [1], n, 2
+    while p * p <= rest:
+        power = 0
+        while rest % p == 0:
+            rest, power = rest // p, power + 1
+        found = [d * p**k for d in found for k in range(power + 1)]
+        p += 1 if p == 2 else 2
+    if rest > 1:  # one prime factor left above the square root
+        found += [d * rest for d in found]
+    return tuple(sorted(found))
 
 
 def _expert_meshes(model: ModelSpec, tp: int, data_ranks: int) -> list[tuple[int, int]]:

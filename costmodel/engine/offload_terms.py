@@ -25,7 +25,7 @@ from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.offload import OffloadSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import K, d_h, smax, values_for
+from costmodel.symbols.core import K, d_h, smax, values_for
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import sympy as sp
 
 from costmodel.single.flops import flop_totals
-from costmodel.symbols import T, values_for
+from costmodel.symbols.core import T, numeric, values_for
 
 STRATEGIES = ("pad-to-max", "pad-to-longest", "bucketing", "packing", "packing-masked")
 MEGABATCH = 50
@@ -63,9 +63,14 @@ def row_coefficients(setup: Any) -> RowCosts:
     three distinct points, kappa is 0."""
     model, train = setup.model, setup.train
     one = values_for(model, train.replace(batch=1, grad_accum=1))  # one sequence
-    step = flop_totals(model, train)["step"].subs({k: v for k, v in one.items() if k != T})
-    poly = sp.Poly(sp.expand(step), T)
-    a, c = (float(poly.coeff_monomial(T**k)) for k in (1, 2))
+
+    def flops(n: int) -> Fraction:  # one sequence of n tokens' FLOPs, exactly
+        with numeric({**one, T: n}):
+            return Fraction(flop_totals(model, train)["step"])
+
+    f1, f2, f3 = flops(1), flops(2), flops(3)  # quadratic in n: k + a n + c n^2
+    c = (f3 - 2 * f2 + f1) / 2
+    a, c = float(f2 - f1 - 3 * c), float(c)
     if setup.parallel is None:
         return RowCosts(a, c, 0.0, 0.0)
     unit = setup.parallel.seq_step()

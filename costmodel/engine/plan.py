@@ -4,8 +4,8 @@ The candidates (``costmodel.engine.layouts``: every framework the user allows wi
 sharding, tp within a node with and without SP, pp plain and interleaved, cp, ep, the
 micro-batch and the recompute policy) are filtered by the spec layer's own rules
 (``checks.collect_masks``: the rules that reject a bad input), ``sweep`` evaluates
-per-device memory and step time with the same compiled expressions as ``estimate`` (one
-set per structure), layouts that break the fit rule (:mod:`costmodel.engine.fit`: the
+per-device memory and step time with the same formulas as ``estimate`` (one call per
+structure, on its columns), layouts that break the fit rule (:mod:`costmodel.engine.fit`: the
 peak within the memory headroom) are dropped, and the rest are ranked by step time.
 Units: seconds, bytes.
 """
@@ -13,7 +13,7 @@ Units: seconds, bytes.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -227,17 +227,16 @@ def plan(
     hardware: Hardware,
     gpus: int | Sequence[int],
     options: PlanOptions | None = None,
-    progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
     batches: Sequence[int] | None = None,
     top: int | None = None,
 ) -> Plan:
     """Search every layout of ``gpus`` devices (or of each count in a sequence, e.g.
     :func:`~costmodel.engine.layouts.device_counts` of a budget) for ``train.batch``
     sequences of ``train.seq`` tokens (``train``'s precision, kernels and optimizer are
-    kept; its grad_accum and recompute are searched). ``progress`` wraps the per-structure
-    loop. ``Plan.gpus`` is the largest count; each row's ``gpus`` its own. ``batches``
-    (e.g. :func:`~costmodel.engine.layouts.batch_choices` of a range) searches each of
-    those global batches in place of ``train.batch``; each row's ``batch`` is its own.
+    kept; its grad_accum and recompute are searched). ``Plan.gpus`` is the largest count;
+    each row's ``gpus`` its own. ``batches`` (e.g.
+    :func:`~costmodel.engine.layouts.batch_choices` of a range) searches each of those
+    global batches in place of ``train.batch``; each row's ``batch`` is its own.
 
     With ``top``, only the ``top`` best rows are asked for (the CLI's table): layouts that
     do not fit get their memory and no time (NaN), and device counts that cannot place a
@@ -256,10 +255,9 @@ def plan(
                         f"expert-parallel ranks: {model.name} has no routed experts")  # fmt: skip
     budget = budget_bytes(hardware, options.memory_headroom)
     if top is None:
-        found = collect(model, train, hardware, counts, options, batches, progress)
+        found = collect(model, train, hardware, counts, options, batches)
     else:
-        found = collect_top(model, train, hardware, counts, options, batches, budget, top,
-                            progress)  # fmt: skip
+        found = collect_top(model, train, hardware, counts, options, batches, budget, top)
     if not found.cols:
         first = first_candidates(model, train, hardware, counts, options, batches)
         raise SpecError("gpus", no_layout_message(first, model, train, max(counts),

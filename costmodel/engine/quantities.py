@@ -1,22 +1,22 @@
-"""Every quantity of one configuration as a sympy expression, compiled once per structure.
+"""Every quantity of one configuration, from one set of formulas, as numbers or as sympy
+expressions.
 
 ``quantities(model, train, parallel)`` is the single source of truth: a flat dict whose keys
-are the dotted JSON paths (``"memory_bytes.peak"``) and whose values are expressions over
-the symbols in :mod:`costmodel.symbols`. The expressions depend only on the *structure* of
-the specs (kinds, flags, precision, kernels, which parallel features are on); sizes and
-degrees enter as symbols. Each structure is built and lambdified once per process
-(``compiled``), for exact Python-int scalars (``estimate``) and numpy arrays (``sweep``).
+are the dotted JSON paths (``"memory_bytes.peak"``) and whose values are the formulas over
+the symbols in :mod:`costmodel.symbols.core`. Called inside ``symbols.numeric`` (what
+``estimate``, ``sweep`` and the planner do: :func:`evaluated`) the formulas compute numbers,
+Python ints and exact fractions or numpy arrays, and no expression is built; called
+outside, they build the sympy expressions (:func:`expressions`, once per structure). The
+formulas depend on the *structure* of the specs (kinds, flags, precision, kernels, which
+parallel features are on) through Python branches; sizes and degrees enter as symbols.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy as sp
-
-from costmodel.engine.diskcache import lambdify, lambdify_cached, on_disk, projected_cached
 from costmodel.frameworks.registry import framework_of
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.distributed import sharded_memory
@@ -32,7 +32,7 @@ from costmodel.single.memory import activation_memory, peak_memory, state_memory
 from costmodel.single.params import active_params, non_embedding_params, param_breakdown
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.core import (
     ALL_SYMBOLS,
     BUDGET_SYMBOLS,
     HARDWARE_SYMBOLS,
@@ -44,9 +44,13 @@ from costmodel.symbols import (
     X,
     Y,
     as_expr,
+    numeric,
     price,
     symbolic,
 )
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 MODEL_STRUCTURE = ("ffn", "norm", "bias", "qkv_bias", "qk_norm", "parallel_block", "tied", "pos",
                    "ffn_only", "shared_expert_gate", "moe_renormalize")  # fmt: skip
@@ -168,21 +172,18 @@ def parallel_structure(par: Any) -> tuple:
 
 
 @dataclass(frozen=True)
-class Compiled:
-    """Expressions of one structure (their scalar function: :func:`compiled_scalar`)."""
+class Expressions:
+    """The expressions of one structure, key by key (what ``Estimate.expr`` shows)."""
 
     keys: tuple[str, ...]
     exprs: tuple[sp.Expr, ...]
 
-    @functools.cached_property
-    def vector(self) -> Any:
-        """The numpy version, built on first use (sweeps need it, single estimates do not)."""
-        return lambdify(EVAL_SYMBOLS, self.exprs)
 
-
-@functools.lru_cache(maxsize=256)
-def compiled(structure: tuple) -> Compiled:
-    """Build and lambdify the expressions of one structure (cached per process)."""
+@functools.lru_cache(maxsize=1024)
+def specs_of(structure: tuple) -> tuple[ModelSpec, TrainSpec, ParallelSpec | None]:
+    """Specs of a structure (:func:`structure_of`) with placeholder sizes: the formulas
+    read sizes only through their symbols, so these give every quantity of the structure
+    (as expressions, or as numbers inside ``symbols.numeric``)."""
     n_model = len(MODEL_STRUCTURE)
     m_kw = dict(zip(MODEL_STRUCTURE, structure[:n_model], strict=True))
     ffns, projections, q_lora = structure[n_model]
@@ -198,52 +199,22 @@ def compiled(structure: tuple) -> Compiled:
         parallel = ParallelSpec(
             **feats, pp=2 if pipelined else 1, pp_interleave=2 if interleaved else 1
         )
-    exprs = quantities(ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw), parallel)
-    return Compiled(keys=tuple(exprs), exprs=tuple(exprs.values()))
+    return ModelSpec(**sizes, **m_kw), TrainSpec(**t_kw), parallel
 
 
-@functools.lru_cache(maxsize=1024)
-def compiled_subset(structure: tuple, keys: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
-    """``(present, fn)``: a numpy function of those ``keys`` the structure has (``present``,
-    in order), cheaper to build and to run than every quantity when a sweep or a search asks
-    for a few. Kept on disk across processes (:mod:`costmodel.engine.diskcache`)."""
-
-    def build() -> tuple[tuple[str, ...], list[sp.Expr]]:
-        comp = compiled(structure)
-        present = tuple(k for k in keys if k in comp.keys)
-        return present, [comp.exprs[comp.keys.index(k)] for k in present]
-
-    return lambdify_cached(("subset", structure, keys), build, EVAL_SYMBOLS)
-
-
-def is_compiled(structure: tuple, keys: tuple[str, ...]) -> bool:
-    """Whether :func:`compiled_subset` finds these on disk (a new process loads, not builds)."""
-    return on_disk(("subset", structure, keys), EVAL_SYMBOLS)
-
-
-@functools.lru_cache(maxsize=1024)
-def compiled_within(
-    structure: tuple, keys: tuple[str, ...], within: tuple[str, ...]
-) -> tuple[tuple[str, ...], Any]:
-    """``(present, fn)`` of ``keys`` cut from ``within``'s compiled function (a superset
-    of them: :func:`compiled_subset`) without sympy (:func:`diskcache.projected`): a search
-    that asks for a few quantities of every point and for all of some compiles once."""
-    present, fn = compiled_subset(structure, within)
-    return projected_cached(("subset", structure, within), present, fn, keys)
+def evaluated(structure: tuple, values: dict[Any, Any]) -> dict[str, Any]:
+    """Every quantity of a structure at ``values`` (symbol -> number or numpy array of
+    one shape), computed by the formulas on the numbers: no expression is built."""
+    with numeric(values):
+        return quantities(*specs_of(structure))
 
 
 @functools.lru_cache(maxsize=256)
-def compiled_scalar(structure: tuple) -> tuple[tuple[str, ...], Any]:
-    """``(keys, fn)``: every quantity of a structure as one Python function of scalars
-    (exact integers stay exact), what a single estimate runs. Kept on disk across
-    processes (:mod:`costmodel.engine.diskcache`): a structure met before costs neither
-    building its expressions nor printing them (~1 s under tp x pp)."""
-
-    def build() -> tuple[tuple[str, ...], list[sp.Expr]]:
-        comp = compiled(structure)
-        return comp.keys, list(comp.exprs)
-
-    return lambdify_cached(("all", structure), build, EVAL_SYMBOLS, kind="scalar")
+def expressions(structure: tuple) -> Expressions:
+    """Build the expressions of one structure (cached per process): only where a formula
+    is asked for (``Estimate.expr``, the app's Formulas tab); numbers never build them."""
+    exprs = quantities(*specs_of(structure))
+    return Expressions(keys=tuple(exprs), exprs=tuple(exprs.values()))
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:

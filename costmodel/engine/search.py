@@ -33,7 +33,7 @@ Units: seconds, bytes, FLOP/s.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
@@ -49,24 +49,18 @@ from costmodel.engine.quantities import (
     PARALLEL_STRUCTURE,
     TIMES,
     TRAIN_STRUCTURE,
-    structure_of,
 )
 from costmodel.engine.sweep import factorize, sweep
-from costmodel.engine.threads import in_threads
-from costmodel.engine.workers import compile_all, cores
+from costmodel.engine.threads import cores, in_threads
 from costmodel.single.flops import CORE_OPS, flop_conventions, recompute_flops_by_op
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols.core import numeric
 
 QUANTITIES = TIMES[:10] + MEMORY + TIMES[10:]
-"""What the planner evaluates per layout, compiled as one function per structure; a top
-search runs its peak memory (cut from it: ``quantities.compiled_within``) over every layout
-and the whole only where a layout fits."""
-
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-"""Wraps the loop over structures to compile (a progress bar)."""
+"""What the planner evaluates per layout; a top search keeps the peak memory of every
+layout and the whole only where a layout fits."""
 
 TIE = 0.005
 """Step times within this fraction of each other rank as equals (far below the model's
@@ -84,7 +78,7 @@ class Found:
     enumerated: int
     valid: int
     structures: int = 0
-    """Distinct expression structures compiled (or found compiled)."""
+    """Distinct structures evaluated (each one call of the formulas on its columns)."""
     skipped: tuple[int, ...] = field(default=())
 
 
@@ -109,26 +103,21 @@ def recomputed_share(model: ModelSpec, train: TrainSpec, policy: str) -> float:
     The attention core is left out (its recomputed FLOPs are counted over every pair, the
     fused kernel's time over the causal ones), which only makes the bound looser."""
     train = train.replace(recompute=policy)
-    redo = sum(v for k, v in recompute_flops_by_op(model, train).items() if k not in CORE_OPS)
-    if redo == 0:
-        return 0.0
-    share = redo / flop_conventions(model, train)["useful"]
-    if not share.free_symbols:
-        return float(share)
-    values = symbol_values(model, train)
-    return float(share.subs({s: values[s] for s in share.free_symbols}))
+    with numeric(symbol_values(model, train)):
+        redo = sum(v for k, v in recompute_flops_by_op(model, train).items() if k not in CORE_OPS)
+        return float(redo / flop_conventions(model, train)["useful"])
 
 
 def collect(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, counts: Sequence[int],
-    options: PlanOptions, batches: Sequence[int] | None, progress: Progress | None = None,
+    options: PlanOptions, batches: Sequence[int] | None,
 ) -> Found:  # fmt: skip
     """Every valid layout of every part, every quantity of each."""
     parts, enumerated = _valid_parts(model, train, hardware, counts, options, batches)
     if not parts:
         return Found({}, {}, enumerated, 0)
     cols = _joined(list(parts.values()))
-    structures = _warm(model, train, cols, progress)
+    structures = _structures(model, train, cols)
     values = evaluate(model, train, hardware, cols)
     return Found(cols, values, enumerated, len(cols["tp"]), len(structures))
 
@@ -136,7 +125,6 @@ def collect(
 def collect_top(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, counts: Sequence[int],
     options: PlanOptions, batches: Sequence[int] | None, budget: float, top: int,
-    progress: Progress | None = None,
 ) -> Found:  # fmt: skip
     """The parts that can hold one of the ``top`` best layouts (by tokens/s; module
     docstring), largest device count first; times only where a layout fits ``budget``.
@@ -152,8 +140,7 @@ def collect_top(
     shares = {p: recomputed_share(model, train, p) for p in options.recompute}
 
     def evaluated(wave: dict) -> int:
-        return _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures,
-                              None if found else progress)  # fmt: skip
+        return _evaluate_wave(model, train, hardware, wave, budget, found, bound, structures)
 
     def enumerated_parts(item: tuple[int, tuple[str, ...], _Cut]) -> tuple[dict, int]:
         count, policies, cut = item
@@ -248,18 +235,18 @@ class _Bound:
             self.per_token = min(self.per_token, float(np.min(flops)))
 
 
-def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structures, progress):
-    """Evaluate ``parts`` together: every layout's memory, then everything of those that
-    fit ``budget`` and of the wave's smallest peak (what a no-fit answer names; its times
-    NaN); kept in ``found`` per part. Returns how many were valid."""
+def _evaluate_wave(model, train, hardware, parts, budget, found, bound, structures):
+    """Evaluate ``parts`` together, every quantity of every layout, and keep in ``found``
+    per part those that fit ``budget`` and the wave's smallest peak (what a no-fit answer
+    names; its times NaN). Returns how many were valid."""
     cols = _joined(list(parts.values()))
-    structures |= _warm(model, train, cols, progress)
-    memory = evaluate(model, train, hardware, cols, (PEAK,), within=QUANTITIES)
-    ok = fits(memory, budget)
+    structures |= _structures(model, train, cols)
+    every = evaluate(model, train, hardware, cols)  # the formulas give all at once
+    ok = fits(every, budget)
     keep = ok.copy()
-    keep[np.argmin(memory[PEAK])] = True
+    keep[np.argmin(every[PEAK])] = True
     chosen = {k: v[keep] for k, v in cols.items()}
-    values = evaluate(model, train, hardware, chosen)
+    values = {k: v[keep] for k, v in every.items()}
     fit = ok[keep]
     values.update({k: np.where(fit, values[k], np.nan) for k in TIMES if k in values})
     kept = np.concatenate([[0], np.cumsum(keep)])  # kept rows before each row
@@ -305,34 +292,25 @@ def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 def evaluate(
     model: ModelSpec, train: TrainSpec, hardware: Hardware, cols: dict[str, np.ndarray],
-    quantities: tuple[str, ...] = QUANTITIES, within: tuple[str, ...] | None = None,
+    quantities: tuple[str, ...] = QUANTITIES,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """The planner's ``quantities`` of candidate layouts (checked by the rules already):
     a sweep over the columns (ParallelSpec fields, ``grad_accum``, ``recompute`` and
     ``batch``; other layout fields at their defaults), every other training field as
-    ``train`` has it; ``within`` as ``sweep``'s."""
+    ``train`` has it."""
     searched = {k: v for k, v in cols.items() if k in SEARCHED}
     given = {f.name: getattr(train, f.name) for f in fields(train) if f.name not in searched}
-    return sweep(model, hardware=hardware, quantities=quantities, within=within, checked=True,
+    return sweep(model, hardware=hardware, quantities=quantities, checked=True,
                  **given, **searched)  # fmt: skip
 
 
-def _warm(model: ModelSpec, train: TrainSpec, cols: dict, progress: Progress | None) -> set:
-    """Compile each structure's quantities once, with progress (the slow part, cold): one
-    per distinct value of the columns that are structure fields, pipelining and
-    interleaving (``quantities.structure_of``'s keys; the other fields as ``train``).
-    Returns the structures' keys."""
+def _structures(model: ModelSpec, train: TrainSpec, cols: dict) -> set:
+    """The structures of the columns (what ``Plan.structures`` counts): one per distinct
+    value of the columns that are structure fields, pipelining and interleaving
+    (``quantities.structure_of``'s keys; the other fields as ``train``)."""
     keys = [k for k in (*TRAIN_STRUCTURE, *PARALLEL_STRUCTURE) if k in cols]
     flags = [np.asarray(cols[k]) for k in keys] + [cols["pp"] > 1, cols["pp_interleave"] > 1]
     items = sorted({tuple(_plain(f[i]) for f in flags) for i in _first_of_each(flags)}, key=str)
-    structures = []
-    for *values, piped, interleaved in items:
-        given = dict(zip(keys, values, strict=True))
-        trains = {k: v for k, v in given.items() if k in TRAIN_STRUCTURE}
-        layout = {k: v for k, v in given.items() if k not in TRAIN_STRUCTURE}
-        par = ParallelSpec(**layout, pp=2 if piped else 1, pp_interleave=2 if interleaved else 1)
-        structures.append(structure_of(model, train.replace(**trains), par))
-    compile_all(structures, QUANTITIES, progress)
     return set(items)
 
 

@@ -1,10 +1,11 @@
-"""Vectorised evaluation: the same compiled expressions as ``estimate`` over numpy grids.
+"""Vectorised evaluation: the same formulas as ``estimate`` over numpy grids.
 
 Any ModelSpec, TrainSpec or ParallelSpec field may be an array; arrays broadcast together.
 Grid points are grouped by *structure* (the kinds, flags and parallel features that change
-the expressions), each group is checked by the one rule table (:func:`costmodel.config.check`)
-and evaluated in one numpy call of that structure's compiled
-expressions, with symbol values from the same function ``estimate`` uses.
+the formulas' branches), each group is checked by the one rule table
+(:func:`costmodel.config.check`) and evaluated by one call of the formulas on that group's
+numpy arrays (``quantities.evaluated``), with symbol values from the same function
+``estimate`` uses.
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ from costmodel.catalog.presets import get_model
 from costmodel.config import check
 from costmodel.engine.estimate import symbol_values
 from costmodel.engine.quantities import (
-    EVAL_SYMBOLS,
     MODEL_STRUCTURE,
     PARALLEL_STRUCTURE,
     TRAIN_STRUCTURE,
-    compiled,
-    compiled_subset,
-    compiled_within,
+    evaluated,
     structure_of,
 )
 from costmodel.engine.threads import in_threads, threads_for
@@ -146,7 +144,6 @@ def sweep(
     *,
     hardware: str | Hardware | None = None,
     quantities: Iterable[str] | None = None,
-    within: Iterable[str] | None = None,
     checked: bool = False,
     **overrides: Any,
 ) -> dict[str, np.ndarray]:
@@ -157,9 +154,7 @@ def sweep(
     ``hardware`` (or any ParallelSpec field, which needs it) the layout's per-device
     memory, time and MFU are included. Returns float64 arrays keyed like ``estimate``;
     a quantity that only some structures have (e.g. what full recomputation keeps) is NaN
-    where it does not apply. ``within`` (a superset of ``quantities``): compile those and
-    cut ``quantities`` out of them (``quantities.compiled_within``), for a caller that
-    also sweeps ``within`` itself. ``checked``: the caller has checked every point with
+    where it does not apply. ``checked``: the caller has checked every point with
     ``config.check`` (the planner's candidates), which each group then skips.
     """
     quantities = None if quantities is None else list(quantities)
@@ -179,25 +174,21 @@ def sweep(
     points = int(np.prod(shape))
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
-    structures: list[tuple] = []
+    known: list[tuple] = []  # the quantities a structure of the grid has
 
-    def evaluated(item: tuple[Any, dict[str, Any]]) -> tuple[Any, tuple[str, ...], list]:
+    def group_numbers(item: tuple[Any, dict[str, Any]]) -> tuple[Any, tuple[str, ...], list]:
         idx, group = item
         specs = _specs(group, checked)
-        structures.append(specs.structure)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
-        args = [np.asarray(values[s], dtype=np.float64) for s in EVAL_SYMBOLS]
-        if quantities is None:
-            comp = compiled(specs.structure)
-            keys, fn = comp.keys, comp.vector
-        elif within is not None:
-            keys, fn = compiled_within(specs.structure, tuple(quantities), tuple(within))
-        else:
-            keys, fn = compiled_subset(specs.structure, tuple(quantities))
-        return idx, keys, fn(*args)
+        numbers = evaluated(specs.structure, {k: np.asarray(v, dtype=np.float64)
+                                               for k, v in values.items()})  # fmt: skip
+        known.append(tuple(numbers))
+        keys = tuple(numbers) if quantities is None else tuple(
+            k for k in quantities if k in numbers)  # fmt: skip
+        return idx, keys, [numbers[k] for k in keys]
 
     threads = threads_for(points) if checked else 1  # the rules raise in this thread only
-    for idx, keys, results in in_threads(evaluated, _groups(columns, shape, layout), threads):
+    for idx, keys, results in in_threads(group_numbers, _groups(columns, shape, layout), threads):
         for key, result in zip(keys, results, strict=True):
             if idx is None:  # one structure: the grid as broadcast, no copies
                 out[key] = np.broadcast_to(np.asarray(result, np.float64), shape)
@@ -207,7 +198,7 @@ def sweep(
             out[key][idx] = result
     missing = [k for k in quantities or () if k not in out]
     if missing:  # named with the closest keys a structure of the grid has
-        said = checks.unknown("quantity", missing[0], compiled(structures[0]).keys,
+        said = checks.unknown("quantity", missing[0], known[0],
                               "estimate(...).keys() lists them")  # fmt: skip
         raise SpecError("quantities", said)
     return {k: v if v.shape == shape else v.reshape(shape) for k, v in out.items()}

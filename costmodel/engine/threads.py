@@ -11,16 +11,22 @@ in flight (each holds its group's columns and results).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
-
-from costmodel.engine.workers import cores
 
 T = TypeVar("T")
 
 MIN_POINTS = 200_000
 """Points a sweep must have to use threads (below, starting them costs more than they save)."""
+
+
+def cores() -> int:
+    """The cores this process may use, at most ``COSTMODEL_WORKERS`` when set."""
+    setting = os.environ.get("COSTMODEL_WORKERS", "")
+    found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return int(setting) if setting.isdigit() and int(setting) > 0 else found or 1
 
 
 def threads_for(points: int) -> int:

@@ -4,7 +4,7 @@ Sec. 5); the running and the prefetched layer gathered under ZeRO-3."""
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.frameworks.registry import Framework
 from costmodel.parallel.pipeline import PipelineRank
@@ -13,7 +13,10 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import X
+from costmodel.symbols.core import X
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class DeepSpeed(Framework):

@@ -18,8 +18,7 @@ Source: torch 2.13 ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.frameworks.registry import Framework
 from costmodel.kinds import ffn
@@ -33,8 +32,11 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def unit_params(model: ModelSpec) -> tuple[sp.Expr, sp.Expr, sp.Expr]:

@@ -29,7 +29,7 @@ them).
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.frameworks.registry import Framework
 from costmodel.kinds import attention
@@ -42,8 +42,11 @@ from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
 from costmodel.symbols.algebra import integer, sceil
+from costmodel.symbols.core import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 SHARD_BYTES = 4
 """The shards, their gradients and the reduce-scatter are fp32 whatever the precision."""
@@ -64,7 +67,7 @@ def _split(model: ModelSpec) -> tuple[sp.Expr, sp.Expr]:
 
 def _largest(model: ModelSpec) -> sp.Expr:
     """Padded elements of the largest matrix: what is gathered at the worst moment."""
-    return smax(*dict.fromkeys(padded(e) for _, e in weight_matrices(model)))
+    return smax(*(padded(e) for _, e in weight_matrices(model)))
 
 
 def _tables(model: ModelSpec) -> list[sp.Expr]:
@@ -182,7 +185,7 @@ def replicated_tensors(model: ModelSpec) -> sp.Expr:
     """One-dimensional parameters, each all-reduced on its own: norm gains (and LayerNorm
     biases; FFN-only stacks have no norms; QK-norm's two per block, MLA's latents') and
     every bias vector
-    (over the L blocks as a symbol: one compiled structure serves every depth)."""
+    (over the L blocks as a symbol: one structure serves every depth)."""
     ffn = ffn_matrices(model) if model.bias else 0
     if model.ffn_only:
         return L * ffn

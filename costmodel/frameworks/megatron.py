@@ -16,7 +16,7 @@ through forward and backward with bf16 ones."""
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.frameworks.registry import Framework
 from costmodel.parallel.pipeline import PipelineRank
@@ -26,8 +26,11 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import X
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import X
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class Megatron(Framework):

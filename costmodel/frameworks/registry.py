@@ -21,9 +21,10 @@ from costmodel.parallel.state import autocast_state
 from costmodel.specs.checks import SpecError
 from costmodel.specs.frameworks import FRAMEWORKS, Traits
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp
 
+if TYPE_CHECKING:
     from costmodel.parallel.pipeline import PipelineRank
     from costmodel.specs.model import ModelSpec, TrainSpec
     from costmodel.specs.parallel import ParallelSpec

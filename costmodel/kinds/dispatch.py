@@ -45,15 +45,17 @@ them). A group inside one node (g = N) sends nothing over the network.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import sympy as sp
 
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.parallel import EP_DISPATCHERS
-from costmodel.symbols import N_ep, d_ep, g_ep, h_nd, h_rk, k_r
+from costmodel.symbols.core import N_ep, d_ep, g_ep, h_nd, h_rk, k_r
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ per element size, kernels.
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.symbols.algebra import integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 STAT = 4
 """Bytes of the fp32 statistics norms, softmax and routers compute in."""

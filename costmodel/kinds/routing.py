@@ -33,12 +33,14 @@ An all-to-all sends one copy per routed pair, whatever the spread.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import sympy as sp
 
-from costmodel.symbols import E_r, N_ep, g_ep, h_nd, h_rk, k_r
+from costmodel.symbols.core import E_r, N_ep, g_ep, h_nd, h_rk, k_r
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def random_hits(

@@ -8,9 +8,9 @@ sbh(10 + 24/t + 5as/ht) without SP, all /t with SP); pipeline ranks
 (``costmodel.parallel.pipeline``). Bytes, in terms of the global micro-batch b and T.
 """
 
-from typing import Any
+from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.pipeline import (
@@ -30,7 +30,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import add, integer, shared, smax
+from costmodel.symbols.core import (
     D,
     L,
     N_cp,
@@ -40,7 +41,9 @@ from costmodel.symbols import (
     b,
     more_than_one,
 )
-from costmodel.symbols.algebra import add, integer, smax
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 _TP_SHARDED = ("attention", "qk_norm", "attn_out_input", "ffn_hidden", "loss", "matmul_outputs")
 _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on every TP rank
@@ -49,6 +52,7 @@ _TP_PARTIAL = ("row_outputs",)  # D-wide partial sums before the reduce, on ever
 _SP_GATHERED = ("attn_input", "ffn_input", "lm_head_input")
 
 
+@shared
 def sharded_activations(
     model: ModelSpec,
     train: TrainSpec,

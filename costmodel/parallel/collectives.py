@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.symbols import smin
 from costmodel.symbols.algebra import log, sceil, symbolic
+from costmodel.symbols.core import smin
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 

@@ -9,7 +9,7 @@ torch's context_parallel runs it (:func:`cp_group`; Liu et al. 2023).
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention
 from costmodel.kinds.dispatch import sends_per_token
@@ -22,6 +22,7 @@ from costmodel.parallel.experts import (
 )
 from costmodel.parallel.shares import (
     device_batch,
+    device_blocks,
     device_experts,
     replicas,
     residual_bytes,
@@ -36,7 +37,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import integer, ratio
+from costmodel.symbols.core import (
     W_X,
     W_Y,
     D,
@@ -66,7 +68,9 @@ from costmodel.symbols import (
     smin,
     v,
 )
-from costmodel.symbols.algebra import integer, ratio
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def communication(
@@ -192,9 +196,9 @@ def ep_group(model: ModelSpec, train: TrainSpec, par: ParallelSpec) -> dict[str,
     (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: the all-to-all over ep, then the
     gather over etp), on the etp ranks' link, the innermost (tp's). None for a dense
     model."""
-    calls = m * routed_blocks(model, par)
-    if calls == 0:  # no block routes its tokens
+    if not any(kind.routes for kind, _ in device_blocks(model, par)):  # none routes tokens
         return _phases(0, 0, 0, 0)
+    calls = m * routed_blocks(model, par)
     c = PRECISIONS[train.precision].activation
     b_dev, t_dev = device_batch()
     tokens = c * b_dev * t_dev / Y * D * busiest_experts()

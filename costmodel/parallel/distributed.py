@@ -10,7 +10,7 @@ communication ``costmodel.parallel.communication``. Bytes, per device.
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import ffn
 from costmodel.parallel.activations import (
@@ -53,7 +53,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import integer, is_zero, unevaluated
+from costmodel.symbols.core import (
     L,
     R_alloc,
     T,
@@ -66,7 +67,9 @@ from costmodel.symbols import (
     smax,
     smin,
 )
-from costmodel.symbols.algebra import integer, unevaluated
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def sharded_state(
@@ -159,7 +162,7 @@ def _grads_live(par: ParallelSpec, rank: PipelineRank | None, held):
     under pipelining (reduce-scattered from the held gradients after the last one)."""
     if traits_of(par).grads_always_live:
         return integer(1)
-    if held:
+    if not is_zero(held):
         return integer(0)
     return more_than_one(m) if rank is None else grads_at_fullest(par, rank)
 
@@ -169,7 +172,7 @@ def _live_set_peaks(model, train, par, rank, state, acts, live, held, pricing) -
     framework models them by position (``pricing.gathered``), the head's candidates
     with its gathered weights, and the blocks' added (``pricing.block_peaks``)."""
     kept = traits_of(par).params_persist
-    persist = True if kept or held else kept
+    persist = True if kept or not is_zero(held) else kept
     kw = {"residual": residual_bytes(train, par), "split": Y, "params_persist": persist,
           "grads_live": live, "head": rank is None or rank.last,
           "backward_transient": ring_transient(model, train)}  # fmt: skip

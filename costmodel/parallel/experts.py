@@ -12,16 +12,17 @@ bytes per device; a dense model has no routed experts (every term here is 0 or 1
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import ffn
 from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_fraction
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import N_ep, N_etp, Y, as_expr, smin
 from costmodel.symbols.algebra import add, integer
+from costmodel.symbols.core import N_ep, N_etp, Y, as_expr, smin
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 __all__ = ["busiest_experts", "dropped_fraction", "expert_block", "expert_group_ranks",
            "expert_replicas", "expert_shards", "kept_fraction", "local_experts", "sharded_params",

@@ -5,13 +5,16 @@ exposes and the share of each that no overlap hides. Shared by step time
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.parallel.pipeline import bidirectional, combined_alone
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import Y
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import Y
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def exposed_groups(par: ParallelSpec) -> tuple[str, ...]:

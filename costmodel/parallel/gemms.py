@@ -17,13 +17,14 @@ them, a CPU or a TPU, runs every shape at ``C_eff``).
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ffn import Gemm
 from costmodel.single.finetune import adapted, tunes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import (
     C_eff,
     D,
     N_sm,
@@ -40,7 +41,9 @@ from costmodel.symbols import (
     t_m,
     t_n,
 )
-from costmodel.symbols.algebra import integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 __all__ = ["Gemm", "all_gemms", "gemm_cost", "gemm_seconds", "matmul_shapes", "tile_slots",
            "wave_efficiency"]  # fmt: skip

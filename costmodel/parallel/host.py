@@ -44,7 +44,7 @@ are fitted (``costmodel/catalog/data/fitted.json``, record ``host``).
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds.ffn import dense
 from costmodel.parallel.shares import device_blocks, residual_bytes, routed_blocks
@@ -52,7 +52,8 @@ from costmodel.single.kernels import graphed_kernels, layer_kernels, model_kerne
 from costmodel.single.memory import checkpointed_share
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import (
     E_r,
     N_ep,
     c_pad,
@@ -66,7 +67,9 @@ from costmodel.symbols import (
     t_ex,
     t_op,
 )
-from costmodel.symbols.algebra import integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 EXPERT_LINEARS = 2
 """Grouped linears per expert in Megatron-Core's grouped MLP: fc1 (the gated activation's

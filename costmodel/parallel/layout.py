@@ -14,10 +14,9 @@ given to it (Scaling Book: W = 2·9e10 per axis on v5p, times M_X or M_Y).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import sympy as sp
 
 from costmodel.kinds.dispatch import dispatch_rates
 from costmodel.single.fp8 import check_device, gemm_rate
@@ -27,7 +26,7 @@ from costmodel.specs.frameworks import trait
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import TrainSpec
 from costmodel.specs.parallel import ParallelSpec, device_count
-from costmodel.symbols import (
+from costmodel.symbols.core import (
     W_X,
     W_Y,
     C,
@@ -75,6 +74,9 @@ from costmodel.symbols import (
     t_op,
     v,
 )
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 _ORDER = ("tp", "cp", "fsdp", "dp", "pp")
 _SYMBOLS = {

@@ -33,13 +33,15 @@ ranks bound every rank: an end one and the second.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import L, N_pp, m, sceil, sfloor, smax, smin, v
-from costmodel.symbols.algebra import integer, ratio, smod
+from costmodel.symbols.algebra import integer, ratio, shared, smod
+from costmodel.symbols.core import L, N_pp, m, sceil, sfloor, smax, smin, v
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def slots(par: ParallelSpec) -> tuple[int, int, sp.Expr]:
     return emb, loss, L + emb + loss
 
 
+@shared
 def rank_layers(par: ParallelSpec, rank: PipelineRank) -> sp.Expr:
     """Blocks on ``rank``: v·floor(S/(pp·v)) slots of the S the split divides (:func:`slots`)
     plus one for each of its stages among the first S mod (pp·v), which take the extra

@@ -5,7 +5,9 @@ and the residual stream's dtype its framework keeps. Shared by per-device memory
 communication and timing.
 """
 
-import sympy as sp
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import ffn
 from costmodel.parallel.experts import local_experts
@@ -21,7 +23,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import add, integer, shared
+from costmodel.symbols.core import (
     L,
     N_cp,
     N_dp,
@@ -32,7 +35,9 @@ from costmodel.symbols import (
     b,
     sceil,
 )
-from costmodel.symbols.algebra import add, integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def device_batch() -> tuple[sp.Expr, sp.Expr]:
@@ -40,6 +45,7 @@ def device_batch() -> tuple[sp.Expr, sp.Expr]:
     return b / (N_dp * X), T / N_cp
 
 
+@shared
 def stage_layers(par: ParallelSpec) -> sp.Expr:
     """Layers on the busiest pipeline stage: ceil(S / pp) of the S slots the split divides
     (``pipeline.slots``; torchtitan and Megatron accept uneven splits, e.g. Llama-3 405B's
@@ -47,6 +53,7 @@ def stage_layers(par: ParallelSpec) -> sp.Expr:
     return sceil(slots(par)[2] / N_pp) if par.pp > 1 else L
 
 
+@shared
 def device_blocks(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> list[tuple[ffn.FFNKind, sp.Expr]]:

@@ -9,8 +9,7 @@ tp-split blocks (Shoeybi et al. 2019, Sec. 3).
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention
 from costmodel.parallel.experts import local_experts, sharded_params, split_state
@@ -22,10 +21,14 @@ from costmodel.single.params import block_params, param_breakdown, stacked_block
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import D, L, N_ep, N_etp, N_pp, V, X, Y, smax
-from costmodel.symbols.algebra import integer
+from costmodel.symbols.algebra import integer, shared
+from costmodel.symbols.core import D, L, N_ep, N_etp, N_pp, V, X, Y, smax
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
+@shared
 def params_per_device(
     model: ModelSpec, par: ParallelSpec, rank: PipelineRank | None = None
 ) -> tuple[sp.Expr, sp.Expr]:

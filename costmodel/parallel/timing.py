@@ -23,8 +23,7 @@ recomputation included.
 from __future__ import annotations
 
 from dataclasses import replace
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention, ffn
 from costmodel.parallel.activations import sharded_activations
@@ -51,7 +50,8 @@ from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import add, bind, integer
+from costmodel.symbols.core import (
     B,
     C,
     C_attn,
@@ -78,7 +78,9 @@ from costmodel.symbols import (
     smin,
     t_ex,
 )
-from costmodel.symbols.algebra import add, bind, integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def block_shares(model: ModelSpec, par: ParallelSpec) -> list[tuple[ffn.FFNKind, sp.Expr]]:

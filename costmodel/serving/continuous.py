@@ -38,8 +38,8 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
-from costmodel.symbols import B, T, Y, values_for
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import B, T, Y, values_for
 
 
 def kept_batch(spec: ServeSpec) -> int:

@@ -32,8 +32,8 @@ from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
-from costmodel.symbols import T, Y, values_for
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import T, Y, values_for
 
 
 def prefill_spec(spec: ServeSpec, chunk: int) -> ServeSpec:

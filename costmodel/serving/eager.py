@@ -12,8 +12,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.serving import ServeSpec
-from costmodel.symbols import F, H, K, Y, as_expr, values_for
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import F, H, K, Y, as_expr, values_for
 
 
 def _eager_precision(spec: ServeSpec) -> str:

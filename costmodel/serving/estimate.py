@@ -42,10 +42,7 @@ import functools
 import math
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
-
-import sympy as sp
-from sympy.printing.pycode import PythonCodePrinter
+from typing import TYPE_CHECKING, Any
 
 from costmodel.serving import (
     continuous,
@@ -62,8 +59,11 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
-from costmodel.symbols import B, D, T, Y, as_expr, values_for
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import B, D, T, Y, as_expr, symbols, values_for
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def act_bytes(spec: ServeSpec) -> int:
@@ -71,7 +71,7 @@ def act_bytes(spec: ServeSpec) -> int:
     return 4 if spec.precision == "fp32" else 2
 
 
-_TOKENS, _HEAD = sp.symbols("tokens head_tokens", positive=True)
+_TOKENS, _HEAD = symbols("tokens head_tokens", positive=True)
 _LOAD = frozenset({B, T, _TOKENS, _HEAD})
 """The symbols of a step's load (sequences, cached tokens): a rollout or a sweep prices one
 model at many of them, so the model's sizes are substituted once before them."""
@@ -102,11 +102,16 @@ def _linear_flops(model: ModelSpec, tokens: int, head_tokens: int, vals: dict) -
     return _num(expr, {**vals, _TOKENS: tokens, _HEAD: head_tokens})
 
 
-class _ExactPrinter(PythonCodePrinter):
-    """Python source whose rationals stay exact (``fractions.Fraction``)."""
+@functools.cache
+def _exact_printer() -> type:
+    """sympy's Python printer whose rationals stay exact (``fractions.Fraction``)."""
+    from sympy.printing.pycode import PythonCodePrinter
 
-    def _print_Rational(self, expr: sp.Rational) -> str:
-        return f"Fraction({expr.p}, {expr.q})"
+    class ExactPrinter(PythonCodePrinter):
+        def _print_Rational(self, expr: Any) -> str:
+            return f"Fraction({expr.p}, {expr.q})"
+
+    return ExactPrinter
 
 
 _EXACT = {"Fraction": Fraction, "math": math, "Min": min, "Max": max}
@@ -117,9 +122,11 @@ def _at_sizes(expr: sp.Expr, sizes: frozenset) -> Any:
     """``expr`` with a model's sizes in, as a function of its load symbols (keywords), in
     exact rational arithmetic: the same number ``xreplace`` gives, without building an
     expression per load."""
+    import sympy as sp
+
     args = [as_expr(s) for s in sorted(_LOAD, key=lambda s: s.name)]
     return sp.lambdify(args, expr.xreplace(by_symbol(sizes)), modules=[_EXACT, "math"],
-                       printer=_ExactPrinter)  # fmt: skip
+                       printer=_exact_printer())  # fmt: skip
 
 
 def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
@@ -263,7 +270,7 @@ def decode_step(
     vals = {**values_for(model), Y: spec.tp}
     weights, routed = _read_weights(model, spec, vals)
     weights += extra * DTYPE_BYTES[spec.precision]
-    keys = sp.Rational(2 * i + o, 2)
+    keys = Fraction(2 * i + o, 2)
     at = {**vals, B: b, T: keys}
     tokens = b * per_seq
     linear = _linear_flops(model, tokens, tokens, at) + 2 * tokens * extra

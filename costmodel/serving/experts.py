@@ -45,8 +45,8 @@ from costmodel.serving import terms
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
-from costmodel.symbols import E_r, k_r
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import E_r, k_r
 
 
 def expert_elements(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:

@@ -27,8 +27,8 @@ from typing import Any
 from costmodel.serving import terms
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import ServeSpec
-from costmodel.symbols import Y, values_for
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import Y, values_for
 
 
 def tokens_per_cycle(draft_tokens: int, acceptance: float) -> float:

@@ -20,14 +20,15 @@ and tp's Y ranks (``costmodel.symbols``).
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import attention, ffn
 from costmodel.single.params import param_breakdown
-from costmodel.symbols import B, D, E_r, H, L, V, Y, k_r
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import B, D, E_r, H, L, V, Y, k_r
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 EMBEDDINGS = ("embedding", "pos_embedding", "lm_head", "norms")
 

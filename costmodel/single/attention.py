@@ -28,14 +28,16 @@ tiles) plus the D preprocessing, reads K, V, Q, dO, L, D once per tile pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
-from costmodel.symbols import B_tile, T, as_expr, d_h, h_call
-from costmodel.symbols import b as b_seq
 from costmodel.symbols.algebra import ratio, sceil
+from costmodel.symbols.core import B_tile, T, as_expr, d_h, h_call
+from costmodel.symbols.core import b as b_seq
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 KERNELS = ("naive", "flash")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

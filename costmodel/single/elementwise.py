@@ -15,14 +15,17 @@ stream's, statistics in fp32.
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ops import STAT
 from costmodel.kinds.ops import cast_bytes as _cast
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, H, K, d_h
 from costmodel.symbols.algebra import expand, integer
+from costmodel.symbols.core import D, H, K, d_h
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def _norm(

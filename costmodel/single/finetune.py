@@ -22,17 +22,18 @@ dequantizes again (bitsandbytes' ``MatMul4Bit``). Units: parameters, bytes.
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ffn import dense
 from costmodel.single.params import attention_matrices, ffn_matrices, param_breakdown
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.finetune import LORA_TARGETS
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import D, F, H, K, L, T, b, d_h, r_a
-from costmodel.symbols.algebra import integer, sceil
+from costmodel.symbols.algebra import integer, is_zero, sceil
+from costmodel.symbols.core import D, F, H, K, L, T, b, d_h, r_a
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 NF4_BLOCK = 64  # weights per absmax (QLoRA, Sec. 3; bitsandbytes' default blocksize)
 ABSMAX_BLOCK = 256  # absmaxes per second-level fp32 scale (double quantization)
@@ -150,7 +151,7 @@ def adjust_activations(model: ModelSpec, train: TrainSpec, parts: dict[str, sp.E
         parts["ffn_hidden"] -= L * b * T * mm * F * into_down
     if "block_inputs" not in parts:
         parts["adapters"] = mm * b * T * adapter_inputs(model, train)
-    for part in [k for k, e in parts.items() if e == 0]:
+    for part in [k for k, e in parts.items() if is_zero(e)]:
         del parts[part]
 
 

@@ -17,7 +17,7 @@ All quantities are FLOPs for one optimizer step over B sequences of T tokens.
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import attention, ffn
 from costmodel.single.finetune import adapter_params, adapts, tunes
@@ -32,14 +32,18 @@ from costmodel.single.params import (
     param_breakdown,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, H, L, T, V, d_h, r_a
-from costmodel.symbols.algebra import add, expand, integer, ratio
+from costmodel.symbols.algebra import add, expand, integer, ratio, shared
+from costmodel.symbols.core import B, D, H, L, T, V, d_h, r_a
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 BLOCK_OPS = ("attn_q", "attn_k", "attn_v", "attn_scores", "attn_values", "attn_o",
              *(op for kind in ffn.KINDS.values() for op in kind.ops))  # fmt: skip
 CORE_OPS = ("attn_scores", "attn_values")
 
 
+@shared
 def forward_flops_by_op(model: ModelSpec, train: TrainSpec | None = None) -> dict[str, sp.Expr]:
     """Forward matmul FLOPs per op for B·T tokens (Kaplan et al. 2020, Table 1, per op);
     with a fine-tuning ``train``, its adapters' (2·r·(fan-in + fan-out) per token each)."""
@@ -99,6 +103,7 @@ def recompute_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Ex
     return {}
 
 
+@shared
 def backward_flops_by_op(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
     """Backward FLOPs per op, recomputation included (FlopCounterMode's convention)."""
     redo = recompute_flops_by_op(model, train)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import sympy as sp
-
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ops import STAT
 from costmodel.kinds.ops import differ as _differ
@@ -25,7 +23,7 @@ from costmodel.single.memory import checkpointed_share
 from costmodel.single.params import block_matmuls, op_level_recomputed
 from costmodel.single.precision import PRECISIONS, Precision
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import H, K, more_than_one, values_for
+from costmodel.symbols.core import H, K, more_than_one, values_for
 
 # per norm (forward, backward): RMSNorm pow, mean, +eps, rsqrt, two products; backward
 # three products for x̂ and the weighted gradient, mean, product, subtract, ·rstd, and
@@ -44,7 +42,9 @@ _NAIVE_CORE = (9, 11)
 def counted(kernels: tuple[Any, Any], model: ModelSpec) -> tuple[int, int]:
     """(forward, backward) kernel counts of ``model`` from :func:`layer_kernels`' or
     :func:`model_kernels`' expressions (which hold the sizes they depend on as symbols, so
-    that a structure compiled once counts every size)."""
+    that a structure built once counts every size)."""
+    import sympy as sp
+
     values = values_for(model)
     return tuple(int(k.subs(values)) if isinstance(k, sp.Basic) else k for k in kernels)
 

@@ -24,9 +24,7 @@ weights and adapters adjust the parts (``costmodel.single.finetune``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ops import INDEX_BYTES, norm_kept
@@ -39,7 +37,8 @@ from costmodel.single.precision import (
     optimizer_state_bytes,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import add, integer, is_zero, shared
+from costmodel.symbols.core import (
     B,
     D,
     F,
@@ -55,7 +54,9 @@ from costmodel.symbols import (
     smax,
     smin,
 )
-from costmodel.symbols.algebra import add, integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def kept_weight_copies(
@@ -147,6 +148,7 @@ HEAD_PARTS = ("final_norm", "lm_head_input", "loss")
 holding the head, whatever the micro-batches in flight)."""
 
 
+@shared
 def activation_memory(
     model: ModelSpec, train: TrainSpec, *, residual: int | None = None
 ) -> dict[str, sp.Expr]:
@@ -167,7 +169,7 @@ def activation_memory(
             rope = attention.projections(model).rope_width(model)  # cos and sin tables,
             parts["rope"] = 2 * act * T * rope  # shared by all layers
         mask = attention.mask_bytes(model, train.attention, act)  # shared by all layers
-        if mask != 0:
+        if not is_zero(mask):
             parts["attn_mask"] = mask
     if checkpoints_blocks(train):
         share = checkpointed_share(train)
@@ -175,7 +177,7 @@ def activation_memory(
         parts["block_inputs"] = share * inputs_kept * res * b * T * D
         if train.recompute == "selective-op":
             parts.update(_op_level_saved(model, train, act))
-        if share != 1:  # the blocks not checkpointed keep what they keep without it
+        if _every_nth(train):  # the blocks not checkpointed keep what they keep without it
             kept = _block_activations(model, train, act, res, mm)
             parts.update({k: uncheckpointed_share(train) * e for k, e in kept.items()})
     else:
@@ -221,13 +223,14 @@ def _op_level_saved(model: ModelSpec, train: TrainSpec, act: int) -> dict[str, s
     kernel's O and logsumexp, and the outputs of every second matmul, split into those
     tensor parallelism shards and the row-parallel D-wide partial sums it does not."""
     saved = op_level_saved(model)
-    parts = {
-        "matmul_outputs": L * act * b * T * sum(w for _, w, row in saved if not row),
-        "row_outputs": L * act * b * T * sum(w for _, w, row in saved if row),
-    }
+    parts = {}
+    for key, rows in (("matmul_outputs", False), ("row_outputs", True)):
+        widths = [w for _, w, row in saved if row == rows]
+        if widths:
+            parts[key] = L * act * b * T * add(*widths)
     if train.attention == "flash" and not model.ffn_only:
         parts["attention"] = L * (act * b * T * H * d_h + STAT_BYTES * b * H * T)
-    return {k: v for k, v in parts.items() if v != 0}
+    return parts
 
 
 def peak_memory(

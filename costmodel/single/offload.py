@@ -20,7 +20,7 @@ scores are not per-token quantities.
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.single.flops import forward_flops_by_op
 from costmodel.single.memory import activation_memory
@@ -28,8 +28,11 @@ from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS, STAT_BYTES
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols import B, D, H, K, L, T, b, d_h
 from costmodel.symbols.algebra import add, expand, integer, ratio
+from costmodel.symbols.core import B, D, H, K, L, T, b, d_h
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 SAVE_MODES = ("full", "attn", "ctx")
 """How an offloaded block's activations are kept, most bytes (no recomputation) first."""

@@ -7,16 +7,17 @@ et al. 2020, Table 1, with the embedding and norms kept instead of dropped). Uni
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import attention, ffn
 from costmodel.kinds.ffn.dense import linear as _linear
 from costmodel.kinds.ffn.dense import matrices as ffn_matrices
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, F, L, P, V, d_h
-from costmodel.symbols.algebra import add, integer, ratio
+from costmodel.symbols.algebra import add, integer, ratio, shared
+from costmodel.symbols.core import D, F, L, P, V, d_h
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def attention_matrices(model: ModelSpec) -> list[tuple[str, sp.Expr, sp.Expr]]:
@@ -83,6 +84,7 @@ def block_norms(model: ModelSpec) -> sp.Expr:
     return pre * _norm(model) + (2 * _norm(model, d_h) if model.qk_norm else 0) + latents
 
 
+@shared
 def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     """Parameters per component; the parts add up to ``total``.
 
@@ -109,6 +111,7 @@ def param_breakdown(model: ModelSpec) -> dict[str, sp.Expr]:
     return parts
 
 
+@shared
 def active_params(model: ModelSpec) -> sp.Expr:
     """Parameters one token runs through: all but the routed experts it is not sent to."""
     return param_breakdown(model)["total"] - ffn.total(model, lambda kind: kind.unused(model))
@@ -141,6 +144,7 @@ def weight_matrices(model: ModelSpec) -> list[tuple[sp.Expr, sp.Expr]]:
     return out
 
 
+@shared
 def block_params(model: ModelSpec, *, norms: bool, largest: bool = False) -> sp.Expr:
     """Parameters of one block: its attention and FFN matrices (biases included), plus its
     two norms when ``norms`` (the unit FSDP wraps and an offload block moves). An MoE
@@ -177,6 +181,7 @@ def _block_matmuls(model: ModelSpec) -> sp.Expr:
     return 0 if model.ffn_only else _attention_weights(model)
 
 
+@shared
 def non_embedding_params(model: ModelSpec) -> sp.Expr:
     """Parameters excluding the vocabulary and position matrices (Kaplan et al. 2020, Sec. 2.1).
 

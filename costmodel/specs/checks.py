@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 MAX_INT = 2**53
-"""Sizes above this lose integer precision in float64 evaluation (numpy, lambdify)."""
+"""Sizes above this lose integer precision in float64 evaluation (numpy sweeps)."""
 
 
 class SpecError(ValueError):

@@ -41,6 +41,8 @@ class _Env:
     symbolic: bool = True
     exact: bool = False
     """Numbers without arrays: a division of integers stays an exact Fraction."""
+    memo: dict = field(default_factory=dict)
+    """Results of :func:`shared` formulas under this reading."""
 
 
 _ENV: contextvars.ContextVar[_Env | None] = contextvars.ContextVar("costmodel_env", default=None)
@@ -51,6 +53,42 @@ class UnboundSymbol(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class Values(np.ndarray):
+    """A numpy array with the value semantics formulas assume of numbers: ``a += b``
+    makes a new array (numpy's would write into ``a``, and through it into every other
+    quantity that holds the same array); every array a formula computes from one is one."""
+
+    def __iadd__(self, other: Any) -> Any:
+        return self + other
+
+    def __isub__(self, other: Any) -> Any:
+        return self - other
+
+    def __imul__(self, other: Any) -> Any:
+        return self * other
+
+    def __itruediv__(self, other: Any) -> Any:
+        return self / other
+
+    def __ifloordiv__(self, other: Any) -> Any:
+        return self // other
+
+    def __imod__(self, other: Any) -> Any:
+        return self % other
+
+    def __ipow__(self, other: Any) -> Any:
+        return self**other
+
+
+def _read_only(x: Any) -> Any:
+    """An array as :class:`Values` that cannot be written (a symbol's value)."""
+    if not isinstance(x, np.ndarray):
+        return x
+    view = x.view(Values)
+    view.flags.writeable = False
+    return view
 
 
 def symbolic() -> bool:
@@ -66,6 +104,8 @@ def numeric(values: Mapping[Var, Any]) -> Iterator[None]:
     exact = not any(isinstance(x, np.ndarray) for x in values.values())
     if exact:  # integers as fractions: every division of counts stays exact
         values = {k: Fraction(x) if type(x) is int else x for k, x in values.items()}
+    else:  # read-only: a formula's in-place ``+=`` must never change a symbol's value
+        values = {k: _read_only(x) for k, x in values.items()}
     token = _ENV.set(_Env(dict(values), symbolic=False, exact=exact))
     try:
         yield
@@ -84,6 +124,29 @@ def bind(values: Mapping[Var, Any]) -> Iterator[None]:
         yield
     finally:
         _ENV.reset(token)
+
+
+def shared(fn: Any) -> Any:
+    """A formula computed once per reading and arguments (its arguments hashable: specs,
+    flags): inside :func:`numeric` or :func:`bind` every later call reads the first's
+    result, as sympy's shared subexpressions do (``param_breakdown`` is asked some 40
+    times by one layout's quantities); outside (symbolic, unbound) it is called as is."""
+
+    @functools.wraps(fn)
+    def once(*args: Any, **kwargs: Any) -> Any:
+        env = _ENV.get()
+        if env is None:
+            return fn(*args, **kwargs)
+        key = (fn, args, tuple(kwargs.items()))
+        try:
+            out = env.memo[key]
+        except KeyError:
+            out = env.memo[key] = fn(*args, **kwargs)
+        except TypeError:  # an argument that holds an array (a rank at N_pp - 1): no memo
+            return fn(*args, **kwargs)
+        return type(out)(out) if isinstance(out, dict | list) else out  # a caller may change it
+
+    return once
 
 
 def resolve(x: Any) -> Any:
@@ -120,7 +183,7 @@ class Var:
     (``expr.subs(T, 8192)``, ``sp.diff(expr, T)``)."""
 
     __slots__ = ("_sym", "assumptions", "name")
-    __array_ufunc__ = None  # numpy leaves ``array * var`` to Var.__rmul__
+    __array_ufunc__ = None  # ``array * var``: numpy defers to Var.__rmul__ (on its value)
 
     def __init__(self, name: str, **assumptions: bool) -> None:
         self.name = name
@@ -197,6 +260,12 @@ for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operato
     setattr(Var, f"__r{_name}__", _rev)
 
 
+def _expressions(args: tuple[Any, ...]) -> bool:
+    """Whether any of ``args`` is a sympy expression (only where formulas read
+    symbolically; plain numbers there are taken as numbers)."""
+    return symbolic() and any(isinstance(a, _sympy().Basic) for a in args)
+
+
 def _arrays(args: tuple[Any, ...]) -> bool:
     return any(isinstance(a, np.ndarray) for a in args)
 
@@ -219,7 +288,7 @@ def smax(*args: Any) -> Any:
     symbolically to simplify, which made building a structure's expressions ~8x slower),
     the builtin max of numbers, ``numpy.maximum`` of arrays."""
     args = tuple(map(resolve, args))
-    if symbolic():
+    if _expressions(args):
         return _lattice(_sympy().Max, args)
     return functools.reduce(np.maximum, args) if _arrays(args) else max(args)
 
@@ -227,7 +296,7 @@ def smax(*args: Any) -> Any:
 def smin(*args: Any) -> Any:
     """min(...), as :func:`smax`."""
     args = tuple(map(resolve, args))
-    if symbolic():
+    if _expressions(args):
         return _lattice(_sympy().Min, args)
     return functools.reduce(np.minimum, args) if _arrays(args) else min(args)
 
@@ -237,7 +306,7 @@ def sceil(x: Any) -> Any:
     integrality through the assumptions system, a fifth of a plan's cold build),
     ``math.ceil`` of a number, ``numpy.ceil`` of an array."""
     x = resolve(x)
-    if symbolic():
+    if _expressions((x,)):
         return _sympy().ceiling(x, evaluate=False)
     return np.ceil(x) if isinstance(x, np.ndarray) else math.ceil(x)
 
@@ -245,7 +314,7 @@ def sceil(x: Any) -> Any:
 def sfloor(x: Any) -> Any:
     """floor(x), as :func:`sceil`."""
     x = resolve(x)
-    if symbolic():
+    if _expressions((x,)):
         return _sympy().floor(x, evaluate=False)
     return np.floor(x) if isinstance(x, np.ndarray) else math.floor(x)
 
@@ -323,3 +392,37 @@ def integer(n: int) -> Any:
     ``0 / shards`` stays an exact 0, not the float Python's division gives), ``n`` itself
     where numeric."""
     return _sympy().Integer(n) if symbolic() else n
+
+
+def is_zero(x: Any) -> bool:
+    """Whether a part of a formula is zero, so that it can be left out: sympy's structural
+    test where symbolic (``0``, not an expression that may evaluate to 0); where numeric,
+    every value 0 (the parts it is asked of are products of positive sizes, zero only
+    where their formula is)."""
+    x = resolve(x)
+    if symbolic():
+        return x == 0
+    return bool(np.all(x == 0)) if isinstance(x, np.ndarray) else x == 0
+
+
+class SymbolMap(dict):
+    """A dict keyed by sympy symbols that also takes the package's :class:`Var` (``T``) for
+    its symbol: what sympy's ``subs``/``xreplace`` and ``free_symbols`` comparisons need,
+    indexed as users index it (``values[T]``)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        return super().__getitem__(key.sym if isinstance(key, Var) else key)
+
+    def __contains__(self, key: Any) -> bool:
+        return super().__contains__(key.sym if isinstance(key, Var) else key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(key.sym if isinstance(key, Var) else key, default)
+
+
+def by_symbol(values: Any) -> SymbolMap:
+    """``values`` keyed by sympy symbols (each :class:`Var` by its ``sym``), as sympy's
+    ``xreplace`` matches them; values that are symbols become theirs too."""
+    return SymbolMap({as_expr(k) if isinstance(k, Var) else k:
+                      as_expr(v) if isinstance(v, Var) else v
+                      for k, v in dict(values).items()})  # fmt: skip

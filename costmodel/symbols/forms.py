@@ -7,7 +7,7 @@ from typing import Any
 
 import sympy as sp
 
-from costmodel.symbols.algebra import Var, as_expr
+from costmodel.symbols.algebra import as_expr
 
 
 class SubsMax(sp.Max):
@@ -57,26 +57,3 @@ def subs_safe(expr: sp.Expr) -> sp.Expr:
         return out
 
     return rebuild(expr)
-
-
-class SymbolMap(dict):
-    """A dict keyed by sympy symbols that also takes the package's :class:`Var` (``T``) for
-    its symbol: what sympy's ``subs``/``xreplace`` and ``free_symbols`` comparisons need,
-    indexed as users index it (``values[T]``)."""
-
-    def __getitem__(self, key: Any) -> Any:
-        return super().__getitem__(key.sym if isinstance(key, Var) else key)
-
-    def __contains__(self, key: Any) -> bool:
-        return super().__contains__(key.sym if isinstance(key, Var) else key)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return super().get(key.sym if isinstance(key, Var) else key, default)
-
-
-def by_symbol(values: Any) -> SymbolMap:
-    """``values`` keyed by sympy symbols (each :class:`Var` by its ``sym``), as sympy's
-    ``xreplace`` matches them; values that are symbols become theirs too."""
-    return SymbolMap({as_expr(k) if isinstance(k, Var) else k:
-                      as_expr(v) if isinstance(v, Var) else v
-                      for k, v in dict(values).items()})  # fmt: skip

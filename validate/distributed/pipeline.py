@@ -35,8 +35,8 @@ from costmodel.engine.estimate import symbol_values
 from costmodel.frameworks import framework_of
 from costmodel.parallel.distributed import rank_memory
 from costmodel.parallel.pipeline import PipelineRank
-from costmodel.symbols import as_expr
-from costmodel.symbols.forms import by_symbol
+from costmodel.symbols.algebra import by_symbol
+from costmodel.symbols.core import as_expr
 from validate.distributed.checks import small_spec
 from validate.probes.live import LiveBytes, optimizer_state, state_bytes
 from validate.reference.model import TransformerLM

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from costmodel.single.params import param_breakdown
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import values_for
+from costmodel.symbols.core import values_for
 
 
 def _model_flops(model: ModelSpec, seq: int) -> float:

@@ -8,10 +8,13 @@ layers (``validate/reference/model.py``: ``ones``, ``triu``); the fused one need
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
-from costmodel.symbols import T
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import T
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class Causal:

@@ -20,13 +20,14 @@ Units: parameters, bytes, FLOPs.
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import STAT, norm_kept
-from costmodel.symbols import D, H, L, T, Y, b, d_h, d_r, d_v, r_kv, r_q
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import D, H, L, T, Y, b, d_h, d_r, d_v, r_kv, r_q
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class Latent:

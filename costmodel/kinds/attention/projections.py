@@ -11,12 +11,13 @@ Adding a kind is one module plus its entry in ``PROJECTIONS`` and in :func:`proj
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any, Protocol
 
 from costmodel.kinds.attention.latent import LATENT
 from costmodel.kinds.attention.standard import STANDARD
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class Projections(Protocol):

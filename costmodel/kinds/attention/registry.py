@@ -14,14 +14,15 @@ the naive kernel's matmuls, over all T x T pairs): ``costmodel.single.flops``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any, Protocol
 
 from costmodel.kinds.attention.causal import CAUSAL
 from costmodel.kinds.attention.window import WINDOW
-from costmodel.symbols import L, L_loc, as_expr, at_least_one
 from costmodel.symbols.algebra import add
+from costmodel.symbols.core import L, L_loc, as_expr, at_least_one
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class AttentionCore(Protocol):

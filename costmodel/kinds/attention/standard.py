@@ -10,13 +10,14 @@ back to D. Under tensor parallelism each projection's heads split over the Y ran
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import STAT
-from costmodel.symbols import D, H, K, L, T, Y, b, d_h, smax
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import D, H, K, L, T, Y, b, d_h, smax
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 class Standard:

@@ -17,9 +17,12 @@ CUDA) takes an additive mask in the compute dtype, built from it (``zeros``,
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
-from costmodel.symbols import T, W_sw, smin
+from costmodel.symbols.core import T, W_sw, smin
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 TILE = 128
 """Rows of a query tile and of a key tile (B_r = B_c): FlashAttention-2's blocks are

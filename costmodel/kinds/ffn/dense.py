@@ -11,14 +11,15 @@ parameters, FLOPs, bytes per token, kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import differ
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import D, F, Y
 from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import D, F, Y
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,13 @@ FLOPs, bytes per token, kernels.
 
 from __future__ import annotations
 
-from typing import Any
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ffn import dense
 from costmodel.kinds.ops import INDEX_BYTES, STAT, cast_bytes, differ
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import (
+from costmodel.symbols.algebra import integer
+from costmodel.symbols.core import (
     D,
     E_r,
     E_s,
@@ -40,7 +39,9 @@ from costmodel.symbols import (
     smax,
     smin,
 )
-from costmodel.symbols.algebra import integer
+
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def router_width(model: ModelSpec) -> sp.Expr:

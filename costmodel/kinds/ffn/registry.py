@@ -12,17 +12,18 @@ entry in ``KINDS`` and in :func:`structure`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
-
-import sympy as sp
+from typing import TYPE_CHECKING, Any, Protocol
 
 from costmodel.kinds.ffn.dense import DENSE
 from costmodel.kinds.ffn.moe import MOE
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols import L, L_d
 from costmodel.symbols.algebra import add, integer
+from costmodel.symbols.core import L, L_d
 
-Gemm = tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
+
+Gemm = tuple[Any, Any, Any, Any]
 """(rows per token, k, n2, how many) of one kind of matmul in an op."""
 
 
