@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-import sympy as sp
 
 from costmodel.engine.diskcache import json_cached
 from costmodel.engine.estimate import symbol_values
@@ -44,6 +43,8 @@ _BY_NAME = {s.name: s for s in EVAL_SYMBOLS}
 @st.cache_data(show_spinner=False, max_entries=1024)
 def _latex(structure: tuple, key: str) -> str:
     """LaTeX of one quantity; expressions depend only on the structure, so cached by it."""
+    import sympy as sp
+
     comp = expressions(structure)
     return sp.latex(comp.exprs[comp.keys.index(key)])
 
@@ -55,6 +56,8 @@ def formula_rows(structure: tuple) -> dict[str, dict[str, Any]]:
     no sympy, where building its expressions takes ~1 s under tp x pp."""
 
     def build() -> dict[str, dict[str, Any]]:
+        import sympy as sp
+
         comp = expressions(structure)
         rows = {}
         for key in (k for k in SHOWN if k in comp.keys):
@@ -72,6 +75,8 @@ summary = st.cache_data(show_spinner=False, max_entries=256)(formula_rows)
 
 def legend(setup: Setup, symbols: list[Var]) -> list[dict[str, str]]:
     """symbol (LaTeX source), meaning and value for the current inputs, one row each."""
+    import sympy as sp
+
     values = symbol_values(setup.model, setup.train, setup.parallel, setup.hardware)
     return [
         {"symbol": sp.latex(s.sym), "meaning": DESCRIPTIONS.get(s, "–"),

@@ -17,38 +17,21 @@ answer (per-device peak of the engine, framework temporaries included) is
 from __future__ import annotations
 
 import math
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.book.bounds import LABEL
 from costmodel.engine.estimate import symbol_values
-from costmodel.engine.quantities import structure_of
 from costmodel.frameworks.registry import framework_of
 from costmodel.single.memory import activation_memory
 from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.core import T, b
+from costmodel.symbols.algebra import add
+from costmodel.symbols.core import T, b, numeric
 
-N_fsdp = sp.Symbol("N_FSDP", positive=True)
-
-
-_EXPR_CACHE: dict[tuple, dict[str, sp.Expr]] = {}
-
-
-def min_fsdp_expr(
-    model: ModelSpec, train: TrainSpec, fraction: float, framework: str = "reference"
-) -> dict[str, sp.Expr]:
-    """Per-device memory as a function of N_FSDP, and the N where it meets a budget.
-
-    The expressions depend only on the specs' structure (sizes are symbols), so they are
-    solved once per structure, fraction and framework.
-    """
-    key = (structure_of(model, train), fraction, framework)
-    if key not in _EXPR_CACHE:
-        _EXPR_CACHE[key] = _min_fsdp_expr(model, train, fraction, framework)
-    return _EXPR_CACHE[key]
+if TYPE_CHECKING:  # sympy: only where a formula is asked for
+    import sympy as sp
 
 
 def _state(model: ModelSpec, train: TrainSpec, framework: str) -> sp.Expr:
@@ -58,26 +41,7 @@ def _state(model: ModelSpec, train: TrainSpec, framework: str) -> sp.Expr:
     kept = framework_of(par)
     parts = kept.state(model, train, par, None)
     persist = kept.params_persist is not False
-    return sp.Add(*(e for k, e in parts.items() if k != "params" or persist))
-
-
-def _min_fsdp_expr(
-    model: ModelSpec, train: TrainSpec, fraction: float, framework: str
-) -> dict[str, sp.Expr]:
-    budget = sp.Symbol("M_budget", positive=True)
-    state = _state(model, train, framework)
-    acts = activation_memory(model, train)["total"]
-    f = sp.nsimplify(fraction)
-    per_device = state / N_fsdp + acts * ((1 - f) + f / N_fsdp)
-    # per_device is linear in 1/N: per_device = budget at N = (state + f·acts) / (budget -
-    # (1 - f)·acts), in closed form (sympy's solve found the same root ~50x slower)
-    return {
-        "per_device": per_device,
-        "n_at_budget": (state + f * acts) / (budget - (1 - f) * acts),
-        "budget": budget,
-        "state": state,
-        "activations": acts,
-    }
+    return add(*(e for k, e in parts.items() if k != "params" or persist))
 
 
 def min_fsdp(
@@ -101,10 +65,10 @@ def min_fsdp(
             "batch_tokens",
             f"batch-tokens must be a non-negative multiple of seq={train.seq} (got {batch_tokens})",
         )
-    exprs = min_fsdp_expr(model, train, fraction, framework)
     values = {**symbol_values(model, train), b: batch_tokens // train.seq, T: train.seq}
-    state = int(exprs["state"].subs(values))
-    acts = int(exprs["activations"].subs(values)) if batch_tokens else 0
+    with numeric(values):  # per-device memory is state / N + acts ((1 - f) + f / N)
+        state = int(_state(model, train, framework))
+        acts = int(activation_memory(model, train)["total"]) if batch_tokens else 0
     floor = (1 - fraction) * acts
     if floor >= budget_bytes:
         raise SpecError(
@@ -127,5 +91,4 @@ def min_fsdp(
         "per_device_bytes": per_device,
         "budget_bytes": budget_bytes,
         "sharded_activation_fraction": fraction,
-        "latex": sp.latex(exprs["n_at_budget"]),
     }
