@@ -27,8 +27,8 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import add
 from costmodel.symbols.core import T, b, numeric
+from costmodel.symbols.ops import add
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

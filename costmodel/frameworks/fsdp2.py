@@ -32,8 +32,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import D, L, N_cp, N_ep, T, V, X, Y, b, more_than_one, smax
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -42,8 +42,8 @@ from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer, sceil
 from costmodel.symbols.core import W_X, D, F, L, P, T, V, X, a_X, b, m, smax
+from costmodel.symbols.ops import integer, sceil
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -26,8 +26,8 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import TRAITS
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import X
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

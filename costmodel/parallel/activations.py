@@ -30,7 +30,7 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import add, integer, shared, smax
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import (
     D,
     L,
@@ -41,6 +41,7 @@ from costmodel.symbols.core import (
     b,
     more_than_one,
 )
+from costmodel.symbols.ops import add, integer, smax
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

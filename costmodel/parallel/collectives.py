@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.symbols.algebra import log, sceil, symbolic
+from costmodel.symbols.algebra import symbolic
 from costmodel.symbols.core import smin
+from costmodel.symbols.ops import log, sceil
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 

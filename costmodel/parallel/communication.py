@@ -37,7 +37,6 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer, ratio
 from costmodel.symbols.core import (
     W_X,
     W_Y,
@@ -68,6 +67,7 @@ from costmodel.symbols.core import (
     smin,
     v,
 )
+from costmodel.symbols.ops import integer, ratio
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

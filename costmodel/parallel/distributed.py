@@ -53,7 +53,6 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer, is_zero, unevaluated
 from costmodel.symbols.core import (
     L,
     R_alloc,
@@ -67,6 +66,7 @@ from costmodel.symbols.core import (
     smax,
     smin,
 )
+from costmodel.symbols.ops import integer, is_zero, unevaluated
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

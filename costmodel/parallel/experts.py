@@ -18,8 +18,8 @@ from costmodel.kinds import ffn
 from costmodel.kinds.ffn.moe import busiest_experts, dropped_fraction, kept_fraction
 from costmodel.single.memory import kept_weight_copies, state_memory
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import add, integer
 from costmodel.symbols.core import N_ep, N_etp, Y, as_expr, smin
+from costmodel.symbols.ops import add, integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

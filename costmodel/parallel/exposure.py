@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from costmodel.parallel.pipeline import bidirectional, combined_alone
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import Y
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

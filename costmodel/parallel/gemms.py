@@ -23,7 +23,6 @@ from costmodel.kinds import attention, ffn
 from costmodel.kinds.ffn import Gemm
 from costmodel.single.finetune import adapted, tunes
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import (
     C_eff,
     D,
@@ -41,6 +40,7 @@ from costmodel.symbols.core import (
     t_m,
     t_n,
 )
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -52,7 +52,6 @@ from costmodel.single.kernels import graphed_kernels, layer_kernels, model_kerne
 from costmodel.single.memory import checkpointed_share
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import (
     E_r,
     N_ep,
@@ -67,6 +66,7 @@ from costmodel.symbols.core import (
     t_ex,
     t_op,
 )
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer, ratio, shared, smod
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import L, N_pp, m, sceil, sfloor, smax, smin, v
+from costmodel.symbols.ops import integer, ratio, smod
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -23,7 +23,7 @@ from costmodel.single.precision import PRECISIONS
 from costmodel.specs.frameworks import traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import add, integer, shared
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import (
     L,
     N_cp,
@@ -35,6 +35,7 @@ from costmodel.symbols.core import (
     b,
     sceil,
 )
+from costmodel.symbols.ops import add, integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

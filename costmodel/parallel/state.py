@@ -21,8 +21,9 @@ from costmodel.single.params import block_params, param_breakdown, stacked_block
 from costmodel.single.precision import PRECISIONS, optimizer_state_bytes
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import integer, shared
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import D, L, N_ep, N_etp, N_pp, V, X, Y, smax
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -50,7 +50,7 @@ from costmodel.single.precision import PRECISIONS, optimizer_traffic
 from costmodel.specs.frameworks import Pricing, traits_of
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.algebra import add, bind, integer
+from costmodel.symbols.algebra import bind
 from costmodel.symbols.core import (
     B,
     C,
@@ -78,6 +78,7 @@ from costmodel.symbols.core import (
     smin,
     t_ex,
 )
+from costmodel.symbols.ops import add, integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds import attention, ffn
 from costmodel.single.params import param_breakdown
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import B, D, E_r, H, L, V, Y, k_r
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 from costmodel.specs import checks
 from costmodel.specs.hardware import Hardware
-from costmodel.symbols.algebra import ratio, sceil
 from costmodel.symbols.core import B_tile, T, as_expr, d_h, h_call
 from costmodel.symbols.core import b as b_seq
+from costmodel.symbols.ops import ratio, sceil
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

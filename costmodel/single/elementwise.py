@@ -21,8 +21,8 @@ from costmodel.kinds import attention, ffn
 from costmodel.kinds.ops import STAT
 from costmodel.kinds.ops import cast_bytes as _cast
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols.algebra import expand, integer
 from costmodel.symbols.core import D, H, K, d_h
+from costmodel.symbols.ops import expand, integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -29,8 +29,8 @@ from costmodel.single.params import attention_matrices, ffn_matrices, param_brea
 from costmodel.single.precision import PRECISIONS
 from costmodel.specs.finetune import LORA_TARGETS
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import integer, is_zero, sceil
 from costmodel.symbols.core import D, F, H, K, L, T, b, d_h, r_a
+from costmodel.symbols.ops import integer, is_zero, sceil
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

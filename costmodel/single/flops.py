@@ -32,8 +32,9 @@ from costmodel.single.params import (
     param_breakdown,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import add, expand, integer, ratio, shared
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import B, D, H, L, T, V, d_h, r_a
+from costmodel.symbols.ops import add, expand, integer, ratio
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -37,7 +37,7 @@ from costmodel.single.precision import (
     optimizer_state_bytes,
 )
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import add, integer, is_zero, shared
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import (
     B,
     D,
@@ -54,6 +54,7 @@ from costmodel.symbols.core import (
     smax,
     smin,
 )
+from costmodel.symbols.ops import add, integer, is_zero
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

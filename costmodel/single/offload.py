@@ -28,8 +28,8 @@ from costmodel.single.params import ffn_matrices
 from costmodel.single.precision import PRECISIONS, STAT_BYTES
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
-from costmodel.symbols.algebra import add, expand, integer, ratio
 from costmodel.symbols.core import B, D, H, K, L, T, b, d_h
+from costmodel.symbols.ops import add, expand, integer, ratio
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

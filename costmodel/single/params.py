@@ -13,8 +13,9 @@ from costmodel.kinds import attention, ffn
 from costmodel.kinds.ffn.dense import linear as _linear
 from costmodel.kinds.ffn.dense import matrices as ffn_matrices
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols.algebra import add, integer, ratio, shared
+from costmodel.symbols.algebra import shared
 from costmodel.symbols.core import D, F, L, P, V, d_h
+from costmodel.symbols.ops import add, integer, ratio
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -13,20 +13,22 @@ from costmodel.symbols.algebra import (  # noqa: F401 (formulas import them from
     UnboundSymbol,
     Var,
     as_expr,
-    at_least_one,
     bind,
+    numeric,
+    resolve,
+    symbolic,
+    symbols,
+)
+from costmodel.symbols.ops import (  # noqa: F401 (formulas import them from here)
+    at_least_one,
     log,
     more_than_one,
-    numeric,
     ratio,
-    resolve,
     sceil,
     sfloor,
     smax,
     smin,
     sqrt,
-    symbolic,
-    symbols,
 )
 
 _INT = {"integer": True, "positive": True}

@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import STAT, norm_kept
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import D, H, L, T, Y, b, d_h, d_r, d_v, r_kv, r_q
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from costmodel.kinds.attention.causal import CAUSAL
 from costmodel.kinds.attention.window import WINDOW
-from costmodel.symbols.algebra import add
 from costmodel.symbols.core import L, L_loc, as_expr, at_least_one
+from costmodel.symbols.ops import add
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

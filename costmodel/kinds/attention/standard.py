@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import STAT
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import D, H, K, L, T, Y, b, d_h, smax
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

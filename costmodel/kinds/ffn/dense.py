@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.kinds.ops import differ
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import D, F, Y
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from costmodel.kinds.ffn import dense
 from costmodel.kinds.ops import INDEX_BYTES, STAT, cast_bytes, differ
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols.algebra import integer
 from costmodel.symbols.core import (
     D,
     E_r,
@@ -39,6 +38,7 @@ from costmodel.symbols.core import (
     smax,
     smin,
 )
+from costmodel.symbols.ops import integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from costmodel.kinds.ffn.dense import DENSE
 from costmodel.kinds.ffn.moe import MOE
 from costmodel.specs.model import ModelSpec
-from costmodel.symbols.algebra import add, integer
 from costmodel.symbols.core import L, L_d
+from costmodel.symbols.ops import add, integer
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp
