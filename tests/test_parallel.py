@@ -9,7 +9,7 @@ import pytest
 
 from costmodel import TrainSpec, estimate, get_model
 from costmodel.book.bounds import bounds_report
-from costmodel.book.fsdp import min_fsdp
+from costmodel.book.fsdp import min_fsdp, min_fsdp_expr
 from costmodel.catalog.hardware import HARDWARE, get_hardware
 from costmodel.cli import main
 from costmodel.parallel.layout import group_links
@@ -240,6 +240,18 @@ def test_min_fsdp_closed_form_by_hand():
     exact = (18 * n + 0.5 * acts) / (95e9 - 0.5 * acts)
     assert r["fsdp_exact"] == pytest.approx(exact) and r["fsdp"] == 177
     assert r["per_device_bytes"] <= 95e9
+
+
+def test_min_fsdp_formula_is_the_number_it_computes():
+    """The closed form a notebook prints (sympy) and the number ``min_fsdp`` computes."""
+    from costmodel.symbols import T, X, Y, b, values_for
+
+    model, train = get_model("xxl"), TrainSpec(batch=1, seq=8192)
+    exprs = min_fsdp_expr(model, train, 0.5)
+    values = {**values_for(model, train), b: 1, T: 8192, X: 1, Y: 1, exprs["budget"]: 95e9}
+    r = min_fsdp(model, train, 95e9, 8192, 0.5)
+    assert float(exprs["n_at_budget"].xreplace(values)) == pytest.approx(r["fsdp_exact"])
+    assert int(exprs["state"].xreplace(values)) == r["state_bytes"]
 
 
 def test_min_fsdp_infeasible_is_a_clear_error():

@@ -21,7 +21,7 @@ from costmodel.engine.layouts import enumerate_layouts, valid_mask
 from costmodel.engine.plan import LAYOUT, TIE, PlanOptions, plan
 from costmodel.inputs import build
 from costmodel.specs.checks import SpecError
-from costmodel.specs.model import TrainSpec
+from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
 
 H100 = get_hardware("h100-sxm")
@@ -265,6 +265,24 @@ def test_a_batch_range_holds_what_a_prime_gpu_count_can_place():
     assert 1923 in batch_choices(1, 2520, counts=[5128])
     assert batch_choices(1, 2520, counts=[1024]) == batch_choices(1, 2520)  # no prime > 7
     assert batch_choices(1000, 1200, counts=[5128]) == batch_choices(1000, 1200)  # none fits
+
+
+def test_a_share_that_is_not_a_power_of_two_runs_as_one_micro_batch():
+    """Calculon's answer runs 1,923 sequences over 641 replicas as micro-batch 3: the
+    planner tried powers of two only (micro-batch 1, three accumulation steps, 2.8x the
+    FSDP traffic). A share's micro-batches are the powers of two that divide it and the
+    share over a power of two; not every divisor (2,520 has 48)."""
+    from costmodel.engine.grid import _split
+
+    share = np.array([3, 3, 12, 12, 12, 12, 12, 2520, 2520])
+    micro = np.array([1, 3, 1, 2, 3, 4, 6, 315, 35])
+    assert _split(share, micro).tolist() == [True, True, True, True, True, True, True,
+                                             True, False]  # fmt: skip
+    model = ModelSpec(d_model=20480, n_layers=105, n_heads=128, vocab=51200, d_ff=81920,
+                      ffn="gelu", norm="layernorm", pos="learned", max_positions=2048)  # fmt: skip
+    train = TrainSpec(batch=1923, seq=2048, precision="fp16-mixed")
+    best = plan(model, train, get_hardware("a100-80gb"), 5128, top=1).summary(1)[2]
+    assert "dp1 fsdp641 tp8" in best and "mb3 ga1" in best
 
 
 def test_the_probes_plan_questions_answer_in_their_own_terms(capsys):

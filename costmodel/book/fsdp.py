@@ -44,6 +44,27 @@ def _state(model: ModelSpec, train: TrainSpec, framework: str) -> sp.Expr:
     return add(*(e for k, e in parts.items() if k != "params" or persist))
 
 
+def min_fsdp_expr(
+    model: ModelSpec, train: TrainSpec, fraction: float, framework: str = "reference"
+) -> dict[str, sp.Expr]:
+    """The closed form as sympy expressions (a notebook shows them; :func:`min_fsdp`
+    computes the same on numbers): per-device memory as a function of N_FSDP, and the N
+    where it meets a budget ``M_budget``."""
+    import sympy as sp
+
+    n_fsdp, budget = sp.Symbol("N_FSDP", positive=True), sp.Symbol("M_budget", positive=True)
+    state = sp.sympify(_state(model, train, framework))
+    acts = sp.sympify(activation_memory(model, train)["total"])
+    f = sp.nsimplify(fraction)
+    return {
+        "per_device": state / n_fsdp + acts * ((1 - f) + f / n_fsdp),
+        "n_at_budget": (state + f * acts) / (budget - (1 - f) * acts),
+        "budget": budget,
+        "state": state,
+        "activations": acts,
+    }
+
+
 def min_fsdp(
     model: ModelSpec,
     train: TrainSpec,

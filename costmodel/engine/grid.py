@@ -196,7 +196,6 @@ def layout_grid(
     replicas = gpus // (b["tp"] * b["cp"] * b["pp"])
     routed = b["ep"] > 1
     combined = routed & trait(b["framework"], "combined_1f1b")
-    most = int((sizes.max() // replicas).max(initial=1))  # the largest share of a batch
     interleave = dict.fromkeys((*options.interleave, 1))
     grid = LayoutGrid(gpus, b, {
         "batch": sizes,
@@ -205,7 +204,7 @@ def layout_grid(
         "ep_overlap": np.array([False, True] if combined.any() else [False]),
         "sequence_parallel": np.array([False, True] if (b["tp"] > 1).any() else [False]),
         "pp_interleave": np.array(list(interleave) if (b["pp"] > 1).any() else [1], np.int64),
-        "micro_batch": np.array(_micro_batches(most, options), np.int64),
+        "micro_batch": np.array(_micro_batches(sizes, replicas, options), np.int64),
         "recompute": np.array(options.recompute, KIND),
     })  # fmt: skip
     grid.choices = _choices(grid, replicas, routed, combined, options.interleave)
@@ -216,9 +215,9 @@ def _choices(grid: LayoutGrid, replicas: np.ndarray, routed: np.ndarray,
              combined: np.ndarray, interleave: tuple[int, ...]) -> list[np.ndarray]:  # fmt: skip
     """What makes a combination one the search enumerates: the batch splits over the
     block's replicas, sequence parallelism only under tp, interleaving (the degrees asked)
-    only under pp, micro-batches that divide a replica's share, a twin with combined 1F1B
-    only of a block that runs it, a dispatcher past the first only of an expert-parallel
-    block."""
+    only under pp, micro-batches that split a replica's share (:func:`_split`), a twin
+    with combined 1F1B only of a block that runs it, a dispatcher past the first only of
+    an expert-parallel block."""
     at, a, b = grid.along, grid.axes, grid.blocks
     batch, replicas = at("batch", a["batch"]), at("block", replicas)
     v = at("pp_interleave", a["pp_interleave"])
@@ -226,7 +225,7 @@ def _choices(grid: LayoutGrid, replicas: np.ndarray, routed: np.ndarray,
         batch % replicas == 0,
         ~at("sequence_parallel", a["sequence_parallel"]) | at("block", b["tp"] > 1),
         np.where(at("block", b["pp"] > 1), np.isin(v, interleave), v == 1),
-        (batch // replicas) % at("micro_batch", a["micro_batch"]) == 0,
+        _split(batch // replicas, at("micro_batch", a["micro_batch"])),
         ~at("ep_overlap", a["ep_overlap"]) | at("block", combined),
         at("ep_dispatcher", np.arange(len(a["ep_dispatcher"])) == 0) | at("block", routed),
     ]
@@ -312,10 +311,29 @@ def _expert_meshes(model: ModelSpec, tp: int, data_ranks: int) -> list[tuple[int
             for ep in divisors(model.n_experts) if ranks % (ep * etp) == 0]  # fmt: skip
 
 
-def _micro_batches(per_replica: int, options: PlanOptions) -> list[int]:
-    """The micro-batches to try: ``options.micro_batches`` or every power of two up to a
-    replica's share of the batch (which of them divide it is the grid's ``allowed``)."""
-    allowed = options.micro_batches
-    if allowed is None:
-        allowed = [2**i for i in range(per_replica.bit_length())]
-    return list(dict.fromkeys(allowed))
+def _micro_batches(sizes: np.ndarray, replicas: np.ndarray, options: PlanOptions) -> list[int]:
+    """The micro-batches to try: ``options.micro_batches``, or every power of two up to
+    the largest replica's share of a batch and every share over a power of two (which
+    of them a layout runs is :func:`_split`'s)."""
+    if options.micro_batches is not None:
+        return list(dict.fromkeys(options.micro_batches))
+    counts = np.unique(replicas)
+    splits = sizes[:, None] % counts[None, :] == 0
+    shares = {int(s) for s in (sizes[:, None] // counts[None, :])[splits]} or {1}
+    found = {2**i for i in range(max(shares).bit_length())}
+    for share in shares:
+        while share % 2 == 0:
+            found.add(share)
+            share //= 2
+        found.add(share)
+    return sorted(found)
+
+
+def _split(share: np.ndarray, micro: np.ndarray) -> np.ndarray:
+    """Micro-batches a replica's ``share`` of the batch runs: those that divide it and are
+    a power of two or leave a power-of-two count of micro-batches. Calculon searches every
+    divisor: 1,923 sequences over 641 replicas run as micro-batch 3 (3 is not a power of
+    two), and this keeps that while every other divisor of a share with many (2,520 has
+    48) would multiply the layouts evaluated with near-twins of these."""
+    count = share // micro
+    return (share % micro == 0) & (((micro & (micro - 1)) == 0) | ((count & (count - 1)) == 0))

@@ -22,7 +22,7 @@ class PlanOptions:
     frameworks: tuple[str, ...] = ("fsdp2", "megatron")
     recompute: tuple[str, ...] = ("none", "selective", "selective-op", "full")
     micro_batches: tuple[int, ...] | None = None
-    """Sequences per device per micro-batch; default every power of two that divides."""
+    """Sequences per device per micro-batch; default every one that divides a replica's share."""
     interleave: tuple[int, ...] = (1, 2)
     max_tp: int | None = None
     """Largest tensor-parallel degree; default the devices of one node (NVLink domain)."""

@@ -3,7 +3,7 @@
 A planner's sweep evaluates tens of structure groups of up to a million candidates each:
 numpy releases the GIL inside its array loops, so two threads run a sweep of Turing-NLG
 530B's 1.35 M candidates in 0.36 s instead of 0.65-0.85 s on two cores
-(``benchmarks/bench_plan.py --calculon``). Results come back in the order of the items,
+(``benchmarks/bench_calculon.py``). Results come back in the order of the items,
 so a sweep's values do not depend on the thread count; at most ``2 x threads`` items are
 in flight (each holds its group's columns and results).
 """
