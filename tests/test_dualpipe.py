@@ -97,16 +97,16 @@ def test_rank_layers_are_stage_r_and_stage_pp_minus_1_minus_r(layers, index, exp
     """The earlier stages take the spare layers (1F1B's split): 30 over 4 is 8, 8, 7, 7, so
     rank 0 holds 8 + 7; 34 is 9, 9, 8, 8: 9 + 8 on rank 0 and on rank 1."""
     dual = ParallelSpec(pp=4, pp_schedule="dualpipe")
-    rank = PipelineRank(sp.Integer(index), False, False)
+    rank = PipelineRank(index, False, False)
     assert rank_layers(dual, rank).subs({L: layers, N_pp: 4, v: 1}) == expected
 
 
 def test_pp_plus_one_micro_batches_of_one_stage_are_in_flight():
     """DeepSeek's Table 2: PP + 1 against 1F1B's PP, in one stage's activations."""
     dual = ParallelSpec(pp=4, pp_schedule="dualpipe")
-    rank = PipelineRank(sp.Integer(0), True, True)
+    rank = PipelineRank(0, True, True)
     assert held_layers(dual, rank).subs({L: 32, N_pp: 4, m_symbol: 16, v: 1}) == 5 * 8
-    plain = PipelineRank(sp.Integer(0), True, False)
+    plain = PipelineRank(0, True, False)
     assert (
         held_layers(ParallelSpec(pp=4), plain).subs({L: 32, N_pp: 4, m_symbol: 16, v: 1}) == 4 * 8
     )
@@ -175,7 +175,7 @@ def test_dualpipev_keeps_and_exposes_what_torchs_schedule_does(pp, m):
     most, alone = _torch_dualpipev(pp, m, 0)
     for index in range(pp):
         assert _torch_dualpipev(pp, m, index)[0] == most
-    rank = PipelineRank(sp.Integer(0), True, True)
+    rank = PipelineRank(0, True, True)
     assert chunks_in_flight(vee, rank).subs(values) == most == 2 * pp + 1
     assert combined_alone(vee).subs(values) == sp.Rational(alone, 2 * m)
 

@@ -10,7 +10,6 @@ from urllib.parse import parse_qsl, urlparse
 
 import numpy as np
 import pytest
-import sympy as sp
 
 from costmodel import ParallelSpec, TrainSpec, estimate, get_model, sweep
 from costmodel.catalog.hardware import get_hardware
@@ -64,7 +63,7 @@ def test_interleaved_pipelining_runs_its_warm_up_alone():
 def test_the_extra_warm_up_forward_keeps_one_chunk_more(micro, more):
     """Megatron adds a warm-up forward so that each steady step's forward and backward are
     of different micro-batches: one more chunk in flight, none past the m·v chunks."""
-    first = PipelineRank(sp.Integer(0), True, False)
+    first = PipelineRank(0, True, False)
     at = {m: micro, v: 2, N_pp: 4}
     plain, combined = (
         chunks_in_flight(ParallelSpec(**INTERLEAVED, ep_overlap=flag), first).subs(at)

@@ -287,7 +287,6 @@ def test_the_planner_searches_expert_parallel_degrees():
 
 
 def _rank_values(model, train, par, index, first, last):
-    import sympy as sp
 
     from costmodel.engine.estimate import symbol_values
     from costmodel.frameworks import framework_of
@@ -295,7 +294,7 @@ def _rank_values(model, train, par, index, first, last):
     from costmodel.parallel.pipeline import PipelineRank
 
     values = symbol_values(model, train, par, H100)
-    rank = PipelineRank(sp.Integer(index), first, last)
+    rank = PipelineRank(index, first, last)
     memory = rank_memory(model, train, par, rank, pricing=framework_of(par))
     return {k: float(e.xreplace(by_symbol(values))) for k, e in memory.items()}
 

@@ -26,7 +26,7 @@ def _split(par: ParallelSpec, layers: int, dense: int = 0) -> list[tuple[int, in
     """(blocks, dense leading blocks) on every pipeline rank, from the expressions."""
     out = []
     for i in range(par.pp):
-        rank = PipelineRank(sp.Integer(i), i == 0, i == par.pp - 1)
+        rank = PipelineRank(i, i == 0, i == par.pp - 1)
         values = {L: layers, N_pp: par.pp, v: par.pp_interleave}
         blocks = int(rank_layers(par, rank).subs(values))
         out.append((blocks, int(leading_layers(par, rank, sp.Integer(dense)).subs(values))))

@@ -10,6 +10,7 @@ numpy arrays (``quantities.evaluated``), with symbol values from the same functi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import fields
 from types import SimpleNamespace
@@ -175,33 +176,45 @@ def sweep(
     columns = _columns(base, overrides, grid, layout)
     out: dict[str, np.ndarray] = {}
     known: list[tuple] = []  # the quantities a structure of the grid has
+    lock = threading.Lock()
 
-    def group_numbers(item: tuple[Any, dict[str, Any]]) -> tuple[Any, tuple[str, ...], list]:
-        idx, group = item
+    def group_numbers(item: tuple[Any, dict[str, Any]]) -> None:
+        """One structure group, picked, evaluated and written into ``out`` (in a worker
+        thread: its points are its own, so writers never meet)."""
+        idx, flat = item
+        group = flat if idx is None else {k: _pick(c, idx, k in _WHOLE) for k, c in flat.items()}
         specs = _specs(group, checked)
         values = symbol_values(specs.model, specs.train, specs.parallel, hw if layout else None)
-        numbers = evaluated(specs.structure, {k: np.asarray(v, dtype=np.float64)
-                                               for k, v in values.items()})  # fmt: skip
+        numbers = evaluated(specs.structure, {k: _floats(v) for k, v in values.items()})
         known.append(tuple(numbers))
         keys = tuple(numbers) if quantities is None else tuple(
             k for k in quantities if k in numbers)  # fmt: skip
-        return idx, keys, [numbers[k] for k in keys]
-
-    threads = threads_for(points) if checked else 1  # the rules raise in this thread only
-    for idx, keys, results in in_threads(group_numbers, _groups(columns, shape, layout), threads):
-        for key, result in zip(keys, results, strict=True):
+        for key in keys:
+            result = np.asarray(numbers[key], np.float64)
             if idx is None:  # one structure: the grid as broadcast, no copies
-                out[key] = np.broadcast_to(np.asarray(result, np.float64), shape)
+                out[key] = np.broadcast_to(result, shape)
                 continue
             if key not in out:
-                out[key] = np.full(points, np.nan)
+                with lock:
+                    out.setdefault(key, np.full(points, np.nan))
             out[key][idx] = result
+
+    threads = threads_for(points)
+    for _ in in_threads(group_numbers, _groups(columns, shape, layout), threads):
+        pass  # in order: the first group that raises raises here
     missing = [k for k in quantities or () if k not in out]
     if missing:  # named with the closest keys a structure of the grid has
         said = checks.unknown("quantity", missing[0], known[0],
                               "estimate(...).keys() lists them")  # fmt: skip
         raise SpecError("quantities", said)
     return {k: v if v.shape == shape else v.reshape(shape) for k, v in out.items()}
+
+
+def _floats(value: Any) -> Any:
+    """A symbol's value as the formulas compute on it: float64 arrays, and a value alike
+    at every point as a Python float (numpy's 0-d arithmetic costs ~10x Python's)."""
+    array = np.asarray(value, dtype=np.float64)
+    return float(array) if array.ndim == 0 else array
 
 
 def _micro_batch_to_grad_accum(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -247,9 +260,10 @@ def _columns(
 
 
 def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
-    """(indices, {field: scalar kind or array of sizes}) per structure; indices None when the
-    whole grid is one structure (the arrays then keep their broadcastable shapes). Fields
-    that are one value for the whole grid stay scalars."""
+    """(indices, the grid's flat columns) per structure, each group's part of them taken
+    by :func:`_pick` where it is evaluated; (None, {field: scalar kind or array of sizes})
+    when the whole grid is one structure (the arrays then keep their broadcastable shapes).
+    Fields that are one value for the whole grid stay scalars."""
     keys = [cols[k] for k in sorted(_KINDS) if k in cols and cols[k].size > 1]
     if layout:
         keys += [cols["pp"] > 1, cols["pp_interleave"] > 1]
@@ -265,13 +279,16 @@ def _groups(cols: dict[str, np.ndarray], shape: tuple[int, ...], layout: bool):
     ordered = small[order]
     starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1  # where each group begins
     if starts.size == 0:
-        yield None, {k: c.flat[0] if k in _KINDS or k == "name" else c for k, c in cols.items()}
+        yield None, {k: c.flat[0] if k in _WHOLE else c for k, c in cols.items()}
         return
     flat = {k: np.broadcast_to(c, shape).ravel() if c.size > 1 else c.reshape(())
             for k, c in cols.items()}  # fmt: skip
     for start, end in zip([0, *starts], [*starts, codes.size], strict=True):
-        idx = order[start:end]
-        yield idx, {k: _pick(c, idx, k in _KINDS or k == "name") for k, c in flat.items()}
+        yield order[start:end], flat
+
+
+_WHOLE = _KINDS | {"name"}
+"""Fields a structure group reads as one value (all alike in it)."""
 
 
 def _pick(column: np.ndarray, idx: np.ndarray, kind: bool) -> Any:

@@ -100,13 +100,16 @@ def wave_efficiency(rows: sp.Expr, cols: sp.Expr) -> sp.Expr:
 
 
 def gemm_cost(n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int) -> tuple[sp.Expr, sp.Expr]:
-    """(FLOPs, bytes) of one (n x k)(k x n2) matmul in a dtype of ``nbytes``."""
-    return 2 * n * k * n2, nbytes * (n * k + k * n2 + n * n2)
+    """(FLOPs, bytes) of one (n x k)(k x n2) matmul in a dtype of ``nbytes``: 2·n·k·n2
+    and nbytes·(n·k + k·n2 + n·n2) (the sizes of one reading grouped first: n is the
+    array in a sweep, one operation instead of three)."""
+    return 2 * k * n2 * n, nbytes * (n * (k + n2) + k * n2)
 
 
 def gemm_seconds(
-    n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int, frozen: bool = False, grouped: bool = False
-) -> tuple[sp.Expr, sp.Expr]:
+    n: sp.Expr, k: sp.Expr, n2: sp.Expr, nbytes: int, frozen: bool = False,
+    grouped: bool = False, moved: sp.Expr | None = None,
+) -> tuple[sp.Expr, sp.Expr]:  # fmt: skip
     """(forward, backward) seconds of one (n x k)(k x n2) matmul and of its dX (an n x k
     result over n2) and dW (k x n2 over n; none for a ``frozen`` weight): each the longer
     of the FLOPs its result's tiles run, 2·depth·t_m·t_n per tile-time, at ``C_eff`` times
@@ -115,13 +118,13 @@ def gemm_seconds(
     and its operands' bytes at the HBM rate. ``grouped``: one routed expert's problem, which
     a grouped linear that loops over the experts on the host (``l_ex``: Transformer Engine's
     GroupedLinear, one cuBLAS GEMM per expert on a pool of streams) runs at ``r_grp``
-    (``efficiency.grouped``) of that efficiency, and one grouped kernel at all of it."""
-    moved = gemm_cost(n, k, n2, nbytes)[1]
-    rate = C_eff * (1 - l_ex * (1 - r_grp)) if grouped else C_eff
+    (``efficiency.grouped``) of that efficiency, and one grouped kernel at all of it.
+    ``moved``: the operands' bytes where the caller has them (:func:`gemm_cost`)."""
+    moving = (gemm_cost(n, k, n2, nbytes)[1] if moved is None else moved) / W_hbm
+    per_slot = 2 * t_m * t_n / (C_eff * (1 - l_ex * (1 - r_grp)) if grouped else C_eff)
 
     def one(rows: sp.Expr, cols: sp.Expr, depth: sp.Expr) -> sp.Expr:
-        run = 2 * depth * t_m * t_n * tile_slots(rows, cols)
         slower = 1 + k_half / smax(depth, 1)  # an empty GEMM (depth 0) runs nothing
-        return smax(run / rate * slower, moved / W_hbm)
+        return smax(per_slot * slower * depth * tile_slots(rows, cols), moving)
 
     return one(n, n2, k), one(n, k, n2) + (0 if frozen else one(k, n2, n))

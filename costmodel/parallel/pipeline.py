@@ -47,12 +47,19 @@ if TYPE_CHECKING:  # sympy: only where a formula is asked for
 
 @dataclass(frozen=True)
 class PipelineRank:
-    """One pipeline rank: its index (0, 1 or pp - 1) and whether it holds the first stage
-    (the embedding) and the last (the head)."""
+    """One pipeline rank: its position (its index, or -1 for the last, pp - 1) and whether it
+    holds the first stage (the embedding) and the last (the head). Hashable whatever pp
+    reads as, so :func:`~costmodel.symbols.algebra.shared` formulas of a rank are computed
+    once per reading."""
 
-    index: sp.Expr
+    position: int
     first: bool
     last: bool
+
+    @property
+    def index(self) -> sp.Expr:
+        """The rank's index: its position, or pp - 1 for the last."""
+        return N_pp - 1 if self.position < 0 else integer(self.position)
 
     @property
     def name(self) -> str:
@@ -87,9 +94,9 @@ def ranks(par: ParallelSpec) -> list[PipelineRank]:
     """The ranks (pp > 1) whose maximum is every rank's (module docstring; the second
     counts where :func:`present`)."""
     if bidirectional(par):  # rank 0 holds both ends (DualPipe: rank pp - 1 mirrors it)
-        return [PipelineRank(integer(0), True, True), PipelineRank(integer(1), False, False)]
-    return [PipelineRank(integer(0), True, False), PipelineRank(integer(1), False, False),
-            PipelineRank(N_pp - 1, False, True)]  # fmt: skip
+        return [PipelineRank(0, True, True), PipelineRank(1, False, False)]
+    return [PipelineRank(0, True, False), PipelineRank(1, False, False),
+            PipelineRank(-1, False, True)]  # fmt: skip
 
 
 def present(rank: PipelineRank) -> sp.Expr:
@@ -169,7 +176,7 @@ def combined_alone(par: ParallelSpec) -> sp.Expr:
         return 1 / m
     if bidirectional(par):
         return smin(ratio(3, 2) * N_pp * v - 1, m * v) / (m * v)
-    first = PipelineRank(integer(0), True, False)
+    first = PipelineRank(0, True, False)
     return smin(_interleaved_warmup(first) + 1, m * v) / (m * v)
 
 

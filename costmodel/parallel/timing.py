@@ -78,7 +78,7 @@ from costmodel.symbols.core import (
     smin,
     t_ex,
 )
-from costmodel.symbols.ops import add, integer
+from costmodel.symbols.ops import add, integer, scaled
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
     import sympy as sp
@@ -113,15 +113,17 @@ def roofline(
     ops: dict[str, dict[str, sp.Expr]] = {}
     grouped = ffn.grouped_ops(model)
     for op, shapes in all_gemms(model, train, par.sequence_parallel).items():
-        total = dict.fromkeys(("flops", "bytes", "time_s", "backward_s"), integer(0))
+        terms: list[list[sp.Expr]] = [[], [], [], []]  # flops, bytes, time_s, backward_s
         frozen = backward_factor(op, train) == 1  # a frozen weight: dX alone
         for rows, k, n2, count in shapes:
-            seconds = gemm_seconds(n * rows, k, n2, a, frozen, grouped=op in grouped)
-            cost = gemm_cost(n * rows, k, n2, a) + seconds
-            for key, value in zip(total, cost, strict=True):
-                total[key] += count * value
+            tokens = scaled(rows, n)
+            cost = gemm_cost(tokens, k, n2, a)
+            cost += gemm_seconds(tokens, k, n2, a, frozen, op in grouped, moved=cost[1])
+            for out, value in zip(terms, cost, strict=True):
+                out.append(scaled(count, value))
         share = _layer_share(model, par, op)
-        ops[op] = {key: share * value for key, value in total.items()}
+        ops[op] = {key: scaled(share, add(*values)) for key, values in
+                   zip(("flops", "bytes", "time_s", "backward_s"), terms, strict=True)}  # fmt: skip
     if not model.ffn_only:
         ops["attn_core"] = _attention_core(model, train, b_dev, t_dev)
     for entry in ops.values():

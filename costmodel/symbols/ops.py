@@ -3,7 +3,8 @@ the formulas read here (:mod:`costmodel.symbols.algebra`): unevaluated sympy whe
 build expressions, Python's ``math`` on numbers, numpy on arrays. ``smax``/``smin``
 (``Max``/``Min``), ``sceil``/``sfloor``, ``smod``, ``ratio`` (an exact ``Rational``, a
 ``Fraction``, or a float), ``sqrt``, ``log``, ``add`` (one ``Add``), ``expand``,
-``integer`` (a sympy ``Integer`` where symbolic: exact divisions), ``is_zero`` (a part that
+``scaled`` (c·x without a pass for c = 1), ``integer`` (a sympy ``Integer`` where
+symbolic: exact divisions), ``is_zero`` (a part that
 can be left out) and ``unevaluated`` (sympy's ``evaluate(False)``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import operator
 from fractions import Fraction
 from typing import Any
 
@@ -117,10 +119,18 @@ def more_than_one(n: Any) -> Any:
 
 def add(*terms: Any) -> Any:
     """The sum of ``terms`` (0 for none): one ``Add`` where symbolic (sympy flattens it
-    once, where ``+`` one term at a time re-flattens), Python's ``+`` where numeric."""
+    once, where ``+`` one term at a time re-flattens), Python's ``+`` where numeric (from
+    the first term: ``0 + array`` would be one more pass over a sweep's arrays)."""
     if symbolic():
         return _sympy().Add(*map(resolve, terms))
-    return sum(terms, 0)
+    return functools.reduce(operator.add, terms) if terms else 0
+
+
+def scaled(c: Any, x: Any) -> Any:
+    """c·x, and ``x`` itself where ``c`` is the number 1 (a count, a share or rows per
+    token that is one: where numeric, ``1 * array`` is one more pass over a sweep's
+    arrays; where symbolic, sympy drops the 1 itself)."""
+    return x if not isinstance(c, np.ndarray) and c == 1 else c * x
 
 
 def expand(x: Any) -> Any:

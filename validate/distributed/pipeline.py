@@ -17,7 +17,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sympy as sp
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -269,7 +268,7 @@ def predicted(case: PipelineCase) -> list[dict[str, float]]:
     values = symbol_values(spec, train, par, get_hardware("cpu"))
     out = []
     for r in range(case.world):
-        rank = PipelineRank(sp.Integer(r), r == 0, r == case.world - 1)
+        rank = PipelineRank(r, r == 0, r == case.world - 1)
         mem = {k: float(as_expr(e).xreplace(by_symbol(values))) for k, e in
                rank_memory(spec, train, par, rank, pricing=framework_of(par)).items()}  # fmt: skip
         # a rank's parameter storages are the fp32 master where autocast casts from it
