@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from costmodel.book.bounds import LABEL, bounds_report
+from costmodel.book.bounds import LABEL, bounds_latex, bounds_report
 from costmodel.book.fsdp import min_fsdp
 from costmodel.engine.fit import budget_bytes
 from costmodel.engine.inverse import min_fsdp_fitting
@@ -164,7 +164,15 @@ def _gib(n: float) -> str:
 def _bounds(setup: Setup) -> dict:
     assert setup.parallel is not None and setup.hardware is not None
     return bounds_report(setup.model, setup.parallel, setup.hardware,
-                         precision=setup.train.precision)  # fmt: skip
+                         precision=setup.train.precision, latex=False)  # fmt: skip
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _book_formula(setup: Setup) -> str:
+    """B* of this layout in the model's sizes (sympy solves it: only when asked)."""
+    assert setup.parallel is not None
+    par = setup.parallel
+    return bounds_latex(setup.model, par.fsdp, par.tp, False)["critical_batch_tokens"]
 
 
 def _book_critical_batch(setup: Setup) -> None:
@@ -178,7 +186,9 @@ def _book_critical_batch(setup: Setup) -> None:
         regime = in_words(report["regime"])
         st.info(f"fsdp {report['fsdp']}, tp {report['tp']}: {regime} (the book's model).")
         return
-    st.latex(r"B^* = " + report["latex"]["critical_batch_tokens"])
+    st.latex(r"B^* = \frac{T_{FSDP}}{(T_{math} - T_{TP})\,/\,B}")
+    if st.toggle("B* in the model's sizes", key="book_formula"):
+        st.latex(r"B^* = " + _book_formula(setup))
     if tokens is None:
         st.warning(f"fsdp {report['fsdp']}, tp {report['tp']}: {in_words(report['regime'])}.")
         return

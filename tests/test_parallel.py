@@ -454,3 +454,23 @@ def test_max_seq_says_when_it_stops_at_its_limit(capsys):
     assert main(["solve", "max-seq", "--model", "llama3-8b", "--hardware", "h100-sxm",
                  "--json"]) == 0  # fmt: skip
     assert "limited_by" not in json.loads(capsys.readouterr().out)
+
+
+def test_the_numbers_without_sympy_are_the_solved_formulas():
+    """``latex=False`` computes B* as c / (a - b) on numbers; sympy's solved B* (printed
+    with ``latex=True``) at the same values is the same number, and so is every other
+    field."""
+    from costmodel.book.bounds import W_ici, W_tp, critical_batch
+    from costmodel.symbols import M_X, M_Y, C, D, F, L, X, Y
+
+    model, hw = get_model("llama3-70b"), get_hardware("h100-sxm")
+    for fsdp, tp in ((8, 8), (64, 1), (16, 4)):
+        par = ParallelSpec(fsdp=fsdp, tp=tp)
+        fast = bounds_report(model, par, hw, latex=False)
+        full = bounds_report(model, par, hw)
+        assert {k: v for k, v in full.items() if k != "latex"} == fast
+        values = {C: fast["peak_flops"], W_ici: fast["bandwidth"], W_tp: fast["tp_bandwidth"],
+                  X: fsdp, Y: tp, M_X: 1, M_Y: 1, D: model.d_model, F: model.d_ff,
+                  L: model.n_layers}  # fmt: skip
+        solved = critical_batch(model, fsdp, tp, False).subs(values)
+        assert float(solved) == pytest.approx(fast["critical_batch_tokens"], rel=1e-12)

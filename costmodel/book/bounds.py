@@ -26,7 +26,7 @@ T_math + T_comm, twice T_math at B*. Batch B is in tokens, global.
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from costmodel.kinds import ffn
 from costmodel.parallel.layout import members_per_node, off_tpu
@@ -37,12 +37,17 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.parallel import ParallelSpec
+from costmodel.symbols.algebra import Var, numeric
 from costmodel.symbols.core import DESCRIPTIONS, M_X, M_Y, C, D, F, L, X, Y
+from costmodel.symbols.ops import integer, ratio, sqrt
 
-B_tok = sp.Symbol("B_tok", positive=True)
-W_ici = sp.Symbol("W_ici", positive=True)
-W_tp = sp.Symbol("W_tp", positive=True)
-N_chips = sp.Symbol("N", positive=True)
+if TYPE_CHECKING:  # sympy: only where a formula is printed (``latex=True``)
+    import sympy as sp
+
+B_tok = Var("B_tok", positive=True)
+W_ici = Var("W_ici", positive=True)
+W_tp = Var("W_tp", positive=True)
+N_chips = Var("N", positive=True)
 DESCRIPTIONS.update(
     {
         B_tok: "tokens per step (Scaling Book approximation)",
@@ -64,27 +69,33 @@ def terms(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str,
     scale = (1, 1, 1) if forward_only else (3, 3, 2)
     return {
         "math": scale[0] * 2 * k * B_tok * D * F * L / (X * Y * C),
-        "fsdp": scale[1] * 2 * k * D * F * L / (Y * W_ici * M_X) if fsdp > 1 else sp.Integer(0),
-        "tp": scale[2] * 4 * B_tok * D * L / (X * W_tp * M_Y) if tp > 1 else sp.Integer(0),
+        "fsdp": scale[1] * 2 * k * D * F * L / (Y * W_ici * M_X) if fsdp > 1 else integer(0),
+        "tp": scale[2] * 4 * B_tok * D * L / (X * W_tp * M_Y) if tp > 1 else integer(0),
     }
 
 
 def critical_batch(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> sp.Expr:
-    """B* (tokens) where T_math = T_fsdp + T_tp; infinite when TP alone is comm-bound."""
+    """B* (tokens) where T_math = T_fsdp + T_tp, solved by sympy (the formula printed);
+    infinite when TP alone is comm-bound. :func:`critical_value` gives its number."""
+    import sympy as sp
+
     t = terms(model, fsdp, tp, forward_only)
     if t["fsdp"] == 0 and t["tp"] == 0:
         return sp.Integer(0)
-    roots = sp.solve(sp.Eq(t["math"], t["fsdp"] + t["tp"]), B_tok)
+    roots = sp.solve(sp.Eq(t["math"], t["fsdp"] + t["tp"]), B_tok.sym)
     return roots[0] if roots else sp.oo
 
 
-def critical_value(t: dict[str, sp.Expr], values: dict) -> tuple[float | None, str]:
-    """(B* in tokens or None, the regime in words) of the terms at ``values``: T_math = a·B,
+def critical_value(
+    model: ModelSpec, fsdp: int, tp: int, forward_only: bool, values: dict
+) -> tuple[float | None, str]:
+    """(B* in tokens or None, the regime in words) at ``values``: T_math = a·B,
     T_tp = b·B and T_fsdp = c, so B* = c / (a − b) where a > b; without communication every
     batch is compute-bound (B* = 0); where b >= a (tensor parallelism past its degree) no
     batch is."""
-    a, b, c = (float(t[k].subs(values).subs(B_tok, 1)) if k != "fsdp"
-               else float(t[k].subs(values)) for k in ("math", "tp", "fsdp"))  # fmt: skip
+    with numeric({**values, B_tok: 1}):
+        t = terms(model, fsdp, tp, forward_only)
+        a, b, c = (float(t[k]) for k in ("math", "tp", "fsdp"))
     if b == 0 and c == 0:
         return 0.0, "no communication: compute-bound at any batch"
     if a <= b:
@@ -112,9 +123,9 @@ def conditions(model: ModelSpec) -> dict[str, sp.Expr]:
     n = N_chips
     return {
         "fsdp_min_batch_per_device": alpha / M_X,
-        "tp_max_degree": sp.Rational(k, 2) * F * M_Y / alpha_tp,
+        "tp_max_degree": ratio(k, 2) * F * M_Y / alpha_tp,
         "mixed_min_batch_per_device": 8 * alpha * alpha_tp / (k * F * M_X * M_Y),
-        "mixed_optimal_fsdp": sp.sqrt(2 * B_tok * n * M_X * W_ici / (k * F * M_Y * W_tp)),
+        "mixed_optimal_fsdp": sqrt(2 * B_tok * n * M_X * W_ici / (k * F * M_Y * W_tp)),
     }
 
 
@@ -160,8 +171,10 @@ def bounds_report(
     forward_only: bool = False,
     peak_flops: float | None = None,
     bandwidth: float | None = None,
+    latex: bool = True,
 ) -> dict:
-    """Numbers and LaTeX for the CLI, the app and notebooks.
+    """Numbers and LaTeX for the CLI, the app and notebooks (``latex=False``: the numbers
+    alone, computed without sympy).
 
     X, Y, M_X, M_Y and the overlap rule come from ``parallel``; C is the device's peak in
     the precision's matmul dtype and W the FSDP group's link as collectives see it
@@ -189,17 +202,15 @@ def bounds_report(
     values = {C: peak, W_ici: link, W_tp: tp_link, X: fsdp, Y: tp, M_X: parallel.mx,
               M_Y: parallel.my,
               D: model.d_model, F: model.d_ff, L: model.n_layers}  # fmt: skip
-    t = terms(model, fsdp, tp, forward_only)
-    b_star = critical_batch(model, fsdp, tp, forward_only)
-    b_value, regime = critical_value(t, values)
+    b_value, regime = critical_value(model, fsdp, tp, forward_only, values)
     finite = b_value is not None
-    at = {**values, B_tok: b_value or 0}
-    times = {name: float(e.subs(at)) if finite else float("inf") for name, e in t.items()}
+    with numeric({**values, N_chips: fsdp * tp, B_tok: b_value or 0}):
+        times = {name: float(e) if finite else float("inf")
+                 for name, e in terms(model, fsdp, tp, forward_only).items()}  # fmt: skip
+        shown = {k: float(e) for k, e in conditions(model).items()}
     comm = times["fsdp"] + times["tp"]
     step = max(times["math"], comm) if parallel.overlap == "max" else times["math"] + comm
     n_dev = fsdp * tp
-    at_b = {**values, N_chips: n_dev, B_tok: b_value or 0}
-    shown = {k: float(e.subs(at_b)) for k, e in conditions(model).items()}
     if not finite:  # the best split of a batch no layout makes compute-bound: none
         shown.pop("mixed_optimal_fsdp")
     return {
@@ -223,9 +234,16 @@ def bounds_report(
         "regime": regime,
         "time_s_at_critical_batch": {**times, "step": step},
         "conditions": shown,
-        "latex": {
-            "critical_batch_tokens": sp.latex(b_star),
-            **{f"T_{k}": sp.latex(e) for k, e in t.items()},
-            **{k: sp.latex(e) for k, e in conditions(model).items()},
-        },
+        **({"latex": bounds_latex(model, fsdp, tp, forward_only)} if latex else {}),
+    }
+
+
+def bounds_latex(model: ModelSpec, fsdp: int, tp: int, forward_only: bool) -> dict[str, str]:
+    """LaTeX of B* (:func:`critical_batch`), of each time term and of each condition."""
+    import sympy as sp
+
+    return {
+        "critical_batch_tokens": sp.latex(critical_batch(model, fsdp, tp, forward_only)),
+        **{f"T_{k}": sp.latex(e) for k, e in terms(model, fsdp, tp, forward_only).items()},
+        **{k: sp.latex(e) for k, e in conditions(model).items()},
     }
