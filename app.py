@@ -1,6 +1,7 @@
 """costmodel explorer: pick a model, a batch, a cluster and a layout; see what it costs.
 
-Run: ``./scripts/setup.sh && .venv/bin/streamlit run app.py``. Every number comes from
+Run: ``./scripts/setup.sh && .venv/bin/python -m explorer`` (``streamlit run app.py`` with
+the pages imported before the server listens: ``explorer/__main__.py``). Every number comes from
 ``costmodel``; the inputs are mirrored in the URL, so a link reproduces the view. The
 Plan page searches every layout of a cluster for the fastest that fits
 (``costmodel.engine.plan``); Offload plans training larger than device memory

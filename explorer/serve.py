@@ -1,4 +1,5 @@
-"""``streamlit run app.py`` on a free localhost port, and the headless Chromium that opens
+"""The app as the README starts it (``python -m explorer``: ``streamlit run app.py`` with
+the pages imported first) on a free localhost port, and the headless Chromium that opens
 it, for the browser test and benchmark (Debian's ``chromium``, driven by Playwright).
 
 The server's log goes to a file (an unread pipe fills up and blocks the server); the
@@ -34,7 +35,7 @@ def app_server(log: Path, start_s: float = 60.0, cache: Path | None = None) -> I
     cache folder (``COSTMODEL_CACHE``), else the user's."""
     env = {**os.environ, "COSTMODEL_CACHE": str(cache)} if cache else None
     port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+    cmd = [sys.executable, "-m", "explorer",
            "--server.port", str(port), "--server.address", "127.0.0.1",
            "--server.headless", "true", "--browser.gatherUsageStats", "false"]  # fmt: skip
     with log.open("wb") as out:
