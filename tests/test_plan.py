@@ -355,3 +355,18 @@ def test_a_compared_devices_best_above_its_measured_mfu_is_cautioned(capsys):
     top = get_hardware("h100-sxm").calibration["max_mfu"]
     said = f"its best row's MFU {mfu:.1%} is above it: read it as optimistic" in out
     assert said == (mfu > top)
+
+
+def test_one_data_parallel_device_is_one_zero_stage():
+    """A probe: on one GPU the planner listed ZeRO 1, 2 and 3 over fsdp 1 as three
+    identical rows (nothing shards over one device); one stage is searched there, the
+    framework's own, and all three over more."""
+    from costmodel.specs.frameworks import traits_of
+
+    for name in ("reference", "deepspeed"):
+        assert traits_of(name).shardings(1) == [(1, 1, traits_of(name).own_stage(1))]
+        assert {z for _, _, z in traits_of(name).shardings(8)} == {1, 2, 3}
+    one = plan(get_model("cs336-2.7b"), TrainSpec(batch=6, seq=1024), get_hardware("h100-sxm"),
+               1, options=PlanOptions(frameworks=("reference",), micro_batches=(6,),
+                                      recompute=("none",)))  # fmt: skip
+    assert one.valid == 1

@@ -167,3 +167,19 @@ def test_async_names_what_sets_its_step_and_pools_say_their_split(capsys):
     assert main([*base, "--placement", "separate", "--rollout-gpus", "4"]) == 0
     out = capsys.readouterr().out
     assert "4 of the 8 GPUs generate, 4 train;" in out
+
+
+def test_the_rope_scaling_the_error_names_is_a_flag_rl_takes(capsys):
+    """A probe: a response past the positions said "--rope-scaling would allow it", a flag
+    only serve had; rl takes it now (for its rollout engine), and separate pools on one GPU
+    say so instead of "rollout_gpus must be in [1, 0]"."""
+    argv = ["rl", "--model", "qwen3-8b", "--gpus", "8", "--prompts", "8", "--input", "512",
+            "--output", "50000", "--train-recompute", "full", "--json"]  # fmt: skip
+    assert main(argv) == 2
+    assert "RoPE scaling by 1.23x" in capsys.readouterr().err
+    assert main([*argv, "--rope-scaling", "1.25"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    with pytest.raises(ValueError, match="separate pools need at least 2 GPUs"):
+        RLSpec(prompts=8, input=512, output=512, gpus=1, placement="separate")
+    with pytest.raises(ValueError, match="rope_scaling must be >= 1"):
+        RLSpec(prompts=8, input=512, output=512, gpus=8, rope_scaling=0.5)

@@ -34,7 +34,7 @@ def _spec(args: argparse.Namespace) -> RLSpec:
                   train_tp=args.train_tp, train_pp=args.train_pp, train_ep=args.train_ep,
                   train_recompute=args.train_recompute,
                   sequence_parallel=args.sequence_parallel, pack_tokens=args.pack_tokens,
-                  minibatches=args.minibatches)  # fmt: skip
+                  minibatches=args.minibatches, rope_scaling=args.rope_scaling)  # fmt: skip
 
 
 def _limit(spec: RLSpec, out: dict[str, float], rows: list[tuple[str, float, str]]) -> str:
@@ -243,6 +243,13 @@ def add_rl(sub) -> None:
         type=int_arg,
         default=1,
         help="optimizer steps per RL step (rollout batch / training batch)",
+    )
+    p.add_argument(
+        "--rope-scaling",
+        type=float,
+        default=1.0,
+        help="factor the rollout "
+        "engine's RoPE scaling stretches the positions by (a response past them)",
     )
     p.add_argument("--json", action="store_true", help="the step's numbers as JSON")
     p.set_defaults(func=_cmd_rl)

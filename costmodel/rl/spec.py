@@ -12,6 +12,7 @@ from costmodel.specs.engines import ENGINES
 from costmodel.specs.fields import document_fields
 from costmodel.specs.model import RECOMPUTE_POLICIES
 from costmodel.specs.parallel import FRAMEWORKS
+from costmodel.specs.serving import check_rope_scaling
 
 PLACEMENTS = ("colocated", "separate", "async")
 COLOCATED_MEMORY = 0.5
@@ -83,6 +84,9 @@ class RLSpec:
     one sequence per micro-batch."""
     minibatches: int = 1
     """Optimizer steps per RL step: the rollout batch over the training global batch."""
+    rope_scaling: float = 1.0
+    """The factor the rollout engine stretches the model's RoPE positions by (YaRN;
+    ``ServeSpec.rope_scaling``): what a response past the model's positions needs."""
 
     def __post_init__(self) -> None:
         for name in ("prompts", "samples", "input", "output", "gpus", "rollout_tp", "train_tp",
@@ -94,6 +98,7 @@ class RLSpec:
         checks.choice("rollout_engine", self.rollout_engine, ENGINES)
         checks.choice("framework", self.framework, FRAMEWORKS)
         checks.choice("train_recompute", self.train_recompute, RECOMPUTE_POLICIES)
+        check_rope_scaling(self.rope_scaling)
         checks.number("response_sigma", self.response_sigma, allow_zero=True)
         checks.at_most("response_sigma", self.response_sigma, "10",
                        10, "(a log-space spread: 10 already puts the longest response e^20 "
@@ -115,6 +120,10 @@ class RLSpec:
                             "separate pools: colocated, every one of the "
                             f"{self.gpus} GPUs generates (give placement separate)")  # fmt: skip
         gen, train = self.pools()
+        if self.placement != "colocated" and self.gpus < 2:
+            raise SpecError("gpus", f"separate pools need at least 2 GPUs, one generating and "
+                            f"one training (got gpus {self.gpus}; placement colocated runs "
+                            "both on the same GPUs)")  # fmt: skip
         if self.placement != "colocated" and not 0 < gen < self.gpus:
             raise SpecError("rollout_gpus", f"rollout_gpus must be in [1, {self.gpus - 1}] for "
                             f"separate pools (got {gen})")  # fmt: skip

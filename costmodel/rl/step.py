@@ -47,7 +47,8 @@ def response_cap(model: ModelSpec, spec: RLSpec, engine: ServeSpec, hw: Hardware
     response is that long, else the model's positions after the prompt), checked as
     ``costmodel.serving`` checks a context: within the model's positions, as the engine's
     ``max_model_len`` is (the error says what RoPE scaling would allow)."""
-    default = spec.output if spec.response_sigma == 0 else model.max_positions - spec.input
+    positions = int(model.max_positions * spec.rope_scaling)
+    default = spec.output if spec.response_sigma == 0 else positions - spec.input
     cap = spec.max_output or default
     field = "max_output" if spec.max_output else "output"
     try:
@@ -61,7 +62,7 @@ def _generation(model: ModelSpec, spec: RLSpec, hw: Hardware) -> dict[str, Any]:
     gen, _ = spec.pools()
     replicas = gen // spec.rollout_tp
     engine = ServeSpec(input=spec.input, output=spec.output, tp=spec.rollout_tp,
-                       engine=spec.rollout_engine,
+                       engine=spec.rollout_engine, rope_scaling=spec.rope_scaling,
                        memory_utilization=spec.engine_memory())  # fmt: skip
     cap = response_cap(model, spec, engine, hw)
     capacity = rollout.kv_capacity_tokens(model, engine, hw)

@@ -134,7 +134,10 @@ class Traits:
 
     def shardings(self, replicas: int) -> list[tuple[int, int, int]]:
         """(dp, fsdp, zero) of ``replicas`` data-parallel devices the planner tries: ZeRO
-        1/2/3 over every replica."""
+        1/2/3 over every replica; over one, nothing shards, so one stage (the framework's
+        own: three stages of one device were three identical rows)."""
+        if replicas == 1:
+            return [(1, 1, self.own_stage(1))]
         return [(1, replicas, z) for z in (1, 2, 3)]
 
     def most_sharded(self, replicas: int) -> tuple[int, int, int]:

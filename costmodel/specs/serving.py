@@ -204,11 +204,7 @@ class ServeSpec:
         self._check_overlap(kind)
         checks.number("memory_utilization", self.memory_utilization)
         checks.at_most("memory_utilization", self.memory_utilization, "1", 1)
-        checks.number("rope_scaling", self.rope_scaling)
-        if self.rope_scaling < 1:
-            raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {self.rope_scaling})")
-        checks.at_most("rope_scaling", self.rope_scaling, "1024", MAX_ROPE_SCALING,
-                       "(YaRN factors in use stretch positions 4x to 40x)")  # fmt: skip
+        check_rope_scaling(self.rope_scaling)
 
     def _check_workload(self) -> None:
         if self.requests is not None:
@@ -304,6 +300,15 @@ class ServeSpec:
 
 
 document_fields(ServeSpec)
+
+
+def check_rope_scaling(value: float) -> None:
+    """A RoPE scaling factor: a finite number in [1, ``MAX_ROPE_SCALING``]."""
+    checks.number("rope_scaling", value)
+    if value < 1:
+        raise SpecError("rope_scaling", f"rope_scaling must be >= 1 (got {value})")
+    checks.at_most("rope_scaling", value, "1024", MAX_ROPE_SCALING,
+                   "(YaRN factors in use stretch positions 4x to 40x)")  # fmt: skip
 
 
 def check(model: Any, spec: ServeSpec, hw: Any) -> None:
