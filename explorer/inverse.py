@@ -62,8 +62,9 @@ def inverse_tab(setup: Setup) -> None:
                 safe = result["fsdp_untight"]
                 then = (f"the smallest degree whose reserve it holds: {safe}" if safe
                         else "no degree's reserve fits it")  # fmt: skip
-                st.warning(f"TIGHT: reserved {result['reserved_bytes'] / GIB:,.1f} GiB is over "
-                           f"the device's memory; {then}")  # fmt: skip
+                st.warning(f"At fsdp {result['fsdp']} (this answer, not your layout): "
+                           f"TIGHT, reserved {result['reserved_bytes'] / GIB:,.1f} GiB is "
+                           f"over the device's memory; {then}")  # fmt: skip
     with book:
         st.markdown(f"**{LABEL}**")
         _book_min_fsdp(setup, budget * GB)

@@ -301,7 +301,8 @@ def note(spec: ServeSpec, out: dict[str, Any]) -> str:
         what += (f"; each request's lengths drawn within {spec.input:,} and {spec.output:,} "
                  f"x (1 +- {spec.length_spread:g})")  # fmt: skip
     text = (
-        f"{what}; at most {spec.batch:,} in flight a replica, prompts chunked into iterations "
+        f"{what}; at most {min(spec.batch, out.get('max_batch', spec.batch)):,} in flight a "
+        "replica (the batch and what the cache holds), prompts chunked into iterations "
         f"of {spec.token_budget:,} tokens; decode at each iteration's mean cache (seed 0: the "
         "same question, the same numbers)"
     )
