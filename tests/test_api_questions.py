@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import costmodel as cm
+from costmodel.specs.checks import SpecError
 
 
 def test_a_derivative_sympy_cannot_take_is_one_line_not_a_type_error():
@@ -70,3 +71,18 @@ def test_the_repr_says_the_training_days_and_cost_of_a_token_budget():
     est = cm.estimate("llama3-8b", hardware="h100-sxm", gpus=64, batch=512, seq=8192,
                       framework="fsdp2", token_budget=1e12, price_per_hour=2.5)  # fmt: skip
     assert f"training: {est['train_days']:,.2f} days, ${est['train_cost']:,.0f}" in repr(est)
+
+
+def test_plan_takes_the_batch_in_tokens_as_the_cli_does():
+    """A probe: the CLI's --global-batch-tokens had no API twin. ``batch_tokens`` is it:
+    the same search as the batch in sequences, its errors named by its Python name."""
+    import costmodel
+
+    by_tokens = costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, seq=4096,
+                               batch_tokens=64 * 4096)  # fmt: skip
+    by_seqs = costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, seq=4096, batch=64)
+    assert by_tokens.summary(3) == by_seqs.summary(3)
+    with pytest.raises(SpecError, match="batch_tokens must be a multiple of seq"):
+        costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, seq=4096, batch_tokens=1000)
+    with pytest.raises(SpecError, match=r"give batch .* or batch_tokens, not both"):
+        costmodel.plan("llama3-8b", hardware="h100-sxm", gpus=8, batch=8, batch_tokens=4096)

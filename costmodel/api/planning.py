@@ -18,7 +18,7 @@ from costmodel.catalog.hardware import get_hardware
 from costmodel.engine import plan as _plan
 from costmodel.engine.caveats import plan_caveats
 from costmodel.engine.fit import DEFAULT_HEADROOM
-from costmodel.engine.layouts import batch_choices, device_counts
+from costmodel.engine.layouts import batch_choices, device_counts, token_batches
 from costmodel.engine.why import nearest_fitting
 from costmodel.inputs import build, keyword_values
 from costmodel.specs import checks
@@ -41,6 +41,7 @@ def plan(
     gpus: int | None = None,
     max_gpus: int | None = None,
     batch: int | tuple[int, int] | range | None = None,
+    batch_tokens: int | tuple[int, int] | None = None,
     frameworks: Iterable[str] | None = None,
     recompute: Iterable[str] = ("none", "selective", "selective-op", "full"),
     microbatches: Iterable[int] | None = None,
@@ -53,11 +54,15 @@ def plan(
     """The best layouts of ``gpus`` devices (or of every count up to ``max_gpus``, as
     ``--max-gpus`` searches) that fit (``plan`` of the CLI): ``batch`` sequences per step
     (the CLI's ``--global-batch``; a range, ``(low, high)`` or ``range(low, high + 1)``,
-    searches the batches in it that split evenly, as ``--global-batch LOW:HIGH``);
+    searches the batches in it that split evenly, as ``--global-batch LOW:HIGH``), or
+    ``batch_tokens`` tokens per step (one number or ``(low, high)``: whole sequences of
+    ``seq``, as ``--global-batch-tokens``);
     ``framework`` searches that one framework alone (``frameworks`` several; by default
     the planner's, fsdp2 and megatron); ``objective`` ranks (``time``, ``cost``,
     ``tokens-per-gpu``, ``mfu``); the other inputs (seq, precision, ...) as the CLI's."""
     _refuse_unsearchable(inputs)
+    if batch_tokens is not None:
+        batch = _token_batch(model, batch, batch_tokens, inputs)
     if batch is None:  # the CLI's --global-batch as global_batch: the name to use, not a TypeError
         keyword_values(model, inputs)
         raise SpecError("batch", "plan needs batch: sequences per step (the CLI's --global-batch)")
@@ -88,6 +93,16 @@ def plan(
         found.nearest_searched = True
     found.caveats = plan_caveats(found, batches)
     return found
+
+
+def _token_batch(model: Any, batch: Any, tokens: Any, inputs: dict) -> tuple[int, int]:
+    """``batch_tokens`` as (low, high) sequences of the question's seq (its default where
+    none is given), refused beside a ``batch``."""
+    if batch is not None:
+        raise SpecError("batch_tokens", "give batch (sequences) or batch_tokens, not both")
+    low, high = _batch_range(tokens)
+    seq = build(*keyword_values(model, {**inputs, "batch": 1})).train.seq
+    return token_batches(low, high, seq, name="batch_tokens")
 
 
 def _batch_range(batch: Any) -> tuple[int, int]:

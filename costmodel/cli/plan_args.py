@@ -8,11 +8,10 @@ from typing import Any
 from costmodel.cli.args import FRONT, add_inputs, int_arg
 from costmodel.cli.sizing import add_sizing
 from costmodel.engine.fit import DEFAULT_HEADROOM
+from costmodel.engine.layouts import token_batches
 from costmodel.engine.options import OBJECTIVES
 from costmodel.engine.plan import FRAMEWORK_CHOICES
 from costmodel.inputs import MODEL_INPUTS, TRAIN_INPUTS
-from costmodel.specs import checks
-from costmodel.specs.checks import SpecError
 
 TRAIN_KEYS = ("seq", "precision", "optimizer", "optimizer_impl", "attention",
               "attention_kernel", "elementwise", "dropout", "finetune", "lora_rank",
@@ -56,23 +55,10 @@ def _batch_range(text: str) -> tuple[int, int]:
 
 def global_batch(args: argparse.Namespace, seq: int) -> tuple[int, int]:
     """(low, high) sequences per optimizer step: ``--global-batch`` as given, or
-    ``--global-batch-tokens`` over ``seq`` (a value must be whole sequences; a range keeps
-    the whole sequences inside it)."""
+    ``--global-batch-tokens`` over ``seq`` (:func:`costmodel.engine.layouts.token_batches`)."""
     if args.global_batch_tokens is None:
         return args.global_batch
-    low, high = args.global_batch_tokens
-    checks.integer("global_batch_tokens", low)
-    checks.integer("global_batch_tokens", high)
-    if low == high and low % seq:
-        down, up = low // seq * seq, -(-low // seq) * seq
-        near = f"{down:,} or {up:,}" if down else f"{up:,}, one sequence"
-        raise SpecError("global_batch_tokens", f"global_batch_tokens must be a multiple of seq "
-                        f"({seq:,}): {low:,} is not (nearest: {near})")  # fmt: skip
-    first, last = -(-low // seq), high // seq
-    if first > last or last < 1:
-        raise SpecError("global_batch_tokens", f"global_batch_tokens range {low:,}:{high:,} "
-                        f"holds no whole number of {seq:,}-token sequences")  # fmt: skip
-    return first, last
+    return token_batches(*args.global_batch_tokens, seq)
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:

@@ -46,6 +46,27 @@ def device_counts(max_gpus: int, per_node: int) -> list[int]:
     return sorted({*range(1, per_node), *(per_node * n for n in nodes)})
 
 
+def token_batches(
+    low: int, high: int, seq: int, name: str = "global_batch_tokens"
+) -> tuple[int, int]:
+    """(low, high) sequences per optimizer step of a batch given in tokens, ``low`` to
+    ``high`` (the CLI's ``--global-batch-tokens``, the API's ``batch_tokens``): one value must
+    be whole sequences of ``seq`` tokens (the nearest two said otherwise); a range keeps the
+    whole sequences inside it. ``name``: the field an error names."""
+    checks.integer(name, low)
+    checks.integer(name, high)
+    if low == high and low % seq:
+        down, up = low // seq * seq, -(-low // seq) * seq
+        near = f"{down:,} or {up:,}" if down else f"{up:,}, one sequence"
+        raise SpecError(name, f"{name} must be a multiple of seq "
+                        f"({seq:,}): {low:,} is not (nearest: {near})")  # fmt: skip
+    first, last = -(-low // seq), high // seq
+    if first > last or last < 1:
+        raise SpecError(name, f"{name} range {low:,}:{high:,} "
+                        f"holds no whole number of {seq:,}-token sequences")  # fmt: skip
+    return first, last
+
+
 def batch_choices(low: int, high: int, keep: int = 8, counts: Iterable[int] = ()) -> list[int]:
     """The global batches a range searches: the ``keep`` largest in [low, high] with no
     prime factor above 7 (batches are chosen to split evenly: 2,520 = 2^3 3^2 5 7),
