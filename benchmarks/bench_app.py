@@ -4,8 +4,9 @@ Estimate view <= 3 s from an empty cache, every interaction <= 1 s).
     .venv/bin/python benchmarks/bench_app.py [--out bench-results/app.jsonl] [--script]
                                              [--pause S] [--cold] [--only TEXT]
 
-Starts ``streamlit run app.py`` on a free port (``explorer.serve``), opens each page with a
-shared-link query string in Debian's Chromium driven by Playwright, waits for the first
+Starts the app as the README does (``python -m explorer``) on a free port
+(``explorer.serve``), opens each page with a shared-link query string in Debian's Chromium
+driven by Playwright, waits for the first
 load, then changes one widget at a time. An interaction's time runs, on the page's own
 clock, from just before the change until the script has run (the app root's
 ``data-test-script-state`` went to ``running`` and back to ``notRunning``), no element is

@@ -3,8 +3,8 @@
 The same as ``streamlit run app.py``, but the app's pages and the libraries they draw with
 (altair, pandas, pyarrow for tables) are imported before the server listens, so the first
 page a browser opens runs on imported modules instead of importing them while the user
-waits: the first Estimate view in headless Chromium from an empty cache took 3.2 s with
-``streamlit run app.py`` and 2.2 s this way (``benchmarks/bench_app.py --cold``, 2 cores,
+waits: the first Estimate view in headless Chromium from an empty cache took 3.4 s with
+``streamlit run app.py`` and 2.7 s this way (``benchmarks/bench_app.py --cold``, 2 cores,
 2026-12-01). Options pass through: ``python -m explorer --server.port 8502``.
 """
 

@@ -1,4 +1,5 @@
-"""End to end: ``streamlit run app.py`` on localhost, opened in headless Chromium.
+"""End to end: the app as the README starts it (``python -m explorer``) on localhost,
+opened in headless Chromium.
 
 Uses Debian's chromium (``/usr/bin/chromium``, installed by ``.ci/run``) driven by
 Playwright. The page is opened with a shared-link query string; the test checks the key
