@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.specs.checks import Quantities, UnknownKey, unknown
-from costmodel.units import fmt_bytes
 
 
 @dataclass(repr=False)
@@ -61,10 +60,8 @@ def how_many(most: int, replicas: int = 1, room: float | None = None) -> str:
     if most < 1 and room is not None and room < 0:
         return "the weights alone do not fit the engine's share of a device (a larger tp)"
     if most < 1 and room is not None:  # the weights fit: what they leave is too little
-        return (
-            f"the weights leave {fmt_bytes(room)} of the engine's share for the cache, "
-            "less than one sequence's"
-        )
+        return (f"the weights leave {room / 2**30:,.2f} GiB of the engine's share for the "
+                "cache, less than one sequence's")  # fmt: skip
     if most < 1:
         return "not one sequence's cache fits beside the weights"
     said = f"up to {most:,} sequence{'s' * (most != 1)} fit"
