@@ -10,6 +10,7 @@ waits: the first Estimate view in headless Chromium from an empty cache took 3.4
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -20,12 +21,20 @@ def main() -> None:
     import pyarrow  # noqa: F401  (st.dataframe's serialisation)
     from streamlit.web import cli
 
-    import explorer.pages
-    import explorer.plan_page
-    import explorer.results
-    import explorer.serving
-    import explorer.workloads  # noqa: F401
-
+    # each page's st.cache_data checks its parameters when it is defined, and before the
+    # runtime exists says so in a warning per function (the caches themselves are made
+    # on first use, in the runtime): nothing for a user to act on
+    quiet = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        import explorer.pages
+        import explorer.plan_page
+        import explorer.results
+        import explorer.serving
+        import explorer.workloads  # noqa: F401
+    finally:
+        quiet.setLevel(level)
     sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
     cli.main()
 
