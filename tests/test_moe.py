@@ -248,3 +248,19 @@ def test_group_limited_routing_is_stated_whole(change, words):
         get_model("deepseek-v3").replace(**change)
     with pytest.raises(SpecError, match="expert_groups needs n_experts >= 1"):
         get_model("llama3-8b").replace(expert_groups=8, groups_per_token=4)
+
+
+def test_megatrons_combine_keeps_one_copy_of_each_routed_output(monkeypatch):
+    """Megatron-Core's unpermute keeps each routed pair's expert output alone (the fused
+    top-k kernel saves its input, row map and probabilities; the unfused product its
+    expert-output operand), where the reference model's index_add keeps the weighted
+    output too: k x act x D bytes per token and MoE layer less. DeepSeek-V2-Lite (k 6,
+    D 2,048, 26 MoE layers), one 4,096-token sequence in bf16: 2,617,245,696 bytes."""
+    from costmodel.specs.frameworks import MegatronTraits
+
+    ask = dict(hardware="mi355x", gpus=1, framework="megatron", seq=4096, batch=1,
+               recompute="none")  # fmt: skip
+    one = estimate("deepseek-v2-lite", **ask)["memory_bytes_per_device.activations"]
+    monkeypatch.setattr(MegatronTraits, "combine_keeps_weighted", True)
+    two = estimate("deepseek-v2-lite", **ask)["memory_bytes_per_device.activations"]
+    assert two - one == 6 * 2 * 2048 * 4096 * 26

@@ -83,7 +83,7 @@ def sharded_activations(
     else:  # the busiest stage's layers, L without pp
         held, micro_batches = stage_layers(par), 1
     shares = _layer_shares(model, held, device_blocks(model, par, rank))
-    ep_scales = _kept_scales(model, train)
+    ep_scales = _kept_scales(model, train, traits_of(par).combine_keeps_weighted)
     head = 1 if rank is None or rank.last else 0
     total = integer(0)
     framework = traits_of(par)
@@ -110,11 +110,13 @@ def sharded_activations(
     return total + micro_batches * dtensor_embedding_buffers(model, train, par)
 
 
-def _kept_scales(model: ModelSpec, train: TrainSpec) -> dict[str, sp.Expr]:
-    """Each FFN kind's multipliers of its parts (``FFNKind.kept_scales``)."""
+def _kept_scales(model: ModelSpec, train: TrainSpec, weighted: bool) -> dict[str, sp.Expr]:
+    """Each FFN kind's multipliers of its parts (``FFNKind.kept_scales``); ``weighted``:
+    the framework's combine keeps the weighted output (``Traits.combine_keeps_weighted``)."""
     prec = PRECISIONS[train.precision]
     sizes = (model, prec.activation, prec.matmul_input)
-    return {k: e for kind, _ in ffn.blocks(model) for k, e in kind.kept_scales(*sizes).items()}
+    return {k: e for kind, _ in ffn.blocks(model)
+            for k, e in kind.kept_scales(*sizes, weighted).items()}  # fmt: skip
 
 
 def _layer_shares(

@@ -46,6 +46,12 @@ class Traits:
     parallel embedding that keeps extra buffers, sequence-parallel inputs gathered again."""
     torch_pipelining: ClassVar[bool] = False
     """Pipelines through ``torch.distributed.pipelining`` (its receive buffers and caches)."""
+    combine_keeps_weighted: ClassVar[bool] = True
+    """An MoE layer's combine keeps two copies of each routed pair's output for backward:
+    the expert's output and the weighted output (the reference model's ``index_add`` keeps
+    its source; torchtitan's weighting, in fp32, keeps its fp32 input: as many bytes).
+    False: one, the expert's output (Megatron-Core's unpermute: the fused top-k kernel saves
+    its input, row map and probabilities; the unfused product, its expert-output operand)."""
     shards_over_cp: ClassVar[bool] = False
     """The ZeRO group spans the cp ranks too (torchtitan's dp_shard_cp mesh)."""
     distributed_optimizer: ClassVar[bool] = False
@@ -231,6 +237,7 @@ class MegatronTraits(Traits):
     expert_tensor_parallel = True
     expert_gemm_loop = True
     module_launches = True
+    combine_keeps_weighted = False
     reduce_own_default = "as NeMo's performance recipes; Megatron-LM's own default: fp32"
     pipeline_layout = "--pipeline-model-parallel-layout"
     interleaved_rounds = (

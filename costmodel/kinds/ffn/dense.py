@@ -134,7 +134,9 @@ class Dense:
     def kept(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
         return {"ffn_hidden": hidden_kept(model, act, mm, F)}
 
-    def kept_scales(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
+    def kept_scales(
+        self, model: ModelSpec, act: int, mm: int, weighted: bool = True
+    ) -> dict[str, sp.Expr]:
         """Every rank keeps its own tokens' FFN: no multiplier."""
         return {}
 

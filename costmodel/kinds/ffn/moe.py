@@ -231,14 +231,22 @@ class MoE:
     def kept(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
         return dict(zip(self.kept_parts, kept(model, act, mm), strict=True))
 
-    def kept_scales(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
+    def kept_scales(
+        self, model: ModelSpec, act: int, mm: int, weighted: bool = True
+    ) -> dict[str, sp.Expr]:
         """At the experts: the pairs the busiest ep rank's experts run, their gathered
         inputs etp times over (each etp rank keeps every pair its expert group gathers,
         and 1/etp of each pair's hidden activations); beside the routed pairs: its own
-        tokens' pairs that capacity keeps."""
+        tokens' pairs that capacity keeps, without the weighted output where the combine
+        keeps the expert's alone (``weighted`` False: :func:`kept`'s pair part less one
+        act·D)."""
         hidden = dense.hidden_kept(model, act, mm, F_e)
         gathered = (N_etp * mm * D + hidden) / (mm * D + hidden)
-        return {"moe_experts": busiest_experts() * gathered, "moe_routed": kept_fraction()}
+        routed = kept_fraction()
+        if not weighted:
+            both = 2 * INDEX_BYTES + 2 * act * D + act
+            routed = routed * (both - act * D) / both
+        return {"moe_experts": busiest_experts() * gathered, "moe_routed": routed}
 
     def moved(self, model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
         return moved(model, a)

@@ -80,10 +80,13 @@ class FFNKind(Protocol):
         """Bytes per token kept for backward by part (``kept_parts``)."""
         ...
 
-    def kept_scales(self, model: ModelSpec, act: int, mm: int) -> dict[str, sp.Expr]:
+    def kept_scales(
+        self, model: ModelSpec, act: int, mm: int, weighted: bool = True
+    ) -> dict[str, sp.Expr]:
         """Multipliers of its parts on the busiest rank of an expert-parallel group (and
         of what its expert tensor-parallel ranks gather), beside the 1/tp every part
-        takes under sequence parallelism."""
+        takes under sequence parallelism; ``weighted``: the framework's combine keeps the
+        weighted output beside the expert's (``Traits.combine_keeps_weighted``)."""
         ...
 
     def moved(self, model: ModelSpec, a: int) -> tuple[sp.Expr, sp.Expr]:
