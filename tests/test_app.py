@@ -61,19 +61,6 @@ def test_renders_default_setup_with_every_section():
     assert [c for c in at.caption if c.value.startswith("Calibration: ")]  # the CLI's line
 
 
-def test_the_books_critical_batch_shows_its_closed_form_and_on_request_the_solved_one():
-    """B* as the closed form the number comes from; the layout's B* in the model's sizes
-    (sympy solves it, 0.34 s with its import on the first view before) on request."""
-    at = _app(gpus="8", fsdp="8", batch="8")
-    shown = [x.value.strip("$\n") for x in at.latex]
-    assert r"B^* = \frac{T_{FSDP}}{(T_{math} - T_{TP})\,/\,B}" in shown
-    assert float(metric(at, "critical batch (book, tokens per step)").replace(",", "")) > 0
-    at.toggle(key="book_formula").set_value(True).run()
-    shown = [x.value.strip("$\n") for x in at.latex]
-    solved = [x for x in shown if x.startswith("B^* = ") and "T_{" not in x]
-    assert len(solved) == 1 and "W_{ici}" in solved[0]
-
-
 def test_widgets_change_outputs_and_the_url():
     at = _app(gpus="2", fsdp="2")  # sharded: fits on either device (the rule's 0.9 headroom)
     before = float(metric(at, "memory per device (GiB)"))

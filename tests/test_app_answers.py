@@ -219,3 +219,17 @@ def test_a_default_seq_is_said_with_the_models_own_positions():
     assert any("seq 1,024 tokens, the default (the model takes up to 8,192)" in c for c in said)
     again = _app(model="llama3-70b", gpus="64", tp="8", batch="8", seq="4096")
     assert not any("the default (the model takes" in c.value for c in again.caption)
+
+
+def test_the_books_critical_batch_shows_its_closed_form_and_on_request_the_solved_one():
+    """B* as the closed form the number comes from; the layout's B* in the model's sizes
+    (sympy solves it, 0.34 s with its import on the first view before) on request."""
+    at = _app(gpus="8", fsdp="8", batch="8")
+    shown = [x.value.strip("$\n") for x in at.latex]
+    assert r"B^* = \frac{T_{FSDP}}{(T_{math} - T_{TP})\,/\,B}" in shown
+    label = "critical batch (book, tokens per step)"
+    assert float(next(m.value for m in at.metric if m.label == label).replace(",", "")) > 0
+    at.toggle(key="book_formula").set_value(True).run()
+    shown = [x.value.strip("$\n") for x in at.latex]
+    solved = [x for x in shown if x.startswith("B^* = ") and "T_{" not in x]
+    assert len(solved) == 1 and "W_{ici}" in solved[0]

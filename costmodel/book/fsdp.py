@@ -27,7 +27,7 @@ from costmodel.specs import checks
 from costmodel.specs.checks import SpecError
 from costmodel.specs.model import ModelSpec, TrainSpec
 from costmodel.specs.parallel import ParallelSpec
-from costmodel.symbols.core import T, b, numeric
+from costmodel.symbols.core import T, as_expr, b, numeric
 from costmodel.symbols.ops import add
 
 if TYPE_CHECKING:  # sympy: only where a formula is asked for
@@ -53,8 +53,8 @@ def min_fsdp_expr(
     import sympy as sp
 
     n_fsdp, budget = sp.Symbol("N_FSDP", positive=True), sp.Symbol("M_budget", positive=True)
-    state = sp.sympify(_state(model, train, framework))
-    acts = sp.sympify(activation_memory(model, train)["total"])
+    state = as_expr(_state(model, train, framework))
+    acts = as_expr(activation_memory(model, train)["total"])
     f = sp.nsimplify(fraction)
     return {
         "per_device": state / n_fsdp + acts * ((1 - f) + f / n_fsdp),

@@ -215,7 +215,7 @@ class Var:
             raise UnboundSymbol(f"no value given for the symbol {self.name}") from None
 
     def _sympy_(self) -> Any:
-        return _sympy().sympify(self.value())
+        return _sympy().sympify(self.value(), strict=True)  # a symbol or a number, never text
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
