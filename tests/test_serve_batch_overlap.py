@@ -39,13 +39,12 @@ def test_a_prefill_waits_for_what_outlasts_the_other_micro_batch():
 
 
 def _kernels(values: dict) -> float:
-    """A prefill's kernels: the matmuls' and the attention core's rooflines, one after the
-    other (a fused engine has no elementwise kernels of its own)."""
-    matmuls = max(values["time_s.prefill.matmuls_compute"], values["time_s.prefill.matmuls_memory"])
-    core = max(
-        values["time_s.prefill.attention_compute"], values["time_s.prefill.attention_memory"]
+    """A prefill's kernels: the dense matmuls', the routed experts' and the attention core's
+    rooflines, one after the other (a fused engine has no elementwise kernels of its own)."""
+    return sum(
+        max(values[f"time_s.prefill.{part}_compute"], values[f"time_s.prefill.{part}_memory"])
+        for part in ("matmuls", "experts", "attention")
     )
-    return matmuls + core
 
 
 def test_each_micro_batch_reads_the_weights_its_half_reaches():

@@ -142,3 +142,26 @@ def test_off_nvidia_gpus_the_exchange_is_an_all_to_all():
     local, remote = 2 * (node - 1) / 8, 2 * (8 - node) / 8
     want = tpu.network_latency_s + max(per_token * local / link, per_token * remote / network)
     assert _one_way(mixtral, spec, tpu, 8, 2) == pytest.approx(want, rel=1e-12)
+
+
+def test_routed_experts_run_as_one_grouped_kernel_at_its_own_rate():
+    """Mixtral's routed experts (top 2 of 8, three 4,096 x 14,336 matmuls each, 32 layers)
+    are priced as their own kernel at serve_flops x efficiency.serve_grouped; the dense
+    matmuls keep their rate, and a dense model has no such kernel."""
+    mixtral, spec = get_model("mixtral-8x7b"), ServeSpec(input=2000, output=200, batch=64,
+                                                         precision="fp8", tp=2)  # fmt: skip
+    routed = 64 * 2000 * 32 * 2 * 3 * 2 * 4096 * 14336 / 2  # tokens x L x k x 3 x 2 x D x F / tp
+    out = serve(mixtral, spec, H100).values
+    grouped = H100.serve_flops("fp8") * H100.eff("serve_grouped")
+    assert H100.eff("serve_grouped") < 1
+    assert out["time_s.prefill.experts_compute"] == pytest.approx(routed / grouped, rel=1e-12)
+    slower = dataclasses.replace(H100, efficiency={**H100.efficiency, "serve_grouped": 0.35})
+    half = serve(mixtral, spec, slower).values
+    assert half["time_s.prefill.experts_compute"] == pytest.approx(
+        out["time_s.prefill.experts_compute"] * grouped / slower.serve_grouped_flops("fp8")
+    )
+    assert half["time_s.prefill.matmuls_compute"] == out["time_s.prefill.matmuls_compute"]
+    assert half["time_s.ttft"] > out["time_s.ttft"]
+    dense = serve(get_model("llama3-8b"), spec, H100).values
+    assert dense["time_s.prefill.experts_compute"] == 0
+    assert dense["time_s.decode_step.experts_memory"] == 0

@@ -82,7 +82,8 @@ class Fitted:
         return tuple(a.prior for a in self.axes)
 
 
-SERVING_ONLY = frozenset({"efficiency.decode", "efficiency.serve_matmul", "serve_layer_s"})
+SERVING_ONLY = frozenset({"efficiency.decode", "efficiency.serve_matmul",
+                          "efficiency.serve_grouped", "serve_layer_s"})  # fmt: skip
 """Fields only ``costmodel serve`` reads."""
 TRAINING_ONLY = frozenset({"efficiency.network", "expert_call_s", "allocator_reserve", "launch_s",
                            "efficiency.grouped"})  # fmt: skip
@@ -182,6 +183,7 @@ AXIS_WORDS = {
     "efficiency.decode": ("achieved share of HBM bandwidth in decode", ""),
     "serve_matmul ratio": ("serving GEMMs' share of the training GEMM efficiency", ""),
     "serve_layer_s": ("serving overhead per layer per step", " s"),
+    "efficiency.serve_grouped": ("serving's routed experts' share of its dense matmuls' rate", ""),
 }
 """How a fitted axis reads in words, and its unit (``costmodel hardware NAME``)."""
 

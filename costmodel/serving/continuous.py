@@ -65,11 +65,13 @@ def pricer(
     def seconds(decode: dict[str, Any], b: int, tokens: float) -> dict[str, float]:
         prompts = tokens / spec.input
         flops = float(terms.linear_flops(model, tokens, prompts).xreplace(by_symbol(vals)))
+        routed = float(terms.expert_flops(model, tokens).xreplace(by_symbol(vals)))
         cores = decode["core_s"] + prompts * core / attention_rate
         cache = decode["kv_bytes"] + tokens * per_token
+        experts = (decode["expert_flops"] + routed, decode["expert_bytes"])
         return phase((decode["linear_flops"] + flops, decode["weight_bytes"]), (cores, cache),
                      b + tokens, model, spec, hw, hw.decode_bandwidth(),
-                     sequences=b + math.ceil(prompts))  # fmt: skip
+                     sequences=b + math.ceil(prompts), routed=experts)  # fmt: skip
 
     return seconds
 

@@ -102,6 +102,12 @@ def _linear_flops(model: ModelSpec, tokens: int, head_tokens: int, vals: dict) -
     return _num(expr, {**vals, _TOKENS: tokens, _HEAD: head_tokens})
 
 
+def _expert_flops(model: ModelSpec, tokens: float, vals: dict) -> Any:
+    """:func:`terms.expert_flops` of ``tokens``: the routed experts' part of
+    :func:`_linear_flops`."""
+    return _num(terms.expert_flops(model, _TOKENS), {**vals, _TOKENS: tokens})
+
+
 @functools.cache
 def _exact_printer() -> type:
     """sympy's Python printer whose rationals stay exact (``fractions.Fraction``)."""
@@ -186,26 +192,33 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
 def _phase(
     gemms: tuple[float, float], core: tuple[float, float], tokens: float, model: ModelSpec,
     spec: ServeSpec, hw: Hardware, bandwidth: float, sequences: float | None = None,
-    decode: bool = False,
+    decode: bool = False, routed: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, float]:  # fmt: skip
     """Seconds of one phase on a device. ``gemms``: the matmuls' (FLOPs, bytes: the weights
-    read); ``core``: the attention core's (seconds of its FLOPs at its rate, bytes: the cache
-    read or written). The two are separate kernels that run one after the other, each the
-    longer of its FLOPs and its bytes (Williams et al. 2009's roofline per kernel: a large
-    batch's matmuls are compute-bound while its attention over the cache is memory-bound,
-    and neither hides the other); then an eager engine's elementwise traffic, tp's exposed
-    all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``); then the
-    host's: the kernels' dispatch where the engine runs op by op (:func:`eager.host_s`) and the
-    engine's own per iteration of ``sequences`` (default the batch;
+    read), of which ``routed`` are the routed experts' (one grouped kernel per layer and
+    projection); ``core``: the attention core's (seconds of its FLOPs at its rate, bytes:
+    the cache read or written). The three are separate kernels that run one after the
+    other, each the longer of its FLOPs and its bytes (Williams et al. 2009's roofline per
+    kernel: a large batch's matmuls are compute-bound while its attention over the cache is
+    memory-bound, and neither hides the other); the routed experts' FLOPs at the grouped
+    kernel's rate (:meth:`Hardware.serve_grouped_flops`: each expert's rows are the few
+    tokens routed to it, gathered by index). Then an eager engine's elementwise traffic,
+    tp's exposed all-reduces and the per-layer step overhead (``Hardware.serve_layer_s``);
+    then the host's: the kernels' dispatch where the engine runs op by op
+    (:func:`eager.host_s`) and the engine's own per iteration of ``sequences`` (default the
+    batch;
     ``costmodel.specs.engines``). ``decode``: a decode step (its expert all-to-alls on
     DeepEP's low-latency kernels, ``costmodel.serving.experts``)."""
-    rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
+    dtype = gemm_dtype(spec.precision, hw)
+    rate = hw.serve_flops(dtype)
     elementwise = eager.elementwise_s(model, spec, hw, tokens)
-    compute = gemms[0] / rate + core[0] + elementwise
-    memory = (gemms[1] + core[1]) / bandwidth
-    matmuls = (gemms[0] / rate, gemms[1] / bandwidth)  # (compute, memory) seconds
+    dense = (gemms[0] - routed[0], gemms[1] - routed[1])
+    matmuls = (dense[0] / rate, dense[1] / bandwidth)  # (compute, memory) seconds
+    experts_ = (routed[0] / hw.serve_grouped_flops(dtype), routed[1] / bandwidth)
     attention_ = (core[0], core[1] / bandwidth)
-    kernels = max(matmuls) + max(attention_)
+    compute = matmuls[0] + experts_[0] + core[0] + elementwise
+    memory = (gemms[1] + core[1]) / bandwidth
+    kernels = max(matmuls) + max(experts_) + max(attention_)
     reduces = 2 * model.n_layers - experts.allreduces_replaced(model, spec)
     comm = reduces * _allreduce_s(tokens * model.d_model, spec, hw)
     alltoall = experts.alltoall_s(model, spec, hw, tokens, act_bytes(spec), decode)
@@ -222,7 +235,8 @@ def _phase(
                                                                      sequences)  # fmt: skip
     return {"compute": compute, "memory": memory, "comm": comm, "overhead": overhead,
             "host": host, "total": total, "matmuls_compute": matmuls[0],
-            "matmuls_memory": matmuls[1], "attention_compute": attention_[0],
+            "matmuls_memory": matmuls[1], "experts_compute": experts_[0],
+            "experts_memory": experts_[1], "attention_compute": attention_[0],
             "attention_memory": attention_[1]}  # fmt: skip
 
 
@@ -280,11 +294,12 @@ def decode_step(
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
     read = reads * (weights - routed * (1 - touched))
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
+    expert = (_expert_flops(model, tokens, at), reads * routed * touched)
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
-                   hw.decode_bandwidth(), decode=True)  # fmt: skip
+                   hw.decode_bandwidth(), decode=True, routed=expert)  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
             "bytes": read + kv_read, "weight_bytes": read, "kv_bytes": kv_read,
-            "expert_bytes": reads * routed * touched}  # fmt: skip
+            "expert_flops": expert[0], "expert_bytes": expert[1]}  # fmt: skip
 
 
 def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
@@ -299,8 +314,11 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     rate = prompt_attention_rate(spec, hw)
     written = b * kvb * _num(terms.kv_elements(model), {**at, T: i})
     reads = experts.weight_reads(spec)
-    pre = _phase((pre_flops, reads * weights), (core / rate, written), b * i, model, spec, hw,
-                 hw.hbm_bandwidth())  # fmt: skip
+    routed = _read_weights(model, spec, vals)[1]
+    touched = experts.touched(model, spec, b * i / reads, vals)
+    expert = (_expert_flops(model, b * i, at), reads * routed * touched)
+    pre = _phase((pre_flops, reads * (weights - routed * (1 - touched))), (core / rate, written),
+                 b * i, model, spec, hw, hw.hbm_bandwidth(), routed=expert)  # fmt: skip
     dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
     out.update({f"time_s.decode_step.{k}": v for k, v in dec["phase"].items()})

@@ -105,6 +105,14 @@ def linear_flops(model: Any, tokens: sp.Expr, head_tokens: sp.Expr) -> sp.Expr:
 
 
 @cache
+def expert_flops(model: Any, tokens: sp.Expr) -> sp.Expr:
+    """Matmul FLOPs of the routed experts on a device for ``tokens`` through the blocks
+    (part of :func:`linear_flops`; 0 for a dense model): one grouped kernel runs them."""
+    per_token = ffn.by_op(model, lambda kind: kind.forward_flops(model))
+    return tokens * per_token.get("experts", integer(0)) / Y
+
+
+@cache
 def layer_widths(model: Any) -> sp.Expr:
     """Widths one token's pass through a layer writes beside its input on a device: every
     projection's output and the FFN's hidden widths (its per-token FLOPs over 2·D)."""
@@ -142,6 +150,7 @@ def prefill_core_flops(model: Any) -> sp.Expr:
 __all__ = [
     "block_weights",
     "decode_core_flops",
+    "expert_flops",
     "expert_weights",
     "kv_elements",
     "kv_elements_per_token",

@@ -21,8 +21,8 @@ DeviceKind = Literal["gpu", "tpu", "cpu"]
 DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 _SHARED_KEYS = (
-    "matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul", "deepep_link",
-    "grouped",
+    "matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul", "serve_grouped",
+    "deepep_link", "grouped",
 )  # fmt: skip
 EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
@@ -30,7 +30,9 @@ where it differs from ``matmul`` (:meth:`Hardware.matmul_flops`). ``deepep_link`
 fraction of the one-way NVLink that DeepEP's intranode kernels reach on this device,
 measured (``costmodel.kinds.dispatch``; absent: ``link``'s). ``grouped``: the routed experts'
 GEMMs' efficiency over a dense GEMM's of the same shape where a grouped linear loops over the
-experts on the host (``costmodel.parallel.gemms``; absent: 1)."""
+experts on the host (``costmodel.parallel.gemms``; absent: 1). ``serve_grouped``: a serving
+step's routed experts' grouped kernel over its dense matmuls' rate
+(:meth:`Hardware.serve_grouped_flops`; absent: 1)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")
@@ -401,6 +403,13 @@ class Hardware:
         """FLOP/s a serving step's matmuls run at in ``dtype``: peak x efficiency.serve_matmul
         (fitted on published serving runs), else efficiency.matmul."""
         return self.peak(dtype) * self.efficiency.get("serve_matmul", self.eff("matmul"))
+
+    def serve_grouped_flops(self, dtype: str) -> float:
+        """FLOP/s a serving step's routed experts run at in ``dtype``: one grouped kernel per
+        layer and projection (TensorRT-LLM's CUTLASS MoE GEMMs, vLLM's and SGLang's Triton
+        ``fused_moe``), :meth:`serve_flops` x ``efficiency.serve_grouped`` (fitted on
+        published serving runs; absent: the dense matmuls' rate)."""
+        return self.serve_flops(dtype) * self.eff("serve_grouped")
 
     def decode_bandwidth(self) -> float:
         """Bytes/s a serving decode step reads its weights and cache at: hbm_bw x
