@@ -1,18 +1,19 @@
 """A serving estimate: memory per device, prefill and decode time, TTFT, TPOT, throughput.
 
-Time is a roofline per kernel on one device (Williams et al. 2009): the matmuls, then the
-attention core, each the longer of its FLOPs (matmuls at ``efficiency.serve_matmul`` of the
-peak, else the training ``matmul``; a prompt's core at the fused-attention rate,
-``Hardware.attention_peak``) and its bytes (the weights; the cache) at
-``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it); an eager engine's
+Time is a roofline per kernel on one device (Williams et al. 2009): the dense matmuls, a
+MoE model's routed experts (one grouped kernel, at ``efficiency.serve_grouped`` of the
+matmuls' rate), then the attention core, each the longer of its FLOPs (matmuls at
+``efficiency.serve_matmul`` of the peak, else the training ``matmul``; a prompt's core at
+the fused-attention rate, ``Hardware.attention_peak``) and its bytes (the weights; the
+cache) at ``Hardware.hbm_bandwidth`` (decode's at ``efficiency.decode`` of it); an eager engine's
 elementwise bytes added (``costmodel.serving.eager``), tp's two all-reduces per layer
 (after attention and after the FFN; Shoeybi et al. 2019, Sec. 3) of the phase's tokens x D
 activations (:func:`_allreduce_s`), exposed, and ``Hardware.serve_layer_s`` per layer;
 against an eager engine's host dispatch (added on a CPU, the longer of the two on a GPU);
 then the serving engine's own host time per iteration (``costmodel.specs.engines``: what
 the device waits for added, the rest overlapped). ``efficiency.decode``,
-``efficiency.serve_matmul`` and ``serve_layer_s`` are fitted on published serving runs
-(``hardware.json``'s notes).
+``efficiency.serve_matmul``, ``efficiency.serve_grouped`` and ``serve_layer_s`` are fitted
+on published serving runs (``hardware.json``'s notes).
 
 - **Prefill** (TTFT): the B prompts of ``input`` tokens at once; bytes: the weights read
   once and the cache written. Chunked prefill changes when, not how much.
@@ -38,14 +39,14 @@ in steady state (:mod:`costmodel.serving.continuous`).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from costmodel.serving import (
     continuous,
+    counts,
     disaggregated,
     eager,
     experts,
@@ -59,80 +60,12 @@ from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
-from costmodel.symbols.algebra import by_symbol
-from costmodel.symbols.core import B, D, T, Y, as_expr, symbols, values_for
-
-if TYPE_CHECKING:  # sympy: only where a formula is asked for
-    import sympy as sp
+from costmodel.symbols.core import B, D, T, Y, values_for
 
 
 def act_bytes(spec: ServeSpec) -> int:
     """Bytes of an activation: 16 bits (fp8 GEMMs take and give 16-bit activations), fp32's 4."""
     return 4 if spec.precision == "fp32" else 2
-
-
-_TOKENS, _HEAD = symbols("tokens head_tokens", positive=True)
-_LOAD = frozenset({B, T, _TOKENS, _HEAD})
-"""The symbols of a step's load (sequences, cached tokens): a rollout or a sweep prices one
-model at many of them, so the model's sizes are substituted once before them."""
-
-
-def _num(expr: Any, values: dict) -> Any:
-    """An exact integer where the expression gives one, else a float."""
-    sizes = frozenset((k, v) for k, v in values.items() if k not in _LOAD)
-    load = frozenset((k, v) for k, v in values.items() if k in _LOAD)
-    return _evaluated(as_expr(expr), sizes, load)
-
-
-@functools.lru_cache(maxsize=65536)
-def _evaluated(expr: sp.Expr, sizes: frozenset, load: frozenset) -> Any:
-    """:func:`_num`, once per expression and values (a sweep or a fit asks the same counts
-    of a model again and again; only the hardware's rates change)."""
-    given = {k.name: Fraction(v) for k, v in load}  # a symbol not given fails if used
-    out = _at_sizes(expr, sizes)(**{s.name: given.get(s.name) for s in _LOAD})
-    if isinstance(out, Fraction | int):
-        return int(out) if Fraction(out).denominator == 1 else float(out)
-    return float(out)
-
-
-def _linear_flops(model: ModelSpec, tokens: int, head_tokens: int, vals: dict) -> Any:
-    """:func:`terms.linear_flops` of ``tokens`` through the blocks and ``head_tokens``
-    through the head: one expression per model, the counts given as values."""
-    expr = terms.linear_flops(model, _TOKENS, _HEAD)
-    return _num(expr, {**vals, _TOKENS: tokens, _HEAD: head_tokens})
-
-
-def _expert_flops(model: ModelSpec, tokens: float, vals: dict) -> Any:
-    """:func:`terms.expert_flops` of ``tokens``: the routed experts' part of
-    :func:`_linear_flops`."""
-    return _num(terms.expert_flops(model, _TOKENS), {**vals, _TOKENS: tokens})
-
-
-@functools.cache
-def _exact_printer() -> type:
-    """sympy's Python printer whose rationals stay exact (``fractions.Fraction``)."""
-    from sympy.printing.pycode import PythonCodePrinter
-
-    class ExactPrinter(PythonCodePrinter):
-        def _print_Rational(self, expr: Any) -> str:
-            return f"Fraction({expr.p}, {expr.q})"
-
-    return ExactPrinter
-
-
-_EXACT = {"Fraction": Fraction, "math": math, "Min": min, "Max": max}
-
-
-@functools.lru_cache(maxsize=16384)
-def _at_sizes(expr: sp.Expr, sizes: frozenset) -> Any:
-    """``expr`` with a model's sizes in, as a function of its load symbols (keywords), in
-    exact rational arithmetic: the same number ``xreplace`` gives, without building an
-    expression per load."""
-    import sympy as sp
-
-    args = [as_expr(s) for s in sorted(_LOAD, key=lambda s: s.name)]
-    return sp.lambdify(args, expr.xreplace(by_symbol(sizes)), modules=[_EXACT, "math"],
-                       printer=_exact_printer())  # fmt: skip
 
 
 def _allreduce_s(elements: float, spec: ServeSpec, hw: Hardware) -> float:
@@ -154,13 +87,13 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
     wb = DTYPE_BYTES[spec.precision]
     kvb = DTYPE_BYTES[spec.kv_dtype]
     act = act_bytes(spec)
-    weights = _num(terms.block_weights(model) * wb + terms.other_weights(model) * act, vals)
+    weights = counts.num(terms.block_weights(model) * wb + terms.other_weights(model) * act, vals)
     weights += _expert_shift(model, spec, vals) * wb
-    per_token = kvb * _num(terms.kv_elements_per_token(model), vals)
+    per_token = kvb * counts.num(terms.kv_elements_per_token(model), vals)
     one = {**vals, Y: 1}  # the whole cache of a token, unsplit
-    kv_seq = kvb * _num(terms.kv_elements(model), {**vals, T: spec.context})
+    kv_seq = kvb * counts.num(terms.kv_elements(model), {**vals, T: spec.context})
     kv_seq_paged = paged_cache_bytes(model, spec, spec.context)
-    width = _num(2 * D + terms.layer_widths(model), vals)
+    width = counts.num(2 * D + terms.layer_widths(model), vals)
     logits = 4 * model.vocab / spec.tp
     chunk = spec.token_budget
     work = act * width * min(spec.batch * spec.input, chunk) + logits * spec.batch
@@ -182,7 +115,7 @@ def _memory(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict
         "memory_bytes_per_device.budget": budget,
         "memory_bytes_per_device.kv_room": room,
         "kv_bytes_per_token": per_token,
-        "kv_split_over_tp": per_token < kvb * _num(terms.kv_elements_per_token(model), one),
+        "kv_split_over_tp": per_token < kvb * counts.num(terms.kv_elements_per_token(model), one),
         "kv_bytes_per_sequence": kv_seq,
         "fits": total <= budget and max_batch >= 1,  # an engine that holds no sequence
         "max_batch": max_batch,  # does not start (it profiles a full token budget's work)
@@ -244,7 +177,7 @@ def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
     """One sequence's cache of ``tokens`` on a device, in whole ``block_size`` blocks."""
     slots = math.ceil(tokens / spec.block_size) * spec.block_size
     at = {**values_for(model), Y: spec.tp, T: slots}
-    return DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
+    return DTYPE_BYTES[spec.kv_dtype] * counts.num(terms.kv_elements(model), at)
 
 
 def prompt_attention_rate(spec: ServeSpec, hw: Hardware) -> float:
@@ -258,7 +191,7 @@ def _read_weights(model: ModelSpec, spec: ServeSpec, vals: dict) -> tuple[float,
     """(bytes of the weights a step reads, bytes of the routed experts among them): all but
     an untied embedding table (its rows are looked up)."""
     wb = DTYPE_BYTES[spec.precision]
-    weights = _num(terms.block_weights(model) * wb
+    weights = counts.num(terms.block_weights(model) * wb
                    + (terms.other_weights(model) - terms.unread_embedding(model))
                    * act_bytes(spec), vals)  # fmt: skip
     weights += _expert_shift(model, spec, vals) * wb
@@ -270,7 +203,8 @@ def _expert_shift(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
     whole experts than every expert's slice; 0 without ep)."""
     if spec.ep == 1:
         return 0
-    return experts.expert_elements(model, spec, vals) - _num(terms.expert_weights(model), vals)
+    held = counts.num(terms.expert_weights(model), vals)
+    return experts.expert_elements(model, spec, vals) - held
 
 
 def decode_step(
@@ -287,14 +221,14 @@ def decode_step(
     keys = Fraction(2 * i + o, 2)
     at = {**vals, B: b, T: keys}
     tokens = b * per_seq
-    linear = _linear_flops(model, tokens, tokens, at) + 2 * tokens * extra
-    core = per_seq * _num(terms.decode_core_flops(model), at)
+    linear = counts.linear_flops(model, tokens, tokens, at) + 2 * tokens * extra
+    core = per_seq * counts.num(terms.decode_core_flops(model), at)
     reads = experts.weight_reads(spec)  # each micro-batch reads what its tokens reach
     touched = experts.touched(model, spec, tokens / reads, vals)
-    kv_read = b * DTYPE_BYTES[spec.kv_dtype] * _num(terms.kv_elements(model), at)
+    kv_read = b * DTYPE_BYTES[spec.kv_dtype] * counts.num(terms.kv_elements(model), at)
     read = reads * (weights - routed * (1 - touched))
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
-    expert = (_expert_flops(model, tokens, at), reads * routed * touched)
+    expert = (counts.expert_flops(model, tokens, at), reads * routed * touched)
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
                    hw.decode_bandwidth(), decode=True, routed=expert)  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
@@ -309,14 +243,14 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     weights = _read_weights(model, spec, vals)[0]
     at = {**vals, B: b}
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
-    pre_flops = _linear_flops(model, b * i, b, at)
-    core = _num(terms.prefill_core_flops(model), {**at, T: i})
+    pre_flops = counts.linear_flops(model, b * i, b, at)
+    core = counts.num(terms.prefill_core_flops(model), {**at, T: i})
     rate = prompt_attention_rate(spec, hw)
-    written = b * kvb * _num(terms.kv_elements(model), {**at, T: i})
+    written = b * kvb * counts.num(terms.kv_elements(model), {**at, T: i})
     reads = experts.weight_reads(spec)
     routed = _read_weights(model, spec, vals)[1]
     touched = experts.touched(model, spec, b * i / reads, vals)
-    expert = (_expert_flops(model, b * i, at), reads * routed * touched)
+    expert = (counts.expert_flops(model, b * i, at), reads * routed * touched)
     pre = _phase((pre_flops, reads * (weights - routed * (1 - touched))), (core / rate, written),
                  b * i, model, spec, hw, hw.hbm_bandwidth(), routed=expert)  # fmt: skip
     dec = decode_step(model, spec, hw)
