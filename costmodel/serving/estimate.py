@@ -207,6 +207,19 @@ def _expert_shift(model: ModelSpec, spec: ServeSpec, vals: dict) -> float:
     return experts.expert_elements(model, spec, vals) - held
 
 
+def _reached(
+    model: ModelSpec, spec: ServeSpec, vals: dict, at: dict, tokens: float,
+    weights: float, routed: float,
+) -> tuple[float, tuple[float, float]]:  # fmt: skip
+    """What ``tokens`` through the blocks read of ``weights`` bytes, of which ``routed`` are
+    the routed experts' (only the experts they reach; each micro-batch its own), and the
+    routed experts' (FLOPs, bytes read): the grouped kernel's part of the matmuls."""
+    reads = experts.weight_reads(spec)
+    touched = experts.touched(model, spec, tokens / reads, vals)
+    read = reads * (weights - routed * (1 - touched))
+    return read, (counts.expert_flops(model, tokens, at), reads * routed * touched)
+
+
 def decode_step(
     model: ModelSpec, spec: ServeSpec, hw: Hardware, per_seq: int = 1, extra: int = 0
 ) -> dict[str, Any]:
@@ -223,12 +236,9 @@ def decode_step(
     tokens = b * per_seq
     linear = counts.linear_flops(model, tokens, tokens, at) + 2 * tokens * extra
     core = per_seq * counts.num(terms.decode_core_flops(model), at)
-    reads = experts.weight_reads(spec)  # each micro-batch reads what its tokens reach
-    touched = experts.touched(model, spec, tokens / reads, vals)
     kv_read = b * DTYPE_BYTES[spec.kv_dtype] * counts.num(terms.kv_elements(model), at)
-    read = reads * (weights - routed * (1 - touched))
+    read, expert = _reached(model, spec, vals, at, tokens, weights, routed)
     rate = hw.serve_flops(gemm_dtype(spec.precision, hw))
-    expert = (counts.expert_flops(model, tokens, at), reads * routed * touched)
     phase = _phase((linear, read), (core / rate, kv_read), tokens, model, spec, hw,
                    hw.decode_bandwidth(), decode=True, routed=expert)  # fmt: skip
     return {"phase": phase, "flops": linear + core, "linear_flops": linear, "core_s": core / rate,
@@ -240,19 +250,16 @@ def _times(model: ModelSpec, spec: ServeSpec, hw: Hardware, vals: dict) -> dict:
     """Prefill, decode, end to end and throughput (module docstring)."""
     b, i, o = spec.batch, spec.input, spec.output
     kvb = DTYPE_BYTES[spec.kv_dtype]
-    weights = _read_weights(model, spec, vals)[0]
+    weights, routed = _read_weights(model, spec, vals)
     at = {**vals, B: b}
     # prefill: B prompts of I tokens; the core at the fused kernel's rate for I keys
     pre_flops = counts.linear_flops(model, b * i, b, at)
     core = counts.num(terms.prefill_core_flops(model), {**at, T: i})
     rate = prompt_attention_rate(spec, hw)
     written = b * kvb * counts.num(terms.kv_elements(model), {**at, T: i})
-    reads = experts.weight_reads(spec)
-    routed = _read_weights(model, spec, vals)[1]
-    touched = experts.touched(model, spec, b * i / reads, vals)
-    expert = (counts.expert_flops(model, b * i, at), reads * routed * touched)
-    pre = _phase((pre_flops, reads * (weights - routed * (1 - touched))), (core / rate, written),
-                 b * i, model, spec, hw, hw.hbm_bandwidth(), routed=expert)  # fmt: skip
+    read, expert = _reached(model, spec, vals, at, b * i, weights, routed)
+    pre = _phase((pre_flops, read), (core / rate, written), b * i, model, spec, hw,
+                 hw.hbm_bandwidth(), routed=expert)  # fmt: skip
     dec = decode_step(model, spec, hw)
     out = {f"time_s.prefill.{k}": v for k, v in pre.items()}
     out.update({f"time_s.decode_step.{k}": v for k, v in dec["phase"].items()})
