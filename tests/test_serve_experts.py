@@ -165,3 +165,17 @@ def test_routed_experts_run_as_one_grouped_kernel_at_its_own_rate():
     dense = serve(get_model("llama3-8b"), spec, H100).values
     assert dense["time_s.prefill.experts_compute"] == 0
     assert dense["time_s.decode_step.experts_memory"] == 0
+
+
+def test_what_limits_a_moe_decode_step_can_be_its_routed_experts():
+    """The "limited by" line weighs the routed experts' kernel as a part of its own: a
+    Mixtral decode step at batch 32 spends most of its time reading the experts."""
+    from costmodel.answers.serve_words import limited_by
+
+    spec = ServeSpec(input=2000, output=500, batch=32, precision="fp8", tp=2)
+    v = serve(get_model("mixtral-8x7b"), spec, H100).values
+    step = v["time_s.decode_step.experts_memory"] / v["time_s.decode_step.total"]
+    assert step > 0.5
+    assert limited_by(v).startswith(
+        f"decode: the routed experts (one grouped kernel), memory-bound ({step:.0%} of a step)"
+    )

@@ -13,6 +13,7 @@ from costmodel.specs.serving import ServeSpec
 
 PARTS = {
     "matmuls": "the matmuls",
+    "experts": "the routed experts (one grouped kernel)",
     "attention": "attention over the cache",
     "comm": "communication (tp all-reduces)",
     "overhead": "per-layer step overhead",
@@ -23,9 +24,10 @@ PARTS = {
 def limited_by(v: dict[str, Any], output: int | None = None) -> str:
     """The pool that limits a disaggregated deployment where it is the prefill pool; the
     prefill where a request generates one token (``output`` 1: no decode step); else the
-    decode step's (a continuous engine's iteration's) largest part: its matmuls or its
-    attention, each compute- or memory-bound (a roofline per kernel), its exposed all-reduces,
-    overhead or host; and what a step's bytes are."""
+    decode step's (a continuous engine's iteration's) largest part: its dense matmuls, its
+    routed experts' grouped kernel or its attention, each compute- or memory-bound (a
+    roofline per kernel), its exposed all-reduces, overhead or host; and what a step's bytes
+    are."""
     if output == 1:
         return "the prefill: one token is generated, so no decode step follows (TTFT is all)"
     d = "disaggregated."
@@ -36,7 +38,7 @@ def limited_by(v: dict[str, Any], output: int | None = None) -> str:
     kind = "iteration" if "time_s.iteration.total" in v else "decode_step"
     t = {k.rsplit(".", 1)[1]: x for k, x in v.items() if k.startswith(f"time_s.{kind}.")}
     bound = {k: "compute" if t[f"{k}_compute"] >= t[f"{k}_memory"] else "memory"
-             for k in ("matmuls", "attention")}  # fmt: skip
+             for k in ("matmuls", "experts", "attention")}  # fmt: skip
     parts = {k: (max(t[f"{k}_compute"], t[f"{k}_memory"]) if k in bound else t[k]) for k in PARTS}
     part = max(parts, key=parts.__getitem__)
     what = "an iteration (decodes and prompt chunks)" if kind == "iteration" else "decode"
