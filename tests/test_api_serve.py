@@ -41,7 +41,7 @@ def test_serve_in_python_is_the_cli_answer(capsys):
     assert ans.fits is cli["verdict.fits"] is True
     for key in ("time_s.ttft", "time_s.tpot", "throughput.output_tokens_per_s", "max_batch"):
         assert ans[key] == cli[key], key
-    assert repr(ans).startswith("ServeAnswer(fits: up to 200 sequences fit; TTFT 5.065 s")
+    assert repr(ans).startswith("ServeAnswer(fits: up to 200 sequences fit; TTFT 5.008 s")
 
 
 def test_the_repr_counts_in_the_clis_words(capsys):

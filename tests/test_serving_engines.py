@@ -143,3 +143,48 @@ def test_the_eager_reference_is_host_bound_on_a_catalog_gpu(capsys):
             "--output", "256", "--batch", "8", "--engine", "eager"]  # fmt: skip
     assert main(argv) == 0
     assert "limited by             decode: the host" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", [n for n in ENGINES if ENGINES[n].prefill_attention])
+def test_a_prefill_kernel_is_the_one_its_source_states(name):
+    """An engine that prices FlashAttention-3's rate quotes where its source runs FA3 (or a
+    Hopper kernel of FA3's design: TMA, warp-specialized) by default."""
+    kind = ENGINES[name]
+    assert kind.prefill_attention == ("fa3",)
+    assert re.search(r"FA3|fa_version = 3|tma_ws_sm90", kind.sources["prefill_attention"])
+
+
+def test_a_prompt_runs_at_the_rate_of_the_kernel_its_engine_runs_on_that_device():
+    """vLLM V1 prefills at FlashAttention-3's rate on an H100 (its profile measures it),
+    vLLM V0 at FlashAttention-2's (the device's default); an A100's profile has no FA3, a
+    B200's no kernel table, and fp32 no flash kernel: the device's default there."""
+    from costmodel.serving.estimate import prompt_attention_rate
+
+    h100, a100, b200 = (get_hardware(n) for n in ("h100-sxm", "a100-80gb", "b200"))
+    spec = ServeSpec(input=20000, output=100, engine="vllm")
+
+    def rate(hw, kernel, s=spec, dtype="bf16"):
+        return float(hw.attention_peak(dtype, kernel=kernel, seq=s.input))
+
+    assert prompt_attention_rate(spec, h100) == rate(h100, "fa3")
+    assert prompt_attention_rate(spec, h100) > 1.7 * rate(h100, "fa2")  # 0.646 vs 0.357
+    v0 = ServeSpec(input=20000, output=100, engine="vllm-0.5")
+    assert prompt_attention_rate(v0, h100) == rate(h100, "fa2")
+    assert prompt_attention_rate(spec, a100) == rate(a100, "fa2")
+    assert prompt_attention_rate(spec, b200) == rate(b200, "auto")
+    fp32 = ServeSpec(input=2000, output=10, engine="vllm", precision="fp32")
+    assert prompt_attention_rate(fp32, h100) == rate(h100, "auto", fp32, "fp32")
+
+
+def test_an_engine_on_hopper_prefills_a_long_prompt_faster_than_v0():
+    """The same 8,000-token prompt of Llama 3 8B on one H100: its prefill's attention core
+    takes longer under vLLM V0 (FA2) than V1 (FA3) by the two kernels' rates at that
+    length; the matmuls are alike."""
+    model, hw = get_model("llama3-8b"), get_hardware("h100-sxm")
+    v1 = serve(model, ServeSpec(input=8000, output=10, batch=1, engine="vllm"), hw)
+    v0 = serve(model, ServeSpec(input=8000, output=10, batch=1, engine="vllm-0.5"), hw)
+    ratio = hw.attention_peak("bf16", "fa3", seq=8000) / hw.attention_peak("bf16", "fa2", seq=8000)
+    core = "time_s.prefill.attention_compute"
+    assert v0[core] / v1[core] == pytest.approx(float(ratio), rel=1e-9)
+    assert ratio > 1.7
+    assert v0["time_s.prefill.matmuls_compute"] == v1["time_s.prefill.matmuls_compute"]

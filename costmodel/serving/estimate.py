@@ -57,7 +57,7 @@ from costmodel.serving import (
 )
 from costmodel.serving.result import ServeEstimate
 from costmodel.specs.checks import SpecError
-from costmodel.specs.hardware import Hardware
+from costmodel.specs.hardware import FLASH_LESS_DTYPES, Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
 from costmodel.symbols.core import B, D, T, Y, values_for
@@ -182,9 +182,14 @@ def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
 
 def prompt_attention_rate(spec: ServeSpec, hw: Hardware) -> float:
     """FLOP/s of the fused attention kernel over a prompt of ``input`` keys, in the
-    activations' dtype (16 bits beside fp8 and fp4 GEMMs)."""
+    activations' dtype (16 bits beside fp8 and fp4 GEMMs): the kernel family the engine's
+    prefill runs on this device (``Engine.attention_kernel``: FlashAttention-3's rate on a
+    Hopper GPU under vLLM V1, SGLang and TensorRT-LLM, the device's default elsewhere)."""
     dtype = spec.precision if spec.precision in ("fp16", "fp32") else "bf16"
-    return float(hw.attention_peak(dtype, seq=spec.input))
+    kernel = spec.engine_kind.attention_kernel(hw.attention_kernels)
+    if dtype in FLASH_LESS_DTYPES:  # no flash kernel runs it: the device's rate for it
+        kernel = "auto"
+    return float(hw.attention_peak(dtype, kernel=kernel, seq=spec.input))
 
 
 def _read_weights(model: ModelSpec, spec: ServeSpec, vals: dict) -> tuple[float, float]:

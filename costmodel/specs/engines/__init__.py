@@ -9,6 +9,9 @@ engine states:
   tokens an iteration may hold (``max_num_batched_tokens``, ``chunked_prefill_size``,
   ``max_num_tokens``), the share of device memory it takes, and its cache dtype's rule (the
   model's 16-bit dtype, or an fp8 checkpoint's fp8 cache).
+- **Prefill attention kernel**: the fused-attention family its prefill runs where the
+  device's profile measures it (``prefill_attention``; FlashAttention-3 and kernels of its
+  design run only on Hopper, whose profiles alone list ``fa3``), else the device's default.
 - **Host time per iteration** (seconds): the scheduler, input preparation, sampling's
   launch and the output processing (detokenisation, the responses) an engine's Python or
   C++ runtime spends, a fixed part plus a part per running sequence, with CUDA graphs
@@ -26,6 +29,7 @@ Each engine's ``sources`` quote the documentation or code line each default come
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from costmodel.specs.checks import SpecError
@@ -79,6 +83,10 @@ class Engine:
     batch_overlap_flag: str = ""
     """The engine's flag for two micro-batches per step, each one's expert dispatch and
     combine beside the other's compute (``ServeSpec.batch_overlap``); empty: it has none."""
+    prefill_attention: tuple[str, ...] = ()
+    """Fused-attention kernel families (``Hardware.attention_kernels`` names) the engine's
+    prefill runs, first choice first: the first the device's profile lists is priced
+    (:meth:`attention_kernel`); none listed, or empty: the device's default (``auto``)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Per field, where its value comes from (document or code, and the quoted line)."""
 
@@ -102,6 +110,13 @@ class Engine:
         """The share of device memory taken by default at tensor parallelism ``tp``."""
         return next((share for least, share in self.memory_by_tp if tp >= least),
                     self.memory_utilization)  # fmt: skip
+
+    def attention_kernel(self, kernels: Iterable[str]) -> str:
+        """The kernel family a prefill runs on a device whose profile measures ``kernels``
+        (``Hardware.attention_kernels``): the engine's first choice it lists, else
+        ``auto`` (the device's default)."""
+        listed = set(kernels)
+        return next((k for k in self.prefill_attention if k in listed), "auto")
 
     def cache_dtype(self, precision: str) -> str:
         """The cache dtype the engine serves ``precision`` weights with by default."""

@@ -9,6 +9,10 @@ tokens an iteration (``chunked_prefill_size``, 2,048 on GPUs under 25 GB, not mo
 its request pool (``min(max(tokens / context_len x 512, 2048), 4096)``): 4,096 here, the
 cache binding first in practice.
 
+Prefill attention: FlashAttention-3 on Hopper by default since 0.4.5.post1, for MHA and MLA
+models alike (``SOURCES``), FlashInfer's or Triton's kernels elsewhere (the device's
+default kernel here).
+
 Host time: every part beside the device (the overlap scheduler), none waited for. SGLang
 publishes no per-iteration figure; it is priced as vLLM V1's measured persistent-batch work
 (20.9 us a sequence, ``costmodel.specs.engines.vllm``), which Srivatsa et al. 2024 find
@@ -25,8 +29,13 @@ SGLANG = register(Engine(
     memory_utilization=0.88, fp8_cache_with_fp8_weights=False,
     memory_by_tp=((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88)),
     step_s=0.0, seq_s=0.0, async_seq_s=V1.async_seq_s,
-    batch_overlap_flag="--enable-two-batch-overlap",
+    batch_overlap_flag="--enable-two-batch-overlap", prefill_attention=("fa3",),
     sources={
+        "prefill_attention": "python/sglang/srt/server_args.py (sgl-project/sglang, "
+        "0.4.5.post1 on: 'SGLang uses FA3 backend by default since v0.4.5.post1', PR #5571), "
+        "attention backend auto-selection: `1.1 We will turn on FA3 on hopper unless user use "
+        "spec decode with topk > 1 or page_size > 1.` and for MLA models `2.1 We will use FA3 "
+        "backend on hopper.`",
         "batch_overlap_flag": "docs/advanced_features/server_arguments.md (sgl-project/sglang): "
         "`--enable-two-batch-overlap` [bool, default=False] — Enabling two micro batches to "
         "overlap (LMSYS, 'Deploying DeepSeek with PD Disaggregation and Large-scale Expert "

@@ -9,6 +9,11 @@ Defaults (``SOURCES``): 2,048 sequences (``max_batch_size``) and 8,192 tokens an
 an fp8 checkpoint is served with an fp8 cache ("If you specify FP8 quantization, the KV
 cache will automatically be set to FP8 as well", the v0.17 perf overview).
 
+Prefill attention: its context FMHA, on Hopper kernels built as FlashAttention-3 is (TMA
+loads and warp specialization, Shah et al. 2024 Sec. 3.1; ``SOURCES``), priced at
+FlashAttention-3's measured rate: an assumption, since TensorRT-LLM publishes no rate of its
+own; elsewhere the device's default kernel.
+
 Host time: a C++ runtime with the overlap scheduler; no per-iteration figure is published,
 and none is priced (0: the device's time is the iteration's).
 """
@@ -20,7 +25,13 @@ from costmodel.specs.engines import Engine, register
 TRTLLM = register(Engine(
     name="trtllm", title="TensorRT-LLM (overlap scheduler)", max_seqs=2048, token_budget=8192,
     memory_utilization=0.9, fp8_cache_with_fp8_weights=True, step_s=0.0, seq_s=0.0,
+    prefill_attention=("fa3",),
     sources={
+        "prefill_attention": "cpp/tensorrt_llm/kernels/contextFusedMultiHeadAttention "
+        "(NVIDIA/TensorRT-LLM): the Hopper context kernels, e.g. "
+        "`fmha_v2_flash_attention_bf16_64_128_S_qkv_128_causal_tma_ws_sm90_kernel` (tma_ws: "
+        "TMA and warp-specialized, FA3's design; docs/source/advanced/gpt-attention.md: 'For "
+        "larger sequences, this kernel uses the Flash Attention algorithm')",
         "max_seqs": "docs/source/performance/tuning-max-batch-size-and-max-num-tokens.md "
         "@16d2467: `The default value is 2048.`",
         "token_budget": "docs/source/performance/tuning-max-batch-size-and-max-num-tokens.md "

@@ -10,6 +10,9 @@ large values); ``gpu_memory_utilization`` 0.9; the cache ``auto`` (the model's d
 ``max_num_batched_tokens`` 8,192 for ``vllm serve``; V0 prefills whole prompts, up to
 max(max_model_len, 2,048) tokens a step.
 
+Prefill attention: V0 runs vllm-flash-attn's FlashAttention-2 (the device's default kernel
+here); V1 FlashAttention-3 on Hopper (``_FA3_ON_HOPPER``), FlashAttention-2 elsewhere.
+
 Host time per iteration (seconds):
 
 - **V0 (0.5)**: everything in step with the device. Vidur's profile of vLLM on an A100
@@ -77,6 +80,12 @@ _V0_SOURCES = {
     "fp8_cache_with_fp8_weights": "vllm/worker/cache_engine.py:49-50 @v0.5.3.post1: "
     '`if cache_config.cache_dtype == "auto": self.dtype = model_config.dtype`',
 }
+_FA3_ON_HOPPER = (
+    "vllm/attention/utils/fa_utils.py (vllm-project/vllm, FlashAttention-3 since PR #12093, "
+    "2025-01): `fa_version = 3 if (device_capability.major == 9 and "
+    "is_fa_version_supported(3)) else 2`; issue #12429: 'Flash Attention 3 is now supported in "
+    "vLLM for Hopper GPUs (SM 9.0)'"
+)
 _V1_SOURCES = {
     "max_seqs": "vllm/engine/arg_utils.py:1565-1623 @v0.8.5 (_set_default_args_v1, "
     "device_memory >= 70 GiB): `default_max_num_seqs = 1024`",
@@ -85,6 +94,7 @@ _V1_SOURCES = {
     "`UsageContext.OPENAI_API_SERVER: 8192`",
     "fp8_cache_with_fp8_weights": "vllm/config/cache.py:52 @v0.10.2: "
     '`cache_dtype: CacheDType = "auto"` (the model\'s dtype)',
+    "prefill_attention": _FA3_ON_HOPPER,
 }
 
 V05 = register(Engine(
@@ -102,13 +112,13 @@ V06 = register(Engine(
 V08 = register(Engine(
     name="vllm-0.8", title="vLLM 0.8-0.13 (V1, scheduling in step)", max_seqs=1024,
     token_budget=8192, memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
-    step_s=0.0, seq_s=_V1_SEQ, sources=_V1_SOURCES,
+    step_s=0.0, seq_s=_V1_SEQ, prefill_attention=("fa3",), sources=_V1_SOURCES,
 ))  # fmt: skip
 V1 = register(Engine(
     name="vllm", title="vLLM V1 (asynchronous scheduling)", max_seqs=1024, token_budget=8192,
     memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
     step_s=V1_ASYNC_GAP_S, seq_s=0.0, async_seq_s=_V1_SEQ - V1_ASYNC_GAP_S / V1_SYNC_BATCH,
-    batch_overlap_flag="--enable-dbo",
+    batch_overlap_flag="--enable-dbo", prefill_attention=("fa3",),
     sources={**_V1_SOURCES, "batch_overlap_flag": "docs/design/dbo.md (vllm-project/vllm, "
              "PR #26024): 'The core motivation of the DBO system in vLLM is to overlap the "
              "sparse all-to-all communication in the MoE layer with the surrounding "
