@@ -188,3 +188,19 @@ def test_an_engine_on_hopper_prefills_a_long_prompt_faster_than_v0():
     assert v0[core] / v1[core] == pytest.approx(float(ratio), rel=1e-9)
     assert ratio > 1.7
     assert v0["time_s.prefill.matmuls_compute"] == v1["time_s.prefill.matmuls_compute"]
+
+
+def test_an_answer_names_the_kernel_its_prompts_are_priced_at():
+    """The last note says which kernel's rate a prompt's attention took and why: the
+    engine's on a Hopper GPU, the device's default kernel on an A100, a B200's measured rate
+    (no per-kernel table)."""
+    model = get_model("llama3-8b")
+    spec = ServeSpec(input=2000, output=100, batch=4)
+    said = {name: serve(model, spec, get_hardware(name)).notes[-1]
+            for name in ("h100-sxm", "a100-80gb", "b200")}  # fmt: skip
+    assert said["h100-sxm"] == (
+        "prompts' attention at FlashAttention-3's measured rate: the kernel vLLM V1 "
+        "(asynchronous scheduling) runs on h100-sxm"
+    )
+    assert said["a100-80gb"].startswith("prompts' attention at FlashAttention-2's measured rate")
+    assert said["b200"] == "prompts' attention at b200's measured bf16 attention rate"

@@ -50,6 +50,7 @@ from costmodel.serving import (
     disaggregated,
     eager,
     experts,
+    notes,
     pipeline,
     queueing,
     speculative,
@@ -57,7 +58,7 @@ from costmodel.serving import (
 )
 from costmodel.serving.result import ServeEstimate
 from costmodel.specs.checks import SpecError
-from costmodel.specs.hardware import FLASH_LESS_DTYPES, Hardware
+from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
 from costmodel.symbols.core import B, D, T, Y, values_for
@@ -183,12 +184,9 @@ def paged_cache_bytes(model: ModelSpec, spec: ServeSpec, tokens: int) -> int:
 def prompt_attention_rate(spec: ServeSpec, hw: Hardware) -> float:
     """FLOP/s of the fused attention kernel over a prompt of ``input`` keys, in the
     activations' dtype (16 bits beside fp8 and fp4 GEMMs): the kernel family the engine's
-    prefill runs on this device (``Engine.attention_kernel``: FlashAttention-3's rate on a
+    prefill runs on this device (:func:`notes.prompt_kernel`: FlashAttention-3's rate on a
     Hopper GPU under vLLM V1, SGLang and TensorRT-LLM, the device's default elsewhere)."""
-    dtype = spec.precision if spec.precision in ("fp16", "fp32") else "bf16"
-    kernel = spec.engine_kind.attention_kernel(hw.attention_kernels)
-    if dtype in FLASH_LESS_DTYPES:  # no flash kernel runs it: the device's rate for it
-        kernel = "auto"
+    dtype, kernel = notes.prompt_kernel(spec, hw)
     return float(hw.attention_peak(dtype, kernel=kernel, seq=spec.input))
 
 
@@ -337,7 +335,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
-    return ServeEstimate(out, _notes(spec, asked, out, hw))
+    return ServeEstimate(out, notes.for_estimate(spec, asked, out, hw))
 
 
 def _capacity(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:
@@ -373,28 +371,3 @@ def _at_rate(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> dict[str, Any]:
             "throughput.output_tokens_per_s": served,
             "throughput.total_tokens_per_s": served * spec.context / spec.output,
             "throughput.output_tokens_per_s_per_gpu": served / (spec.dp * spec.tp)}  # fmt: skip
-
-
-def _notes(spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware) -> list[str]:
-    """What the estimate assumes beyond the spec."""
-    notes = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
-    computed = gemm_dtype(spec.precision, hw)
-    if spec.precision == "fp8" and computed != "fp8":
-        notes.append(f"fp8 weights dequantized into {computed} matmuls: {hw.name} has no fp8 "
-                     "matmuls (W8A16, as vLLM's FP8 Marlin runs them)")  # fmt: skip
-    if spec.simulated:
-        notes = [queueing.note(spec, out)]
-    if spec.prefill_replicas:
-        notes.append(
-            "disaggregated: TTFT is the mean over the batch of waiting for its prefill wave; "
-            "the throughput is the slower pool's steady rate"
-        )
-    if spec.arrival == "continuous" and not spec.simulated:
-        notes += continuous.notes(spec, asked, out)
-    if out["bytes_per_device.decode_step_experts"]:
-        notes.append("routed experts read by a decode step: uniform routing")
-    if spec.tp > 1:
-        notes.append("tp all-reduces exposed (not overlapped)")
-    if spec.ep > spec.tp:
-        notes.append(experts.overlap_note(spec))
-    return notes
