@@ -5,6 +5,7 @@ times are what the cited measurements give, and a workload takes its engine's de
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -204,3 +205,27 @@ def test_an_answer_names_the_kernel_its_prompts_are_priced_at():
     )
     assert said["a100-80gb"].startswith("prompts' attention at FlashAttention-2's measured rate")
     assert said["b200"] == "prompts' attention at b200's measured bf16 attention rate"
+
+
+def test_a_deployment_may_state_the_kernel_it_runs(capsys):
+    """``attention_kernel`` overrides the engine's choice (vLLM with
+    ``VLLM_FLASH_ATTN_VERSION=2`` on an H100 prefills at FA2's rate, said in the note); a
+    kernel the device's profile does not measure is one error naming the field, in Python
+    and on the command line."""
+    from costmodel.cli import main
+    from costmodel.serving.estimate import prompt_attention_rate
+
+    h100 = get_hardware("h100-sxm")
+    spec = ServeSpec(input=8000, output=10, engine="vllm", attention_kernel="fa2")
+    assert prompt_attention_rate(spec, h100) == float(h100.attention_peak("bf16", "fa2", seq=8000))
+    est = serve(get_model("llama3-8b"), spec, h100)
+    assert est.notes[-1].endswith("FlashAttention-2's measured rate: as asked (--attention-kernel)")
+    with pytest.raises(SpecError, match="attention_kernel fa3: b200 has no measured rate"):
+        serve(get_model("llama3-8b"), replace(spec, attention_kernel="fa3"), get_hardware("b200"))
+    with pytest.raises(SpecError, match="attention_kernel must be one of auto, fa2, fa3"):
+        ServeSpec(input=8, output=8, attention_kernel="fa4")
+    code = main(["serve", "--model", "llama3-8b", "--hardware", "b200", "--input", "800",
+                 "--attention-kernel", "fa3"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--attention-kernel fa3: b200 has no measured rate" in err
+    assert "Traceback" not in err

@@ -20,6 +20,7 @@ from costmodel.catalog.presets import PRESETS, get_model
 from costmodel.cli.args import device_word, int_arg, to_json
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
+from costmodel.specs.hardware import KERNEL_FAMILIES
 from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
@@ -258,6 +259,9 @@ def add_serve(sub) -> None:
     p.add_argument("--engine", choices=list(ENGINES), help=f"the serving engine (default "
                    f"{DEFAULT_ENGINE}): " + "; ".join(f"{k}: {e.title}"
                                                       for k, e in ENGINES.items()))  # fmt: skip
+    p.add_argument("--attention-kernel", choices=("auto", *KERNEL_FAMILIES), default="auto",
+                   help="the fused-attention kernel a prompt runs (default auto: the engine's "
+                   "on the device, e.g. FlashAttention-3 under vLLM V1 on Hopper)")  # fmt: skip
     p.add_argument("--token-budget", type=int_arg, help="tokens an iteration may hold (vLLM's "
                    "max_num_batched_tokens; default: the engine's)")  # fmt: skip
     p.add_argument("--rope-scaling", type=float, default=1.0,

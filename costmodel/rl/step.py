@@ -39,7 +39,8 @@ from costmodel.rl.spec import RLSpec
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import ServeSpec, check
+from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving_device import check
 
 
 def response_cap(model: ModelSpec, spec: RLSpec, engine: ServeSpec, hw: Hardware) -> int:

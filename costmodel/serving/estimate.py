@@ -60,7 +60,8 @@ from costmodel.serving.result import ServeEstimate
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.serving import DTYPE_BYTES, ServeSpec, check, gemm_dtype
+from costmodel.specs.serving import DTYPE_BYTES, ServeSpec
+from costmodel.specs.serving_device import check, gemm_dtype
 from costmodel.symbols.core import B, D, T, Y, values_for
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from costmodel.serving import continuous, experts, queueing
 from costmodel.specs.hardware import FLASH_LESS_DTYPES, Hardware
-from costmodel.specs.serving import ServeSpec, gemm_dtype
+from costmodel.specs.serving import ServeSpec
+from costmodel.specs.serving_device import gemm_dtype
 
 KERNEL_NAMES = {
     "fa2": "FlashAttention-2",
@@ -22,11 +23,14 @@ KERNEL_NAMES = {
 def prompt_kernel(spec: ServeSpec, hw: Hardware) -> tuple[str, str]:
     """(dtype, kernel family) of a prompt's attention: the activations' dtype (16 bits beside
     fp8 and fp4 GEMMs) and the family the engine's prefill runs on this device
-    (``Engine.attention_kernel``), ``auto`` (the device's default) where the engine names
-    none the device's profile measures or no flash kernel runs the dtype."""
+    (``Engine.attention_kernel``) unless the spec names one (``ServeSpec.attention_kernel``),
+    ``auto`` (the device's default) where the engine names none the device's profile
+    measures or no flash kernel runs the dtype."""
     dtype = spec.precision if spec.precision in ("fp16", "fp32") else "bf16"
     if dtype in FLASH_LESS_DTYPES:
         return dtype, "auto"
+    if spec.attention_kernel != "auto":  # as the deployment states it
+        return dtype, spec.attention_kernel
     return dtype, spec.engine_kind.attention_kernel(hw.attention_kernels)
 
 
@@ -34,8 +38,9 @@ def kernel_note(spec: ServeSpec, hw: Hardware) -> str:
     """Which kernel's rate the prompts' attention core is priced at, and why."""
     dtype, kernel = prompt_kernel(spec, hw)
     if kernel != "auto":
-        return (f"prompts' attention at {KERNEL_NAMES.get(kernel, kernel)}'s measured rate: "
-                f"the kernel {spec.engine_kind.title} runs on {hw.name}")  # fmt: skip
+        why = ("as asked (--attention-kernel)" if spec.attention_kernel != "auto" else
+               f"the kernel {spec.engine_kind.title} runs on {hw.name}")  # fmt: skip
+        return f"prompts' attention at {KERNEL_NAMES.get(kernel, kernel)}'s measured rate: {why}"
     default = next(iter(hw.attention_kernels), None)
     if dtype in FLASH_LESS_DTYPES or default is None:
         return f"prompts' attention at {hw.name}'s measured {dtype} attention rate"
