@@ -11,8 +11,8 @@ large values); ``gpu_memory_utilization`` 0.9; the cache ``auto`` (the model's d
 max(max_model_len, 2,048) tokens a step.
 
 Prefill attention: V0 runs vllm-flash-attn's FlashAttention-2 (the device's default kernel
-here); V1 FlashAttention-3 on Hopper (``_FA3_ON_HOPPER``), FlashAttention-2 elsewhere. 0.7,
-the last V0 release, already picks FA3 on Hopper (PR #12093 landed in January 2025); its
+here); V1 FlashAttention-3 on Hopper (``_FA3_ON_HOPPER``), FlashAttention-2 elsewhere. 0.7
+(V0 by default) already picks FA3 on Hopper (PR #12093 landed in January 2025); its
 kind (``vllm-0.6``) is priced as 0.6 ran, with FA2: an approximation for 0.7 on Hopper.
 
 Host time per iteration (seconds):
