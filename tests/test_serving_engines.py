@@ -222,6 +222,8 @@ def test_a_deployment_may_state_the_kernel_it_runs(capsys):
     assert est.notes[-1].endswith("FlashAttention-2's measured rate: as asked (--attention-kernel)")
     with pytest.raises(SpecError, match="attention_kernel fa3: b200 has no measured rate"):
         serve(get_model("llama3-8b"), replace(spec, attention_kernel="fa3"), get_hardware("b200"))
+    with pytest.raises(SpecError, match="attention_kernel fa2: no flash kernel runs fp32"):
+        serve(get_model("llama3-8b"), replace(spec, precision="fp32"), h100)
     with pytest.raises(SpecError, match="attention_kernel must be one of auto, fa2, fa3"):
         ServeSpec(input=8, output=8, attention_kernel="fa4")
     code = main(["serve", "--model", "llama3-8b", "--hardware", "b200", "--input", "800",

@@ -69,6 +69,9 @@ def check(model: Any, spec: ServeSpec, hw: Any) -> None:
                 if dtype == "mxfp4" else ""  # fmt: skip
             raise SpecError(field, f"{field} {dtype}: {hw.name} has no {needs} support{how}")
     kernel = spec.attention_kernel
+    if kernel != "auto" and spec.precision == "fp32":  # flash kernels take 16-bit inputs
+        raise SpecError("attention_kernel", f"attention_kernel {kernel}: no flash kernel runs "
+                        "fp32 attention (auto: the device's measured fp32 rate)")  # fmt: skip
     if kernel != "auto" and kernel not in hw.attention_kernels:
         have = ", ".join(hw.attention_kernels) or "none: auto, its measured attention rate"
         raise SpecError("attention_kernel", f"attention_kernel {kernel}: {hw.name} has no "
