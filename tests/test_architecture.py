@@ -53,7 +53,7 @@ ALLOWED = {
         "symbols",
         "catalog",
     },
-    "serving": {"serving", "kinds", "single", "specs", "symbols"},
+    "serving": {"serving", "catalog", "kinds", "single", "specs", "symbols"},
     "answers": {"answers", "serving", "engine", "catalog", "kinds", "specs", "units"},
     "rl": {"rl", "api", "engine", "serving", "catalog", "specs"},
     "book": {"book", "engine", "frameworks", "kinds", "parallel", "single", "specs", "symbols"},

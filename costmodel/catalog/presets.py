@@ -20,6 +20,10 @@ _DATA = _load()
 PRESETS: dict[str, dict[str, Any]] = {k: v for k, v in _DATA.items() if not k.startswith("_")}
 NOTES: dict[str, str] = _DATA["_notes"]
 """Preset -> what it does not model of the real architecture (or how it differs)."""
+FP8_BLOCK: frozenset[str] = frozenset(_DATA["_fp8_block"]["models"])
+"""Presets whose own fp8 checkpoint scales its weights per 128 x 128 block (the sources are
+beside them in ``data/models.json``): ``ServeSpec.fp8_scaling`` ``auto`` is ``block`` for
+them."""
 
 
 def get_model(name: str, **overrides: Any) -> ModelSpec:

@@ -21,7 +21,7 @@ from costmodel.cli.args import device_word, int_arg, to_json
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
 from costmodel.specs.hardware import KERNEL_FAMILIES
-from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.serving import ARRIVALS, FP8_SCALINGS, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 
@@ -262,6 +262,10 @@ def add_serve(sub) -> None:
     p.add_argument("--attention-kernel", choices=("auto", *KERNEL_FAMILIES), default="auto",
                    help="the fused-attention kernel a prompt runs (default auto: the engine's "
                    "on the device, e.g. FlashAttention-3 under vLLM V1 on Hopper)")  # fmt: skip
+    p.add_argument("--fp8-scaling", choices=FP8_SCALINGS, default="auto",
+                   help="how fp8 weights are scaled: tensor, or block (128 x 128, as "
+                   "DeepSeek-V3's and Qwen3's fp8 checkpoints; default auto: the model's own "
+                   "fp8 checkpoint's)")  # fmt: skip
     p.add_argument("--token-budget", type=int_arg, help="tokens an iteration may hold (vLLM's "
                    "max_num_batched_tokens; default: the engine's)")  # fmt: skip
     p.add_argument("--rope-scaling", type=float, default=1.0,

@@ -56,6 +56,7 @@ from costmodel.serving import (
     speculative,
     terms,
 )
+from costmodel.serving.fp8 import block_fp8_triton
 from costmodel.serving.result import ServeEstimate
 from costmodel.specs.checks import SpecError
 from costmodel.specs.hardware import Hardware
@@ -149,7 +150,8 @@ def _phase(
     elementwise = eager.elementwise_s(model, spec, hw, tokens)
     dense = (gemms[0] - routed[0], gemms[1] - routed[1])
     matmuls = (dense[0] / rate, dense[1] / bandwidth)  # (compute, memory) seconds
-    experts_ = (routed[0] / hw.serve_grouped_flops(dtype), routed[1] / bandwidth)
+    grouped = hw.serve_grouped_flops(dtype, block_triton=block_fp8_triton(model, spec))
+    experts_ = (routed[0] / grouped, routed[1] / bandwidth)
     attention_ = (core[0], core[1] / bandwidth)
     compute = matmuls[0] + experts_[0] + core[0] + elementwise
     memory = (gemms[1] + core[1]) / bandwidth
@@ -336,7 +338,7 @@ def serve(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> ServeEstimate:
     elif spec.arrival == "continuous":
         out.update(continuous.iteration(model, spec, hw, decode_step, _phase, rate))
     out.update(rated)
-    return ServeEstimate(out, notes.for_estimate(spec, asked, out, hw))
+    return ServeEstimate(out, notes.for_estimate(model, spec, asked, out, hw))
 
 
 def _capacity(model: ModelSpec, spec: ServeSpec, hw: Hardware) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.serving import continuous, experts, queueing
+from costmodel.serving.fp8 import block_fp8_triton, fp8_blocked
 from costmodel.specs.hardware import FLASH_LESS_DTYPES, Hardware
 from costmodel.specs.serving import ServeSpec
 from costmodel.specs.serving_device import gemm_dtype
@@ -48,7 +49,30 @@ def kernel_note(spec: ServeSpec, hw: Hardware) -> str:
             f"({hw.name}'s default kernel)")  # fmt: skip
 
 
-def for_estimate(spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware) -> list[str]:
+def block_fp8_note(model: Any, spec: ServeSpec, hw: Hardware) -> str | None:
+    """Which rate a block-scaled fp8 checkpoint's routed experts are priced at, and why;
+    None where the weights are not so scaled or the model routes no experts."""
+    if not (model.n_experts and fp8_blocked(model, spec)):
+        return None
+    why = ("as asked (--fp8-scaling block)" if spec.fp8_scaling == "block" else
+           f"{model.name}'s fp8 checkpoint scales per 128 x 128 block")  # fmt: skip
+    title = spec.engine_kind.title
+    if not block_fp8_triton(model, spec):
+        return (f"block-scaled fp8 experts ({why}) at {hw.name}'s fp8 rate: {title} runs them "
+                "in DeepGEMM's or CUTLASS's grouped kernels")  # fmt: skip
+    if "serve_block_fp8" not in hw.efficiency:
+        return (f"block-scaled fp8 experts ({why}) at {hw.name}'s fp8 rate: no block-scaled "
+                "Triton GEMM is measured on it")  # fmt: skip
+    return (
+        f"routed experts at the block-scaled fp8 Triton kernel's measured rate, "
+        f"{hw.eff('serve_block_fp8'):g} of 16-bit GEMMs' on {hw.name} ({why}; {title} runs "
+        "them in Triton's fused_moe)"
+    )
+
+
+def for_estimate(
+    model: Any, spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware
+) -> list[str]:
     """What the estimate assumes beyond the spec, the prompts' attention kernel last."""
     said = [f"decode at the mean cache of its steps, {spec.input + spec.output / 2:g} tokens"]
     computed = gemm_dtype(spec.precision, hw)
@@ -68,5 +92,7 @@ def for_estimate(spec: ServeSpec, asked: int, out: dict[str, Any], hw: Hardware)
         said.append("tp all-reduces exposed (not overlapped)")
     if spec.ep > spec.tp:
         said.append(experts.overlap_note(spec))
+    if (block := block_fp8_note(model, spec, hw)) is not None:
+        said.append(block)
     said.append(kernel_note(spec, hw))
     return said

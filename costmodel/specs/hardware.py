@@ -22,7 +22,7 @@ DEVICE_KINDS: tuple[str, ...] = get_args(DeviceKind)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 _SHARED_KEYS = (
     "matmul", "attention", "hbm", "link", "network", "decode", "serve_matmul", "serve_grouped",
-    "deepep_link", "grouped",
+    "deepep_link", "grouped", "serve_block_fp8",
 )  # fmt: skip
 EFFICIENCY_KEYS = (*_SHARED_KEYS, *(f"matmul_{dtype}" for dtype in DTYPES))
 """``matmul_<dtype>`` (e.g. ``matmul_fp8``): that dtype's GEMMs' fraction of its own peak
@@ -32,7 +32,10 @@ measured (``costmodel.kinds.dispatch``; absent: ``link``'s). ``grouped``: the ro
 GEMMs' efficiency over a dense GEMM's of the same shape where a grouped linear loops over the
 experts on the host (``costmodel.parallel.gemms``; absent: 1). ``serve_grouped``: a serving
 step's routed experts' grouped kernel over its dense matmuls' rate
-(:meth:`Hardware.serve_grouped_flops`; absent: 1)."""
+(:meth:`Hardware.serve_grouped_flops`; absent: 1). ``serve_block_fp8``: a block-scaled fp8
+GEMM's rate (128 x 128 weight blocks, 1 x 128 activation groups, in the Triton kernel vLLM
+and SGLang run such a checkpoint's routed experts in) over the same shape's 16-bit GEMM's,
+measured side by side (absent: such GEMMs at the device's fp8 rate)."""
 KERNEL_FAMILIES = tuple(k for k in get_args(FlashFamily) if k != "auto")
 """Fused-attention kernel families a profile may list (``TrainSpec.attention_kernel``)."""
 KERNEL_KEYS = ("forward", "backward", "half_seq", "backward_half_seq")
@@ -404,11 +407,16 @@ class Hardware:
         (fitted on published serving runs), else efficiency.matmul."""
         return self.peak(dtype) * self.efficiency.get("serve_matmul", self.eff("matmul"))
 
-    def serve_grouped_flops(self, dtype: str) -> float:
+    def serve_grouped_flops(self, dtype: str, block_triton: bool = False) -> float:
         """FLOP/s a serving step's routed experts run at in ``dtype``: one grouped kernel per
         layer and projection (TensorRT-LLM's CUTLASS MoE GEMMs, vLLM's and SGLang's Triton
         ``fused_moe``), :meth:`serve_flops` x ``efficiency.serve_grouped`` (fitted on
-        published serving runs; absent: the dense matmuls' rate)."""
+        published serving runs; absent: the dense matmuls' rate). ``block_triton``: fp8
+        weights scaled per 128 x 128 block in a Triton kernel, at ``efficiency.serve_block_fp8``
+        of the 16-bit rate where the profile measures it (the fp8 rate otherwise)."""
+        if block_triton and dtype == "fp8" and "serve_block_fp8" in self.efficiency:
+            block = self.serve_flops("bf16") * self.eff("serve_block_fp8")
+            return block * self.eff("serve_grouped")
         return self.serve_flops(dtype) * self.eff("serve_grouped")
 
     def decode_bandwidth(self) -> float:

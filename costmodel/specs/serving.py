@@ -35,6 +35,8 @@ NVFP4 (W4A4 at the device's fp4 peak: Blackwell's NVFP4 checkpoints), MXFP4 (4-b
 beside 8-bit activations where the device computes fp4, MXFP8 W4A8 as gpt-oss runs on
 Blackwell, else 16-bit: W4A16), or fp32 (CPUs, and the reference model in ``validate.run
 --suite serve``)."""
+FP8_SCALINGS = ("auto", "tensor", "block")
+"""How fp8 weights are scaled (``ServeSpec.fp8_scaling``)."""
 KV_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "int8", "fp32")
 ARRIVALS = ("together", "continuous", "poisson")
 """How requests reach the engine: the batch's prompts together, prefilled then decoded (a
@@ -110,6 +112,13 @@ class ServeSpec:
     ``fa2``, ``fa3``, ``cudnn``, ``triton-2022``), as a deployment that sets its backend
     states it (vLLM's ``VLLM_FLASH_ATTN_VERSION``, SGLang's ``--attention-backend``);
     ``auto``: the engine's on the device (``Engine.prefill_attention``)."""
+    fp8_scaling: str = "auto"
+    """``FP8_SCALINGS``: how fp8 weights are scaled: ``tensor`` (one scale per tensor or
+    channel: TensorRT-LLM's and ModelOpt's checkpoints), ``block`` (one per 128 x 128 block
+    of weights and per 1 x 128 group of activations: DeepSeek-V3's and Qwen3's own fp8
+    checkpoints), whose routed experts run in the kernel the engine runs them in
+    (``Engine.block_fp8_moe``); ``auto``: the model's own fp8 checkpoint's
+    (``costmodel.catalog.presets.FP8_BLOCK``), ``tensor`` for other models."""
 
     arrival: str = "together"
     """``ARRIVALS``: a static batch, continuous batching in steady state, or random
@@ -194,6 +203,10 @@ class ServeSpec:
         checks.choice("precision", self.precision, PRECISIONS)
         checks.choice("engine", self.engine, ENGINES)
         checks.choice("attention_kernel", self.attention_kernel, ("auto", *KERNEL_FAMILIES))
+        checks.choice("fp8_scaling", self.fp8_scaling, FP8_SCALINGS)
+        if self.fp8_scaling != "auto" and self.precision != "fp8":
+            raise SpecError("fp8_scaling", f"fp8_scaling {self.fp8_scaling} needs precision fp8 "
+                            f"(got {self.precision})")  # fmt: skip
         kind = engine(self.engine)
         if self.kv_dtype is None:
             object.__setattr__(self, "kv_dtype", kind.cache_dtype(self.precision))

@@ -87,6 +87,11 @@ class Engine:
     """Fused-attention kernel families (``Hardware.attention_kernels`` names) the engine's
     prefill runs, first choice first: the first the device's profile lists is priced
     (:meth:`attention_kernel`); none listed, or empty: the device's default (``auto``)."""
+    block_fp8_moe: str = ""
+    """The kernel the routed experts of a block-scaled fp8 checkpoint run in by default at
+    tp (``ServeSpec.fp8_scaling``): ``triton`` (vLLM's and SGLang's ``fused_moe``, priced at
+    ``efficiency.serve_block_fp8`` where the device measures it); empty: the device's fp8
+    rate (DeepGEMM's and CUTLASS's grouped kernels)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Per field, where its value comes from (document or code, and the quoted line)."""
 

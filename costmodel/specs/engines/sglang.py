@@ -13,6 +13,9 @@ Prefill attention: FlashAttention-3 on Hopper by default since 0.4.5.post1, for 
 models alike (``SOURCES``), FlashInfer's or Triton's kernels elsewhere (the device's
 default kernel here).
 
+Block-scaled fp8 experts: Triton's ``fused_moe`` at tp (DeepEP's MoE only under a DeepEP
+all-to-all backend).
+
 Host time: every part beside the device (the overlap scheduler), none waited for. SGLang
 publishes no per-iteration figure; it is priced as vLLM V1's measured persistent-batch work
 (20.9 us a sequence, ``costmodel.specs.engines.vllm``), which Srivatsa et al. 2024 find
@@ -30,7 +33,12 @@ SGLANG = register(Engine(
     memory_by_tp=((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88)),
     step_s=0.0, seq_s=0.0, async_seq_s=V1.async_seq_s,
     batch_overlap_flag="--enable-two-batch-overlap", prefill_attention=("fa3",),
+    block_fp8_moe="triton",
     sources={
+        "block_fp8_moe": "python/sglang/srt/layers/moe/ep_moe/layer.py (sgl-project/sglang) "
+        "get_moe_impl_class(): DeepEPMoE only under a DeepEP or Mooncake all-to-all backend "
+        "(--moe-a2a-backend), the FlashInfer MoEs only on SM100; otherwise FusedMoE, the Triton "
+        "fused_moe kernel (sglang/srt/layers/moe/fused_moe_triton)",
         "prefill_attention": "python/sglang/srt/server_args.py (sgl-project/sglang, "
         "0.4.5.post1 on: 'SGLang uses FA3 backend by default since v0.4.5.post1', PR #5571), "
         "attention backend auto-selection: `1.1 We will turn on FA3 on hopper unless user use "

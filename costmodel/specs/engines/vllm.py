@@ -15,6 +15,10 @@ here); V1 FlashAttention-3 on Hopper (``_FA3_ON_HOPPER``), FlashAttention-2 else
 (V0 by default) already picks FA3 on Hopper (PR #12093 landed in January 2025); its
 kind (``vllm-0.6``) is priced as 0.6 ran, with FA2: an approximation for 0.7 on Hopper.
 
+Block-scaled fp8 experts (DeepSeek-V3's and Qwen3's fp8 checkpoints): Triton's ``fused_moe``
+in every generation (``_TRITON_BLOCK_MOE``: DeepGEMM's grouped kernels are not in vLLM's
+wheels, and with them installed PR #29346 keeps Triton for the MoE at tp 8).
+
 Host time per iteration (seconds):
 
 - **V0 (0.5)**: everything in step with the device. Vidur's profile of vLLM on an A100
@@ -73,6 +77,15 @@ _IN_STEP = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "model_execution_la
 _V05 = _fit(*_IN_STEP, "process_model_outputs")
 _V06, _V06_ASYNC = _fit(*_IN_STEP), _fit("process_model_outputs")
 _V1_SEQ = V1_SYNC_GAP_S / V1_SYNC_BATCH
+_TRITON_BLOCK_MOE = (
+    "vllm/model_executor/layers/quantization/fp8.py (vllm-project/vllm PR #29346, 2025-11-24, "
+    "'Disable DeepGEMM MoE by default when TP=8 is used'): 'the best performance for DeepSeek "
+    "V3 TP=8 on Hopper/Blackwell is with VLLM_MOE_USE_DEEP_GEMM=0 VLLM_USE_DEEP_GEMM=1 i.e. use "
+    "DeepGEMM for the GEMM and Triton for the MoE', logging 'Using Triton backend for FP8 MoE'; "
+    "without DeepGEMM installed (not in vLLM's wheels: 'follow the setup instructions to "
+    "install it', vllm-project/recipes PR #120) every release runs block-scaled fp8 experts in "
+    "Triton's fused_moe"
+)
 _V0_SOURCES = {
     "max_seqs": "vllm/engine/arg_utils.py:63 @v0.5.3.post1: `max_num_seqs: int = 256`",
     "memory_utilization": "vllm/engine/arg_utils.py:61 @v0.5.3.post1: "
@@ -81,6 +94,7 @@ _V0_SOURCES = {
     "max(max_model_len, 2048)` (whole prompts)",
     "fp8_cache_with_fp8_weights": "vllm/worker/cache_engine.py:49-50 @v0.5.3.post1: "
     '`if cache_config.cache_dtype == "auto": self.dtype = model_config.dtype`',
+    "block_fp8_moe": _TRITON_BLOCK_MOE,
 }
 _FA3_ON_HOPPER = (
     "vllm/attention/utils/fa_utils.py (vllm-project/vllm, FlashAttention-3 since PR #12093, "
@@ -97,30 +111,35 @@ _V1_SOURCES = {
     "fp8_cache_with_fp8_weights": "vllm/config/cache.py:52 @v0.10.2: "
     '`cache_dtype: CacheDType = "auto"` (the model\'s dtype)',
     "prefill_attention": _FA3_ON_HOPPER,
+    "block_fp8_moe": _TRITON_BLOCK_MOE,
 }
 
 V05 = register(Engine(
     name="vllm-0.5", title="vLLM 0.5 (V0)", max_seqs=256, token_budget=2048, whole_prompts=True,
     memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
-    step_s=_V05[0], seq_s=_V05[1], sources=_V0_SOURCES,
+    step_s=_V05[0], seq_s=_V05[1], block_fp8_moe="triton",
+    sources=_V0_SOURCES,
 ))  # fmt: skip
 V06 = register(Engine(
     name="vllm-0.6", title="vLLM 0.6 (V0, asynchronous output processing)", max_seqs=256,
     token_budget=2048, whole_prompts=True, memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
     step_s=_V06[0], seq_s=_V06[1], async_step_s=_V06_ASYNC[0], async_seq_s=_V06_ASYNC[1],
+    block_fp8_moe="triton",
     sources={**_V0_SOURCES, "max_seqs": "vllm/engine/arg_utils.py:90 @v0.6.0: "
              "`max_num_seqs: int = 256`"},
 ))  # fmt: skip
 V08 = register(Engine(
     name="vllm-0.8", title="vLLM 0.8-0.13 (V1, scheduling in step)", max_seqs=1024,
     token_budget=8192, memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
-    step_s=0.0, seq_s=_V1_SEQ, prefill_attention=("fa3",), sources=_V1_SOURCES,
+    step_s=0.0, seq_s=_V1_SEQ, prefill_attention=("fa3",), block_fp8_moe="triton",
+    sources=_V1_SOURCES,
 ))  # fmt: skip
 V1 = register(Engine(
     name="vllm", title="vLLM V1 (asynchronous scheduling)", max_seqs=1024, token_budget=8192,
     memory_utilization=0.9, fp8_cache_with_fp8_weights=False,
     step_s=V1_ASYNC_GAP_S, seq_s=0.0, async_seq_s=_V1_SEQ - V1_ASYNC_GAP_S / V1_SYNC_BATCH,
     batch_overlap_flag="--enable-dbo", prefill_attention=("fa3",),
+    block_fp8_moe="triton",
     sources={**_V1_SOURCES, "batch_overlap_flag": "docs/design/dbo.md (vllm-project/vllm, "
              "PR #26024): 'The core motivation of the DBO system in vLLM is to overlap the "
              "sparse all-to-all communication in the MoE layer with the surrounding "
