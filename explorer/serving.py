@@ -19,7 +19,7 @@ from costmodel.serving import ServeEstimate, serve
 from costmodel.specs.checks import SpecError
 from costmodel.specs.engines import DEFAULT as DEFAULT_ENGINE
 from costmodel.specs.engines import ENGINES
-from costmodel.specs.serving import ARRIVALS, KV_DTYPES, PRECISIONS, ServeSpec
+from costmodel.specs.serving import ARRIVALS, FP8_SCALINGS, KV_DTYPES, PRECISIONS, ServeSpec
 from costmodel.units import GIB, fmt_bytes
 from explorer.labels import in_words
 from explorer.page_state import PageInput, finish, start, warn_unused
@@ -47,6 +47,7 @@ SERVE = (
     PageInput("length_spread", float, 0.0, lo=0.0, hi=1.0),
     PageInput("batch_overlap", str, "off", ("off", "on")),
     PageInput("rope_scaling", float, 1.0, lo=1.0, hi=1024.0),
+    PageInput("fp8_scaling", str, "auto", FP8_SCALINGS),
 )
 
 EP_HELP = ("a mixture-of-experts model's routed experts whole over ep devices spanning ep / tp "
@@ -122,10 +123,15 @@ def _inputs() -> dict[str, Any]:
                           help=SPREAD_HELP)  # fmt: skip
         c[3].selectbox("two-batch overlap (ep > tp)", ("off", "on"), key="serve_batch_overlap",
                        help=OVERLAP_HELP)  # fmt: skip
-        st.columns(4)[0].number_input(
+        c = st.columns(4)
+        c[0].number_input(
             "RoPE scaling (x the trained positions)", 1.0, 1024.0, key="serve_rope_scaling",
             help="a context past the model's trained positions, as YaRN stretches them (the "
             "CLI's --rope-scaling): 4 for Qwen's 4x, 40 for DeepSeek-V3's")  # fmt: skip
+        c[1].selectbox("fp8 scaling (fp8 weights)", FP8_SCALINGS, key="serve_fp8_scaling",
+                       help="auto: the model's own fp8 checkpoint's (128 x 128 blocks for "
+                       "DeepSeek-V3 and Qwen3, whose experts vLLM and SGLang run in Triton); "
+                       "tensor; block")  # fmt: skip
         st.form_submit_button("Estimate", type="primary")
     return finish("serve", SERVE)
 
@@ -141,6 +147,7 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
     if rate is None and arrival == "poisson":  # the curve's batches: the engine kept full
         arrival = "continuous"
     spread = v["length_spread"] if rate and arrival == "poisson" else 0.0  # simulated only
+    scaling = v["fp8_scaling"] if v["precision"] == "fp8" else "auto"  # said of fp8 weights
     spec = ServeSpec(input=v["input"], output=v["output"], batch=batch, tp=v["tp"],
                      pp=v["pp"], dp=v["dp"], ep=v["ep"], arrival=arrival, request_rate=rate,
                      precision=v["precision"], engine=v["engine"],
@@ -150,7 +157,8 @@ def _spec(v: dict[str, Any], batch: int, rated: bool = False) -> ServeSpec:
                      prefill_replicas=v["prefill_replicas"],
                      prefill_tp=v["prefill_tp"] if v["prefill_replicas"] else None,
                      length_spread=spread, rope_scaling=v["rope_scaling"],
-                     batch_overlap=v["batch_overlap"] == "on")  # fmt: skip
+                     batch_overlap=v["batch_overlap"] == "on",
+                     fp8_scaling=scaling)  # fmt: skip
     return spec
 
 

@@ -102,7 +102,12 @@ def test_serve_page_shows_the_engine_and_the_workload_and_prices_the_one_chosen(
     at.selectbox(key="serve_precision").set_value("fp8")
     at.button[0].click().run()
     said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
-    assert "fp8 weights, fp8 cache" in said  # TensorRT-LLM's rule, the cache left on auto
+    assert "fp8 weights scaled as the model's own fp8 checkpoint" in said
+    assert "fp8 cache" in said  # TensorRT-LLM's rule, the cache left on auto
+    at.selectbox(key="serve_fp8_scaling").set_value("block")  # the control its words name
+    at.button[0].click().run()
+    said = next(c.value for c in at.caption if c.value.startswith("Assumed:"))
+    assert not at.exception and "fp8 weights with block scales (fp8 scaling)" in said
 
 
 def test_poisson_without_a_rate_is_refused_and_a_tp_cache_is_a_devices():

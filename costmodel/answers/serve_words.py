@@ -71,11 +71,21 @@ def assumptions(
     elif loaded:  # a cap the user set binds a load: said beside the others
         output += f"at most {spec.batch:,} in flight a replica (--batch), "
     return (f"{output}engine {kind.title} ({_said(engine_defaulted)}--engine): "
-            f"{_host(kind)}; {spec.precision} weights, {spec.kv_dtype} cache in blocks of "
+            f"{_host(kind)}; {spec.precision} weights{_scaling(spec)}, {spec.kv_dtype} cache in "
+            f"blocks of "
             f"{spec.block_size}; "
             f"tp {spec.tp}, pp {spec.pp}, dp {spec.dp}{_experts(spec)}; the engine takes "
             f"{spec.memory_utilization:g} of each device; {_budget(spec)}; "
             f"{_arrival(spec)}{_drafting(spec)}")  # fmt: skip
+
+
+def _scaling(spec: ServeSpec) -> str:
+    """How fp8 weights are scaled, as given or by default (the model's own checkpoint's)."""
+    if spec.precision != "fp8":
+        return ""
+    if spec.fp8_scaling == "auto":
+        return " scaled as the model's own fp8 checkpoint (default; --fp8-scaling)"
+    return f" with {spec.fp8_scaling} scales (--fp8-scaling)"
 
 
 def _budget(spec: ServeSpec) -> str:
